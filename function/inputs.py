@@ -1,0 +1,154 @@
+"""A typed view of a RunFunctionRequest for composers.
+
+Composers never see gRPC types: they get an :class:`Inputs` with the observed XR
+(as a protobuf Struct, read with ``function.structs``), its ``spec`` as plain
+Python, the observed composed resources by composition-resource name, required
+resources as :class:`Resolved` or :data:`UNRESOLVED`, the clock and the
+effective settings.
+
+Crossplane facts this rests on (Crossplane v2 function protocol,
+``run_function.proto``): Crossplane sets a key in ``required_resources`` once it
+has tried to resolve that requirement, with an empty ``items`` when nothing
+matched; before that, the key is absent. So "not resolved yet" and "resolved,
+nothing matched" differ, and a composer must never treat the first as the second.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Final
+
+from google.protobuf.struct_pb2 import Struct
+
+from function import structs
+
+if TYPE_CHECKING:
+    from function.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A requirement Crossplane resolved: ``items`` may be empty (nothing matched)."""
+
+    items: tuple[Struct, ...]
+
+    def by_name(self) -> dict[str, Struct]:
+        """Index the items by ``metadata.name``."""
+        return {structs.get_str(i, "metadata", "name"): i for i in self.items}
+
+
+class _Unresolved:
+    """Marker for a requirement Crossplane has not resolved yet ("not known")."""
+
+    _instance: _Unresolved | None = None
+
+    def __new__(cls) -> _Unresolved:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNRESOLVED"
+
+
+UNRESOLVED: Final = _Unresolved()
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedChild:
+    """An observed composed resource: its body and connection details."""
+
+    resource: Struct
+    connection_details: Mapping[str, bytes] = field(default_factory=dict)
+
+
+@dataclass
+class Inputs:
+    """What a composer may know about one reconcile.
+
+    Attributes:
+        xr: The observed XR as a Struct (``apiVersion``, ``metadata``, ``spec``, ``status``).
+        observed: Observed composed resources by composition-resource name.
+        required_resources: The request's ``required_resources`` map (name to a
+            sequence of Structs); read it through :meth:`required`.
+        now: The current time (timezone-aware UTC); an input so tests control it.
+        settings: The effective settings (see ``function.settings``).
+        tag: The request tag (``meta.tag``), for logs.
+    """
+
+    xr: Struct
+    observed: Mapping[str, ObservedChild]
+    required_resources: Mapping[str, tuple[Struct, ...]]
+    now: datetime.datetime
+    settings: Settings
+    tag: str = ""
+
+    @cached_property
+    def api_version(self) -> str:
+        """The XR's apiVersion."""
+        return structs.get_str(self.xr, "apiVersion")
+
+    @cached_property
+    def kind(self) -> str:
+        """The XR's kind."""
+        return structs.get_str(self.xr, "kind")
+
+    @cached_property
+    def name(self) -> str:
+        """The XR's metadata.name."""
+        return structs.get_str(self.xr, "metadata", "name")
+
+    @cached_property
+    def namespace(self) -> str:
+        """The XR's metadata.namespace (XRs here are namespaced)."""
+        return structs.get_str(self.xr, "metadata", "namespace")
+
+    @cached_property
+    def uid(self) -> str:
+        """The XR's metadata.uid (empty before the API server assigned one)."""
+        return structs.get_str(self.xr, "metadata", "uid")
+
+    @cached_property
+    def generation(self) -> int:
+        """The XR's metadata.generation (0 when absent)."""
+        g = structs.get(self.xr, "metadata", "generation")
+        return int(g) if isinstance(g, (int, float)) else 0
+
+    @cached_property
+    def spec(self) -> dict[str, Any]:
+        """The XR's spec as plain Python (small; converted once)."""
+        s = structs.to_py(structs.get(self.xr, "spec"))
+        return s if isinstance(s, dict) else {}
+
+    @cached_property
+    def labels(self) -> dict[str, str]:
+        """The XR's labels."""
+        return structs.get_map(self.xr, "metadata", "labels")
+
+    @cached_property
+    def annotations(self) -> dict[str, str]:
+        """The XR's annotations."""
+        return structs.get_map(self.xr, "metadata", "annotations")
+
+    def status(self, *path: str | int, default: Any = None) -> Any:
+        """Read a field of the XR's last written status without converting it all."""
+        return structs.get(self.xr, "status", *path, default=default)
+
+    def required(self, name: str) -> Resolved | _Unresolved:
+        """The required resources of requirement ``name``.
+
+        Returns:
+            :class:`Resolved` (possibly with no items) once Crossplane resolved the
+            requirement, :data:`UNRESOLVED` before.
+        """
+        if name not in self.required_resources:
+            return UNRESOLVED
+        return Resolved(tuple(self.required_resources[name]))
+
+    def observed_body(self, name: str) -> Struct | None:
+        """The body of observed composed resource ``name``, or None."""
+        child = self.observed.get(name)
+        return child.resource if child is not None else None

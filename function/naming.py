@@ -1,0 +1,154 @@
+"""Names and label values of composed resources: one module owns them.
+
+Kubernetes object names used here must be DNS-1123 labels: at most 63
+characters of ``[a-z0-9-]``, starting and ending with an alphanumeric
+(https://kubernetes.io/docs/concepts/overview/working-with-objects/names/).
+Label values are at most 63 characters of ``[A-Za-z0-9_.-]``, starting and
+ending with an alphanumeric, or empty
+(https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/).
+
+Names follow the Crossplane Python SDK's ``child_name`` scheme (join the
+parts with ``-``, append a 5-character sha256 prefix of the whole, truncate the
+head to fit), so they are stable across calls and distinct for inputs that share
+a long prefix. Parts are first folded into DNS-1123 characters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import lru_cache
+
+from crossplane.function.resource import child_name as sdk_child_name
+
+from function import API_GROUP
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_INVALID = re.compile(r"[^a-z0-9-]+")
+MAX_LABEL = 63
+
+# Labels that tie children to their parents.
+LABEL_CACHE = f"{API_GROUP}/cache"
+LABEL_CLUSTER = f"{API_GROUP}/cluster"
+LABEL_DEPLOYMENT = f"{API_GROUP}/deployment"
+LABEL_REPLICA = f"{API_GROUP}/replica"
+LABEL_REPLICA_INDEX = f"{API_GROUP}/replica-index"
+LABEL_EXPERIMENT = f"{API_GROUP}/experiment"
+LABEL_BACKFILL = f"{API_GROUP}/backfill"
+LABEL_RUN = f"{API_GROUP}/run"
+LABEL_GENERATION = f"{API_GROUP}/generation"
+LABEL_COMPONENT = f"{API_GROUP}/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "function-modelplane"
+# Annotation prefix that keeps a label's full value when it had to be shortened:
+# ``modelplane.ai/full-<label name part>``.
+ANNOTATION_FULL_PREFIX = f"{API_GROUP}/full-"
+
+
+def _fold(part: str) -> str:
+    return _INVALID.sub("-", part.lower()).strip("-")
+
+
+@lru_cache(maxsize=65536)
+def child_name(*parts: str) -> str:
+    """Build a stable DNS-1123 label (at most 63 characters) from ``parts``.
+
+    Args:
+        parts: Name components, for example ``("modelcache", namespace, cache,
+            cluster)``. Any characters outside ``[a-z0-9-]`` (dots, capitals) are
+            folded to ``-``.
+
+    Returns:
+        ``<folded parts joined by "-", truncated>-<5 hex chars>``. The hash is
+        taken over the original parts, so inputs differing only past the
+        truncation point, or only in folded characters, still differ.
+    """
+    folded = "-".join(p for p in (_fold(x) for x in parts) if p) or "x"
+    name = sdk_child_name(folded)
+    if folded != "-".join(parts):
+        # Hash the original parts so that folding cannot make two inputs collide.
+        h = hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:5]
+        name = f"{name[:-5]}{h}"
+    return name
+
+
+@lru_cache(maxsize=65536)
+def label_value(value: str) -> str:
+    """Return ``value`` as a valid label value, shortened with a hash if needed.
+
+    Args:
+        value: Any string.
+
+    Returns:
+        ``value`` itself when it is already valid; otherwise at most 57 safe
+        characters, ``-``, and 5 hex characters of the sha256 of ``value``.
+        Callers keep the full value in an annotation (see :func:`labels_with_full`).
+    """
+    if len(value) <= MAX_LABEL and LABEL_VALUE.match(value):
+        return value
+    h = hashlib.sha256(value.encode()).hexdigest()[:5]
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", value)[:57]
+    safe = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", safe)
+    return f"{safe}-{h}" if safe else h
+
+
+def labels_with_full(labels: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Make every value of ``labels`` valid; keep shortened values in annotations.
+
+    Args:
+        labels: Label key to desired (possibly too long) value.
+
+    Returns:
+        ``(labels, annotations)``: valid labels, and for every value that had to
+        be shortened an annotation ``modelplane.ai/full-<key name>`` holding it.
+    """
+    out: dict[str, str] = {}
+    ann: dict[str, str] = {}
+    for k, v in labels.items():
+        lv = label_value(v)
+        out[k] = lv
+        if lv != v:
+            ann[ANNOTATION_FULL_PREFIX + k.rsplit("/", 1)[-1]] = v
+    return out, ann
+
+
+# ---- Names shared between kinds (the contracts) -----------------------------
+
+
+def hydration_name(namespace: str, cache: str, cluster: str) -> str:
+    """Name of the ModelCacheHydration XR of ``cache`` on ``cluster``."""
+    return child_name("modelcache", namespace, cache, cluster)
+
+
+def cache_pvc_name(namespace: str, cache: str) -> str:
+    """Name of the cache PVC on every cluster; the serving side mounts it by this name.
+
+    The same on every cluster, and the name Modelplane already uses, so an
+    existing PVC is adopted rather than downloaded again.
+    """
+    return child_name("modelcache", namespace, cache)
+
+
+def cache_secret_name(namespace: str, cache: str) -> str:
+    """Name of the token Secret the hydration Job reads on a cluster."""
+    return child_name("modelcache", namespace, cache, "auth")
+
+
+def source_identity(repo: str, revision: str) -> str:
+    """A short, stable identity of a model source: 10 hex chars of sha256(repo@revision)."""
+    return hashlib.sha256(f"{repo}@{revision}".encode()).hexdigest()[:10]
+
+
+def hydration_job_name(namespace: str, cache: str, repo: str, revision: str) -> str:
+    """Name of the download Job; it carries the source identity.
+
+    A Job's pod template is immutable, so a change of repo or revision gets a
+    new Job name instead of colliding with the old Job.
+    """
+    return child_name("modelcache", namespace, cache, "dl", source_identity(repo, revision))
+
+
+def replica_name(namespace: str, deployment: str, index: int) -> str:
+    """Name of the ModelReplica XR with ``index`` of a ModelDeployment."""
+    return child_name("modelreplica", namespace, deployment, str(index))

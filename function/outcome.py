@@ -1,0 +1,157 @@
+"""What a composer decides: desired children, XR status, conditions, results.
+
+An :class:`Outcome` is plain data. The runner encodes it into a
+RunFunctionResponse. Crossplane facts it encodes (Crossplane v2):
+
+- Every observed composed resource missing from the desired state is deleted,
+  so a composer that cannot decide (an unresolved requirement) calls
+  :meth:`Outcome.keep` for what exists.
+- Only ``READY_TRUE`` counts as ready. ``ready=None`` leaves readiness to
+  Crossplane (it then reads the child's ``Ready`` condition).
+- Conditions of type Ready, Synced, Healthy, UpToDate and Responsive returned by
+  a function are dropped by Crossplane; :meth:`Outcome.condition` refuses them.
+- Conditions carry no timestamps (Crossplane sets lastTransitionTime), so the
+  same input gives the same response.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from google.protobuf.struct_pb2 import Struct
+
+from function import structs
+
+Severity = Literal["Normal", "Warning", "Fatal"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+_RESERVED = frozenset({"Ready", "Synced", "Healthy", "UpToDate", "Responsive"})
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A condition for the XR's ``status.conditions``. ``message`` must be non-empty."""
+
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A result: Normal and Warning results become Kubernetes events on the XR."""
+
+    severity: Severity
+    message: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """A required-resources selector: by name, by equality labels, or all of a kind."""
+
+    api_version: str
+    kind: str
+    match_name: str | None = None
+    match_labels: tuple[tuple[str, str], ...] | None = None
+    namespace: str | None = None
+
+
+@dataclass(slots=True)
+class Desired:
+    """A desired composed resource: a body (dict, or a Struct to copy) and readiness."""
+
+    body: dict[str, Any] | Struct
+    ready: bool | None = None
+
+
+@dataclass
+class Outcome:
+    """The result of composing one XR.
+
+    Attributes:
+        resources: Desired composed resources by composition-resource name.
+        status: Fields to set in the XR's status (merged over what earlier
+            pipeline steps set).
+        conditions: XR conditions (custom types only).
+        results: Events and, for Fatal, a stop of the pipeline.
+        requirements: Required resources by requirement name.
+        ttl_seconds: How soon Crossplane should call again (None: the default).
+        ready: The XR's readiness (None: leave it to Crossplane).
+    """
+
+    resources: dict[str, Desired] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)
+    conditions: list[Condition] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+    requirements: dict[str, Requirement] = field(default_factory=dict)
+    ttl_seconds: float | None = None
+    ready: bool | None = None
+
+    def add(self, name: str, body: dict[str, Any] | Struct, ready: bool | None = None) -> None:
+        """Desire composed resource ``name``."""
+        self.resources[name] = Desired(body, ready)
+
+    def keep(self, name: str, observed: Struct, ready: bool | None = None) -> None:
+        """Keep an observed child exactly as it was desired last time.
+
+        Copies apiVersion, kind, metadata name/namespace/labels/annotations and spec
+        (the fields a function owns), not status or server-set metadata.
+        """
+        body = Struct()
+        for key in ("apiVersion", "kind", "spec"):
+            if key in observed:
+                body[key] = observed[key]
+        meta = structs.get(observed, "metadata")
+        if meta is not None:
+            out = body.get_or_create_struct("metadata")
+            for key in ("name", "namespace", "labels", "annotations"):
+                if key in meta:
+                    out[key] = meta[key]
+        self.resources[name] = Desired(body, ready)
+
+    def condition(self, typ: str, status: ConditionStatus, reason: str, message: str) -> None:
+        """Set an XR condition; replaces an earlier one of the same type.
+
+        Raises:
+            ValueError: for a type Crossplane reserves, or an empty message.
+        """
+        if typ in _RESERVED:
+            raise ValueError(f"condition type {typ} is reserved by Crossplane")
+        if not message:
+            raise ValueError(f"condition {typ} needs a message")
+        self.conditions = [c for c in self.conditions if c.type != typ]
+        self.conditions.append(Condition(typ, status, reason, message))
+
+    def normal(self, message: str, reason: str | None = None) -> None:
+        """Add a Normal result (an event)."""
+        self.results.append(Result("Normal", message, reason))
+
+    def warning(self, message: str, reason: str | None = None) -> None:
+        """Add a Warning result (a warning event)."""
+        self.results.append(Result("Warning", message, reason))
+
+    def fatal(self, message: str, reason: str | None = None) -> None:
+        """Add a Fatal result: Crossplane stops and applies nothing this reconcile."""
+        self.results.append(Result("Fatal", message, reason))
+
+    def require(
+        self,
+        name: str,
+        api_version: str,
+        kind: str,
+        *,
+        match_name: str | None = None,
+        match_labels: dict[str, str] | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """Ask Crossplane for resources; they arrive in the next call's request."""
+        labels = tuple(sorted(match_labels.items())) if match_labels is not None else None
+        self.requirements[name] = Requirement(api_version, kind, match_name, labels, namespace)
+
+    def requeue_after(self, seconds: float) -> None:
+        """Ask to be called again within ``seconds`` (keeps the smallest asked for)."""
+        seconds = max(1.0, float(seconds))
+        if self.ttl_seconds is None or seconds < self.ttl_seconds:
+            self.ttl_seconds = seconds

@@ -1,0 +1,213 @@
+"""The protocol edge: RunFunctionRequest in, RunFunctionResponse out.
+
+``FunctionRunner.run`` decodes the request into :class:`~function.inputs.Inputs`,
+picks the composer by the XR's apiVersion and kind, and encodes the
+:class:`~function.outcome.Outcome`. Any exception becomes a fatal result with a
+clear message; the call never crashes. Crossplane's gRPC client receives at
+most 4 MiB, so a larger response is replaced by a fatal result that says how
+large it was.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import structlog
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from google.protobuf import duration_pb2
+from google.protobuf.struct_pb2 import Struct
+
+from function import structs
+from function.composers import composer_for
+from function.errors import SpecError
+from function.inputs import Inputs, ObservedChild
+from function.outcome import Outcome
+from function.settings import Settings, default_settings
+
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+DEFAULT_TTL_SECONDS = 60.0
+
+_SEVERITY = {
+    "Normal": fnv1.SEVERITY_NORMAL,
+    "Warning": fnv1.SEVERITY_WARNING,
+    "Fatal": fnv1.SEVERITY_FATAL,
+}
+_STATUS = {
+    "True": fnv1.STATUS_CONDITION_TRUE,
+    "False": fnv1.STATUS_CONDITION_FALSE,
+    "Unknown": fnv1.STATUS_CONDITION_UNKNOWN,
+}
+
+Clock = Callable[[], datetime.datetime]
+
+
+def utcnow() -> datetime.datetime:
+    """The wall clock, UTC, whole seconds (status timestamps are RFC 3339 seconds)."""
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+
+
+def _set_struct(target: Struct, key: str, value: Any) -> None:
+    if isinstance(value, Struct):
+        target.get_or_create_struct(key).CopyFrom(value)
+    else:
+        target.update({key: value})
+
+
+class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
+    """Serves RunFunction for every Modelplane XR kind.
+
+    Args:
+        settings: The effective settings (defaults when None).
+        clock: Returns the current UTC time; tests pass a controlled clock.
+    """
+
+    def __init__(self, settings: Settings | None = None, clock: Clock | None = None) -> None:
+        self.settings = settings or default_settings()
+        self.clock = clock or utcnow
+        self.log = structlog.get_logger("function")
+
+    async def RunFunction(
+        self, req: fnv1.RunFunctionRequest, context: grpc.aio.ServicerContext | None = None
+    ) -> fnv1.RunFunctionResponse:
+        """gRPC entry point (v1; v1beta1 is wrapped by the SDK's BetaFunctionRunner)."""
+        return self.run(req)
+
+    def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        """Run the function on one request, synchronously.
+
+        Returns:
+            The response; on any error a response whose only result is fatal.
+        """
+        xr = req.observed.composite.resource
+        api_version = structs.get_str(xr, "apiVersion")
+        kind = structs.get_str(xr, "kind")
+        name = structs.get_str(xr, "metadata", "name")
+        namespace = structs.get_str(xr, "metadata", "namespace")
+        log = self.log.bind(tag=req.meta.tag, xr_kind=kind, xr_namespace=namespace, xr_name=name)
+        started = time.perf_counter()
+        try:
+            rsp = self._run(req, api_version, kind, log)
+        except SpecError as e:
+            log.info("invalid input", error=str(e))
+            rsp = self._fatal(req, f"invalid {kind or 'XR'} {namespace}/{name}: {e}")
+        except Exception as e:  # the call must never crash
+            log.exception("composer failed")
+            rsp = self._fatal(
+                req, f"internal error composing {kind} {namespace}/{name}: {type(e).__name__}: {e}"
+            )
+        size = rsp.ByteSize()
+        if size > MAX_RESPONSE_BYTES:
+            rsp = self._fatal(
+                req,
+                f"response for {kind} {namespace}/{name} would be {size / 1048576:.1f} MiB, "
+                f"over the 4 MiB Crossplane accepts; narrow the selector or split the XR "
+                f"into smaller ones",
+            )
+        log.debug("composed", seconds=round(time.perf_counter() - started, 6))
+        return rsp
+
+    def _fatal(self, req: fnv1.RunFunctionRequest, message: str) -> fnv1.RunFunctionResponse:
+        rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=req.meta.tag))
+        rsp.desired.CopyFrom(req.desired)
+        rsp.results.append(fnv1.Result(severity=fnv1.SEVERITY_FATAL, message=message))
+        return rsp
+
+    def _run(
+        self, req: fnv1.RunFunctionRequest, api_version: str, kind: str, log: Any
+    ) -> fnv1.RunFunctionResponse:
+        composer = composer_for(api_version, kind)
+        if composer is None:
+            return self._fatal(
+                req,
+                f"function-modelplane does not serve {kind or '<no kind>'} "
+                f"({api_version or '<no apiVersion>'}); it serves modelplane.ai/v1alpha1 "
+                f"ModelCache, ModelCacheHydration, ModelDeployment, ModelReplica, "
+                f"ModelExperiment and ModelBackfill",
+            )
+        inputs = self.decode(req)
+        outcome = composer(inputs)
+        return self.encode(req, outcome)
+
+    def decode(self, req: fnv1.RunFunctionRequest) -> Inputs:
+        """Build the composer's view of ``req`` (cheap: no Struct is converted)."""
+        observed = {
+            k: ObservedChild(v.resource, v.connection_details)
+            for k, v in req.observed.resources.items()
+        }
+        required = {
+            k: tuple(i.resource for i in v.items) for k, v in req.required_resources.items()
+        }
+        return Inputs(
+            xr=req.observed.composite.resource,
+            observed=observed,
+            required_resources=required,
+            now=self.clock(),
+            settings=self.settings,
+            tag=req.meta.tag,
+        )
+
+    def encode(self, req: fnv1.RunFunctionRequest, out: Outcome) -> fnv1.RunFunctionResponse:
+        """Encode ``out`` as the response to ``req``.
+
+        Desired state starts from the request's desired state (what earlier
+        pipeline steps produced); resources and status fields are set over it.
+        If ``out`` holds a fatal result, nothing else is sent but the results.
+        """
+        rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=req.meta.tag))
+        ttl = out.ttl_seconds if out.ttl_seconds is not None else DEFAULT_TTL_SECONDS
+        rsp.meta.ttl.CopyFrom(duration_pb2.Duration(seconds=int(ttl), nanos=0))
+        rsp.desired.CopyFrom(req.desired)
+        if req.HasField("context"):
+            rsp.context.CopyFrom(req.context)
+        for r in out.results:
+            res = rsp.results.add(severity=_SEVERITY[r.severity], message=r.message)
+            if r.reason:
+                res.reason = r.reason
+            if r.severity != "Fatal":
+                res.target = fnv1.TARGET_COMPOSITE
+        if any(r.severity == "Fatal" for r in out.results):
+            return rsp
+        for c in out.conditions:
+            rsp.conditions.add(
+                type=c.type,
+                status=_STATUS[c.status],
+                reason=c.reason,
+                message=c.message,
+                target=fnv1.TARGET_COMPOSITE,
+            )
+        composite = rsp.desired.composite
+        if out.status:
+            status = composite.resource.get_or_create_struct("status")
+            for k in sorted(out.status):
+                _set_struct(status, k, out.status[k])
+        if out.ready is not None:
+            composite.ready = fnv1.READY_TRUE if out.ready else fnv1.READY_FALSE
+        resources = rsp.desired.resources
+        for name in sorted(out.resources):
+            d = out.resources[name]
+            target = resources[name]
+            if isinstance(d.body, Struct):
+                target.resource.CopyFrom(d.body)
+            else:
+                target.resource.update(d.body)
+            if d.ready is not None:
+                target.ready = fnv1.READY_TRUE if d.ready else fnv1.READY_FALSE
+        for rname in sorted(out.requirements):
+            q = out.requirements[rname]
+            sel = rsp.requirements.resources[rname]
+            sel.api_version = q.api_version
+            sel.kind = q.kind
+            if q.match_name is not None:
+                sel.match_name = q.match_name
+            elif q.match_labels is not None:
+                sel.match_labels.SetInParent()
+                for k, v in q.match_labels:
+                    sel.match_labels.labels[k] = v
+            if q.namespace is not None:
+                sel.namespace = q.namespace
+        return rsp

@@ -1,0 +1,147 @@
+"""Kubernetes label selectors with their full semantics.
+
+Implements ``metav1.LabelSelector`` matching as specified in
+https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#resources-that-support-set-based-requirements
+and apimachinery's ``LabelSelectorAsSelector``:
+
+- ``matchLabels`` and every ``matchExpressions`` entry are ANDed.
+- ``In``: the key exists and its value is in ``values``.
+- ``NotIn``: the key is absent, or its value is not in ``values``.
+- ``Exists`` / ``DoesNotExist``: only the key matters; ``values`` must be empty.
+- ``In`` / ``NotIn`` need a non-empty ``values``.
+- An empty selector (``{}``) matches everything.
+
+Crossplane's required-resource selectors only express a name or equality
+``matchLabels``; :meth:`LabelSelector.requirement_labels` gives that part, and
+:meth:`LabelSelector.matches` applies the whole selector locally.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from function.errors import SpecError
+from function.naming import LABEL_VALUE
+
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _check_key(key: Any, field: str) -> str:
+    """Validate a qualified label key (``[prefix/]name``), per Kubernetes rules."""
+    if not isinstance(key, str) or not key:
+        raise SpecError(field, "label key must be a non-empty string")
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (not prefix or len(prefix) > 253 or not _PREFIX.match(prefix)):
+        raise SpecError(field, f"invalid label key prefix in {key!r}")
+    if len(name) > 63 or not _NAME.match(name):
+        raise SpecError(field, f"invalid label key {key!r}")
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One ``matchExpressions`` entry."""
+
+    key: str
+    operator: str
+    values: frozenset[str]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """True when ``labels`` satisfies this requirement."""
+        op = self.operator
+        if op == "In":
+            return self.key in labels and labels[self.key] in self.values
+        if op == "NotIn":
+            return self.key not in labels or labels[self.key] not in self.values
+        if op == "Exists":
+            return self.key in labels
+        return self.key not in labels
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A parsed, validated Kubernetes LabelSelector."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    expressions: tuple[Requirement, ...] = ()
+
+    @classmethod
+    def parse(cls, raw: Any, field: str) -> LabelSelector:
+        """Parse and validate a LabelSelector.
+
+        Args:
+            raw: The selector as a dict (``matchLabels``, ``matchExpressions``).
+            field: Its path in the XR, for error messages (``spec.clusterSelector``).
+
+        Returns:
+            The parsed selector.
+
+        Raises:
+            SpecError: naming the exact field, for a missing selector (``None``),
+                an unknown operator, ``In``/``NotIn`` without values,
+                ``Exists``/``DoesNotExist`` with values, or an invalid key or value.
+        """
+        if raw is None:
+            raise SpecError(field, "is required (use {} to select every cluster)")
+        if not isinstance(raw, Mapping):
+            raise SpecError(field, "must be an object with matchLabels and/or matchExpressions")
+        unknown = set(raw) - {"matchLabels", "matchExpressions"}
+        if unknown:
+            raise SpecError(f"{field}.{sorted(unknown)[0]}", "unknown field")
+        ml = raw.get("matchLabels") or {}
+        if not isinstance(ml, Mapping):
+            raise SpecError(f"{field}.matchLabels", "must be a map of strings")
+        labels: list[tuple[str, str]] = []
+        for k in sorted(ml):
+            v = ml[k]
+            _check_key(k, f"{field}.matchLabels")
+            if not isinstance(v, str) or len(v) > 63 or not LABEL_VALUE.match(v):
+                raise SpecError(f"{field}.matchLabels.{k}", f"invalid label value {v!r}")
+            labels.append((k, v))
+        me = raw.get("matchExpressions") or []
+        if not isinstance(me, list):
+            raise SpecError(f"{field}.matchExpressions", "must be a list")
+        reqs: list[Requirement] = []
+        for i, e in enumerate(me):
+            f = f"{field}.matchExpressions[{i}]"
+            if not isinstance(e, Mapping):
+                raise SpecError(f, "must be an object with key, operator and values")
+            key = _check_key(e.get("key"), f"{f}.key")
+            op = e.get("operator")
+            if op not in _OPERATORS:
+                raise SpecError(
+                    f"{f}.operator",
+                    f"unknown operator {op!r} (want one of {', '.join(_OPERATORS)})",
+                )
+            values = e.get("values") or []
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                raise SpecError(f"{f}.values", "must be a list of strings")
+            if op in ("In", "NotIn") and not values:
+                raise SpecError(f"{f}.values", f"must be non-empty for operator {op}")
+            if op in ("Exists", "DoesNotExist") and values:
+                raise SpecError(f"{f}.values", f"must be empty for operator {op}")
+            for j, v in enumerate(values):
+                if len(v) > 63 or not LABEL_VALUE.match(v):
+                    raise SpecError(f"{f}.values[{j}]", f"invalid label value {v!r}")
+            reqs.append(Requirement(key, op, frozenset(values)))
+        return cls(tuple(labels), tuple(reqs))
+
+    def requirement_labels(self) -> dict[str, str]:
+        """The equality part Crossplane can resolve server-side (``matchLabels``)."""
+        return dict(self.match_labels)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """True when ``labels`` satisfies every part of the selector."""
+        for k, v in self.match_labels:
+            if labels.get(k) != v:
+                return False
+        return all(r.matches(labels) for r in self.expressions)
+
+    def is_empty(self) -> bool:
+        """True for ``{}``, which selects everything."""
+        return not self.match_labels and not self.expressions

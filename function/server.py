@@ -1,0 +1,116 @@
+"""The gRPC server Crossplane calls.
+
+Serves ``apiextensions.fn.proto.v1.FunctionRunnerService`` and its v1beta1 twin
+(through the SDK's ``BetaFunctionRunner``), the standard gRPC health service and
+reflection, on one address:
+
+- mTLS with ``tls.crt``, ``tls.key`` and ``ca.crt`` from the certificates
+  directory (Crossplane's function runtime mounts them and sets
+  ``TLS_SERVER_CERTS_DIR``); clients must present a certificate from that CA.
+- ``insecure``: plaintext only. Unlike the SDK's ``runtime.serve``, which opens
+  both a TLS and a plaintext listener when given both, only one listener is ever
+  opened here.
+- SIGTERM (and SIGINT) stop accepting calls and let in-flight calls finish
+  within ``grace_seconds``; the process then exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass
+
+import grpc
+import structlog
+from crossplane.function import runtime as sdk_runtime
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from function.runner import FunctionRunner
+
+DEFAULT_ADDRESS = "0.0.0.0:9443"
+DEFAULT_MAX_RECV_MB = 256
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How to serve.
+
+    Attributes:
+        address: ``host:port`` to listen on.
+        tls_certs_dir: Directory with tls.crt, tls.key, ca.crt (mTLS); None for none.
+        insecure: Serve plaintext only (ignores ``tls_certs_dir``).
+        max_recv_mb: Largest request accepted, in MiB (Crossplane sends up to 2 GiB;
+            a 5,000-cluster ModelCache request is about 5 MiB).
+        max_send_mb: Largest response sent, in MiB (Crossplane receives 4 MiB; the
+            runner replaces larger responses with a fatal result first).
+        grace_seconds: How long in-flight calls may run after SIGTERM.
+    """
+
+    address: str = DEFAULT_ADDRESS
+    tls_certs_dir: str | None = None
+    insecure: bool = False
+    max_recv_mb: int = DEFAULT_MAX_RECV_MB
+    max_send_mb: int = 16
+    grace_seconds: float = 20.0
+
+
+def build_server(runner: FunctionRunner, cfg: ServerConfig) -> tuple[grpc.aio.Server, int]:
+    """Create (not start) the aio server with its services and one listener.
+
+    Returns:
+        The server and the bound port (useful with port 0).
+
+    Raises:
+        ValueError: when neither ``insecure`` nor ``tls_certs_dir`` is given.
+        OSError: when a certificate file cannot be read.
+    """
+    options = [
+        ("grpc.max_receive_message_length", cfg.max_recv_mb * 1024 * 1024),
+        ("grpc.max_send_message_length", cfg.max_send_mb * 1024 * 1024),
+        ("grpc.so_reuseport", 1),
+    ]
+    server = grpc.aio.server(options=options)
+    grpcv1.add_FunctionRunnerServiceServicer_to_server(runner, server)
+    grpcv1beta1.add_FunctionRunnerServiceServicer_to_server(
+        sdk_runtime.BetaFunctionRunner(wrapped=runner), server
+    )
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = (*sdk_runtime.SERVICE_NAMES, health.SERVICE_NAME)
+    reflection.enable_server_reflection(names, server)
+    if cfg.insecure:
+        port = server.add_insecure_port(cfg.address)
+    elif cfg.tls_certs_dir:
+        port = server.add_secure_port(cfg.address, sdk_runtime.load_credentials(cfg.tls_certs_dir))
+    else:
+        raise ValueError("no TLS certificates directory given: use --tls-certs-dir or --insecure")
+    server._modelplane_health = health_servicer  # type: ignore[attr-defined]
+    return server, port
+
+
+async def serve_async(runner: FunctionRunner, cfg: ServerConfig) -> None:
+    """Serve until SIGTERM/SIGINT, then drain in-flight calls and return."""
+    log = structlog.get_logger("server")
+    server, port = build_server(runner, cfg)
+    await server.start()
+    hs: health.aio.HealthServicer = server._modelplane_health  # type: ignore[attr-defined]
+    for svc in ("", *sdk_runtime.SERVICE_NAMES[1:]):
+        await hs.set(svc, health_pb2.HealthCheckResponse.SERVING)
+    log.info("serving", address=cfg.address, port=port, tls=not cfg.insecure)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping", grace_seconds=cfg.grace_seconds)
+    await hs.enter_graceful_shutdown()
+    await server.stop(grace=cfg.grace_seconds)
+    log.info("stopped")
+
+
+def serve(runner: FunctionRunner, cfg: ServerConfig) -> None:
+    """Blocking wrapper around :func:`serve_async`."""
+    asyncio.run(serve_async(runner, cfg))
