@@ -1,0 +1,106 @@
+"""provider-kubernetes ``Object`` (``kubernetes.m.crossplane.io/v1alpha1``) wrappers.
+
+A namespaced XR cannot compose cluster-scoped resources, and the workload runs on
+another cluster, so every remote manifest travels inside a namespaced Object whose
+``providerConfigRef`` comes from the InferenceCluster's status (never from user
+input). provider-kubernetes reports the remote object's state under
+``status.atProvider.manifest``. Jobs, PVCs and Deployments have no ``Ready``
+condition, so readiness uses ``DeriveFromCelQuery`` over that observed object
+(provider-kubernetes v1.x, ``spec.readiness``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from function import structs
+from function.naming import LABEL_MANAGED_BY, MANAGED_BY
+
+OBJECT_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
+OBJECT_KIND = "Object"
+
+
+def provider_config_ref(cluster: Any) -> dict[str, str] | None:
+    """The provider config of an InferenceCluster, from its ``status.providerConfigRef``.
+
+    Args:
+        cluster: The InferenceCluster (Struct or dict).
+
+    Returns:
+        ``{"name": ..., "kind": "ProviderConfig"|"ClusterProviderConfig"}``, or None
+        when the cluster does not report one yet.
+    """
+    name = structs.get_str(cluster, "status", "providerConfigRef", "name")
+    if not name:
+        return None
+    kind = (
+        structs.get_str(cluster, "status", "providerConfigRef", "kind") or "ClusterProviderConfig"
+    )
+    return {"kind": kind, "name": name}
+
+
+def remote_object(
+    name: str,
+    namespace: str,
+    provider_config: dict[str, str],
+    manifest: dict[str, Any],
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    readiness_cel: str | None = None,
+    references: list[dict[str, Any]] | None = None,
+    management_policies: list[str] | None = None,
+    deletion_policy: str | None = None,
+) -> dict[str, Any]:
+    """Wrap ``manifest`` in an Object applied with ``provider_config``.
+
+    Args:
+        name: The Object's name (a DNS-1123 label, see ``function.naming``).
+        namespace: The XR's namespace (the Object lives beside it).
+        provider_config: From :func:`provider_config_ref`.
+        manifest: The remote Kubernetes object.
+        labels: Labels for the Object (``app.kubernetes.io/managed-by`` is added).
+        annotations: Annotations for the Object.
+        readiness_cel: A CEL query over the observed remote object; sets policy
+            ``DeriveFromCelQuery``. None leaves provider-kubernetes' default
+            (``SuccessfulCreate``).
+        references: ``spec.references`` entries (for example ``patchesFrom``).
+        management_policies: ``spec.managementPolicies`` (for example ``["Observe"]``).
+        deletion_policy: ``spec.forProvider.deletionPropagationPolicy``.
+
+    Returns:
+        The Object as a dict, valid against the Object CRD.
+    """
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {LABEL_MANAGED_BY: MANAGED_BY, **(labels or {})},
+    }
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    spec: dict[str, Any] = {
+        "forProvider": {"manifest": manifest},
+        "providerConfigRef": dict(provider_config),
+    }
+    if deletion_policy:
+        spec["forProvider"]["deletionPropagationPolicy"] = deletion_policy
+    if readiness_cel:
+        spec["readiness"] = {"policy": "DeriveFromCelQuery", "celQuery": readiness_cel}
+    if references:
+        spec["references"] = references
+    if management_policies:
+        spec["managementPolicies"] = management_policies
+    return {"apiVersion": OBJECT_API_VERSION, "kind": OBJECT_KIND, "metadata": meta, "spec": spec}
+
+
+def observed_manifest(obj: Any) -> Any:
+    """The remote object as provider-kubernetes last saw it (``status.atProvider.manifest``)."""
+    return structs.get(obj, "status", "atProvider", "manifest")
+
+
+def sync_error(obj: Any) -> str | None:
+    """The remote error when the Object reports ``Synced=False``, else None."""
+    c = structs.conditions(obj).get("Synced")
+    if c is not None and structs.get(c, "status") == "False":
+        return structs.get_str(c, "message") or structs.get_str(c, "reason") or "not synced"
+    return None
