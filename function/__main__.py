@@ -41,6 +41,11 @@ def parser() -> argparse.ArgumentParser:
         help="largest request accepted, in MiB",
     )
     p.add_argument("--grace-seconds", type=float, default=20.0)
+    p.add_argument(
+        "--metrics-address",
+        default=os.environ.get("METRICS_ADDRESS", ":8080"),
+        help="host:port for Prometheus metrics; empty to disable",
+    )
     return p
 
 

@@ -1,0 +1,280 @@
+"""Preview what the function composes, without a cluster or the Crossplane CLI.
+
+``python -m function.render XR.yaml [--required PATH ...] [--observed PATH ...]``
+starts ``python -m function`` on 127.0.0.1, then drives Crossplane's requirements
+loop over gRPC the way Crossplane does (Crossplane v2 ``FunctionComposer``): call
+the function, resolve the requirements it returned from the given resources, call
+again with them, and stop when the requirements stop changing (at most 6 calls).
+It prints the desired XR status, conditions, results and composed resources as YAML.
+
+``--required`` files hold the resources the "cluster" has (InferenceClusters,
+Secrets, ...); ``--observed`` files hold observed composed resources, each named by
+its ``crossplane.io/composition-resource-name`` annotation. Both take files or
+directories (every ``*.yaml`` in them, multi-document allowed).
+
+:class:`World` and :func:`drive` are the same loop for tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import json_format
+
+COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
+MAX_CALLS = 6
+
+
+class World:
+    """The resources Crossplane could fetch for requirements.
+
+    Resolution follows ``ResourceSelector`` in Crossplane's ``run_function.proto``:
+    match by apiVersion and kind, then by ``match_name`` or by every label of
+    ``match_labels``. With ``namespace`` set only that namespace matches; without
+    it, a name matches cluster-scoped resources and labels match across all
+    namespaces.
+    """
+
+    def __init__(self, resources: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.resources = [dict(r) for r in resources]
+
+    def resolve(self, sel: fnv1.ResourceSelector) -> list[dict[str, Any]]:
+        """The resources ``sel`` selects, sorted by namespace and name."""
+        out = []
+        has_ns = sel.HasField("namespace")
+        match = sel.WhichOneof("match")
+        for r in self.resources:
+            if r.get("apiVersion") != sel.api_version or r.get("kind") != sel.kind:
+                continue
+            meta = r.get("metadata") or {}
+            ns = meta.get("namespace")
+            if has_ns and ns != sel.namespace:
+                continue
+            if match == "match_name":
+                if meta.get("name") != sel.match_name or (not has_ns and ns):
+                    continue
+            elif match == "match_labels":
+                labels = meta.get("labels") or {}
+                if any(labels.get(k) != v for k, v in sel.match_labels.labels.items()):
+                    continue
+            else:
+                continue
+            out.append(r)
+        out.sort(key=lambda r: ((r["metadata"].get("namespace") or ""), r["metadata"].get("name")))
+        return out
+
+
+def build_request(
+    xr: Mapping[str, Any],
+    observed: Mapping[str, Mapping[str, Any]] | None = None,
+    required: Mapping[str, list[Mapping[str, Any]]] | None = None,
+    *,
+    tag: str = "render",
+) -> fnv1.RunFunctionRequest:
+    """Build a RunFunctionRequest.
+
+    Args:
+        xr: The observed XR.
+        observed: Observed composed resources by composition-resource name.
+        required: Resolved requirements (name to resources); a name that is absent
+            is "not resolved yet", an empty list is "resolved, nothing matched".
+        tag: The request tag.
+    """
+    req = fnv1.RunFunctionRequest()
+    req.meta.tag = tag
+    req.observed.composite.resource.update(dict(xr))
+    for name, body in (observed or {}).items():
+        req.observed.resources[name].resource.update(dict(body))
+    for name, items in (required or {}).items():
+        res = req.required_resources[name]
+        for item in items:
+            res.items.add().resource.update(dict(item))
+    return req
+
+
+def _requirements_key(rsp: fnv1.RunFunctionResponse) -> bytes:
+    return rsp.requirements.SerializeToString(deterministic=True)
+
+
+def drive(
+    call: Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse],
+    xr: Mapping[str, Any],
+    observed: Mapping[str, Mapping[str, Any]] | None,
+    world: World,
+    *,
+    max_calls: int = MAX_CALLS,
+) -> tuple[fnv1.RunFunctionResponse, int]:
+    """Run Crossplane's requirements loop.
+
+    Calls the function with no required resources, then again with the resources
+    that resolve its requirements, until the requirements are the same as in the
+    previous call (or a fatal result, or ``max_calls``).
+
+    Returns:
+        The last response and the number of calls made.
+    """
+    required: dict[str, list[dict[str, Any]]] = {}
+    last_key: bytes | None = None
+    rsp = fnv1.RunFunctionResponse()
+    calls = 0
+    for calls in range(1, max_calls + 1):  # noqa: B007 - calls is returned
+        rsp = call(build_request(xr, observed, required, tag=f"render-{calls}"))
+        if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
+            break
+        key = _requirements_key(rsp)
+        if key == last_key:
+            break
+        last_key = key
+        required = {n: world.resolve(s) for n, s in rsp.requirements.resources.items()}
+        if not rsp.requirements.resources:
+            break
+    return rsp, calls
+
+
+def summarize(rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
+    """The parts of a response a person reads: status, conditions, results, resources."""
+    d = json_format.MessageToDict(rsp, preserving_proto_field_name=False)
+    desired = d.get("desired", {})
+    resources = {}
+    for name, r in sorted(desired.get("resources", {}).items()):
+        entry = {"resource": r.get("resource", {})}
+        if "ready" in r:
+            entry["ready"] = r["ready"]
+        resources[name] = entry
+    return {
+        "status": desired.get("composite", {}).get("resource", {}).get("status", {}),
+        "ready": desired.get("composite", {}).get("ready", "READY_UNSPECIFIED"),
+        "conditions": d.get("conditions", []),
+        "results": d.get("results", []),
+        "requirements": d.get("requirements", {}).get("resources", {}),
+        "ttl": d.get("meta", {}).get("ttl"),
+        "resources": resources,
+    }
+
+
+def load_yaml(paths: Iterable[str]) -> list[dict[str, Any]]:
+    """Every YAML document in the given files and directories (``*.yaml``, ``*.yml``)."""
+    docs: list[dict[str, Any]] = []
+    for p in paths:
+        path = Path(p)
+        files = sorted(
+            f for f in (path.rglob("*") if path.is_dir() else [path]) if f.suffix in (".yaml", ".yml")
+        )
+        for f in files:
+            docs.extend(d for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict))
+    return docs
+
+
+def observed_by_name(docs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Index observed composed resources by their composition-resource-name annotation.
+
+    Raises:
+        ValueError: when a document has no such annotation.
+    """
+    out = {}
+    for d in docs:
+        ann = (d.get("metadata") or {}).get("annotations") or {}
+        name = ann.get(COMPOSITION_RESOURCE_NAME)
+        if not name:
+            raise ValueError(
+                f"observed {d.get('kind')} {(d.get('metadata') or {}).get('name')} has no "
+                f"{COMPOSITION_RESOURCE_NAME} annotation"
+            )
+        out[name] = dict(d)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_function(
+    extra_env: Mapping[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``python -m function --insecure`` on a free 127.0.0.1 port; wait until it serves.
+
+    Returns:
+        The process and its ``host:port``.
+
+    Raises:
+        RuntimeError: when it exits or does not serve within 20 seconds.
+    """
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    address = f"127.0.0.1:{_free_port()}"
+    env = {**os.environ, **(extra_env or {})}
+    env.pop("TLS_SERVER_CERTS_DIR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "function", "--insecure", "--address", address,
+         "--metrics-address", "127.0.0.1:0"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 20
+    with grpc.insecure_channel(address) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                raise RuntimeError(f"function exited with {proc.returncode}: {err}")
+            try:
+                r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return proc, address
+            except grpc.RpcError:
+                time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("function did not serve within 20 seconds")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; prints YAML and returns 0, or 1 when the function returned a fatal result."""
+    import grpc
+    from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+
+    p = argparse.ArgumentParser(prog="python -m function.render", description=__doc__)
+    p.add_argument("xr", help="the XR (YAML)")
+    p.add_argument("--required", action="append", default=[], help="file or directory")
+    p.add_argument("--observed", action="append", default=[], help="file or directory")
+    p.add_argument("--address", help="use a function already serving (insecure) at host:port")
+    args = p.parse_args(argv)
+    xrs = load_yaml([args.xr])
+    if len(xrs) != 1:
+        print(f"{args.xr}: want exactly one XR, found {len(xrs)}", file=sys.stderr)
+        return 2
+    world = World(load_yaml(args.required))
+    observed = observed_by_name(load_yaml(args.observed))
+    proc = None
+    address = args.address
+    if address is None:
+        proc, address = start_function()
+    try:
+        with grpc.insecure_channel(address) as ch:
+            stub = grpcv1.FunctionRunnerServiceStub(ch)
+            rsp, calls = drive(lambda r: stub.RunFunction(r, timeout=30), xrs[0], observed, world)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
+    out = summarize(rsp)
+    out = {"calls": calls, **out}
+    yaml.safe_dump(out, sys.stdout, sort_keys=False, default_flow_style=False)
+    return 1 if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
