@@ -127,7 +127,7 @@ def drive(
     last_key: bytes | None = None
     rsp = fnv1.RunFunctionResponse()
     calls = 0
-    for calls in range(1, max_calls + 1):  # noqa: B007 - calls is returned
+    for calls in range(1, max_calls + 1):
         rsp = call(build_request(xr, observed, required, tag=f"render-{calls}"))
         if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
             break
@@ -168,7 +168,9 @@ def load_yaml(paths: Iterable[str]) -> list[dict[str, Any]]:
     for p in paths:
         path = Path(p)
         files = sorted(
-            f for f in (path.rglob("*") if path.is_dir() else [path]) if f.suffix in (".yaml", ".yml")
+            f
+            for f in (path.rglob("*") if path.is_dir() else [path])
+            if f.suffix in (".yaml", ".yml")
         )
         for f in files:
             docs.extend(d for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict))
@@ -218,8 +220,16 @@ def start_function(
     env = {**os.environ, **(extra_env or {})}
     env.pop("TLS_SERVER_CERTS_DIR", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "function", "--insecure", "--address", address,
-         "--metrics-address", "127.0.0.1:0"],
+        [
+            sys.executable,
+            "-m",
+            "function",
+            "--insecure",
+            "--address",
+            address,
+            "--metrics-address",
+            "127.0.0.1:0",
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -242,7 +252,7 @@ def start_function(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; prints YAML and returns 0, or 1 when the function returned a fatal result."""
+    """CLI entry point: print YAML; exit 1 when the function returned a fatal result."""
     import grpc
     from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
