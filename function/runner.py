@@ -20,7 +20,7 @@ import structlog
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import duration_pb2
-from google.protobuf.struct_pb2 import Struct
+from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import structs
 from function.composers import composer_for
@@ -54,6 +54,8 @@ def utcnow() -> datetime.datetime:
 def _set_struct(target: Struct, key: str, value: Any) -> None:
     if isinstance(value, Struct):
         target.get_or_create_struct(key).CopyFrom(value)
+    elif isinstance(value, ListValue):
+        target.get_or_create_list(key).CopyFrom(value)
     else:
         target.update({key: value})
 

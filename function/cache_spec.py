@@ -1,0 +1,100 @@
+"""The model source of a ModelCache, shared by ModelCache and ModelCacheHydration.
+
+Field names follow Modelplane v0.3 (``spec.source: HuggingFace`` with
+``spec.huggingFace``). The auth Secret is a *reference* (name and key in the XR's
+own namespace); its value never passes through the function.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from function.errors import SpecError, pydantic_errors
+
+_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+class AuthSecret(BaseModel):
+    """A Secret in the XR's namespace holding the hub token under ``key``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=253)
+    key: str = Field(default="HF_TOKEN", min_length=1, max_length=253)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _SECRET_NAME.match(v):
+            raise ValueError("must be a DNS-1123 subdomain")
+        return v
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        if not _SECRET_KEY.match(v):
+            raise ValueError("must consist of alphanumerics, '-', '_' or '.'")
+        return v
+
+
+class HuggingFace(BaseModel):
+    """A Hugging Face Hub model: ``repo`` at ``revision``, about ``sizeGiB`` GiB."""
+
+    model_config = ConfigDict(extra="allow")
+
+    repo: str = Field(min_length=1, max_length=200)
+    revision: str = Field(default="main", min_length=1, max_length=200)
+    sizeGiB: float = Field(gt=0, le=100_000)
+    authSecret: AuthSecret | None = None
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if not _REPO.match(v):
+            raise ValueError("must look like org/name")
+        return v
+
+
+class CacheSource(BaseModel):
+    """``spec.source`` and ``spec.huggingFace`` of a ModelCache (or its hydrations)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    source: Literal["HuggingFace"] = "HuggingFace"
+    huggingFace: HuggingFace
+
+    def size_quantity(self) -> str:
+        """The PVC request as a Kubernetes quantity in GiB (``"16Gi"``), rounded up."""
+        gib = self.huggingFace.sizeGiB
+        whole = int(gib) if gib == int(gib) else int(gib) + 1
+        return f"{whole}Gi"
+
+    def to_spec(self) -> dict[str, Any]:
+        """The source as it is copied down into a ModelCacheHydration's spec."""
+        hf: dict[str, Any] = {
+            "repo": self.huggingFace.repo,
+            "revision": self.huggingFace.revision,
+            "sizeGiB": self.huggingFace.sizeGiB,
+        }
+        if self.huggingFace.authSecret is not None:
+            hf["authSecret"] = self.huggingFace.authSecret.model_dump()
+        return {"source": self.source, "huggingFace": hf}
+
+
+def parse_source(spec: dict[str, Any]) -> CacheSource:
+    """Validate the source fields of ``spec``.
+
+    Raises:
+        SpecError: naming the first invalid field (``spec.huggingFace.repo`` ...).
+    """
+    if "huggingFace" not in spec:
+        raise SpecError("spec.huggingFace", "is required for source HuggingFace")
+    try:
+        return CacheSource.model_validate(spec)
+    except ValidationError as e:
+        raise pydantic_errors("spec", e) from None

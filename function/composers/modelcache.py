@@ -1,0 +1,310 @@
+"""ModelCache: fan out one ModelCacheHydration per cluster of the footprint, roll up status.
+
+The footprint is every InferenceCluster that ``spec.clusterSelector`` selects,
+with full Kubernetes label-selector semantics (``function.selectors``). The
+requirement sent to Crossplane carries only the ``matchLabels`` part (all that a
+required-resources selector can express); the rest is applied here.
+
+Rules (issue "ModelCache: fan out and roll up"):
+
+- A new hydration is stamped only on a cluster that can host a cache: Ready, with
+  a provider config and a cache storage class. A matched cluster that cannot is
+  listed in ``status.clusters[]`` with the reason. An existing hydration on a
+  cluster that still matches is kept even if the cluster stops being hostable.
+- A cluster that stops matching loses its hydration (and so its PVC), except while
+  a live ModelReplica that uses this cache still runs there.
+- ``ArtifactReady`` is True only when every footprint cluster is Ready; any Failed
+  hydration makes it False with reason ``HydrationFailed``; no matched cluster is
+  ``NoMatchingClusters``. The XR's readiness is set explicitly.
+- A requirement Crossplane has not resolved yet never shrinks the desired set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf.struct_pb2 import ListValue, Struct
+
+from function import API_VERSION, structs
+from function.cache_spec import parse_source
+from function.inputs import UNRESOLVED, Inputs, Resolved
+from function.naming import (
+    LABEL_CACHE,
+    LABEL_CLUSTER,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    hydration_name,
+    labels_with_full,
+)
+from function.outcome import Outcome
+from function.selectors import LabelSelector
+
+REQ_CLUSTERS = "clusters"
+REQ_REPLICAS = "replicas"
+CHILD_PREFIX = "hydration-"
+PHASES = ("Pending", "Hydrating", "Ready", "Failed")
+
+
+def child_key(cluster: str) -> str:
+    """The composition-resource name of the hydration on ``cluster``."""
+    return CHILD_PREFIX + cluster
+
+
+def _hostable(cluster: Struct) -> str | None:
+    """Why ``cluster`` cannot host a cache, or None when it can."""
+    if not structs.condition_is(cluster, "Ready"):
+        return "cluster is not Ready"
+    if not structs.get_str(cluster, "status", "providerConfigRef", "name"):
+        return "cluster reports no status.providerConfigRef"
+    if not structs.get_str(cluster, "status", "cache", "storageClassName"):
+        return "cluster reports no status.cache.storageClassName"
+    return None
+
+
+class _Stamper:
+    """Builds hydration bodies cheaply: one template Struct, a few fields set per cluster."""
+
+    def __init__(self, inputs: Inputs, source_spec: dict[str, Any]) -> None:
+        self.ns = inputs.namespace
+        self.cache = inputs.name
+        body: dict[str, Any] = {
+            "apiVersion": API_VERSION,
+            "kind": "ModelCacheHydration",
+            "metadata": {"name": "", "namespace": self.ns, "labels": {}},
+            "spec": {"clusterName": "", "cacheName": self.cache, **source_spec},
+        }
+        self.template = Struct()
+        self.template.update(body)
+
+    def body(self, cluster: str) -> Struct:
+        """The desired ModelCacheHydration for ``cluster``."""
+        s = Struct()
+        s.CopyFrom(self.template)
+        meta = s["metadata"]
+        meta["name"] = hydration_name(self.ns, self.cache, cluster)
+        labels, ann = labels_with_full(
+            {LABEL_CACHE: self.cache, LABEL_CLUSTER: cluster, LABEL_MANAGED_BY: MANAGED_BY}
+        )
+        meta["labels"].update(labels)
+        if ann:
+            meta.get_or_create_struct("annotations").update(ann)
+        s["spec"]["clusterName"] = cluster
+        return s
+
+
+def _replica_clusters(replicas: Resolved) -> dict[str, list[str]]:
+    """Clusters where a live ModelReplica uses this cache -> replica names."""
+    out: dict[str, list[str]] = {}
+    for r in replicas.items:
+        if structs.get(r, "metadata", "deletionTimestamp") is not None:
+            continue
+        cluster = structs.get_str(r, "spec", "clusterName")
+        if cluster:
+            out.setdefault(cluster, []).append(structs.get_str(r, "metadata", "name"))
+    return out
+
+
+def _hydration_state(obs: Struct | None) -> tuple[str, str, Any]:
+    """(phase, message, evidence) of an observed hydration; Pending when not observed yet."""
+    if obs is None:
+        return "Pending", "hydration created; waiting for its first status", None
+    phase = structs.get_str(obs, "status", "phase")
+    if phase not in PHASES:
+        phase = "Pending"
+    msg = structs.get_str(obs, "status", "message") or f"hydration is {phase}"
+    return phase, msg, structs.get(obs, "status", "evidence")
+
+
+def _previous_phases(inputs: Inputs) -> dict[str, str]:
+    prev: dict[str, str] = {}
+    for entry in inputs.status("clusters", default=()) or ():
+        name = structs.get_str(entry, "name")
+        if name:
+            prev[name] = structs.get_str(entry, "phase")
+    return prev
+
+
+def _names(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def compose(inputs: Inputs) -> Outcome:
+    """Compose a ModelCache.
+
+    Args:
+        inputs: The request view; ``inputs.spec`` holds ``source``, ``huggingFace``
+            and ``clusterSelector``.
+
+    Returns:
+        The outcome: ModelCacheHydrations keyed ``hydration-<cluster>``, status
+        ``clusters[] {name, phase, message[, evidence, retained]}`` sorted by name,
+        ``summary.ready`` ("r/n"), conditions ``ClustersMatched`` and ``ArtifactReady``.
+
+    Raises:
+        SpecError: for a missing or malformed ``spec.clusterSelector`` or source.
+    """
+    spec = inputs.spec
+    if "clusterSelector" not in spec:
+        from function.errors import SpecError
+
+        raise SpecError("spec.clusterSelector", "is required (use {} to select every cluster)")
+    selector = LabelSelector.parse(spec["clusterSelector"], "spec.clusterSelector")
+    source = parse_source(spec)
+
+    out = Outcome()
+    out.require(
+        REQ_CLUSTERS, API_VERSION, "InferenceCluster", match_labels=selector.requirement_labels()
+    )
+    out.require(
+        REQ_REPLICAS,
+        API_VERSION,
+        "ModelReplica",
+        match_labels={LABEL_CACHE: labels_with_full({LABEL_CACHE: inputs.name})[0][LABEL_CACHE]},
+        namespace=inputs.namespace,
+    )
+
+    observed_by_cluster: dict[str, Struct] = {}
+    for key, child in inputs.observed.items():
+        if key.startswith(CHILD_PREFIX):
+            cluster = (
+                structs.get_str(child.resource, "spec", "clusterName") or key[len(CHILD_PREFIX) :]
+            )
+            observed_by_cluster[cluster] = child.resource
+
+    clusters = inputs.required(REQ_CLUSTERS)
+    if clusters is UNRESOLVED:
+        for key, child in inputs.observed.items():
+            out.keep(key, child.resource)
+        msg = "waiting for Crossplane to resolve the InferenceClusters of spec.clusterSelector"
+        out.condition("ClustersMatched", "Unknown", "ResolvingClusters", msg)
+        out.condition("ArtifactReady", "Unknown", "ResolvingClusters", msg)
+        out.ready = False
+        return out
+    assert isinstance(clusters, Resolved)
+    replicas = inputs.required(REQ_REPLICAS)
+
+    stamper = _Stamper(inputs, source.to_spec())
+    matched: list[str] = []
+    unhostable: dict[str, str] = {}
+    for c in clusters.items:
+        name = structs.get_str(c, "metadata", "name")
+        if not name or not selector.matches(structs.get_map(c, "metadata", "labels")):
+            continue
+        matched.append(name)
+        if name not in observed_by_cluster:
+            why = _hostable(c)
+            if why is not None:
+                unhostable[name] = why
+    matched.sort()
+    footprint = [n for n in matched if n not in unhostable]
+    matched_set = set(matched)
+
+    # Children on clusters that no longer match: kept only while a live replica uses them,
+    # or while Crossplane has not resolved the replicas yet ("not known").
+    retained: dict[str, str] = {}
+    users = _replica_clusters(replicas) if isinstance(replicas, Resolved) else {}
+    for cluster in sorted(observed_by_cluster):
+        if cluster in matched_set:
+            continue
+        if replicas is UNRESOLVED:
+            retained[cluster] = "no longer matches spec.clusterSelector; checking for replicas"
+        elif cluster in users:
+            retained[cluster] = (
+                "no longer matches spec.clusterSelector; kept while ModelReplica "
+                f"{_names(sorted(users[cluster]))} still uses this cache there"
+            )
+    for cluster in retained:
+        out.keep(child_key(cluster), observed_by_cluster[cluster])
+
+    prev = _previous_phases(inputs)
+    entries = ListValue()
+    counts = dict.fromkeys(PHASES, 0)
+    failed: list[str] = []
+    waiting: list[str] = []
+    for name in footprint:
+        obs = observed_by_cluster.get(name)
+        phase, msg, evidence = _hydration_state(obs)
+        counts[phase] += 1
+        out.add(child_key(name), stamper.body(name), ready=phase == "Ready")
+        e = entries.add_struct()
+        e.update({"name": name, "phase": phase, "message": msg})
+        if evidence is not None:
+            e["evidence"] = evidence
+        if phase == "Failed":
+            failed.append(f"{name} ({msg})")
+        elif phase != "Ready":
+            waiting.append(name)
+        if prev.get(name) != phase and name in prev:
+            if phase == "Failed":
+                out.warning(f"hydration failed on {name}: {msg}", "HydrationFailed")
+            elif phase == "Ready":
+                out.normal(f"hydration finished on {name}", "HydrationReady")
+        elif name not in prev and obs is None:
+            out.normal(f"hydration started on {name}", "HydrationStarted")
+    for name in sorted(unhostable):
+        entries.add_struct().update(
+            {
+                "name": name,
+                "phase": "Unavailable",
+                "message": f"cannot host a cache: {unhostable[name]}",
+            }
+        )
+    for name, why in retained.items():
+        phase, msg, _ = _hydration_state(observed_by_cluster[name])
+        entries.add_struct().update(
+            {"name": name, "phase": phase, "message": f"{why}; hydration {msg}", "retained": True}
+        )
+
+    total = len(footprint)
+    ready = counts["Ready"]
+    out.status["clusters"] = entries
+    out.status["summary"] = {"ready": f"{ready}/{total}", "total": total}
+
+    if not matched:
+        out.condition(
+            "ClustersMatched",
+            "False",
+            "NoMatchingClusters",
+            "no InferenceCluster matches spec.clusterSelector",
+        )
+        out.condition(
+            "ArtifactReady",
+            "False",
+            "NoMatchingClusters",
+            "no cluster to hydrate: no InferenceCluster matches spec.clusterSelector",
+        )
+        out.ready = False
+        return out
+
+    matched_msg = f"{len(matched)} InferenceCluster(s) match spec.clusterSelector"
+    if unhostable:
+        matched_msg += f"; {len(unhostable)} cannot host a cache: " + _names(
+            [f"{n} ({unhostable[n]})" for n in sorted(unhostable)]
+        )
+    out.condition("ClustersMatched", "True", "ClustersMatched", matched_msg)
+
+    progress = f"{ready}/{total} clusters ready"
+    if failed:
+        out.condition(
+            "ArtifactReady",
+            "False",
+            "HydrationFailed",
+            f"hydration failed on {_names(failed)}; {progress}",
+        )
+    elif total == 0:
+        out.condition(
+            "ArtifactReady",
+            "False",
+            "NoHostableClusters",
+            "no matched cluster can host a cache: " + _names(sorted(unhostable)),
+        )
+    elif ready == total:
+        out.condition("ArtifactReady", "True", "Hydrated", progress)
+    else:
+        out.condition(
+            "ArtifactReady", "False", "Hydrating", f"{progress}; waiting for {_names(waiting)}"
+        )
+        out.requeue_after(inputs.settings.poll_seconds)
+    out.ready = bool(total) and ready == total and not failed
+    return out
