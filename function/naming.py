@@ -152,3 +152,54 @@ def hydration_job_name(namespace: str, cache: str, repo: str, revision: str) -> 
 def replica_name(namespace: str, deployment: str, index: int) -> str:
     """Name of the ModelReplica XR with ``index`` of a ModelDeployment."""
     return child_name("modelreplica", namespace, deployment, str(index))
+
+
+# ---- Remote (workload-cluster) names of the serving side --------------------
+
+# Namespace on a workload cluster that holds the cache PVC and the pods that mount
+# it: a pod can mount only a PersistentVolumeClaim of its own namespace
+# (https://kubernetes.io/docs/concepts/storage/persistent-volumes/#claims-as-volumes).
+# Names that share it carry the control-plane namespace in their hash.
+REMOTE_NAMESPACE = "default"
+
+# A LeaderWorkerSet's name reappears in its StatefulSets (``<lws>-<group>``), pod
+# names (``<lws>-<group>-<index>``) and their ``controller-revision-hash`` label
+# (``<statefulset>-<10 chars>``), all limited to 63 characters, so workload names
+# stay within 40.
+MAX_WORKLOAD_NAME = 40
+
+
+@lru_cache(maxsize=65536)
+def short_name(max_len: int, shown: tuple[str, ...], hashed: tuple[str, ...] = ()) -> str:
+    """A stable DNS-1035 label of at most ``max_len`` characters (>= 12).
+
+    ``<folded shown parts joined by "-", truncated>-<5 hex chars>``, the hash taken
+    over the shown and the ``hashed`` parts. It starts with a letter (``mr-`` is
+    prepended otherwise), so it is also a valid Service name (DNS-1035,
+    https://kubernetes.io/docs/concepts/services-networking/service/).
+    """
+    h = hashlib.sha256("\x00".join((*shown, "", *hashed)).encode()).hexdigest()[:5]
+    head = "-".join(p for p in (_fold(x) for x in shown) if p) or "x"
+    if not head[0].isalpha():
+        head = f"mr-{head}"
+    head = head[: max_len - 6].rstrip("-")
+    return f"{head}-{h}"
+
+
+def workload_name(namespace: str, replica: str, deployment: str, index: int, engine: str) -> str:
+    """Remote name of the Deployment or LeaderWorkerSet of ``engine`` of a ModelReplica.
+
+    Readable as ``<deployment>-<index>-<engine>-<hash>``; the hash also covers the
+    control-plane namespace and the replica name, so replicas of namespaces that
+    share a workload cluster never collide. At most :data:`MAX_WORKLOAD_NAME` characters.
+    """
+    return short_name(MAX_WORKLOAD_NAME, (deployment, str(index), engine), (namespace, replica))
+
+
+def replica_service_name(namespace: str, replica: str, deployment: str, index: int) -> str:
+    """Remote name of the Service in front of a ModelReplica's serving pods.
+
+    Distinct from every workload name (a LeaderWorkerSet creates a headless
+    Service named after itself, and must not find ours under that name).
+    """
+    return short_name(MAX_LABEL, (deployment, str(index), "svc"), (namespace, replica))
