@@ -92,10 +92,12 @@ class _Stamper:
         return s
 
 
-def _replica_clusters(replicas: Resolved) -> dict[str, list[str]]:
-    """Clusters where a live ModelReplica uses this cache -> replica names."""
+def _replica_clusters(replicas: Resolved, cache: str) -> dict[str, list[str]]:
+    """Clusters where a live ModelReplica uses ``cache`` -> replica names."""
     out: dict[str, list[str]] = {}
     for r in replicas.items:
+        if structs.get_str(r, "spec", "modelCacheRef", "name") != cache:
+            continue
         if structs.get(r, "metadata", "deletionTimestamp") is not None:
             continue
         cluster = structs.get_str(r, "spec", "clusterName")
@@ -156,12 +158,10 @@ def compose(inputs: Inputs) -> Outcome:
     out.require(
         REQ_CLUSTERS, API_VERSION, "InferenceCluster", match_labels=selector.requirement_labels()
     )
+    # Every ModelReplica of the namespace; those whose spec.modelCacheRef names this
+    # cache keep a hydration alive on a cluster that stopped matching.
     out.require(
-        REQ_REPLICAS,
-        API_VERSION,
-        "ModelReplica",
-        match_labels={LABEL_CACHE: labels_with_full({LABEL_CACHE: inputs.name})[0][LABEL_CACHE]},
-        namespace=inputs.namespace,
+        REQ_REPLICAS, API_VERSION, "ModelReplica", match_labels={}, namespace=inputs.namespace
     )
 
     observed_by_cluster: dict[str, Struct] = {}
@@ -203,7 +203,7 @@ def compose(inputs: Inputs) -> Outcome:
     # Children on clusters that no longer match: kept only while a live replica uses them,
     # or while Crossplane has not resolved the replicas yet ("not known").
     retained: dict[str, str] = {}
-    users = _replica_clusters(replicas) if isinstance(replicas, Resolved) else {}
+    users = _replica_clusters(replicas, inputs.name) if isinstance(replicas, Resolved) else {}
     for cluster in sorted(observed_by_cluster):
         if cluster in matched_set:
             continue
