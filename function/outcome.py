@@ -58,6 +58,20 @@ class Requirement:
     namespace: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """A lifecycle metric sample a composer asks the runner to record.
+
+    ``metric`` is a short name from ``function.metrics.CATALOGUE`` (the full name
+    without ``modelplane_``), ``labels`` sorted (name, value) pairs, ``value`` the
+    histogram sample (seconds) or counter increment.
+    """
+
+    metric: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+
 @dataclass(slots=True)
 class Desired:
     """A desired composed resource: a body (dict, or a Struct to copy) and readiness."""
@@ -79,6 +93,8 @@ class Outcome:
         requirements: Required resources by requirement name.
         ttl_seconds: How soon Crossplane should call again (None: the default).
         ready: The XR's readiness (None: leave it to Crossplane).
+        observations: Lifecycle metric samples, recorded by the runner after a
+            successful call (see :meth:`observe`).
     """
 
     resources: dict[str, Desired] = field(default_factory=dict)
@@ -88,6 +104,7 @@ class Outcome:
     requirements: dict[str, Requirement] = field(default_factory=dict)
     ttl_seconds: float | None = None
     ready: bool | None = None
+    observations: list[Observation] = field(default_factory=list)
 
     def add(self, name: str, body: dict[str, Any] | Struct, ready: bool | None = None) -> None:
         """Desire composed resource ``name``."""
@@ -155,3 +172,25 @@ class Outcome:
         seconds = max(1.0, float(seconds))
         if self.ttl_seconds is None or seconds < self.ttl_seconds:
             self.ttl_seconds = seconds
+
+    def observe(self, metric: str, labels: dict[str, str], value: float = 1.0) -> None:
+        """Ask the runner to record a lifecycle metric sample once this call succeeds.
+
+        Call it only in the call that records the transition in the XR's status (the
+        same outcome writes the transition's timestamp), so later calls, which see the
+        timestamp, do not count it again. A failed status write can count it twice.
+        See ``function.metrics`` for the catalogue, labels and rules.
+
+        Args:
+            metric: Short name, e.g. ``cache_hydration_duration_seconds`` or
+                ``model_backfill_starts_total``.
+            labels: Exactly the metric's labels (bounded values: names, fixed reasons).
+            value: Seconds for a histogram; the increment for a counter (default 1).
+
+        Raises:
+            ValueError: unknown metric, wrong labels, an unbounded label value, or a
+                negative value.
+        """
+        from function.metrics import check  # lazy: outcome stays importable alone
+
+        self.observations.append(Observation(metric, check(metric, labels, value), float(value)))

@@ -1,0 +1,384 @@
+"""Prometheus metrics of the function (prometheus-client), with bounded labels.
+
+Two families:
+
+- **Per call**, recorded by the runner: ``modelplane_function_run_seconds{kind,result}``
+  (RunFunction time) and ``modelplane_function_results_total{kind,severity}``.
+- **Lifecycle**, recorded from :attr:`Outcome.observations <function.outcome.Outcome>`:
+  cold start, cache hydration and replica replacement durations, ModelExperiment
+  verdicts and the ModelBackfill counters.
+
+Counting lifecycle transitions in a stateless function
+-----------------------------------------------------
+The function keeps nothing in memory between calls and may run as several replicas
+or worker processes. A composer therefore observes a transition only in the call
+where it *records* that transition in the XR's status (for example it writes
+``status.hydration.readyAt`` and, in the same outcome, observes the hydration
+duration computed from timestamps already in status). Later calls see the recorded
+timestamp and observe nothing. Consequences, by design:
+
+- If Crossplane fails to write the XR's status after the call (a conflict, an API
+  server error), the next call sees no record, records the transition again and
+  **counts the sample a second time**. Rare, and bounded by one extra sample per
+  failed write.
+- The runner applies observations only when the call succeeded (no Fatal result:
+  Crossplane applies nothing then) and when the response asks for no requirement
+  that the request did not already carry. Crossplane calls a function again, with
+  the same observed XR, while its requirements change (at most a few times per
+  reconcile); only the last, stable call is counted.
+- A sample is counted by the process that served the call. Across function pods,
+  sum the series (``sum by (...)``); within a pod with several worker processes,
+  use prometheus-client's multiprocess mode (below).
+
+Labels are bounded: object names (namespace, model, cache, experiment, backfill) and
+fixed vocabularies only, never run numbers, Job names or timestamps. Labels with a
+fixed vocabulary (:attr:`MetricSpec.values`) map anything else to ``other``.
+
+Several worker processes
+------------------------
+With ``PROMETHEUS_MULTIPROC_DIR`` set (to an empty, writable directory, an
+``emptyDir`` in the pod) before the process starts, prometheus-client keeps every
+value in memory-mapped files in that directory and :func:`serve` exposes the sum
+over all processes (``MultiProcessCollector``). Only one process serves the
+metrics address; it calls :func:`clear_multiprocess_dir` once at start, before
+workers start. Process metrics (``process_*``) are not available in that mode.
+See https://prometheus.github.io/client_python/multiprocess/.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import structlog
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.multiprocess import MultiProcessCollector
+
+PREFIX = "modelplane_"
+OTHER = "other"
+
+# Served XR kinds (function.composers.KINDS); a request for any other kind is "unknown".
+_KINDS = frozenset(
+    {
+        "ModelCache",
+        "ModelCacheHydration",
+        "ModelDeployment",
+        "ModelReplica",
+        "ModelExperiment",
+        "ModelBackfill",
+    }
+)
+UNKNOWN_KIND = "unknown"
+RUN_RESULTS = frozenset({"success", "fatal", "error"})
+SEVERITIES = frozenset({"Normal", "Warning", "Fatal"})
+VERDICT_REASONS = frozenset(
+    {"GauntletPassed", "GauntletFailed", "TimedOut", "CandidateFailed", "CandidateLost"}
+)
+BACKFILL_RESULTS = frozenset({"succeeded", "failed"})
+PREEMPTION_REASONS = frozenset({"foreground", "not_ready", "suspended", "spec_changed", "other"})
+
+# RunFunction takes about a millisecond for a small XR and tens of milliseconds for a
+# 1,000-cluster ModelCache (see docs/performance notes); 10 s is far past any healthy call.
+RUN_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# Cold start: image pull plus weight loading, from tens of seconds to an hour or two.
+COLD_START_BUCKETS = (5, 10, 20, 30, 60, 90, 120, 180, 300, 450, 600, 900, 1200, 1800, 2700)
+COLD_START_BUCKETS = (*COLD_START_BUCKETS, 3600, 7200)
+# Hydration: a small model in seconds, a 1 TB checkpoint over a slow link in many hours
+# (the default Job deadline is 6 h).
+HYDRATION_BUCKETS = (10, 30, 60, 120, 300, 600, 900, 1800, 2700, 3600, 5400, 7200, 10800)
+HYDRATION_BUCKETS = (*HYDRATION_BUCKETS, 14400, 21600, 43200, 86400)
+# Replacement: a new replica placed and cold-started elsewhere, minutes to hours.
+REPLACEMENT_BUCKETS = (10, 30, 60, 120, 180, 300, 600, 900, 1800, 3600, 7200, 14400)
+
+_LABEL_VALUE_MAX = 253  # a Kubernetes object name is at most 253 characters
+_NOT_BOUNDED = re.compile(r"\d{4}-\d{2}-\d{2}T")  # an RFC 3339 timestamp is not a label
+
+MetricType = Literal["counter", "histogram"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric of the catalogue.
+
+    Attributes:
+        name: Full exposition name (counters end in ``_total``).
+        type: ``counter`` or ``histogram``.
+        labels: Label names, in order.
+        help: The HELP text.
+        buckets: Histogram upper bounds in seconds (``+Inf`` is implied).
+        values: For labels with a fixed vocabulary, the allowed values; others map to
+            ``other``.
+    """
+
+    name: str
+    type: MetricType
+    labels: tuple[str, ...]
+    help: str
+    buckets: tuple[float, ...] = ()
+    values: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def short(self) -> str:
+        """The name composers use: the full name without the ``modelplane_`` prefix."""
+        return self.name.removeprefix(PREFIX)
+
+
+CATALOGUE: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "modelplane_function_run_seconds",
+        "histogram",
+        ("kind", "result"),
+        "Time to serve one RunFunction call, by XR kind and result (success, fatal, error).",
+        RUN_BUCKETS,
+        {"kind": _KINDS | {UNKNOWN_KIND}, "result": RUN_RESULTS},
+    ),
+    MetricSpec(
+        "modelplane_function_results_total",
+        "counter",
+        ("kind", "severity"),
+        "Results returned (Normal and Warning become events on the XR), by XR kind and severity.",
+        values={"kind": _KINDS | {UNKNOWN_KIND}, "severity": SEVERITIES},
+    ),
+    MetricSpec(
+        "modelplane_model_cold_start_duration_seconds",
+        "histogram",
+        ("namespace", "model", "engine_kind", "cache"),
+        "From a ModelReplica's creation (or its cache hydration becoming Ready when it was "
+        "gated) to serving. cache is the ModelCache name, 'none' without a cache.",
+        COLD_START_BUCKETS,
+    ),
+    MetricSpec(
+        "modelplane_cache_hydration_duration_seconds",
+        "histogram",
+        ("namespace", "cache"),
+        "From a ModelCacheHydration's start to Ready.",
+        HYDRATION_BUCKETS,
+    ),
+    MetricSpec(
+        "modelplane_replica_replacement_duration_seconds",
+        "histogram",
+        ("namespace", "model"),
+        "From a replica displaced from a cluster that stopped being eligible to its "
+        "replacement serving (how long the fleet ran short).",
+        REPLACEMENT_BUCKETS,
+    ),
+    MetricSpec(
+        "modelplane_model_experiment_verdicts_total",
+        "counter",
+        ("namespace", "experiment", "reason"),
+        "ModelExperiment verdicts recorded, by reason.",
+        values={"reason": VERDICT_REASONS},
+    ),
+    MetricSpec(
+        "modelplane_model_backfill_starts_total",
+        "counter",
+        ("backfill", "namespace", "model"),
+        "ModelBackfill Jobs started.",
+    ),
+    MetricSpec(
+        "modelplane_model_backfill_completions_total",
+        "counter",
+        ("backfill", "namespace", "model", "result"),
+        "ModelBackfill Jobs finished, by result (succeeded, failed).",
+        values={"result": BACKFILL_RESULTS},
+    ),
+    MetricSpec(
+        "modelplane_model_backfill_preemptions_total",
+        "counter",
+        ("backfill", "namespace", "model", "reason"),
+        "ModelBackfill Jobs cancelled before finishing, by reason "
+        "(foreground, not_ready, suspended, spec_changed, other).",
+        values={"reason": PREEMPTION_REASONS},
+    ),
+    MetricSpec(
+        "modelplane_model_backfill_useful_running_seconds_total",
+        "counter",
+        ("backfill", "namespace", "model"),
+        "Seconds ModelBackfill Jobs spent running (waiting excluded).",
+    ),
+)
+
+SPECS: dict[str, MetricSpec] = {s.short: s for s in CATALOGUE}
+
+
+class ObservationLike(Protocol):
+    """What :func:`apply` reads from an observation (see ``function.outcome.Observation``)."""
+
+    metric: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+
+def spec_for(metric: str) -> MetricSpec:
+    """The spec of ``metric`` given by short or full name.
+
+    Raises:
+        ValueError: for a metric not in :data:`CATALOGUE`, or a per-call metric (those
+            are recorded by the runner, never by composers).
+    """
+    spec = SPECS.get(metric.removeprefix(PREFIX))
+    if spec is None or spec.short.startswith("function_"):
+        known = ", ".join(s.short for s in CATALOGUE if not s.short.startswith("function_"))
+        raise ValueError(f"unknown lifecycle metric {metric!r}; known: {known}")
+    return spec
+
+
+def check(metric: str, labels: Mapping[str, str], value: float) -> tuple[tuple[str, str], ...]:
+    """Validate one observation and return its labels as sorted, bounded pairs.
+
+    Raises:
+        ValueError: unknown metric, missing or extra labels, a label value that is not
+            bounded (longer than a Kubernetes name, or a timestamp), or a negative or
+            non-finite value.
+    """
+    spec = spec_for(metric)
+    if set(labels) != set(spec.labels):
+        raise ValueError(f"{spec.name} takes labels {sorted(spec.labels)}, got {sorted(labels)}")
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{spec.name}: value {value!r} is not a finite number >= 0")
+    pairs = []
+    for k in sorted(labels):
+        v = str(labels[k])
+        if len(v) > _LABEL_VALUE_MAX or _NOT_BOUNDED.search(v):
+            raise ValueError(f"{spec.name}: label {k}={v!r} is not a bounded value")
+        pairs.append((k, v))
+    return tuple(pairs)
+
+
+def _build(spec: MetricSpec, registry: CollectorRegistry) -> Any:
+    if spec.type == "histogram":
+        return Histogram(spec.name, spec.help, spec.labels, buckets=spec.buckets, registry=registry)
+    return Counter(spec.name.removesuffix("_total"), spec.help, spec.labels, registry=registry)
+
+
+class Metrics:
+    """The prometheus-client collectors of :data:`CATALOGUE` in one registry.
+
+    Args:
+        registry: Where to register (the process-wide default registry in production;
+            tests pass a fresh one).
+    """
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.registry = registry
+        self.collectors: dict[str, Any] = {s.short: _build(s, registry) for s in CATALOGUE}
+        self._run = self.collectors["function_run_seconds"]
+        self._results = self.collectors["function_results_total"]
+        self._log = structlog.get_logger("metrics")
+
+    @staticmethod
+    def bound(spec: MetricSpec, label: str, value: str) -> str:
+        """``value`` if the label has no fixed vocabulary or it is in it, else ``other``."""
+        allowed = spec.values.get(label)
+        return value if allowed is None or value in allowed else OTHER
+
+    def record_run(self, kind: str, result: str, seconds: float, severities: Iterable[str]) -> None:
+        """Record one RunFunction call: its time and the severity of each result."""
+        k = kind if kind in _KINDS else UNKNOWN_KIND
+        self._run.labels(k, result if result in RUN_RESULTS else OTHER).observe(seconds)
+        for sev in severities:
+            self._results.labels(k, sev if sev in SEVERITIES else OTHER).inc()
+
+    def apply(self, observations: Iterable[ObservationLike]) -> int:
+        """Record lifecycle observations (histogram samples, counter increments).
+
+        An invalid observation is logged and skipped: metrics never fail a call.
+
+        Returns:
+            How many were recorded.
+        """
+        n = 0
+        for o in observations:
+            try:
+                spec = spec_for(o.metric)
+                labels = dict(o.labels)
+                check(spec.short, labels, o.value)
+                values = [self.bound(spec, k, labels[k]) for k in spec.labels]
+                child = self.collectors[spec.short].labels(*values)
+                if spec.type == "histogram":
+                    child.observe(o.value)
+                else:
+                    child.inc(o.value)
+                n += 1
+            except ValueError as e:
+                self._log.error("metric observation skipped", error=str(e))
+        return n
+
+
+_default: Metrics | None = None
+
+
+def default() -> Metrics:
+    """The process-wide :class:`Metrics` on prometheus-client's default registry."""
+    global _default
+    if _default is None:
+        _default = Metrics()
+    return _default
+
+
+def parse_address(address: str) -> tuple[str, int] | None:
+    """Split ``[host]:port`` into (host, port); an empty host means every interface.
+
+    Returns:
+        None for ``""`` (serving is off).
+
+    Raises:
+        ValueError: when the address is not ``[host]:port``.
+    """
+    if address == "":
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{address!r} is not [host]:port such as :8080")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def exposition_registry(multiproc_dir: str | None = None) -> CollectorRegistry:
+    """The registry to expose: the default one, or a multiprocess aggregate over
+    ``multiproc_dir`` (default ``PROMETHEUS_MULTIPROC_DIR``) when that is set."""
+    path = multiproc_dir or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not path:
+        return REGISTRY
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=path)
+    return registry
+
+
+def clear_multiprocess_dir(path: str) -> int:
+    """Remove the ``*.db`` files a previous run left in the multiprocess directory.
+
+    Call once, in the process that serves metrics, before any worker starts.
+
+    Returns:
+        How many files were removed.
+    """
+    n = 0
+    for entry in os.scandir(path):
+        if entry.is_file() and entry.name.endswith(".db"):
+            os.unlink(entry.path)
+            n += 1
+    return n
+
+
+def serve(address: str, multiproc_dir: str | None = None) -> Any:
+    """Serve ``/metrics`` on ``address`` from a daemon thread.
+
+    Returns:
+        The WSGI server (``server_port`` gives the bound port, ``shutdown()`` stops it),
+        or None when ``address`` is empty (off).
+
+    Raises:
+        ValueError: a malformed address. OSError: the port cannot be bound.
+    """
+    parsed = parse_address(address)
+    if parsed is None:
+        return None
+    host, port = parsed
+    registry = exposition_registry(multiproc_dir)
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return server
