@@ -203,3 +203,34 @@ def replica_service_name(namespace: str, replica: str, deployment: str, index: i
     Service named after itself, and must not find ours under that name).
     """
     return short_name(MAX_LABEL, (deployment, str(index), "svc"), (namespace, replica))
+
+
+# ---- ModelBackfill (issue 6) -------------------------------------------------
+
+# The foreground signal: an annotation on a ModelDeployment holding the RFC 3339 time
+# of the last foreground request to it, maintained by whatever sees the traffic (the
+# gateway). Requests of the background workload class must not update it. Missing or
+# unparsable means "not known to be idle" (see docs/backfill.md).
+ANNOTATION_LAST_FOREGROUND = f"{API_GROUP}/last-foreground-request"
+# Env var (and pod label) naming a workload's class; backfill Jobs always get
+# ``background`` and users may not set it.
+WORKLOAD_CLASS_ENV = "MODELPLANE_WORKLOAD_CLASS"
+LABEL_WORKLOAD_CLASS = f"{API_GROUP}/workload-class"
+WORKLOAD_CLASS_BACKGROUND = "background"
+# A Job's name is the value of its pods' ``job-name`` label and the prefix of their
+# names (``<job>-<5 chars>``), so backfill Job names stay well within 63 characters.
+MAX_BACKFILL_JOB_NAME = 52
+
+
+def backfill_object_name(backfill: str, attempt: int) -> str:
+    """Name of the provider-kubernetes Object (beside the ModelBackfill) of ``attempt``."""
+    return child_name("modelbackfill", backfill, str(attempt))
+
+
+def backfill_job_name(namespace: str, backfill: str, attempt: int) -> str:
+    """Remote name of the Job of ``attempt`` of a ModelBackfill (in :data:`REMOTE_NAMESPACE`).
+
+    One name per attempt, so a finished Job is never confused with the next one; the
+    hash covers the control-plane namespace, since clusters are shared.
+    """
+    return short_name(MAX_BACKFILL_JOB_NAME, ("bf", backfill, str(attempt)), (namespace,))
