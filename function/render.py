@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,7 @@ class World:
 def build_request(
     xr: Mapping[str, Any],
     observed: Mapping[str, Mapping[str, Any]] | None = None,
-    required: Mapping[str, list[Mapping[str, Any]]] | None = None,
+    required: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     *,
     tag: str = "render",
 ) -> fnv1.RunFunctionRequest:
@@ -141,6 +141,24 @@ def drive(
     return rsp, calls
 
 
+_FIRST = ("apiVersion", "kind", "metadata", "name", "namespace", "type", "status", "spec")
+
+
+def tidy(value: Any) -> Any:
+    """Order keys (apiVersion, kind, metadata first, then sorted) and show whole numbers as ints.
+
+    Struct maps have no order and numbers are doubles; this makes YAML readable and stable.
+    """
+    if isinstance(value, dict):
+        keys = sorted(value, key=lambda k: (_FIRST.index(k) if k in _FIRST else len(_FIRST), k))
+        return {k: tidy(value[k]) for k in keys}
+    if isinstance(value, list):
+        return [tidy(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def summarize(rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
     """The parts of a response a person reads: status, conditions, results, resources."""
     d = json_format.MessageToDict(rsp, preserving_proto_field_name=False)
@@ -151,15 +169,17 @@ def summarize(rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
         if "ready" in r:
             entry["ready"] = r["ready"]
         resources[name] = entry
-    return {
-        "status": desired.get("composite", {}).get("resource", {}).get("status", {}),
-        "ready": desired.get("composite", {}).get("ready", "READY_UNSPECIFIED"),
-        "conditions": d.get("conditions", []),
-        "results": d.get("results", []),
-        "requirements": d.get("requirements", {}).get("resources", {}),
-        "ttl": d.get("meta", {}).get("ttl"),
-        "resources": resources,
-    }
+    return tidy(
+        {
+            "status": desired.get("composite", {}).get("resource", {}).get("status", {}),
+            "ready": desired.get("composite", {}).get("ready", "READY_UNSPECIFIED"),
+            "conditions": d.get("conditions", []),
+            "results": d.get("results", []),
+            "requirements": d.get("requirements", {}).get("resources", {}),
+            "ttl": d.get("meta", {}).get("ttl"),
+            "resources": resources,
+        }
+    )
 
 
 def load_yaml(paths: Iterable[str]) -> list[dict[str, Any]]:
@@ -281,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             proc.terminate()
             proc.wait(timeout=30)
     out = summarize(rsp)
-    out = {"calls": calls, **out}
+    out = {"calls": calls, **out}  # tidy() ordered the rest
     yaml.safe_dump(out, sys.stdout, sort_keys=False, default_flow_style=False)
     return 1 if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results) else 0
 

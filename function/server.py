@@ -19,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import signal
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import structlog
 from crossplane.function import runtime as sdk_runtime
-from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
-from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -57,6 +58,26 @@ class ServerConfig:
     grace_seconds: float = 20.0
 
 
+def _deterministic(msg: Any) -> bytes:
+    return bytes(msg.SerializeToString(deterministic=True))
+
+
+def _add_runner(server: grpc.aio.Server, service: str, method: Any, pb: Any) -> None:
+    """Register RunFunction like the generated ``add_..._to_server``, but serialize
+    responses deterministically (map keys sorted), so the same request gives the same
+    bytes in every process. protobuf's default map order depends on a per-process
+    hash seed."""
+    handlers = {
+        "RunFunction": grpc.unary_unary_rpc_method_handler(
+            method,
+            request_deserializer=pb.RunFunctionRequest.FromString,
+            response_serializer=_deterministic,
+        )
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)
+
+
 def build_server(runner: FunctionRunner, cfg: ServerConfig) -> tuple[grpc.aio.Server, int]:
     """Create (not start) the aio server with its services and one listener.
 
@@ -73,9 +94,10 @@ def build_server(runner: FunctionRunner, cfg: ServerConfig) -> tuple[grpc.aio.Se
         ("grpc.so_reuseport", 1),
     ]
     server = grpc.aio.server(options=options)
-    grpcv1.add_FunctionRunnerServiceServicer_to_server(runner, server)
-    grpcv1beta1.add_FunctionRunnerServiceServicer_to_server(
-        sdk_runtime.BetaFunctionRunner(wrapped=runner), server
+    _add_runner(server, "apiextensions.fn.proto.v1.FunctionRunnerService", runner.RunFunction, fnv1)
+    beta = sdk_runtime.BetaFunctionRunner(wrapped=runner)
+    _add_runner(
+        server, "apiextensions.fn.proto.v1beta1.FunctionRunnerService", beta.RunFunction, fnv1beta1
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
