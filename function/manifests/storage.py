@@ -1,0 +1,262 @@
+"""Kubernetes manifests that stage model weights on a cluster: PVC, token Secret, Job.
+
+These are the remote objects of a ModelCacheHydration. Each builder returns a
+plain manifest (dict) that ``function.manifests.objects.remote_object`` wraps in
+a provider-kubernetes Object. Names come from ``function.naming`` (the contract
+with the serving side, which mounts the cache PVC by name).
+
+Kubernetes rules they follow (Kubernetes 1.30 API):
+
+- PVC: ``accessModes: [ReadWriteMany]`` so every serving pod of the cluster can
+  mount it; ``resources.requests.storage`` is a quantity such as ``140Gi``
+  (https://kubernetes.io/docs/concepts/storage/persistent-volumes/).
+- Secret: carries no data here. The token reaches it through the Object's
+  ``spec.references[].patchesFrom`` (provider-kubernetes copies
+  ``patchesFrom.fieldPath`` of a control-plane object to ``toFieldPath`` of the
+  manifest at apply time), so the function never handles the token.
+- Job: ``restartPolicy: Never`` with a finite ``backoffLimit`` and
+  ``activeDeadlineSeconds``, so a broken download ends in the Job condition
+  ``Failed=True`` (reason ``BackoffLimitExceeded`` or ``DeadlineExceeded``)
+  instead of retrying forever
+  (https://kubernetes.io/docs/concepts/workloads/controllers/job/#job-termination-and-cleanup).
+  The pod runs ``python -m function.hydrate`` from the function's own image, which
+  already contains ``huggingface_hub`` (no package install at run time).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# Where the hydration Job mounts the cache PVC; the weights land at the PVC's root.
+HYDRATION_MOUNT = "/mnt/models"
+# Key of the token in the remote Secret (whatever the control-plane key is).
+REMOTE_TOKEN_KEY = "HF_TOKEN"
+# Completion marker the download program writes last, at the PVC's root.
+MARKER_FILE = ".modelplane-hydrated"
+# Non-root user of the hydration pod; ``fsGroup`` makes the PVC writable for it.
+HYDRATION_UID = 65532
+
+PVC_BOUND_CEL = 'has(object.status) && has(object.status.phase) && object.status.phase == "Bound"'
+JOB_COMPLETE_CEL = (
+    "has(object.status) && has(object.status.conditions) && "
+    'object.status.conditions.exists(c, c.type == "Complete" && c.status == "True")'
+)
+
+_SIMPLE_KEY = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def secret_field_path(key: str) -> str:
+    """The Crossplane field path of ``data[key]`` in a Secret.
+
+    Crossplane field paths (``crossplane-runtime/pkg/fieldpath``) take
+    ``data.KEY`` for simple keys and need the bracket form ``data[KEY]`` for keys
+    with ``.`` or ``-`` (valid Secret keys match ``[-._a-zA-Z0-9]+``).
+    """
+    return f"data.{key}" if _SIMPLE_KEY.match(key) else f"data[{key}]"
+
+
+def cache_pvc(
+    name: str,
+    namespace: str,
+    *,
+    size: str,
+    storage_class: str,
+    labels: dict[str, str],
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A ReadWriteMany PersistentVolumeClaim for the model weights.
+
+    Args:
+        name: The PVC name (``naming.cache_pvc_name``).
+        namespace: Its namespace on the target cluster.
+        size: Requested size as a Kubernetes quantity (``"16Gi"``, see
+            ``CacheSource.size_quantity``).
+        storage_class: A storage class that supports ReadWriteMany (the
+            InferenceCluster's ``status.cache.storageClassName``).
+        labels: Labels of the PVC.
+        annotations: Annotations of the PVC (optional).
+
+    Returns:
+        A ``v1`` PersistentVolumeClaim manifest.
+    """
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": meta,
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": storage_class,
+            "volumeMode": "Filesystem",
+            "resources": {"requests": {"storage": size}},
+        },
+    }
+
+
+def token_secret(
+    name: str,
+    namespace: str,
+    *,
+    labels: dict[str, str],
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """An Opaque Secret with no data; the token is patched in by provider-kubernetes.
+
+    Args:
+        name: The Secret name (``naming.cache_secret_name``).
+        namespace: Its namespace on the target cluster.
+        labels: Labels of the Secret.
+        annotations: Annotations of the Secret (optional).
+
+    Returns:
+        A ``v1`` Secret manifest without ``data``/``stringData``; pair it with
+        :func:`token_reference` in the Object's ``spec.references``.
+    """
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque"}
+
+
+def token_reference(secret_name: str, secret_namespace: str, key: str) -> dict[str, Any]:
+    """The Object ``spec.references[]`` entry that copies the token into the remote Secret.
+
+    provider-kubernetes (``kubernetes.m.crossplane.io/v1alpha1`` Object) reads the
+    control-plane object named by ``patchesFrom`` at every reconcile and sets
+    ``toFieldPath`` of ``spec.forProvider.manifest`` to the value at
+    ``patchesFrom.fieldPath``. Secret ``data`` values are base64 and stay base64,
+    which is what the remote Secret's ``data`` expects.
+
+    Args:
+        secret_name: The control-plane Secret (``spec.huggingFace.authSecret.name``).
+        secret_namespace: Its namespace (the XR's own namespace).
+        key: The key of the token in it (``authSecret.key``).
+
+    Returns:
+        ``{"patchesFrom": {...}, "toFieldPath": "data.HF_TOKEN"}``.
+    """
+    return {
+        "patchesFrom": {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "name": secret_name,
+            "namespace": secret_namespace,
+            "fieldPath": secret_field_path(key),
+        },
+        "toFieldPath": secret_field_path(REMOTE_TOKEN_KEY),
+    }
+
+
+def hydration_job(
+    name: str,
+    namespace: str,
+    *,
+    image: str,
+    repo: str,
+    revision: str,
+    identity: str,
+    pvc_name: str,
+    token_secret_name: str | None,
+    backoff_limit: int,
+    active_deadline_seconds: int,
+    labels: dict[str, str],
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The download Job: ``python -m function.hydrate`` writing into the cache PVC.
+
+    Args:
+        name: The Job name (``naming.hydration_job_name``; carries the source identity).
+        namespace: Its namespace on the target cluster (the PVC's).
+        image: An image with this package and ``huggingface_hub`` installed.
+        repo: Hugging Face repo id (``org/name``).
+        revision: Branch, tag or commit.
+        identity: The source identity (``naming.source_identity``); the program
+            skips when the marker at the PVC's root records it.
+        pvc_name: The cache PVC, mounted at :data:`HYDRATION_MOUNT`.
+        token_secret_name: The remote Secret holding ``HF_TOKEN``; None for a
+            public model (no token env).
+        backoff_limit: Pod retries before the Job fails (``BackoffLimitExceeded``).
+        active_deadline_seconds: Wall-clock limit of the Job (``DeadlineExceeded``).
+        labels: Labels of the Job and its pods.
+        annotations: Annotations of the Job (optional).
+
+    Returns:
+        A ``batch/v1`` Job manifest.
+    """
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},
+        {"name": "HF_HOME", "value": "/tmp/hf-home"},
+        {"name": "HOME", "value": "/tmp"},
+    ]
+    if token_secret_name:
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": token_secret_name, "key": REMOTE_TOKEN_KEY}},
+            }
+        )
+    container: dict[str, Any] = {
+        "name": "hydrate",
+        "image": image,
+        "command": ["python", "-m", "function.hydrate"],
+        "args": [
+            "--repo",
+            repo,
+            "--revision",
+            revision,
+            "--identity",
+            identity,
+            "--target",
+            HYDRATION_MOUNT,
+        ],
+        "env": env,
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "1Gi"},
+            "limits": {"memory": "4Gi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [
+            {"name": "cache", "mountPath": HYDRATION_MOUNT},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": int(backoff_limit),
+            "activeDeadlineSeconds": int(active_deadline_seconds),
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": HYDRATION_UID,
+                        "runAsGroup": HYDRATION_UID,
+                        "fsGroup": HYDRATION_UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "cache", "persistentVolumeClaim": {"claimName": pvc_name}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+                    ],
+                },
+            },
+        },
+    }
