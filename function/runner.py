@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
@@ -22,12 +22,15 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import duration_pb2
 from google.protobuf.struct_pb2 import ListValue, Struct
 
+from function import metrics as metrics_mod
 from function import structs
+from function import tracing as tracing_mod
 from function.composers import composer_for
 from function.errors import SpecError
 from function.inputs import Inputs, ObservedChild
 from function.outcome import Outcome
 from function.settings import Settings, default_settings
+from function.tracing import Tracing
 
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 DEFAULT_TTL_SECONDS = 60.0
@@ -42,6 +45,8 @@ _STATUS = {
     "False": fnv1.STATUS_CONDITION_FALSE,
     "Unknown": fnv1.STATUS_CONDITION_UNKNOWN,
 }
+
+_SEVERITY_NAME = {v: k for k, v in _SEVERITY.items()}
 
 Clock = Callable[[], datetime.datetime]
 
@@ -66,21 +71,42 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     Args:
         settings: The effective settings (defaults when None).
         clock: Returns the current UTC time; tests pass a controlled clock.
+        tracing: Span recording (None: built from ``settings``; disabled by default).
+        metrics: Where calls and lifecycle samples are recorded (None: the process-wide
+            collectors on prometheus-client's default registry).
     """
 
-    def __init__(self, settings: Settings | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+        *,
+        tracing: Tracing | None = None,
+        metrics: metrics_mod.Metrics | None = None,
+    ) -> None:
         self.settings = settings or default_settings()
         self.clock = clock or utcnow
         self.log = structlog.get_logger("function")
+        self.tracing = tracing or tracing_mod.configure(self.settings)
+        self.metrics = metrics or metrics_mod.default()
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, context: grpc.aio.ServicerContext | None = None
     ) -> fnv1.RunFunctionResponse:
         """gRPC entry point (v1; v1beta1 is wrapped by the SDK's BetaFunctionRunner)."""
+        if self.tracing.enabled and context is not None:
+            return self.run(req, Tracing.metadata(context))
         return self.run(req)
 
-    def run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    def run(
+        self, req: fnv1.RunFunctionRequest, metadata: Mapping[str, str] | None = None
+    ) -> fnv1.RunFunctionResponse:
         """Run the function on one request, synchronously.
+
+        Every log line written meanwhile carries the request tag and the XR's kind,
+        namespace and name (structlog context variables). The call is recorded in
+        ``function.metrics`` and, when tracing is on, in a span whose parent is the
+        W3C trace context in ``metadata`` (the call's gRPC metadata, lower-case keys).
 
         Returns:
             The response; on any error a response whose only result is fatal.
@@ -90,14 +116,38 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         kind = structs.get_str(xr, "kind")
         name = structs.get_str(xr, "metadata", "name")
         namespace = structs.get_str(xr, "metadata", "namespace")
-        log = self.log.bind(tag=req.meta.tag, xr_kind=kind, xr_namespace=namespace, xr_name=name)
+        with structlog.contextvars.bound_contextvars(
+            tag=req.meta.tag, xr_kind=kind, xr_namespace=namespace, xr_name=name
+        ):
+            if not self.tracing.enabled:  # hot path: no span objects at all
+                return self._serve(req, api_version, kind, namespace, name, None)
+            with self.tracing.run_span(
+                kind, api_version, namespace, name, req.meta.tag, metadata
+            ) as span:
+                return self._serve(req, api_version, kind, namespace, name, span)
+
+    def _serve(
+        self,
+        req: fnv1.RunFunctionRequest,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        span: Any,
+    ) -> fnv1.RunFunctionResponse:
+        log = self.log
         started = time.perf_counter()
+        outcome: Outcome | None = None
+        error: Exception | None = None
+        result = "success"
         try:
-            rsp = self._run(req, api_version, kind, log)
+            rsp, outcome = self._run(req, api_version, kind, log)
         except SpecError as e:
+            error = e
             log.info("invalid input", error=str(e))
             rsp = self._fatal(req, f"invalid {kind or 'XR'} {namespace}/{name}: {e}")
         except Exception as e:  # the call must never crash
+            error, result = e, "error"
             log.exception("composer failed")
             rsp = self._fatal(
                 req, f"internal error composing {kind} {namespace}/{name}: {type(e).__name__}: {e}"
@@ -110,7 +160,17 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 f"over the 4 MiB Crossplane accepts; narrow the selector or split the XR "
                 f"into smaller ones",
             )
-        log.debug("composed", seconds=round(time.perf_counter() - started, 6))
+        seconds = time.perf_counter() - started
+        severities = [_SEVERITY_NAME.get(r.severity, "Unspecified") for r in rsp.results]
+        fatal = next((r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL), None)
+        if fatal is not None and result == "success":
+            result = "fatal"
+        self.metrics.record_run(kind, result, seconds, severities)
+        if outcome is not None and outcome.observations and fatal is None and _stable(req, rsp):
+            self.metrics.apply(outcome.observations)
+        if span is not None:
+            Tracing.finish(span, severities, fatal, error)
+        log.debug("composed", seconds=round(seconds, 6))
         return rsp
 
     def _fatal(self, req: fnv1.RunFunctionRequest, message: str) -> fnv1.RunFunctionResponse:
@@ -121,7 +181,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
 
     def _run(
         self, req: fnv1.RunFunctionRequest, api_version: str, kind: str, log: Any
-    ) -> fnv1.RunFunctionResponse:
+    ) -> tuple[fnv1.RunFunctionResponse, Outcome | None]:
         composer = composer_for(api_version, kind)
         if composer is None:
             return self._fatal(
@@ -130,10 +190,14 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 f"({api_version or '<no apiVersion>'}); it serves modelplane.ai/v1alpha1 "
                 f"ModelCache, ModelCacheHydration, ModelDeployment, ModelReplica, "
                 f"ModelExperiment and ModelBackfill",
-            )
-        inputs = self.decode(req)
-        outcome = composer(inputs)
-        return self.encode(req, outcome)
+            ), None
+        span = self.tracing.span
+        with span("decode"):
+            inputs = self.decode(req)
+        with span("compose"):
+            outcome = composer(inputs)
+        with span("encode"):
+            return self.encode(req, outcome), outcome
 
     def decode(self, req: fnv1.RunFunctionRequest) -> Inputs:
         """Build the composer's view of ``req`` (cheap: no Struct is converted)."""
@@ -161,7 +225,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         If ``out`` holds a fatal result, nothing else is sent but the results.
         """
         rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=req.meta.tag))
-        ttl = out.ttl_seconds if out.ttl_seconds is not None else DEFAULT_TTL_SECONDS
+        ttl = out.ttl_seconds if out.ttl_seconds is not None else self.settings.default_ttl_seconds
         rsp.meta.ttl.CopyFrom(duration_pb2.Duration(seconds=int(ttl), nanos=0))
         rsp.desired.CopyFrom(req.desired)
         if req.HasField("context"):
@@ -213,3 +277,14 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             if q.namespace is not None:
                 sel.namespace = q.namespace
         return rsp
+
+
+def _stable(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> bool:
+    """Whether ``rsp`` asks for no requirement that ``req`` did not already carry.
+
+    Crossplane calls again, with the same observed XR, while a function's requirements
+    change; a response whose requirements were all resolved in its request is the last
+    call of that loop, so lifecycle samples are recorded there only (once).
+    """
+    have = req.required_resources
+    return all(name in have for name in rsp.requirements.resources)
