@@ -3,7 +3,11 @@
 Flags and environment variables are those Crossplane's function runtime passes
 (``--address``/``ADDRESS``, ``--tls-certs-dir``/``TLS_SERVER_CERTS_DIR``,
 ``--insecure``/``INSECURE``, ``--debug``/``DEBUG``, ``--max-recv-message-size``/
-``MAX_RECV_MESSAGE_SIZE`` in MiB).
+``MAX_RECV_MESSAGE_SIZE`` in MiB), plus ``--metrics-address`` (Prometheus metrics,
+default ``METRICS_ADDRESS`` or ``:8080``, the metrics port Crossplane declares on
+function pods; empty turns serving off). Every other setting comes from the
+environment (``function.settings``); a bad value stops start-up with exit code 2 and
+a message naming the variable. Tracing is opt-in (``function.tracing``).
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grace-seconds", type=float, default=20.0)
     p.add_argument(
         "--metrics-address",
-        default=os.environ.get("METRICS_ADDRESS", ":8080"),
-        help="host:port for Prometheus metrics; empty to disable",
+        default=None,
+        help="[host]:port for Prometheus metrics (default: METRICS_ADDRESS or :8080); "
+        "empty to disable",
     )
     return p
 
@@ -78,7 +83,30 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    serve(FunctionRunner(settings=settings), cfg)
+    from function import metrics, tracing
+
+    address = settings.metrics_address if args.metrics_address is None else args.metrics_address
+    try:
+        metrics.parse_address(address)
+    except ValueError as e:
+        print(f"function-modelplane: --metrics-address: {e}", file=sys.stderr)
+        return 2
+    if settings.prometheus_multiproc_dir:
+        # This process serves the metrics of every worker; stale files of a previous
+        # run would be summed in (prometheus-client multiprocess mode).
+        metrics.clear_multiprocess_dir(settings.prometheus_multiproc_dir)
+    try:
+        metrics_server = metrics.serve(address, settings.prometheus_multiproc_dir)
+    except OSError as e:
+        print(f"function-modelplane: --metrics-address {address}: {e}", file=sys.stderr)
+        return 2
+    traces = tracing.configure(settings)
+    try:
+        serve(FunctionRunner(settings=settings, tracing=traces), cfg)
+    finally:
+        traces.shutdown()
+        if metrics_server is not None:
+            metrics_server.shutdown()
     return 0
 
 

@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     metrics_address: Annotated[
         str,
         _env(
-            "MODELPLANE_METRICS_ADDRESS",
+            "METRICS_ADDRESS",
             "[host]:port serving Prometheus metrics (--metrics-address wins); empty: off",
         ),
     ] = ":8080"
