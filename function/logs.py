@@ -1,26 +1,34 @@
 """Structured logging with structlog.
 
 JSON lines at info level by default; readable console output with ``--debug``.
-The runner binds the request tag and the XR's kind, namespace and name to every
-line it writes.
+The runner binds the request tag and the XR's kind, namespace and name as
+structlog context variables for the duration of each call, so every line written
+during the call, by the runner or by a composer (``structlog.get_logger()``),
+carries ``tag``, ``xr_kind``, ``xr_namespace`` and ``xr_name``.
+
+Secrets: never pass a secret's value to a logger (tokens stay in Secrets and reach
+remote clusters through ``patchesFrom``).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
 
 
-def configure(debug: bool = False) -> None:
+def configure(debug: bool = False, stream: TextIO | None = None) -> None:
     """Configure structlog (and the stdlib root logger) for the process.
 
     Args:
         debug: Console rendering at debug level when True; JSON at info otherwise.
+        stream: Where lines go (default standard error).
     """
+    out = stream if stream is not None else sys.stderr
     level = logging.DEBUG if debug else logging.INFO
-    logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
+    logging.basicConfig(stream=out, level=level, format="%(message)s")
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer()
         if debug
@@ -35,6 +43,6 @@ def configure(debug: bool = False) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=True,
     )
