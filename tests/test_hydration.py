@@ -1,0 +1,850 @@
+"""ModelCacheHydration: phases, requirements, token handling (cases C2, C8, C9 of shared/cases).
+
+Each test builds the observed state the way Crossplane and provider-kubernetes
+report it: composed Objects echo the remote object under
+``status.atProvider.manifest``. Every desired Object is validated against the
+Object CRD and its manifest against Kubernetes' schemas (tests/validation.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime
+import json
+from typing import Any
+
+import pytest
+import structlog
+from google.protobuf import json_format
+
+from function.composers import hydration
+from function.manifests.storage import JOB_COMPLETE_CEL, PVC_BOUND_CEL
+from function.naming import (
+    DNS1123_LABEL,
+    REMOTE_NAMESPACE,
+    cache_pvc_name,
+    cache_secret_name,
+    hydration_job_name,
+    source_identity,
+)
+from function.settings import default_settings
+from tests.fixtures import inference_cluster
+from tests.harness import (
+    NAMESPACE,
+    NOW,
+    Clock,
+    World,
+    conditions,
+    desired,
+    fatal,
+    request,
+    requirements,
+    results,
+    run,
+    status,
+    xr,
+    xr_ready,
+)
+from tests.validation import validate_object
+
+FAKE_TOKEN = "hf_FAKEtokenDoNotLeak0123456789abcdef"
+FAKE_TOKEN_B64 = base64.b64encode(FAKE_TOKEN.encode()).decode()
+REPO = "org/gated-model"
+CACHE = "qwen-cache"
+CLUSTER = "gpu-a"
+NAME = "modelcache-ml-team-qwen-cache-gpu-a-1a2b3"
+IDENTITY = source_identity(REPO, "main")
+JOB_KEY = hydration.job_key(IDENTITY)
+SETTINGS = default_settings()
+
+
+# ---- builders --------------------------------------------------------------------
+
+
+def spec(*, repo: str = REPO, revision: str = "main", auth: bool = True, **extra: Any) -> dict:
+    hf: dict[str, Any] = {"repo": repo, "revision": revision, "sizeGiB": 2}
+    if auth:
+        hf["authSecret"] = {"name": "hf-token", "key": "HF_TOKEN"}
+    return {
+        "clusterName": CLUSTER,
+        "cacheName": CACHE,
+        "source": "HuggingFace",
+        "huggingFace": hf,
+        **extra,
+    }
+
+
+def hydration_xr(status: dict | None = None, **kw: Any) -> dict:
+    return xr("ModelCacheHydration", NAME, spec(**kw), status=status)
+
+
+def auth_secret(data: dict[str, str] | None = None) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "hf-token", "namespace": NAMESPACE},
+        "type": "Opaque",
+        "data": {"HF_TOKEN": FAKE_TOKEN_B64} if data is None else data,
+    }
+
+
+CLUSTER_OBJ = inference_cluster(CLUSTER)
+
+
+def resolved(secret: list | None = None, cluster: list | None = None) -> dict:
+    """Required resources: both resolved by default (cluster found, Secret with the token)."""
+    return {
+        "cluster": [CLUSTER_OBJ] if cluster is None else cluster,
+        "auth-secret": [auth_secret()] if secret is None else secret,
+    }
+
+
+def baseline() -> dict[str, dict]:
+    """The desired Objects of a first call with everything resolved."""
+    rsp = run(request(hydration_xr(), required=resolved()))
+    return desired(rsp)
+
+
+def observed_object(body: dict, remote_status: dict | None, *, synced: bool = True) -> dict:
+    """An observed Object: the desired body plus what provider-kubernetes reports."""
+    obs = copy.deepcopy(body)
+    manifest = copy.deepcopy(body["spec"]["forProvider"]["manifest"])
+    if remote_status is not None:
+        manifest["status"] = remote_status
+    obs["status"] = {
+        "atProvider": {"manifest": manifest},
+        "conditions": [
+            {"type": "Synced", "status": "True" if synced else "False", "reason": "x"},
+        ],
+    }
+    return obs
+
+
+def pvc(phase: str) -> dict:
+    return {"pvc": observed_object(baseline()["pvc"], {"phase": phase})}
+
+
+def job(conds: list[dict] | None = None, **job_status: Any) -> dict:
+    st: dict[str, Any] = dict(job_status)
+    if conds is not None:
+        st["conditions"] = conds
+    return {JOB_KEY: observed_object(baseline()[JOB_KEY], st)}
+
+
+def token_object() -> dict:
+    return {"token-secret": observed_object(baseline()["token-secret"], None)}
+
+
+def cond(typ: str, status: str = "True", reason: str = "", message: str = "") -> dict:
+    return {"type": typ, "status": status, "reason": reason, "message": message}
+
+
+COMPLETE = [cond("SuccessCriteriaMet"), cond("Complete", reason="", message="")]
+BACKOFF = [
+    cond("FailureTarget", reason="BackoffLimitExceeded"),
+    cond(
+        "Failed",
+        reason="BackoffLimitExceeded",
+        message="Job has reached the specified backoff limit",
+    ),
+]
+DEADLINE = [
+    cond(
+        "Failed", reason="DeadlineExceeded", message="Job was active longer than specified deadline"
+    ),
+]
+
+
+def prev_status(phase: str, identity: str = IDENTITY, **extra: Any) -> dict:
+    repo, revision = (REPO, "main")
+    return {
+        "phase": phase,
+        "reason": extra.pop("reason", phase),
+        "message": extra.pop("message", f"hydration is {phase}"),
+        "source": {"repo": repo, "revision": revision, "identity": identity},
+        **extra,
+    }
+
+
+def validate_all(rsp) -> None:
+    """Every desired Object (and its manifest) is valid; names are DNS-1123 labels."""
+    for name, body in desired(rsp).items():
+        validate_object(body)
+        assert DNS1123_LABEL.match(body["metadata"]["name"]), name
+        assert len(body["metadata"]["name"]) <= 63
+        manifest_name = body["spec"]["forProvider"]["manifest"]["metadata"]["name"]
+        assert DNS1123_LABEL.match(manifest_name) and len(manifest_name) <= 63
+
+
+def warnings(rsp) -> list[str]:
+    return [m for s, m in results(rsp) if s == "Warning"]
+
+
+def normals(rsp) -> list[str]:
+    return [m for s, m in results(rsp) if s == "Normal"]
+
+
+# ---- table: every phase ------------------------------------------------------------
+
+T_MINUS = NOW - datetime.timedelta(seconds=SETTINGS.pvc_bind_timeout_seconds + 5)
+LATER = NOW - datetime.timedelta(seconds=60)
+
+CASES: list[dict[str, Any]] = [
+    {
+        "id": "unresolved-everything",
+        "status": None,
+        "required": {},
+        "observed": {},
+        "phase": "Pending",
+        "reason": "WaitingForRequirements",
+        "resources": [],
+        "warn": [],
+    },
+    {
+        "id": "secret-resolved-missing",
+        "status": None,
+        "required": resolved(secret=[]),
+        "observed": {},
+        "phase": "Pending",
+        "reason": "AuthSecretMissing",
+        "resources": ["pvc"],
+        "warn": [f"{NAMESPACE}/hf-token"],
+    },
+    {
+        "id": "secret-without-key",
+        "status": None,
+        "required": resolved(secret=[auth_secret({"OTHER": "eA=="})]),
+        "observed": {},
+        "phase": "Pending",
+        "reason": "AuthSecretKeyMissing",
+        "resources": ["pvc"],
+        "warn": [f"{NAMESPACE}/hf-token", "HF_TOKEN"],
+    },
+    {
+        "id": "first-call-pvc-not-created",
+        "status": None,
+        "required": resolved(),
+        "observed": {},
+        "phase": "Pending",
+        "reason": "PVCNotBound",
+        "resources": ["pvc", "token-secret", JOB_KEY],
+        "warn": [],
+        "pendingSince": "2026-11-29T09:00:00Z",
+    },
+    {
+        "id": "pvc-pending-within-limit",
+        "status": prev_status("Pending", pendingSince="2026-11-29T08:59:00Z"),
+        "required": resolved(),
+        "observed": {**pvc("Pending")},
+        "phase": "Pending",
+        "reason": "PVCNotBound",
+        "resources": ["pvc", "token-secret", JOB_KEY],
+        "warn": [],
+        "pendingSince": "2026-11-29T08:59:00Z",
+    },
+    {
+        "id": "pvc-bind-timeout",
+        "status": prev_status("Pending", pendingSince=T_MINUS.strftime("%Y-%m-%dT%H:%M:%SZ")),
+        "required": resolved(),
+        "observed": {**pvc("Pending")},
+        "phase": "Failed",
+        "reason": "PVCBindTimeout",
+        "resources": ["pvc", "token-secret", JOB_KEY],
+        "warn": ["PVC"],
+    },
+    {
+        "id": "hydrating",
+        "status": prev_status("Pending"),
+        "required": resolved(),
+        "observed": {**pvc("Bound"), **job([], active=1), **token_object()},
+        "phase": "Hydrating",
+        "reason": "JobRunning",
+        "resources": ["pvc", "token-secret", JOB_KEY],
+        "warn": [],
+    },
+    {
+        # status.failed counts pod failures; the Job is not Failed until its condition says so.
+        "id": "pod-failures-are-not-job-failure",
+        "status": prev_status("Hydrating"),
+        "required": resolved(),
+        "observed": {**pvc("Bound"), **job([], failed=3, active=1), **token_object()},
+        "phase": "Hydrating",
+        "reason": "JobRunning",
+        "resources": ["pvc", "token-secret", JOB_KEY],
+        "warn": [],
+    },
+    {
+        "id": "complete-ready",
+        "status": prev_status("Hydrating", startedAt="2026-11-29T08:00:00Z"),
+        "required": resolved(),
+        "observed": {**pvc("Bound"), **job(COMPLETE, succeeded=1), **token_object()},
+        "phase": "Ready",
+        "reason": "Hydrated",
+        "resources": ["pvc"],
+        "warn": [],
+    },
+    {
+        "id": "ready-latched",
+        "status": prev_status("Ready", readyAt="2026-11-29T08:30:00Z"),
+        "required": resolved(),
+        "observed": {**pvc("Bound")},
+        "phase": "Ready",
+        "reason": "Ready",
+        "resources": ["pvc"],
+        "warn": [],
+    },
+    {
+        "id": "ready-latched-secret-gone",
+        "status": prev_status("Ready"),
+        "required": resolved(secret=[]),
+        "observed": {**pvc("Bound")},
+        "phase": "Ready",
+        "reason": "Ready",
+        "resources": ["pvc"],
+        "warn": [],
+    },
+    {
+        "id": "backoff-limit-exceeded",
+        "status": prev_status("Hydrating"),
+        "required": resolved(),
+        "observed": {**pvc("Bound"), **job(BACKOFF, failed=4), **token_object()},
+        "phase": "Failed",
+        "reason": "BackoffLimitExceeded",
+        "resources": ["pvc", "token-secret", JOB_KEY],
+        "warn": ["BackoffLimitExceeded"],
+    },
+    {
+        # Derived from the condition, never from counting status.failed.
+        "id": "deadline-exceeded-no-failed-count",
+        "status": prev_status("Hydrating"),
+        "required": resolved(),
+        "observed": {**pvc("Bound"), **job(DEADLINE), **token_object()},
+        "phase": "Failed",
+        "reason": "DeadlineExceeded",
+        "resources": ["pvc", "token-secret", JOB_KEY],
+        "warn": ["DeadlineExceeded"],
+    },
+    {
+        "id": "failed-stays-failed",
+        "status": prev_status(
+            "Failed", reason="BackoffLimitExceeded", message="Job BackoffLimitExceeded"
+        ),
+        "required": resolved(),
+        "observed": {**pvc("Bound"), **job(BACKOFF, failed=4), **token_object()},
+        "phase": "Failed",
+        "reason": "BackoffLimitExceeded",
+        "resources": ["pvc", "token-secret", JOB_KEY],
+        "warn": [],
+    },
+    {
+        "id": "cluster-not-found",
+        "status": prev_status("Hydrating"),
+        "required": resolved(cluster=[]),
+        "observed": {**pvc("Bound"), **job([], active=1), **token_object()},
+        "phase": "Pending",
+        "reason": "ClusterUnavailable",
+        "resources": ["pvc", "token-secret", JOB_KEY],
+        "warn": [f"InferenceCluster {CLUSTER} not found"],
+    },
+    {
+        "id": "cluster-without-storage-class",
+        "status": None,
+        "required": resolved(cluster=[inference_cluster(CLUSTER, storage_class=None)]),
+        "observed": {},
+        "phase": "Pending",
+        "reason": "ClusterUnavailable",
+        "resources": [],
+        "warn": ["status.cache.storageClassName"],
+    },
+    {
+        "id": "public-model-no-secret",
+        "status": None,
+        "auth": False,
+        "required": {"cluster": [CLUSTER_OBJ]},
+        "observed": {},
+        "phase": "Pending",
+        "reason": "PVCNotBound",
+        "resources": ["pvc", JOB_KEY],
+        "warn": [],
+    },
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_phases(case: dict[str, Any]) -> None:
+    composite = hydration_xr(case["status"], auth=case.get("auth", True))
+    rsp = run(request(composite, observed=case["observed"], required=case["required"]))
+    assert not fatal(rsp)
+    st = status(rsp)
+    assert st["phase"] == case["phase"], st
+    assert st["reason"] == case["reason"], st
+    assert st["message"]
+    assert st["source"] == {"repo": REPO, "revision": "main", "identity": IDENTITY}
+    assert sorted(desired(rsp)) == sorted(case["resources"])
+    cond_ = conditions(rsp)["Hydrated"]
+    assert cond_ == {
+        "status": "True" if case["phase"] == "Ready" else "False",
+        "reason": case["phase"],
+        "message": st["message"],
+    }
+    assert xr_ready(rsp) == ("READY_TRUE" if case["phase"] == "Ready" else "READY_FALSE")
+    warns = warnings(rsp)
+    if case["warn"]:
+        assert warns, results(rsp)
+        for needle in case["warn"]:
+            assert any(needle in w for w in warns), (needle, warns)
+    else:
+        assert not warns, warns
+    if "pendingSince" in case:
+        assert st.get("pendingSince") == case["pendingSince"]
+    if case["phase"] in ("Pending", "Hydrating"):
+        assert rsp.meta.ttl.seconds <= SETTINGS.poll_seconds
+    validate_all(rsp)
+
+
+# ---- requirements ------------------------------------------------------------------
+
+
+def test_requirements_ask_for_cluster_and_secret() -> None:
+    rsp = run(request(hydration_xr(), required={}))
+    assert requirements(rsp) == {
+        "cluster": {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "InferenceCluster",
+            "matchName": CLUSTER,
+        },
+        "auth-secret": {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "matchName": "hf-token",
+            "namespace": NAMESPACE,
+        },
+    }
+    public = run(request(hydration_xr(auth=False), required={}))
+    assert list(requirements(public)) == ["cluster"]
+
+
+# ---- C2: unresolved is not empty (auth Secret) -------------------------------------
+
+
+def c2_calls(call):
+    """Calls A, B, C of case C2 through ``call`` (in-process or gRPC)."""
+    composite = hydration_xr()
+    a = call(request(composite, required={}))
+    b = call(request(composite, required={"cluster": [CLUSTER_OBJ], "auth-secret": []}))
+    c = call(request(composite, observed=pvc("Bound"), required=resolved()))
+    return a, b, c
+
+
+def check_c2(a, b, c) -> None:
+    # A: ask for the Secret and the cluster, compose nothing that needs the token.
+    assert set(requirements(a)) == {"cluster", "auth-secret"}
+    assert not [k for k in desired(a) if k == "token-secret" or k.startswith("job-")]
+    assert status(a)["phase"] == "Pending"
+    assert not warnings(a)
+    # B: resolved, no Secret: still no Job, a warning naming it, not Failed.
+    assert not [k for k in desired(b) if k == "token-secret" or k.startswith("job-")]
+    assert status(b)["phase"] == "Pending"
+    assert any(f"{NAMESPACE}/hf-token" in w for w in warnings(b)), results(b)
+    assert conditions(b)["Hydrated"]["reason"] == "Pending"
+    # C: the Secret resolved with key HF_TOKEN: the Secret Object and the Job.
+    assert {"token-secret", JOB_KEY} <= set(desired(c))
+    assert status(c)["phase"] == "Hydrating"
+    assert not warnings(c)
+    for rsp in (a, b, c):
+        assert not fatal(rsp)
+        validate_all(rsp)
+
+
+def test_c2_unresolved_is_not_empty() -> None:
+    check_c2(*c2_calls(run))
+
+
+def test_c2_over_grpc(grpc_function) -> None:
+    check_c2(*c2_calls(grpc_function.call))
+
+
+def test_requirements_loop_over_grpc(grpc_function) -> None:
+    """Crossplane's loop: the second call gets the cluster and the Secret."""
+    world = World([CLUSTER_OBJ, auth_secret()])
+    rsp, calls = grpc_function.drive(hydration_xr(), world, pvc("Bound"))
+    assert calls == 2
+    assert status(rsp)["phase"] == "Hydrating"
+    assert {"pvc", "token-secret", JOB_KEY} == set(desired(rsp))
+    # The Secret does not exist: the loop settles with a warning, no Job.
+    rsp, _ = grpc_function.drive(hydration_xr(), World([CLUSTER_OBJ]), pvc("Bound"))
+    assert status(rsp)["phase"] == "Pending"
+    assert JOB_KEY not in desired(rsp)
+    assert any(f"{NAMESPACE}/hf-token" in w for w in warnings(rsp))
+
+
+def test_unresolved_keeps_children_exactly() -> None:
+    """A requirement not resolved yet never shrinks the desired set, and says no warning."""
+    observed = {**pvc("Bound"), **job([], active=1), **token_object()}
+    composite = hydration_xr(prev_status("Hydrating", message="downloading"))
+    rsp = run(request(composite, observed=observed, required={}))
+    assert sorted(desired(rsp)) == sorted(observed)
+    for key, body in observed.items():
+        kept = desired(rsp)[key]
+        assert kept["spec"] == body["spec"]
+        assert kept["metadata"]["name"] == body["metadata"]["name"]
+        assert "status" not in kept
+    assert status(rsp)["phase"] == "Hydrating"
+    assert status(rsp)["message"] == "downloading"
+    assert not warnings(rsp)
+    # The cluster resolved but the Secret not yet: the running Job and Secret stay.
+    rsp = run(request(composite, observed=observed, required={"cluster": [CLUSTER_OBJ]}))
+    assert sorted(desired(rsp)) == sorted(observed)
+    assert status(rsp)["phase"] == "Hydrating"
+    assert not warnings(rsp)
+
+
+def test_missing_secret_does_not_kill_running_job() -> None:
+    observed = {**pvc("Bound"), **job([], active=1), **token_object()}
+    composite = hydration_xr(prev_status("Hydrating"))
+    rsp = run(request(composite, observed=observed, required=resolved(secret=[])))
+    assert JOB_KEY in desired(rsp)
+    assert status(rsp)["phase"] == "Hydrating"
+    assert any(f"{NAMESPACE}/hf-token" in w for w in warnings(rsp))
+
+
+# ---- C8: hydration Jobs fail for real ---------------------------------------------
+
+
+def test_c8_job_shape() -> None:
+    rsp = run(request(hydration_xr(), required=resolved()))
+    objs = desired(rsp)
+    pvc_manifest = objs["pvc"]["spec"]["forProvider"]["manifest"]
+    assert pvc_manifest["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc_manifest["spec"]["storageClassName"] == "rwx-fast"
+    assert pvc_manifest["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    assert pvc_manifest["metadata"]["name"] == cache_pvc_name(NAMESPACE, CACHE)
+    assert pvc_manifest["metadata"]["namespace"] == REMOTE_NAMESPACE
+    job_obj = objs[JOB_KEY]
+    manifest = job_obj["spec"]["forProvider"]["manifest"]
+    assert manifest["metadata"]["name"] == hydration_job_name(NAMESPACE, CACHE, REPO, "main")
+    jspec = manifest["spec"]
+    pod = jspec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    assert jspec["backoffLimit"] == SETTINGS.hydration_backoff_limit
+    assert 0 < jspec["activeDeadlineSeconds"] == SETTINGS.hydration_deadline_seconds
+    claim = {v["name"]: v for v in pod["volumes"]}["cache"]["persistentVolumeClaim"]
+    assert claim["claimName"] == cache_pvc_name(NAMESPACE, CACHE)
+    (container,) = pod["containers"]
+    assert container["image"] == SETTINGS.hydration_image
+    assert container["command"] == ["python", "-m", "function.hydrate"]
+    args = container["args"]
+    assert args[args.index("--repo") + 1] == REPO
+    assert args[args.index("--revision") + 1] == "main"
+    assert args[args.index("--identity") + 1] == IDENTITY
+    assert job_obj["spec"]["readiness"] == {
+        "policy": "DeriveFromCelQuery",
+        "celQuery": JOB_COMPLETE_CEL,
+    }
+    assert objs["pvc"]["spec"]["readiness"]["celQuery"] == PVC_BOUND_CEL
+
+
+def test_c8_failed_job_is_not_recreated() -> None:
+    """The failed Job stays desired exactly as observed (Kubernetes does not re-run it),
+    and a failed Job that is not observed any more keeps the phase Failed."""
+    observed = {**pvc("Bound"), **job(BACKOFF, failed=4), **token_object()}
+    composite = hydration_xr(prev_status("Failed", reason="BackoffLimitExceeded"))
+    rsp = run(request(composite, observed=observed, required=resolved()))
+    assert desired(rsp)[JOB_KEY]["spec"] == observed[JOB_KEY]["spec"]
+    assert desired(rsp)[JOB_KEY]["metadata"]["name"] == observed[JOB_KEY]["metadata"]["name"]
+    assert not results(rsp)  # no event: the phase did not change
+    gone = {**pvc("Bound"), **token_object()}
+    rsp = run(request(composite, observed=gone, required=resolved()))
+    assert status(rsp)["phase"] == "Failed"
+
+
+def test_failed_job_message_carries_reason_and_message() -> None:
+    observed = {**pvc("Bound"), **job(DEADLINE), **token_object()}
+    rsp = run(
+        request(hydration_xr(prev_status("Hydrating")), observed=observed, required=resolved())
+    )
+    st = status(rsp)
+    assert st["message"] == "Job DeadlineExceeded: Job was active longer than specified deadline"
+    assert warnings(rsp) == [f"hydration of {REPO}@main on {CLUSTER} is Failed: {st['message']}"]
+
+
+def test_pvc_bind_timeout_recovers_when_bound() -> None:
+    since = T_MINUS.strftime("%Y-%m-%dT%H:%M:%SZ")
+    composite = hydration_xr(prev_status("Failed", reason="PVCBindTimeout", pendingSince=since))
+    observed = {**pvc("Bound"), **job([], active=1), **token_object()}
+    rsp = run(request(composite, observed=observed, required=resolved()))
+    assert status(rsp)["phase"] == "Hydrating"
+    assert "pendingSince" not in status(rsp)
+
+
+def test_pvc_pending_requeues_before_timeout() -> None:
+    clock = Clock(NOW)
+    composite = hydration_xr(prev_status("Pending"))
+    observed = pvc("Pending")
+    rsp = run(request(composite, observed=observed, required=resolved()), now=clock)
+    since = status(rsp)["pendingSince"]
+    assert since == "2026-11-29T09:00:00Z"
+    assert 0 < rsp.meta.ttl.seconds <= SETTINGS.poll_seconds
+    # The clock moves past the limit with the recorded timestamp: Failed.
+    clock.advance(SETTINGS.pvc_bind_timeout_seconds)
+    composite = hydration_xr(prev_status("Pending", pendingSince=since))
+    rsp = run(request(composite, observed=observed, required=resolved()), now=clock)
+    assert status(rsp)["phase"] == "Failed"
+    assert status(rsp)["reason"] == "PVCBindTimeout"
+    assert status(rsp)["pendingSince"] == since
+
+
+def test_wait_for_first_consumer_does_not_time_out_without_job() -> None:
+    """Without a Job (no Secret yet), a WaitForFirstConsumer PVC cannot bind: no timer."""
+    composite = hydration_xr(prev_status("Pending", pendingSince=T_MINUS.isoformat()))
+    rsp = run(request(composite, observed=pvc("Pending"), required=resolved(secret=[])))
+    assert status(rsp)["phase"] == "Pending"
+    assert "pendingSince" not in status(rsp)
+
+
+# ---- Ready latch, re-hydration ---------------------------------------------------
+
+
+def test_ready_drops_job_and_secret_and_latches() -> None:
+    observed = {**pvc("Bound"), **job(COMPLETE, succeeded=1), **token_object()}
+    composite = hydration_xr(prev_status("Hydrating", startedAt="2026-11-29T08:00:00Z"))
+    rsp = run(request(composite, observed=observed, required=resolved()))
+    st = status(rsp)
+    assert st["phase"] == "Ready"
+    assert st["readyAt"] == "2026-11-29T09:00:00Z"
+    assert st["startedAt"] == "2026-11-29T08:00:00Z"
+    assert sorted(desired(rsp)) == ["pvc"]
+    assert normals(rsp) == [f"hydration of {REPO}@main on {CLUSTER} is Ready"]
+    # Next call: the Job and the Secret are gone; status says Ready for this identity.
+    after = hydration_xr({**prev_status("Ready"), "readyAt": st["readyAt"]})
+    rsp2 = run(request(after, observed=pvc("Bound"), required=resolved()))
+    assert sorted(desired(rsp2)) == ["pvc"]
+    assert status(rsp2)["phase"] == "Ready"
+    assert status(rsp2)["readyAt"] == st["readyAt"]
+    assert not results(rsp2)
+    # The Secret requirement is not even needed once Ready: unresolved keeps Ready.
+    rsp3 = run(request(after, observed=pvc("Bound"), required={}))
+    assert status(rsp3)["phase"] == "Ready"
+    assert sorted(desired(rsp3)) == ["pvc"]
+
+
+def test_new_revision_hydrates_again() -> None:
+    composite = hydration_xr(prev_status("Ready"), revision="v2")
+    rsp = run(request(composite, observed=pvc("Bound"), required=resolved()))
+    new_identity = source_identity(REPO, "v2")
+    assert new_identity != IDENTITY
+    assert sorted(desired(rsp)) == sorted(["pvc", "token-secret", hydration.job_key(new_identity)])
+    st = status(rsp)
+    assert st["phase"] == "Hydrating"
+    assert st["source"] == {"repo": REPO, "revision": "v2", "identity": new_identity}
+    job_name = desired(rsp)[hydration.job_key(new_identity)]["spec"]["forProvider"]["manifest"][
+        "metadata"
+    ]["name"]
+    assert job_name == hydration_job_name(NAMESPACE, CACHE, REPO, "v2")
+    assert job_name != hydration_job_name(NAMESPACE, CACHE, REPO, "main")
+
+
+def test_old_identity_job_is_dropped() -> None:
+    old = job(BACKOFF)  # keyed by the old identity
+    composite = hydration_xr(prev_status("Failed"), revision="v3")
+    rsp = run(request(composite, observed={**pvc("Bound"), **old}, required=resolved()))
+    assert JOB_KEY not in desired(rsp)
+    assert hydration.job_key(source_identity(REPO, "v3")) in desired(rsp)
+    assert status(rsp)["phase"] == "Hydrating"
+
+
+def test_evidence_is_carried_for_the_same_source_only() -> None:
+    evidence = {
+        "commit": "a" * 40,
+        "digest": "sha256:" + "b" * 64,
+        "validatedAt": "2026-11-29T08:00:00Z",
+    }
+    composite = hydration_xr(prev_status("Ready", evidence=evidence))
+    rsp = run(request(composite, observed=pvc("Bound"), required=resolved()))
+    assert status(rsp)["evidence"] == evidence
+    changed = hydration_xr(prev_status("Ready", evidence=evidence), revision="v2")
+    rsp = run(request(changed, observed=pvc("Bound"), required=resolved()))
+    assert "evidence" not in status(rsp)
+
+
+# ---- events --------------------------------------------------------------------------
+
+
+def test_events_only_on_transitions() -> None:
+    observed = {**pvc("Bound"), **job([], active=1), **token_object()}
+    first = run(
+        request(hydration_xr(prev_status("Pending")), observed=observed, required=resolved())
+    )
+    assert normals(first) == [f"hydration of {REPO}@main on {CLUSTER} is Hydrating"]
+    again = run(
+        request(hydration_xr(prev_status("Hydrating")), observed=observed, required=resolved())
+    )
+    assert not results(again)
+
+
+def test_deterministic_response() -> None:
+    observed = {**pvc("Bound"), **job([], active=1), **token_object()}
+    req = request(hydration_xr(prev_status("Hydrating")), observed=observed, required=resolved())
+    a = run(req).SerializeToString(deterministic=True)
+    b = run(copy.deepcopy(req)).SerializeToString(deterministic=True)
+    assert a == b
+
+
+# ---- bad input -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda s: s.pop("clusterName"), "spec.clusterName"),
+        (lambda s: s.pop("cacheName"), "spec.cacheName"),
+        (lambda s: s["huggingFace"].update(repo="not a repo!"), "spec.huggingFace.repo"),
+        (lambda s: s["huggingFace"].update(sizeGiB=0), "spec.huggingFace.sizeGiB"),
+        (lambda s: s.pop("huggingFace"), "spec.huggingFace"),
+        (
+            lambda s: s["huggingFace"]["authSecret"].update(key="bad key"),
+            "spec.huggingFace.authSecret.key",
+        ),
+    ],
+)
+def test_invalid_spec_is_fatal_and_names_the_field(mutate, field) -> None:
+    composite = hydration_xr()
+    mutate(composite["spec"])
+    observed = {**pvc("Bound"), **job([], active=1)}
+    rsp = run(request(composite, observed=observed, required=resolved()))
+    msgs = fatal(rsp)
+    assert msgs and field in msgs[0], msgs
+    # A fatal result applies nothing: existing children are not rewritten or dropped.
+    assert not rsp.desired.resources
+
+
+# ---- C9: the token never leaves the Secret --------------------------------------------
+
+
+def test_c9_token_never_in_output_or_logs(capsys) -> None:
+    secret_obj = token_object()
+    # Even if the provider echoed the token in the observed Object, it must not come back.
+    echoed = secret_obj["token-secret"]
+    echoed["spec"]["forProvider"]["manifest"]["data"] = {"HF_TOKEN": FAKE_TOKEN_B64}
+    echoed["status"]["atProvider"]["manifest"]["data"] = {"HF_TOKEN": FAKE_TOKEN_B64}
+    scenarios = [
+        (hydration_xr(), {}, resolved()),
+        (hydration_xr(), {}, {}),
+        (
+            hydration_xr(prev_status("Hydrating")),
+            {**pvc("Bound"), **job([], active=1), **secret_obj},
+            resolved(),
+        ),
+        (
+            hydration_xr(prev_status("Hydrating")),
+            {**pvc("Bound"), **job([], active=1), **secret_obj},
+            {},
+        ),
+        (
+            hydration_xr(prev_status("Hydrating")),
+            {**pvc("Bound"), **job([], active=1), **secret_obj},
+            resolved(secret=[]),
+        ),
+        (
+            hydration_xr(prev_status("Hydrating")),
+            {**pvc("Bound"), **job(COMPLETE), **secret_obj},
+            resolved(),
+        ),
+    ]
+    with structlog.testing.capture_logs() as logs:
+        responses = [run(request(x, observed=o, required=r)) for x, o, r in scenarios]
+    captured = capsys.readouterr()
+    text = json.dumps([json_format.MessageToDict(r) for r in responses]) + repr(logs)
+    text += captured.out + captured.err
+    raw = b"".join(r.SerializeToString() for r in responses)
+    for needle in (FAKE_TOKEN, FAKE_TOKEN_B64):
+        assert needle not in text
+        assert needle.encode() not in raw
+    # The remote Secret's manifest carries no data; it gets the token by patchesFrom.
+    c = responses[0]
+    token = desired(c)["token-secret"]
+    manifest = token["spec"]["forProvider"]["manifest"]
+    assert "data" not in manifest and "stringData" not in manifest
+    assert manifest["metadata"]["name"] == cache_secret_name(NAMESPACE, CACHE)
+    assert token["spec"]["references"] == [
+        {
+            "patchesFrom": {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "name": "hf-token",
+                "namespace": NAMESPACE,
+                "fieldPath": "data.HF_TOKEN",
+            },
+            "toFieldPath": "data.HF_TOKEN",
+        }
+    ]
+    # The Job reads the token with secretKeyRef from that remote Secret.
+    pod = desired(c)[JOB_KEY]["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["HF_TOKEN"] == {
+        "name": "HF_TOKEN",
+        "valueFrom": {
+            "secretKeyRef": {"name": cache_secret_name(NAMESPACE, CACHE), "key": "HF_TOKEN"}
+        },
+    }
+    # Dropped once Ready.
+    assert set(desired(responses[-1])) == {"pvc"}
+
+
+def test_secret_key_with_dots_uses_bracket_field_path() -> None:
+    composite = hydration_xr()
+    composite["spec"]["huggingFace"]["authSecret"]["key"] = "hf.token"
+    rsp = run(
+        request(composite, required=resolved(secret=[auth_secret({"hf.token": FAKE_TOKEN_B64})]))
+    )
+    ref = desired(rsp)["token-secret"]["spec"]["references"][0]
+    assert ref["patchesFrom"]["fieldPath"] == "data[hf.token]"
+    assert ref["toFieldPath"] == "data.HF_TOKEN"
+
+
+# ---- C1: long names ---------------------------------------------------------------------
+
+
+def test_c1_long_names_valid_and_distinct() -> None:
+    long_cache = "qwen2-5-72b-instruct-awq-int4-weights-shared-cache-prod"
+    names = []
+    for cache_name in (long_cache, long_cache[:60] + "-other"):
+        composite = hydration_xr()
+        composite["spec"]["cacheName"] = cache_name
+        composite["spec"]["clusterName"] = "gpu-cluster-us-east-1a-production-h100"
+        cl = inference_cluster("gpu-cluster-us-east-1a-production-h100")
+        rsp = run(request(composite, required=resolved(cluster=[cl])))
+        validate_all(rsp)
+        manifests = {
+            k: v["spec"]["forProvider"]["manifest"]["metadata"]["name"]
+            for k, v in desired(rsp).items()
+        }
+        assert len(manifests) == 3
+        names.append(manifests)
+        again = run(request(composite, required=resolved(cluster=[cl])))
+        assert desired(again) == desired(rsp)
+    assert not set(names[0].values()) & set(names[1].values())
+
+
+# ---- readiness CEL queries ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "obj", "want"),
+    [
+        (PVC_BOUND_CEL, {"status": {"phase": "Bound"}}, True),
+        (PVC_BOUND_CEL, {"status": {"phase": "Pending"}}, False),
+        (PVC_BOUND_CEL, {"spec": {}}, False),
+        (JOB_COMPLETE_CEL, {"status": {"conditions": COMPLETE}}, True),
+        (JOB_COMPLETE_CEL, {"status": {"conditions": BACKOFF}}, False),
+        (JOB_COMPLETE_CEL, {"status": {"active": 1}}, False),
+    ],
+)
+def test_readiness_cel(query: str, obj: dict, want: bool) -> None:
+    """The Objects' DeriveFromCelQuery queries give the right answer (cel-python)."""
+    import celpy
+
+    env = celpy.Environment()
+    program = env.program(env.compile(query))
+    assert bool(program.evaluate({"object": celpy.json_to_cel(obj)})) is want
