@@ -8,6 +8,9 @@ import pytest
 
 from tests.harness import Clock, GrpcFunction
 
+# Suite-wide check that the fake token never leaves the function (issue 9).
+pytest_plugins = ["tests.secret_guard"]
+
 
 @pytest.fixture
 def clock() -> Clock:

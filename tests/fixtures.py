@@ -61,3 +61,33 @@ def cache_spec(selector: dict[str, Any] | None, **hf: Any) -> dict[str, Any]:
     if selector is not None:
         spec["clusterSelector"] = selector
     return spec
+
+
+# The canonical fake Hugging Face token of the test suite and the examples
+# (examples/modelcache/required/hf-token.yaml). tests/secret_guard.py fails any
+# test whose function response or captured output contains it, raw or base64.
+FAKE_TOKEN = "hf_FAKEfakeFAKEfakeFAKEfakeFAKEfake00"
+
+
+def auth_secret(
+    name: str = "hf-token",
+    namespace: str = "ml-team",
+    key: str = "HF_TOKEN",
+    token: str = FAKE_TOKEN,
+    *,
+    string_data: bool = False,
+) -> dict[str, Any]:
+    """A control-plane auth Secret holding ``token`` under ``key`` (base64 in ``data``)."""
+    import base64
+
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "Opaque",
+    }
+    if string_data:
+        body["stringData"] = {key: token}
+    else:
+        body["data"] = {key: base64.b64encode(token.encode()).decode()}
+    return body
