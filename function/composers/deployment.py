@@ -1,0 +1,609 @@
+"""ModelDeployment: place replicas across the fleet and compose one ModelReplica each.
+
+Input (Modelplane v0.3 shape)::
+
+    spec:
+      replicas: 2
+      template:
+        metadata: {labels: {...}}
+        spec:
+          clusterSelector: {matchLabels, matchExpressions}   # full LabelSelector
+          modelCacheRef: {name: qwen-cache}                  # optional
+          tolerations: [...]
+          serving: {mode: Unified}
+          engines: [{name, copies, phase, members: [...]}]
+
+Requirements (Crossplane v2 required resources):
+
+- ``clusters``: InferenceClusters with the selector's ``matchLabels`` (the
+  rest of the selector is applied locally).
+- ``replicas``: every ModelReplica of the fleet, in every namespace: capacity is
+  fleet-wide by design.
+- with ``modelCacheRef``: ``cache`` (the ModelCache by name in this namespace)
+  and ``hydrations`` (its ModelCacheHydrations, label ``modelplane.ai/cache``).
+
+Until every requirement is resolved, existing children are kept as they are
+and nothing new is placed ("not known" is never "empty").
+
+Composed resources: ``replica-<index>`` ModelReplicas (spec as
+``function.replica_spec``), and with a cache a ``cache-usage`` Crossplane
+Usage (``protection.crossplane.io/v1beta1``) so the ModelCache cannot be deleted
+while this deployment uses it.
+
+Placement is :func:`function.placement.place` (rules in its docstring).
+
+Status: ``replicas.total`` (observed ModelReplicas that are still wanted),
+``replicas.ready`` (those whose ``ModelReady`` is True), ``placement[]`` (index,
+cluster, ready, reason) and conditions:
+
+- ``ReplicasScheduled``: True only when every wanted replica is placed; False
+  with ``CacheNotFound``, ``WaitingForCache``, ``NoClusterInCacheFootprint``,
+  ``NoMatchingClusters``, ``InsufficientCapacity`` ("M of N replicas placed: ..."
+  with what was checked) or ``InvalidDeviceSelector``.
+- ``ReplicasReady``: True when every wanted replica reports ``ModelReady=True``;
+  otherwise ``HydrationFailed`` (naming the replica and its cluster) when a
+  replica's cache hydration failed, ``WaitingForCache`` when every replica not
+  ready waits on a hydration still in progress, else ``ReplicasNotReady``.
+
+Policy for a replica whose cluster's hydration Failed: it is moved to a cluster
+where the cache is not Failed (Ready preferred) when one has room; when none
+has, it is kept, failed, and the deployment reports ``HydrationFailed`` with
+the cluster's name. A Warning event records every move and removal.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from google.protobuf.struct_pb2 import Struct
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from function import API_VERSION, structs
+from function.devices import Device, DeviceRequest, InvalidSelector, compile_selector
+from function.errors import SpecError, pydantic_errors
+from function.inputs import UNRESOLVED, Inputs, Resolved
+from function.naming import (
+    LABEL_CACHE,
+    LABEL_CLUSTER,
+    LABEL_DEPLOYMENT,
+    LABEL_MANAGED_BY,
+    LABEL_REPLICA_INDEX,
+    MANAGED_BY,
+    child_name,
+    hydration_name,
+    label_value,
+    labels_with_full,
+    replica_name,
+)
+from function.outcome import Outcome
+from function.placement import (
+    FAILED,
+    READY,
+    Cluster,
+    Engine,
+    Existing,
+    Member,
+    Placed,
+    Placement,
+    Pool,
+    Request,
+    place,
+)
+from function.replica_spec import Engine as EngineSpec
+from function.replica_spec import FlashLoader, Ref
+from function.selectors import LabelSelector
+from function.tolerations import parse_taints, parse_tolerations
+
+REQ_CLUSTERS = "clusters"
+REQ_REPLICAS = "replicas"
+REQ_CACHE = "cache"
+REQ_HYDRATIONS = "hydrations"
+
+REPLICA_KIND = "ModelReplica"
+USAGE_API_VERSION = "protection.crossplane.io/v1beta1"
+USAGE_KEY = "cache-usage"
+REPLICA_PREFIX = "replica-"
+
+SCHEDULED = "ReplicasScheduled"
+READY_COND = "ReplicasReady"
+MODEL_READY = "ModelReady"  # the ModelReplica's own condition (function.composers.replica)
+HYDRATION_FAILED = "HydrationFailed"
+WAITING_FOR_CACHE = "WaitingForCache"
+INVALID_DEVICE_SELECTOR = "InvalidDeviceSelector"
+CACHE_NOT_FOUND = "CacheNotFound"
+
+
+# ---- the spec ---------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "NoExecute", "PreferNoSchedule"] | None = None
+
+
+class Serving(_Model):
+    mode: Literal["Unified", "PrefillDecode"] = "Unified"
+
+
+class TemplateSpec(_Model):
+    clusterSelector: dict[str, Any] | None = None
+    modelCacheRef: Ref | None = None
+    tolerations: list[Toleration] = Field(default_factory=list)
+    serving: Serving | None = None
+    shmSizeLimit: str | None = None
+    flashLoader: FlashLoader | None = None
+    engines: list[EngineSpec] = Field(min_length=1)
+
+
+class TemplateMeta(_Model):
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Template(_Model):
+    metadata: TemplateMeta | None = None
+    spec: TemplateSpec
+
+
+class DeploymentSpec(_Model):
+    replicas: int = Field(ge=0)
+    template: Template
+
+
+def _parse(inputs: Inputs) -> tuple[DeploymentSpec, LabelSelector]:
+    """Validate the spec; raises SpecError naming the field."""
+    try:
+        spec = DeploymentSpec.model_validate(inputs.spec)
+    except ValidationError as e:
+        raise pydantic_errors("spec", e) from None
+    ts = spec.template.spec
+    selector = LabelSelector.parse(ts.clusterSelector or {}, "spec.template.spec.clusterSelector")
+    for ei, e in enumerate(ts.engines):
+        f = f"spec.template.spec.engines[{ei}]"
+        roles = [m.role for m in e.members]
+        gang = "Leader" in roles or "Worker" in roles
+        if gang:
+            if roles.count("Leader") != 1 or "Worker" not in roles or "Standalone" in roles:
+                raise SpecError(f"{f}.members", "a gang needs exactly one Leader and Workers")
+            if ts.modelCacheRef is None:
+                raise SpecError(
+                    "spec.template.spec.modelCacheRef",
+                    f"engine {e.name} spans several nodes (Leader and Workers): every pod of "
+                    f"the gang mounts the cache, so a modelCacheRef is required",
+                )
+        elif roles != ["Standalone"]:
+            raise SpecError(f"{f}.members", "an engine is one Standalone member or a gang")
+        for mi, m in enumerate(e.members):
+            if m.worker is not None and m.role != "Worker":
+                raise SpecError(f"{f}.members[{mi}].worker", "only a Worker member has worker")
+    for k in spec.template.metadata.labels if spec.template.metadata else {}:
+        if k.startswith("modelplane.ai/"):
+            raise SpecError("spec.template.metadata.labels", f"key {k} uses the reserved prefix")
+    names = [e.name for e in ts.engines]
+    if len(set(names)) != len(names):
+        raise SpecError("spec.template.spec.engines", "engine names must be unique")
+    return spec, selector
+
+
+def _engines(raw_engines: list[dict[str, Any]]) -> tuple[tuple[Engine, ...], list[str]]:
+    """Placement engines from the template, compiling every CEL selector.
+
+    Returns:
+        The engines and, for selectors that do not compile, messages naming them.
+    """
+    out: list[Engine] = []
+    bad: list[str] = []
+    for ei, e in enumerate(raw_engines):
+        members: list[Member] = []
+        for mi, m in enumerate(e.get("members") or []):
+            role = m.get("role") or "Standalone"
+            pods = int((m.get("worker") or {}).get("nodes") or 1) if role == "Worker" else 1
+            reqs: list[DeviceRequest] = []
+            for di, d in enumerate(((m.get("nodeSelector") or {}).get("devices")) or []):
+                sels: list[str] = []
+                for si, s in enumerate(d.get("selectors") or []):
+                    expr = s.get("cel") if isinstance(s, Mapping) else None
+                    if not isinstance(expr, str):
+                        continue
+                    try:
+                        compile_selector(expr)
+                    except InvalidSelector as err:
+                        bad.append(
+                            f"spec.template.spec.engines[{ei}].members[{mi}].nodeSelector."
+                            f"devices[{di}].selectors[{si}].cel: {err}"
+                        )
+                        continue
+                    sels.append(expr)
+                reqs.append(
+                    DeviceRequest(str(d.get("name", "")), int(d.get("count") or 1), tuple(sels))
+                )
+            members.append(Member(role, pods, tuple(reqs)))
+        out.append(Engine(str(e.get("name")), int(e.get("copies") or 1), tuple(members)))
+    return tuple(out), bad
+
+
+# ---- reading the fleet ----------------------------------------------------------
+
+
+_POOL_CACHE: dict[bytes, tuple[Pool, ...]] = {}
+
+
+def _pools(cluster: Struct) -> tuple[Pool, ...]:
+    """``status.gpuPools`` as Pools; cached by the serialized subtree (fleets repeat)."""
+    raw = structs.get(cluster, "status", "gpuPools")
+    if raw is None:
+        return ()
+    key = raw.SerializeToString(deterministic=True)
+    hit = _POOL_CACHE.get(key)
+    if hit is not None:
+        return hit
+    pools = []
+    for p in structs.to_py(raw):
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str):
+            continue
+        nodes = p.get("nodes")
+        devs = tuple(Device.from_status(d) for d in p.get("devices") or [] if isinstance(d, dict))
+        pools.append(Pool(p["name"], int(nodes) if isinstance(nodes, (int, float)) else 0, devs))
+    out = tuple(sorted(pools, key=lambda x: x.name))
+    if len(_POOL_CACHE) > 4096:
+        _POOL_CACHE.clear()
+    _POOL_CACHE[key] = out
+    return out
+
+
+def _cluster(item: Struct) -> Cluster:
+    return Cluster(
+        name=structs.get_str(item, "metadata", "name"),
+        labels=structs.get_map(item, "metadata", "labels"),
+        ready=structs.condition_is(item, "Ready"),
+        taints=parse_taints(structs.to_py(structs.get(item, "spec", "taints")) or ()),
+        pools=_pools(item),
+    )
+
+
+def _replica_usage(item: Any) -> tuple[str, dict[tuple[str, int], str], list[tuple[str, int]]]:
+    """(cluster, pools by member, [(pool, nodes)]) of a ModelReplica, read from its spec."""
+    cluster = structs.get_str(item, "spec", "clusterName")
+    pools: dict[tuple[str, int], str] = {}
+    cost: list[tuple[str, int]] = []
+    engines = structs.get(item, "spec", "engines")
+    for e in engines or ():
+        name = structs.get_str(e, "name")
+        copies = structs.get(e, "copies", default=1)
+        copies = int(copies) if isinstance(copies, (int, float)) else 1
+        for mi, m in enumerate(structs.get(e, "members") or ()):
+            pool = structs.get_str(m, "pool")
+            if not pool:
+                continue
+            pools[(name, mi)] = pool
+            pods = 1
+            if structs.get_str(m, "role") == "Worker":
+                n = structs.get(m, "worker", "nodes", default=1)
+                pods = int(n) if isinstance(n, (int, float)) else 1
+            cost.append((pool, pods * copies))
+    return cluster, pools, cost
+
+
+def _is_own(item: Any, ns: str, name: str) -> bool:
+    return (
+        structs.get_str(item, "metadata", "namespace") == ns
+        and structs.get_str(item, "spec", "deploymentName") == name
+    )
+
+
+# ---- composing ----------------------------------------------------------------
+
+
+def _replica_body(
+    inputs: Inputs, spec: DeploymentSpec, raw_ts: dict[str, Any], p: Placed
+) -> dict[str, Any]:
+    ns, name = inputs.namespace, inputs.name
+    user = dict(spec.template.metadata.labels) if spec.template.metadata else {}
+    labels, ann = labels_with_full(
+        {
+            **user,
+            LABEL_DEPLOYMENT: name,
+            LABEL_CLUSTER: p.cluster,
+            LABEL_REPLICA_INDEX: str(p.index),
+            LABEL_MANAGED_BY: MANAGED_BY,
+        }
+    )
+    engines = []
+    for e in raw_ts.get("engines") or []:
+        e2 = copy.deepcopy(e)
+        for mi, m in enumerate(e2.get("members") or []):
+            pool = p.pools.get((e2.get("name"), mi))
+            if pool is not None:
+                m["pool"] = pool
+        engines.append(e2)
+    rspec: dict[str, Any] = {
+        "deploymentName": name,
+        "index": p.index,
+        "clusterName": p.cluster,
+        "engines": engines,
+    }
+    for k in ("modelCacheRef", "tolerations", "serving", "shmSizeLimit", "flashLoader"):
+        if raw_ts.get(k) is not None:
+            rspec[k] = copy.deepcopy(raw_ts[k])
+    meta: dict[str, Any] = {
+        "name": replica_name(ns, name, p.index),
+        "namespace": ns,
+        "labels": labels,
+    }
+    if ann:
+        meta["annotations"] = ann
+    return {"apiVersion": API_VERSION, "kind": REPLICA_KIND, "metadata": meta, "spec": rspec}
+
+
+def _usage_body(inputs: Inputs, cache: str) -> dict[str, Any]:
+    labels, ann = labels_with_full(
+        {LABEL_DEPLOYMENT: inputs.name, LABEL_CACHE: cache, LABEL_MANAGED_BY: MANAGED_BY}
+    )
+    meta: dict[str, Any] = {
+        "name": child_name("modeldeployment", inputs.namespace, inputs.name, "cache-usage"),
+        "namespace": inputs.namespace,
+        "labels": labels,
+    }
+    if ann:
+        meta["annotations"] = ann
+    return {
+        "apiVersion": USAGE_API_VERSION,
+        "kind": "Usage",
+        "metadata": meta,
+        "spec": {
+            "of": {"apiVersion": API_VERSION, "kind": "ModelCache", "resourceRef": {"name": cache}},
+            "by": {
+                "apiVersion": API_VERSION,
+                "kind": "ModelDeployment",
+                "resourceRef": {"name": inputs.name},
+            },
+            "reason": f"ModelDeployment {inputs.name} serves from this ModelCache",
+            "replayDeletion": True,
+        },
+    }
+
+
+def _observed_replicas(inputs: Inputs) -> dict[str, Struct]:
+    """Observed ModelReplica children by composition-resource name."""
+    return {
+        k: c.resource
+        for k, c in sorted(inputs.observed.items())
+        if structs.get_str(c.resource, "kind") == REPLICA_KIND
+    }
+
+
+def _keep_all(inputs: Inputs, out: Outcome) -> None:
+    for k, c in sorted(inputs.observed.items()):
+        ready = None
+        if structs.get_str(c.resource, "kind") == REPLICA_KIND:
+            ready = structs.condition_is(c.resource, MODEL_READY)
+        out.keep(k, c.resource, ready)
+
+
+def _replica_state(obj: Struct | None) -> tuple[bool, str, str]:
+    """(ready, reason, message) of an observed ModelReplica from its ModelReady condition."""
+    if obj is None:
+        return False, "Creating", "not created yet"
+    c = structs.conditions(obj).get(MODEL_READY)
+    if c is None:
+        return False, "Pending", "reports no ModelReady condition yet"
+    return (
+        structs.get(c, "status") == "True",
+        structs.get_str(c, "reason"),
+        structs.get_str(c, "message"),
+    )
+
+
+def _status_from(
+    inputs: Inputs,
+    out: Outcome,
+    wanted: int,
+    rows: list[tuple[int, str, Struct | None, str | None]],
+    cache: str | None,
+) -> None:
+    """Status and ReplicasReady from (index, cluster, observed replica, hydration phase)."""
+    total = ready = 0
+    placement = []
+    failed: list[str] = []
+    waiting: list[str] = []
+    other: list[str] = []
+    for index, cluster, obj, phase in sorted(rows, key=lambda r: r[0]):
+        ok, reason, message = _replica_state(obj)
+        if obj is not None:
+            total += 1
+        if ok:
+            ready += 1
+        elif reason == HYDRATION_FAILED or phase == FAILED:
+            failed.append(
+                f"replica {index} on {cluster}: "
+                + (message or f"hydration of ModelCache {cache} on {cluster} Failed")
+            )
+            reason = HYDRATION_FAILED
+        elif reason == "Hydrating" or (phase is not None and phase != READY):
+            waiting.append(f"replica {index} on {cluster} ({phase or 'Hydrating'})")
+            reason = reason or WAITING_FOR_CACHE
+        else:
+            other.append(f"replica {index} on {cluster}: {reason or 'not ready'}")
+        placement.append(
+            {
+                "index": index,
+                "cluster": cluster,
+                "ready": ok,
+                **({"reason": reason} if reason else {}),
+            }
+        )
+    out.status["replicas"] = {"total": total, "ready": ready}
+    out.status["placement"] = placement
+    summary = f"{ready}/{wanted} replicas ready"
+    if failed:
+        out.condition(READY_COND, "False", HYDRATION_FAILED, f"{summary}; " + "; ".join(failed[:5]))
+    elif wanted > 0 and ready >= wanted and not other and not waiting:
+        out.condition(READY_COND, "True", "Ready", summary)
+    elif wanted == 0 and not rows:
+        out.condition(READY_COND, "True", "ScaledToZero", "0 replicas wanted")
+    elif waiting and not other:
+        out.condition(
+            READY_COND,
+            "False",
+            WAITING_FOR_CACHE,
+            f"{summary}; waiting for ModelCache {cache}: " + ", ".join(waiting[:5]),
+        )
+    else:
+        detail = "; ".join((other + waiting)[:5]) or "replicas not placed"
+        out.condition(READY_COND, "False", "ReplicasNotReady", f"{summary}; {detail}")
+
+
+def compose(inputs: Inputs) -> Outcome:
+    """Compose a ModelDeployment (see the module docstring).
+
+    Raises:
+        SpecError: for an invalid spec (the runner returns a fatal result naming the field).
+    """
+    out = Outcome()
+    spec, selector = _parse(inputs)
+    raw_ts = inputs.spec.get("template", {}).get("spec", {})
+    ns, name = inputs.namespace, inputs.name
+    ts = spec.template.spec
+    cache = ts.modelCacheRef.name if ts.modelCacheRef else None
+
+    out.require(
+        REQ_CLUSTERS, API_VERSION, "InferenceCluster", match_labels=selector.requirement_labels()
+    )
+    out.require(REQ_REPLICAS, API_VERSION, REPLICA_KIND, match_labels={})
+    if cache:
+        out.require(REQ_CACHE, API_VERSION, "ModelCache", match_name=cache, namespace=ns)
+        out.require(
+            REQ_HYDRATIONS,
+            API_VERSION,
+            "ModelCacheHydration",
+            match_labels={LABEL_CACHE: label_value(cache)},
+            namespace=ns,
+        )
+
+    observed = _observed_replicas(inputs)
+    obs_rows = [
+        (
+            int(structs.get(o, "spec", "index", default=0) or 0),
+            structs.get_str(o, "spec", "clusterName"),
+            o,
+            None,
+        )
+        for o in observed.values()
+    ]
+
+    engines, bad = _engines(raw_ts.get("engines") or [])
+    if bad:
+        _keep_all(inputs, out)
+        msg = "; ".join(bad[:3])
+        out.condition(SCHEDULED, "False", INVALID_DEVICE_SELECTOR, msg)
+        out.warning(msg, INVALID_DEVICE_SELECTOR)
+        _status_from(inputs, out, spec.replicas, obs_rows, cache)
+        return out
+
+    # Requirements: all must be resolved before anything is placed or removed.
+    names = [REQ_CLUSTERS, REQ_REPLICAS] + ([REQ_CACHE, REQ_HYDRATIONS] if cache else [])
+    got = {n: inputs.required(n) for n in names}
+    pending = [n for n, v in got.items() if v is UNRESOLVED]
+    if pending:
+        _keep_all(inputs, out)
+        out.condition(
+            SCHEDULED,
+            "Unknown",
+            "ResolvingRequirements",
+            "waiting for Crossplane to resolve required resources: " + ", ".join(pending),
+        )
+        _status_from(inputs, out, spec.replicas, obs_rows, cache)
+        return out
+    clusters_r = got[REQ_CLUSTERS]
+    replicas_r = got[REQ_REPLICAS]
+    assert isinstance(clusters_r, Resolved) and isinstance(replicas_r, Resolved)
+
+    footprint: dict[str, str] | None = None
+    if cache:
+        cache_r = got[REQ_CACHE]
+        assert isinstance(cache_r, Resolved)
+        if not cache_r.items:
+            _keep_all(inputs, out)
+            out.resources.pop(USAGE_KEY, None)
+            msg = (
+                f"ModelCache {ns}/{cache} (spec.template.spec.modelCacheRef) does not exist; "
+                f"no replica is placed until it does"
+            )
+            out.condition(SCHEDULED, "False", CACHE_NOT_FOUND, msg)
+            out.warning(msg, CACHE_NOT_FOUND)
+            out.requeue_after(inputs.settings.poll_seconds)
+            _status_from(inputs, out, spec.replicas, obs_rows, cache)
+            return out
+        hyd_r = got[REQ_HYDRATIONS]
+        assert isinstance(hyd_r, Resolved)
+        footprint = {}
+        for h in hyd_r.items:
+            cl = structs.get_str(h, "spec", "clusterName")
+            if not cl or structs.get_str(h, "metadata", "name") != hydration_name(ns, cache, cl):
+                continue  # another cache whose shortened label collides
+            footprint[cl] = structs.get_str(h, "status", "phase") or "Pending"
+
+    clusters = tuple(
+        sorted(
+            (_cluster(c) for c in clusters_r.items if structs.get_str(c, "metadata", "name")),
+            key=lambda c: c.name,
+        )
+    )
+    used: dict[tuple[str, str], int] = {}
+    for r in replicas_r.items:
+        if _is_own(r, ns, name):
+            continue
+        cl, _, cost = _replica_usage(r)
+        for pool, n in cost:
+            used[(cl, pool)] = used.get((cl, pool), 0) + n
+    existing = []
+    for o in observed.values():
+        cl, pools, _ = _replica_usage(o)
+        idx = structs.get(o, "spec", "index")
+        if cl and isinstance(idx, (int, float)):
+            existing.append(Existing(int(idx), cl, pools))
+
+    placement: Placement = place(
+        Request(
+            replicas=spec.replicas,
+            engines=engines,
+            selector=selector,
+            tolerations=parse_tolerations(
+                [t.model_dump(exclude_none=True) for t in ts.tolerations]
+            ),
+            clusters=clusters,
+            used=used,
+            existing=tuple(existing),
+            footprint=footprint,
+            cache=cache,
+        )
+    )
+
+    by_index = {int(structs.get(o, "spec", "index", default=-1)): o for o in observed.values()}
+    rows = []
+    for p in placement.replicas:
+        obj = by_index.get(p.index) if p.existing else None
+        ready = structs.condition_is(obj, MODEL_READY) if obj is not None else False
+        out.add(f"{REPLICA_PREFIX}{p.index}", _replica_body(inputs, spec, raw_ts, p), ready=ready)
+        rows.append((p.index, p.cluster, obj, p.hydration))
+    for r in placement.removed:
+        out.warning(f"removed replica {r.index} from {r.cluster}: {r.why}", "ReplicaRemoved")
+    if cache:
+        out.add(USAGE_KEY, _usage_body(inputs, cache))
+
+    if placement.reason is None:
+        out.condition(SCHEDULED, "True", "Scheduled", placement.message)
+    else:
+        out.condition(SCHEDULED, "False", placement.reason, placement.message)
+        out.requeue_after(inputs.settings.poll_seconds)
+    _status_from(inputs, out, spec.replicas, rows, cache)
+    if any(not r[2] or not structs.condition_is(r[2], MODEL_READY) for r in rows):
+        out.requeue_after(inputs.settings.poll_seconds)
+    return out

@@ -1,0 +1,382 @@
+"""DRA-style device selectors: CEL expressions evaluated against one device.
+
+A ModelDeployment member asks for devices with ``nodeSelector.devices[]``; each
+request names a ``count`` and CEL ``selectors`` that a device must all satisfy.
+The expressions read a device the way Kubernetes Dynamic Resource Allocation
+does (https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/,
+``DeviceSelector.cel``)::
+
+    device.driver                                  # string
+    device.attributes["<driver>"].<name>           # string, bool, int or semver
+    device.capacity["<driver>"].<name>             # Quantity
+    quantity("141Gi"), semver("9.0.0")             # helpers
+    q.compareTo(other) / q.isGreaterThan(other) / q.isLessThan(other)
+    q.asInteger() / q.asApproximateFloat()
+    v.compareTo(other) / v.isGreaterThan(other) / v.isLessThan(other)
+    v.major() / v.minor() / v.patch()
+
+The devices come from an InferenceCluster's ``status.gpuPools[].devices[]``
+(copied from its InferenceClass): ``attributes`` maps a bare name to exactly one
+of ``{string, version, bool, int}``; ``capacity`` maps a bare name to
+``{value: <Kubernetes quantity>}``; both live in the device's driver domain.
+
+Rules (as in DRA): an expression that does not parse is an error that names it
+(:class:`InvalidSelector`); an expression that fails at evaluation (a missing
+attribute, a type mismatch) or returns a non-boolean does not match.
+
+Hot path: compiled programs are cached by expression string, and results are
+cached by (expression, device) because every cluster of a fleet usually carries
+the same few InferenceClass devices.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any
+
+import celpy
+from celpy import celtypes
+
+# celpy logs every evaluation error at ERROR level; a non-matching device is not an error.
+logging.getLogger("celpy").setLevel(logging.CRITICAL)
+
+_QUANTITY = re.compile(
+    r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?P<suf>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
+)
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+_SEMVER = re.compile(
+    r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+    r"(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
+)
+
+
+def parse_quantity(text: str) -> Decimal:
+    """Parse a Kubernetes quantity (``"141Gi"``, ``"500m"``, ``"1e3"``) into a Decimal.
+
+    Follows https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/:
+    binary suffixes Ki..Ei (powers of 1024), decimal suffixes n, u, m, k, M, G, T,
+    P, E, or a decimal exponent.
+
+    Raises:
+        ValueError: when ``text`` is not a quantity.
+    """
+    m = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity")
+    try:
+        num = Decimal(m.group("num"))
+    except InvalidOperation as e:  # pragma: no cover - the regex admits only numbers
+        raise ValueError(f"{text!r} is not a Kubernetes quantity") from e
+    suf = m.group("suf") or ""
+    if suf in _BINARY:
+        return num * _BINARY[suf]
+    if suf in _DECIMAL:
+        return num * _DECIMAL[suf]
+    return num * (Decimal(10) ** int(suf[1:]))
+
+
+class Quantity:
+    """A Kubernetes quantity inside CEL (``quantity("20Gi")``); ordered by value."""
+
+    __slots__ = ("text", "value")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.value = parse_quantity(text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Quantity) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return f"quantity({self.text!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Semver:
+    """A semantic version inside CEL (``semver("9.0.0")``); ordered per semver.org."""
+
+    major: int
+    minor: int
+    patch: int
+    pre: tuple[Any, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Semver:
+        """Parse ``MAJOR.MINOR.PATCH[-pre][+build]``; raises ValueError otherwise."""
+        m = _SEMVER.match(text.strip()) if isinstance(text, str) else None
+        if m is None:
+            raise ValueError(f"{text!r} is not a semantic version")
+        pre: tuple[Any, ...] = ()
+        if m.group(4):
+            pre = tuple(int(p) if p.isdigit() else p for p in m.group(4).split("."))
+        return cls(int(m.group(1)), int(m.group(2)), int(m.group(3)), pre)
+
+    def key(self) -> tuple[Any, ...]:
+        """Sort key: a release sorts after its pre-releases; numeric ids before text ids."""
+        pre = tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in self.pre)
+        return (self.major, self.minor, self.patch, 1 if not pre else 0, pre)
+
+
+def _cmp(a: Any, b: Any) -> int:
+    if isinstance(a, Quantity) and isinstance(b, Quantity):
+        return (a.value > b.value) - (a.value < b.value)
+    if isinstance(a, Semver) and isinstance(b, Semver):
+        ka, kb = a.key(), b.key()
+        return (ka > kb) - (ka < kb)
+    raise TypeError(f"cannot compare {type(a).__name__} with {type(b).__name__}")
+
+
+def _quantity(text: Any) -> Quantity:
+    return Quantity(str(text))
+
+
+def _semver(text: Any) -> Semver:
+    return Semver.parse(str(text))
+
+
+def _compare_to(a: Any, b: Any) -> celtypes.IntType:
+    return celtypes.IntType(_cmp(a, b))
+
+
+def _greater(a: Any, b: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(_cmp(a, b) > 0)
+
+
+def _less(a: Any, b: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(_cmp(a, b) < 0)
+
+
+def _as_integer(q: Any) -> celtypes.IntType:
+    if not isinstance(q, Quantity) or q.value != q.value.to_integral_value():
+        raise TypeError("asInteger needs a whole quantity")
+    return celtypes.IntType(int(q.value))
+
+
+def _as_float(q: Any) -> celtypes.DoubleType:
+    if not isinstance(q, Quantity):
+        raise TypeError("asApproximateFloat needs a quantity")
+    return celtypes.DoubleType(float(q.value))
+
+
+def _part(i: int) -> Any:
+    def f(v: Any) -> celtypes.IntType:
+        if not isinstance(v, Semver):
+            raise TypeError("needs a semver")
+        return celtypes.IntType((v.major, v.minor, v.patch)[i])
+
+    return f
+
+
+FUNCTIONS: dict[str, Any] = {
+    "quantity": _quantity,
+    "semver": _semver,
+    "compareTo": _compare_to,
+    "isGreaterThan": _greater,
+    "isLessThan": _less,
+    "asInteger": _as_integer,
+    "asApproximateFloat": _as_float,
+    "major": _part(0),
+    "minor": _part(1),
+    "patch": _part(2),
+}
+
+_ENV = celpy.Environment()
+
+
+class InvalidSelector(ValueError):
+    """A CEL selector that does not compile; names the expression and why."""
+
+    def __init__(self, expression: str, reason: str) -> None:
+        super().__init__(f"CEL selector {expression.strip()!r} does not compile: {reason}")
+        self.expression = expression
+        self.reason = reason
+
+
+@lru_cache(maxsize=4096)
+def _compile(expression: str) -> Any:
+    try:
+        ast = _ENV.compile(expression)
+    except Exception as e:  # celpy raises CELParseError (and lark errors) for bad syntax
+        reason = " ".join(str(e).split()) or type(e).__name__
+        return InvalidSelector(expression, reason)
+    return _ENV.program(ast, functions=FUNCTIONS)
+
+
+def compile_selector(expression: str) -> Any:
+    """Compile (once; cached by expression string) and return the CEL program.
+
+    Raises:
+        InvalidSelector: when the expression does not parse.
+    """
+    p = _compile(expression)
+    if isinstance(p, InvalidSelector):
+        raise p
+    return p
+
+
+# ---- devices ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One kind of device on every node of a pool (DRA ``ResourceSlice`` style).
+
+    Attributes:
+        name: The device's name in its class (``gpu``).
+        driver: The DRA driver, and the domain of attributes and capacity.
+        count: How many of this device each node has.
+        claim: ``DRA`` (claimable) or ``Synthetic`` (placement only).
+        attributes: Bare name to a typed value (``("string", "Ampere")``).
+        capacity: Bare name to a quantity string (``"23034Mi"``).
+    """
+
+    name: str
+    driver: str
+    count: int = 1
+    claim: str = "DRA"
+    attributes: tuple[tuple[str, tuple[str, Any]], ...] = ()
+    capacity: tuple[tuple[str, str], ...] = ()
+    _activation: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @classmethod
+    def from_status(cls, raw: Any) -> Device:
+        """Build from a ``status.gpuPools[].devices[]`` entry (a plain dict)."""
+        attrs: list[tuple[str, tuple[str, Any]]] = []
+        for k, v in sorted(_items(raw.get("attributes") if raw else None)):
+            for typ in ("string", "version", "bool", "int"):
+                if typ in v and v[typ] is not None:
+                    val = v[typ]
+                    if typ == "int" and isinstance(val, float):
+                        val = int(val)
+                    attrs.append((k, (typ, val)))
+                    break
+        caps = []
+        for k, v in sorted(_items(raw.get("capacity") if raw else None)):
+            if "value" in v and isinstance(v["value"], str):
+                caps.append((k, v["value"]))
+        count = raw.get("count", 1) if raw else 1
+        return cls(
+            name=str(raw.get("name", "")),
+            driver=str(raw.get("driver", "")),
+            count=int(count) if isinstance(count, (int, float)) else 1,
+            claim=str(raw.get("claim") or "DRA"),
+            attributes=tuple(attrs),
+            capacity=tuple(caps),
+        )
+
+    def activation(self) -> dict[str, Any]:
+        """The CEL activation ``{"device": ...}`` (built once per device)."""
+        if not self._activation:
+            attrs: dict[Any, Any] = {}
+            for k, (typ, v) in self.attributes:
+                attrs[celtypes.StringType(k)] = _typed(typ, v)
+            caps: dict[Any, Any] = {}
+            for k, v in self.capacity:
+                try:
+                    caps[celtypes.StringType(k)] = Quantity(v)
+                except ValueError:
+                    continue  # an unparsable capacity is simply absent
+            d = celtypes.StringType(self.driver)
+            device = celtypes.MapType(
+                {
+                    celtypes.StringType("driver"): d,
+                    celtypes.StringType("attributes"): celtypes.MapType(
+                        {d: celtypes.MapType(attrs)}
+                    ),
+                    celtypes.StringType("capacity"): celtypes.MapType({d: celtypes.MapType(caps)}),
+                }
+            )
+            self._activation["device"] = device
+        return self._activation
+
+
+def _items(v: Any) -> Iterable[tuple[str, Any]]:
+    if isinstance(v, Mapping):
+        return [(k, x) for k, x in v.items() if isinstance(x, Mapping)]
+    return []
+
+
+def _typed(typ: str, v: Any) -> Any:
+    if typ == "string":
+        return celtypes.StringType(str(v))
+    if typ == "bool":
+        return celtypes.BoolType(bool(v))
+    if typ == "int":
+        return celtypes.IntType(int(v))
+    try:
+        return Semver.parse(str(v))
+    except ValueError:
+        return celtypes.StringType(str(v))
+
+
+@lru_cache(maxsize=65536)
+def _eval(expression: str, device: Device) -> bool:
+    program = compile_selector(expression)
+    try:
+        result = program.evaluate(device.activation())
+    except Exception:  # an evaluation error does not match (DRA semantics)
+        return False
+    return isinstance(result, celtypes.BoolType) and bool(result)
+
+
+def selector_matches(expression: str, device: Device) -> bool:
+    """True when ``device`` satisfies the CEL ``expression``.
+
+    Raises:
+        InvalidSelector: when the expression does not parse.
+    """
+    return _eval(expression, device)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """One ``nodeSelector.devices[]`` entry: ``count`` devices satisfying every selector."""
+
+    name: str
+    count: int
+    selectors: tuple[str, ...]
+
+    def satisfied_by(self, device: Device) -> bool:
+        """True when ``device`` has at least ``count`` units and passes every selector."""
+        if device.count < self.count:
+            return False
+        return all(selector_matches(s, device) for s in self.selectors)
+
+
+def pool_satisfies(requests: Iterable[DeviceRequest], devices: Iterable[Device]) -> bool:
+    """True when every request is satisfied by some device of the pool.
+
+    An engine also needs something to claim: at least one request must be met by
+    a ``claim: DRA`` device (Modelplane's rule: a pool that matches only
+    Synthetic devices leaves the pods nothing to claim). Callers apply that rule
+    per engine with :func:`claims_dra`.
+    """
+    devs = tuple(devices)
+    return all(any(r.satisfied_by(d) for d in devs) for r in requests)
+
+
+def claims_dra(requests: Iterable[DeviceRequest], devices: Iterable[Device]) -> bool:
+    """True when some request is satisfied by a claimable (``claim: DRA``) device."""
+    devs = tuple(d for d in devices if d.claim == "DRA")
+    return any(any(r.satisfied_by(d) for d in devs) for r in requests)

@@ -1,0 +1,591 @@
+"""Placement of a ModelDeployment's replicas across the fleet: a pure function.
+
+:func:`place` takes what the deployment asks for (replica count, engines with
+their device requests, cluster selector, tolerations), the fleet (clusters with
+their GPU pools, what every other replica already uses), the deployment's own
+existing replicas, and the cache footprint, and returns where every replica
+runs and why any could not be placed. No I/O, no clock, no protobuf: it is
+tested as a table.
+
+Rules (issue 3; Kubernetes semantics where a rule comes from Kubernetes):
+
+Eligibility of a cluster for a new replica
+    Ready; matches the deployment's ``clusterSelector`` (full label-selector
+    semantics); every ``NoSchedule``/``NoExecute`` taint tolerated; with a cache,
+    inside its footprint (a ModelCacheHydration that has not Failed: the
+    deployment's selector and the footprint are intersected, never merged); and
+    every engine fits on the cluster's pools (below).
+
+Fit of an engine on a cluster
+    A member's cost is its pods times the engine's ``copies`` (Standalone and
+    Leader: 1 pod; Worker: ``worker.nodes`` pods; one pod per node). A pool
+    satisfies a member when every device request of the member is met by one of
+    the pool's devices (count and CEL selectors). The whole engine goes on one
+    pool when one satisfies every member and has the free nodes (pools tried by
+    name); otherwise members are split across pools, each on the first pool by
+    name that satisfies it and has room. A member without device requests (a
+    coordinator-only Leader) rides on its engine's pool. Some request of the
+    engine must be met by a claimable (``claim: DRA``) device. Free nodes of a
+    pool are ``status.gpuPools[].nodes`` minus the cost of every replica of the
+    fleet on that pool.
+
+Stability
+    An existing replica stays on its cluster while the cluster is still
+    eligible for it; its pools are kept while they still satisfy its members.
+    It is removed when its cluster is gone, no longer matches the selector,
+    carries an untolerated ``NoExecute`` taint, is outside the cache footprint,
+    or can no longer fit the engines. A replica whose cluster is not Ready or
+    whose hydration Failed is *moved*: it is replaced only when a replacement
+    could be placed elsewhere, and kept (failed) otherwise, so that a failure
+    stays visible and never turns into no replica at all.
+
+Choice for new replicas
+    Spread, then pack: clusters without a replica of this deployment first;
+    among them a cluster whose hydration is Ready before one still Hydrating;
+    once every eligible cluster has one, pack onto the cluster left with the
+    fewest free nodes. Ties break by cluster name, so the result is
+    deterministic. New replicas take the lowest index no existing replica holds
+    (a replica's cluster is pinned; an index is never reused for another
+    cluster in the same reconcile).
+
+Scale-down
+    Removes replicas due to move first, then from the most loaded cluster (the
+    highest fraction of its nodes in use across the fleet), then those on a
+    Hydrating cluster before a Ready one, then the highest index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from function.devices import Device, DeviceRequest, claims_dra, pool_satisfies
+from function.selectors import LabelSelector
+from function.tolerations import (
+    EXECUTE_EFFECTS,
+    SCHEDULE_EFFECTS,
+    Taint,
+    Toleration,
+    untolerated,
+)
+
+# Hydration phases (ModelCacheHydration status.phase).
+READY = "Ready"
+FAILED = "Failed"
+
+# Reasons of ReplicasScheduled=False.
+CACHE_NOT_FOUND = "CacheNotFound"
+WAITING_FOR_CACHE = "WaitingForCache"
+NO_CLUSTER_IN_FOOTPRINT = "NoClusterInCacheFootprint"
+NO_MATCHING_CLUSTERS = "NoMatchingClusters"
+INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+
+_MAX_NAMED = 5  # clusters named per reason in a message (fleets have thousands)
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A GPU pool of a cluster: ``status.gpuPools[]``."""
+
+    name: str
+    nodes: int
+    devices: tuple[Device, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """An InferenceCluster as placement sees it."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ready: bool = True
+    taints: tuple[Taint, ...] = ()
+    pools: tuple[Pool, ...] = ()
+
+    def pool(self, name: str) -> Pool | None:
+        """The pool called ``name``, or None."""
+        for p in self.pools:
+            if p.name == name:
+                return p
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One member of an engine: its pods per copy and its device requests."""
+
+    role: str
+    pods: int = 1
+    requests: tuple[DeviceRequest, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """One engine: ``copies`` of its members."""
+
+    name: str
+    copies: int
+    members: tuple[Member, ...]
+
+    def cost(self, i: int) -> int:
+        """Nodes member ``i`` takes: pods times copies."""
+        return self.members[i].pods * self.copies
+
+
+MemberKey = tuple[str, int]
+"""(engine name, member index)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Existing:
+    """A replica of this deployment that exists (observed)."""
+
+    index: int
+    cluster: str
+    pools: Mapping[MemberKey, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where one replica runs."""
+
+    index: int
+    cluster: str
+    pools: Mapping[MemberKey, str]
+    existing: bool
+    hydration: str | None = None
+    """The cluster's hydration phase (None without a cache)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """An existing replica that placement drops, and why."""
+
+    index: int
+    cluster: str
+    why: str
+
+
+@dataclass
+class Placement:
+    """The outcome of :func:`place`.
+
+    Attributes:
+        replicas: Every replica that should exist, sorted by index.
+        removed: Existing replicas dropped, sorted by index.
+        reason: Why fewer replicas than wanted are placed (None when all are).
+        message: A sentence for the condition, naming what was checked.
+    """
+
+    replicas: list[Placed]
+    removed: list[Removed]
+    reason: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class Request:
+    """What placement needs.
+
+    Attributes:
+        replicas: How many replicas the deployment wants.
+        engines: The engines of every replica.
+        selector: The deployment's own cluster selector.
+        tolerations: The deployment's tolerations.
+        clusters: Every InferenceCluster matching the selector's equality part
+            (placement applies the whole selector again).
+        used: Nodes used per ``(cluster, pool)`` by replicas of *other*
+            deployments.
+        existing: This deployment's replicas that exist.
+        footprint: With a cache: cluster name to its hydration phase (every
+            hydration, Failed too); None without a cache.
+        cache: The cache's name (for messages), or None.
+    """
+
+    replicas: int
+    engines: tuple[Engine, ...]
+    selector: LabelSelector
+    tolerations: tuple[Toleration, ...] = ()
+    clusters: tuple[Cluster, ...] = ()
+    used: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    existing: tuple[Existing, ...] = ()
+    footprint: Mapping[str, str] | None = None
+    cache: str | None = None
+
+
+class _Ledger:
+    """Free nodes per (cluster, pool), updated as replicas are kept, placed, removed."""
+
+    def __init__(self, clusters: Mapping[str, Cluster], used: Mapping[tuple[str, str], int]):
+        self.used: dict[tuple[str, str], int] = {k: int(v) for k, v in used.items() if v}
+        self.clusters = clusters
+
+    def free(self, cluster: str, pool: str) -> int:
+        c = self.clusters.get(cluster)
+        p = c.pool(pool) if c else None
+        return (p.nodes if p else 0) - self.used.get((cluster, pool), 0)
+
+    def charge(self, cluster: str, charges: Mapping[str, int], sign: int = 1) -> None:
+        for pool, n in charges.items():
+            key = (cluster, pool)
+            self.used[key] = self.used.get(key, 0) + sign * n
+
+    def load(self, cluster: str) -> float:
+        c = self.clusters.get(cluster)
+        total = sum(p.nodes for p in c.pools) if c else 0
+        used = sum(self.used.get((cluster, p.name), 0) for p in c.pools) if c else 0
+        return used / total if total > 0 else 1.0
+
+
+def _charges(engines: Sequence[Engine], pools: Mapping[MemberKey, str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in engines:
+        for i in range(len(e.members)):
+            p = pools.get((e.name, i))
+            if p is not None:
+                out[p] = out.get(p, 0) + e.cost(i)
+    return out
+
+
+def _fit(
+    cluster: Cluster,
+    engines: Sequence[Engine],
+    free: Mapping[str, int] | None,
+    prefer: Mapping[MemberKey, str] | None = None,
+) -> tuple[dict[MemberKey, str] | None, str]:
+    """Assign a pool to every member of every engine on ``cluster``.
+
+    Args:
+        free: Free nodes per pool; None ignores capacity (device fit only).
+        prefer: Pools to keep when they still satisfy the member (existing replica).
+
+    Returns:
+        ``(pools, "")`` or ``(None, why)``.
+    """
+    pools = sorted(cluster.pools, key=lambda p: p.name)
+    left = dict(free) if free is not None else None
+    out: dict[MemberKey, str] = {}
+
+    def room(pool: Pool, n: int) -> bool:
+        return left is None or left.get(pool.name, 0) >= n
+
+    def take(pool: Pool, n: int) -> None:
+        if left is not None:
+            left[pool.name] = left.get(pool.name, 0) - n
+
+    for e in engines:
+        claimers = [i for i, m in enumerate(e.members) if m.requests]
+        total = sum(e.cost(i) for i in range(len(e.members)))
+        chosen: dict[int, Pool] = {}
+        # Existing pools first, when every member still fits where it is.
+        if prefer:
+            kept = {i: cluster.pool(prefer.get((e.name, i), "")) for i in range(len(e.members))}
+            if all(p is not None for p in kept.values()):
+                need: dict[str, int] = {}
+                for i, p in kept.items():
+                    need[p.name] = need.get(p.name, 0) + e.cost(i)  # type: ignore[union-attr]
+                ok = all(
+                    pool_satisfies(e.members[i].requests, p.devices)  # type: ignore[union-attr]
+                    for i, p in kept.items()
+                ) and all(left is None or left.get(n, 0) >= c for n, c in need.items())
+                if ok and (
+                    not claimers
+                    or any(
+                        claims_dra(e.members[i].requests, kept[i].devices)  # type: ignore[union-attr]
+                        for i in claimers
+                    )
+                ):
+                    chosen = kept  # type: ignore[assignment]
+        if not chosen:
+            for p in pools:
+                if (
+                    all(pool_satisfies(e.members[i].requests, p.devices) for i in claimers)
+                    and (
+                        not claimers
+                        or any(claims_dra(e.members[i].requests, p.devices) for i in claimers)
+                    )
+                    and room(p, total)
+                ):
+                    chosen = dict.fromkeys(range(len(e.members)), p)
+                    break
+        if not chosen:
+            # Split members across pools; requestless members ride on the first claimer's pool.
+            trial = dict(left) if left is not None else None
+            split: dict[int, Pool] = {}
+            for i in claimers:
+                for p in pools:
+                    fits = trial is None or trial.get(p.name, 0) >= e.cost(i)
+                    if fits and pool_satisfies(e.members[i].requests, p.devices):
+                        split[i] = p
+                        if trial is not None:
+                            trial[p.name] = trial.get(p.name, 0) - e.cost(i)
+                        break
+                else:
+                    if not any(pool_satisfies(e.members[i].requests, p.devices) for p in pools):
+                        return None, _no_devices(e, i)
+                    return None, _no_room(cluster, e, i, left)
+            if not claimers:
+                if not pools:
+                    return None, "has no GPU pools"
+                split = dict.fromkeys(range(len(e.members)), pools[0])
+            anchor = split[claimers[0]] if claimers else pools[0]
+            for i in range(len(e.members)):
+                if i not in split:
+                    if trial is not None and trial.get(anchor.name, 0) < e.cost(i):
+                        return None, _no_room(cluster, e, i, left)
+                    split[i] = anchor
+                    if trial is not None:
+                        trial[anchor.name] = trial.get(anchor.name, 0) - e.cost(i)
+            if claimers and not any(
+                claims_dra(e.members[i].requests, split[i].devices) for i in claimers
+            ):
+                return None, f"engine {e.name}: no pool offers a claimable (claim: DRA) device"
+            chosen = split
+        for i, p in chosen.items():
+            out[(e.name, i)] = p.name
+            take(p, e.cost(i))
+    return out, ""
+
+
+def _no_devices(e: Engine, i: int) -> str:
+    names = ",".join(r.name for r in e.members[i].requests)
+    role = e.members[i].role
+    return f"no pool's devices satisfy engine {e.name} member {i} ({role}) request {names}"
+
+
+def _no_room(cluster: Cluster, e: Engine, i: int, free: Mapping[str, int] | None) -> str:
+    pools = ", ".join(
+        f"{p.name} {max(0, (free or {}).get(p.name, 0))}/{p.nodes} free" for p in cluster.pools
+    )
+    return f"engine {e.name} member {i} needs {e.cost(i)} node(s): {pools or 'no pools'}"
+
+
+def place(req: Request) -> Placement:
+    """Decide where every replica of a deployment runs (see the module docstring).
+
+    Raises:
+        function.devices.InvalidSelector: when a device selector does not compile.
+    """
+    clusters = {c.name: c for c in req.clusters}
+    ledger = _Ledger(clusters, req.used)
+    fp = req.footprint
+
+    def phase(name: str) -> str | None:
+        return None if fp is None else fp.get(name)
+
+    def tier(name: str) -> int:
+        return 0 if fp is None or fp.get(name) == READY else 1
+
+    # ---- existing replicas: keep, move (soft), or drop --------------------
+    solid: list[Placed] = []
+    soft: list[tuple[Placed, str]] = []
+    removed: list[Removed] = []
+    for ex in sorted(req.existing, key=lambda x: x.index):
+        c = clusters.get(ex.cluster)
+        why = ""
+        if c is None:
+            why = "cluster is gone or no longer matches clusterSelector"
+        elif not req.selector.matches(c.labels):
+            why = "cluster no longer matches clusterSelector"
+        elif taints := untolerated(c.taints, req.tolerations, EXECUTE_EFFECTS):
+            why = f"taint {taints[0]} not tolerated"
+        elif fp is not None and ex.cluster not in fp:
+            why = f"cluster is outside the footprint of ModelCache {req.cache}"
+        if not why and c is not None:
+            pools, fit_why = _fit(c, req.engines, None, ex.pools)
+            if pools is None:
+                why = f"no longer fits: {fit_why}"
+        if why:
+            removed.append(Removed(ex.index, ex.cluster, why))
+            continue
+        assert c is not None
+        # Re-fit with capacity (own usage is not in the ledger yet).
+        free = {p.name: ledger.free(c.name, p.name) for p in c.pools}
+        pools, _ = _fit(c, req.engines, free, ex.pools)
+        if pools is None:
+            # Its pool is full of what others took since: it stays where it was placed.
+            pools, _ = _fit(c, req.engines, None, ex.pools)
+            assert pools is not None
+        p = Placed(ex.index, c.name, pools, True, phase(c.name))
+        ledger.charge(c.name, _charges(req.engines, pools))
+        if not c.ready:
+            soft.append((p, "cluster is not Ready"))
+        elif fp is not None and fp.get(c.name) == FAILED:
+            soft.append((p, f"hydration of ModelCache {req.cache} Failed"))
+        else:
+            solid.append(p)
+
+    def drop(p: Placed, why: str) -> None:
+        ledger.charge(p.cluster, _charges(req.engines, p.pools), -1)
+        removed.append(Removed(p.index, p.cluster, why))
+
+    # ---- scale-down --------------------------------------------------------
+    while len(solid) + len(soft) > req.replicas:
+        if soft:
+            p, why = soft.pop()
+            drop(p, f"scaled down ({why})")
+            continue
+        counts = _counts(solid)
+        victim = max(
+            solid,
+            key=lambda p: (ledger.load(p.cluster), counts[p.cluster], tier(p.cluster), p.index),
+        )
+        solid.remove(victim)
+        drop(victim, "scaled down")
+
+    # ---- scale-up: place new replicas -------------------------------------
+    need = req.replicas - len(solid)
+    taken = {ex.index for ex in req.existing}
+    checked: dict[str, str] = {}
+    new: list[Placed] = []
+    candidates = _candidates(req, clusters, checked)
+    # Fit per cluster, recomputed only for the cluster the last replica went to.
+    fits: dict[str, tuple[dict[MemberKey, str] | None, str, int]] = {}
+    for _ in range(need):
+        counts = _counts(solid + [p for p, _ in soft] + new)
+        best: tuple[tuple[object, ...], Cluster, dict[MemberKey, str]] | None = None
+        for c in candidates:
+            fit = fits.get(c.name)
+            if fit is None:
+                free = {p.name: ledger.free(c.name, p.name) for p in c.pools}
+                pools, why = _fit(c, req.engines, free)
+                left = sum(free.values())
+                if pools is not None:
+                    left -= sum(_charges(req.engines, pools).values())
+                fit = fits[c.name] = (pools, why, left)
+            pools, why, left = fit
+            if pools is None:
+                checked[c.name] = why
+                continue
+            n = counts.get(c.name, 0)
+            key = (n > 0, tier(c.name), left if n > 0 else 0, c.name)
+            if best is None or key < best[0]:
+                best = (key, c, pools)
+        if best is None:
+            break
+        _, c, pools = best
+        checked.pop(c.name, None)
+        fits.pop(c.name, None)
+        index = _free_index(taken)
+        taken.add(index)
+        ledger.charge(c.name, _charges(req.engines, pools))
+        new.append(Placed(index, c.name, pools, False, phase(c.name)))
+
+    # ---- replicas due to move: replaced when a replacement was placed -----
+    keep_soft = max(0, req.replicas - len(solid) - len(new))
+    soft.sort(key=lambda s: s[0].index)
+    for p, why in soft[keep_soft:]:
+        drop(p, f"moved ({why})")
+    kept_soft = [p for p, _ in soft[:keep_soft]]
+
+    replicas = sorted(solid + kept_soft + new, key=lambda p: p.index)
+    removed.sort(key=lambda r: r.index)
+    placed = len(replicas)
+    if placed >= req.replicas:
+        where = _where(replicas)
+        return Placement(
+            replicas, removed, None, f"{placed} of {req.replicas} replicas placed{where}"
+        )
+    reason, detail = _shortfall(req, clusters, checked)
+    msg = f"{placed} of {req.replicas} replicas placed: {detail}"
+    return Placement(replicas, removed, reason, msg)
+
+
+def _counts(placed: Sequence[Placed]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in placed:
+        out[p.cluster] = out.get(p.cluster, 0) + 1
+    return out
+
+
+def _free_index(taken: set[int]) -> int:
+    i = 0
+    while i in taken:
+        i += 1
+    return i
+
+
+def _where(replicas: Sequence[Placed]) -> str:
+    counts = _counts(replicas)
+    if not counts:
+        return ""
+    parts = [f"{k}" if v == 1 else f"{k} x{v}" for k, v in sorted(counts.items())]
+    more = f" and {len(parts) - _MAX_NAMED} more" if len(parts) > _MAX_NAMED else ""
+    return " on " + ", ".join(parts[:_MAX_NAMED]) + more
+
+
+def _candidates(
+    req: Request, clusters: Mapping[str, Cluster], checked: dict[str, str]
+) -> list[Cluster]:
+    """Clusters a new replica may go to (capacity is checked later); records why others not."""
+    out = []
+    fp = req.footprint
+    for name in sorted(clusters):
+        c = clusters[name]
+        if not req.selector.matches(c.labels):
+            continue  # outside the selector: not "checked"
+        if fp is not None:
+            ph = fp.get(name)
+            if ph is None:
+                continue  # outside the footprint: reported by _shortfall
+            if ph == FAILED:
+                checked[name] = f"hydration of ModelCache {req.cache} Failed"
+                continue
+        if not c.ready:
+            checked[name] = "not Ready"
+            continue
+        bad = untolerated(c.taints, req.tolerations, SCHEDULE_EFFECTS)
+        if bad:
+            checked[name] = f"taint {bad[0]} not tolerated"
+            continue
+        pools, why = _fit(c, req.engines, None)
+        if pools is None:
+            checked[name] = why
+            continue
+        out.append(c)
+    return out
+
+
+def _shortfall(
+    req: Request, clusters: Mapping[str, Cluster], checked: Mapping[str, str]
+) -> tuple[str, str]:
+    """The specific reason fewer replicas than wanted are placed, and what was checked."""
+    selected = sorted(n for n, c in clusters.items() if req.selector.matches(c.labels))
+    fp = req.footprint
+    if fp is not None:
+        live = sorted(n for n, ph in fp.items() if ph != FAILED)
+        if not fp:
+            return WAITING_FOR_CACHE, (
+                f"ModelCache {req.cache} has no hydration on any cluster yet; "
+                f"replicas are placed only where it is pre-warmed"
+            )
+        inside = [n for n in selected if n in fp]
+        if not [n for n in inside if fp[n] != FAILED]:
+            failed = sorted(n for n in inside if fp[n] == FAILED)
+            detail = (
+                f"clusterSelector matches {_names(selected) or 'no cluster'}; the footprint of "
+                f"ModelCache {req.cache} is {_names(live) or 'empty'}"
+            )
+            if failed:
+                detail += f"; hydration Failed on {_names(failed)}"
+            return NO_CLUSTER_IN_FOOTPRINT, detail
+    elif not selected:
+        return NO_MATCHING_CLUSTERS, "no InferenceCluster matches clusterSelector"
+    if not checked:
+        return INSUFFICIENT_CAPACITY, "every eligible cluster is full"
+    by_why: dict[str, list[str]] = {}
+    for name, why in sorted(checked.items()):
+        by_why.setdefault(why, []).append(name)
+    parts = [
+        f"{_names(names)}: {why}" for why, names in sorted(by_why.items(), key=lambda x: x[1][0])
+    ]
+    more = f"; and {len(parts) - _MAX_NAMED} more" if len(parts) > _MAX_NAMED else ""
+    return INSUFFICIENT_CAPACITY, (
+        f"checked {len(checked)} cluster(s): " + "; ".join(parts[:_MAX_NAMED]) + more
+    )
+
+
+def _names(names: Sequence[str]) -> str:
+    if len(names) <= _MAX_NAMED:
+        return ", ".join(names)
+    return ", ".join(names[:_MAX_NAMED]) + f" and {len(names) - _MAX_NAMED} more"

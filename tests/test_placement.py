@@ -1,0 +1,481 @@
+"""Placement as a pure function: tables of (fleet, deployment) -> where replicas run.
+
+Also the pieces it rests on: DRA-style CEL device selectors (function.devices)
+and Kubernetes taint/toleration matching (function.tolerations).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from function.devices import (
+    Device,
+    DeviceRequest,
+    InvalidSelector,
+    Semver,
+    compile_selector,
+    parse_quantity,
+    selector_matches,
+)
+from function.placement import (
+    CACHE_NOT_FOUND,
+    INSUFFICIENT_CAPACITY,
+    NO_CLUSTER_IN_FOOTPRINT,
+    NO_MATCHING_CLUSTERS,
+    WAITING_FOR_CACHE,
+    Cluster,
+    Engine,
+    Existing,
+    Member,
+    Pool,
+    Request,
+    place,
+)
+from function.selectors import LabelSelector
+from function.tolerations import Taint, Toleration, parse_taints, parse_tolerations, untolerated
+
+assert CACHE_NOT_FOUND  # the composer, not placement, decides CacheNotFound
+
+H100 = Device.from_status(
+    {
+        "name": "gpu",
+        "driver": "gpu.nvidia.com",
+        "count": 8,
+        "attributes": {
+            "architecture": {"string": "Hopper"},
+            "cudaComputeCapability": {"version": "9.0.0"},
+            "nvlink": {"bool": True},
+            "sm": {"int": 132},
+        },
+        "capacity": {"memory": {"value": "80Gi"}},
+    }
+)
+L4 = Device.from_status(
+    {
+        "name": "gpu",
+        "driver": "gpu.nvidia.com",
+        "count": 1,
+        "attributes": {"architecture": {"string": "Ada Lovelace"}},
+        "capacity": {"memory": {"value": "23034Mi"}},
+    }
+)
+IB = Device.from_status({"name": "ib", "driver": "fabric.modelplane.ai", "claim": "Synthetic"})
+
+MEM_40 = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0'
+MEM_20 = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("20Gi")) >= 0'
+
+
+def gpu(count: int = 1, *sels: str) -> DeviceRequest:
+    return DeviceRequest("gpu", count, tuple(sels) or (MEM_20,))
+
+
+def standalone(count: int = 1, *sels: str, copies: int = 1, name: str = "vllm") -> Engine:
+    return Engine(name, copies, (Member("Standalone", 1, (gpu(count, *sels),)),))
+
+
+def gang(workers: int = 1, count: int = 8, name: str = "vllm") -> Engine:
+    return Engine(
+        name,
+        1,
+        (Member("Leader", 1, (gpu(count),)), Member("Worker", workers, (gpu(count),))),
+    )
+
+
+def cluster(name: str, nodes: int = 4, dev: Device = H100, **kw: object) -> Cluster:
+    labels = kw.pop("labels", {"gpu": "h100"})
+    pools = kw.pop("pools", (Pool("h100", nodes, (dev,)),))
+    return Cluster(name, labels, pools=pools, **kw)  # type: ignore[arg-type]
+
+
+ALL = LabelSelector.parse({}, "s")
+
+
+def req(**kw: object) -> Request:
+    base: dict[str, object] = {"replicas": 1, "engines": (standalone(),), "selector": ALL}
+    base.update(kw)
+    return Request(**base)  # type: ignore[arg-type]
+
+
+def where(p) -> list[tuple[int, str]]:
+    return [(r.index, r.cluster) for r in p.replicas]
+
+
+# ---- devices -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("80Gi", Decimal(80 * 2**30)),
+        ("23034Mi", Decimal(23034 * 2**20)),
+        ("500m", Decimal("0.5")),
+        ("1k", Decimal(1000)),
+        ("1e3", Decimal(1000)),
+        ("1.5G", Decimal(1_500_000_000)),
+        ("2", Decimal(2)),
+    ],
+)
+def test_parse_quantity(text: str, value: Decimal) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "Gi", "1GB", "1.2.3", "abc"])
+def test_parse_quantity_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_quantity(text)
+
+
+@pytest.mark.parametrize(
+    ("expr", "device", "want"),
+    [
+        (MEM_40, H100, True),
+        (MEM_40, L4, False),
+        (MEM_20, L4, True),  # 23034Mi > 20Gi
+        ('device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("22Gi"))', L4, True),
+        ('device.capacity["gpu.nvidia.com"].memory.isLessThan(quantity("22Gi"))', L4, False),
+        ('device.attributes["gpu.nvidia.com"].architecture == "Hopper"', H100, True),
+        ('device.attributes["gpu.nvidia.com"].architecture == "Hopper"', L4, False),
+        ('device.driver == "gpu.nvidia.com"', L4, True),
+        ('device.attributes["gpu.nvidia.com"].nvlink', H100, True),
+        ('device.attributes["gpu.nvidia.com"].sm >= 100', H100, True),
+        (
+            'device.attributes["gpu.nvidia.com"].cudaComputeCapability'
+            '.isGreaterThan(semver("8.9.0"))',
+            H100,
+            True,
+        ),
+        ('device.attributes["gpu.nvidia.com"].cudaComputeCapability.major() == 9', H100, True),
+        # Evaluation errors do not match: a missing attribute, another driver, a type error.
+        ('device.attributes["gpu.nvidia.com"].nvlink', L4, False),
+        ('device.capacity["amd.com"].memory.compareTo(quantity("1Gi")) >= 0', H100, False),
+        ('device.capacity["gpu.nvidia.com"].memory.compareTo(1) >= 0', H100, False),
+        ('quantity("not-a-quantity").compareTo(quantity("1")) >= 0', H100, False),
+        # A non-boolean result does not match.
+        ("device.driver", H100, False),
+    ],
+)
+def test_selector(expr: str, device: Device, want: bool) -> None:
+    assert selector_matches(expr, device) is want
+
+
+@pytest.mark.parametrize("expr", ['device.capacity["gpu.nvidia.com"', "1 +", "", "a ++ b"])
+def test_selector_that_does_not_compile_names_itself(expr: str) -> None:
+    with pytest.raises(InvalidSelector) as e:
+        compile_selector(expr)
+    assert expr.strip() in str(e.value)
+    assert "does not compile" in str(e.value)
+
+
+def test_compiled_programs_are_cached_by_expression() -> None:
+    assert compile_selector(MEM_20) is compile_selector(MEM_20)
+
+
+def test_semver_order() -> None:
+    assert Semver.parse("1.0.0-alpha").key() < Semver.parse("1.0.0").key()
+    assert Semver.parse("1.0.0-alpha.1").key() < Semver.parse("1.0.0-alpha.beta").key()
+    assert Semver.parse("1.10.0").key() > Semver.parse("1.9.0").key()
+
+
+def test_device_request_count() -> None:
+    assert DeviceRequest("gpu", 8, (MEM_20,)).satisfied_by(H100)
+    assert not DeviceRequest("gpu", 9, (MEM_20,)).satisfied_by(H100)
+
+
+# ---- taints ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tol", "taint", "want"),
+    [
+        (Toleration("k", "Equal", "v", "NoSchedule"), Taint("k", "v", "NoSchedule"), True),
+        (Toleration("k", "Equal", "w", "NoSchedule"), Taint("k", "v", "NoSchedule"), False),
+        (Toleration("k", "Exists", "", ""), Taint("k", "v", "NoExecute"), True),
+        (Toleration("", "Exists", "", ""), Taint("any", "v", "NoSchedule"), True),
+        (Toleration("k", "Equal", "v", "NoExecute"), Taint("k", "v", "NoSchedule"), False),
+        (Toleration("other", "Exists", "", ""), Taint("k", "", "NoSchedule"), False),
+    ],
+)
+def test_toleration(tol: Toleration, taint: Taint, want: bool) -> None:
+    assert tol.tolerates(taint) is want
+
+
+def test_parse_taints_and_tolerations() -> None:
+    taints = parse_taints([{"key": "maint", "effect": "NoExecute"}, {"key": "x"}])
+    assert taints == (Taint("maint", "", "NoExecute"),)
+    tols = parse_tolerations([{"key": "maint", "operator": "Exists"}])
+    assert untolerated(taints, tols, ("NoExecute",)) == []
+    assert untolerated(taints, (), ("NoExecute",)) == [Taint("maint", "", "NoExecute")]
+
+
+# ---- placement -------------------------------------------------------------------
+
+
+def test_spread_before_pack_ties_by_name() -> None:
+    p = place(req(replicas=3, clusters=(cluster("b"), cluster("a"))))
+    # a then b (spread), then pack onto the fuller of the two (equal: by name).
+    assert where(p) == [(0, "a"), (1, "b"), (2, "a")]
+    assert p.reason is None
+
+
+def test_pack_prefers_the_cluster_with_fewest_free_nodes() -> None:
+    p = place(req(replicas=3, clusters=(cluster("a", nodes=8), cluster("b", nodes=3))))
+    assert where(p) == [(0, "a"), (1, "b"), (2, "b")]
+
+
+def test_capacity_counts_other_replicas_and_cost_is_pods_times_copies() -> None:
+    eng = (standalone(copies=2),)  # 2 nodes per replica
+    used = {("a", "h100"): 3}  # others use 3 of a's 4 nodes
+    p = place(req(replicas=2, engines=eng, clusters=(cluster("a"), cluster("b")), used=used))
+    assert where(p) == [(0, "b"), (1, "b")]
+    p = place(req(replicas=3, engines=eng, clusters=(cluster("a"), cluster("b")), used=used))
+    assert len(p.replicas) == 2
+    assert p.reason == INSUFFICIENT_CAPACITY
+    assert p.message.startswith("2 of 3 replicas placed")
+    assert "a: engine vllm member 0 needs 2 node(s): h100 1/4 free" in p.message
+
+
+def test_gang_needs_leader_plus_worker_nodes() -> None:
+    # Leader (1 pod) + Worker with 2 nodes = 3 nodes of 8 H100s.
+    eng = (gang(workers=2),)
+    p = place(req(replicas=2, engines=eng, clusters=(cluster("a", nodes=3), cluster("b", nodes=2))))
+    assert where(p) == [(0, "a")]
+    assert p.reason == INSUFFICIENT_CAPACITY
+    assert "b: engine vllm" in p.message
+
+
+def test_devices_must_satisfy_every_selector_and_count() -> None:
+    clusters = (cluster("l4", dev=L4, labels={}), cluster("h100"))
+    p = place(req(replicas=2, engines=(standalone(1, MEM_40),), clusters=clusters))
+    assert where(p) == [(0, "h100"), (1, "h100")]
+    p = place(req(replicas=1, engines=(standalone(9),), clusters=clusters))
+    assert p.replicas == []
+    assert p.reason == INSUFFICIENT_CAPACITY
+    assert "no pool's devices satisfy engine vllm member 0 (Standalone) request gpu" in p.message
+
+
+def test_synthetic_only_pool_is_not_claimable() -> None:
+    fabric = DeviceRequest("ib", 1, ('device.driver == "fabric.modelplane.ai"',))
+    eng = (Engine("e", 1, (Member("Standalone", 1, (fabric,)),)),)
+    c = cluster("a", pools=(Pool("p", 2, (IB, H100)),))
+    p = place(req(engines=eng, clusters=(c,)))
+    assert p.replicas == []
+    assert "claimable" in p.message
+
+
+def test_engine_prefers_one_pool_then_splits() -> None:
+    small = Pool("a-small", 1, (H100,))
+    big = Pool("b-big", 4, (H100,))
+    c = cluster("a", pools=(small, big))
+    # The whole gang (1 + 1 nodes) fits only on b-big: one pool for the engine.
+    p = place(req(engines=(gang(workers=1),), clusters=(c,)))
+    assert dict(p.replicas[0].pools) == {("vllm", 0): "b-big", ("vllm", 1): "b-big"}
+    # 1 + 4 nodes fit no single pool: the Leader goes to a-small, the Workers to b-big.
+    p = place(req(engines=(gang(workers=4),), clusters=(c,)))
+    assert dict(p.replicas[0].pools) == {("vllm", 0): "a-small", ("vllm", 1): "b-big"}
+
+
+def test_coordinator_leader_rides_on_its_engine_pool() -> None:
+    eng = (Engine("e", 1, (Member("Leader", 1, ()), Member("Worker", 2, (gpu(8),)))),)
+    p = place(req(engines=eng, clusters=(cluster("a", nodes=3),)))
+    assert dict(p.replicas[0].pools) == {("e", 0): "h100", ("e", 1): "h100"}
+    p = place(req(engines=eng, clusters=(cluster("a", nodes=2),)))
+    assert p.replicas == []
+
+
+def test_selector_full_semantics() -> None:
+    sel = LabelSelector.parse(
+        {
+            "matchLabels": {"gpu": "h100"},
+            "matchExpressions": [
+                {"key": "region", "operator": "In", "values": ["us-east", "us-west"]},
+                {"key": "tier", "operator": "NotIn", "values": ["dev"]},
+            ],
+        },
+        "s",
+    )
+    clusters = (
+        cluster("c1", labels={"gpu": "h100", "region": "us-east", "tier": "prod"}),
+        cluster("c2", labels={"gpu": "h100", "region": "us-west"}),
+        cluster("c3", labels={"gpu": "h100", "region": "us-east", "tier": "dev"}),
+        cluster("c4", labels={"gpu": "a100", "region": "us-east"}),
+    )
+    p = place(req(replicas=4, selector=sel, clusters=clusters))
+    assert {c for _, c in where(p)} == {"c1", "c2"}
+
+
+def test_no_matching_clusters() -> None:
+    sel = LabelSelector.parse({"matchLabels": {"gpu": "b200"}}, "s")
+    p = place(req(selector=sel, clusters=(cluster("a"),)))
+    assert (p.reason, p.replicas) == (NO_MATCHING_CLUSTERS, [])
+
+
+def test_not_ready_and_tainted_clusters_get_no_new_replicas() -> None:
+    clusters = (
+        cluster("a", ready=False),
+        cluster("b", taints=(Taint("maint", "", "NoSchedule"),)),
+        cluster("c", taints=(Taint("spot", "true", "PreferNoSchedule"),)),
+    )
+    p = place(req(replicas=2, clusters=clusters))
+    assert where(p) == [(0, "c"), (1, "c")]
+    tol = (Toleration("maint", "Exists"),)
+    p = place(req(replicas=2, clusters=clusters, tolerations=tol))
+    assert where(p) == [(0, "b"), (1, "c")]
+    p = place(req(replicas=3, clusters=clusters[:2]))
+    assert p.reason == INSUFFICIENT_CAPACITY
+    assert "a: not Ready" in p.message
+    assert "b: taint maint:NoSchedule not tolerated" in p.message
+
+
+def test_existing_replicas_stay_put() -> None:
+    existing = (Existing(0, "b", {("vllm", 0): "h100"}), Existing(3, "b", {("vllm", 0): "h100"}))
+    p = place(req(replicas=3, clusters=(cluster("a"), cluster("b")), existing=existing))
+    # Both stay on b; the new one takes the lowest free index and goes to a (spread).
+    assert where(p) == [(0, "b"), (1, "a"), (3, "b")]
+    assert [r.existing for r in p.replicas] == [True, False, True]
+    assert p.removed == []
+
+
+def test_existing_replica_stays_when_others_filled_its_pool() -> None:
+    existing = (Existing(0, "a", {("vllm", 0): "h100"}),)
+    p = place(req(clusters=(cluster("a", nodes=1),), used={("a", "h100"): 1}, existing=existing))
+    assert where(p) == [(0, "a")]
+
+
+def test_no_schedule_taint_keeps_existing_no_execute_moves_it() -> None:
+    existing = (Existing(0, "a", {("vllm", 0): "h100"}),)
+    soft = cluster("a", taints=(Taint("maint", "", "NoSchedule"),))
+    p = place(req(clusters=(soft, cluster("b")), existing=existing))
+    assert where(p) == [(0, "a")]
+    hard = cluster("a", taints=(Taint("maint", "", "NoExecute"),))
+    p = place(req(clusters=(hard, cluster("b")), existing=existing))
+    assert where(p) == [(1, "b")]
+    assert [(r.index, r.cluster) for r in p.removed] == [(0, "a")]
+    assert "taint maint:NoExecute not tolerated" in p.removed[0].why
+
+
+def test_replica_leaves_a_cluster_that_no_longer_matches_or_is_gone() -> None:
+    existing = (Existing(0, "a", {}), Existing(1, "gone", {}))
+    sel = LabelSelector.parse({"matchLabels": {"gpu": "h100"}}, "s")
+    clusters = (cluster("a", labels={"gpu": "a100"}), cluster("b"), cluster("c"))
+    p = place(req(replicas=2, selector=sel, clusters=clusters, existing=existing))
+    assert where(p) == [(2, "b"), (3, "c")]
+    assert [r.index for r in p.removed] == [0, 1]
+
+
+def test_not_ready_cluster_replica_moves_only_when_a_replacement_fits() -> None:
+    existing = (Existing(0, "a", {("vllm", 0): "h100"}),)
+    p = place(req(clusters=(cluster("a", ready=False), cluster("b")), existing=existing))
+    assert where(p) == [(1, "b")]
+    assert "moved (cluster is not Ready)" in p.removed[0].why
+    p = place(req(clusters=(cluster("a", ready=False), cluster("b", nodes=0)), existing=existing))
+    assert where(p) == [(0, "a")]
+    assert p.removed == []
+
+
+def test_scale_down_removes_most_loaded_first() -> None:
+    existing = (
+        Existing(0, "a", {("vllm", 0): "h100"}),
+        Existing(1, "b", {("vllm", 0): "h100"}),
+        Existing(2, "a", {("vllm", 0): "h100"}),
+    )
+    # b is the most loaded (others use 3 of its 4 nodes).
+    p = place(
+        req(
+            replicas=2,
+            clusters=(cluster("a"), cluster("b")),
+            existing=existing,
+            used={("b", "h100"): 3},
+        )
+    )
+    assert where(p) == [(0, "a"), (2, "a")]
+    assert [(r.index, r.why) for r in p.removed] == [(1, "scaled down")]
+    # Equal load: the cluster with more of ours, then the highest index.
+    p = place(req(replicas=2, clusters=(cluster("a"), cluster("b")), existing=existing))
+    assert where(p) == [(0, "a"), (1, "b")]
+
+
+def test_scale_to_zero() -> None:
+    existing = (Existing(0, "a", {}),)
+    p = place(req(replicas=0, clusters=(cluster("a"),), existing=existing))
+    assert p.replicas == [] and p.reason is None
+
+
+def test_deterministic() -> None:
+    r = req(replicas=5, clusters=tuple(cluster(n) for n in "edcba"))
+    assert where(place(r)) == where(place(r))
+
+
+# ---- cache footprint -------------------------------------------------------------
+
+FLEET = (cluster("gpu-a"), cluster("gpu-b"), cluster("gpu-c"))
+
+
+def test_c5_only_inside_the_footprint_ready_first() -> None:
+    fp = {"gpu-a": "Ready", "gpu-b": "Hydrating"}
+    p = place(req(replicas=2, clusters=FLEET, footprint=fp, cache="qwen-cache"))
+    assert where(p) == [(0, "gpu-a"), (1, "gpu-b")]
+    assert [r.hydration for r in p.replicas] == ["Ready", "Hydrating"]
+    # More replicas than spread: pack, never onto gpu-c.
+    p = place(req(replicas=6, clusters=FLEET, footprint=fp, cache="qwen-cache"))
+    assert {c for _, c in where(p)} == {"gpu-a", "gpu-b"}
+    assert len(p.replicas) == 6
+
+
+def test_ready_preferred_to_hydrating() -> None:
+    fp = {"gpu-a": "Hydrating", "gpu-b": "Ready"}
+    p = place(req(replicas=1, clusters=FLEET, footprint=fp, cache="c"))
+    assert where(p) == [(0, "gpu-b")]
+
+
+def test_c5_selector_and_footprint_do_not_intersect() -> None:
+    sel = LabelSelector.parse({"matchLabels": {"region": "eu"}}, "s")
+    clusters = (*FLEET, cluster("gpu-eu", labels={"region": "eu"}))
+    fp = {"gpu-a": "Ready", "gpu-b": "Hydrating"}
+    p = place(req(selector=sel, clusters=clusters, footprint=fp, cache="qwen-cache"))
+    assert p.replicas == []
+    assert p.reason == NO_CLUSTER_IN_FOOTPRINT
+    assert "gpu-eu" in p.message and "gpu-a, gpu-b" in p.message
+
+
+def test_cache_without_hydrations_waits() -> None:
+    p = place(req(clusters=FLEET, footprint={}, cache="c"))
+    assert (p.reason, p.replicas) == (WAITING_FOR_CACHE, [])
+
+
+def test_c7_failed_hydration_is_outside_the_footprint_and_moves() -> None:
+    fp = {"gpu-a": "Ready", "gpu-b": "Ready", "gpu-c": "Failed"}
+    p = place(req(replicas=3, clusters=FLEET, footprint=fp, cache="c"))
+    assert {c for _, c in where(p)} == {"gpu-a", "gpu-b"}
+    existing = (Existing(0, "gpu-c", {("vllm", 0): "h100"}),)
+    p = place(req(clusters=FLEET, footprint=fp, cache="c", existing=existing))
+    assert where(p) == [(1, "gpu-a")]
+    assert "moved (hydration of ModelCache c Failed)" in p.removed[0].why
+    # Nowhere to go: the failed replica stays (and shows as failed).
+    p = place(req(clusters=FLEET, footprint={"gpu-c": "Failed"}, cache="c", existing=existing))
+    assert where(p) == [(0, "gpu-c")]
+    assert p.replicas[0].hydration == "Failed"
+
+
+def test_all_hydrations_failed_is_a_footprint_reason() -> None:
+    p = place(req(clusters=FLEET, footprint={"gpu-a": "Failed"}, cache="c"))
+    assert p.reason == NO_CLUSTER_IN_FOOTPRINT
+    assert "hydration Failed on gpu-a" in p.message
+
+
+def test_replica_outside_the_footprint_is_removed() -> None:
+    existing = (Existing(0, "gpu-c", {}),)
+    p = place(req(clusters=FLEET, footprint={"gpu-a": "Ready"}, cache="c", existing=existing))
+    assert where(p) == [(1, "gpu-a")]
+    assert "outside the footprint" in p.removed[0].why
+
+
+def test_large_fleet_is_fast_enough() -> None:
+    import time
+
+    fleet = tuple(cluster(f"c{i:04d}") for i in range(1000))
+    t = time.perf_counter()
+    p = place(req(replicas=100, clusters=fleet))
+    assert len(p.replicas) == 100
+    assert time.perf_counter() - t < 5
