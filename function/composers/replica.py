@@ -1,0 +1,585 @@
+"""ModelReplica: compose the serving workload of one model copy on one cluster.
+
+Inputs: the replica's spec (``function.replica_spec``, written by the
+ModelDeployment composer) and three requirements, asked on every call:
+
+- ``cluster``: the InferenceCluster ``spec.clusterName`` (its provider config and
+  ``status.gpuPools[]``);
+- with ``spec.modelCacheRef``: ``cache``, the ModelCache (its ``spec.flashLoader``),
+  and ``hydration``, the ModelCacheHydration of (cache, cluster) named
+  ``naming.hydration_name`` in the replica's namespace (its ``status.phase``).
+
+Outputs, as provider-kubernetes Objects with the cluster's provider config: per
+engine a Deployment (Standalone) or a LeaderWorkerSet (Leader + Worker), a
+ResourceClaimTemplate per member that claims devices, and one Service; status
+``phase``, ``message``, ``engines[]``, ``hydration`` and, once every engine serves,
+``endpoint`` (the Service's in-cluster URL); condition ``ModelReady``.
+
+Hydration gates the workload (pods must not start on a half-filled volume):
+
+==========================  ================================  ===================================
+hydration                   nothing composed yet              a workload was composed before
+==========================  ================================  ===================================
+not resolved yet            keep what exists, decide nothing  keep what exists, decide nothing
+Pending / Hydrating         compose nothing, ``Hydrating``    keep it exactly (no roll onto a
+                                                              volume being rewritten), ``Hydrating``
+Failed                      compose nothing,                  keep it exactly, ``HydrationFailed``
+                            ``HydrationFailed``
+not found                   compose nothing,                  keep it exactly,
+                            ``HydrationNotFound``             ``HydrationNotFound``
+Ready                       compose                           compose
+==========================  ================================  ===================================
+
+A replica whose hydration failed after it served keeps its running pods (the
+weights are already loaded; tearing them down would turn a cache problem into
+an outage) but reports ``ModelReady=False``/``HydrationFailed`` and is not ready,
+so the ModelDeployment sees the failure and decides (keep or re-place). Every
+gated state sets the XR explicitly not ready and asks to be called again after
+``MODELPLANE_POLL_SECONDS``. Without a cache nothing is gated: the engine loads
+from its source itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from function import API_VERSION, naming, structs
+from function.devices import Device, DeviceRequest, InvalidSelector, compile_selector
+from function.envinject import unresolved
+from function.errors import SpecError, pydantic_errors
+from function.flashloader import FlashLoader, resolve_flash_loader, resolve_shm
+from function.inputs import UNRESOLVED, Inputs, Resolved
+from function.manifests import workloads as wl
+from function.manifests.objects import (
+    observed_manifest,
+    provider_config_ref,
+    remote_object,
+    sync_error,
+)
+from function.outcome import Outcome
+from function.replica_spec import Engine, Member, ModelReplicaSpec
+
+CONDITION = "ModelReady"
+REQ_CLUSTER = "cluster"
+REQ_CACHE = "cache"
+REQ_HYDRATION = "hydration"
+SERVICE_KEY = "service"
+_WORKLOAD_PREFIX = "workload-"
+
+
+def workload_key(engine: str) -> str:
+    """Composition-resource name of an engine's workload Object."""
+    return f"{_WORKLOAD_PREFIX}{engine}"
+
+
+def claim_key(engine: str, role: str) -> str:
+    """Composition-resource name of a member's ResourceClaimTemplate Object."""
+    return f"claim-{engine}-{role.lower()}"
+
+
+def parse_spec(spec: dict[str, Any]) -> ModelReplicaSpec:
+    """Validate the replica's spec and the shape of each engine.
+
+    Raises:
+        SpecError: naming the first invalid field.
+    """
+    try:
+        parsed = ModelReplicaSpec.model_validate(spec)
+    except ValidationError as e:
+        raise pydantic_errors("spec", e) from None
+    seen: set[str] = set()
+    for ei, engine in enumerate(parsed.engines):
+        if engine.name in seen:
+            raise SpecError(f"spec.engines[{ei}].name", f"duplicate engine name {engine.name!r}")
+        seen.add(engine.name)
+        if not naming.DNS1123_LABEL.match(engine.name):
+            raise SpecError(f"spec.engines[{ei}].name", "must be a DNS-1123 label")
+        roles = [m.role for m in engine.members]
+        if roles != ["Standalone"] and sorted(roles) != ["Leader", "Worker"]:
+            raise SpecError(
+                f"spec.engines[{ei}].members",
+                f"an engine is one Standalone member, or one Leader and one Worker; got {roles}",
+            )
+        for mi, m in enumerate(engine.members):
+            base = f"spec.engines[{ei}].members[{mi}]"
+            if m.role == "Worker" and m.worker is None:
+                raise SpecError(f"{base}.worker", "is required on a Worker member")
+            if m.role != "Worker" and m.worker is not None:
+                raise SpecError(f"{base}.worker", "may only be set on a Worker member")
+            if not isinstance(m.template.get("spec"), dict):
+                raise SpecError(f"{base}.template.spec", "is required")
+            wl.engine_index(m.template, f"{base}.template")
+            if m.pool is None and not any(o.pool for o in engine.members):
+                raise SpecError(f"{base}.pool", "is required: placement chose no pool")
+    return parsed
+
+
+def _member(engine: Engine, role: str) -> tuple[int, Member]:
+    for i, m in enumerate(engine.members):
+        if m.role == role:
+            return i, m
+    raise KeyError(role)  # parse_spec guarantees the roles
+
+
+def _pool_of(engine: Engine, member: Member) -> str:
+    return member.pool or next(m.pool for m in engine.members if m.pool)  # type: ignore[return-value]
+
+
+def compose(inputs: Inputs) -> Outcome:
+    """Compose one ModelReplica (see the module docstring).
+
+    Raises:
+        SpecError: for an invalid spec, a user env entry that sets a reserved name,
+            or an invalid flash-loader or ``/dev/shm`` setting (named with its level).
+    """
+    out = Outcome()
+    spec = parse_spec(inputs.spec)
+    ns = inputs.namespace
+    cache = spec.modelCacheRef.name if spec.modelCacheRef is not None else None
+    out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=spec.clusterName)
+    hyd_name = ""
+    if cache is not None:
+        hyd_name = naming.hydration_name(ns, cache, spec.clusterName)
+        out.require(REQ_CACHE, API_VERSION, "ModelCache", match_name=cache, namespace=ns)
+        out.require(
+            REQ_HYDRATION, API_VERSION, "ModelCacheHydration", match_name=hyd_name, namespace=ns
+        )
+    shm = resolve_shm(inputs.settings, spec.shmSizeLimit)
+
+    cluster_req = inputs.required(REQ_CLUSTER)
+    cache_req = inputs.required(REQ_CACHE) if cache is not None else None
+    hyd_req = inputs.required(REQ_HYDRATION) if cache is not None else None
+    if UNRESOLVED in (cluster_req, cache_req, hyd_req):
+        return _unresolved(inputs, out)
+    assert isinstance(cluster_req, Resolved)
+    if not cluster_req.items:
+        return _gate(
+            inputs,
+            out,
+            "ClusterNotFound",
+            f"InferenceCluster {spec.clusterName} not found",
+            warn=True,
+        )
+    cluster = cluster_req.items[0]
+    pc = provider_config_ref(cluster)
+    if pc is None:
+        return _gate(
+            inputs,
+            out,
+            "ClusterNotReady",
+            f"InferenceCluster {spec.clusterName} reports no status.providerConfigRef yet",
+        )
+
+    flash: FlashLoader | None = None
+    hydration: dict[str, Any] | None = None
+    if cache is not None:
+        assert isinstance(cache_req, Resolved) and isinstance(hyd_req, Resolved)
+        if not cache_req.items:
+            return _gate(
+                inputs, out, "CacheNotFound", f"ModelCache {ns}/{cache} not found", warn=True
+            )
+        cache_fl = structs.to_py(structs.get(cache_req.items[0], "spec", "flashLoader"))
+        if cache_fl is not None and not isinstance(cache_fl, dict):
+            raise SpecError(
+                f"ModelCache {ns}/{cache} spec.flashLoader", "must be an object (level: ModelCache)"
+            )
+        fl = resolve_flash_loader(
+            inputs.settings,
+            cache_fl,
+            spec.flashLoader.model_dump(exclude_none=True) if spec.flashLoader else None,
+            cache_level=f"ModelCache {ns}/{cache} spec.flashLoader",
+        )
+        flash = fl if fl.enabled else None
+        if not hyd_req.items:
+            return _gate(
+                inputs,
+                out,
+                "HydrationNotFound",
+                f"cache {cache} has no ModelCacheHydration {hyd_name} for cluster "
+                f"{spec.clusterName}; the cluster is outside the cache's footprint "
+                "or not staged yet",
+                hydration={"name": hyd_name, "phase": "NotFound", "message": "not found"},
+            )
+        hyd = hyd_req.items[0]
+        phase = structs.get_str(hyd, "status", "phase") or "Pending"
+        msg = structs.get_str(hyd, "status", "message")
+        hydration = {"name": hyd_name, "phase": phase, "message": msg or f"hydration is {phase}"}
+        if phase == "Failed":
+            return _gate(
+                inputs,
+                out,
+                "HydrationFailed",
+                f"hydration of cache {cache} failed on cluster {spec.clusterName}: "
+                f"{msg or 'no message'}",
+                hydration=hydration,
+                phase="Failed",
+                warn=True,
+            )
+        if phase != "Ready":
+            return _gate(
+                inputs,
+                out,
+                "Hydrating",
+                f"waiting for cache {cache} on cluster {spec.clusterName}: hydration is {phase}"
+                + (f" ({msg})" if msg else ""),
+                hydration=hydration,
+                phase="Hydrating",
+            )
+
+    pools = _pools(cluster)
+    missing = sorted(
+        {_pool_of(e, m) for e in spec.engines for m in e.members if _pool_of(e, m) not in pools}
+    )
+    if missing:
+        return _gate(
+            inputs,
+            out,
+            "PoolNotFound",
+            f"InferenceCluster {spec.clusterName} has no gpuPools {', '.join(missing)} "
+            "in its status",
+            hydration=hydration,
+            warn=True,
+        )
+    return _compose(inputs, out, spec, pc, pools, shm, flash, hydration)
+
+
+def _pools(cluster: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for p in structs.get(cluster, "status", "gpuPools") or []:
+        n = structs.get_str(p, "name")
+        if n:
+            out[n] = p
+    return out
+
+
+def _node_selector(pool_name: str, pool: Any) -> dict[str, str]:
+    sel = structs.get_map(pool, "nodeSelector")
+    return sel or {wl.LABEL_POOL: pool_name}
+
+
+def _device_requests(
+    member: Member, pool_name: str, pool: Any, field_path: str
+) -> tuple[list[dict[str, Any]], str | None]:
+    """DRA DeviceRequests of a member from its ``nodeSelector.devices`` and the pool's devices.
+
+    Each request is matched again against the pool the placement chose
+    (``function.devices``, DRA CEL semantics): the first claimable (``claim:
+    DRA``) device that has ``count`` units and satisfies every selector gives the
+    request's ``deviceClassName``; its selectors travel verbatim into the claim so
+    the node's DRA driver enforces them. A request met only by a ``Synthetic``
+    device is placement-only and claims nothing. A ``deviceClassName`` already on
+    the request (stamped by the placement) is used as it is.
+
+    Returns:
+        ``(requests, problem)``; ``problem`` says which request no device meets.
+
+    Raises:
+        SpecError: a malformed request or a selector that does not compile.
+    """
+    wanted = (member.nodeSelector or {}).get("devices") or []
+    if not isinstance(wanted, list):
+        raise SpecError(f"{field_path}.nodeSelector.devices", "must be a list")
+    raw_devs = [
+        structs.to_py(d)
+        for d in structs.get(pool, "devices") or []
+        if isinstance(structs.get(d, "name"), str)
+    ]
+    devs = [(raw, Device.from_status(raw)) for raw in raw_devs]
+    out: list[dict[str, Any]] = []
+    for i, req in enumerate(wanted):
+        f = f"{field_path}.nodeSelector.devices[{i}]"
+        if not isinstance(req, dict) or not isinstance(req.get("name"), str) or not req["name"]:
+            raise SpecError(f"{f}.name", "is required")
+        count = req.get("count", 1)
+        if not isinstance(count, (int, float)) or count != int(count) or count < 1:
+            raise SpecError(f"{f}.count", "must be a whole number of at least 1")
+        selectors: list[str] = []
+        for si, s in enumerate(req.get("selectors") or []):
+            cel = s.get("cel") if isinstance(s, dict) else None
+            if not isinstance(cel, str) or not cel:
+                raise SpecError(f"{f}.selectors[{si}].cel", "is required")
+            try:
+                compile_selector(cel)
+            except InvalidSelector as e:
+                raise SpecError(f"{f}.selectors[{si}].cel", str(e)) from None
+            selectors.append(cel)
+        dev_class = req.get("deviceClassName")
+        if not dev_class:
+            want = DeviceRequest(req["name"], int(count), tuple(selectors))
+            matches = [(raw, d) for raw, d in devs if want.satisfied_by(d)]
+            dra = [(raw, d) for raw, d in matches if d.claim == "DRA"]
+            if not dra:
+                if matches:
+                    continue  # Synthetic: matched for placement, never claimed
+                return [], (
+                    f"device request {req['name']} (count {int(count)}) is met by no device "
+                    f"of pool {pool_name}"
+                )
+            raw = dra[0][0]
+            dev_class = raw.get("deviceClassName")
+            if not dev_class:
+                return [], f"device {raw['name']} of pool {pool_name} has no deviceClassName"
+        out.append(wl.device_request(req["name"], str(dev_class), int(count), selectors))
+    return out, None
+
+
+def _labels(inputs: Inputs, spec: ModelReplicaSpec) -> tuple[dict[str, str], dict[str, str]]:
+    return naming.labels_with_full(
+        {
+            naming.LABEL_REPLICA: inputs.name,
+            naming.LABEL_DEPLOYMENT: spec.deploymentName,
+            naming.LABEL_CLUSTER: spec.clusterName,
+        }
+    )
+
+
+def _compose(
+    inputs: Inputs,
+    out: Outcome,
+    spec: ModelReplicaSpec,
+    pc: dict[str, str],
+    pools: dict[str, Any],
+    shm: str,
+    flash: FlashLoader | None,
+    hydration: dict[str, Any] | None,
+) -> Outcome:
+    ns, name = inputs.namespace, inputs.name
+    remote_ns = naming.REMOTE_NAMESPACE
+    labels, annotations = _labels(inputs, spec)
+    cache_pvc = naming.cache_pvc_name(ns, spec.modelCacheRef.name) if spec.modelCacheRef else None
+    svc_name = naming.replica_service_name(ns, name, spec.deploymentName, spec.index)
+    pod_labels = {k: v for k, v in labels.items() if k != naming.LABEL_CLUSTER}
+    if flash is not None and cache_pvc is None:
+        flash = None
+    if spec.flashLoader and spec.flashLoader.enabled and cache_pvc is None:
+        out.warning(
+            "spec.flashLoader.enabled is ignored: the flash loader copies from the cache "
+            "and this replica references no modelCacheRef"
+        )
+
+    engines_status: list[dict[str, Any]] = []
+    problems: list[str] = []
+    serving_all = True
+    port: int | None = None
+    for ei, engine in enumerate(spec.engines):
+        ebase = f"spec.engines[{ei}]"
+        wname = naming.workload_name(ns, name, spec.deploymentName, spec.index, engine.name)
+        gang = engine.members[0].role != "Standalone"
+        templates: dict[str, dict[str, Any]] = {}
+        for role in ("Leader", "Worker") if gang else ("Standalone",):
+            mi, member = _member(engine, role)
+            mbase = f"{ebase}.members[{mi}]"
+            pool_name = _pool_of(engine, member)
+            pool = pools[pool_name]
+            requests, problem = _device_requests(member, pool_name, pool, mbase)
+            if problem is not None:
+                problems.append(f"engine {engine.name} {role}: {problem}")
+                continue
+            claim = None
+            if requests:
+                claim = f"{wname}-{role.lower()}"
+                out.add(
+                    claim_key(engine.name, role),
+                    remote_object(
+                        naming.child_name(name, claim_key(engine.name, role)),
+                        ns,
+                        pc,
+                        wl.resource_claim_template(claim, remote_ns, requests, labels),
+                        labels=labels,
+                        annotations=annotations,
+                    ),
+                )
+            plan = wl.PodPlan(
+                labels=pod_labels,
+                serving=svc_name if role != "Worker" else None,
+                node_selector=_node_selector(pool_name, pool),
+                tolerations=list(spec.tolerations),
+                claim_template=claim,
+                cache_pvc=cache_pvc,
+                shm_size_limit=shm,
+                flash=flash,
+                gang=gang,
+            )
+            templates[role] = wl.pod_template(member.template, plan, f"{mbase}.template")
+            _warn_unresolved(out, templates[role], engine.name, role, cache_pvc, gang)
+            if role != "Worker" and port is None:
+                port = wl.engine_port(templates[role], f"{mbase}.template")
+        if len(templates) != (2 if gang else 1):
+            continue
+        if gang:
+            _, worker = _member(engine, "Worker")
+            nodes = worker.worker.nodes if worker.worker else 1
+            manifest = wl.leader_worker_set(
+                wname,
+                remote_ns,
+                engine.copies,
+                1 + nodes,
+                templates["Leader"],
+                templates["Worker"],
+                labels,
+            )
+            cel, kind = wl.LWS_READY_CEL, "LeaderWorkerSet"
+        else:
+            manifest = wl.deployment(
+                wname, remote_ns, engine.copies, templates["Standalone"], labels
+            )
+            cel, kind = wl.DEPLOYMENT_READY_CEL, "Deployment"
+        key = workload_key(engine.name)
+        out.add(
+            key,
+            remote_object(
+                naming.child_name(name, key),
+                ns,
+                pc,
+                manifest,
+                labels=labels,
+                annotations=annotations,
+                readiness_cel=cel,
+            ),
+        )
+        serves, why = _serving(inputs, key, kind)
+        serving_all = serving_all and serves
+        entry: dict[str, Any] = {"name": engine.name, "kind": kind, "workload": wname}
+        entry["ready"] = serves
+        if why:
+            entry["message"] = why
+        engines_status.append(entry)
+
+    if problems:
+        # Devices the placement chose cannot be claimed on this pool: decide nothing.
+        return _gate(
+            inputs,
+            Outcome(requirements=out.requirements, results=out.results),
+            "DeviceNotFound",
+            "; ".join(problems),
+            hydration=hydration,
+            warn=True,
+        )
+
+    out.add(
+        SERVICE_KEY,
+        remote_object(
+            naming.child_name(name, SERVICE_KEY),
+            ns,
+            pc,
+            wl.service(svc_name, remote_ns, svc_name, port or wl.DEFAULT_ENGINE_PORT, labels),
+            labels=labels,
+            annotations=annotations,
+        ),
+    )
+    status: dict[str, Any] = {"cluster": spec.clusterName, "engines": engines_status}
+    if hydration is not None:
+        status["hydration"] = hydration
+    n = len(engines_status)
+    if serving_all:
+        url = wl.service_url(svc_name, remote_ns, port or wl.DEFAULT_ENGINE_PORT)
+        status.update(phase="Serving", message=f"{n}/{n} engines serving at {url}", endpoint=url)
+        out.condition(CONDITION, "True", "Serving", status["message"])
+        out.ready = True
+    else:
+        ready = sum(1 for e in engines_status if e["ready"])
+        waiting = ", ".join(
+            f"{e['name']} ({e['message']})" if e.get("message") else e["name"]
+            for e in engines_status
+            if not e["ready"]
+        )
+        msg = f"{ready}/{n} engines serving; waiting for {waiting}"
+        status.update(phase="Starting", message=msg)
+        out.condition(CONDITION, "False", "Starting", msg)
+        out.ready = False
+        out.requeue_after(inputs.settings.poll_seconds)
+    out.status.update(status)
+    return out
+
+
+def _serving(inputs: Inputs, key: str, kind: str) -> tuple[bool, str]:
+    """Whether the observed workload Object serves, and why not."""
+    obj = inputs.observed_body(key)
+    if obj is None:
+        return False, "not created yet"
+    err = sync_error(obj)
+    if err:
+        return False, f"not applied: {err}"
+    manifest = observed_manifest(obj)
+    if manifest is None:
+        return False, "not observed yet"
+    ok = wl.lws_serving(manifest) if kind == "LeaderWorkerSet" else wl.deployment_serving(manifest)
+    return ok, "" if ok else "pods not ready"
+
+
+def _warn_unresolved(
+    out: Outcome,
+    template: dict[str, Any],
+    engine: str,
+    role: str,
+    cache_pvc: str | None,
+    gang: bool,
+) -> None:
+    defined = set()
+    if cache_pvc is not None:
+        defined.add("MODELPLANE_MODEL")
+    if gang:
+        defined.update({"MODELPLANE_LEADER_ADDRESS", "MODELPLANE_RANK"})
+    for c in template["spec"]["containers"]:
+        if c.get("name") != wl.ENGINE_CONTAINER:
+            continue
+        for var in unresolved(c, defined):
+            why = "no modelCacheRef" if var == "MODELPLANE_MODEL" else "a single-node engine"
+            out.warning(
+                f"engine {engine} ({role}) references $({var}), which is not set for {why}; "
+                f"Kubernetes leaves the reference as literal text"
+            )
+
+
+def _hold_observed(inputs: Inputs, out: Outcome) -> bool:
+    """Keep every observed child exactly; True when a workload is among them."""
+    has_workload = False
+    for key in sorted(inputs.observed):
+        out.keep(key, inputs.observed[key].resource)
+        has_workload = has_workload or key.startswith(_WORKLOAD_PREFIX)
+    return has_workload
+
+
+def _unresolved(inputs: Inputs, out: Outcome) -> Outcome:
+    """A requirement is not resolved yet: keep everything, echo the last status."""
+    _hold_observed(inputs, out)
+    for key in ("phase", "message", "endpoint", "cluster", "engines", "hydration"):
+        v = inputs.status(key)
+        if v is not None:
+            out.status[key] = v
+    out.condition(CONDITION, "Unknown", "Resolving", "waiting for required resources")
+    return out
+
+
+def _gate(
+    inputs: Inputs,
+    out: Outcome,
+    reason: str,
+    message: str,
+    *,
+    hydration: dict[str, Any] | None = None,
+    phase: str = "Pending",
+    warn: bool = False,
+) -> Outcome:
+    """Compose nothing new; keep what exists exactly; report ``reason``; not ready."""
+    kept = _hold_observed(inputs, out)
+    if kept:
+        message = f"{message}; the existing workload is kept as it is"
+    status: dict[str, Any] = {"phase": phase, "message": message}
+    cluster = structs.get_str(inputs.xr, "spec", "clusterName")
+    if cluster:
+        status["cluster"] = cluster
+    if hydration is not None:
+        status["hydration"] = hydration
+    out.status.update(status)
+    out.condition(CONDITION, "False", reason, message)
+    if warn:
+        out.warning(message, reason)
+    out.ready = False
+    out.requeue_after(inputs.settings.poll_seconds)
+    return out
+
+
+__all__ = ["claim_key", "compose", "parse_spec", "workload_key"]

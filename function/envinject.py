@@ -1,0 +1,169 @@
+"""Env values for engine containers: ``$(VAR)``-aware, injected first, never engine flags.
+
+The function tells the engine where things are through environment variables,
+never by adding or rewriting engine flags: users write ``--model=$(MODELPLANE_MODEL)``
+(or ``--model-path=$(MODELPLANE_MODEL)`` for SGLang) in their own args.
+
+Kubernetes facts this rests on
+(https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/,
+``third_party/forked/golang/expansion``):
+
+- ``$(VAR)`` in ``env[].value``, ``command`` and ``args`` expands only from
+  entries defined *earlier* in the container's env; an unknown reference is left
+  as written; ``$$`` is an escape for a literal ``$``. So injected entries go
+  *before* the user's, and the user's entries, command and args are passed
+  through byte for byte (no expansion, no ``$$`` rewriting here).
+- LeaderWorkerSet's pod webhook prepends ``LWS_LEADER_ADDRESS`` and
+  ``LWS_GROUP_SIZE`` to every container's env (kubernetes-sigs/lws
+  ``pkg/utils/pod``), so ``$(LWS_LEADER_ADDRESS)`` in an entry of ours resolves.
+  The pod's index in its group is the label
+  ``leaderworkerset.sigs.k8s.io/worker-index`` (0 for the leader), read through the
+  downward API, which works on every LWS version (``LWS_WORKER_INDEX`` exists
+  only from v0.6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from function.errors import SpecError
+
+ENV_MODEL = "MODELPLANE_MODEL"
+ENV_LEADER_ADDRESS = "MODELPLANE_LEADER_ADDRESS"
+ENV_RANK = "MODELPLANE_RANK"
+# Names the function injects; a user entry that sets one is rejected.
+RESERVED = frozenset({ENV_MODEL, ENV_LEADER_ADDRESS, ENV_RANK})
+
+LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+# Where the cache PVC is mounted (read-only) in every engine container; the
+# hydration Job writes the weights at the PVC's root.
+CACHE_MOUNT_PATH = "/mnt/models"
+# Where the flash loader's node-local copy is mounted.
+FLASH_MOUNT_PATH = "/mnt/flash-models"
+SHM_MOUNT_PATH = "/dev/shm"
+
+
+def references(text: str) -> list[str]:
+    """Variable names ``text`` references as ``$(NAME)``, in order, as Kubernetes reads them.
+
+    ``$$`` is an escaped ``$`` (so ``$$(X)`` references nothing); ``$(`` without a
+    closing ``)`` is literal text.
+    """
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] != "$" or i + 1 >= n:
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "$":
+            i += 2
+            continue
+        if nxt == "(":
+            end = text.find(")", i + 2)
+            if end < 0:
+                break
+            out.append(text[i + 2 : end])
+            i = end + 1
+            continue
+        i += 1
+    return out
+
+
+def check_reserved(env: Any, field: str) -> None:
+    """Reject user env entries that set a name the function injects.
+
+    Args:
+        env: The container's ``env`` list as the user wrote it (may be None).
+        field: The path of that list, for example
+            ``spec.engines[0].members[0].template.spec.containers[0].env``.
+
+    Raises:
+        SpecError: naming ``<field>[i].name`` and the reserved variable.
+    """
+    if env is None:
+        return
+    if not isinstance(env, list):
+        raise SpecError(field, "must be a list of env entries")
+    for i, entry in enumerate(env):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not name:
+            raise SpecError(f"{field}[{i}].name", "is required")
+        if name in RESERVED:
+            raise SpecError(
+                f"{field}[{i}].name",
+                f"{name} is set by function-modelplane and may not be set by the user; "
+                f"reference it as $({name}) instead",
+            )
+
+
+def model_env(path: str) -> dict[str, Any]:
+    """``MODELPLANE_MODEL``: the directory the engine loads the weights from."""
+    return {"name": ENV_MODEL, "value": path}
+
+
+def gang_env() -> list[dict[str, Any]]:
+    """``MODELPLANE_LEADER_ADDRESS`` and ``MODELPLANE_RANK`` of a LeaderWorkerSet pod.
+
+    The address aliases LWS's own ``LWS_LEADER_ADDRESS`` (``$(...)`` resolves
+    because LWS prepends it); the rank is the pod's worker index label (0 for
+    the leader, 1..size-1 for workers) through the downward API.
+    """
+    return [
+        {"name": ENV_LEADER_ADDRESS, "value": f"$({LWS_LEADER_ADDRESS})"},
+        {
+            "name": ENV_RANK,
+            "valueFrom": {
+                "fieldRef": {
+                    "apiVersion": "v1",
+                    "fieldPath": f"metadata.labels['{LWS_WORKER_INDEX_LABEL}']",
+                }
+            },
+        },
+    ]
+
+
+def inject_env(container: dict[str, Any], injected: Sequence[dict[str, Any]]) -> None:
+    """Put ``injected`` first in ``container["env"]``, then the user's entries unchanged.
+
+    Idempotent: entries of the injected names are dropped from what follows, so
+    applying twice gives the same list. The user's entries keep their order and
+    their exact dicts. An empty ``injected`` leaves the container untouched.
+    """
+    if not injected:
+        return
+    names = {e["name"] for e in injected}
+    rest = [e for e in container.get("env") or [] if e.get("name") not in names]
+    container["env"] = [dict(e) for e in injected] + rest
+
+
+def set_by_name(items: list[dict[str, Any]], entry: dict[str, Any]) -> None:
+    """Replace the item named like ``entry`` in place, or append it (idempotent)."""
+    for i, item in enumerate(items):
+        if item.get("name") == entry["name"]:
+            items[i] = entry
+            return
+    items.append(entry)
+
+
+def unresolved(container: dict[str, Any], defined: Iterable[str]) -> list[str]:
+    """Reserved variables the container references but that are not injected here.
+
+    Kubernetes leaves such a reference as literal text (``$(MODELPLANE_MODEL)``),
+    which an engine would then try to load; the composer warns about it.
+    """
+    have = set(defined)
+    texts: list[str] = [
+        *[s for s in container.get("command") or [] if isinstance(s, str)],
+        *[s for s in container.get("args") or [] if isinstance(s, str)],
+        *[
+            e["value"]
+            for e in container.get("env") or []
+            if isinstance(e, dict) and isinstance(e.get("value"), str)
+        ],
+    ]
+    missing = {r for t in texts for r in references(t) if r in RESERVED and r not in have}
+    return sorted(missing)

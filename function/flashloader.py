@@ -1,0 +1,190 @@
+"""Resolve the engine pod's flash-loader and ``/dev/shm`` settings from their levels.
+
+A pure function of its inputs (no I/O): the composer passes the function's
+settings, the ModelCache's ``spec.flashLoader`` and the replica's own
+``spec.flashLoader`` (copied from the ModelDeployment).
+
+Precedence, lowest first; a field unset (absent or null) at a level inherits
+from the level below it, so an omitted ``enabled`` never means ``false``:
+
+=====  ===========================================  ===============================
+level  flash loader                                 /dev/shm size limit
+=====  ===========================================  ===============================
+1      ``DEFAULT_FLASH_LOADER_ENABLED``, ``_IMAGE``, ``DEFAULT_SHM_SIZE_LIMIT`` (8Gi)
+       ``_CONCURRENCY``, ``_TMPFS_SIZE_LIMIT``
+2      the ModelCache's ``spec.flashLoader``         (none)
+3      the deployment's ``spec.flashLoader``         the deployment's ``spec.shmSizeLimit``
+=====  ===========================================  ===============================
+
+Valid values: ``enabled`` a boolean; ``image`` a non-empty image reference
+without whitespace; ``concurrency`` a whole number from 1 to
+:data:`MAX_CONCURRENCY`; size limits a Kubernetes quantity greater than zero
+(https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/).
+An invalid value raises :class:`~function.errors.SpecError` naming the field and
+its level.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from function.errors import SpecError
+from function.settings import QUANTITY, Settings
+
+MAX_CONCURRENCY = 256
+_IMAGE = re.compile(r"^\S+$")
+
+# field -> (Settings attribute, environment variable)
+_FIELDS: dict[str, tuple[str, str]] = {
+    "enabled": ("default_flash_loader_enabled", "DEFAULT_FLASH_LOADER_ENABLED"),
+    "image": ("default_flash_loader_image", "DEFAULT_FLASH_LOADER_IMAGE"),
+    "concurrency": ("default_flash_loader_concurrency", "DEFAULT_FLASH_LOADER_CONCURRENCY"),
+    "tmpfsSizeLimit": (
+        "default_flash_loader_tmpfs_size_limit",
+        "DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT",
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FlashLoader:
+    """The effective flash-loader settings of a replica.
+
+    Attributes:
+        enabled: Whether engine pods copy the weights to node-local memory first.
+        image: The init container's image.
+        concurrency: Files copied in parallel.
+        tmpfs_size_limit: ``sizeLimit`` of the memory-backed ``emptyDir`` (a quantity).
+        sources: For each field, the level it came from (for status and events).
+    """
+
+    enabled: bool
+    image: str
+    concurrency: int
+    tmpfs_size_limit: str
+    sources: tuple[tuple[str, str], ...] = ()
+
+
+def positive_quantity(value: Any) -> str | None:
+    """``value`` as a quantity string when it is a Kubernetes quantity > 0, else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)) and value == int(value):
+        value = str(int(value))
+    if not isinstance(value, str) or not QUANTITY.match(value):
+        return None
+    number = re.match(r"^[0-9]+(\.[0-9]+)?", value)
+    if number is None or float(number.group(0)) <= 0:
+        return None
+    return value
+
+
+def _check(field: str, value: Any) -> tuple[Any, str | None]:
+    """Validate one field's value: ``(normalized, None)`` or ``(None, why)``."""
+    if field == "enabled":
+        if isinstance(value, bool):
+            return value, None
+        return None, f"must be true or false, not {value!r}"
+    if field == "image":
+        if isinstance(value, str) and _IMAGE.match(value):
+            return value, None
+        return None, f"must be a non-empty image reference without spaces, not {value!r}"
+    if field == "concurrency":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and value == int(value) and 1 <= int(value) <= MAX_CONCURRENCY:
+            return int(value), None
+        return None, f"must be a whole number from 1 to {MAX_CONCURRENCY}, not {value!r}"
+    q = positive_quantity(value)
+    if q is not None:
+        return q, None
+    return None, f"must be a Kubernetes quantity greater than zero such as 64Gi, not {value!r}"
+
+
+def resolve_flash_loader(
+    settings: Settings,
+    cache: Mapping[str, Any] | None,
+    deployment: Mapping[str, Any] | None,
+    *,
+    cache_level: str = "ModelCache spec.flashLoader",
+    deployment_field: str = "spec.flashLoader",
+) -> FlashLoader:
+    """Resolve the flash-loader settings (see the module docstring for the order).
+
+    Args:
+        settings: The function's settings (level 1, ``DEFAULT_FLASH_LOADER_*``).
+        cache: The ModelCache's ``spec.flashLoader`` (level 2), or None.
+        deployment: The replica's ``spec.flashLoader`` (level 3), or None.
+        cache_level: How to name level 2 in errors, for example
+            ``ModelCache ml-team/qwen-cache spec.flashLoader``.
+        deployment_field: The field path of level 3 in the replica.
+
+    Returns:
+        The effective :class:`FlashLoader`.
+
+    Raises:
+        SpecError: for an invalid value at any level; the field is
+            ``<level path>.<field>`` and the message names the level.
+    """
+    out: dict[str, Any] = {}
+    sources: list[tuple[str, str]] = []
+    for field, (attr, env) in _FIELDS.items():
+        candidates = [
+            (getattr(settings, attr, None), env, f"function default {env}"),
+            ((cache or {}).get(field), f"{cache_level}.{field}", cache_level),
+            ((deployment or {}).get(field), f"{deployment_field}.{field}", "the deployment"),
+        ]
+        chosen: Any = None
+        source = ""
+        for value, path, level in candidates:
+            if value is None:
+                continue
+            norm, why = _check(field, value)
+            if why is not None:
+                raise SpecError(path, f"{why} (set at level: {level})")
+            chosen, source = norm, level
+        if chosen is None:  # only with settings built without defaults
+            raise SpecError(env, "has no value at any level")
+        out[field] = chosen
+        sources.append((field, source))
+    return FlashLoader(
+        enabled=out["enabled"],
+        image=out["image"],
+        concurrency=out["concurrency"],
+        tmpfs_size_limit=out["tmpfsSizeLimit"],
+        sources=tuple(sources),
+    )
+
+
+def resolve_shm(
+    settings: Settings, deployment: Any, *, deployment_field: str = "spec.shmSizeLimit"
+) -> str:
+    """The ``sizeLimit`` of an engine pod's memory-backed ``/dev/shm``.
+
+    Args:
+        settings: The function's settings (``DEFAULT_SHM_SIZE_LIMIT``, 8Gi unless set).
+        deployment: The deployment's ``shmSizeLimit`` or None (inherit).
+        deployment_field: The field path of the override in errors.
+
+    Raises:
+        SpecError: when a level holds something that is not a quantity > 0.
+    """
+    value = settings.default_shm_size_limit
+    if positive_quantity(value) is None:
+        raise SpecError(
+            "DEFAULT_SHM_SIZE_LIMIT",
+            f"must be a Kubernetes quantity greater than zero, not {value!r} "
+            f"(set at level: function default DEFAULT_SHM_SIZE_LIMIT)",
+        )
+    if deployment is None:
+        return positive_quantity(value) or value
+    q = positive_quantity(deployment)
+    if q is None:
+        raise SpecError(
+            deployment_field,
+            f"must be a Kubernetes quantity greater than zero such as 16Gi, not {deployment!r} "
+            f"(set at level: the deployment)",
+        )
+    return q

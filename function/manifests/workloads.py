@@ -1,0 +1,405 @@
+"""Serving manifests of a ModelReplica: Deployment, LeaderWorkerSet, Service, device claims.
+
+Each builder returns a plain manifest (dict) that the composer wraps in a
+provider-kubernetes Object (``function.manifests.objects.remote_object``).
+
+Kubernetes and LWS facts they follow:
+
+- A Standalone engine is an ``apps/v1`` Deployment with ``replicas`` = the engine's
+  copies; its selector is the per-workload label only (a Deployment's selector is
+  immutable, and two engines of one replica must not select each other's pods).
+- A Leader plus Workers engine is a ``leaderworkerset.x-k8s.io/v1`` LeaderWorkerSet
+  (kubernetes-sigs/lws v0.10 CRD): ``replicas`` = copies (groups),
+  ``leaderWorkerTemplate.size`` = 1 leader + worker nodes, ``leaderTemplate`` and
+  ``workerTemplate`` from the two members, ``restartPolicy:
+  RecreateGroupOnPodRestart`` so a gang restarts as a whole.
+- The Service selects the serving pods (Standalone pods and LWS leaders, never
+  workers) by ``modelplane.ai/serving``; the in-cluster URL is
+  ``http://<service>.<namespace>.svc.cluster.local:<port>``.
+- Devices bind through Dynamic Resource Allocation: one ``resource.k8s.io/v1``
+  ResourceClaimTemplate per claiming member, referenced by the pod's
+  ``resourceClaims`` and the engine container's ``resources.claims``
+  (https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/).
+- ``/dev/shm`` is a memory-backed ``emptyDir`` with a ``sizeLimit``
+  (https://kubernetes.io/docs/concepts/storage/volumes/#emptydir); the flash
+  loader's copy is another one, written by an init container.
+- Neither a Deployment nor a LeaderWorkerSet has a ``Ready`` condition, so the
+  Objects use ``DeriveFromCelQuery`` (:data:`DEPLOYMENT_READY_CEL`,
+  :data:`LWS_READY_CEL`); :func:`deployment_serving` and :func:`lws_serving` are
+  the same rules in Python for the composer's own view of the observed state.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from function import API_GROUP, structs
+from function.envinject import (
+    CACHE_MOUNT_PATH,
+    FLASH_MOUNT_PATH,
+    SHM_MOUNT_PATH,
+    check_reserved,
+    gang_env,
+    inject_env,
+    model_env,
+    set_by_name,
+)
+from function.errors import SpecError
+from function.flashloader import FlashLoader
+
+ENGINE_CONTAINER = "engine"
+DEFAULT_ENGINE_PORT = 8000
+LABEL_SERVING = f"{API_GROUP}/serving"
+LABEL_WORKLOAD = f"{API_GROUP}/workload"
+# Node label of a GPU pool's nodes (Modelplane's convention), used when the
+# InferenceCluster's gpuPools[] entry declares no nodeSelector of its own.
+LABEL_POOL = f"{API_GROUP}/pool"
+
+VOLUME_SHM = "modelplane-dshm"
+VOLUME_CACHE = "modelplane-model-cache"
+VOLUME_FLASH = "modelplane-flash-models"
+FLASH_CONTAINER = "modelplane-flash-loader"
+POD_CLAIM = "modelplane-devices"
+_OWN_VOLUMES = (VOLUME_SHM, VOLUME_CACHE, VOLUME_FLASH)
+_OWN_PATHS = (SHM_MOUNT_PATH, CACHE_MOUNT_PATH, FLASH_MOUNT_PATH)
+
+DEPLOYMENT_READY_CEL = (
+    "has(object.status) && has(object.status.observedGeneration) && "
+    "object.status.observedGeneration == object.metadata.generation && "
+    "has(object.status.updatedReplicas) && "
+    "object.status.updatedReplicas >= object.spec.replicas && "
+    "has(object.status.availableReplicas) && "
+    "object.status.availableReplicas >= object.spec.replicas"
+)
+LWS_READY_CEL = (
+    "has(object.status) && has(object.status.readyReplicas) && "
+    "object.status.readyReplicas >= object.spec.replicas && has(object.status.conditions) && "
+    'object.status.conditions.exists(c, c.type == "Available" && c.status == "True")'
+)
+
+
+@dataclass
+class PodPlan:
+    """What the function adds to one member's pod template.
+
+    Attributes:
+        labels: Pod labels of ours (replica, deployment, workload), over the user's.
+        serving: The Service's selector value for serving pods (Standalone and
+            Leader); None for LWS workers.
+        node_selector: The pool's node selector.
+        tolerations: The deployment's tolerations (added after the user's).
+        claim_template: The member's ResourceClaimTemplate name, or None.
+        cache_pvc: The cache PVC to mount read-only, or None (no cache).
+        shm_size_limit: ``sizeLimit`` of ``/dev/shm``.
+        flash: The flash loader when enabled (needs a cache), else None.
+        gang: Whether the pod is part of a LeaderWorkerSet (leader or worker).
+    """
+
+    labels: dict[str, str]
+    serving: str | None
+    node_selector: dict[str, str]
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    claim_template: str | None = None
+    cache_pvc: str | None = None
+    shm_size_limit: str = "8Gi"
+    flash: FlashLoader | None = None
+    gang: bool = False
+
+
+def engine_index(template: dict[str, Any], field_path: str) -> int:
+    """Index of the container named ``engine`` in a member's pod template.
+
+    Raises:
+        SpecError: naming ``<field>.spec.containers`` when there is none.
+    """
+    containers = structs.get(template, "spec", "containers")
+    if isinstance(containers, list):
+        for i, c in enumerate(containers):
+            if isinstance(c, dict) and c.get("name") == ENGINE_CONTAINER:
+                return i
+    raise SpecError(f"{field_path}.spec.containers", "must include a container named 'engine'")
+
+
+def engine_port(template: dict[str, Any], field_path: str) -> int:
+    """The engine's serving port: its port named ``http``, else its first, else 8000."""
+    c = template["spec"]["containers"][engine_index(template, field_path)]
+    ports = [p for p in c.get("ports") or [] if isinstance(p, dict) and "containerPort" in p]
+    for p in ports:
+        if p.get("name") == "http":
+            return int(p["containerPort"])
+    return int(ports[0]["containerPort"]) if ports else DEFAULT_ENGINE_PORT
+
+
+def model_path(plan: PodPlan) -> str | None:
+    """What ``MODELPLANE_MODEL`` points at: the flash copy, the cache mount, or nothing."""
+    if plan.cache_pvc is None:
+        return None
+    return FLASH_MOUNT_PATH if plan.flash is not None else CACHE_MOUNT_PATH
+
+
+def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> dict[str, Any]:
+    """The member's pod template with what the function adds; the user's parts unchanged.
+
+    Adds: labels; the pool's node selector; the deployment's tolerations; the
+    device claim; ``/dev/shm``; with a cache the PVC mounted read-only at
+    ``/mnt/models`` and ``MODELPLANE_MODEL`` (first in env); the flash loader init
+    container and its ``emptyDir``; on a gang ``MODELPLANE_LEADER_ADDRESS`` and
+    ``MODELPLANE_RANK``; on serving pods without ports or readiness probe, port
+    8000 named ``http`` and an HTTP ``/health`` readiness probe. The user's env
+    entries, command and args are copied as they are.
+
+    Args:
+        template: The member's ``template`` (``metadata``, ``spec``) as the user wrote it.
+        plan: What to add.
+        field_path: The template's path in the XR, for errors.
+
+    Raises:
+        SpecError: a missing ``engine`` container, a user env entry that sets a
+            reserved name, or a user volume or mount that collides with ours.
+    """
+    idx = engine_index(template, field_path)
+    t = copy.deepcopy(template)
+    spec = t["spec"]
+    engine = spec["containers"][idx]
+    cpath = f"{field_path}.spec.containers[{idx}]"
+    check_reserved(engine.get("env"), f"{cpath}.env")
+    for i, v in enumerate(spec.get("volumes") or []):
+        if isinstance(v, dict) and v.get("name") in _OWN_VOLUMES:
+            raise SpecError(f"{field_path}.spec.volumes[{i}].name", "is reserved by the function")
+    for i, m in enumerate(engine.get("volumeMounts") or []):
+        if isinstance(m, dict) and m.get("mountPath") in _OWN_PATHS:
+            raise SpecError(
+                f"{cpath}.volumeMounts[{i}].mountPath",
+                f"{m.get('mountPath')} is mounted by the function "
+                f"(size /dev/shm with spec.shmSizeLimit)",
+            )
+
+    meta = t.setdefault("metadata", {})
+    meta["labels"] = {**(meta.get("labels") or {}), **plan.labels}
+    if plan.serving is not None:
+        meta["labels"][LABEL_SERVING] = plan.serving
+
+    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **plan.node_selector}
+    tolerations = list(spec.get("tolerations") or [])
+    for tol in plan.tolerations:
+        if tol not in tolerations:
+            tolerations.append(tol)
+    if tolerations:
+        spec["tolerations"] = tolerations
+
+    volumes: list[dict[str, Any]] = spec.setdefault("volumes", [])
+    mounts: list[dict[str, Any]] = engine.setdefault("volumeMounts", [])
+    set_by_name(
+        volumes,
+        {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm_size_limit}},
+    )
+    set_by_name(mounts, {"name": VOLUME_SHM, "mountPath": SHM_MOUNT_PATH})
+
+    injected: list[dict[str, Any]] = []
+    path = model_path(plan)
+    if plan.cache_pvc is not None and path is not None:
+        set_by_name(
+            volumes,
+            {
+                "name": VOLUME_CACHE,
+                "persistentVolumeClaim": {"claimName": plan.cache_pvc, "readOnly": True},
+            },
+        )
+        cache_mount = {"name": VOLUME_CACHE, "mountPath": CACHE_MOUNT_PATH, "readOnly": True}
+        set_by_name(mounts, cache_mount)
+        if plan.flash is not None:
+            fl = plan.flash
+            set_by_name(
+                volumes,
+                {
+                    "name": VOLUME_FLASH,
+                    "emptyDir": {"medium": "Memory", "sizeLimit": fl.tmpfs_size_limit},
+                },
+            )
+            set_by_name(mounts, {"name": VOLUME_FLASH, "mountPath": FLASH_MOUNT_PATH})
+            init = [
+                c
+                for c in spec.get("initContainers") or []
+                if not (isinstance(c, dict) and c.get("name") == FLASH_CONTAINER)
+            ]
+            spec["initContainers"] = [flash_container(fl), *init]
+        injected.append(model_env(path))
+    if plan.gang:
+        injected.extend(gang_env())
+    inject_env(engine, injected)
+
+    if plan.serving is not None:
+        if not engine.get("ports"):
+            engine["ports"] = [
+                {"name": "http", "containerPort": DEFAULT_ENGINE_PORT, "protocol": "TCP"}
+            ]
+        if "readinessProbe" not in engine:
+            engine["readinessProbe"] = {
+                "httpGet": {"path": "/health", "port": engine_port(t, field_path)},
+                "periodSeconds": 10,
+                "timeoutSeconds": 5,
+                "failureThreshold": 3,
+            }
+
+    if plan.claim_template is not None:
+        set_by_name(
+            spec.setdefault("resourceClaims", []),
+            {"name": POD_CLAIM, "resourceClaimTemplateName": plan.claim_template},
+        )
+        resources = engine.setdefault("resources", {})
+        set_by_name(resources.setdefault("claims", []), {"name": POD_CLAIM})
+    return t
+
+
+def flash_container(fl: FlashLoader) -> dict[str, Any]:
+    """The init container that copies the weights from the cache PVC to node-local memory.
+
+    It runs ``python -m function.flashload`` (the function's own image has it); a
+    custom ``image`` must accept the same command line.
+    """
+    return {
+        "name": FLASH_CONTAINER,
+        "image": fl.image,
+        "command": ["python", "-m", "function.flashload"],
+        "args": [
+            f"--source={CACHE_MOUNT_PATH}",
+            f"--dest={FLASH_MOUNT_PATH}",
+            f"--concurrency={fl.concurrency}",
+        ],
+        "volumeMounts": [
+            {"name": VOLUME_CACHE, "mountPath": CACHE_MOUNT_PATH, "readOnly": True},
+            {"name": VOLUME_FLASH, "mountPath": FLASH_MOUNT_PATH},
+        ],
+    }
+
+
+def _meta(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "labels": dict(labels)}
+
+
+def deployment(
+    name: str, namespace: str, replicas: int, template: dict[str, Any], labels: dict[str, str]
+) -> dict[str, Any]:
+    """An ``apps/v1`` Deployment of a Standalone engine (``replicas`` = copies).
+
+    The pod template gets ``modelplane.ai/workload: <name>``, the selector.
+    """
+    tmpl = copy.deepcopy(template)
+    tmpl.setdefault("metadata", {}).setdefault("labels", {})[LABEL_WORKLOAD] = name
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {
+            "replicas": int(replicas),
+            "selector": {"matchLabels": {LABEL_WORKLOAD: name}},
+            "template": tmpl,
+        },
+    }
+
+
+def leader_worker_set(
+    name: str,
+    namespace: str,
+    replicas: int,
+    size: int,
+    leader: dict[str, Any],
+    worker: dict[str, Any],
+    labels: dict[str, str],
+) -> dict[str, Any]:
+    """A ``leaderworkerset.x-k8s.io/v1`` LeaderWorkerSet (``size`` = 1 + worker nodes)."""
+    leader = copy.deepcopy(leader)
+    worker = copy.deepcopy(worker)
+    for t in (leader, worker):
+        t.setdefault("metadata", {}).setdefault("labels", {})[LABEL_WORKLOAD] = name
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {
+            "replicas": int(replicas),
+            "leaderWorkerTemplate": {
+                "size": int(size),
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader,
+                "workerTemplate": worker,
+            },
+        },
+    }
+
+
+def service(
+    name: str, namespace: str, serving: str, port: int, labels: dict[str, str]
+) -> dict[str, Any]:
+    """A ClusterIP Service on ``port`` in front of the pods labelled ``modelplane.ai/serving``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {LABEL_SERVING: serving},
+            "ports": [
+                {"name": "http", "port": int(port), "targetPort": int(port), "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def service_url(name: str, namespace: str, port: int) -> str:
+    """The in-cluster URL of a Service (cluster DNS, ``cluster.local`` domain)."""
+    return f"http://{name}.{namespace}.svc.cluster.local:{port}"
+
+
+def resource_claim_template(
+    name: str, namespace: str, requests: list[dict[str, Any]], labels: dict[str, str]
+) -> dict[str, Any]:
+    """A ``resource.k8s.io/v1`` ResourceClaimTemplate with ``requests`` (DeviceRequests)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {"spec": {"devices": {"requests": requests}}},
+    }
+
+
+def device_request(
+    name: str, device_class: str, count: int, selectors: list[str]
+) -> dict[str, Any]:
+    """One DRA DeviceRequest: ``count`` devices of ``device_class`` matching every CEL selector."""
+    exactly: dict[str, Any] = {
+        "deviceClassName": device_class,
+        "allocationMode": "ExactCount",
+        "count": int(count),
+    }
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    return {"name": name, "exactly": exactly}
+
+
+def _num(node: Any, *path: str) -> float | None:
+    v = structs.get(node, *path)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def deployment_serving(manifest: Any) -> bool:
+    """:data:`DEPLOYMENT_READY_CEL` in Python, over the observed Deployment (Struct or dict)."""
+    want = _num(manifest, "spec", "replicas")
+    gen = _num(manifest, "metadata", "generation")
+    seen = _num(manifest, "status", "observedGeneration")
+    updated = _num(manifest, "status", "updatedReplicas")
+    available = _num(manifest, "status", "availableReplicas")
+    if None in (want, gen, seen, updated, available):
+        return False
+    return seen == gen and updated >= want and available >= want  # type: ignore[operator]
+
+
+def lws_serving(manifest: Any) -> bool:
+    """:data:`LWS_READY_CEL` in Python, over the observed LeaderWorkerSet (Struct or dict)."""
+    want = _num(manifest, "spec", "replicas")
+    ready = _num(manifest, "status", "readyReplicas")
+    if want is None or ready is None or ready < want:
+        return False
+    return structs.condition_is(manifest, "Available", "True")
