@@ -1,0 +1,1146 @@
+"""ModelExperiment: a bounded canary that turns a candidate model into a typed verdict.
+
+A ModelExperiment deploys an isolated candidate ModelDeployment, evaluates it with
+a one-shot Job copied from an existing CronJob (the "gauntlet"), records the
+verdict, and releases the hardware. It never edits an existing ModelDeployment.
+
+Lifecycle of one run (``status.phase``):
+
+- ``Blocked``: nothing may claim a GPU yet, and no candidate exists. Reasons
+  (condition ``Runnable=False``): ``InvalidSpec`` (the field is named; existing
+  children are kept untouched, as for any bad input), ``TemplateNotFound`` /
+  ``TemplateInvalid`` (the CronJob of ``spec.gauntlet.templateRef``), and the
+  artifact-gate reasons ``ArtifactCacheNotFound``, ``ArtifactCacheFailed``,
+  ``ArtifactCacheNotReady`` (with progress "2/3 clusters ready"),
+  ``ArtifactSourceMismatch``, ``ArtifactValidationMissing``,
+  ``ArtifactDigestMissing``. Not terminal: fixing the cause retries.
+- ``Deploying``: the gate opened (at admission: the CronJob exists and the gate
+  is open), so the candidate is composed: a ModelDeployment with one replica,
+  named after the run, whose template and pod labels are only the experiment's
+  own (no label of the candidate spec that a Service could select survives), with
+  ``MODELPLANE_SERVED_MODEL_NAME=<candidate>`` in every engine container and the
+  gate's evidence in annotations. The timeout clock starts here
+  (``status.candidate.createdAt``/``deadline``), not while waiting at the gate.
+- ``Serving``: the candidate is Ready (Crossplane's ``Ready`` condition); the
+  function finds its endpoint and cluster from its ModelReplica (label
+  ``modelplane.ai/deployment=<candidate>``) and the cluster's provider config.
+- ``Evaluating``: the gauntlet Job runs on the candidate's cluster, as a
+  provider-kubernetes Object. It is the CronJob's ``jobTemplate`` with
+  ``gauntlet.env`` (sorted by name), then ``MODELS=<candidate>=<backend>`` and
+  ``MODELPLANE_ENDPOINT=<endpoint>`` forced into every container (init containers
+  included; an entry of the same name is replaced in place). Its
+  ``activeDeadlineSeconds`` is capped at the time left before the deadline;
+  ``ttlSecondsAfterFinished`` and ``suspend`` are dropped (evidence is retained by
+  the run history, not by a TTL).
+- ``Succeeded`` / ``Failed``: ``status.verdict {pass, reason, summary, completedAt}``
+  with reason ``GauntletPassed``, ``GauntletFailed``, ``TimedOut``,
+  ``CandidateFailed`` (hydration failed, or a scheduling error that waiting cannot
+  fix) or ``CandidateLost`` (the candidate disappeared after it was seen). The
+  candidate is released in the same call; the Job stays as evidence, switched to
+  management policies ``[Observe, Delete]`` so provider-kubernetes never re-creates
+  it if it disappears, and deletes it when its run leaves the history. A Job that
+  finished before the deadline counts even if the function sees it later.
+- ``Suspended``: ``spec.suspend`` removes the running candidate and Job (the run
+  starts over, with a new clock, on resume); verdicts and evidence are kept.
+
+Runs: ``status.run`` names the current or last run, ``status.runNumber`` counts
+them. A change of the spec's canonical hash (``experiment_model.spec_hash``)
+discards the current run's children (a finished run goes to history) and starts a
+new run. With ``repeatAfter``, a passed run is repeated at ``status.nextRunAt``
+(the response TTL brings the function back); a failed run is terminal (only a spec
+change starts another). ``status.history[]`` keeps the earlier runs' verdicts, at
+most ``historyLimit``; a record that falls off takes its evidence Job with it.
+Run 1 uses plain names (the candidate is named like the experiment); run N > 1
+uses ``<experiment>-r<N>``; every child carries ``modelplane.ai/experiment``,
+``modelplane.ai/run`` and ``modelplane.ai/generation`` labels, and a Job whose
+labels belong to another run never counts.
+
+Composition-resource names: ``candidate-r<N>`` and ``gauntlet-r<N>`` (per run, so
+an object of one run is never renamed into another's slot).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.struct_pb2 import Struct
+
+from function import API_VERSION, events, structs
+from function.errors import SpecError
+from function.experiment_model import (
+    ENV_ENDPOINT,
+    ENV_MODELS,
+    ExperimentSpec,
+    parse_spec,
+    spec_hash,
+)
+from function.inputs import UNRESOLVED, Inputs, Resolved
+from function.manifests.jobs import job_from_cronjob, set_env
+from function.manifests.objects import (
+    observed_manifest,
+    provider_config_ref,
+    remote_object,
+    sync_error,
+)
+from function.naming import (
+    DNS1123_LABEL,
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+    LABEL_EXPERIMENT,
+    LABEL_GENERATION,
+    LABEL_RUN,
+    MAX_LABEL,
+    REMOTE_NAMESPACE,
+    child_name,
+    label_value,
+    labels_with_full,
+    short_name,
+)
+from function.outcome import Outcome
+from function.timeutil import format_time, parse_time
+
+REQ_TEMPLATE = "gauntlet-template"
+REQ_CACHE = "artifact-cache"
+REQ_REPLICAS = "candidate-replicas"
+REQ_CLUSTER = "candidate-cluster"
+
+ENV_SERVED_MODEL_NAME = "MODELPLANE_SERVED_MODEL_NAME"
+ENGINE_CONTAINER = "engine"
+
+# Annotations on the candidate that record what opened the artifact gate.
+ANN_GATE_CACHE = "modelplane.ai/gate-cache"
+ANN_GATE_CACHE_UID = "modelplane.ai/gate-cache-uid"
+ANN_GATE_CACHE_GENERATION = "modelplane.ai/gate-cache-generation"
+ANN_GATE_COMMIT = "modelplane.ai/gate-commit"
+ANN_GATE_DIGEST = "modelplane.ai/gate-digest"
+ANN_EXPERIMENT = "modelplane.ai/experiment"
+
+# Job finished: the terminal conditions of a batch/v1 Job
+# (https://kubernetes.io/docs/concepts/workloads/controllers/job/#terminal-job-conditions).
+JOB_FINISHED_CEL = (
+    "has(object.status) && has(object.status.conditions) && "
+    'object.status.conditions.exists(c, (c.type == "Complete" || c.type == "Failed") '
+    '&& c.status == "True")'
+)
+EVIDENCE_POLICIES = ["Observe", "Delete"]
+
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# The ModelCache XRD accepts a digest with or without the ``sha256:`` prefix.
+DIGEST = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
+# Cache clusters that belong to the footprint (modelcache: Unavailable clusters cannot
+# host a cache; retained entries are outside the selector).
+FOOTPRINT_PHASES = frozenset({"Pending", "Hydrating", "Ready", "Failed"})
+# ModelDeployment ReplicasScheduled reasons that waiting cannot fix.
+FATAL_SCHEDULING = frozenset({"InvalidDeviceSelector", "NoClusterInCacheFootprint"})
+ACTIVE_PHASES = frozenset({"Deploying", "Serving", "Evaluating"})
+
+PASSED = "GauntletPassed"
+FAILED = "GauntletFailed"
+TIMED_OUT = "TimedOut"
+CANDIDATE_FAILED = "CandidateFailed"
+CANDIDATE_LOST = "CandidateLost"
+
+
+# ---- names -------------------------------------------------------------------
+
+
+def _fit(value: str, *parts: str) -> str:
+    """``value`` when it is a DNS-1123 label, else a hashed child name of ``parts``."""
+    if len(value) <= MAX_LABEL and DNS1123_LABEL.match(value):
+        return value
+    return child_name(*parts)
+
+
+def run_name(experiment: str, number: int) -> str:
+    """Name of run ``number``: the experiment's name for run 1, ``<name>-r<N>`` later.
+
+    The candidate ModelDeployment carries this name (so it is also the served model
+    name the gauntlet addresses).
+    """
+    if number <= 1:
+        return _fit(experiment, "modelexperiment", experiment)
+    return _fit(f"{experiment}-r{number}", "modelexperiment", experiment, f"r{number}")
+
+
+def gauntlet_job_name(namespace: str, run: str) -> str:
+    """Name of the gauntlet Job of ``run`` (the remote Job and its Object).
+
+    Remote Jobs of every control-plane namespace share ``REMOTE_NAMESPACE`` on a
+    workload cluster, so the hash covers the namespace too.
+    """
+    return short_name(MAX_LABEL, (run, "gauntlet"), (namespace,))
+
+
+def candidate_key(number: int) -> str:
+    """Composition-resource name of the candidate of run ``number``."""
+    return f"candidate-r{number}"
+
+
+def job_key(number: int) -> str:
+    """Composition-resource name of the gauntlet Job Object of run ``number``."""
+    return f"gauntlet-r{number}"
+
+
+# ---- run state (read from and written to status) -----------------------------
+
+
+@dataclass
+class RunState:
+    """What the XR's status remembers between calls (the function is stateless)."""
+
+    number: int = 0
+    name: str = ""
+    spec_hash: str = ""
+    generation: int = 0
+    candidate: dict[str, Any] = field(default_factory=dict)
+    gauntlet: dict[str, Any] = field(default_factory=dict)
+    gate: dict[str, Any] = field(default_factory=dict)
+    verdict: dict[str, Any] = field(default_factory=dict)
+    next_run_at: str = ""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    phase: str = ""
+
+    @classmethod
+    def read(cls, inputs: Inputs) -> RunState:
+        """Read the run state from the XR's last written status."""
+
+        def small(key: str) -> Any:
+            return structs.to_py(inputs.status(key))
+
+        def as_dict(v: Any) -> dict[str, Any]:
+            return v if isinstance(v, dict) else {}
+
+        number = inputs.status("runNumber")
+        generation = inputs.status("runGeneration")
+        hist = small("history")
+        return cls(
+            number=int(number) if isinstance(number, (int, float)) else 0,
+            name=structs.get_str(inputs.xr, "status", "run"),
+            spec_hash=structs.get_str(inputs.xr, "status", "specHash"),
+            generation=int(generation) if isinstance(generation, (int, float)) else 0,
+            candidate=as_dict(small("candidate")),
+            gauntlet=as_dict(small("gauntlet")),
+            gate=as_dict(small("gate")),
+            verdict=as_dict(small("verdict")),
+            next_run_at=structs.get_str(inputs.xr, "status", "nextRunAt"),
+            history=[h for h in hist if isinstance(h, dict)] if isinstance(hist, list) else [],
+            phase=structs.get_str(inputs.xr, "status", "phase"),
+        )
+
+    def start(self, experiment: str, number: int, hash_: str, generation: int) -> None:
+        """Begin run ``number`` with nothing admitted yet."""
+        self.number = number
+        self.name = run_name(experiment, number)
+        self.spec_hash = hash_
+        self.generation = generation
+        self.candidate = {}
+        self.gauntlet = {}
+        self.gate = {}
+        self.verdict = {}
+        self.next_run_at = ""
+
+    def archive(self) -> None:
+        """Move the current run's verdict into history (newest last)."""
+        if not self.verdict:
+            return
+        rec = {"run": self.name, "number": self.number, **self.verdict}
+        if self.gauntlet.get("job"):
+            rec["job"] = self.gauntlet["job"]
+        self.history.append(rec)
+
+    def to_status(self) -> dict[str, Any]:
+        """The status fields this composer owns (written in full on every call)."""
+        st: dict[str, Any] = {
+            "run": self.name,
+            "runNumber": self.number,
+            "runGeneration": self.generation,
+            "specHash": self.spec_hash,
+            "history": self.history,
+        }
+        for key, val in (
+            ("candidate", self.candidate),
+            ("gauntlet", self.gauntlet),
+            ("gate", self.gate),
+            ("verdict", self.verdict),
+        ):
+            if val:
+                st[key] = val
+        if self.next_run_at:
+            st["nextRunAt"] = self.next_run_at
+        return st
+
+
+# ---- the artifact gate ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The artifact gate's decision: open (``reason`` None) or closed with a reason."""
+
+    reason: str | None
+    message: str
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def _names(names: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _digest(value: str) -> str:
+    """A digest in ``sha256:<hex>`` form (the prefix is optional in evidence)."""
+    return value if not value or value.startswith("sha256:") else f"sha256:{value}"
+
+
+def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
+    """Decide whether the artifact gate is open.
+
+    Args:
+        spec: The validated spec (``artifactGate`` set).
+        namespace: The experiment's namespace (the cache's too).
+        cache: The ModelCache (Struct) or None when it does not exist.
+
+    Returns:
+        An open gate with the record ``{cache, uid, generation, commit?, digest?}``,
+        or a closed gate whose reason is one of ``ArtifactSourceMismatch``,
+        ``ArtifactCacheNotFound``, ``ArtifactCacheFailed``, ``ArtifactCacheNotReady``,
+        ``ArtifactValidationMissing``, ``ArtifactDigestMissing``.
+
+    The footprint is every ``status.clusters[]`` entry of the cache that is not
+    ``retained`` and whose phase is Pending, Hydrating, Ready or Failed. Evidence
+    is each entry's ``evidence {commit, digest, validatedAt}``: ``commit`` 40
+    lowercase hex, ``digest`` ``sha256:<64 hex>``, ``validatedAt`` RFC 3339.
+    """
+    gate = spec.artifactGate
+    assert gate is not None
+    ref = f"{namespace}/{gate.modelCacheRef.name}"
+    if gate.requireSourceMatch:
+        cand = spec.candidate.modelCacheRef
+        if cand is None or cand.name != gate.modelCacheRef.name:
+            got = f"{namespace}/{cand.name}" if cand is not None else "no cache"
+            return Gate(
+                "ArtifactSourceMismatch",
+                f"requireSourceMatch: the candidate loads from {got}, not the gated "
+                f"ModelCache {ref} (spec.candidate.modelCacheRef)",
+            )
+    if cache is None:
+        return Gate("ArtifactCacheNotFound", f"ModelCache {ref} (spec.artifactGate) not found")
+    entries = structs.get(cache, "status", "clusters")
+    footprint: list[Any] = []
+    for e in entries or ():
+        if structs.get(e, "retained") is True:
+            continue
+        if structs.get_str(e, "phase") in FOOTPRINT_PHASES and structs.get_str(e, "name"):
+            footprint.append(e)
+    total = len(footprint)
+    ready = [e for e in footprint if structs.get_str(e, "phase") == "Ready"]
+    failed = [e for e in footprint if structs.get_str(e, "phase") == "Failed"]
+    progress = f"{len(ready)}/{total} clusters ready"
+    if failed:
+        detail = [
+            f"{structs.get_str(e, 'name')} ({structs.get_str(e, 'message') or 'Failed'})"
+            for e in failed
+        ]
+        return Gate(
+            "ArtifactCacheFailed", f"ModelCache {ref} failed on {_names(detail)}; {progress}"
+        )
+    artifact_ready = structs.conditions(cache).get("ArtifactReady")
+    cond_false = artifact_ready is not None and structs.get(artifact_ready, "status") != "True"
+    if total == 0 or len(ready) < total or cond_false:
+        waiting = [structs.get_str(e, "name") for e in footprint if e not in ready]
+        msg = f"ModelCache {ref} is not ready: {progress}"
+        if waiting:
+            msg += f"; waiting for {_names(waiting)}"
+        elif total == 0:
+            msg += "; it has no cluster in its footprint yet"
+        elif cond_false:
+            msg += "; ArtifactReady is " + (
+                structs.get_str(artifact_ready, "message") or "not True"
+            )
+        return Gate("ArtifactCacheNotReady", msg)
+    names = [structs.get_str(e, "name") for e in footprint]
+    evidence = {structs.get_str(e, "name"): structs.get(e, "evidence") for e in footprint}
+    if gate.requireValidation:
+        missing = [n for n in names if parse_time(structs.get(evidence[n], "validatedAt")) is None]
+        if missing:
+            return Gate(
+                "ArtifactValidationMissing",
+                f"requireValidation: no recorded checksum validation (evidence.validatedAt) "
+                f"on {_names(missing)} of ModelCache {ref}",
+            )
+    commits = {n: structs.get_str(evidence[n], "commit") for n in names}
+    digests = {n: _digest(structs.get_str(evidence[n], "digest")) for n in names}
+    if gate.requirePublishedDigest:
+        missing = [n for n in names if not COMMIT.match(commits[n]) or not DIGEST.match(digests[n])]
+        if missing:
+            return Gate(
+                "ArtifactDigestMissing",
+                f"requirePublishedDigest: no commit (40 hex) and sha256 digest recorded on "
+                f"{_names(missing)} of ModelCache {ref}",
+            )
+        if len({(commits[n], digests[n]) for n in names}) > 1:
+            pairs = [f"{n}={commits[n][:12]}/{digests[n][7:19]}" for n in names]
+            return Gate(
+                "ArtifactDigestMissing",
+                f"requirePublishedDigest: clusters of ModelCache {ref} recorded different "
+                f"artifacts ({_names(pairs)}); no single digest to certify",
+            )
+    record: dict[str, Any] = {
+        "cache": gate.modelCacheRef.name,
+        "uid": structs.get_str(cache, "metadata", "uid"),
+        "generation": int(structs.get(cache, "metadata", "generation", default=0) or 0),
+    }
+    if len(set(commits.values())) == 1 and COMMIT.match(next(iter(commits.values()), "")):
+        record["commit"] = next(iter(commits.values()))
+    if len(set(digests.values())) == 1 and DIGEST.match(next(iter(digests.values()), "")):
+        record["digest"] = next(iter(digests.values()))
+    checks = [
+        n
+        for n, on in (
+            ("validation", gate.requireValidation),
+            ("published digest", gate.requirePublishedDigest),
+            ("source match", gate.requireSourceMatch),
+        )
+        if on
+    ]
+    msg = f"ModelCache {ref} is ready ({progress})"
+    if checks:
+        msg += "; verified " + ", ".join(checks)
+    return Gate(None, msg, record)
+
+
+# ---- manifests -----------------------------------------------------------------
+
+
+def child_labels(experiment: str, st: RunState) -> tuple[dict[str, str], dict[str, str]]:
+    """Labels every child of the current run carries, and annotations for long values."""
+    return labels_with_full(
+        {
+            LABEL_EXPERIMENT: experiment,
+            LABEL_RUN: str(st.number),
+            LABEL_GENERATION: str(st.generation),
+        }
+    )
+
+
+def _put_first(container: dict[str, Any], name: str, value: str) -> None:
+    """Set env ``name`` as the container's first entry (replacing any entry of that name).
+
+    First, because Kubernetes expands ``$(VAR)`` in env values only from entries
+    defined earlier; args and command may reference any entry.
+    """
+    env = [
+        e for e in container.get("env") or () if not (isinstance(e, dict) and e.get("name") == name)
+    ]
+    container["env"] = [{"name": name, "value": value}, *env]
+
+
+def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> dict[str, Any]:
+    """The candidate ModelDeployment of the current run.
+
+    The candidate spec passes through verbatim except: ``backend`` is dropped,
+    ``replicas`` is 1, ``template.metadata.labels`` and every member's pod
+    template labels are only the experiment's own (isolation: no Service that
+    selects production pods can select the candidate), and
+    ``MODELPLANE_SERVED_MODEL_NAME`` is set in every engine container.
+    """
+    labels, ann = child_labels(inputs.name, st)
+    cand = copy.deepcopy(spec_dict.get("candidate") or {})
+    cand.pop("backend", None)
+    for engine in cand.get("engines") or ():
+        for member in engine.get("members") or ():
+            tmpl = member.setdefault("template", {})
+            tmeta = tmpl.setdefault("metadata", {})
+            tmeta["labels"] = dict(labels)
+            containers = (tmpl.get("spec") or {}).get("containers") or []
+            engines = [c for c in containers if c.get("name") == ENGINE_CONTAINER] or containers
+            for c in engines:
+                _put_first(c, ENV_SERVED_MODEL_NAME, st.name)
+    annotations = {**ann, ANN_EXPERIMENT: f"{inputs.namespace}/{inputs.name}"}
+    if st.gate:
+        annotations[ANN_GATE_CACHE] = str(st.gate.get("cache", ""))
+        annotations[ANN_GATE_CACHE_UID] = str(st.gate.get("uid", ""))
+        annotations[ANN_GATE_CACHE_GENERATION] = str(st.gate.get("generation", ""))
+        if st.gate.get("commit"):
+            annotations[ANN_GATE_COMMIT] = str(st.gate["commit"])
+        if st.gate.get("digest"):
+            annotations[ANN_GATE_DIGEST] = str(st.gate["digest"])
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ModelDeployment",
+        "metadata": {
+            "name": st.name,
+            "namespace": inputs.namespace,
+            "labels": {**labels, LABEL_COMPONENT: "candidate"},
+            "annotations": annotations,
+        },
+        "spec": {
+            "replicas": 1,
+            "template": {"metadata": {"labels": dict(labels)}, "spec": cand},
+        },
+    }
+
+
+def gauntlet_object(
+    inputs: Inputs,
+    spec: ExperimentSpec,
+    st: RunState,
+    cronjob: Any,
+) -> dict[str, Any]:
+    """The provider-kubernetes Object of the current run's gauntlet Job.
+
+    Reads ``st.gauntlet`` (``job``, ``endpoint``, ``providerConfig``,
+    ``activeDeadlineSeconds``) so that the body is the same on every call.
+
+    Raises:
+        ValueError: when the CronJob has no containers.
+    """
+    g = st.gauntlet
+    labels, ann = child_labels(inputs.name, st)
+    forced = [(ENV_MODELS, f"{st.name}={spec.candidate.backend}"), (ENV_ENDPOINT, g["endpoint"])]
+    job = job_from_cronjob(
+        cronjob,
+        name=g["job"],
+        namespace=REMOTE_NAMESPACE,
+        labels={**labels, LABEL_COMPONENT: "gauntlet"},
+        env=[*spec.gauntlet.sorted_env(), *forced],
+        annotations={**ann, ANN_EXPERIMENT: f"{inputs.namespace}/{inputs.name}"},
+    )
+    js = job["spec"]
+    js.pop("ttlSecondsAfterFinished", None)
+    js.pop("suspend", None)
+    cap = int(g["activeDeadlineSeconds"])
+    own = js.get("activeDeadlineSeconds")
+    js["activeDeadlineSeconds"] = min(cap, int(own)) if isinstance(own, (int, float)) else cap
+    for c in js["template"].get("spec", {}).get("initContainers") or ():
+        if isinstance(c, dict):
+            set_env(c, forced)
+    return remote_object(
+        g["job"],
+        inputs.namespace,
+        g["providerConfig"],
+        job,
+        labels={**labels, LABEL_COMPONENT: "gauntlet"},
+        annotations=ann or None,
+        readiness_cel=JOB_FINISHED_CEL,
+    )
+
+
+def _evidence_body(obs: Struct) -> Struct:
+    """An observed Job Object re-desired as evidence: observed and deleted, never re-created."""
+    body = Struct()
+    for key in ("apiVersion", "kind", "spec"):
+        if key in obs:
+            body[key] = obs[key]
+    meta = structs.get(obs, "metadata")
+    if meta is not None:
+        out = body.get_or_create_struct("metadata")
+        for key in ("name", "namespace", "labels", "annotations"):
+            if key in meta:
+                out[key] = meta[key]
+    body.get_or_create_struct("spec")["managementPolicies"] = EVIDENCE_POLICIES
+    return body
+
+
+# ---- observed state ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A finished gauntlet Job: passed or not, when, and what it said."""
+
+    passed: bool
+    finished_at: datetime.datetime | None
+    summary: str
+
+
+def job_result(obj: Any, experiment: str, st: RunState) -> JobResult | None:
+    """The result of the observed gauntlet Object, or None while it has none.
+
+    Only a Job whose labels name this experiment and this run counts (fencing).
+    ``Complete=True`` passes (at ``status.completionTime``); ``Failed=True`` fails
+    (at the condition's ``lastTransitionTime``, with its reason and message).
+    """
+    job = observed_manifest(obj)
+    if job is None:
+        return None
+    labels = structs.get_map(job, "metadata", "labels")
+    if labels.get(LABEL_RUN) != str(st.number) or labels.get(LABEL_EXPERIMENT) != label_value(
+        experiment
+    ):
+        return None
+    conds = structs.conditions(job)
+    name = structs.get_str(job, "metadata", "name")
+    done = conds.get("Complete")
+    if done is not None and structs.get(done, "status") == "True":
+        at = parse_time(structs.get(job, "status", "completionTime")) or parse_time(
+            structs.get(done, "lastTransitionTime")
+        )
+        n = structs.get(job, "status", "succeeded", default=0)
+        return JobResult(True, at, f"gauntlet Job {name} completed ({int(n)} pod(s) succeeded)")
+    failed = conds.get("Failed")
+    if failed is not None and structs.get(failed, "status") == "True":
+        at = parse_time(structs.get(failed, "lastTransitionTime"))
+        reason = structs.get_str(failed, "reason") or "Failed"
+        msg = structs.get_str(failed, "message")
+        return JobResult(
+            False, at, f"gauntlet Job {name} failed: {reason}" + (f": {msg}" if msg else "")
+        )
+    return None
+
+
+def candidate_failure(cand: Any, replicas: Any) -> str | None:
+    """Why the candidate can never become ready, or None.
+
+    HydrationFailed on the deployment (``ReplicasReady``) or on any of its replicas
+    (``ModelReady``), or a ``ReplicasScheduled`` reason that waiting cannot fix.
+    """
+    conds = structs.conditions(cand)
+    rr = conds.get("ReplicasReady")
+    if rr is not None and structs.get_str(rr, "reason") == "HydrationFailed":
+        return "hydration failed: " + (structs.get_str(rr, "message") or "HydrationFailed")
+    if isinstance(replicas, Resolved):
+        for r in replicas.items:
+            c = structs.conditions(r).get("ModelReady")
+            if c is not None and structs.get_str(c, "reason") == "HydrationFailed":
+                cluster = structs.get_str(r, "spec", "clusterName")
+                return f"hydration failed on {cluster}: " + (
+                    structs.get_str(c, "message") or "HydrationFailed"
+                )
+    rs = conds.get("ReplicasScheduled")
+    if (
+        rs is not None
+        and structs.get(rs, "status") == "False"
+        and structs.get_str(rs, "reason") in FATAL_SCHEDULING
+    ):
+        return (
+            f"cannot be scheduled: {structs.get_str(rs, 'reason')}: "
+            f"{structs.get_str(rs, 'message')}"
+        )
+    return None
+
+
+def _candidate_progress(cand: Any) -> str:
+    if cand is None:
+        return "created; waiting for Crossplane to report it"
+    ready = structs.get(cand, "status", "replicas", "ready", default=0)
+    total = structs.get(cand, "status", "replicas", "total", default=0)
+    parts = [f"{int(ready)}/{int(total) or 1} replicas ready"]
+    for typ in ("ReplicasScheduled", "ReplicasReady"):
+        c = structs.conditions(cand).get(typ)
+        if c is not None and structs.get(c, "status") != "True":
+            parts.append(f"{typ}: {structs.get_str(c, 'reason')} {structs.get_str(c, 'message')}")
+    return "; ".join(p.strip() for p in parts)
+
+
+def _serving_replica(replicas: Resolved, candidate: str) -> tuple[str, str] | None:
+    """``(cluster, endpoint)`` of the candidate's replica that serves, or None."""
+    for r in sorted(replicas.items, key=lambda r: structs.get_str(r, "metadata", "name")):
+        if structs.get_map(r, "metadata", "labels").get(LABEL_DEPLOYMENT) != label_value(candidate):
+            continue
+        endpoint = structs.get_str(r, "status", "endpoint")
+        cluster = structs.get_str(r, "spec", "clusterName")
+        if endpoint and cluster:
+            return cluster, endpoint
+    return None
+
+
+# ---- the composer ---------------------------------------------------------------
+
+
+class _Composer:
+    def __init__(self, inputs: Inputs) -> None:
+        self.inputs = inputs
+        self.out = Outcome()
+        self.now = inputs.now
+        self.poll = float(inputs.settings.poll_seconds or 30)
+        self.prev_phase = structs.get_str(inputs.xr, "status", "phase")
+
+    # -- helpers
+    def set_phase(self, phase: str, reason: str, message: str) -> None:
+        out = self.out
+        out.status["phase"] = phase
+        warn = phase in ("Failed", "Blocked")
+        events.changed(
+            out,
+            (self.prev_phase, structs.get_str(self.inputs.xr, "status", "reason")),
+            (phase, reason),
+            f"{phase}: {message}",
+            reason=reason,
+            warning=warn,
+        )
+        out.status["reason"] = reason
+
+    def keep_evidence(self, number: int) -> None:
+        obs = self.inputs.observed_body(job_key(number))
+        if obs is not None:
+            self.out.add(job_key(number), _evidence_body(obs))
+
+    def require_template(self, spec: ExperimentSpec) -> Any:
+        self.out.require(
+            REQ_TEMPLATE,
+            "batch/v1",
+            "CronJob",
+            match_name=spec.gauntlet.templateRef.name,
+            namespace=self.inputs.namespace,
+        )
+        return self.inputs.required(REQ_TEMPLATE)
+
+    # -- entry point
+    def compose(self) -> Outcome:
+        inputs, out = self.inputs, self.out
+        st = RunState.read(inputs)
+        try:
+            spec = parse_spec(inputs.spec)
+        except SpecError as e:
+            return self.invalid(st, e)
+        h = spec_hash(spec)
+
+        if st.number == 0:
+            st.start(inputs.name, 1, h, inputs.generation)
+        elif st.spec_hash != h:
+            was = st.name
+            st.archive()
+            st.start(inputs.name, st.number + 1, h, inputs.generation)
+            out.normal(
+                f"spec changed: run {was} ends; run {st.name} starts", "ExperimentSpecChanged"
+            )
+        elif (
+            st.verdict.get("pass") is True
+            and spec.repeat_seconds > 0
+            and not spec.suspend
+            and st.next_run_at
+            and (due := parse_time(st.next_run_at)) is not None
+            and self.now >= due
+        ):
+            was = st.name
+            st.archive()
+            st.start(inputs.name, st.number + 1, h, inputs.generation)
+            out.normal(f"cool-down after run {was} ended; run {st.name} starts", "RunStarted")
+
+        # Earlier runs: at most historyLimit records; a dropped record takes its Job.
+        limit = spec.history_limit
+        while len(st.history) > limit:
+            dropped = st.history.pop(0)
+            out.normal(
+                f"run {dropped.get('run')} left the history (historyLimit {limit}); "
+                "its evidence Job is deleted",
+                "RunPruned",
+            )
+        for rec in st.history:
+            n = rec.get("number")
+            if isinstance(n, (int, float)):
+                self.keep_evidence(int(n))
+
+        if st.verdict:
+            self.finished(spec, st)
+        elif spec.suspend:
+            self.suspended(st)
+        else:
+            self.active(spec, st)
+
+        out.status.update(st.to_status())
+        phase = out.status.get("phase")
+        last = st.verdict or (st.history[-1] if st.history else {})
+        out.ready = phase == "Succeeded" or (phase in ACTIVE_PHASES and last.get("pass") is True)
+        return out
+
+    # -- bad input: say so, change nothing
+    def invalid(self, st: RunState, e: SpecError) -> Outcome:
+        out = self.out
+        for key, child in self.inputs.observed.items():
+            out.keep(key, child.resource)
+        msg = f"invalid spec: {e}"
+        self.set_phase("Blocked", "InvalidSpec", msg)
+        out.condition("Runnable", "False", "InvalidSpec", msg)
+        out.condition("Verdict", "Unknown", "InvalidSpec", "no run while the spec is invalid")
+        if st.number:
+            out.status.update(st.to_status())
+        out.ready = False
+        return out
+
+    # -- a run with a verdict: evidence only
+    def finished(self, spec: ExperimentSpec, st: RunState) -> None:
+        out, v = self.out, st.verdict
+        self.keep_evidence(st.number)
+        summary = str(v.get("summary") or v.get("reason") or "verdict recorded")
+        if v.get("pass") is True:
+            out.condition("Verdict", "True", str(v.get("reason", PASSED)), summary)
+        else:
+            out.condition("Verdict", "False", str(v.get("reason", FAILED)), summary)
+        if spec.suspend:
+            self.set_phase("Suspended", "Suspended", "spec.suspend is true; no new run starts")
+            out.condition("Runnable", "False", "Suspended", "spec.suspend is true")
+            return
+        if v.get("pass") is True and spec.repeat_seconds > 0:
+            done = parse_time(v.get("completedAt")) or self.now
+            due = done + datetime.timedelta(seconds=spec.repeat_seconds)
+            st.next_run_at = format_time(due)
+            out.requeue_after(max(1.0, (due - self.now).total_seconds()))
+            self.set_phase(
+                "Succeeded", PASSED, f"run {st.name} passed; next run at {st.next_run_at}"
+            )
+            out.condition("Runnable", "True", "CoolingDown", f"next run at {st.next_run_at}")
+            return
+        st.next_run_at = ""
+        if v.get("pass") is True:
+            self.set_phase("Succeeded", PASSED, f"run {st.name} passed: {summary}")
+            out.condition("Runnable", "True", "Finished", f"run {st.name} finished")
+        else:
+            reason = str(v.get("reason") or FAILED)
+            self.set_phase("Failed", reason, f"run {st.name} failed: {summary}")
+            out.condition(
+                "Runnable",
+                "False",
+                "Finished",
+                f"run {st.name} failed; a failed run is terminal (change the spec to run again)",
+            )
+
+    # -- suspended: no candidate, no running Job
+    def suspended(self, st: RunState) -> None:
+        out = self.out
+        if st.candidate or st.gauntlet:
+            out.normal(
+                f"spec.suspend: run {st.name} released its candidate and Job; "
+                "it starts over on resume",
+                "RunSuspended",
+            )
+        st.candidate, st.gauntlet, st.gate = {}, {}, {}
+        self.set_phase("Suspended", "Suspended", "spec.suspend is true")
+        out.condition("Runnable", "False", "Suspended", "spec.suspend is true")
+        out.condition("Verdict", "Unknown", "Suspended", f"run {st.name} has no verdict yet")
+
+    def blocked(self, st: RunState, reason: str, message: str) -> None:
+        out = self.out
+        if st.candidate:
+            out.warning(f"run {st.name} released its candidate: {message}", "CandidateReleased")
+        st.candidate, st.gauntlet, st.gate = {}, {}, {}
+        self.set_phase("Blocked", reason, message)
+        out.condition("Runnable", "False", reason, message)
+        out.condition("Verdict", "Unknown", "Blocked", f"run {st.name} is blocked: {reason}")
+        out.requeue_after(self.poll)
+
+    def waiting(self, st: RunState, message: str) -> None:
+        """A requirement is not resolved yet: keep what exists, decide nothing."""
+        out = self.out
+        for key, child in self.inputs.observed.items():
+            if key not in out.resources:
+                out.keep(key, child.resource)
+        out.status["phase"] = self.prev_phase or "Deploying"
+        if structs.get_str(self.inputs.xr, "status", "reason"):
+            out.status["reason"] = structs.get_str(self.inputs.xr, "status", "reason")
+        out.condition("Runnable", "Unknown", "Resolving", message)
+        out.condition("Verdict", "Unknown", "Pending", f"run {st.name} has no verdict yet")
+
+    # -- the current run, not suspended, no verdict yet
+    def active(self, spec: ExperimentSpec, st: RunState) -> None:
+        inputs, out = self.inputs, self.out
+        if not st.candidate.get("createdAt") and not self.admit(spec, st):
+            return
+        created = parse_time(st.candidate.get("createdAt")) or self.now
+        deadline = parse_time(st.candidate.get("deadline")) or (
+            created + datetime.timedelta(seconds=spec.timeout_seconds)
+        )
+        cand_obs = inputs.observed_body(candidate_key(st.number))
+        job_obs = inputs.observed_body(job_key(st.number))
+        replicas: Any = UNRESOLVED
+        if cand_obs is not None:
+            out.require(
+                REQ_REPLICAS,
+                API_VERSION,
+                "ModelReplica",
+                match_labels={LABEL_DEPLOYMENT: label_value(st.name)},
+                namespace=inputs.namespace,
+            )
+            replicas = inputs.required(REQ_REPLICAS)
+
+        # 1. A finished Job decides, if it finished before the deadline.
+        result = job_result(job_obs, inputs.name, st) if job_obs is not None else None
+        if result is not None:
+            if result.finished_at is not None and result.finished_at > deadline:
+                self.verdict(
+                    spec, st, False, TIMED_OUT,
+                    f"{result.summary}, after the deadline {format_time(deadline)}",
+                    result.finished_at,
+                )  # fmt: skip
+            else:
+                self.verdict(
+                    spec, st, result.passed, PASSED if result.passed else FAILED,
+                    result.summary, result.finished_at or self.now,
+                )  # fmt: skip
+            return
+        # 2. The deadline.
+        if self.now >= deadline:
+            what = "the gauntlet did not finish" if st.gauntlet else "the candidate never served"
+            self.verdict(
+                spec, st, False, TIMED_OUT,
+                f"{what} within {spec.timeout} (deadline {format_time(deadline)})",
+                self.now,
+            )  # fmt: skip
+            return
+        # 3. The candidate disappeared after it was seen.
+        if cand_obs is None and st.candidate.get("seen"):
+            self.verdict(
+                spec, st, False, CANDIDATE_LOST,
+                f"candidate ModelDeployment {st.name} disappeared", self.now,
+            )  # fmt: skip
+            return
+        # 4. The candidate can never become ready.
+        if cand_obs is not None:
+            why = candidate_failure(cand_obs, replicas)
+            if why is not None:
+                self.verdict(
+                    spec, st, False, CANDIDATE_FAILED, f"candidate {st.name} {why}", self.now
+                )
+                return
+            if not st.candidate.get("seen"):
+                st.candidate["seen"] = True
+        out.requeue_after(min(self.poll, max(1.0, (deadline - self.now).total_seconds())))
+        left = _dur(deadline - self.now)
+        out.condition("Runnable", "True", "Admitted", self.admitted_message(st))
+        out.add(candidate_key(st.number), candidate_body(inputs, inputs.spec, st))
+
+        if st.gauntlet:
+            # The Job was composed; keep it as it was (a Job's pod template is immutable).
+            if job_obs is not None:
+                out.keep(job_key(st.number), job_obs)
+                err = sync_error(job_obs)
+                msg = f"gauntlet Job {st.gauntlet['job']} runs on {st.gauntlet['cluster']}"
+                if err:
+                    msg += f" (provider reports: {err})"
+            else:
+                tmpl = self.require_template(spec)
+                if tmpl is UNRESOLVED:
+                    self.waiting(st, "waiting for Crossplane to resolve the gauntlet CronJob")
+                    return
+                assert isinstance(tmpl, Resolved)
+                if not tmpl.items:
+                    self.release_for_template(spec, st)
+                    return
+                out.add(job_key(st.number), gauntlet_object(inputs, spec, st, tmpl.items[0]))
+                msg = f"gauntlet Job {st.gauntlet['job']} created on {st.gauntlet['cluster']}"
+            self.set_phase("Evaluating", "Evaluating", msg)
+            out.condition("Verdict", "Unknown", "Evaluating", f"{msg}; {left} left")
+            return
+
+        ready = cand_obs is not None and structs.condition_is(cand_obs, "Ready")
+        if not ready:
+            msg = f"candidate {st.name}: {_candidate_progress(cand_obs)}"
+            self.set_phase("Deploying", "Deploying", msg)
+            out.condition("Verdict", "Unknown", "Deploying", f"{msg}; {left} left")
+            return
+
+        # Ready: find where it serves, then compose the Job.
+        self.serving(spec, st, replicas, deadline, left)
+
+    def admitted_message(self, st: RunState) -> str:
+        msg = f"run {st.name} admitted at {st.candidate.get('createdAt')}"
+        if st.gate:
+            msg += f"; artifact gate opened by ModelCache {st.gate.get('cache')}"
+            if st.gate.get("digest"):
+                msg += f" ({st.gate['digest']})"
+        return msg
+
+    def serving(
+        self,
+        spec: ExperimentSpec,
+        st: RunState,
+        replicas: Any,
+        deadline: datetime.datetime,
+        left: str,
+    ) -> None:
+        inputs, out = self.inputs, self.out
+
+        def wait(msg: str) -> None:
+            self.set_phase("Serving", "Serving", msg)
+            out.condition("Verdict", "Unknown", "Serving", f"{msg}; {left} left")
+
+        if replicas is UNRESOLVED:
+            self.waiting(st, "waiting for Crossplane to resolve the candidate's ModelReplicas")
+            return
+        assert isinstance(replicas, Resolved)
+        found = _serving_replica(replicas, st.name)
+        if found is None:
+            wait(f"candidate {st.name} is Ready; waiting for its replica to report an endpoint")
+            return
+        cluster_name, endpoint = found
+        out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=cluster_name)
+        tmpl = self.require_template(spec)
+        cluster = inputs.required(REQ_CLUSTER)
+        if cluster is UNRESOLVED or tmpl is UNRESOLVED:
+            self.waiting(st, "waiting for Crossplane to resolve the candidate's cluster")
+            return
+        assert isinstance(cluster, Resolved) and isinstance(tmpl, Resolved)
+        if not tmpl.items:
+            self.release_for_template(spec, st)
+            return
+        if not cluster.items:
+            wait(f"candidate {st.name} serves on {cluster_name}: InferenceCluster not found")
+            return
+        pc = provider_config_ref(cluster.items[0])
+        if pc is None:
+            wait(f"candidate {st.name} serves on {cluster_name}: no status.providerConfigRef yet")
+            return
+        remaining = math.ceil((deadline - self.now).total_seconds())
+        st.gauntlet = {
+            "job": gauntlet_job_name(inputs.namespace, st.name),
+            "cluster": cluster_name,
+            "endpoint": endpoint,
+            "providerConfig": pc,
+            "activeDeadlineSeconds": max(1, remaining),
+            "startedAt": format_time(self.now),
+        }
+        try:
+            body = gauntlet_object(inputs, spec, st, tmpl.items[0])
+        except ValueError as e:
+            st.gauntlet = {}
+            self.release_for_template(spec, st, invalid=str(e))
+            return
+        out.add(job_key(st.number), body)
+        msg = f"gauntlet Job {st.gauntlet['job']} created on {cluster_name} against {endpoint}"
+        self.set_phase("Evaluating", "Evaluating", msg)
+        out.condition("Verdict", "Unknown", "Evaluating", f"{msg}; {left} left")
+
+    def release_for_template(
+        self, spec: ExperimentSpec, st: RunState, invalid: str | None = None
+    ) -> None:
+        """The CronJob vanished (or is unusable) before the Job exists: release the GPU."""
+        out = self.out
+        out.resources.pop(candidate_key(st.number), None)
+        out.requirements.pop(REQ_CLUSTER, None)
+        out.requirements.pop(REQ_REPLICAS, None)
+        ref = f"{self.inputs.namespace}/{spec.gauntlet.templateRef.name}"
+        if invalid:
+            self.blocked(
+                st, "TemplateInvalid", f"CronJob {ref} (spec.gauntlet.templateRef): {invalid}"
+            )
+        else:
+            self.blocked(
+                st, "TemplateNotFound", f"CronJob {ref} (spec.gauntlet.templateRef) not found"
+            )
+
+    def admit(self, spec: ExperimentSpec, st: RunState) -> bool:
+        """Check the CronJob and the artifact gate; create the candidate when both pass.
+
+        Returns:
+            True when the candidate was admitted in this call.
+        """
+        inputs, out = self.inputs, self.out
+        tmpl = self.require_template(spec)
+        cache: Any = None
+        if spec.artifactGate is not None:
+            out.require(
+                REQ_CACHE,
+                API_VERSION,
+                "ModelCache",
+                match_name=spec.artifactGate.modelCacheRef.name,
+                namespace=inputs.namespace,
+            )
+            cache = inputs.required(REQ_CACHE)
+        if tmpl is UNRESOLVED or cache is UNRESOLVED:
+            self.waiting(st, "waiting for Crossplane to resolve the CronJob and the ModelCache")
+            return False
+        assert isinstance(tmpl, Resolved)
+        ref = f"{inputs.namespace}/{spec.gauntlet.templateRef.name}"
+        if not tmpl.items:
+            self.blocked(
+                st, "TemplateNotFound", f"CronJob {ref} (spec.gauntlet.templateRef) not found"
+            )
+            return False
+        containers = structs.get(
+            tmpl.items[0], "spec", "jobTemplate", "spec", "template", "spec", "containers"
+        )
+        if not containers:
+            self.blocked(
+                st,
+                "TemplateInvalid",
+                f"CronJob {ref} (spec.gauntlet.templateRef) has no "
+                "spec.jobTemplate.spec.template.spec.containers",
+            )
+            return False
+        if spec.artifactGate is not None:
+            assert isinstance(cache, Resolved)
+            gate = evaluate_gate(spec, inputs.namespace, cache.items[0] if cache.items else None)
+            if gate.reason is not None:
+                out.condition("ArtifactGate", "False", gate.reason, gate.message)
+                self.blocked(st, gate.reason, gate.message)
+                return False
+            out.condition("ArtifactGate", "True", "ArtifactGateOpen", gate.message)
+            st.gate = gate.record
+        deadline = self.now + datetime.timedelta(seconds=spec.timeout_seconds)
+        st.candidate = {
+            "name": st.name,
+            "createdAt": format_time(self.now),
+            "deadline": format_time(deadline),
+        }
+        return True
+
+    def verdict(
+        self,
+        spec: ExperimentSpec,
+        st: RunState,
+        passed: bool,
+        reason: str,
+        summary: str,
+        at: datetime.datetime,
+    ) -> None:
+        """Record the run's verdict; the candidate is released (not desired) from now on."""
+        inputs, out = self.inputs, self.out
+        st.verdict = {
+            "pass": passed,
+            "reason": reason,
+            "summary": summary,
+            "completedAt": format_time(at),
+        }
+        st.candidate.pop("seen", None)
+        st.candidate["releasedAt"] = format_time(self.now)
+        out.requirements.pop(REQ_REPLICAS, None)
+        out.observe(
+            "model_experiment_verdicts_total",
+            {"namespace": inputs.namespace, "experiment": inputs.name, "reason": reason},
+        )
+        self.finished(spec, st)
+
+
+def _dur(delta: datetime.timedelta) -> str:
+    s = max(0, int(delta.total_seconds()))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{h}h{m:02d}m"
+    if m:
+        return f"{m}m{sec:02d}s"
+    return f"{sec}s"
+
+
+def compose(inputs: Inputs) -> Outcome:
+    """Compose a ModelExperiment (see the module docstring).
+
+    Args:
+        inputs: The request view; ``inputs.spec`` is validated by
+            ``function.experiment_model.parse_spec``.
+
+    Returns:
+        The outcome: the candidate (``candidate-r<N>``) and gauntlet Job Object
+        (``gauntlet-r<N>``) of the current run, evidence Jobs of retained runs;
+        status ``phase``, ``reason``, ``run``, ``runNumber``, ``runGeneration``,
+        ``specHash``, ``candidate``, ``gauntlet``, ``gate``, ``verdict``,
+        ``nextRunAt``, ``history[]``; conditions ``Runnable``, ``Verdict`` and, with
+        an artifact gate, ``ArtifactGate``.
+    """
+    return _Composer(inputs).compose()
+
+
+__all__ = [
+    "candidate_body",
+    "compose",
+    "evaluate_gate",
+    "gauntlet_job_name",
+    "run_name",
+]

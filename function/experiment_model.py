@@ -1,0 +1,221 @@
+"""The ModelExperiment spec, validated with pydantic, and its canonical hash.
+
+Shape (``modelplane.ai/v1alpha1`` ModelExperiment, namespaced)::
+
+    spec:
+      candidate:                  # a ModelDeployment's template.spec, plus backend
+        backend: vllm             # engine the evaluation addresses: MODELS=<candidate>=<backend>
+        clusterSelector: {...}    # optional, full LabelSelector
+        modelCacheRef: {name: qwen-cache}
+        tolerations: [...]
+        serving: {...}
+        engines: [...]            # as in ModelDeployment (members[], template, ...)
+      gauntlet:
+        templateRef: {name: eval} # a batch/v1 CronJob in the experiment's namespace
+        env: [{name: TASKS, value: gsm8k}]   # <= 32 literal variables; MODELS is reserved
+      timeout: 30m                # Go duration, > 0; default 30m
+      suspend: false
+      repeatAfter: "0"            # 0 = one-shot; otherwise a Go duration >= 1m
+      historyLimit: 5             # 1..20; only with repeatAfter (default 5)
+      artifactGate:
+        modelCacheRef: {name: qwen-cache}
+        requireValidation: false
+        requirePublishedDigest: false
+        requireSourceMatch: false
+
+The same rules are enforced at admission by the XRD's CEL rules
+(``compositions/modelexperiment/definition.yaml``); the function checks them again
+because an XR may reach it without admission (render, an older XRD).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from function.errors import SpecError, pydantic_errors
+from function.replica_spec import Engine, Ref
+from function.timeutil import parse_duration
+
+# Environment variable names as Kubernetes validates them for a container's env
+# (apimachinery validation.IsEnvVarName: "a valid environment variable name must
+# consist of alphabetic characters, digits, '_', '-', or '.', and must not start
+# with a digit").
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+MAX_ENV = 32
+# Variables the function forces into every gauntlet container; a user may not set them.
+ENV_MODELS = "MODELS"
+ENV_ENDPOINT = "MODELPLANE_ENDPOINT"
+RESERVED_ENV = (ENV_MODELS, ENV_ENDPOINT)
+MIN_REPEAT_SECONDS = 60.0
+DEFAULT_TIMEOUT = "30m"
+DEFAULT_HISTORY_LIMIT = 5
+MAX_HISTORY_LIMIT = 20
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Candidate(_Model):
+    """A ModelDeployment's ``template.spec`` plus ``backend``; unknown fields pass through."""
+
+    backend: str = Field(min_length=1, max_length=63)
+    clusterSelector: dict[str, Any] | None = None
+    modelCacheRef: Ref | None = None
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    serving: dict[str, Any] | None = None
+    engines: list[Engine] = Field(min_length=1)
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        if "=" in v or "," in v or v.strip() != v:
+            raise ValueError("must not contain '=', ',' or surrounding spaces (MODELS syntax)")
+        return v
+
+
+class EnvVar(_Strict):
+    """A literal environment variable (``valueFrom`` is not allowed)."""
+
+    name: str = Field(min_length=1)
+    value: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not ENV_NAME.match(v):
+            raise ValueError(
+                f"{v!r} is not a valid environment variable name (letters, digits, '_', '-', "
+                "'.'; not starting with a digit)"
+            )
+        if v in RESERVED_ENV:
+            raise ValueError(
+                f"{v} is reserved: the function sets it to the candidate, so a production "
+                "lane can never be evaluated and recorded as the candidate's verdict"
+            )
+        return v
+
+
+class Gauntlet(_Strict):
+    """The evaluation: a CronJob to copy and literal env to apply."""
+
+    templateRef: Ref
+    env: list[EnvVar] = Field(default_factory=list, max_length=MAX_ENV)
+
+    @field_validator("env")
+    @classmethod
+    def _unique(cls, v: list[EnvVar]) -> list[EnvVar]:
+        seen: set[str] = set()
+        for e in v:
+            if e.name in seen:
+                raise ValueError(f"variable {e.name} is set more than once")
+            seen.add(e.name)
+        return v
+
+    def sorted_env(self) -> list[tuple[str, str]]:
+        """``(name, value)`` pairs in the deterministic order they are applied (by name)."""
+        return sorted((e.name, e.value) for e in self.env)
+
+
+class ArtifactGate(_Strict):
+    """What must be true of a ModelCache before a candidate may claim hardware."""
+
+    modelCacheRef: Ref
+    requireValidation: bool = False
+    requirePublishedDigest: bool = False
+    requireSourceMatch: bool = False
+
+
+class ExperimentSpec(_Strict):
+    """The validated ``spec`` of a ModelExperiment (see the module docstring)."""
+
+    candidate: Candidate
+    gauntlet: Gauntlet
+    timeout: str | int = DEFAULT_TIMEOUT
+    suspend: bool = False
+    repeatAfter: str | int = "0"
+    historyLimit: int | None = Field(default=None, ge=1, le=MAX_HISTORY_LIMIT)
+    artifactGate: ArtifactGate | None = None
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, v: str | int) -> str | int:
+        if parse_duration(v) <= 0:
+            raise ValueError("must be a positive duration such as 30m")
+        return v
+
+    @field_validator("repeatAfter")
+    @classmethod
+    def _repeat(cls, v: str | int) -> str | int:
+        s = parse_duration(v)
+        if 0 < s < MIN_REPEAT_SECONDS:
+            raise ValueError("must be 0 (one-shot) or at least 1m")
+        return v
+
+    @model_validator(mode="after")
+    def _history(self) -> ExperimentSpec:
+        if self.historyLimit is not None and self.repeat_seconds == 0:
+            raise ValueError("historyLimit is only allowed with a non-zero repeatAfter")
+        return self
+
+    @property
+    def timeout_seconds(self) -> float:
+        """The timeout in seconds (> 0)."""
+        return parse_duration(self.timeout)
+
+    @property
+    def repeat_seconds(self) -> float:
+        """The cool-down between successful runs in seconds (0: one-shot)."""
+        return parse_duration(self.repeatAfter)
+
+    @property
+    def history_limit(self) -> int:
+        """How many earlier run records are kept."""
+        return self.historyLimit if self.historyLimit is not None else DEFAULT_HISTORY_LIMIT
+
+
+def parse_spec(spec: dict[str, Any]) -> ExperimentSpec:
+    """Validate a ModelExperiment spec.
+
+    Raises:
+        SpecError: naming the first invalid field (``spec.gauntlet.env[0].name``) and
+            listing up to five problems.
+    """
+    try:
+        return ExperimentSpec.model_validate(spec)
+    except ValidationError as e:
+        raise pydantic_errors("spec", e) from None
+    except ValueError as e:  # a duration that does not parse inside a validator
+        raise SpecError("spec", str(e)) from None
+
+
+def spec_hash(spec: ExperimentSpec) -> str:
+    """A canonical hash of what defines a run: candidate, gauntlet, timeout and gate.
+
+    ``suspend``, ``repeatAfter`` and ``historyLimit`` are excluded: pausing or
+    rescheduling is not a different experiment. Maps are hashed with sorted keys
+    and env by name, so reordered fields are no change; defaults are applied
+    first, so spelling out a default is no change either. Durations are compared
+    by value (``90s`` == ``1m30s``).
+
+    Returns:
+        16 hex characters of a sha256.
+    """
+    doc = spec.model_dump(
+        mode="json",
+        exclude={"suspend", "repeatAfter", "historyLimit"},
+        exclude_none=True,
+    )
+    doc["timeout"] = spec.timeout_seconds
+    doc["gauntlet"]["env"] = [list(p) for p in spec.gauntlet.sorted_env()]
+    raw = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
