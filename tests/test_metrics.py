@@ -1,0 +1,458 @@
+"""Prometheus metrics: catalogue, bounded labels, runner recording, serving (issue 7)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from function import composers, metrics
+from function.errors import SpecError
+from function.outcome import Observation, Outcome
+from function.runner import FunctionRunner
+from function.settings import default_settings
+from tests.fixtures import cache_spec, inference_cluster
+from tests.harness import NAMESPACE, Clock, GrpcFunction, World, request, xr
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The contract of issue 7 (and issues 5, 6), written out independently of the code.
+EXPECTED = {
+    "modelplane_function_run_seconds": ("histogram", {"kind", "result"}),
+    "modelplane_function_results_total": ("counter", {"kind", "severity"}),
+    "modelplane_model_cold_start_duration_seconds": (
+        "histogram",
+        {"namespace", "model", "engine_kind", "cache"},
+    ),
+    "modelplane_cache_hydration_duration_seconds": ("histogram", {"namespace", "cache"}),
+    "modelplane_replica_replacement_duration_seconds": ("histogram", {"namespace", "model"}),
+    "modelplane_model_experiment_verdicts_total": (
+        "counter",
+        {"namespace", "experiment", "reason"},
+    ),
+    "modelplane_model_backfill_starts_total": ("counter", {"backfill", "namespace", "model"}),
+    "modelplane_model_backfill_completions_total": (
+        "counter",
+        {"backfill", "namespace", "model", "result"},
+    ),
+    "modelplane_model_backfill_preemptions_total": (
+        "counter",
+        {"backfill", "namespace", "model", "reason"},
+    ),
+    "modelplane_model_backfill_useful_running_seconds_total": (
+        "counter",
+        {"backfill", "namespace", "model"},
+    ),
+}
+EXPECTED_BUCKETS = {
+    "modelplane_function_run_seconds": [
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+    ],
+    "modelplane_model_cold_start_duration_seconds": [
+        5, 10, 20, 30, 60, 90, 120, 180, 300, 450, 600, 900, 1200, 1800, 2700, 3600, 7200,
+    ],
+    "modelplane_cache_hydration_duration_seconds": [
+        10, 30, 60, 120, 300, 600, 900, 1800, 2700, 3600, 5400, 7200, 10800, 14400, 21600,
+        43200, 86400,
+    ],
+    "modelplane_replica_replacement_duration_seconds": [
+        10, 30, 60, 120, 180, 300, 600, 900, 1800, 3600, 7200, 14400,
+    ],
+}  # fmt: skip
+# Label names that would make a series per run, Job or moment.
+UNBOUNDED_LABELS = {"run", "job", "job_name", "timestamp", "time", "uid", "attempt", "pod"}
+
+SAMPLE_LABELS = {
+    "model_cold_start_duration_seconds": {
+        "namespace": "ml",
+        "model": "qwen",
+        "engine_kind": "Deployment",
+        "cache": "qwen-cache",
+    },
+    "cache_hydration_duration_seconds": {"namespace": "ml", "cache": "qwen-cache"},
+    "replica_replacement_duration_seconds": {"namespace": "ml", "model": "qwen"},
+    "model_experiment_verdicts_total": {
+        "namespace": "ml",
+        "experiment": "canary",
+        "reason": "GauntletPassed",
+    },
+    "model_backfill_starts_total": {"backfill": "evals", "namespace": "ml", "model": "qwen"},
+    "model_backfill_completions_total": {
+        "backfill": "evals",
+        "namespace": "ml",
+        "model": "qwen",
+        "result": "succeeded",
+    },
+    "model_backfill_preemptions_total": {
+        "backfill": "evals",
+        "namespace": "ml",
+        "model": "qwen",
+        "reason": "foreground",
+    },
+    "model_backfill_useful_running_seconds_total": {
+        "backfill": "evals",
+        "namespace": "ml",
+        "model": "qwen",
+    },
+}
+
+
+def families(registry: CollectorRegistry) -> dict:
+    text = generate_latest(registry).decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    v = registry.get_sample_value(name, labels)
+    return 0.0 if v is None else v
+
+
+@pytest.fixture
+def m() -> metrics.Metrics:
+    return metrics.Metrics(CollectorRegistry())
+
+
+def test_exposed_names_types_labels_and_buckets(m):
+    m.record_run("ModelCache", "success", 0.002, ["Normal"])
+    obs = [Observation(k, tuple(sorted(v.items())), 30.0) for k, v in SAMPLE_LABELS.items()]
+    assert m.apply(obs) == len(SAMPLE_LABELS)
+    fams = families(m.registry)
+    exposed = {}
+    for fam in fams.values():
+        if not fam.name.startswith("modelplane_") or fam.name.endswith("_created"):
+            continue
+        samples = [s for s in fam.samples if not s.name.endswith("_created")]
+        names = {s.name for s in samples}
+        if fam.type == "counter":
+            assert names == {fam.name + "_total"}
+            full = fam.name + "_total"
+        else:
+            assert names == {fam.name + "_bucket", fam.name + "_count", fam.name + "_sum"}
+            full = fam.name
+        labels = {k for s in samples for k in s.labels if k != "le"}
+        exposed[full] = (fam.type, labels)
+        if fam.type == "histogram":
+            bounds = sorted({float(s.labels["le"]) for s in samples if "le" in s.labels})
+            assert bounds[-1] == math.inf
+            assert bounds[:-1] == [float(b) for b in EXPECTED_BUCKETS[full]], full
+    assert exposed == EXPECTED
+    for _type, labels in exposed.values():
+        assert not labels & UNBOUNDED_LABELS
+
+
+def test_catalogue_matches_contract():
+    assert {s.name: (s.type, set(s.labels)) for s in metrics.CATALOGUE} == EXPECTED
+    for s in metrics.CATALOGUE:
+        assert s.help
+        if s.type == "histogram":
+            assert list(s.buckets) == sorted(set(s.buckets)), s.name
+    # Hydration buckets reach past the Job's deadline: a slow hydration is never "+Inf".
+    hydration = metrics.SPECS["cache_hydration_duration_seconds"]
+    assert max(hydration.buckets) >= default_settings().hydration_deadline_seconds
+    assert min(hydration.buckets) <= 60  # and a small model's minute is resolved
+    assert max(metrics.SPECS["function_run_seconds"].buckets) <= 10
+
+
+@pytest.mark.parametrize(
+    ("metric", "labels", "val", "message"),
+    [
+        ("no_such_metric", {}, 1, "unknown lifecycle metric"),
+        ("function_run_seconds", {"kind": "ModelCache", "result": "success"}, 1, "unknown"),
+        ("cache_hydration_duration_seconds", {"namespace": "ml"}, 1, "takes labels"),
+        (
+            "cache_hydration_duration_seconds",
+            {"namespace": "ml", "cache": "c", "job": "c-hydrate-7"},
+            1,
+            "takes labels",
+        ),
+        (
+            "cache_hydration_duration_seconds",
+            {"namespace": "ml", "cache": "2026-11-29T09:00:00Z"},
+            1,
+            "not a bounded value",
+        ),
+        (
+            "cache_hydration_duration_seconds",
+            {"namespace": "ml", "cache": "x" * 254},
+            1,
+            "not a bounded value",
+        ),
+        ("cache_hydration_duration_seconds", {"namespace": "ml", "cache": "c"}, -1, ">= 0"),
+        (
+            "cache_hydration_duration_seconds",
+            {"namespace": "ml", "cache": "c"},
+            float("nan"),
+            ">= 0",
+        ),
+    ],
+)
+def test_observe_rejects_unbounded_or_wrong_samples(metric, labels, val, message):
+    out = Outcome()
+    with pytest.raises(ValueError, match=message):
+        out.observe(metric, labels, val)
+    assert out.observations == []
+
+
+def test_observe_accepts_short_or_full_names_and_sorts_labels():
+    out = Outcome()
+    out.observe("modelplane_cache_hydration_duration_seconds", {"namespace": "ml", "cache": "c"}, 5)
+    out.observe("model_backfill_starts_total", {"model": "q", "namespace": "ml", "backfill": "b"})
+    assert out.observations == [
+        Observation(
+            "modelplane_cache_hydration_duration_seconds",
+            (("cache", "c"), ("namespace", "ml")),
+            5.0,
+        ),
+        Observation(
+            "model_backfill_starts_total",
+            (("backfill", "b"), ("model", "q"), ("namespace", "ml")),
+            1.0,
+        ),
+    ]
+
+
+def test_fixed_vocabularies_map_anything_else_to_other(m):
+    labels = {"namespace": "ml", "experiment": "canary", "reason": "Cosmic"}
+    m.apply([Observation("model_experiment_verdicts_total", tuple(sorted(labels.items())), 1)])
+    assert value(m.registry, "modelplane_model_experiment_verdicts_total", **labels) == 0
+    assert (
+        value(
+            m.registry,
+            "modelplane_model_experiment_verdicts_total",
+            namespace="ml",
+            experiment="canary",
+            reason="other",
+        )
+        == 1
+    )
+    m.record_run("Pizza", "success", 0.001, ["Normal", "Strange"])
+    assert value(m.registry, "modelplane_function_run_seconds_count", kind="unknown",
+                 result="success") == 1  # fmt: skip
+    assert value(m.registry, "modelplane_function_results_total", kind="unknown",
+                 severity="other") == 1  # fmt: skip
+
+
+def test_apply_skips_invalid_observations_without_failing(m):
+    bad = Observation("cache_hydration_duration_seconds", (("namespace", "ml"),), 1)
+    good = Observation("cache_hydration_duration_seconds", (("cache", "c"), ("namespace", "ml")), 7)
+    assert m.apply([bad, good]) == 1
+    assert value(m.registry, "modelplane_cache_hydration_duration_seconds_sum",
+                 namespace="ml", cache="c") == 7  # fmt: skip
+
+
+# ---- recorded by the runner -----------------------------------------------------------
+
+
+def cache_xr(**kw):
+    return xr("ModelCache", "qwen-cache", cache_spec({"matchLabels": {"gpu": "h100"}}), **kw)
+
+
+WORLD = World([inference_cluster("gpu-a", {"gpu": "h100"})])
+
+
+def resolved_request(tag="t"):
+    return request(cache_xr(), required={"clusters": WORLD.resources, "replicas": []}, tag=tag)
+
+
+@pytest.fixture
+def observing(monkeypatch):
+    """The real ModelCache composer, plus one hydration-duration sample per call.
+
+    Stands in for a composer that records a transition (the ModelCache composer
+    itself records none), so the runner's handling of observations is tested alone.
+    """
+    real = composers.composer_for("modelplane.ai/v1alpha1", "ModelCache")
+
+    def compose(inputs):
+        out = real(inputs)
+        out.observe(
+            "cache_hydration_duration_seconds",
+            {"namespace": inputs.namespace, "cache": inputs.name},
+            120.0,
+        )
+        return out
+
+    monkeypatch.setitem(composers._loaded, "ModelCache", compose)
+    return compose
+
+
+def hydration_count(m):
+    return value(m.registry, "modelplane_cache_hydration_duration_seconds_count",
+                 namespace=NAMESPACE, cache="qwen-cache")  # fmt: skip
+
+
+def test_runner_records_run_time_and_results(m):
+    runner = FunctionRunner(default_settings(), Clock(), metrics=m)
+    runner.run(resolved_request())
+    runner.run(request(xr("Pizza", "p", {})))  # not served: fatal, kind "unknown"
+    runner.run(request(xr("ModelCache", "bad", {"source": "HuggingFace"})))  # SpecError
+    reg = m.registry
+    assert value(reg, "modelplane_function_run_seconds_count", kind="ModelCache",
+                 result="success") == 1  # fmt: skip
+    assert value(reg, "modelplane_function_run_seconds_count", kind="unknown",
+                 result="fatal") == 1  # fmt: skip
+    assert value(reg, "modelplane_function_run_seconds_count", kind="ModelCache",
+                 result="fatal") == 1  # fmt: skip
+    assert value(reg, "modelplane_function_results_total", kind="ModelCache",
+                 severity="Fatal") == 1  # fmt: skip
+    assert value(reg, "modelplane_function_results_total", kind="unknown",
+                 severity="Fatal") == 1  # fmt: skip
+    assert 0 < value(reg, "modelplane_function_run_seconds_sum", kind="ModelCache",
+                     result="success") < 10  # fmt: skip
+
+
+def test_runner_records_internal_errors(m, monkeypatch):
+    def broken(inputs):
+        raise KeyError("boom")
+
+    monkeypatch.setitem(composers._loaded, "ModelCache", broken)
+    FunctionRunner(default_settings(), Clock(), metrics=m).run(resolved_request())
+    assert value(m.registry, "modelplane_function_run_seconds_count", kind="ModelCache",
+                 result="error") == 1  # fmt: skip
+
+
+def test_observations_applied_after_a_successful_stable_call(m, observing):
+    runner = FunctionRunner(default_settings(), Clock(), metrics=m)
+    runner.run(resolved_request())
+    assert hydration_count(m) == 1
+    assert value(m.registry, "modelplane_cache_hydration_duration_seconds_sum",
+                 namespace=NAMESPACE, cache="qwen-cache") == 120  # fmt: skip
+    assert value(m.registry, "modelplane_cache_hydration_duration_seconds_bucket",
+                 namespace=NAMESPACE, cache="qwen-cache", le="60.0") == 0  # fmt: skip
+    assert value(m.registry, "modelplane_cache_hydration_duration_seconds_bucket",
+                 namespace=NAMESPACE, cache="qwen-cache", le="120.0") == 1  # fmt: skip
+
+
+def test_observations_not_applied_while_requirements_are_unresolved(m, observing):
+    runner = FunctionRunner(default_settings(), Clock(), metrics=m)
+    rsp = runner.run(request(cache_xr()))  # first call of the loop: asks for clusters
+    assert set(rsp.requirements.resources) == {"clusters", "replicas"}
+    assert hydration_count(m) == 0
+
+
+def test_observations_not_applied_on_fatal(m, monkeypatch):
+    def fatal_after_observing(inputs):
+        out = Outcome()
+        out.observe("cache_hydration_duration_seconds", {"namespace": "ml", "cache": "c"}, 9)
+        raise SpecError("spec.source", "is broken")
+
+    monkeypatch.setitem(composers._loaded, "ModelCache", fatal_after_observing)
+    FunctionRunner(default_settings(), Clock(), metrics=m).run(resolved_request())
+
+    def fatal_result(inputs):
+        out = Outcome()
+        out.observe("cache_hydration_duration_seconds", {"namespace": "ml", "cache": "c"}, 9)
+        out.fatal("cannot compose")
+        return out
+
+    monkeypatch.setitem(composers._loaded, "ModelCache", fatal_result)
+    FunctionRunner(default_settings(), Clock(), metrics=m).run(resolved_request())
+    assert value(m.registry, "modelplane_cache_hydration_duration_seconds_count",
+                 namespace="ml", cache="c") == 0  # fmt: skip
+
+
+def test_requirements_loop_over_grpc_counts_a_transition_once(m, observing):
+    with GrpcFunction() as fn:
+        fn.runner.metrics = m
+        rsp, calls = fn.drive(cache_xr(), WORLD)
+    assert calls == 2
+    assert not [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
+    assert hydration_count(m) == 1
+    assert value(m.registry, "modelplane_function_run_seconds_count", kind="ModelCache",
+                 result="success") == 2  # fmt: skip
+
+
+# ---- serving ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        (":8080", ("0.0.0.0", 8080)),
+        ("127.0.0.1:9102", ("127.0.0.1", 9102)),
+        ("[::1]:8080", ("::1", 8080)),
+        ("", None),
+    ],
+)
+def test_parse_address(address, expected):
+    assert metrics.parse_address(address) == expected
+
+
+@pytest.mark.parametrize("address", ["8080", ":http", "host:70000"])
+def test_parse_address_rejects(address):
+    with pytest.raises(ValueError):
+        metrics.parse_address(address)
+
+
+def test_serves_metrics_over_http():
+    metrics.default().record_run("ModelReplica", "success", 0.003, ["Normal"])
+    server = metrics.serve("127.0.0.1:0")
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = r.read().decode()
+    finally:
+        server.shutdown()
+    fams = {f.name: f for f in text_string_to_metric_families(body)}
+    assert fams["modelplane_function_run_seconds"].type == "histogram"
+    assert 'modelplane_function_run_seconds_count{kind="ModelReplica",result="success"}' in body
+    assert "process_cpu_seconds_total" in body or "python_info" in body
+
+
+def test_serving_off_for_empty_address():
+    assert metrics.serve("") is None
+
+
+CHILD = """
+import sys
+from function import metrics
+m = metrics.default()
+m.record_run("ModelCache", "success", 0.002, ["Normal", "Warning"])
+from function.outcome import Outcome
+o = Outcome()
+o.observe("model_backfill_useful_running_seconds_total",
+          {"backfill": "evals", "namespace": "ml", "model": "qwen"}, float(sys.argv[1]))
+m.apply(o.observations)
+"""
+EXPOSE = """
+from prometheus_client import generate_latest
+from function import metrics
+print(generate_latest(metrics.exposition_registry()).decode())
+"""
+
+
+def test_multiprocess_mode_sums_worker_processes(tmp_path):
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    for seconds in ("30", "12"):
+        subprocess.run([sys.executable, "-c", CHILD, seconds], cwd=ROOT, env=env, check=True)
+    assert len(list(tmp_path.glob("*.db"))) >= 2
+    out = subprocess.run(
+        [sys.executable, "-c", EXPOSE], cwd=ROOT, env=env, check=True, capture_output=True,
+        text=True,
+    ).stdout  # fmt: skip
+    fams = {f.name: f for f in text_string_to_metric_families(out)}
+    results = {
+        s.labels["severity"]: s.value
+        for s in fams["modelplane_function_results"].samples
+        if s.name.endswith("_total")
+    }
+    assert results == {"Normal": 2.0, "Warning": 2.0}
+    (useful,) = [
+        s for s in fams["modelplane_model_backfill_useful_running_seconds"].samples
+        if s.name.endswith("_total")
+    ]  # fmt: skip
+    assert useful.value == 42.0
+    (count,) = [
+        s for s in fams["modelplane_function_run_seconds"].samples
+        if s.name.endswith("_count")
+    ]  # fmt: skip
+    assert count.value == 2.0
+    assert metrics.clear_multiprocess_dir(str(tmp_path)) >= 2
+    assert not list(tmp_path.glob("*.db"))
