@@ -16,10 +16,10 @@ nothing matched" differ, and a composer must never treat the first as the second
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
@@ -57,12 +57,49 @@ class _Unresolved:
 UNRESOLVED: Final = _Unresolved()
 
 
-@dataclass(frozen=True, slots=True)
-class ObservedChild:
+class ObservedChild(NamedTuple):
     """An observed composed resource: its body and connection details."""
 
     resource: Struct
-    connection_details: Mapping[str, bytes] = field(default_factory=dict)
+    connection_details: Mapping[str, bytes] = {}
+
+
+class ObservedView(Mapping[str, ObservedChild]):
+    """A read-only view of the request's observed composed resources.
+
+    Wraps the protobuf map without copying it: an :class:`ObservedChild` is built only
+    for the entries a composer reads (the hot path may carry thousands of children).
+    """
+
+    __slots__ = ("_resources",)
+
+    def __init__(self, resources: Any) -> None:
+        self._resources = resources
+
+    def __getitem__(self, key: str) -> ObservedChild:
+        r = self._resources.get(key) if isinstance(key, str) else None
+        if r is None:
+            raise KeyError(key)
+        return ObservedChild(r.resource, r.connection_details)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self._resources
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._resources)
+
+    def body(self, key: str) -> Struct | None:
+        """The body of child ``key``, or None (one map lookup, no wrapper object)."""
+        r = self._resources.get(key)
+        return r.resource if r is not None else None
+
+    def items(self) -> Iterator[tuple[str, ObservedChild]]:  # type: ignore[override]
+        """(composition-resource name, child) pairs, without a lookup per key."""
+        for k, r in self._resources.items():
+            yield k, ObservedChild(r.resource, r.connection_details)
+
+    def __len__(self) -> int:
+        return len(self._resources)
 
 
 @dataclass
@@ -150,5 +187,7 @@ class Inputs:
 
     def observed_body(self, name: str) -> Struct | None:
         """The body of observed composed resource ``name``, or None."""
+        if isinstance(self.observed, ObservedView):
+            return self.observed.body(name)
         child = self.observed.get(name)
         return child.resource if child is not None else None

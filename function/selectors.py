@@ -142,6 +142,31 @@ class LabelSelector:
                 return False
         return all(r.matches(labels) for r in self.expressions)
 
+    def matches_fields(self, labels: Any) -> bool:
+        """Like :meth:`matches`, for a protobuf ``Struct.fields`` map of label Values.
+
+        Looks up only the keys the selector names (the hot path: no dict of all labels).
+        """
+        for k, v in self.match_labels:
+            x = labels.get(k)
+            if x is None or x.string_value != v:
+                return False
+        for r in self.expressions:
+            x = labels.get(r.key)
+            op = r.operator
+            if op == "In":
+                if x is None or x.string_value not in r.values:
+                    return False
+            elif op == "NotIn":
+                if x is not None and x.string_value in r.values:
+                    return False
+            elif op == "Exists":
+                if x is None:
+                    return False
+            elif x is not None:
+                return False
+        return True
+
     def is_empty(self) -> bool:
         """True for ``{}``, which selects everything."""
         return not self.match_labels and not self.expressions

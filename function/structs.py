@@ -14,13 +14,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf.struct_pb2 import ListValue, Struct
+from google.protobuf.struct_pb2 import ListValue, Struct, Value
 
 _MISSING: Any = object()
+_EMPTY = Struct()
+
+
+def _unwrap(v: Value) -> Any:
+    """The Python view of a ``Value``: str, float, bool, None, Struct or ListValue."""
+    kind = v.WhichOneof("kind")
+    if kind == "string_value":
+        return v.string_value
+    if kind == "struct_value":
+        return v.struct_value
+    if kind == "number_value":
+        return v.number_value
+    if kind == "bool_value":
+        return v.bool_value
+    if kind == "list_value":
+        return v.list_value
+    return None
 
 
 def get(node: Any, *path: str | int, default: Any = None) -> Any:
     """Walk ``path`` from ``node`` and return what is there.
+
+    Reads the underlying ``fields`` map and ``values`` list of Struct/ListValue
+    directly (C-level lookups in protobuf's upb backend), never inserting keys.
 
     Args:
         node: A Struct, ListValue, dict, list, or None.
@@ -28,20 +48,28 @@ def get(node: Any, *path: str | int, default: Any = None) -> Any:
         default: Returned when any step is missing or of the wrong type.
 
     Returns:
-        A scalar (str, float, bool, None), a Struct, a ListValue (or dict/list
-        when ``node`` was plain Python), or ``default``.
+        A scalar (str, float, bool), a Struct, a ListValue (or dict/list when
+        ``node`` was plain Python), or ``default`` (also for JSON null).
     """
     cur = node
     for step in path:
-        if cur is None:
-            return default
-        if isinstance(step, int):
-            if not isinstance(cur, (ListValue, list)) or not -len(cur) <= step < len(cur):
+        if isinstance(cur, Struct):
+            if not isinstance(step, str):
+                return default
+            v = cur.fields.get(step)
+            if v is None:
+                return default
+            cur = _unwrap(v)
+        elif isinstance(cur, ListValue):
+            if not isinstance(step, int) or not -len(cur.values) <= step < len(cur.values):
+                return default
+            cur = _unwrap(cur.values[step])
+        elif isinstance(cur, dict):
+            if step not in cur:
                 return default
             cur = cur[step]
-            continue
-        if isinstance(cur, (Struct, dict)):
-            if step not in cur:
+        elif isinstance(cur, list):
+            if not isinstance(step, int) or not -len(cur) <= step < len(cur):
                 return default
             cur = cur[step]
         else:
@@ -58,12 +86,65 @@ def get_str(node: Any, *path: str | int, default: str = "") -> str:
 def get_map(node: Any, *path: str | int) -> dict[str, str]:
     """Return a string-to-string map (labels, annotations) at ``path``.
 
-    Non-string values are skipped. Returns a new dict, empty when absent.
+    Returns a new dict, empty when absent.
     """
-    v = get(node, *path)
-    if isinstance(v, (Struct, dict)):
+    v = get(node, *path) if path else node
+    if isinstance(v, Struct):
+        # Kubernetes maps labels and annotations to strings; a non-string reads as "".
+        return {k: val.string_value for k, val in v.fields.items()}
+    if isinstance(v, dict):
         return {k: val for k, val in v.items() if isinstance(val, str)}
     return {}
+
+
+def items(node: Any, *path: str | int) -> list[Any]:
+    """The elements of the list at ``path`` (unwrapped), or ``[]``."""
+    v = get(node, *path)
+    if isinstance(v, ListValue):
+        return [_unwrap(x) for x in v.values]
+    if isinstance(v, list):
+        return v
+    return []
+
+
+# ---- Hot-path accessors: one level at a time, Struct in, no Python wrappers ----------
+
+
+def sub(node: Struct | None, key: str) -> Struct | None:
+    """The object at ``node[key]``, or None when absent or not an object."""
+    if node is None:
+        return None
+    v = node.fields.get(key)
+    if v is None or v.WhichOneof("kind") != "struct_value":
+        return None
+    return v.struct_value
+
+
+def fields_of(node: Struct | None, key: str) -> Any:
+    """The field map of the object at ``node[key]``; empty when absent or not an object.
+
+    Reading ``.struct_value`` of a Value that holds something else yields protobuf's
+    empty default Struct, so no kind check is needed for reads. Never write to the result.
+    """
+    if node is None:
+        return _EMPTY.fields
+    v = node.fields.get(key)
+    return v.struct_value.fields if v is not None else _EMPTY.fields
+
+
+def sval(node: Struct | None, key: str) -> str:
+    """The string at ``node[key]``, or ``""`` when absent or not a string."""
+    if node is None:
+        return ""
+    v = node.fields.get(key)
+    if v is None or v.WhichOneof("kind") != "string_value":
+        return ""
+    return v.string_value
+
+
+def set_str(node: Struct, key: str, value: str) -> None:
+    """Set ``node[key]`` to the string ``value`` (no Python-level Struct wrapper)."""
+    node.fields[key].string_value = value
 
 
 def to_py(value: Any) -> Any:
@@ -73,9 +154,9 @@ def to_py(value: Any) -> Any:
     with pydantic, which coerces ``3.0`` to ``int`` where an int is declared.
     """
     if isinstance(value, Struct):
-        return {k: to_py(v) for k, v in value.items()}
+        return {k: to_py(_unwrap(v)) for k, v in value.fields.items()}
     if isinstance(value, ListValue):
-        return [to_py(v) for v in value]
+        return [to_py(_unwrap(v)) for v in value.values]
     return value
 
 
@@ -86,10 +167,7 @@ def conditions(node: Any) -> dict[str, Any]:
         ``{type: condition}`` where each condition is a Struct or dict.
     """
     out: dict[str, Any] = {}
-    conds = get(node, "status", "conditions")
-    if conds is None:
-        return out
-    for c in conds:
+    for c in items(node, "status", "conditions"):
         t = get(c, "type")
         if isinstance(t, str):
             out[t] = c

@@ -21,12 +21,15 @@ Rules (issue "ModelCache: fan out and roll up"):
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import API_VERSION, structs
 from function.cache_spec import parse_source
+from function.errors import SpecError
 from function.inputs import UNRESOLVED, Inputs, Resolved
 from function.naming import (
     LABEL_CACHE,
@@ -42,6 +45,7 @@ from function.selectors import LabelSelector
 REQ_CLUSTERS = "clusters"
 REQ_REPLICAS = "replicas"
 CHILD_PREFIX = "hydration-"
+_NO_LABELS = Struct().fields
 PHASES = ("Pending", "Hydrating", "Ready", "Failed")
 
 
@@ -61,35 +65,34 @@ def _hostable(cluster: Struct) -> str | None:
     return None
 
 
-class _Stamper:
-    """Builds hydration bodies cheaply: one template Struct, a few fields set per cluster."""
+@lru_cache(maxsize=16384)
+def _hydration_body(namespace: str, cache: str, source_json: str, cluster: str) -> Struct:
+    """The desired ModelCacheHydration of ``cache`` on ``cluster`` (memoized).
 
-    def __init__(self, inputs: Inputs, source_spec: dict[str, Any]) -> None:
-        self.ns = inputs.namespace
-        self.cache = inputs.name
-        body: dict[str, Any] = {
+    A pure function of its arguments, memoized because the same bodies are desired on
+    every reconcile of every cache (the hot path at fleet scale). The returned Struct is
+    shared: callers only read or copy it (the runner copies it into the response).
+    """
+    labels, ann = labels_with_full(
+        {LABEL_CACHE: cache, LABEL_CLUSTER: cluster, LABEL_MANAGED_BY: MANAGED_BY}
+    )
+    meta: dict[str, Any] = {
+        "name": hydration_name(namespace, cache, cluster),
+        "namespace": namespace,
+        "labels": labels,
+    }
+    if ann:
+        meta["annotations"] = ann
+    body = Struct()
+    body.update(
+        {
             "apiVersion": API_VERSION,
             "kind": "ModelCacheHydration",
-            "metadata": {"name": "", "namespace": self.ns, "labels": {}},
-            "spec": {"clusterName": "", "cacheName": self.cache, **source_spec},
+            "metadata": meta,
+            "spec": {"clusterName": cluster, "cacheName": cache, **json.loads(source_json)},
         }
-        self.template = Struct()
-        self.template.update(body)
-
-    def body(self, cluster: str) -> Struct:
-        """The desired ModelCacheHydration for ``cluster``."""
-        s = Struct()
-        s.CopyFrom(self.template)
-        meta = s["metadata"]
-        meta["name"] = hydration_name(self.ns, self.cache, cluster)
-        labels, ann = labels_with_full(
-            {LABEL_CACHE: self.cache, LABEL_CLUSTER: cluster, LABEL_MANAGED_BY: MANAGED_BY}
-        )
-        meta["labels"].update(labels)
-        if ann:
-            meta.get_or_create_struct("annotations").update(ann)
-        s["spec"]["clusterName"] = cluster
-        return s
+    )
+    return body
 
 
 def _replica_clusters(replicas: Resolved, cache: str) -> dict[str, list[str]]:
@@ -106,24 +109,40 @@ def _replica_clusters(replicas: Resolved, cache: str) -> dict[str, list[str]]:
     return out
 
 
-def _hydration_state(obs: Struct | None) -> tuple[str, str, Any]:
+def _hydration_state(obs: Struct | None) -> tuple[str, str, Struct | None]:
     """(phase, message, evidence) of an observed hydration; Pending when not observed yet."""
     if obs is None:
         return "Pending", "hydration created; waiting for its first status", None
-    phase = structs.get_str(obs, "status", "phase")
+    st = structs.fields_of(obs, "status")
+    v = st.get("phase")
+    phase = v.string_value if v is not None else ""
     if phase not in PHASES:
         phase = "Pending"
-    msg = structs.get_str(obs, "status", "message") or f"hydration is {phase}"
-    return phase, msg, structs.get(obs, "status", "evidence")
+    v = st.get("message")
+    msg = (v.string_value if v is not None else "") or f"hydration is {phase}"
+    v = st.get("evidence")
+    return phase, msg, (v.struct_value if v is not None and v.HasField("struct_value") else None)
 
 
 def _previous_phases(inputs: Inputs) -> dict[str, str]:
     prev: dict[str, str] = {}
-    for entry in inputs.status("clusters", default=()) or ():
-        name = structs.get_str(entry, "name")
-        if name:
-            prev[name] = structs.get_str(entry, "phase")
+    entries = structs.get(inputs.xr, "status", "clusters")
+    if isinstance(entries, ListValue):
+        for v in entries.values:
+            f = v.struct_value.fields
+            n, p = f.get("name"), f.get("phase")
+            if n is not None:
+                prev[n.string_value] = p.string_value if p is not None else ""
     return prev
+
+
+def _entry(entries: ListValue, name: str, phase: str, message: str) -> Struct:
+    e = entries.values.add().struct_value
+    f = e.fields
+    f["name"].string_value = name
+    f["phase"].string_value = phase
+    f["message"].string_value = message
+    return e
 
 
 def _names(names: list[str], limit: int = 5) -> str:
@@ -148,8 +167,6 @@ def compose(inputs: Inputs) -> Outcome:
     """
     spec = inputs.spec
     if "clusterSelector" not in spec:
-        from function.errors import SpecError
-
         raise SpecError("spec.clusterSelector", "is required (use {} to select every cluster)")
     selector = LabelSelector.parse(spec["clusterSelector"], "spec.clusterSelector")
     source = parse_source(spec)
@@ -164,13 +181,13 @@ def compose(inputs: Inputs) -> Outcome:
         REQ_REPLICAS, API_VERSION, "ModelReplica", match_labels={}, namespace=inputs.namespace
     )
 
+    # The composition-resource name carries the cluster: hydration-<cluster>.
     observed_by_cluster: dict[str, Struct] = {}
-    for key, child in inputs.observed.items():
+    for key in inputs.observed:
         if key.startswith(CHILD_PREFIX):
-            cluster = (
-                structs.get_str(child.resource, "spec", "clusterName") or key[len(CHILD_PREFIX) :]
-            )
-            observed_by_cluster[cluster] = child.resource
+            body = inputs.observed_body(key)
+            if body is not None:
+                observed_by_cluster[key[len(CHILD_PREFIX) :]] = body
 
     clusters = inputs.required(REQ_CLUSTERS)
     if clusters is UNRESOLVED:
@@ -184,12 +201,17 @@ def compose(inputs: Inputs) -> Outcome:
     assert isinstance(clusters, Resolved)
     replicas = inputs.required(REQ_REPLICAS)
 
-    stamper = _Stamper(inputs, source.to_spec())
+    source_json = json.dumps(source.to_spec(), sort_keys=True)
+    ns, cache = inputs.namespace, inputs.name
     matched: list[str] = []
     unhostable: dict[str, str] = {}
     for c in clusters.items:
-        name = structs.get_str(c, "metadata", "name")
-        if not name or not selector.matches(structs.get_map(c, "metadata", "labels")):
+        meta = structs.fields_of(c, "metadata")
+        nv = meta.get("name")
+        name = nv.string_value if nv is not None else ""
+        lv = meta.get("labels")
+        labels = lv.struct_value.fields if lv is not None else _NO_LABELS
+        if not name or not selector.matches_fields(labels):
             continue
         matched.append(name)
         if name not in observed_by_cluster:
@@ -226,11 +248,12 @@ def compose(inputs: Inputs) -> Outcome:
         obs = observed_by_cluster.get(name)
         phase, msg, evidence = _hydration_state(obs)
         counts[phase] += 1
-        out.add(child_key(name), stamper.body(name), ready=phase == "Ready")
-        e = entries.add_struct()
-        e.update({"name": name, "phase": phase, "message": msg})
+        out.add(
+            child_key(name), _hydration_body(ns, cache, source_json, name), ready=phase == "Ready"
+        )
+        e = _entry(entries, name, phase, msg)
         if evidence is not None:
-            e["evidence"] = evidence
+            e.fields["evidence"].struct_value.CopyFrom(evidence)
         if phase == "Failed":
             failed.append(f"{name} ({msg})")
         elif phase != "Ready":
@@ -243,18 +266,10 @@ def compose(inputs: Inputs) -> Outcome:
         elif name not in prev and obs is None:
             out.normal(f"hydration started on {name}", "HydrationStarted")
     for name in sorted(unhostable):
-        entries.add_struct().update(
-            {
-                "name": name,
-                "phase": "Unavailable",
-                "message": f"cannot host a cache: {unhostable[name]}",
-            }
-        )
+        _entry(entries, name, "Unavailable", f"cannot host a cache: {unhostable[name]}")
     for name, why in retained.items():
         phase, msg, _ = _hydration_state(observed_by_cluster[name])
-        entries.add_struct().update(
-            {"name": name, "phase": phase, "message": f"{why}; hydration {msg}", "retained": True}
-        )
+        _entry(entries, name, phase, f"{why}; hydration {msg}").fields["retained"].bool_value = True
 
     total = len(footprint)
     ready = counts["Ready"]

@@ -1,0 +1,105 @@
+"""Requests for benchmarks: a fleet of N InferenceClusters and the XRs that read it.
+
+Each scenario returns ``(first, steady)`` serialized RunFunctionRequests: the first call
+after the requirements resolved (no children observed yet) and the steady state (every
+child observed and ready), both with every requirement resolved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from function.render import build_request
+from function.runner import FunctionRunner
+
+NAMESPACE = "ml-team"
+REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "ap-south-1")
+
+
+def fleet(n: int) -> list[dict[str, Any]]:
+    """N Ready InferenceClusters with region and GPU labels, provider config and storage class."""
+    out = []
+    for i in range(n):
+        out.append(
+            {
+                "apiVersion": "modelplane.ai/v1alpha1",
+                "kind": "InferenceCluster",
+                "metadata": {
+                    "name": f"gpu-{i:05d}",
+                    "labels": {
+                        "modelplane.ai/gpu": "h100" if i % 5 else "a100",
+                        "topology.kubernetes.io/region": REGIONS[i % len(REGIONS)],
+                        "modelplane.ai/tier": "prod",
+                    },
+                },
+                "status": {
+                    "providerConfigRef": {"kind": "ClusterProviderConfig", "name": f"gpu-{i:05d}"},
+                    "cache": {"storageClassName": "rwx"},
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}],
+                    "gpuPools": [
+                        {"name": "h100-pool", "nodes": 8,
+                         "devices": [{"name": "gpu", "count": 8,
+                                      "attributes": {"productName": "NVIDIA-H100-80GB-HBM3"},
+                                      "capacity": {"memory": "80Gi"}}]}
+                    ],
+                },
+            }
+        )
+    return out
+
+
+def modelcache(n: int) -> tuple[bytes, bytes]:
+    """A ModelCache selecting ``{}`` (every cluster) over a fleet of ``n``."""
+    xr = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelCache",
+        "metadata": {"name": "qwen-cache", "namespace": NAMESPACE, "uid": "u1", "generation": 1},
+        "spec": {
+            "source": "HuggingFace",
+            "huggingFace": {"repo": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "main", "sizeGiB": 2,
+                            "authSecret": {"name": "hf-token", "key": "HF_TOKEN"}},
+            "clusterSelector": {
+                "matchLabels": {"modelplane.ai/tier": "prod"},
+                "matchExpressions": [
+                    {"key": "topology.kubernetes.io/region", "operator": "NotIn", "values": ["none"]}
+                ],
+            },
+        },
+    }
+    required = {"clusters": fleet(n), "replicas": []}
+    first = build_request(xr, {}, required, tag="bench")
+    rsp = FunctionRunner().run(first)
+    observed = {}
+    for name, res in rsp.desired.resources.items():
+        body = _to_dict(res.resource)
+        body["status"] = {"phase": "Ready", "message": "weights ready",
+                          "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}]}
+        observed[name] = body
+    return first.SerializeToString(), _settle(xr, observed, required)
+
+
+def _settle(xr: dict[str, Any], observed: dict[str, Any], required: dict[str, Any]) -> bytes:
+    """The steady-state request: the XR carries the status the function wrote for ``observed``."""
+    runner = FunctionRunner()
+    body = dict(xr)
+    for _ in range(2):
+        rsp = runner.run(build_request(body, observed, required, tag="bench"))
+        body = {**xr, "status": _to_dict(rsp.desired.composite.resource).get("status", {})}
+    return build_request(body, observed, required, tag="bench").SerializeToString()
+
+
+def _to_dict(s: Any) -> dict[str, Any]:
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(s)
+
+
+SCENARIOS: dict[str, Callable[[int], tuple[bytes, bytes]]] = {"ModelCache": modelcache}
+
+
+def parse(data: bytes) -> fnv1.RunFunctionRequest:
+    """Parse a serialized request."""
+    return fnv1.RunFunctionRequest.FromString(data)
