@@ -1,0 +1,292 @@
+"""A small simulation of Crossplane and provider-kubernetes around one or more ModelBackfills.
+
+Each :meth:`Sim.step` drives Crossplane's requirements loop over a real gRPC channel
+(``GrpcFunction.drive``) for one ModelBackfill, then applies the final response the way
+Crossplane does: the desired status becomes the XR's status, desired composed resources
+become the observed ones (validated against the Object CRD and Kubernetes' schemas), and
+observed ones that are no longer desired are deleted. provider-kubernetes is modelled by
+``Sim.remote``: the status of each remote Job, echoed under ``status.atProvider.manifest``
+once the Object exists. ``Sim.lingering`` keeps deleted Objects that are still terminating
+(a Job deleted with Foreground propagation until its pods are gone).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+from function import API_VERSION
+from function.naming import (
+    ANNOTATION_LAST_FOREGROUND,
+    LABEL_CLUSTER,
+    LABEL_DEPLOYMENT,
+    LABEL_REPLICA_INDEX,
+    replica_name,
+)
+from function.timeutil import format_time
+from tests import fixtures
+from tests.harness import NAMESPACE, Clock, GrpcFunction, World, desired, fatal, status, xr
+from tests.validation import validate_object, validate_xr
+
+DEPLOYMENT = "chat"
+TEMPLATE = "chat-eval"
+BACKFILL = "chat-nightly-eval"
+
+
+def eval_cronjob(
+    name: str = TEMPLATE,
+    *,
+    resources: dict[str, Any] | None = None,
+    init_resources: dict[str, Any] | None = None,
+    pod_extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A realistic evaluation CronJob: lm-evaluation-harness against an OpenAI-style endpoint."""
+    eval_container: dict[str, Any] = {
+        "name": "eval",
+        "image": "ghcr.io/modelplane-examples/lm-eval:0.4.8",
+        "command": ["lm_eval"],
+        "args": [
+            "--model=local-completions",
+            "--model_args=base_url=$(MODELPLANE_ENDPOINT)/v1/completions,model=qwen,"
+            "num_concurrent=2,tokenized_requests=False",
+            "--tasks=$(SUITE)",
+            "--limit=$(LIMIT)",
+            "--output_path=/results",
+        ],
+        "env": [
+            {"name": "SUITE", "value": "gsm8k"},
+            {"name": "LIMIT", "value": "200"},
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-read", "key": "t"}}},
+        ],
+        "resources": resources or {"requests": {"cpu": "1", "memory": "2Gi"}},
+        "volumeMounts": [{"name": "results", "mountPath": "/results"}],
+    }
+    init: dict[str, Any] = {
+        "name": "wait-for-endpoint",
+        "image": "curlimages/curl:8.10.1",
+        "command": ["sh", "-c", "until curl -sf $(MODELPLANE_ENDPOINT)/health; do sleep 2; done"],
+    }
+    if init_resources is not None:
+        init["resources"] = init_resources
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "initContainers": [init],
+        "containers": [eval_container],
+        "volumes": [{"name": "results", "emptyDir": {"sizeLimit": "1Gi"}}],
+        **(pod_extra or {}),
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "schedule": "0 3 * * *",
+            "suspend": True,
+            "jobTemplate": {
+                "metadata": {"labels": {"app.kubernetes.io/name": "chat-eval"}},
+                "spec": {
+                    "backoffLimit": 1,
+                    "ttlSecondsAfterFinished": 3600,
+                    "template": {
+                        "metadata": {"labels": {"app.kubernetes.io/name": "chat-eval"}},
+                        "spec": pod_spec,
+                    },
+                },
+            },
+        },
+    }
+
+
+def deployment(
+    *,
+    name: str = DEPLOYMENT,
+    ready: bool = True,
+    foreground: str | None = None,
+    ready_since: datetime.datetime | None = None,
+) -> dict[str, Any]:
+    """An observed ModelDeployment with the foreground-signal annotation."""
+    cond: dict[str, Any] = {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "Available" if ready else "Creating",
+    }
+    if ready_since is not None:
+        cond["lastTransitionTime"] = format_time(ready_since)
+    body = xr(
+        "ModelDeployment",
+        name,
+        {"replicas": 2},
+        annotations={ANNOTATION_LAST_FOREGROUND: foreground} if foreground is not None else None,
+        status={
+            "replicas": {"total": 2, "ready": 2 if ready else 0},
+            "conditions": [
+                cond,
+                {"type": "ReplicasReady", "status": "True" if ready else "False", "reason": "x"},
+            ],
+        },
+    )
+    return body
+
+
+def replica(index: int, cluster: str, *, ready: bool = True, dep: str = DEPLOYMENT) -> dict:
+    """An observed ModelReplica of ``dep`` on ``cluster``."""
+    name = replica_name(NAMESPACE, dep, index)
+    st = "True" if ready else "False"
+    return xr(
+        "ModelReplica",
+        name,
+        {"deploymentName": dep, "index": index, "clusterName": cluster},
+        labels={LABEL_DEPLOYMENT: dep, LABEL_CLUSTER: cluster, LABEL_REPLICA_INDEX: str(index)},
+        status={
+            "endpoint": f"http://{dep}-{index}.default.svc.cluster.local:8000",
+            "conditions": [
+                {"type": "Ready", "status": st, "reason": "Available"},
+                {"type": "ModelReady", "status": st, "reason": "Serving"},
+            ],
+        },
+    )
+
+
+def job_status(state: str, at: datetime.datetime) -> dict[str, Any]:
+    """The status of a remote Job: ``pending``, ``active``, ``complete`` or ``failed``."""
+    t = format_time(at)
+    if state == "pending":
+        return {}
+    if state == "active":
+        return {"active": 1, "startTime": t}
+    if state == "complete":
+        return {
+            "succeeded": 1,
+            "startTime": t,
+            "completionTime": t,
+            "conditions": [
+                {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": t},
+                {"type": "Complete", "status": "True", "lastTransitionTime": t},
+            ],
+        }
+    if state == "failed":
+        return {
+            "failed": 2,
+            "startTime": t,
+            "conditions": [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit",
+                    "lastTransitionTime": t,
+                }
+            ],
+        }
+    raise ValueError(state)
+
+
+class Sim:
+    """The world around the ModelBackfills: see the module docstring."""
+
+    def __init__(self, fn: GrpcFunction, clock: Clock) -> None:
+        self.fn = fn
+        self.clock = clock
+        self.deployment = deployment(foreground=format_time(clock.now))
+        self.replicas = [replica(0, "gpu-a"), replica(1, "gpu-b")]
+        self.cronjobs = [eval_cronjob()]
+        self.clusters = [
+            fixtures.inference_cluster("gpu-a", provider_config="gpu-a"),
+            fixtures.inference_cluster("gpu-b", provider_config="gpu-b"),
+        ]
+        self.backfills: dict[str, dict[str, Any]] = {}
+        self.observed: dict[str, dict[str, dict[str, Any]]] = {}
+        self.remote: dict[str, str] = {}  # Object name -> Job state
+        self.lingering: dict[str, dict[str, Any]] = {}  # Object name -> Object being deleted
+        self.linger = False  # deleted Objects stay (terminating) until released
+        self.last: Any = None
+        self.calls = 0
+
+    def add(self, spec: dict[str, Any], name: str = BACKFILL) -> dict[str, Any]:
+        """Create a ModelBackfill (validated against our XRD)."""
+        body = xr("ModelBackfill", name, spec)
+        validate_xr(body)
+        self.backfills[name] = body
+        self.observed[name] = {}
+        return body
+
+    def foreground(self, at: datetime.datetime | None = None, raw: str | None = None) -> None:
+        """Record a foreground request (or set the annotation to ``raw``)."""
+        ann = self.deployment["metadata"].setdefault("annotations", {})
+        ann[ANNOTATION_LAST_FOREGROUND] = (
+            raw if raw is not None else format_time(at or self.clock.now)
+        )
+
+    def world(self) -> World:
+        return World(
+            [
+                self.deployment,
+                *self.replicas,
+                *self.cronjobs,
+                *self.clusters,
+                *self.backfills.values(),
+                *self.lingering.values(),
+                *(o for obs in self.observed.values() for o in obs.values()),
+            ]
+        )
+
+    def _observed_view(self, name: str) -> dict[str, dict[str, Any]]:
+        out = {}
+        for key, body in self.observed[name].items():
+            obj = copy.deepcopy(body)
+            oname = obj["metadata"]["name"]
+            state = self.remote.get(oname)
+            if state is not None:
+                manifest = copy.deepcopy(obj["spec"]["forProvider"]["manifest"])
+                manifest["metadata"]["uid"] = f"uid-{oname}"
+                manifest["status"] = job_status(state, self.clock.now)
+                obj["status"] = {
+                    "atProvider": {"manifest": manifest},
+                    "conditions": [
+                        {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}
+                    ],
+                }
+            out[key] = obj
+        return out
+
+    def step(self, name: str = BACKFILL) -> dict[str, Any]:
+        """One reconcile of ModelBackfill ``name``; returns its new status."""
+        xr_body = self.backfills[name]
+        rsp, calls = self.fn.drive(xr_body, self.world(), self._observed_view(name))
+        assert not fatal(rsp), fatal(rsp)
+        self.last = rsp
+        self.calls = calls
+        xr_body["status"] = status(rsp)
+        want = desired(rsp)
+        for key, body in list(self.observed[name].items()):
+            if key not in want:
+                oname = body["metadata"]["name"]
+                if self.linger:
+                    self.lingering[oname] = body
+                self.remote.pop(oname, None)
+        new: dict[str, dict[str, Any]] = {}
+        for key, body in want.items():
+            validate_object(body)
+            oname = body["metadata"]["name"]
+            self.remote.setdefault(oname, "pending")
+            new[key] = body
+        self.observed[name] = new
+        return xr_body["status"]
+
+    def job(self, name: str = BACKFILL) -> dict[str, Any]:
+        """The only desired Object of ModelBackfill ``name``."""
+        objs = list(self.observed[name].values())
+        assert len(objs) == 1, objs
+        return objs[0]
+
+    def set_job(self, state: str, name: str = BACKFILL) -> None:
+        """Move the remote Job of ``name`` to ``state``."""
+        self.remote[self.job(name)["metadata"]["name"]] = state
+
+    def release(self) -> None:
+        """Terminating Objects finish deleting."""
+        self.lingering.clear()
+
+    def api(self) -> str:
+        return API_VERSION
