@@ -448,6 +448,18 @@ def pod_spec_errors(pod: Mapping[str, Any], where: str) -> list[str]:
 
 # ---- Kubernetes built-in kinds ------------------------------------------------
 
+# Pod restart policies the API server admits per kind (Jobs: Never or OnFailure;
+# controllers that keep pods running: Always).
+_RESTART_POLICIES: dict[str, list[str]] = {
+    "Pod": ["Always", "OnFailure", "Never"],
+    "Job": ["Never", "OnFailure"],
+    "CronJob": ["Never", "OnFailure"],
+    "Deployment": ["Always"],
+    "StatefulSet": ["Always"],
+    "DaemonSet": ["Always"],
+    "ReplicaSet": ["Always"],
+}
+
 
 def k8s_version_for(api_version: str) -> str:
     """The Kubernetes minor release a manifest of ``api_version`` is validated at."""
@@ -480,10 +492,12 @@ def validate_k8s(manifest: Mapping[str, Any], *, version: str | None = None) -> 
     errors += metadata_errors(manifest)
     for where, pod in _pod_templates(manifest):
         errors += pod_spec_errors(pod, where)
-    if manifest.get("kind") in ("Job", "CronJob"):
+    allowed = _RESTART_POLICIES.get(str(manifest.get("kind")))
+    if allowed:
         for where, pod in _pod_templates(manifest):
-            if pod.get("restartPolicy", "Always") == "Always":
-                errors.append(f"{where}.restartPolicy: a Job's pods need Never or OnFailure")
+            policy = pod.get("restartPolicy", "Always")
+            if policy not in allowed:
+                errors.append(f"{where}.restartPolicy: {policy!r} is not one of {allowed}")
     if errors:
         raise SchemaError(what, errors)
     return dict(manifest)
@@ -549,6 +563,8 @@ def _validate_against(
     ]
     errors += cel_errors(schema, value, old=apply_defaults(dict(old), schema) if old else None)
     errors += metadata_errors(value)
+    for where, pod in _pod_templates(value):  # LeaderWorkerSet templates
+        errors += pod_spec_errors(pod, where)
     if not namespaced and (value.get("metadata") or {}).get("namespace"):
         errors.append("metadata.namespace: a cluster-scoped resource has no namespace")
     if errors:
