@@ -1,0 +1,576 @@
+"""ModelDeployment composer: tables in-process, and the same cases over gRPC.
+
+Covers case C5, the placement half of C7, the Usage that protects the cache,
+unresolved requirements, and status from observed replicas.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from function import API_VERSION
+from function.naming import hydration_name, replica_name
+from function.replica_spec import ModelReplicaSpec
+from tests import harness as h
+from tests.fixtures import inference_cluster
+from tests.validation import validate_manifest, validate_xr
+
+NS = h.NAMESPACE
+MEM_40 = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0'
+
+H100_DEVICE = {
+    "name": "gpu",
+    "claim": "DRA",
+    "driver": "gpu.nvidia.com",
+    "deviceClassName": "gpu.nvidia.com",
+    "count": 8,
+    "attributes": {"architecture": {"string": "Hopper"}},
+    "capacity": {"memory": {"value": "80Gi"}},
+}
+L4_DEVICE = {
+    "name": "gpu",
+    "claim": "DRA",
+    "driver": "gpu.nvidia.com",
+    "deviceClassName": "gpu.nvidia.com",
+    "count": 1,
+    "attributes": {"architecture": {"string": "Ada Lovelace"}},
+    "capacity": {"memory": {"value": "23034Mi"}},
+}
+
+
+def ic(
+    name: str,
+    labels: dict[str, str] | None = None,
+    *,
+    nodes: int = 4,
+    device: dict[str, Any] = H100_DEVICE,
+    ready: bool = True,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """An InferenceCluster with one GPU pool ``h100`` of ``nodes`` nodes."""
+    c = inference_cluster(
+        name,
+        {"gpu": "h100"} if labels is None else labels,
+        ready=ready,
+        extra_status={"gpuPools": [{"name": "h100", "nodes": nodes, "devices": [device]}]},
+    )
+    c["spec"] = {"cluster": {"source": "Existing", "existing": {"secretRef": {"name": name}}}}
+    if taints:
+        c["spec"]["taints"] = taints
+    return c
+
+
+def cache(name: str = "qwen-cache") -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ModelCache",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "clusterSelector": {"matchLabels": {"gpu": "h100"}},
+            "source": "HuggingFace",
+            "huggingFace": {"repo": "Qwen/Qwen2.5-7B-Instruct", "revision": "main"},
+        },
+    }
+
+
+def hydration(cluster: str, phase: str, cache_name: str = "qwen-cache") -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ModelCacheHydration",
+        "metadata": {
+            "name": hydration_name(NS, cache_name, cluster),
+            "namespace": NS,
+            "labels": {"modelplane.ai/cache": cache_name, "modelplane.ai/cluster": cluster},
+        },
+        "spec": {"clusterName": cluster, "cacheName": cache_name},
+        "status": {"phase": phase, "message": f"hydration is {phase}"},
+    }
+
+
+def engine(count: int = 1, selector: str = MEM_40, copies: int = 1) -> dict[str, Any]:
+    return {
+        "name": "vllm",
+        "copies": copies,
+        "members": [
+            {
+                "role": "Standalone",
+                "nodeSelector": {
+                    "devices": [{"name": "gpu", "count": count, "selectors": [{"cel": selector}]}]
+                },
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "engine",
+                                "image": "vllm/vllm-openai:v0.9.2",
+                                "args": ["--model=Qwen/Qwen2.5-7B-Instruct"],
+                            }
+                        ]
+                    }
+                },
+            }
+        ],
+    }
+
+
+def deployment(
+    replicas: int = 2,
+    *,
+    name: str = "chat",
+    selector: dict[str, Any] | None = None,
+    cache_name: str | None = "qwen-cache",
+    engines: list[dict[str, Any]] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    ts: dict[str, Any] = {
+        "clusterSelector": {"matchLabels": {"gpu": "h100"}} if selector is None else selector,
+        "engines": engines or [engine()],
+        **extra,
+    }
+    if cache_name:
+        ts["modelCacheRef"] = {"name": cache_name}
+    spec = {
+        "replicas": replicas,
+        "template": {"metadata": {"labels": {"team": "chat"}}, "spec": ts},
+    }
+    return h.xr("ModelDeployment", name, spec)
+
+
+def other_replica(cluster: str, nodes: int = 1, namespace: str = "other-team") -> dict[str, Any]:
+    """A ModelReplica of another deployment, using ``nodes`` nodes of pool h100."""
+    e = engine(copies=nodes)
+    e["members"][0]["pool"] = "h100"
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ModelReplica",
+        "metadata": {"name": f"other-{cluster}", "namespace": namespace},
+        "spec": {"deploymentName": "other", "index": 0, "clusterName": cluster, "engines": [e]},
+    }
+
+
+C5_WORLD = [
+    ic("gpu-a"),
+    ic("gpu-b"),
+    ic("gpu-c"),
+    cache(),
+    hydration("gpu-a", "Ready"),
+    hydration("gpu-b", "Hydrating"),
+]
+
+
+def world(*extra: dict[str, Any], base: list[dict[str, Any]] | None = None) -> h.World:
+    return h.World([*(C5_WORLD if base is None else base), *extra])
+
+
+def drive(xr: dict[str, Any], w: h.World, observed: dict[str, Any] | None = None):
+    rsp, _calls = h.drive(h.run, xr, observed, w)
+    assert not h.fatal(rsp), h.fatal(rsp)
+    return rsp
+
+
+def replicas_of(rsp) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in h.desired(rsp).items() if v.get("kind") == "ModelReplica"}
+
+
+def placed(rsp) -> list[tuple[int, str]]:
+    return sorted(
+        (int(r["spec"]["index"]), r["spec"]["clusterName"]) for r in replicas_of(rsp).values()
+    )
+
+
+def observe(rsp, ready: dict[int, tuple[str, str, str]] | None = None) -> dict[str, Any]:
+    """Desired replicas as observed, with a ModelReady condition per index (status, reason, msg)."""
+    out = {}
+    for k, body in h.desired(rsp).items():
+        b = copy.deepcopy(body)
+        if b.get("kind") == "ModelReplica":
+            idx = int(b["spec"]["index"])
+            st, reason, msg = (ready or {}).get(idx, ("False", "Starting", "starting"))
+            b["status"] = {
+                "conditions": [
+                    {"type": "ModelReady", "status": st, "reason": reason, "message": msg}
+                ]
+            }
+        out[k] = b
+    return out
+
+
+# ---- requirements and "not known" ---------------------------------------------------
+
+
+def test_first_call_asks_for_everything_and_composes_nothing() -> None:
+    rsp = h.run(h.request(deployment()))
+    req = h.requirements(rsp)
+    assert req["clusters"] == {
+        "apiVersion": API_VERSION,
+        "kind": "InferenceCluster",
+        "matchLabels": {"labels": {"gpu": "h100"}},
+    }
+    assert req["replicas"]["kind"] == "ModelReplica" and "namespace" not in req["replicas"]
+    assert req["cache"] == {
+        "apiVersion": API_VERSION,
+        "kind": "ModelCache",
+        "matchName": "qwen-cache",
+        "namespace": NS,
+    }
+    assert req["hydrations"]["matchLabels"] == {"labels": {"modelplane.ai/cache": "qwen-cache"}}
+    assert h.desired(rsp) == {}
+    assert h.conditions(rsp)["ReplicasScheduled"]["status"] == "Unknown"
+    assert not [m for s, m in h.results(rsp) if s == "Warning"]
+
+
+def test_unresolved_requirement_keeps_existing_replicas() -> None:
+    first = drive(deployment(), world())
+    observed = observe(first)
+    # Everything but the replicas requirement resolved: nothing may move or vanish,
+    # even though the deployment now asks for 1 replica only.
+    w = world()
+    required = {
+        n: w.resolve(s)
+        for n, s in h.run(h.request(deployment(1))).requirements.resources.items()
+        if n != "replicas"
+    }
+    rsp = h.run(h.request(deployment(1), observed=observed, required=required))
+    assert placed(rsp) == placed(first)
+    assert h.desired(rsp) == {
+        k: {x: y for x, y in v.items() if x != "status"} for k, v in observed.items()
+    }
+
+
+# ---- C5 ------------------------------------------------------------------------------
+
+
+def test_c5_replicas_only_inside_the_prewarmed_footprint() -> None:
+    rsp = drive(deployment(2), world())
+    assert placed(rsp) == [(0, "gpu-a"), (1, "gpu-b")]
+    cond = h.conditions(rsp)
+    assert cond["ReplicasScheduled"]["status"] == "True"
+    assert cond["ReplicasScheduled"]["message"] == "2 of 2 replicas placed on gpu-a, gpu-b"
+    # Still more replicas: they pack inside the footprint, never on gpu-c.
+    rsp = drive(deployment(5), world())
+    assert {c for _, c in placed(rsp)} == {"gpu-a", "gpu-b"}
+
+
+def test_c5_replica_spec_labels_and_schema() -> None:
+    rsp = drive(deployment(2), world())
+    reps = replicas_of(rsp)
+    assert sorted(reps) == ["replica-0", "replica-1"]
+    r = reps["replica-1"]
+    assert r["metadata"]["name"] == replica_name(NS, "chat", 1)
+    assert r["metadata"]["namespace"] == NS
+    assert r["metadata"]["labels"] == {
+        "team": "chat",
+        "modelplane.ai/deployment": "chat",
+        "modelplane.ai/cluster": "gpu-b",
+        "modelplane.ai/replica-index": "1",
+        "app.kubernetes.io/managed-by": "function-modelplane",
+    }
+    spec = ModelReplicaSpec.model_validate(r["spec"])
+    assert (spec.deploymentName, spec.index, spec.clusterName) == ("chat", 1, "gpu-b")
+    assert spec.modelCacheRef is not None and spec.modelCacheRef.name == "qwen-cache"
+    assert spec.engines[0].members[0].pool == "h100"
+    for body in reps.values():
+        validate_xr(body)
+
+
+def test_c5_replica_on_hydrating_cluster_reports_waiting() -> None:
+    first = drive(deployment(2), world())
+    observed = observe(
+        first,
+        {
+            0: ("True", "Serving", "1/1 engines serving"),
+            1: ("False", "Hydrating", "waiting for the cache on gpu-b"),
+        },
+    )
+    rsp = drive(deployment(2), world(), observed)
+    assert h.status(rsp)["replicas"] == {"total": 2, "ready": 1}
+    c = h.conditions(rsp)["ReplicasReady"]
+    assert c["status"] == "False" and c["reason"] == "WaitingForCache"
+    assert "replica 1 on gpu-b" in c["message"]
+    assert h.desired_ready(rsp)["replica-0"] == "READY_TRUE"
+    assert h.desired_ready(rsp)["replica-1"] == "READY_FALSE"
+
+
+def test_c5_selector_and_footprint_do_not_intersect() -> None:
+    w = world(ic("gpu-eu", {"gpu": "h100", "region": "eu"}))
+    xr = deployment(2, selector={"matchLabels": {"gpu": "h100", "region": "eu"}})
+    rsp = drive(xr, w)
+    assert placed(rsp) == []
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert (c["status"], c["reason"]) == ("False", "NoClusterInCacheFootprint")
+    assert c["message"].startswith("0 of 2 replicas placed")
+    assert "gpu-eu" in c["message"] and "gpu-a, gpu-b" in c["message"]
+
+
+def test_selectors_are_intersected_not_merged() -> None:
+    # The deployment wants region us-east only; the footprint has gpu-a (us-west)
+    # and gpu-b (us-east): only gpu-b is eligible.
+    base = [
+        ic("gpu-a", {"gpu": "h100", "region": "us-west"}),
+        ic("gpu-b", {"gpu": "h100", "region": "us-east"}),
+        cache(),
+        hydration("gpu-a", "Ready"),
+        hydration("gpu-b", "Ready"),
+    ]
+    xr = deployment(
+        2,
+        selector={
+            "matchLabels": {"gpu": "h100"},
+            "matchExpressions": [{"key": "region", "operator": "In", "values": ["us-east"]}],
+        },
+    )
+    rsp = drive(xr, world(base=base))
+    assert placed(rsp) == [(0, "gpu-b"), (1, "gpu-b")]
+
+
+def test_cache_not_found() -> None:
+    rsp = drive(deployment(1), world(base=[ic("gpu-a")]))
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert (c["status"], c["reason"]) == ("False", "CacheNotFound")
+    assert f"{NS}/qwen-cache" in c["message"]
+    assert h.desired(rsp) == {}
+
+
+def test_cache_without_hydrations_is_waiting() -> None:
+    rsp = drive(deployment(1), world(base=[ic("gpu-a"), cache()]))
+    assert h.conditions(rsp)["ReplicasScheduled"]["reason"] == "WaitingForCache"
+
+
+def test_usage_protects_the_cache() -> None:
+    rsp = drive(deployment(1), world())
+    usage = h.desired(rsp)["cache-usage"]
+    assert usage["apiVersion"] == "protection.crossplane.io/v1beta1"
+    assert usage["kind"] == "Usage"
+    assert usage["spec"]["of"] == {
+        "apiVersion": API_VERSION,
+        "kind": "ModelCache",
+        "resourceRef": {"name": "qwen-cache"},
+    }
+    assert usage["spec"]["by"]["resourceRef"] == {"name": "chat"}
+    assert usage["spec"]["by"]["kind"] == "ModelDeployment"
+    validate_manifest(usage)
+    # No cache, no Usage.
+    rsp = drive(deployment(1, cache_name=None), world())
+    assert "cache-usage" not in h.desired(rsp)
+
+
+# ---- C7 (placement half) -------------------------------------------------------------
+
+
+C7_BASE = [
+    ic("gpu-a"),
+    ic("gpu-b"),
+    ic("gpu-c"),
+    cache(),
+    hydration("gpu-a", "Ready"),
+    hydration("gpu-b", "Ready"),
+    hydration("gpu-c", "Failed"),
+]
+
+
+def test_c7_no_new_replica_where_hydration_failed() -> None:
+    rsp = drive(deployment(3), world(base=C7_BASE))
+    assert {c for _, c in placed(rsp)} == {"gpu-a", "gpu-b"}
+
+
+def test_c7_failed_replica_moves_where_the_cache_is_ready() -> None:
+    # A replica placed on gpu-c before its hydration failed.
+    before = [ic("gpu-c"), cache(), hydration("gpu-c", "Hydrating")]
+    first = drive(deployment(1), world(base=before))
+    assert placed(first) == [(0, "gpu-c")]
+    observed = observe(first, {0: ("False", "HydrationFailed", "gpu-c: Job DeadlineExceeded")})
+    rsp = drive(deployment(1), world(base=C7_BASE), observed)
+    assert placed(rsp) == [(1, "gpu-a")]
+    assert (
+        "Warning",
+        "removed replica 0 from gpu-c: moved (hydration of ModelCache qwen-cache Failed)",
+    ) in h.results(rsp)
+
+
+def test_c7_failed_replica_is_kept_and_reported_when_nowhere_to_go() -> None:
+    before = [ic("gpu-c"), cache(), hydration("gpu-c", "Hydrating")]
+    first = drive(deployment(1), world(base=before))
+    observed = observe(first, {0: ("False", "HydrationFailed", "gpu-c: Job DeadlineExceeded")})
+    full = [
+        ic("gpu-a", nodes=0),
+        ic("gpu-c"),
+        cache(),
+        hydration("gpu-a", "Ready"),
+        hydration("gpu-c", "Failed"),
+    ]
+    rsp = drive(deployment(1), world(base=full), observed)
+    assert placed(rsp) == [(0, "gpu-c")]
+    c = h.conditions(rsp)["ReplicasReady"]
+    assert (c["status"], c["reason"]) == ("False", "HydrationFailed")
+    assert "replica 0 on gpu-c" in c["message"] and "DeadlineExceeded" in c["message"]
+    assert h.status(rsp)["placement"] == [
+        {"index": 0, "cluster": "gpu-c", "ready": False, "reason": "HydrationFailed"}
+    ]
+
+
+def test_c7_replicas_on_ready_clusters_unaffected() -> None:
+    first = drive(deployment(2), world(base=C7_BASE))
+    observed = observe(first, {0: ("True", "Serving", "ok"), 1: ("True", "Serving", "ok")})
+    rsp = drive(deployment(2), world(base=C7_BASE), observed)
+    assert placed(rsp) == placed(first)
+    assert h.conditions(rsp)["ReplicasReady"]["status"] == "True"
+    assert h.status(rsp)["replicas"] == {"total": 2, "ready": 2}
+
+
+# ---- capacity, partial placement, stability -------------------------------------------
+
+
+def test_capacity_counts_replicas_of_the_whole_fleet() -> None:
+    base = [
+        ic("gpu-a", nodes=2),
+        ic("gpu-b", nodes=2),
+        cache(),
+        hydration("gpu-a", "Ready"),
+        hydration("gpu-b", "Ready"),
+    ]
+    others = [other_replica("gpu-a", 2), other_replica("gpu-b", 1)]
+    rsp = drive(deployment(2), world(*others, base=base))
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert placed(rsp) == [(0, "gpu-b")]
+    assert (c["status"], c["reason"]) == ("False", "InsufficientCapacity")
+    assert c["message"].startswith("1 of 2 replicas placed")
+    assert "h100 0/2 free" in c["message"]
+
+
+def test_stable_across_reconciles_and_deterministic() -> None:
+    first = drive(deployment(2), world())
+    observed = observe(first)
+    # This deployment's own replicas appear in the fleet list too: not double counted.
+    own = [copy.deepcopy(b) for b in observed.values() if b["kind"] == "ModelReplica"]
+    for b in own:
+        b["metadata"]["namespace"] = NS
+    second = drive(deployment(2), world(*own), observed)
+    assert placed(second) == placed(first)
+    third = drive(deployment(2), world(*own), observed)
+    assert second.SerializeToString(deterministic=True) == third.SerializeToString(
+        deterministic=True
+    )
+
+
+def test_scale_up_keeps_existing_and_scale_down_removes() -> None:
+    first = drive(deployment(2), world())
+    up = drive(deployment(4), world(), observe(first))
+    assert placed(up)[:2] == placed(first)
+    assert len(placed(up)) == 4
+    down = drive(deployment(1), world(), observe(up))
+    assert len(placed(down)) == 1
+    assert sum(1 for s, m in h.results(down) if "scaled down" in m) == 3
+
+
+def test_no_execute_taint_moves_replica_no_schedule_keeps_it() -> None:
+    first = drive(deployment(1), world())
+    assert placed(first) == [(0, "gpu-a")]
+    tainted = [ic("gpu-a", taints=[{"key": "maint", "effect": "NoSchedule"}]), *C5_WORLD[1:]]
+    rsp = drive(deployment(1), world(base=tainted), observe(first))
+    assert placed(rsp) == [(0, "gpu-a")]
+    drained = [ic("gpu-a", taints=[{"key": "maint", "effect": "NoExecute"}]), *C5_WORLD[1:]]
+    rsp = drive(deployment(1), world(base=drained), observe(first))
+    assert placed(rsp) == [(1, "gpu-b")]
+    tol = deployment(1, tolerations=[{"key": "maint", "operator": "Exists"}])
+    rsp = drive(tol, world(base=drained), observe(first))
+    assert placed(rsp) == [(0, "gpu-a")]
+
+
+# ---- bad input -----------------------------------------------------------------------
+
+
+def test_invalid_device_selector_names_it_and_keeps_replicas() -> None:
+    first = drive(deployment(1), world())
+    bad = deployment(3, engines=[engine(selector='device.capacity["gpu.nvidia.com"')])
+    rsp = drive(bad, world(), observe(first))
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert (c["status"], c["reason"]) == ("False", "InvalidDeviceSelector")
+    assert (
+        "spec.template.spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel"
+        in c["message"]
+    )
+    assert 'device.capacity["gpu.nvidia.com"' in c["message"]
+    assert placed(rsp) == placed(first)
+
+
+def test_selector_that_matches_nothing_is_capacity_not_error() -> None:
+    xr = deployment(1, engines=[engine(selector='device.attributes["gpu.nvidia.com"].missing')])
+    rsp = drive(xr, world())
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert c["reason"] == "InsufficientCapacity"
+    assert "no pool's devices satisfy" in c["message"]
+
+
+def test_multi_node_engine_without_cache_is_fatal_naming_the_field() -> None:
+    gang = engine()
+    gang["members"] = [
+        {**gang["members"][0], "role": "Leader"},
+        {**gang["members"][0], "role": "Worker", "worker": {"nodes": 1}},
+    ]
+    rsp = h.run(h.request(deployment(1, cache_name=None, engines=[gang])))
+    assert h.fatal(rsp) and "spec.template.spec.modelCacheRef" in h.fatal(rsp)[0]
+
+
+def test_bad_cluster_selector_is_fatal_naming_the_field() -> None:
+    xr = deployment(1, selector={"matchExpressions": [{"key": "a", "operator": "Near"}]})
+    rsp = h.run(h.request(xr))
+    assert "spec.template.spec.clusterSelector.matchExpressions[0].operator" in h.fatal(rsp)[0]
+
+
+# ---- XRD -----------------------------------------------------------------------------
+
+
+def test_xrd_requires_a_cache_for_multi_node_engines() -> None:
+    from tests.validation import xr_cel_errors
+
+    gang = engine()
+    gang["members"] = [
+        {**gang["members"][0], "role": "Leader"},
+        {**gang["members"][0], "role": "Worker", "worker": {"nodes": 1}},
+    ]
+    spec = deployment(1, cache_name=None, engines=[gang])["spec"]
+    errors = xr_cel_errors("ModelDeployment", spec)
+    assert any("requires modelCacheRef" in e for e in errors), errors
+    spec["template"]["spec"]["modelCacheRef"] = {"name": "c"}
+    assert xr_cel_errors("ModelDeployment", spec) == []
+
+
+def test_xrd_accepts_full_label_selector() -> None:
+    validate_xr(
+        deployment(
+            1,
+            selector={
+                "matchLabels": {"gpu": "h100"},
+                "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["dev"]}],
+            },
+        )
+    )
+
+
+# ---- over gRPC -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["c5", "c5-no-intersection", "c7"])
+def test_grpc_end_to_end(grpc_function: h.GrpcFunction, case: str) -> None:
+    if case == "c5":
+        xr, w = deployment(2), world()
+    elif case == "c5-no-intersection":
+        xr = deployment(2, selector={"matchLabels": {"gpu": "h100", "region": "eu"}})
+        w = world(ic("gpu-eu", {"gpu": "h100", "region": "eu"}))
+    else:
+        xr, w = deployment(3), world(base=C7_BASE)
+    over_grpc, calls = grpc_function.drive(xr, w)
+    in_process, _ = h.drive(h.run, xr, None, w)
+    assert 2 <= calls <= 3
+    assert over_grpc.SerializeToString(deterministic=True) == in_process.SerializeToString(
+        deterministic=True
+    )
+    if case == "c5":
+        assert placed(over_grpc) == [(0, "gpu-a"), (1, "gpu-b")]
+    elif case == "c5-no-intersection":
+        assert h.conditions(over_grpc)["ReplicasScheduled"]["reason"] == "NoClusterInCacheFootprint"
+    else:
+        assert "gpu-c" not in {c for _, c in placed(over_grpc)}
