@@ -40,10 +40,18 @@ def fleet(n: int) -> list[dict[str, Any]]:
                     "cache": {"storageClassName": "rwx"},
                     "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}],
                     "gpuPools": [
-                        {"name": "h100-pool", "nodes": 8,
-                         "devices": [{"name": "gpu", "count": 8,
-                                      "attributes": {"productName": "NVIDIA-H100-80GB-HBM3"},
-                                      "capacity": {"memory": "80Gi"}}]}
+                        {
+                            "name": "h100-pool",
+                            "nodes": 8,
+                            "devices": [
+                                {
+                                    "name": "gpu",
+                                    "count": 8,
+                                    "attributes": {"productName": "NVIDIA-H100-80GB-HBM3"},
+                                    "capacity": {"memory": "80Gi"},
+                                }
+                            ],
+                        }
                     ],
                 },
             }
@@ -59,12 +67,20 @@ def modelcache(n: int) -> tuple[bytes, bytes]:
         "metadata": {"name": "qwen-cache", "namespace": NAMESPACE, "uid": "u1", "generation": 1},
         "spec": {
             "source": "HuggingFace",
-            "huggingFace": {"repo": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "main", "sizeGiB": 2,
-                            "authSecret": {"name": "hf-token", "key": "HF_TOKEN"}},
+            "huggingFace": {
+                "repo": "Qwen/Qwen2.5-0.5B-Instruct",
+                "revision": "main",
+                "sizeGiB": 2,
+                "authSecret": {"name": "hf-token", "key": "HF_TOKEN"},
+            },
             "clusterSelector": {
                 "matchLabels": {"modelplane.ai/tier": "prod"},
                 "matchExpressions": [
-                    {"key": "topology.kubernetes.io/region", "operator": "NotIn", "values": ["none"]}
+                    {
+                        "key": "topology.kubernetes.io/region",
+                        "operator": "NotIn",
+                        "values": ["none"],
+                    }
                 ],
             },
         },
@@ -75,8 +91,11 @@ def modelcache(n: int) -> tuple[bytes, bytes]:
     observed = {}
     for name, res in rsp.desired.resources.items():
         body = _to_dict(res.resource)
-        body["status"] = {"phase": "Ready", "message": "weights ready",
-                          "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}]}
+        body["status"] = {
+            "phase": "Ready",
+            "message": "weights ready",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}],
+        }
         observed[name] = body
     return first.SerializeToString(), _settle(xr, observed, required)
 
@@ -97,7 +116,75 @@ def _to_dict(s: Any) -> dict[str, Any]:
     return json_format.MessageToDict(s)
 
 
-SCENARIOS: dict[str, Callable[[int], tuple[bytes, bytes]]] = {"ModelCache": modelcache}
+def _observe_all(
+    rsp: fnv1.RunFunctionResponse, status_for: Callable[[str, dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    """Observed children built from desired ones, each given the status ``status_for`` returns."""
+    observed = {}
+    for name, res in rsp.desired.resources.items():
+        body = _to_dict(res.resource)
+        body["status"] = status_for(name, body)
+        observed[name] = body
+    return observed
+
+
+def hydration(n: int) -> tuple[bytes, bytes]:
+    """A ModelCacheHydration on one cluster; its request does not grow with the fleet size n."""
+    cluster = fleet(1)[0]
+    xr = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelCacheHydration",
+        "metadata": {
+            "name": "modelcache-ml-team-qwen-cache-gpu-00000-abcde",
+            "namespace": NAMESPACE,
+            "uid": "u2",
+            "generation": 1,
+        },
+        "spec": {
+            "clusterName": cluster["metadata"]["name"],
+            "cacheName": "qwen-cache",
+            "source": "HuggingFace",
+            "huggingFace": {
+                "repo": "Qwen/Qwen2.5-0.5B-Instruct",
+                "revision": "main",
+                "sizeGiB": 2,
+                "authSecret": {"name": "hf-token", "key": "HF_TOKEN"},
+            },
+        },
+    }
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "hf-token", "namespace": NAMESPACE},
+        "data": {"HF_TOKEN": "eA=="},
+    }
+    required = {"cluster": [cluster], "auth-secret": [secret]}
+    first = build_request(xr, {}, required, tag="bench")
+    rsp = FunctionRunner().run(first)
+
+    def status_for(name: str, body: dict[str, Any]) -> dict[str, Any]:
+        manifest = dict(body["spec"]["forProvider"]["manifest"])
+        kind = manifest.get("kind")
+        if kind == "PersistentVolumeClaim":
+            manifest["status"] = {"phase": "Bound"}
+        elif kind == "Job":
+            manifest["status"] = {"active": 1, "startTime": "2026-11-29T08:00:00Z"}
+        return {
+            "atProvider": {"manifest": manifest},
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "Available"},
+                {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+            ],
+        }
+
+    observed = _observe_all(rsp, status_for)
+    return first.SerializeToString(), _settle(xr, observed, required)
+
+
+SCENARIOS: dict[str, Callable[[int], tuple[bytes, bytes]]] = {
+    "ModelCache": modelcache,
+    "ModelCacheHydration": hydration,
+}
 
 
 def parse(data: bytes) -> fnv1.RunFunctionRequest:

@@ -1,0 +1,320 @@
+"""The project's benchmark: RunFunction time per XR kind and fleet size, against the protocol floor.
+
+    python -m benchmarks.run [--sizes 10,100,1000,5000] [--kinds ModelCache,...]
+                             [--repeat 15] [--json benchmarks/results/latest.json]
+                             [--no-grpc] [--throughput] [--soak]
+
+For every kind and fleet size it builds two requests (``benchmarks.scenarios``): the
+first call after Crossplane resolved the requirements, and the steady state (every
+child observed and ready). It reports, per case:
+
+- ``in-process``: parse the request, run the function, serialize the response
+  deterministically (what the gRPC server does), median and p90 in milliseconds;
+- ``floor``: parse the same request and serialize a response of the same size, measured
+  in the same run; ``ratio`` = median / floor median;
+- ``sdk``: for per-cluster kinds, a minimal Crossplane-SDK function that returns the same
+  composed resources (``response.to`` + ``resource.update`` from dicts); ``vs_sdk`` = ratio;
+- ``grpc``: the same request sent as bytes over gRPC to ``python -m function`` on 127.0.0.1;
+- ``growth``: median at 1,000 clusters / median at 100;
+- ``peak_rss_mib``: the server process's peak resident memory after the case.
+
+``--throughput`` measures calls per second of 16 concurrent gRPC clients (mixed kinds)
+against one worker and against ``--workers`` (default: CPU count) worker processes
+sharing the port (SO_REUSEPORT). ``--soak`` runs 10,000 calls in-process and reports
+resident memory every 1,000 calls. Absolute times on shared machines are noisy; the
+ratios of one run are what count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+from crossplane.function import resource as sdk_resource
+from crossplane.function import response as sdk_response
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import json_format
+
+from benchmarks.scenarios import SCENARIOS, parse
+from function.render import start_function
+from function.runner import FunctionRunner
+
+METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
+PER_CLUSTER_KINDS = ("ModelCacheHydration", "ModelReplica")
+
+
+def _quiet() -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+
+def _times(fn: Callable[[], Any], repeat: int) -> list[float]:
+    fn()  # warm up
+    out = []
+    for _ in range(repeat):
+        gc.disable()
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+        gc.enable()
+    return out
+
+
+def _stats(ts: list[float]) -> dict[str, float]:
+    ts = sorted(ts)
+    p90 = ts[min(len(ts) - 1, round(0.9 * (len(ts) - 1)))]
+    return {"median_ms": statistics.median(ts) * 1e3, "p90_ms": p90 * 1e3}
+
+
+def _sdk_baseline(data: bytes, rsp: fnv1.RunFunctionResponse) -> Callable[[], bytes]:
+    """A minimal SDK function returning the same composed resources as ``rsp``."""
+    bodies = {k: json_format.MessageToDict(v.resource) for k, v in rsp.desired.resources.items()}
+
+    def call() -> bytes:
+        req = fnv1.RunFunctionRequest.FromString(data)
+        out = sdk_response.to(req)
+        for name, body in bodies.items():
+            sdk_resource.update(out.desired.resources[name], body)
+        return bytes(out.SerializeToString(deterministic=True))
+
+    return call
+
+
+def _rss_hwm_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def measure_case(
+    runner: FunctionRunner,
+    data: bytes,
+    repeat: int,
+    kind: str,
+    stub: Any | None,
+) -> dict[str, Any]:
+    """Measure one request: in-process, floor, SDK baseline and gRPC."""
+    req = parse(data)
+    rsp = runner.run(req)
+
+    def inproc() -> bytes:
+        r = runner.run(fnv1.RunFunctionRequest.FromString(data))
+        return bytes(r.SerializeToString(deterministic=True))
+
+    def floor() -> bytes:
+        fnv1.RunFunctionRequest.FromString(data)
+        return bytes(rsp.SerializeToString())
+
+    row: dict[str, Any] = {
+        "request_kib": round(len(data) / 1024, 1),
+        "response_kib": round(rsp.ByteSize() / 1024, 1),
+        "children": len(rsp.desired.resources),
+        "fatal": [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL],
+    }
+    # Interleave to share the machine's noise fairly between the measured and the floor.
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(3):
+        a += _times(inproc, max(1, repeat // 3))
+        b += _times(floor, max(1, repeat // 3))
+    row["in_process"] = _stats(a)
+    row["floor"] = _stats(b)
+    row["ratio"] = round(row["in_process"]["median_ms"] / row["floor"]["median_ms"], 2)
+    if kind in PER_CLUSTER_KINDS:
+        sdk = _times(_sdk_baseline(data, rsp), repeat)
+        row["sdk"] = _stats(sdk)
+        row["vs_sdk"] = round(row["in_process"]["median_ms"] / row["sdk"]["median_ms"], 2)
+    if stub is not None:
+        row["grpc"] = _stats(_times(lambda: stub(data, timeout=60), repeat))
+    return row
+
+
+def run_benchmark(
+    sizes: list[int], kinds: list[str], repeat: int, use_grpc: bool
+) -> dict[str, Any]:
+    """Run every (kind, size, call) case; returns the report as a dict."""
+    _quiet()
+    runner = FunctionRunner()
+    proc = None
+    stub = None
+    channel = None
+    if use_grpc:
+        proc, address = start_function({"PYTHONHASHSEED": "0"})
+        channel = grpc.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ("grpc.max_send_message_length", 256 * 1024 * 1024),
+            ],
+        )
+        stub = channel.unary_unary(METHOD)
+    report: dict[str, Any] = {"sizes": sizes, "repeat": repeat, "cases": []}
+    try:
+        for kind in kinds:
+            medians: dict[tuple[int, str], float] = {}
+            for n in sizes:
+                first, steady = SCENARIOS[kind](n)
+                for call, data in (("first", first), ("steady", steady)):
+                    row = measure_case(runner, data, repeat, kind, stub)
+                    row.update(kind=kind, clusters=n, call=call)
+                    if proc is not None:
+                        row["peak_rss_mib"] = round(_rss_hwm_mib(proc.pid), 1)
+                    medians[(n, call)] = row["in_process"]["median_ms"]
+                    report["cases"].append(row)
+                    print(_line(row), flush=True)
+            for call in ("first", "steady"):
+                if (100, call) in medians and (1000, call) in medians:
+                    g = medians[(1000, call)] / medians[(100, call)]
+                    report.setdefault("growth", {})[f"{kind}/{call}"] = round(g, 2)
+                    print(f"  growth {kind} {call} 100->1000: {g:.2f}x", flush=True)
+    finally:
+        if channel is not None:
+            channel.close()
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
+    return report
+
+
+def _line(row: dict[str, Any]) -> str:
+    s = (
+        f"{row['kind']:<20} n={row['clusters']:<5} {row['call']:<6} "
+        f"req={row['request_kib']:>8}KiB rsp={row['response_kib']:>7}KiB "
+        f"med={row['in_process']['median_ms']:8.2f}ms p90={row['in_process']['p90_ms']:8.2f}ms "
+        f"floor={row['floor']['median_ms']:7.2f}ms ratio={row['ratio']:5.2f}"
+    )
+    if "vs_sdk" in row:
+        s += f" sdk={row['sdk']['median_ms']:.2f}ms vs_sdk={row['vs_sdk']:.2f}"
+    if "grpc" in row:
+        s += f" grpc={row['grpc']['median_ms']:.2f}ms"
+    if "peak_rss_mib" in row:
+        s += f" rss={row['peak_rss_mib']}MiB"
+    if row["fatal"]:
+        s += f" FATAL={row['fatal'][0][:80]}"
+    return s
+
+
+def throughput(workers: int, seconds: float, clients: int = 16) -> dict[str, Any]:
+    """Calls per second of ``clients`` concurrent gRPC clients (mixed kinds), 1 vs ``workers``."""
+    _quiet()
+    payloads = [SCENARIOS[k](100)[1] for k in SCENARIOS]
+    out: dict[str, Any] = {"clients": clients, "seconds": seconds}
+    for w in sorted({1, workers}):
+        proc, address = start_function({"PYTHONHASHSEED": "0"}, workers=w)
+        try:
+            count = [0] * clients
+            stop = time.monotonic() + seconds
+
+            def client(
+                i: int, address: str = address, stop: float = stop, count: list[int] = count
+            ) -> None:
+                # One channel per client: separate TCP connections spread over workers.
+                with grpc.insecure_channel(
+                    address,
+                    options=[
+                        ("grpc.max_receive_message_length", 64 << 20),
+                        ("grpc.use_local_subchannel_pool", 1),
+                    ],
+                ) as ch:
+                    call = ch.unary_unary(METHOD)
+                    j = i
+                    while time.monotonic() < stop:
+                        call(payloads[j % len(payloads)], timeout=60)
+                        count[i] += 1
+                        j += 1
+
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            out[f"workers_{w}_calls_per_second"] = round(sum(count) / seconds, 1)
+            print(
+                f"throughput workers={w}: {out[f'workers_{w}_calls_per_second']} calls/s",
+                flush=True,
+            )
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    if workers > 1:
+        out["scaling"] = round(
+            out[f"workers_{workers}_calls_per_second"] / out["workers_1_calls_per_second"], 2
+        )
+        print(f"throughput scaling 1 -> {workers} workers: {out['scaling']}x", flush=True)
+    return out
+
+
+def soak(calls: int = 10_000, n: int = 100) -> dict[str, Any]:
+    """Resident memory every 1,000 of ``calls`` in-process calls (ModelCache, n clusters)."""
+    _quiet()
+    runner = FunctionRunner()
+    data = SCENARIOS["ModelCache"](n)[1]
+    samples = []
+    for i in range(calls):
+        runner.run(fnv1.RunFunctionRequest.FromString(data)).SerializeToString(deterministic=True)
+        if i % 1000 == 999:
+            gc.collect()
+            samples.append(round(_rss_mib(), 1))
+    growth = samples[-1] - samples[0]
+    print(f"soak {calls} calls: RSS MiB every 1000 calls {samples}; growth {growth:.1f} MiB")
+    return {"calls": calls, "rss_mib": samples, "growth_mib": round(growth, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point."""
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--sizes", default="10,100,1000,5000")
+    p.add_argument("--kinds", default=",".join(SCENARIOS))
+    p.add_argument("--repeat", type=int, default=15)
+    p.add_argument("--json", default="benchmarks/results/latest.json")
+    p.add_argument("--no-grpc", action="store_true")
+    p.add_argument("--throughput", action="store_true")
+    p.add_argument("--throughput-seconds", type=float, default=5.0)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    p.add_argument("--soak", action="store_true")
+    args = p.parse_args(argv)
+    sizes = [int(x) for x in args.sizes.split(",") if x]
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in SCENARIOS]
+    if unknown:
+        print(f"unknown kinds: {unknown}; known: {list(SCENARIOS)}", file=sys.stderr)
+        return 2
+    report = run_benchmark(sizes, kinds, args.repeat, not args.no_grpc)
+    if args.throughput:
+        report["throughput"] = throughput(args.workers, args.throughput_seconds)
+    if args.soak:
+        report["soak"] = soak()
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, sort_keys=True))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
