@@ -167,7 +167,7 @@ def replica(spec: dict[str, Any], *, status: dict[str, Any] | None = None) -> di
         spec,
         labels={
             "modelplane.ai/deployment": spec["deploymentName"],
-            "modelplane.ai/cluster": spec["clusterName"],
+            "modelplane.ai/cluster": spec.get("clusterName", ""),
             "modelplane.ai/replica-index": str(spec["index"]),
         },
         status=status,

@@ -1,0 +1,686 @@
+"""ModelReplica composer: workloads, env injection, hydration gating, /dev/shm, flash loader.
+
+Table-driven in-process tests, the same cases replayed over a real gRPC channel,
+and every emitted manifest validated: the Object against the provider-kubernetes
+CRD, Deployments, Services and ResourceClaimTemplates against Kubernetes' schemas
+(1.34, the first release with DRA's ``resource.k8s.io/v1``), LeaderWorkerSets
+against the LWS CRD, plus the API server's pod-spec checks.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import celpy
+import pytest
+
+from function import naming
+from function.composers.replica import CONDITION
+from function.envinject import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
+from function.manifests import workloads as wl
+from function.settings import Settings
+from tests import harness as h
+from tests.replica_fixtures import (
+    CACHE,
+    MULTI_COMMAND,
+    POOL,
+    TOLERATIONS,
+    USER_ARGS,
+    USER_ENV,
+    cluster,
+    engine_template,
+    hydration,
+    model_cache,
+    multi_spec,
+    observed_object,
+    ready_required,
+    replica,
+    required,
+    single_spec,
+)
+from tests.validation import (
+    LWS_CRD,
+    OBJECT_CRD,
+    _pod_templates,
+    pod_spec_errors,
+    validate_crd,
+    validate_k8s,
+)
+
+NS = h.NAMESPACE
+PVC = naming.cache_pvc_name(NS, CACHE)
+POLL = 30
+
+
+# ---- helpers ----------------------------------------------------------------------
+
+
+def validate_all(rsp: Any) -> dict[str, dict[str, Any]]:
+    """Validate every desired Object and its manifest; return the desired resources."""
+    out = h.desired(rsp)
+    for key, obj in out.items():
+        validate_crd(obj, OBJECT_CRD)
+        m = obj["spec"]["forProvider"]["manifest"]
+        if m["kind"] == "LeaderWorkerSet":
+            validate_crd(m, LWS_CRD)
+            errors = [e for where, pod in _pod_templates(m) for e in pod_spec_errors(pod, where)]
+            assert not errors, f"{key}: {errors}"
+        else:
+            validate_k8s(m, version="1.34")
+    return out
+
+
+def manifest(rsp_or_desired: Any, key: str) -> dict[str, Any]:
+    d = rsp_or_desired if isinstance(rsp_or_desired, dict) else h.desired(rsp_or_desired)
+    return d[key]["spec"]["forProvider"]["manifest"]
+
+
+def engine_of(pod_template: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in pod_template["spec"]["containers"] if c["name"] == "engine")
+
+
+def run(
+    spec: dict[str, Any],
+    req: dict[str, Any],
+    *,
+    observed: dict[str, Any] | None = None,
+    status: dict[str, Any] | None = None,
+    settings: Settings | None = None,
+) -> Any:
+    return h.run(
+        h.request(replica(spec, status=status), observed=observed, required=req),
+        settings=settings,
+    )
+
+
+def ints(v: Any) -> Any:
+    """Struct numbers come back as floats: compare as plain JSON would."""
+    if isinstance(v, float) and v == int(v):
+        return int(v)
+    if isinstance(v, dict):
+        return {k: ints(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [ints(x) for x in v]
+    return v
+
+
+# ---- requirements -------------------------------------------------------------------
+
+
+def test_first_call_asks_for_cluster_cache_and_hydration_and_composes_nothing():
+    rsp = run(single_spec(), required())
+    reqs = h.requirements(rsp)
+    assert reqs["cluster"] == {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "InferenceCluster",
+        "matchName": "gpu-a",
+    }
+    assert reqs["cache"]["matchName"] == CACHE and reqs["cache"]["namespace"] == NS
+    assert reqs["hydration"] == {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelCacheHydration",
+        "matchName": naming.hydration_name(NS, CACHE, "gpu-a"),
+        "namespace": NS,
+    }
+    assert h.desired(rsp) == {}
+    assert h.conditions(rsp)[CONDITION]["status"] == "Unknown"
+    assert not h.fatal(rsp)
+
+
+def test_without_cache_only_the_cluster_is_required():
+    rsp = run(single_spec(cache=False), required())
+    assert set(h.requirements(rsp)) == {"cluster"}
+
+
+# ---- single-node --------------------------------------------------------------------
+
+
+def test_single_node_with_cache_composes_deployment_service_and_claim():
+    rsp = run(single_spec(copies=2), ready_required())
+    assert not h.fatal(rsp)
+    d = validate_all(rsp)
+    assert set(d) == {"workload-vllm", "claim-vllm-standalone", "service"}
+    obj = d["workload-vllm"]
+    assert obj["spec"]["providerConfigRef"] == {
+        "kind": "ClusterProviderConfig",
+        "name": "gpu-a-kubeconfig",
+    }
+    assert obj["spec"]["readiness"] == {
+        "policy": "DeriveFromCelQuery",
+        "celQuery": wl.DEPLOYMENT_READY_CEL,
+    }
+    dep = manifest(d, "workload-vllm")
+    assert dep["kind"] == "Deployment" and dep["apiVersion"] == "apps/v1"
+    assert dep["metadata"]["namespace"] == naming.REMOTE_NAMESPACE
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]
+    assert dep["spec"]["selector"]["matchLabels"] == {
+        wl.LABEL_WORKLOAD: pod["metadata"]["labels"][wl.LABEL_WORKLOAD]
+    }
+    spec = pod["spec"]
+    assert spec["nodeSelector"] == {wl.LABEL_POOL: POOL}
+    assert spec["tolerations"] == TOLERATIONS
+    claim_name = manifest(d, "claim-vllm-standalone")["metadata"]["name"]
+    assert spec["resourceClaims"] == [
+        {"name": wl.POD_CLAIM, "resourceClaimTemplateName": claim_name}
+    ]
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert vols[wl.VOLUME_CACHE]["persistentVolumeClaim"] == {"claimName": PVC, "readOnly": True}
+    assert vols[wl.VOLUME_SHM]["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+    eng = engine_of(pod)
+    mounts = {m["mountPath"]: m for m in eng["volumeMounts"]}
+    assert mounts[CACHE_MOUNT_PATH]["readOnly"] is True
+    assert "/dev/shm" in mounts
+    assert eng["resources"]["claims"] == [{"name": wl.POD_CLAIM}]
+    # MODELPLANE_MODEL first, then the user's entries byte for byte, args untouched.
+    assert eng["env"][0] == {"name": "MODELPLANE_MODEL", "value": CACHE_MOUNT_PATH}
+    assert eng["env"][1:] == USER_ENV
+    assert eng["args"] == USER_ARGS
+    assert "command" not in eng
+    # The claim carries the placement's device request and the pool's class.
+    rct = manifest(d, "claim-vllm-standalone")
+    assert ints(rct["spec"]["spec"]["devices"]["requests"]) == [
+        {
+            "name": "gpu",
+            "exactly": {
+                "deviceClassName": "gpu.nvidia.com",
+                "allocationMode": "ExactCount",
+                "count": 8,
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": 'device.capacity["gpu.nvidia.com"].memory'
+                            '.compareTo(quantity("80Gi")) >= 0'
+                        }
+                    }
+                ],
+            },
+        }
+    ]
+    svc = manifest(d, "service")
+    assert svc["spec"]["selector"] == {wl.LABEL_SERVING: svc["metadata"]["name"]}
+    assert pod["metadata"]["labels"][wl.LABEL_SERVING] == svc["metadata"]["name"]
+    assert ints(svc["spec"]["ports"]) == [
+        {"name": "http", "port": 8000, "targetPort": 8000, "protocol": "TCP"}
+    ]
+    # Not observed yet: starting, explicitly not ready, called again.
+    assert h.conditions(rsp)[CONDITION]["reason"] == "Starting"
+    assert h.xr_ready(rsp) == "READY_FALSE"
+    assert rsp.meta.ttl.seconds == POLL
+    assert "endpoint" not in h.status(rsp)
+
+
+def test_single_node_without_cache_mounts_nothing_and_injects_nothing():
+    tmpl = engine_template(args=["--model=Qwen/Qwen2.5-0.5B-Instruct"], env=[])
+    rsp = run(single_spec(cache=False, template=tmpl), required(cluster_items=[cluster()]))
+    d = validate_all(rsp)
+    pod = manifest(d, "workload-vllm")["spec"]["template"]
+    eng = engine_of(pod)
+    assert eng["args"] == ["--model=Qwen/Qwen2.5-0.5B-Instruct"]
+    assert eng.get("env", []) == []
+    assert {v["name"] for v in pod["spec"]["volumes"]} == {wl.VOLUME_SHM}
+    assert "hydration" not in h.status(rsp)
+    assert not [r for r in h.results(rsp) if r[0] == "Warning"]
+
+
+def test_reference_to_model_without_cache_warns_that_kubernetes_leaves_it_literal():
+    rsp = run(single_spec(cache=False), required(cluster_items=[cluster()]))
+    warnings = [m for s, m in h.results(rsp) if s == "Warning"]
+    assert any("$(MODELPLANE_MODEL)" in w and "no modelCacheRef" in w for w in warnings)
+    # ...and still passes the args through untouched.
+    assert engine_of(manifest(rsp, "workload-vllm")["spec"]["template"])["args"] == USER_ARGS
+
+
+def test_serving_deployment_sets_endpoint_and_ready():
+    spec = single_spec()
+    first = h.desired(run(spec, ready_required()))
+    observed = {
+        "workload-vllm": observed_object(
+            first["workload-vllm"],
+            {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1},
+        )
+    }
+    rsp = run(spec, ready_required(), observed=observed)
+    svc = manifest(rsp, "service")["metadata"]["name"]
+    url = f"http://{svc}.default.svc.cluster.local:8000"
+    assert h.status(rsp)["endpoint"] == url
+    assert h.status(rsp)["phase"] == "Serving"
+    cond = h.conditions(rsp)[CONDITION]
+    assert cond["status"] == "True" and cond["reason"] == "Serving" and url in cond["message"]
+    assert h.xr_ready(rsp) == "READY_TRUE"
+
+
+def test_sync_error_of_the_workload_is_reported():
+    spec = single_spec()
+    first = h.desired(run(spec, ready_required()))
+    obs = observed_object(first["workload-vllm"], {})
+    obs["status"]["conditions"] = [
+        {"type": "Synced", "status": "False", "reason": "ReconcileError", "message": "forbidden"}
+    ]
+    rsp = run(spec, ready_required(), observed={"workload-vllm": obs})
+    assert "forbidden" in h.conditions(rsp)[CONDITION]["message"]
+    assert h.xr_ready(rsp) == "READY_FALSE"
+
+
+def test_engine_port_comes_from_the_user_container():
+    tmpl = engine_template()
+    tmpl["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": 30000}]
+    first = h.desired(run(single_spec(template=tmpl), ready_required()))
+    svc = manifest(first, "service")
+    assert ints(svc["spec"]["ports"][0]["port"]) == 30000
+    eng = engine_of(manifest(first, "workload-vllm")["spec"]["template"])
+    assert ints(eng["readinessProbe"]["httpGet"]["port"]) == 30000
+
+
+# ---- multi-node ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_multi_node_composes_a_leader_worker_set(cache: bool):
+    req = ready_required() if cache else required(cluster_items=[cluster()])
+    rsp = run(multi_spec(cache=cache, nodes=2, copies=3), req)
+    assert not h.fatal(rsp)
+    d = validate_all(rsp)
+    assert set(d) == {"workload-kimi", "claim-kimi-leader", "claim-kimi-worker", "service"}
+    assert d["workload-kimi"]["spec"]["readiness"]["celQuery"] == wl.LWS_READY_CEL
+    lws = manifest(d, "workload-kimi")
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    assert lws["spec"]["replicas"] == 3
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    assert lwt["size"] == 3
+    svc = manifest(d, "service")["metadata"]["name"]
+    for key in ("leaderTemplate", "workerTemplate"):
+        pod = lwt[key]
+        eng = engine_of(pod)
+        names = [e["name"] for e in eng["env"]]
+        injected = ["MODELPLANE_LEADER_ADDRESS", "MODELPLANE_RANK"]
+        if cache:
+            injected = ["MODELPLANE_MODEL", *injected]
+        assert names[: len(injected)] == injected
+        assert eng["env"][len(injected) :] == USER_ENV
+        assert eng["command"] == MULTI_COMMAND
+        by = {e["name"]: e for e in eng["env"]}
+        assert by["MODELPLANE_LEADER_ADDRESS"]["value"] == "$(LWS_LEADER_ADDRESS)"
+        assert by["MODELPLANE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+            "metadata.labels['leaderworkerset.sigs.k8s.io/worker-index']"
+        )
+        vols = {v["name"] for v in pod["spec"]["volumes"]}
+        assert (wl.VOLUME_CACHE in vols) is cache
+        assert pod["spec"]["nodeSelector"] == {wl.LABEL_POOL: POOL}
+        assert pod["spec"]["tolerations"] == TOLERATIONS
+        serving = pod["metadata"]["labels"].get(wl.LABEL_SERVING)
+        # Only the leader serves the OpenAI API; the Service never routes to workers.
+        assert serving == (svc if key == "leaderTemplate" else None)
+    assert not [m for s, m in h.results(rsp) if s == "Warning" and "MODELPLANE_RANK" in m]
+
+
+def test_coordinator_only_leader_claims_nothing_and_rides_the_worker_pool():
+    spec = multi_spec()
+    leader = spec["engines"][0]["members"][0]
+    del leader["nodeSelector"]
+    del leader["pool"]
+    d = validate_all(run(spec, ready_required()))
+    assert "claim-kimi-leader" not in d and "claim-kimi-worker" in d
+    lt = manifest(d, "workload-kimi")["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+    assert "resourceClaims" not in lt["spec"]
+    assert lt["spec"]["nodeSelector"] == {wl.LABEL_POOL: POOL}
+
+
+def test_synthetic_device_is_placement_only():
+    spec = single_spec()
+    spec["engines"][0]["members"][0]["nodeSelector"]["devices"].append(
+        {"name": "efa", "count": 4, "selectors": [{"cel": 'device.driver == "efa.amazonaws.com"'}]}
+    )
+    d = validate_all(run(spec, ready_required()))
+    reqs = manifest(d, "claim-vllm-standalone")["spec"]["spec"]["devices"]["requests"]
+    assert [r["name"] for r in reqs] == ["gpu"]
+
+
+# ---- env: reserved names, byte-for-byte, idempotence -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["MODELPLANE_MODEL", "MODELPLANE_LEADER_ADDRESS", "MODELPLANE_RANK"]
+)
+@pytest.mark.parametrize("make", [single_spec, multi_spec])
+def test_user_env_that_sets_a_reserved_name_is_rejected(name: str, make: Any):
+    spec = make()
+    member = spec["engines"][0]["members"][-1]
+    member["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "A", "value": "1"},
+        {"name": name, "value": "/somewhere"},
+    ]
+    observed = {"service": {"apiVersion": "v1", "kind": "Object", "metadata": {"name": "x"}}}
+    rsp = run(spec, ready_required(), observed=observed)
+    [msg] = h.fatal(rsp)
+    mi = len(spec["engines"][0]["members"]) - 1
+    assert f"spec.engines[0].members[{mi}].template.spec.containers[0].env[1].name" in msg
+    assert name in msg
+    # A fatal result applies nothing: Crossplane leaves existing children as they are.
+    assert h.desired(rsp) == {}
+
+
+def test_other_modelplane_names_are_the_users():
+    tmpl = engine_template(env=[{"name": "MODELPLANE_SERVED_MODEL_NAME", "value": "qwen"}])
+    rsp = run(single_spec(template=tmpl), ready_required())
+    assert not h.fatal(rsp)
+
+
+def test_compose_is_deterministic_and_idempotent():
+    req = h.request(replica(multi_spec()), required=ready_required())
+    a = h.run(req).SerializeToString(deterministic=True)
+    b = h.run(req).SerializeToString(deterministic=True)
+    assert a == b
+
+
+# ---- hydration gating -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("phase", ["Pending", "Hydrating"])
+@pytest.mark.parametrize("make", [single_spec, multi_spec])
+def test_pending_or_hydrating_composes_no_workload(phase: str, make: Any):
+    rsp = run(make(), ready_required(phase))
+    assert h.desired(rsp) == {}
+    cond = h.conditions(rsp)[CONDITION]
+    assert (cond["status"], cond["reason"]) == ("False", "Hydrating")
+    assert "gpu-a" in cond["message"] and phase in cond["message"]
+    assert h.xr_ready(rsp) == "READY_FALSE"
+    assert rsp.meta.ttl.seconds == POLL
+    assert h.status(rsp)["hydration"]["phase"] == phase
+
+
+def test_failed_hydration_fails_the_replica_with_cluster_and_message():
+    rsp = run(single_spec(), ready_required("Failed", message="Job DeadlineExceeded"))
+    assert h.desired(rsp) == {}
+    cond = h.conditions(rsp)[CONDITION]
+    assert (cond["status"], cond["reason"]) == ("False", "HydrationFailed")
+    assert "gpu-a" in cond["message"] and "Job DeadlineExceeded" in cond["message"]
+    assert h.status(rsp)["phase"] == "Failed"
+    assert h.xr_ready(rsp) == "READY_FALSE"
+    assert any(s == "Warning" for s, _ in h.results(rsp))
+
+
+def test_missing_hydration_composes_nothing():
+    req = required(cluster_items=[cluster()], cache_items=[model_cache()], hydration_items=[])
+    rsp = run(single_spec(), req)
+    assert h.desired(rsp) == {}
+    assert h.conditions(rsp)[CONDITION]["reason"] == "HydrationNotFound"
+    assert h.xr_ready(rsp) == "READY_FALSE"
+
+
+@pytest.mark.parametrize(
+    "which", ["cluster", "cache", "hydration"], ids=["cluster", "cache", "hydration"]
+)
+def test_unresolved_requirement_keeps_existing_children_exactly(which: str):
+    spec = single_spec()
+    first = h.desired(run(spec, ready_required()))
+    observed = {k: observed_object(v, {}) for k, v in first.items()}
+    req = ready_required()
+    req[which] = None
+    status = {"phase": "Serving", "endpoint": "http://x.default.svc.cluster.local:8000"}
+    rsp = run(spec, req, observed=observed, status=status)
+    kept = h.desired(rsp)
+    assert set(kept) == set(first)
+    for k in first:
+        assert kept[k]["spec"] == first[k]["spec"]
+    assert h.status(rsp)["endpoint"] == status["endpoint"]
+    assert not h.fatal(rsp)
+
+
+@pytest.mark.parametrize(
+    ("phase", "reason"),
+    [("Hydrating", "Hydrating"), ("Pending", "Hydrating"), ("Failed", "HydrationFailed")],
+)
+def test_existing_workload_is_kept_when_hydration_regresses(phase: str, reason: str):
+    spec = single_spec()
+    first = h.desired(run(spec, ready_required()))
+    observed = {k: observed_object(v, {}) for k, v in first.items()}
+    # The deployment changes the image meanwhile: nothing rolls onto the volume.
+    spec2 = copy.deepcopy(spec)
+    spec2["engines"][0]["members"][0]["template"]["spec"]["containers"][0]["image"] = "vllm:new"
+    rsp = run(spec2, ready_required(phase, message="re-hydrating"), observed=observed)
+    kept = h.desired(rsp)
+    assert set(kept) == set(first)
+    for k in first:
+        assert kept[k]["spec"] == first[k]["spec"]
+    cond = h.conditions(rsp)[CONDITION]
+    assert cond["reason"] == reason and "kept" in cond["message"]
+    assert h.xr_ready(rsp) == "READY_FALSE"
+
+
+def test_cluster_not_found_and_without_provider_config():
+    rsp = run(single_spec(), required(cluster_items=[], cache_items=[], hydration_items=[]))
+    assert h.conditions(rsp)[CONDITION]["reason"] == "ClusterNotFound"
+    assert h.desired(rsp) == {}
+    rsp = run(single_spec(cache=False), required(cluster_items=[cluster(provider_config=None)]))
+    assert h.conditions(rsp)[CONDITION]["reason"] == "ClusterNotReady"
+    assert h.xr_ready(rsp) == "READY_FALSE"
+
+
+def test_cache_not_found_composes_nothing():
+    req = required(
+        cluster_items=[cluster()], cache_items=[], hydration_items=[hydration("gpu-a", "Ready")]
+    )
+    rsp = run(single_spec(), req)
+    assert h.conditions(rsp)[CONDITION]["reason"] == "CacheNotFound"
+    assert h.desired(rsp) == {}
+
+
+def test_pool_missing_from_cluster_status_keeps_what_exists():
+    spec = single_spec()
+    first = h.desired(run(spec, ready_required()))
+    observed = {k: observed_object(v, {}) for k, v in first.items()}
+    req = ready_required()
+    req["cluster"] = [cluster(pools=[{"name": "a100-pool", "nodes": 2, "devices": []}])]
+    rsp = run(spec, req, observed=observed)
+    assert set(h.desired(rsp)) == set(first)
+    cond = h.conditions(rsp)[CONDITION]
+    assert cond["reason"] == "PoolNotFound" and POOL in cond["message"]
+
+
+def test_device_no_longer_met_is_reported_not_deleted():
+    spec = single_spec()
+    spec["engines"][0]["members"][0]["nodeSelector"]["devices"][0]["count"] = 16
+    rsp = run(spec, ready_required())
+    cond = h.conditions(rsp)[CONDITION]
+    assert cond["reason"] == "DeviceNotFound" and "count 16" in cond["message"]
+    assert h.desired(rsp) == {}
+
+
+def test_invalid_device_selector_is_fatal_naming_it():
+    spec = single_spec()
+    spec["engines"][0]["members"][0]["nodeSelector"]["devices"][0]["selectors"] = [
+        {"cel": "device.driver =="}
+    ]
+    [msg] = h.fatal(run(spec, ready_required()))
+    assert "spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel" in msg
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda s: s.pop("clusterName"), "spec.clusterName"),
+        (lambda s: s["engines"][0].update(copies=0), "spec.engines[0].copies"),
+        (
+            lambda s: s["engines"][0]["members"][0]["template"]["spec"]["containers"][0].update(
+                name="vllm"
+            ),
+            "spec.engines[0].members[0].template.spec.containers",
+        ),
+        (
+            lambda s: s["engines"][0]["members"].append(
+                copy.deepcopy(s["engines"][0]["members"][0])
+            ),
+            "spec.engines[0].members",
+        ),
+        (lambda s: s["engines"][0]["members"][0].pop("pool"), "spec.engines[0].members[0].pool"),
+    ],
+)
+def test_invalid_spec_is_fatal_naming_the_field(mutate: Any, field: str):
+    spec = single_spec()
+    mutate(spec)
+    [msg] = h.fatal(run(spec, ready_required()))
+    assert field in msg
+
+
+# ---- flash loader and /dev/shm --------------------------------------------------------
+
+
+def test_flash_loader_from_cache_level_copies_into_memory_and_points_model_there():
+    fl = {"enabled": True, "concurrency": 16, "tmpfsSizeLimit": "200Gi"}
+    rsp = run(multi_spec(), ready_required(flash_loader=fl))
+    d = validate_all(rsp)
+    lwt = manifest(d, "workload-kimi")["spec"]["leaderWorkerTemplate"]
+    for key in ("leaderTemplate", "workerTemplate"):
+        pod = lwt[key]
+        [init] = pod["spec"]["initContainers"]
+        assert init["name"] == wl.FLASH_CONTAINER
+        assert "--concurrency=16" in init["args"]
+        mounts = {m["mountPath"]: m for m in init["volumeMounts"]}
+        assert mounts[CACHE_MOUNT_PATH]["readOnly"] is True
+        assert FLASH_MOUNT_PATH in mounts
+        vols = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert vols[wl.VOLUME_FLASH]["emptyDir"] == {"medium": "Memory", "sizeLimit": "200Gi"}
+        eng = engine_of(pod)
+        assert eng["env"][0] == {"name": "MODELPLANE_MODEL", "value": FLASH_MOUNT_PATH}
+
+
+def test_deployment_disables_what_the_cache_enables():
+    spec = single_spec(flashLoader={"enabled": False})
+    d = validate_all(run(spec, ready_required(flash_loader={"enabled": True})))
+    pod = manifest(d, "workload-vllm")["spec"]["template"]
+    assert "initContainers" not in pod["spec"]
+    assert engine_of(pod)["env"][0]["value"] == CACHE_MOUNT_PATH
+
+
+def test_invalid_flash_loader_at_cache_level_names_field_and_level():
+    rsp = run(single_spec(), ready_required(flash_loader={"enabled": True, "concurrency": 0}))
+    [msg] = h.fatal(rsp)
+    assert f"ModelCache {NS}/{CACHE} spec.flashLoader.concurrency" in msg
+    assert "level" in msg
+
+
+@pytest.mark.parametrize(
+    ("settings", "override", "want"),
+    [
+        ({}, None, "8Gi"),
+        ({"DEFAULT_SHM_SIZE_LIMIT": "32Gi"}, None, "32Gi"),
+        ({"DEFAULT_SHM_SIZE_LIMIT": "32Gi"}, "64Gi", "64Gi"),
+        ({}, "1Gi", "1Gi"),
+    ],
+)
+def test_shm_size_limit_precedence_in_the_pod(settings: dict, override: str | None, want: str):
+    s = Settings(**settings)
+    extra = {"shmSizeLimit": override} if override else {}
+    d = validate_all(run(single_spec(**extra), ready_required(), settings=s))
+    vols = {
+        v["name"]: v for v in manifest(d, "workload-vllm")["spec"]["template"]["spec"]["volumes"]
+    }
+    assert vols[wl.VOLUME_SHM]["emptyDir"] == {"medium": "Memory", "sizeLimit": want}
+
+
+def test_invalid_shm_override_is_fatal():
+    [msg] = h.fatal(run(single_spec(shmSizeLimit="lots"), ready_required()))
+    assert "spec.shmSizeLimit" in msg
+
+
+# ---- readiness CEL agrees with the composer's own reading ------------------------------
+
+_DEPLOYMENTS = [
+    ({}, False),
+    ({"observedGeneration": 1, "updatedReplicas": 2, "availableReplicas": 2}, True),
+    ({"observedGeneration": 1, "updatedReplicas": 2, "availableReplicas": 1}, False),
+    ({"observedGeneration": 0, "updatedReplicas": 2, "availableReplicas": 2}, False),
+    ({"observedGeneration": 1, "updatedReplicas": 1, "availableReplicas": 2}, False),
+]
+_LWS = [
+    ({}, False),
+    ({"readyReplicas": 2, "conditions": [{"type": "Available", "status": "True"}]}, True),
+    ({"readyReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}, False),
+    ({"readyReplicas": 2, "conditions": [{"type": "Available", "status": "False"}]}, False),
+    ({"readyReplicas": 2}, False),
+]
+
+
+def _cel(expr: str, obj: dict[str, Any]) -> bool:
+    env = celpy.Environment()
+    prog = env.program(env.compile(expr))
+    return bool(prog.evaluate({"object": celpy.json_to_cel(obj)}))
+
+
+@pytest.mark.parametrize(("status", "want"), _DEPLOYMENTS)
+def test_deployment_readiness_cel_matches_python(status: dict, want: bool):
+    obj = {"metadata": {"generation": 1}, "spec": {"replicas": 2}, "status": status}
+    assert _cel(wl.DEPLOYMENT_READY_CEL, obj) is want
+    assert wl.deployment_serving(obj) is want
+
+
+@pytest.mark.parametrize(("status", "want"), _LWS)
+def test_lws_readiness_cel_matches_python(status: dict, want: bool):
+    obj = {"metadata": {"generation": 1}, "spec": {"replicas": 2}, "status": status}
+    assert _cel(wl.LWS_READY_CEL, obj) is want
+    assert wl.lws_serving(obj) is want
+
+
+# ---- cases C5 and C7 (the replica half) ----------------------------------------------
+
+
+def test_c5_replica_on_hydrating_cluster_waits_ready_cluster_serves():
+    """C5: gpu-a Ready, gpu-b Hydrating: only gpu-a's replica composes a workload."""
+    on_a = run(single_spec(cluster_name="gpu-a"), ready_required("Ready", "gpu-a"))
+    on_b = run(single_spec(cluster_name="gpu-b"), ready_required("Hydrating", "gpu-b"))
+    assert "workload-vllm" in h.desired(on_a)
+    assert h.desired(on_b) == {}
+    assert h.conditions(on_b)[CONDITION]["reason"] == "Hydrating"
+    assert h.xr_ready(on_b) == "READY_FALSE"
+    # Once gpu-b is Ready, its replica composes.
+    on_b = run(single_spec(cluster_name="gpu-b"), ready_required("Ready", "gpu-b"))
+    assert "workload-vllm" in h.desired(on_b)
+
+
+def test_c7_failed_cluster_fails_only_its_replica():
+    """C7: gpu-c Failed ("Job DeadlineExceeded"); gpu-a and gpu-b unaffected."""
+    results = {
+        c: run(
+            single_spec(cluster_name=c),
+            ready_required(p, c, message="Job DeadlineExceeded" if p == "Failed" else ""),
+        )
+        for c, p in (("gpu-a", "Ready"), ("gpu-b", "Ready"), ("gpu-c", "Failed"))
+    }
+    for c in ("gpu-a", "gpu-b"):
+        assert "workload-vllm" in h.desired(results[c])
+        assert h.conditions(results[c])[CONDITION]["reason"] == "Starting"
+    cond = h.conditions(results["gpu-c"])[CONDITION]
+    assert cond["reason"] == "HydrationFailed"
+    assert "gpu-c" in cond["message"] and "Job DeadlineExceeded" in cond["message"]
+
+
+# ---- the same over gRPC, through Crossplane's requirements loop -----------------------
+
+_GRPC_CASES = {
+    "single-ready": (single_spec(), "Ready", "Starting"),
+    "multi-ready": (multi_spec(), "Ready", "Starting"),
+    "single-hydrating": (single_spec(), "Hydrating", "Hydrating"),
+    "multi-failed": (multi_spec(), "Failed", "HydrationFailed"),
+    "no-cache": (single_spec(cache=False), None, "Starting"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_GRPC_CASES))
+def test_replayed_over_grpc_through_the_requirements_loop(grpc_function: Any, case: str):
+    spec, phase, reason = _GRPC_CASES[case]
+    world = [cluster(), cluster("gpu-b"), model_cache()]
+    if phase is not None:
+        world.append(hydration("gpu-a", phase, "Job DeadlineExceeded"))
+    xr = replica(spec)
+    rsp, calls = grpc_function.drive(xr, h.World(world))
+    assert calls == 2
+    assert h.conditions(rsp)[CONDITION]["reason"] == reason
+    req = ready_required(phase or "Ready", message="Job DeadlineExceeded")
+    if phase is None:
+        req = required(cluster_items=[cluster()])
+    local = h.run(h.request(xr, required=req))
+    assert h.desired(rsp) == h.desired(local)
+    assert h.status(rsp) == h.status(local)
+    validate_all(rsp)
