@@ -19,6 +19,13 @@ from typing import TextIO
 import structlog
 
 
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def configure(debug: bool = False, stream: TextIO | None = None) -> None:
     """Configure structlog (and the stdlib root logger) for the process.
 
@@ -30,7 +37,7 @@ def configure(debug: bool = False, stream: TextIO | None = None) -> None:
     level = logging.DEBUG if debug else logging.INFO
     logging.basicConfig(stream=out, level=level, format="%(message)s")
     renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer()
+        structlog.dev.ConsoleRenderer(colors=_isatty(out))
         if debug
         else structlog.processors.JSONRenderer(sort_keys=True)
     )
