@@ -34,6 +34,8 @@ HYDRATION_MOUNT = "/mnt/models"
 REMOTE_TOKEN_KEY = "HF_TOKEN"
 # Completion marker the download program writes last, at the PVC's root.
 MARKER_FILE = ".modelplane-hydrated"
+# Exit code of ``python -m function.hydrate`` for a permanent failure.
+EXIT_PERMANENT = 3
 # Non-root user of the hydration pod; ``fsGroup`` makes the PVC writable for it.
 HYDRATION_UID = 65532
 
@@ -239,6 +241,26 @@ def hydration_job(
         "spec": {
             "backoffLimit": int(backoff_limit),
             "activeDeadlineSeconds": int(active_deadline_seconds),
+            # Exit code 3 of the program is a permanent failure (repo or revision not
+            # found, access denied): fail the Job at once instead of retrying. Pod
+            # disruptions (preemption, eviction) do not count against backoffLimit.
+            # https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-failure-policy
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": "hydrate",
+                            "operator": "In",
+                            "values": [EXIT_PERMANENT],
+                        },
+                    },
+                    {
+                        "action": "Ignore",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                    },
+                ]
+            },
             "template": {
                 "metadata": {"labels": dict(labels)},
                 "spec": {

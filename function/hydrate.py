@@ -1,0 +1,319 @@
+"""``python -m function.hydrate``: download a Hugging Face model into the cache PVC.
+
+This is the program the ModelCacheHydration Job runs (see
+``function.manifests.storage.hydration_job``), from the function's own image,
+which already contains ``huggingface_hub``: nothing is installed at run time.
+
+    python -m function.hydrate --repo Qwen/Qwen2.5-0.5B-Instruct --revision main \\
+        --identity <naming.source_identity(repo, revision)> --target /mnt/models
+
+Environment:
+    HF_TOKEN     The hub token (optional; from the remote Secret via secretKeyRef).
+                 Sent as ``Authorization: Bearer``; never logged.
+    HF_ENDPOINT  The hub's base URL (default https://huggingface.co).
+
+What it does:
+
+1. If ``<target>/.modelplane-hydrated`` exists and records the same source
+   identity, the weights are already there: exit 0 without contacting the hub.
+2. Otherwise it removes a marker of another identity (the content is about to
+   change), resolves ``revision`` to a commit (``HfApi.model_info``), downloads
+   that commit with ``snapshot_download(local_dir=target)`` (resumable: files
+   already complete are not downloaded again), and removes files the commit does
+   not contain (left by an earlier revision), keeping ``.cache`` and ``lost+found``.
+3. It hashes every file of the commit (sha256 over sorted ``path``/``sha256``
+   lines) and writes the marker last, atomically (temporary file, fsync,
+   ``os.replace``, fsync of the directory), as JSON::
+
+       {"repo", "revision", "identity", "commit", "digest": "sha256:<hex>",
+        "files", "bytes", "completedAt"}
+
+   The same JSON (without timestamps) goes to the container's termination
+   message (``/dev/termination-log``, or ``$TERMINATION_LOG``) when writable.
+
+Exit codes: 0 done (or skipped); 1 a failure worth retrying (network, hub 5xx,
+disk); 2 bad arguments; 3 a permanent failure (repository or revision not found,
+access denied), which the Job's ``podFailurePolicy`` turns into ``Failed`` at once
+instead of retrying.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import hashlib
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from function.manifests.storage import EXIT_PERMANENT, MARKER_FILE
+
+# Directories at the target's root that are not part of the model.
+KEEP_DIRS = frozenset({".cache", "lost+found"})
+EXIT_OK, EXIT_RETRY, EXIT_USAGE = 0, 1, 2
+_CHUNK = 8 * 1024 * 1024
+
+log = logging.getLogger("modelplane.hydrate")
+
+
+class _Redactor(logging.Filter):
+    """Replaces the token in every log record (ours and huggingface_hub's)."""
+
+    def __init__(self, secret: str | None) -> None:
+        super().__init__()
+        self.secret = secret
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secret:
+            msg = record.getMessage()
+            if self.secret in msg:
+                record.msg = msg.replace(self.secret, "***")
+                record.args = None
+        return True
+
+
+def source_identity(repo: str, revision: str) -> str:
+    """The source identity, as ``function.naming.source_identity`` computes it."""
+    # Imported lazily so the program does not need the function's dependencies.
+    from function.naming import source_identity as _identity
+
+    return _identity(repo, revision)
+
+
+def read_marker(target: Path) -> dict[str, Any] | None:
+    """The completion marker of ``target`` as a dict, or None (absent or not JSON)."""
+    try:
+        data = json.loads((target / MARKER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_atomically(path: Path, content: bytes) -> None:
+    """Write ``content`` to ``path`` so readers see the old file or the whole new one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file, read in 8 MiB chunks."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_digest(target: Path, files: Iterable[str]) -> tuple[str, int]:
+    """``("sha256:<hex>", total bytes)`` over ``files`` (relative paths) in ``target``.
+
+    The digest hashes one line ``<path>\\0<sha256 of the file>\\n`` per file in
+    sorted path order, so it identifies the exact content of the snapshot.
+    """
+    h = hashlib.sha256()
+    total = 0
+    for rel in sorted(files):
+        p = target / rel
+        h.update(f"{rel}\0{file_sha256(p)}\n".encode())
+        total += p.stat().st_size
+    return "sha256:" + h.hexdigest(), total
+
+
+def prune(target: Path, keep: set[str]) -> list[str]:
+    """Remove files under ``target`` that are not in ``keep`` (relative paths).
+
+    The marker, its temporary files, and the directories in :data:`KEEP_DIRS` at
+    the root are left alone; directories emptied by the removal are removed.
+
+    Returns:
+        The removed relative paths, sorted.
+    """
+    removed: list[str] = []
+    for root, dirs, names in os.walk(target, topdown=True):
+        rel_root = Path(root).relative_to(target)
+        if rel_root == Path("."):
+            dirs[:] = [d for d in dirs if d not in KEEP_DIRS]
+        for name in names:
+            rel = (rel_root / name).as_posix()
+            if rel == MARKER_FILE or rel.startswith(f".{MARKER_FILE}."):
+                continue
+            if rel not in keep:
+                (target / rel).unlink()
+                removed.append(rel)
+    for root, _dirs, _names in os.walk(target, topdown=False):
+        p = Path(root)
+        if p != target and p.relative_to(target).parts[0] not in KEEP_DIRS:
+            with contextlib.suppress(OSError):  # not empty
+                p.rmdir()
+    return sorted(removed)
+
+
+def termination_message(payload: dict[str, Any]) -> None:
+    """Write ``payload`` to the container's termination message file, if writable."""
+    path = Path(os.environ.get("TERMINATION_LOG", "/dev/termination-log"))
+    try:
+        with path.open("w") as f:
+            json.dump(payload, f, sort_keys=True)
+    except OSError:
+        pass
+
+
+def _permanent(exc: BaseException) -> bool:
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    if isinstance(exc, (RepositoryNotFoundError, RevisionNotFoundError, GatedRepoError)):
+        return True
+    if isinstance(exc, HfHubHTTPError):
+        code = getattr(exc.response, "status_code", None)
+        return code in (401, 403, 404)
+    return False
+
+
+def hydrate(
+    repo: str,
+    revision: str,
+    target: Path,
+    *,
+    identity: str,
+    token: str | None,
+    endpoint: str | None,
+    now: datetime.datetime | None = None,
+) -> dict[str, Any]:
+    """Download ``repo`` at ``revision`` into ``target`` unless already done.
+
+    Returns:
+        The marker (dict); ``skipped`` is True when the marker already recorded
+        ``identity`` and nothing was downloaded.
+
+    Raises:
+        huggingface_hub errors for the hub, OSError for the disk.
+    """
+    from huggingface_hub import HfApi, snapshot_download
+
+    target.mkdir(parents=True, exist_ok=True)
+    marker = read_marker(target)
+    if marker is not None and marker.get("identity") == identity:
+        log.info("already hydrated: %s@%s commit %s", repo, revision, marker.get("commit"))
+        return {**marker, "skipped": True}
+    if (target / MARKER_FILE).exists():
+        log.info("removing the marker of another source before downloading")
+        (target / MARKER_FILE).unlink()
+
+    api = HfApi(endpoint=endpoint, token=token or False)
+    info = api.model_info(repo, revision=revision)
+    commit = info.sha
+    if not commit:
+        raise RuntimeError(f"the hub returned no commit for {repo}@{revision}")
+    log.info("downloading %s@%s (commit %s) into %s", repo, revision, commit, target)
+    snapshot_download(
+        repo_id=repo,
+        revision=commit,
+        local_dir=target,
+        token=token or False,
+        endpoint=endpoint,
+    )
+    files = set(api.list_repo_files(repo, revision=commit))
+    missing = sorted(f for f in files if not (target / f).is_file())
+    if missing:
+        raise RuntimeError(f"download incomplete: {len(missing)} files missing, first {missing[0]}")
+    removed = prune(target, files)
+    if removed:
+        log.info("removed %d files that commit %s does not contain", len(removed), commit)
+    digest, total = tree_digest(target, files)
+    when = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = {
+        "repo": repo,
+        "revision": revision,
+        "identity": identity,
+        "commit": commit,
+        "digest": digest,
+        "files": len(files),
+        "bytes": total,
+        "completedAt": when,
+    }
+    write_atomically(target / MARKER_FILE, json.dumps(result, sort_keys=True).encode() + b"\n")
+    log.info("hydrated %s@%s: %d files, %d bytes, %s", repo, revision, len(files), total, digest)
+    return {**result, "skipped": False}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m function.hydrate", description=__doc__)
+    parser.add_argument("--repo", required=True, help="Hugging Face repo id (org/name)")
+    parser.add_argument("--revision", default="main", help="branch, tag or commit")
+    parser.add_argument("--identity", help="source identity (default: computed)")
+    parser.add_argument("--target", required=True, type=Path, help="directory to fill")
+    args = parser.parse_args(argv)
+
+    token = os.environ.get("HF_TOKEN") or None
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    redactor = _Redactor(token)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redactor)
+    logging.getLogger("huggingface_hub").setLevel(logging.WARNING)
+    for noisy in ("httpx", "httpx2", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    expected = source_identity(args.repo, args.revision)
+    identity = args.identity or expected
+    if identity != expected:
+        log.error("--identity %s does not match %s@%s", identity, args.repo, args.revision)
+        return EXIT_USAGE
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    log.info(
+        "hydrating %s@%s into %s (token %s)",
+        args.repo,
+        args.revision,
+        args.target,
+        "set" if token else "not set",
+    )
+    try:
+        result = hydrate(
+            args.repo, args.revision, args.target, identity=identity, token=token, endpoint=endpoint
+        )
+    except Exception as e:  # report and choose the exit code; never print the token
+        text = f"{type(e).__name__}: {e}"
+        if token:
+            text = text.replace(token, "***")
+        code = EXIT_PERMANENT if _permanent(e) else EXIT_RETRY
+        log.error(
+            "hydration failed (%s): %s", "permanent" if code == EXIT_PERMANENT else "retry", text
+        )
+        termination_message({"error": text[:2000], "identity": identity})
+        return code
+    termination_message(
+        {k: result[k] for k in ("commit", "digest", "identity", "repo", "revision", "skipped")}
+    )
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

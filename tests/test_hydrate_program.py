@@ -1,0 +1,244 @@
+"""``python -m function.hydrate`` against a local stand-in for the Hugging Face Hub.
+
+The program runs as the Job runs it (a subprocess, ``python -m function.hydrate``)
+with ``HF_ENDPOINT`` pointing at :class:`tests.fake_hf_hub.FakeHub` on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from function import hydrate
+from function.manifests.storage import EXIT_PERMANENT, MARKER_FILE
+from function.naming import source_identity
+from tests.fake_hf_hub import FakeHub, Repo
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "hf_FAKEtokenForTheStandInHub0123456789"
+C1 = "1" * 40
+C2 = "2" * 40
+FILES_C1 = {
+    "config.json": b'{"model_type": "qwen2"}',
+    "model.safetensors": os.urandom(3 * 1024 * 1024 + 17),
+    "tokenizer/tokenizer.json": b'{"version": "1.0"}',
+}
+FILES_C2 = {
+    "config.json": b'{"model_type": "qwen2", "v": 2}',
+    "model-00001-of-00001.safetensors": b"w" * 4096,
+}
+
+
+def make_hub(token: str | None = TOKEN) -> FakeHub:
+    return FakeHub(
+        {
+            "org/tiny": Repo(
+                files={C1: FILES_C1, C2: FILES_C2}, refs={"main": C1, "v2": C2}, token=token
+            )
+        }
+    )
+
+
+@pytest.fixture
+def hub():
+    with make_hub() as h:
+        yield h
+
+
+def expected_digest(files: dict[str, bytes]) -> str:
+    h = hashlib.sha256()
+    for path in sorted(files):
+        h.update(f"{path}\0{hashlib.sha256(files[path]).hexdigest()}\n".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def run_program(
+    endpoint: str,
+    target: Path,
+    *,
+    revision: str = "main",
+    token: str | None = TOKEN,
+    repo: str = "org/tiny",
+    identity: str | None = None,
+    termination_log: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("HF_") and k != "TERMINATION_LOG"
+    }
+    env.update(
+        HF_ENDPOINT=endpoint,
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_OFFLINE="0",
+        HF_HOME=str(target.parent / "hf-home"),
+        TERMINATION_LOG=str(termination_log or target.parent / "termination-log"),
+    )
+    if token is not None:
+        env["HF_TOKEN"] = token
+    args = [sys.executable, "-m", "function.hydrate", "--repo", repo, "--revision", revision]
+    args += ["--target", str(target)]
+    if identity is not None:
+        args += ["--identity", identity]
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def model_files(target: Path) -> dict[str, bytes]:
+    """Files of the model in ``target`` (without the marker and the hub's .cache)."""
+    return {
+        p.relative_to(target).as_posix(): p.read_bytes()
+        for p in target.rglob("*")
+        if p.is_file() and p.relative_to(target).parts[0] != ".cache" and p.name != MARKER_FILE
+    }
+
+
+def assert_no_token(proc: subprocess.CompletedProcess[str], *extra: str) -> None:
+    b64 = base64.b64encode(TOKEN.encode()).decode()
+    for text in (proc.stdout, proc.stderr, *extra):
+        assert TOKEN not in text
+        assert b64 not in text
+
+
+def test_downloads_files_writes_marker_and_skips_second_run(hub, tmp_path) -> None:
+    target = tmp_path / "models"
+    proc = run_program(hub.endpoint, target)
+    assert proc.returncode == 0, proc.stderr
+    assert model_files(target) == FILES_C1
+    marker = json.loads((target / MARKER_FILE).read_text())
+    assert marker == {
+        "repo": "org/tiny",
+        "revision": "main",
+        "identity": source_identity("org/tiny", "main"),
+        "commit": C1,
+        "digest": expected_digest(FILES_C1),
+        "files": 3,
+        "bytes": sum(len(v) for v in FILES_C1.values()),
+        "completedAt": marker["completedAt"],
+    }
+    assert hydrate.read_marker(target) == marker
+    # The token went to the hub on every request, as a bearer token, and nowhere else.
+    assert hub.requests
+    assert {r.authorization for r in hub.requests} == {f"Bearer {TOKEN}"}
+    term = (tmp_path / "termination-log").read_text()
+    assert json.loads(term)["digest"] == expected_digest(FILES_C1)
+    assert_no_token(proc, term, (target / MARKER_FILE).read_text())
+    # Second run: the marker records this identity, nothing is fetched.
+    seen = len(hub.requests)
+    again = run_program(hub.endpoint, target)
+    assert again.returncode == 0, again.stderr
+    assert len(hub.requests) == seen
+    assert "already hydrated" in again.stderr
+    assert json.loads((tmp_path / "termination-log").read_text())["skipped"] is True
+    assert_no_token(again)
+
+
+def test_new_revision_replaces_content_and_marker(hub, tmp_path) -> None:
+    target = tmp_path / "models"
+    assert run_program(hub.endpoint, target).returncode == 0
+    proc = run_program(hub.endpoint, target, revision="v2")
+    assert proc.returncode == 0, proc.stderr
+    # Files of the old commit are gone; the directory holds exactly the new commit.
+    assert model_files(target) == FILES_C2
+    assert not (target / "tokenizer").exists()
+    marker = hydrate.read_marker(target)
+    assert marker is not None
+    assert marker["commit"] == C2
+    assert marker["identity"] == source_identity("org/tiny", "v2")
+    assert marker["digest"] == expected_digest(FILES_C2)
+
+
+def test_interrupted_download_without_marker_is_completed(hub, tmp_path) -> None:
+    """Files but no marker (a killed pod, or Modelplane's empty marker): download again."""
+    target = tmp_path / "models"
+    target.mkdir()
+    (target / "config.json").write_bytes(FILES_C1["config.json"])
+    (target / "model.safetensors").write_bytes(FILES_C1["model.safetensors"][:100])
+    (target / MARKER_FILE).write_text("")  # Modelplane's `touch` marker: no identity
+    (target / "lost+found").mkdir()
+    proc = run_program(hub.endpoint, target)
+    assert proc.returncode == 0, proc.stderr
+    assert model_files(target) == FILES_C1
+    assert (target / "lost+found").is_dir()
+    assert hydrate.read_marker(target)["digest"] == expected_digest(FILES_C1)
+
+
+def test_gated_repo_without_token_fails_permanently(hub, tmp_path) -> None:
+    target = tmp_path / "models"
+    proc = run_program(hub.endpoint, target, token=None)
+    assert proc.returncode == EXIT_PERMANENT, proc.stderr
+    assert not (target / MARKER_FILE).exists()
+    assert {r.authorization for r in hub.requests} == {None}
+    assert "permanent" in proc.stderr
+
+
+def test_wrong_token_fails_and_is_not_logged(tmp_path) -> None:
+    with make_hub(token="hf_the_right_one") as hub:
+        proc = run_program(hub.endpoint, tmp_path / "models")
+    assert proc.returncode == EXIT_PERMANENT
+    assert_no_token(proc, (tmp_path / "termination-log").read_text())
+
+
+@pytest.mark.parametrize(
+    ("repo", "revision"), [("org/missing", "main"), ("org/tiny", "no-such-branch")]
+)
+def test_unknown_repo_or_revision_fails_permanently(hub, tmp_path, repo, revision) -> None:
+    proc = run_program(hub.endpoint, tmp_path / "models", repo=repo, revision=revision)
+    assert proc.returncode == EXIT_PERMANENT, proc.stderr
+    assert not (tmp_path / "models" / MARKER_FILE).exists()
+
+
+def test_hub_unreachable_is_retried(tmp_path) -> None:
+    hub = make_hub()
+    endpoint = hub.endpoint
+    hub.close()
+    proc = run_program(endpoint, tmp_path / "models")
+    assert proc.returncode == 1, proc.stderr
+    assert not (tmp_path / "models" / MARKER_FILE).exists()
+
+
+def test_identity_mismatch_is_a_usage_error(hub, tmp_path) -> None:
+    proc = run_program(hub.endpoint, tmp_path / "models", identity="0123456789")
+    assert proc.returncode == 2
+    assert not hub.requests
+
+
+def test_marker_write_is_atomic(tmp_path, monkeypatch) -> None:
+    path = tmp_path / MARKER_FILE
+    path.write_text('{"identity": "old"}')
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(hydrate.os, "replace", boom)
+    with pytest.raises(OSError):
+        hydrate.write_atomically(path, b'{"identity": "new"}')
+    assert path.read_text() == '{"identity": "old"}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MARKER_FILE]
+
+
+def test_prune_keeps_marker_cache_and_lost_found(tmp_path) -> None:
+    for rel in ("a.bin", "old/b.bin", ".cache/huggingface/x", "lost+found/y", MARKER_FILE):
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x")
+    removed = hydrate.prune(tmp_path, {"a.bin"})
+    assert removed == ["old/b.bin"]
+    assert not (tmp_path / "old").exists()
+    for rel in ("a.bin", ".cache/huggingface/x", "lost+found/y", MARKER_FILE):
+        assert (tmp_path / rel).exists()
+
+
+def test_redactor_hides_the_token_in_library_logs(caplog) -> None:
+    import logging
+
+    logger = logging.getLogger("huggingface_hub.test")
+    handler_filter = hydrate._Redactor(TOKEN)
+    record = logger.makeRecord("x", logging.WARNING, __file__, 1, "sent %s", (TOKEN,), None)
+    assert handler_filter.filter(record)
+    assert TOKEN not in record.getMessage()
+    assert "***" in record.getMessage()
