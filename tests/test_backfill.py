@@ -1,0 +1,729 @@
+"""ModelBackfill: idle admission, cancellation, outcomes, Blocked reasons, one Job per replica.
+
+Every lifecycle test goes through a real gRPC channel with a controlled clock: each
+``Sim.step`` runs Crossplane's requirements loop (``function.render.drive``) and applies
+the response like Crossplane and provider-kubernetes would (see ``tests.backfill_sim``).
+Emitted Objects and their Jobs are validated against the Object CRD and Kubernetes'
+schemas on every step. Metrics are read from a fresh prometheus-client registry.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from function import metrics as metrics_mod
+from function.backfill_spec import accelerator_uses, is_accelerator, parse, spec_hash
+from function.composers.backfill import JOB_PREFIX
+from function.naming import replica_name
+from function.render import World, load_yaml, observed_by_name
+from function.timeutil import format_time, parse_time
+from tests.backfill_sim import (
+    BACKFILL,
+    DEPLOYMENT,
+    TEMPLATE,
+    Sim,
+    deployment,
+    eval_cronjob,
+    replica,
+)
+from tests.harness import (
+    NAMESPACE,
+    Clock,
+    GrpcFunction,
+    conditions,
+    desired,
+    requirements,
+    run,
+    status,
+    xr,
+    xr_ready,
+)
+from tests.harness import request as build
+from tests.validation import validate_xr, xr_cel_errors
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "modelbackfill"
+R0 = replica_name(NAMESPACE, DEPLOYMENT, 0)
+R1 = replica_name(NAMESPACE, DEPLOYMENT, 1)
+
+
+def spec(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"modelRef": {"name": DEPLOYMENT}, "templateRef": {"name": TEMPLATE}}
+    base.update(kw)
+    return base
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def sim(clock: Clock, registry: CollectorRegistry) -> Iterator[Sim]:
+    fn = GrpcFunction(clock=clock)
+    fn.runner.metrics = metrics_mod.Metrics(registry)
+    with fn:
+        yield Sim(fn, clock)
+
+
+def metric(registry: CollectorRegistry, name: str, backfill: str = BACKFILL, **labels: str):
+    v = registry.get_sample_value(
+        f"modelplane_model_backfill_{name}",
+        {"backfill": backfill, "namespace": NAMESPACE, "model": DEPLOYMENT, **labels},
+    )
+    return v or 0.0
+
+
+def job_manifest(sim: Sim, name: str = BACKFILL) -> dict[str, Any]:
+    return sim.job(name)["spec"]["forProvider"]["manifest"]
+
+
+def start(sim: Sim, clock: Clock, name: str = BACKFILL, **kw: Any) -> dict[str, Any]:
+    """Add a backfill and run it until its Job is Running."""
+    sim.add(spec(**kw), name)
+    assert sim.step(name)["phase"] == "WaitingForIdle"
+    clock.advance(600)
+    st = sim.step(name)
+    assert st["phase"] == "Starting", st
+    sim.set_job("active", name)
+    clock.advance(10)
+    st = sim.step(name)
+    assert st["phase"] == "Running", st
+    return st
+
+
+# ---- waiting ---------------------------------------------------------------------
+
+
+def test_waits_for_the_model_to_be_ready_then_for_a_full_window(sim: Sim, clock: Clock) -> None:
+    t0 = clock.now
+    sim.deployment = deployment(ready=False, foreground=format_time(t0))
+    sim.add(spec())
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "ModelNotReady")
+    assert sim.observed[BACKFILL] == {}
+    clock.advance(3600)  # idle for an hour, but not Ready: no start
+    st = sim.step()
+    assert st["reason"] == "ModelNotReady" and sim.observed[BACKFILL] == {}
+    last_not_ready = clock.now
+    clock.advance(30)
+    sim.deployment = deployment(foreground=format_time(t0))
+    st = sim.step()
+    # The window restarts when the model was last seen not Ready, not at the old
+    # foreground time (an hour ago).
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
+    assert st["idleSince"] == format_time(last_not_ready)
+    clock.advance(569)
+    assert sim.step()["phase"] == "WaitingForIdle"
+    clock.advance(1)
+    assert sim.step()["phase"] == "Starting"
+
+
+def test_the_ready_transition_time_also_starts_the_window(sim: Sim, clock: Clock) -> None:
+    t0 = clock.now
+    ready_at = t0 + datetime.timedelta(minutes=30)
+    sim.deployment = deployment(foreground=format_time(t0), ready_since=ready_at)
+    sim.add(spec())
+    clock.advance(2400)  # 40m after the last request, 10m - 0s after becoming Ready
+    st = sim.step()
+    assert st["idleSince"] == format_time(ready_at) and st["phase"] == "Starting"
+
+
+def test_a_foreground_request_resets_the_window(sim: Sim, clock: Clock) -> None:
+    t0 = clock.now
+    sim.add(spec(idleFor="10m"))
+    st = sim.step()
+    assert st["idleSince"] == format_time(t0)
+    assert sim.last.meta.ttl.seconds == 60  # at most the default TTL while the window runs
+    clock.advance(540)
+    sim.foreground()  # 9 minutes in: a request arrives
+    clock.advance(120)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
+    assert st["idleSince"] == format_time(t0.replace(minute=9))
+    assert "idle for 2m of 10m" in st["message"]
+    clock.advance(470)
+    assert sim.step()["phase"] == "WaitingForIdle"
+    assert sim.last.meta.ttl.seconds == 10  # called again exactly when the window ends
+    clock.advance(10)
+    assert sim.step()["phase"] == "Starting"
+
+
+@pytest.mark.parametrize("raw", [None, "yesterday", "2026-11-29 09:00", ""])
+def test_missing_or_unparsable_signal_is_not_idle(sim: Sim, clock: Clock, raw: str | None) -> None:
+    sim.deployment = deployment(foreground=raw)
+    sim.add(spec())
+    for _ in range(3):
+        clock.advance(3600)
+        st = sim.step()
+        assert (st["phase"], st["reason"]) == ("WaitingForIdle", "ForegroundSignalUnknown")
+        assert sim.observed[BACKFILL] == {}
+
+
+def test_no_ready_replica_waits(sim: Sim, clock: Clock) -> None:
+    sim.replicas = [replica(0, "gpu-a", ready=False)]
+    sim.add(spec())
+    clock.advance(900)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NoReadyReplica")
+
+
+def test_missing_model_waits_and_cluster_without_provider_config_waits(
+    sim: Sim, clock: Clock
+) -> None:
+    sim.deployment = deployment(name="other", foreground=format_time(clock.now))
+    sim.add(spec())
+    clock.advance(900)
+    assert sim.step()["reason"] == "ModelNotFound"
+    sim.deployment = deployment(foreground=format_time(clock.now - datetime.timedelta(hours=1)))
+    sim.clusters = [c for c in sim.clusters if c["metadata"]["name"] != "gpu-a"]
+    clock.advance(900)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "ClusterNotReady")
+    assert "gpu-a" in st["message"]
+
+
+# ---- start -------------------------------------------------------------------------
+
+
+def test_start_composes_the_job_from_the_template(sim: Sim, clock: Clock) -> None:
+    env = [{"name": "SUITE", "value": "mmlu"}, {"name": "HF_TOKEN", "value": "none"},
+           {"name": "EXTRA", "value": "1"}]  # fmt: skip
+    sim.add(spec(env=env, maxRunDuration="45m"))
+    sim.step()
+    clock.advance(600)
+    st = sim.step()
+    assert st["phase"] == "Starting" and st["attempts"] == 1
+    assert st["cluster"] == "gpu-a" and st["replica"] == R0
+    assert st["startedAt"] == format_time(clock.now)
+    assert sim.calls == 3  # base requirements, then the chosen replica's cluster
+    reqs = requirements(sim.last)
+    assert reqs["cluster"]["matchName"] == "gpu-a"
+    assert reqs["replicas"]["matchLabels"]["labels"] == {"modelplane.ai/deployment": DEPLOYMENT}
+    obj = sim.job()
+    assert obj["spec"]["providerConfigRef"]["name"] == "gpu-a"
+    assert obj["spec"]["forProvider"]["deletionPropagationPolicy"] == "Foreground"
+    job = obj["spec"]["forProvider"]["manifest"]
+    assert job["metadata"]["name"] == st["job"] and job["metadata"]["namespace"] == "default"
+    assert job["spec"]["activeDeadlineSeconds"] == 2700
+    assert "ttlSecondsAfterFinished" not in job["spec"]
+    pod = job["spec"]["template"]
+    assert pod["metadata"]["labels"]["modelplane.ai/workload-class"] == "background"
+    endpoint = "http://chat-0.default.svc.cluster.local:8000"
+    (main,) = pod["spec"]["containers"]
+    assert main["env"] == [
+        {"name": "SUITE", "value": "mmlu"},  # replaced in place
+        {"name": "LIMIT", "value": "200"},  # untouched
+        {"name": "HF_TOKEN", "value": "none"},  # a valueFrom entry replaced by a literal
+        {"name": "EXTRA", "value": "1"},  # appended
+        {"name": "MODELPLANE_WORKLOAD_CLASS", "value": "background"},
+        {"name": "MODELPLANE_ENDPOINT", "value": endpoint},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+    ]
+    assert main["args"] == eval_cronjob()["spec"]["jobTemplate"]["spec"]["template"]["spec"][
+        "containers"][0]["args"]  # fmt: skip
+    (init,) = pod["spec"]["initContainers"]
+    assert {"name": "MODELPLANE_WORKLOAD_CLASS", "value": "background"} in init["env"]
+    assert {"name": "SUITE", "value": "mmlu"} not in init["env"]  # overrides: regular only
+    assert conditions(sim.last)["Backfilling"]["status"] == "True"
+    assert xr_ready(sim.last) == "READY_TRUE"
+
+
+def test_a_template_that_sets_the_workload_class_is_overridden(sim: Sim, clock: Clock) -> None:
+    cj = eval_cronjob()
+    c = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    c["env"].insert(0, {"name": "MODELPLANE_WORKLOAD_CLASS", "value": "foreground"})
+    sim.cronjobs = [cj]
+    sim.add(spec())
+    sim.step()
+    clock.advance(600)
+    sim.step()
+    env = job_manifest(sim)["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e for e in env if e["name"] == "MODELPLANE_WORKLOAD_CLASS"] == [
+        {"name": "MODELPLANE_WORKLOAD_CLASS", "value": "background"}
+    ]
+
+
+# ---- cancellation -------------------------------------------------------------------
+
+
+def test_foreground_cancels_and_retries_after_the_next_window(
+    sim: Sim, clock: Clock, registry: CollectorRegistry
+) -> None:
+    first = start(sim, clock)
+    job1 = first["job"]
+    clock.advance(120)
+    sim.foreground()
+    sim.linger = True  # the Job takes a while to go (Foreground deletion)
+    clock.advance(5)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "PreemptedByForeground")
+    assert sim.observed[BACKFILL] == {}  # the Object is no longer desired: Crossplane deletes it
+    assert st["preemptions"] == 1 and "runningSince" not in st
+    clock.advance(20)
+    st = sim.step()
+    assert st["phase"] == "Cancelling" and "to be deleted" in st["message"]
+    assert requirements(sim.last)["job-object"]["matchName"].startswith("modelbackfill-")
+    sim.release()
+    clock.advance(10)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
+    assert "was cancelled" in st["message"]
+    cancelled_at = clock.now
+    clock.advance(590)  # 10m after the foreground request, but not after the cancellation
+    assert sim.step()["phase"] == "WaitingForIdle"
+    clock.advance(cancelled_at.timestamp() + 600 - clock.now.timestamp())
+    st = sim.step()
+    assert st["phase"] == "Starting" and st["attempts"] == 2
+    assert st["job"] != job1 and JOB_PREFIX + "2" in sim.observed[BACKFILL]
+    assert metric(registry, "preemptions_total", reason="foreground") == 1
+    assert metric(registry, "starts_total") == 2
+    assert metric(registry, "useful_running_seconds_total") == 125
+
+
+def test_replica_not_ready_cancels(sim: Sim, clock: Clock, registry: CollectorRegistry) -> None:
+    start(sim, clock)
+    sim.replicas[0] = replica(0, "gpu-a", ready=False)
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "ReplicaNotReady")
+    clock.advance(30)
+    st = sim.step()
+    # The cancelled attempt's replica is not Ready, but another is: still a full window first.
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
+    assert metric(registry, "preemptions_total", reason="not_ready") == 1
+
+
+def test_model_not_ready_cancels(sim: Sim, clock: Clock, registry: CollectorRegistry) -> None:
+    start(sim, clock)
+    sim.deployment = deployment(ready=False, foreground=format_time(clock.now.replace(hour=8)))
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "ModelNotReady")
+    assert metric(registry, "preemptions_total", reason="not_ready") == 1
+
+
+def test_suspend_cancels_then_resumes_with_a_new_window(
+    sim: Sim, clock: Clock, registry: CollectorRegistry
+) -> None:
+    start(sim, clock)
+    hash_before = sim.backfills[BACKFILL]["status"]["specHash"]
+    sim.backfills[BACKFILL]["spec"]["suspend"] = True
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "Suspended")
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Suspended", "Suspended")
+    assert xr_ready(sim.last) == "READY_TRUE"
+    clock.advance(7200)
+    assert sim.step()["phase"] == "Suspended" and sim.observed[BACKFILL] == {}
+    sim.backfills[BACKFILL]["spec"]["suspend"] = False
+    st = sim.step()
+    # suspend is not part of the spec: the hash and attempts stay, and the model has
+    # been idle since the cancellation, two hours ago.
+    assert st["specHash"] == hash_before
+    assert st["phase"] == "Starting" and st["attempts"] == 2
+    assert metric(registry, "preemptions_total", reason="suspended") == 1
+
+
+def test_a_spec_change_cancels_and_restarts(
+    sim: Sim, clock: Clock, registry: CollectorRegistry
+) -> None:
+    start(sim, clock)
+    sim.backfills[BACKFILL]["spec"]["env"] = [{"name": "SUITE", "value": "hellaswag"}]
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "SpecChanged")
+    clock.advance(30)
+    assert sim.step()["phase"] == "WaitingForIdle"
+    clock.advance(600)
+    st = sim.step()
+    assert st["phase"] == "Starting"
+    env = job_manifest(sim)["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "SUITE", "value": "hellaswag"} in env
+    assert metric(registry, "preemptions_total", reason="spec_changed") == 1
+
+
+def test_an_invalid_spec_change_cancels_then_blocks(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+    sim.backfills[BACKFILL]["spec"]["repeatAfter"] = "30s"
+    clock.advance(30)
+    assert sim.step()["reason"] == "SpecChanged"
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidRepeatAfter")
+    assert xr_ready(sim.last) == "READY_FALSE"
+
+
+# ---- outcomes -------------------------------------------------------------------------
+
+
+def test_success_cools_down_then_repeats(
+    sim: Sim, clock: Clock, registry: CollectorRegistry
+) -> None:
+    start(sim, clock, repeatAfter="1h")
+    clock.advance(300)
+    sim.set_job("complete")
+    st = sim.step()
+    done = clock.now
+    assert (st["phase"], st["lastResult"]) == ("Succeeded", "Succeeded")
+    assert st["completionTime"] == format_time(done)
+    assert st["nextRunTime"] == format_time(done.replace(hour=done.hour + 1))
+    assert sim.observed[BACKFILL] == {}  # the finished Job is dropped
+    assert sim.last.meta.ttl.seconds == 3600  # called again when the cool-down ends
+    clock.advance(1800)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Succeeded", "CoolingDown")
+    assert sim.observed[BACKFILL] == {}  # never re-created
+    assert sim.last.meta.ttl.seconds == 1800
+    clock.advance(1800)
+    st = sim.step()
+    assert st["phase"] == "Starting" and st["attempts"] == 2
+    assert "lastResult" not in st
+    assert metric(registry, "completions_total", result="succeeded") == 1
+    assert metric(registry, "starts_total") == 2
+    assert metric(registry, "useful_running_seconds_total") == 300
+
+
+def test_one_shot_success_stays_succeeded(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+    clock.advance(60)
+    sim.set_job("complete")
+    assert sim.step()["phase"] == "Succeeded"
+    for _ in range(3):
+        clock.advance(86400)
+        st = sim.step()
+        assert (st["phase"], st["reason"]) == ("Succeeded", "JobSucceeded")
+        assert sim.observed[BACKFILL] == {}
+    assert st["attempts"] == 1
+
+
+def test_failure_is_terminal_until_the_spec_changes(
+    sim: Sim, clock: Clock, registry: CollectorRegistry
+) -> None:
+    start(sim, clock, repeatAfter="1h")
+    clock.advance(60)
+    sim.set_job("failed")
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Failed", "JobFailed")
+    assert "BackoffLimitExceeded" in st["message"]
+    assert xr_ready(sim.last) == "READY_FALSE"
+    for _ in range(3):
+        clock.advance(7200)
+        st = sim.step()
+        assert st["phase"] == "Failed" and "BackoffLimitExceeded" in st["message"]
+        assert sim.observed[BACKFILL] == {}
+    sim.backfills[BACKFILL]["spec"]["env"] = [{"name": "LIMIT", "value": "50"}]
+    st = sim.step()
+    assert st["phase"] == "Starting" and st["attempts"] == 2
+    assert metric(registry, "completions_total", result="failed") == 1
+
+
+def test_a_running_job_that_disappears_is_not_recreated(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+    sim.observed[BACKFILL] = {}  # the Object vanished (deleted behind the function's back)
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
+    assert "disappeared" in st["message"] and sim.observed[BACKFILL] == {}
+
+
+def test_a_created_job_object_drops_create_from_its_policies(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+    # Once provider-kubernetes created the Job, it must never create it again.
+    assert sim.job()["spec"]["managementPolicies"] == [
+        "Observe", "Update", "LateInitialize", "Delete"
+    ]  # fmt: skip
+
+
+def test_starting_recreates_an_object_crossplane_has_not_created(sim: Sim, clock: Clock) -> None:
+    sim.add(spec())
+    sim.step()
+    clock.advance(600)
+    st = sim.step()
+    first = copy.deepcopy(sim.job())
+    sim.observed[BACKFILL] = {}  # the apply failed: nothing observed yet
+    clock.advance(10)
+    st2 = sim.step()
+    assert st2["phase"] == "Starting" and st2["attempts"] == st["attempts"] == 1
+    assert sim.job() == first
+
+
+# ---- Blocked ---------------------------------------------------------------------------
+
+
+def _gpu(key: str) -> dict[str, Any]:
+    return {"limits": {key: "1"}}
+
+
+BLOCKED_CASES = [
+    ("template missing", {"templateRef": {"name": "nope"}}, None, "TemplateNotFound"),
+    ("nvidia gpu", {}, eval_cronjob(resources=_gpu("nvidia.com/gpu")), "GPURequestForbidden"),
+    ("amd gpu request", {}, eval_cronjob(resources={"requests": {"amd.com/gpu": "1"}}),
+     "GPURequestForbidden"),
+    ("intel gpu", {}, eval_cronjob(resources=_gpu("gpu.intel.com/i915")), "GPURequestForbidden"),
+    ("mig in init", {}, eval_cronjob(init_resources=_gpu("nvidia.com/mig-1g.10gb")),
+     "GPURequestForbidden"),
+    ("DRA pod claim", {}, eval_cronjob(pod_extra={"resourceClaims": [
+        {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}), "GPURequestForbidden"),
+    ("DRA container claim", {}, eval_cronjob(resources={"claims": [{"name": "gpu"}]}),
+     "GPURequestForbidden"),
+    ("bad env name", {"env": [{"name": "1BAD", "value": "x"}]}, None, "InvalidEnvName"),
+    ("env name with dash", {"env": [{"name": "A-B", "value": "x"}]}, None, "InvalidEnvName"),
+    ("reserved name", {"env": [{"name": "MODELPLANE_WORKLOAD_CLASS", "value": "foreground"}]},
+     None, "ReservedEnvName"),
+    ("33 env entries", {"env": [{"name": f"V{i}", "value": "x"} for i in range(33)]}, None,
+     "TooManyEnvVars"),
+    ("repeatAfter 30s", {"repeatAfter": "30s"}, None, "InvalidRepeatAfter"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "cronjob", "reason"),
+    [c[1:] for c in BLOCKED_CASES],
+    ids=[c[0] for c in BLOCKED_CASES],
+)
+def test_blocked(sim: Sim, clock: Clock, extra: dict, cronjob: dict | None, reason: str) -> None:
+    if cronjob is not None:
+        sim.cronjobs = [cronjob]
+    sim.backfills[BACKFILL] = xr("ModelBackfill", BACKFILL, spec(**extra))  # not admitted by CEL
+    sim.observed[BACKFILL] = {}
+    clock.advance(3600)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Blocked", reason), st
+    assert sim.observed[BACKFILL] == {}
+    cond = conditions(sim.last)["Backfilling"]
+    assert cond["status"] == "False" and cond["reason"] == reason and cond["message"]
+    assert xr_ready(sim.last) == "READY_FALSE"
+    if reason == "GPURequestForbidden":
+        assert "spec.jobTemplate.spec.template.spec" in st["message"]
+    elif reason != "TemplateNotFound":
+        assert "spec." in st["message"]
+    # A blocked backfill stays blocked, with one event on entry only.
+    clock.advance(60)
+    st = sim.step()
+    assert st["reason"] == reason and not list(sim.last.results)
+
+
+def test_blocked_by_the_template_recovers_when_it_is_fixed(sim: Sim, clock: Clock) -> None:
+    sim.cronjobs = [eval_cronjob(resources=_gpu("nvidia.com/gpu"))]
+    sim.add(spec())
+    clock.advance(3600)
+    assert sim.step()["reason"] == "GPURequestForbidden"
+    sim.cronjobs = [eval_cronjob()]
+    assert sim.step()["phase"] == "Starting"
+
+
+# ---- one Job per replica ------------------------------------------------------------
+
+
+def test_one_backfill_job_per_replica(sim: Sim, clock: Clock) -> None:
+    sim.replicas = [replica(0, "gpu-a")]
+    start(sim, clock, name="a-eval")
+    sim.add(spec(), "b-eval")
+    clock.advance(600)
+    st = sim.step("b-eval")
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "ReplicaBusy")
+    assert "a-eval" in st["message"] and sim.observed["b-eval"] == {}
+    # A second Ready replica is free: b runs there.
+    sim.replicas.append(replica(1, "gpu-b"))
+    st = sim.step("b-eval")
+    assert (st["phase"], st["replica"], st["cluster"]) == ("Starting", R1, "gpu-b")
+    assert sim.job("b-eval")["spec"]["providerConfigRef"]["name"] == "gpu-b"
+
+
+def test_a_finished_backfill_frees_its_replica(sim: Sim, clock: Clock) -> None:
+    sim.replicas = [replica(0, "gpu-a")]
+    start(sim, clock, name="a-eval")
+    sim.add(spec(), "b-eval")
+    clock.advance(600)
+    assert sim.step("b-eval")["reason"] == "ReplicaBusy"
+    sim.set_job("complete", "a-eval")
+    assert sim.step("a-eval")["phase"] == "Succeeded"
+    assert sim.step("b-eval")["phase"] == "Starting"
+
+
+def test_two_backfills_that_started_at_once_resolve_to_one(sim: Sim, clock: Clock) -> None:
+    sim.replicas = [replica(0, "gpu-a")]
+    sim.add(spec(), "a-eval")
+    sim.add(spec(), "b-eval")
+    clock.advance(600)
+    # Both reconciled before either status was written: both start on the same replica.
+    b_status = copy.deepcopy(sim.backfills["b-eval"])
+    assert sim.step("a-eval")["phase"] == "Starting"
+    a_status = copy.deepcopy(sim.backfills["a-eval"])
+    sim.backfills["a-eval"] = xr("ModelBackfill", "a-eval", spec())
+    assert sim.step("b-eval")["phase"] == "Starting"
+    sim.backfills["a-eval"] = a_status
+    del b_status
+    clock.advance(10)
+    st_b = sim.step("b-eval")
+    assert (st_b["phase"], st_b["reason"]) == ("Cancelling", "ReplicaConflict")
+    st_a = sim.step("a-eval")
+    assert st_a["phase"] == "Starting"
+
+
+# ---- metrics ------------------------------------------------------------------------------
+
+
+def test_metrics_count_each_transition_once(
+    sim: Sim, clock: Clock, registry: CollectorRegistry
+) -> None:
+    start(sim, clock, repeatAfter="1h")
+    for _ in range(3):  # steady state: many reconciles, one start
+        clock.advance(30)
+        assert sim.step()["phase"] == "Running"
+    assert sim.calls >= 2
+    assert metric(registry, "starts_total") == 1
+    sim.foreground()
+    clock.advance(15)
+    assert sim.step()["phase"] == "Cancelling"
+    for _ in range(2):
+        clock.advance(30)
+        sim.step()
+    assert metric(registry, "preemptions_total", reason="foreground") == 1
+    assert metric(registry, "useful_running_seconds_total") == 105
+    clock.advance(600)
+    assert sim.step()["phase"] == "Starting"
+    sim.set_job("active")
+    clock.advance(10)
+    sim.step()
+    clock.advance(100)
+    sim.set_job("complete")
+    assert sim.step()["phase"] == "Succeeded"
+    for _ in range(3):
+        clock.advance(60)
+        assert sim.step()["phase"] == "Succeeded"
+    assert metric(registry, "starts_total") == 2
+    assert metric(registry, "completions_total", result="succeeded") == 1
+    assert metric(registry, "completions_total", result="failed") == 0
+    assert metric(registry, "preemptions_total", reason="foreground") == 1
+    assert metric(registry, "useful_running_seconds_total") == 205
+
+
+def test_no_decision_while_requirements_are_unresolved(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+    body = sim.backfills[BACKFILL]
+    observed = sim._observed_view(BACKFILL)
+    sim.foreground()  # would cancel, but the deployment is not resolved in this call
+    rsp = run(build(body, observed=observed, required={}), now=clock)
+    assert status(rsp)["phase"] == "Running"
+    assert set(desired(rsp)) == {f"{JOB_PREFIX}1"}  # kept, not dropped
+    assert set(requirements(rsp)) == {"deployment", "template", "replicas", "backfills"}
+
+
+def test_same_input_same_bytes(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+    req = build(
+        sim.backfills[BACKFILL],
+        observed=sim._observed_view(BACKFILL),
+        required={n: sim.world().resolve(s) for n, s in sim.last.requirements.resources.items()},
+    )
+    a = run(req, now=clock).SerializeToString(deterministic=True)
+    b = run(req, now=clock).SerializeToString(deterministic=True)
+    assert a == b
+
+
+# ---- pure pieces -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "want"),
+    [
+        ("nvidia.com/gpu", True), ("nvidia.com/mig-3g.40gb", True), ("amd.com/gpu", True),
+        ("gpu.intel.com/xe", True), ("habana.ai/gaudi", True), ("aws.amazon.com/neuroncore", True),
+        ("google.com/tpu", True), ("example.com/gpu-shared", True), ("cpu", False),
+        ("memory", False), ("ephemeral-storage", False), ("hugepages-2Mi", False),
+        ("example.com/foo", False),
+    ],
+)  # fmt: skip
+def test_is_accelerator(key: str, want: bool) -> None:
+    assert is_accelerator(key) is want
+
+
+def test_accelerator_uses_lists_every_place() -> None:
+    cj = eval_cronjob(
+        resources={"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "0"}},
+        init_resources={"requests": {"amd.com/gpu": "1"}},
+        pod_extra={"resourceClaims": [{"name": "x", "resourceClaimName": "y"}]},
+    )
+    base = "spec.jobTemplate.spec.template.spec"
+    assert accelerator_uses(cj) == [
+        f"{base}.initContainers[wait-for-endpoint].resources.requests[amd.com/gpu]",
+        f"{base}.containers[eval].resources.limits[nvidia.com/gpu]",
+        f"{base}.resourceClaims",
+    ]
+    assert accelerator_uses(eval_cronjob()) == []
+
+
+def test_spec_parse_defaults_and_hash() -> None:
+    p = parse(spec())
+    assert not hasattr(p, "reason")
+    assert (p.idle_for, p.max_run_seconds, p.repeat_after) == (600.0, 1800, 0.0)
+    assert spec_hash(spec(suspend=True)) == spec_hash(spec())
+    assert spec_hash({**spec(), "crossplane": {"resourceRefs": [1]}}) == spec_hash(spec())
+    assert spec_hash(spec(env=[{"name": "A", "value": "1"}])) != spec_hash(spec())
+    assert parse(spec(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])).reason == (
+        "InvalidEnvName"
+    )
+    assert parse({"templateRef": {"name": "x"}}).field == "spec.modelRef"
+    assert parse(spec(idleFor="soon")).reason == "InvalidSpec"
+
+
+# ---- XRD and example -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ({"env": [{"name": f"V{i}", "value": "x"} for i in range(33)]}, "at most 32"),
+        ({"env": [{"name": "MODELPLANE_WORKLOAD_CLASS", "value": "x"}]}, "may not set"),
+        ({"env": [{"name": "9LIVES", "value": "x"}]}, "letters, digits"),
+        ({"repeatAfter": "30s"}, "at least 1m"),
+        ({"idleFor": "0s"}, "longer than 0"),
+    ],
+)
+def test_xrd_cel_rejects(extra: dict, fragment: str) -> None:
+    errors = xr_cel_errors("ModelBackfill", spec(**extra))
+    assert any(fragment in e for e in errors), errors
+
+
+ENV_32 = [{"name": f"V{i}", "value": "x"} for i in range(32)]
+
+
+@pytest.mark.parametrize(
+    "extra", [{}, {"repeatAfter": "0"}, {"repeatAfter": "1m"}, {"env": ENV_32}]
+)
+def test_xrd_cel_admits(extra: dict) -> None:
+    assert xr_cel_errors("ModelBackfill", spec(**extra)) == []
+
+
+def test_example_renders_a_job(clock: Clock) -> None:
+    xrs = load_yaml([EXAMPLE / "xr.yaml"])
+    assert len(xrs) == 1
+    validate_xr(xrs[0])
+    world = World(load_yaml([EXAMPLE / "required"]))
+    observed = observed_by_name(load_yaml([EXAMPLE / "observed"])) if (
+        EXAMPLE / "observed").exists() else {}  # fmt: skip
+    for doc in world.resources:
+        if doc.get("kind") == "CronJob":
+            from tests.validation import validate_k8s
+
+            validate_k8s(doc)
+            assert accelerator_uses(doc) == []
+    with GrpcFunction(clock=Clock(parse_time("2026-11-29T03:30:00Z"))) as fn:
+        rsp, _ = fn.drive(xrs[0], world, observed)
+    st = status(rsp)
+    assert st["phase"] == "Starting", st
+    (obj,) = desired(rsp).values()
+    from tests.validation import validate_object
+
+    validate_object(obj)
