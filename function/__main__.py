@@ -46,6 +46,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--grace-seconds", type=float, default=20.0)
     p.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ["WORKERS"]) if os.environ.get("WORKERS") else None,
+        help="worker processes sharing the port with SO_REUSEPORT "
+        "(default: WORKERS or the CPUs available, at most 8)",
+    )
+    p.add_argument(
         "--metrics-address",
         default=None,
         help="[host]:port for Prometheus metrics (default: METRICS_ADDRESS or :8080); "
@@ -84,22 +91,41 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     from function import metrics, tracing
+    from function.server import default_workers, serve_workers
 
+    workers = args.workers if args.workers is not None else default_workers()
+    if workers < 1:
+        print("function-modelplane: --workers must be at least 1", file=sys.stderr)
+        return 2
+    multiproc_dir = settings.prometheus_multiproc_dir
+    if workers > 1 and not multiproc_dir:
+        # Several processes: aggregate their metrics with prometheus-client's
+        # multiprocess mode. Workers are spawned, so they see this variable at import.
+        import tempfile
+
+        multiproc_dir = tempfile.mkdtemp(prefix="function-modelplane-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
     address = settings.metrics_address if args.metrics_address is None else args.metrics_address
     try:
         metrics.parse_address(address)
     except ValueError as e:
         print(f"function-modelplane: --metrics-address: {e}", file=sys.stderr)
         return 2
-    if settings.prometheus_multiproc_dir:
+    if multiproc_dir:
         # This process serves the metrics of every worker; stale files of a previous
         # run would be summed in (prometheus-client multiprocess mode).
-        metrics.clear_multiprocess_dir(settings.prometheus_multiproc_dir)
+        metrics.clear_multiprocess_dir(multiproc_dir)
     try:
-        metrics_server = metrics.serve(address, settings.prometheus_multiproc_dir)
+        metrics_server = metrics.serve(address, multiproc_dir)
     except OSError as e:
         print(f"function-modelplane: --metrics-address {address}: {e}", file=sys.stderr)
         return 2
+    if workers > 1:
+        try:
+            return serve_workers(cfg, workers, debug=args.debug)
+        finally:
+            if metrics_server is not None:
+                metrics_server.shutdown()
     traces = tracing.configure(settings)
     try:
         serve(FunctionRunner(settings=settings, tracing=traces), cfg)

@@ -22,6 +22,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -224,6 +225,8 @@ def _free_port() -> int:
 
 def start_function(
     extra_env: Mapping[str, str] | None = None,
+    *,
+    workers: int = 1,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``python -m function --insecure`` on a free 127.0.0.1 port; wait until it serves.
 
@@ -239,6 +242,7 @@ def start_function(
     address = f"127.0.0.1:{_free_port()}"
     env = {**os.environ, **(extra_env or {})}
     env.pop("TLS_SERVER_CERTS_DIR", None)
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -249,17 +253,22 @@ def start_function(
             address,
             "--metrics-address",
             "127.0.0.1:0",
+            "--workers",
+            str(workers),
         ],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        # A file, not a pipe: nobody reads the server's logs while it runs, and a full
+        # pipe would block it.
+        stderr=log,
     )
     deadline = time.monotonic() + 20
     with grpc.insecure_channel(address) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                err = proc.stderr.read().decode() if proc.stderr else ""
+                log.seek(0)
+                err = log.read().decode(errors="replace")[-4000:]
                 raise RuntimeError(f"function exited with {proc.returncode}: {err}")
             try:
                 r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)

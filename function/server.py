@@ -17,7 +17,12 @@ reflection, on one address:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
+import multiprocessing
+import os
 import signal
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,3 +141,94 @@ async def serve_async(runner: FunctionRunner, cfg: ServerConfig) -> None:
 def serve(runner: FunctionRunner, cfg: ServerConfig) -> None:
     """Blocking wrapper around :func:`serve_async`."""
     asyncio.run(serve_async(runner, cfg))
+
+
+def default_workers() -> int:
+    """Worker processes to run by default: the CPUs this process may use, at most 8.
+
+    Counts the CPUs in the affinity mask, lowered to the cgroup v2 CPU quota
+    (``/sys/fs/cgroup/cpu.max``, what a Kubernetes CPU limit sets) when there is one.
+    """
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, min(cpus, 8))
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _worker(cfg: ServerConfig, debug: bool) -> None:  # pragma: no cover - runs in a child
+    """Entry point of one worker process (spawned): its own runner, server and event loop."""
+    from function import logs, tracing
+    from function.settings import load_settings
+
+    logs.configure(debug=debug)
+    settings = load_settings()
+    traces = tracing.configure(settings)
+    try:
+        serve(FunctionRunner(settings=settings, tracing=traces), cfg)
+    finally:
+        traces.shutdown()
+
+
+def serve_workers(cfg: ServerConfig, workers: int, debug: bool = False) -> int:
+    """Serve with ``workers`` processes sharing one port through SO_REUSEPORT.
+
+    The SDK's server runs one asyncio loop, so CPU work serializes on one core; the
+    kernel spreads connections across processes bound to the same port instead
+    (Linux ``SO_REUSEPORT``, which gRPC sets by default through ``grpc.so_reuseport``).
+    SIGTERM/SIGINT are forwarded to every worker, which drains its calls in flight.
+
+    Args:
+        cfg: Listener settings; a port of 0 is replaced by one free port shared by all.
+        workers: Number of processes (>= 1).
+        debug: Console logs at debug level.
+
+    Returns:
+        0 when every worker exited cleanly, else 1 (the others are stopped too).
+    """
+    log = structlog.get_logger("server")
+    host, _, port = cfg.address.rpartition(":")
+    if port == "0":
+        cfg = dataclasses.replace(
+            cfg, address=f"{host}:{_free_port(host.strip('[]') or '0.0.0.0')}"
+        )
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=_worker, args=(cfg, debug), name=f"worker-{i}") for i in range(workers)
+    ]
+    for p in procs:
+        p.start()
+    log.info("workers started", workers=workers, address=cfg.address)
+    stopping = False
+
+    def forward(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+        for p in procs:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    code = 0
+    while any(p.is_alive() for p in procs):
+        for p in procs:
+            p.join(timeout=0.2)
+            if not p.is_alive() and p.exitcode not in (0, None) and not stopping:
+                log.error("worker died; stopping the others", worker=p.name, exitcode=p.exitcode)
+                code = 1
+                forward(signal.SIGTERM, None)
+    if any(p.exitcode != 0 for p in procs):
+        code = 1
+    log.info("workers stopped", exitcode=code)
+    return code

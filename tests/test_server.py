@@ -1,0 +1,73 @@
+"""The server process: workers sharing a port, health, size guard, unknown kinds."""
+
+from __future__ import annotations
+
+import signal
+
+import grpc
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
+from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from function import runner as runner_mod
+from function.render import start_function
+from function.server import default_workers
+from tests.fixtures import cache_spec, inference_cluster
+from tests.harness import fatal, request, results, run, xr
+
+
+def _cache_request(n: int) -> fnv1.RunFunctionRequest:
+    clusters = [inference_cluster(f"gpu-{i:05d}") for i in range(n)]
+    return request(
+        xr("ModelCache", "c", cache_spec({})), required={"clusters": clusters, "replicas": []}
+    )
+
+
+def test_default_workers_is_bounded():
+    assert 1 <= default_workers() <= 8
+
+
+def test_two_workers_share_the_port_and_stop_cleanly_on_sigterm():
+    proc, address = start_function(workers=2)
+    try:
+        with grpc.insecure_channel(address) as ch:
+            health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""))
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+            rsp = grpcv1.FunctionRunnerServiceStub(ch).RunFunction(_cache_request(3), timeout=30)
+            assert len(rsp.desired.resources) == 3
+            # v1beta1 is served too, with the same answer.
+            beta_req = fnv1beta1.RunFunctionRequest.FromString(
+                _cache_request(3).SerializeToString()
+            )
+            beta = grpcv1beta1.FunctionRunnerServiceStub(ch).RunFunction(beta_req, timeout=30)
+            assert beta.SerializeToString(deterministic=True) == rsp.SerializeToString(
+                deterministic=True
+            )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    assert code == 0
+
+
+def test_unknown_kind_is_a_fatal_result_not_a_crash():
+    req = request({"apiVersion": "example.org/v1", "kind": "XBucket", "metadata": {"name": "b"}})
+    (msg,) = fatal(run(req))
+    assert "does not serve XBucket (example.org/v1)" in msg
+
+
+def test_response_over_4mib_is_a_fatal_result_that_says_what_to_do(monkeypatch):
+    monkeypatch.setattr(runner_mod, "MAX_RESPONSE_BYTES", 64 * 1024)
+    rsp = run(_cache_request(300))
+    (msg,) = fatal(rsp)
+    assert "MiB" in msg and "4 MiB" in msg and "narrow the selector" in msg
+    assert not rsp.desired.resources
+
+
+@pytest.mark.parametrize("n", [1000])
+def test_a_large_fleet_fits_in_crossplane_limits(n):
+    rsp = run(_cache_request(n))
+    assert not fatal(rsp), results(rsp)
+    assert rsp.ByteSize() < runner_mod.MAX_RESPONSE_BYTES
