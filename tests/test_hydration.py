@@ -46,7 +46,7 @@ from tests.harness import (
     xr,
     xr_ready,
 )
-from tests.validation import validate_object
+from tests.validation import validate_object, validate_xr
 
 FAKE_TOKEN = "hf_FAKEtokenDoNotLeak0123456789abcdef"
 FAKE_TOKEN_B64 = base64.b64encode(FAKE_TOKEN.encode()).decode()
@@ -175,6 +175,14 @@ def validate_all(rsp) -> None:
         assert len(body["metadata"]["name"]) <= 63
         manifest_name = body["spec"]["forProvider"]["manifest"]["metadata"]["name"]
         assert DNS1123_LABEL.match(manifest_name) and len(manifest_name) <= 63
+
+
+def validate_status(composite: dict, rsp) -> None:
+    """The status the function writes is valid against our XRD (nothing would be pruned)."""
+    written = copy.deepcopy(composite)
+    written["status"] = status(rsp)
+    stored = validate_xr(written)
+    assert stored["status"] == written["status"]
 
 
 def warnings(rsp) -> list[str]:
@@ -401,6 +409,7 @@ def test_phases(case: dict[str, Any]) -> None:
     if case["phase"] in ("Pending", "Hydrating"):
         assert rsp.meta.ttl.seconds <= SETTINGS.poll_seconds
     validate_all(rsp)
+    validate_status(composite, rsp)
 
 
 # ---- requirements ------------------------------------------------------------------

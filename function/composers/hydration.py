@@ -44,13 +44,22 @@ Phases come from observed state (``status.atProvider.manifest`` of the Objects):
   ``settings.pvc_bind_timeout_seconds`` of ``status.pendingSince``. The failed Job
   is kept, so Kubernetes does not run it again.
 
-Status: ``phase``, ``message``, ``source {repo, revision, identity}``,
-``pendingSince`` (RFC 3339, only while the PVC waits to bind), ``evidence``
-(``{commit, digest, validatedAt}``, carried over while the identity is the same),
-condition ``Hydrated`` (reason = phase), and the XR's readiness (True only when
-Ready). Normal events are emitted on phase transitions only (a Warning one for
-Failed). The token never passes through the function: only the Secret's key
-names are read, never its values.
+Status (declared in ``compositions/modelcachehydration/definition.yaml``):
+``phase``; ``reason`` (CamelCase: ``WaitingForRequirements``, ``AuthSecretMissing``,
+``AuthSecretKeyMissing``, ``ClusterUnavailable``, ``PVCNotBound``, ``JobRunning``,
+``Hydrated``, the Job's failure reason, ``PVCBindTimeout``); ``message``;
+``source {repo, revision, identity}``; ``pvcName``; ``jobName`` (until Ready);
+``pendingSince`` (RFC 3339, while the PVC waits to bind with the Job desired);
+``startedAt`` (the current source's Job first desired), ``readyAt``, ``failedAt``;
+``evidence`` (``{commit, digest, validatedAt}``, carried over while the identity
+is the same; nothing fills it yet). Condition ``Hydrated`` (reason = phase), and
+the XR's readiness (True only when Ready). Events are emitted on phase
+transitions only (``function.events``; Warning for Failed), and the
+``cache_hydration_duration_seconds`` metric is observed when Ready is recorded.
+Requests to be called again (``meta.ttl``) every ``settings.poll_seconds`` while
+Pending or Hydrating, sooner when the PVC bind deadline is closer. The token
+never passes through the function: only the Secret's key names are read, never
+its values, and a kept Secret Object is stripped of any ``data``.
 """
 
 from __future__ import annotations
@@ -514,8 +523,14 @@ class _Composer:
             "message": st.message,
             "source": {"repo": self.repo, "revision": self.revision, "identity": self.identity},
         }
+        status["pvcName"] = cache_pvc_name(self.ns, self.cache)
+        if st.phase != READY:
+            status["jobName"] = hydration_job_name(self.ns, self.cache, self.repo, self.revision)
         if self.pending_since is not None and st.phase in (PENDING, FAILED):
             status["pendingSince"] = self.pending_since
+        if st.phase == FAILED:
+            failed_at = self._carried_time("failedAt") if self.prev_phase == FAILED else None
+            status["failedAt"] = failed_at or format_time(inputs.now)
         # startedAt: when this source's Job was first desired; readyAt: when Ready was
         # recorded. Both belong to the current source identity.
         started = self._carried_time("startedAt")
