@@ -190,6 +190,17 @@ def job_key(number: int) -> str:
 # ---- run state (read from and written to status) -----------------------------
 
 
+def _whole(value: Any) -> Any:
+    """Turn whole floats back into ints (a Struct holds only doubles: 3 reads as 3.0)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
+
+
 @dataclass
 class RunState:
     """What the XR's status remembers between calls (the function is stateless)."""
@@ -211,7 +222,7 @@ class RunState:
         """Read the run state from the XR's last written status."""
 
         def small(key: str) -> Any:
-            return structs.to_py(inputs.status(key))
+            return _whole(structs.to_py(inputs.status(key)))
 
         def as_dict(v: Any) -> dict[str, Any]:
             return v if isinstance(v, dict) else {}
@@ -429,6 +440,24 @@ def child_labels(experiment: str, st: RunState) -> tuple[dict[str, str], dict[st
     )
 
 
+# Labels of the candidate's replica and pod templates. The ModelDeployment XRD reserves
+# the ``modelplane.ai/`` prefix in template labels for the function's own bookkeeping,
+# so the experiment's own template labels live under a sub-domain of it.
+TEMPLATE_LABEL_PREFIX = "experiment.modelplane.ai/"
+
+
+def template_labels(experiment: str, st: RunState) -> dict[str, str]:
+    """The only labels the candidate's replica and pod templates carry."""
+    labels, _ = labels_with_full(
+        {
+            TEMPLATE_LABEL_PREFIX + "name": experiment,
+            TEMPLATE_LABEL_PREFIX + "run": str(st.number),
+            TEMPLATE_LABEL_PREFIX + "generation": str(st.generation),
+        }
+    )
+    return labels
+
+
 def _put_first(container: dict[str, Any], name: str, value: str) -> None:
     """Set env ``name`` as the container's first entry (replacing any entry of that name).
 
@@ -446,18 +475,19 @@ def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> d
 
     The candidate spec passes through verbatim except: ``backend`` is dropped,
     ``replicas`` is 1, ``template.metadata.labels`` and every member's pod
-    template labels are only the experiment's own (isolation: no Service that
-    selects production pods can select the candidate), and
+    template labels are only the experiment's own, :func:`template_labels`
+    (isolation: no Service that selects production pods can select the candidate), and
     ``MODELPLANE_SERVED_MODEL_NAME`` is set in every engine container.
     """
     labels, ann = child_labels(inputs.name, st)
+    tlabels = template_labels(inputs.name, st)
     cand = copy.deepcopy(spec_dict.get("candidate") or {})
     cand.pop("backend", None)
     for engine in cand.get("engines") or ():
         for member in engine.get("members") or ():
             tmpl = member.setdefault("template", {})
             tmeta = tmpl.setdefault("metadata", {})
-            tmeta["labels"] = dict(labels)
+            tmeta["labels"] = dict(tlabels)
             containers = (tmpl.get("spec") or {}).get("containers") or []
             engines = [c for c in containers if c.get("name") == ENGINE_CONTAINER] or containers
             for c in engines:
@@ -482,7 +512,7 @@ def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> d
         },
         "spec": {
             "replicas": 1,
-            "template": {"metadata": {"labels": dict(labels)}, "spec": cand},
+            "template": {"metadata": {"labels": dict(tlabels)}, "spec": cand},
         },
     }
 

@@ -1,0 +1,1088 @@
+"""ModelExperiment: the full lifecycle over gRPC with a controlled clock.
+
+A small simulator (:class:`Sim`) plays Crossplane: it drives the requirements
+loop over a real gRPC channel (``tests.harness.GrpcFunction``), writes the
+returned status back into the XR, turns desired composed resources into observed
+ones (keeping the status the "cluster" gave them, deleting what is no longer
+desired), and lets each test change the world (candidate Ready, replica endpoint,
+Job finished, CronJob deleted, ...) between reconciles.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import re
+from typing import Any
+
+import pytest
+
+from function import API_VERSION
+from function.composers import experiment as exp
+from function.errors import SpecError
+from function.experiment_model import parse_spec, spec_hash
+from function.naming import LABEL_CLUSTER, LABEL_DEPLOYMENT, LABEL_RUN, replica_name
+from function.render import World
+from tests.fixtures import inference_cluster
+from tests.harness import (
+    NAMESPACE,
+    NOW,
+    Clock,
+    GrpcFunction,
+    conditions,
+    desired,
+    drive,
+    fatal,
+    request,
+    results,
+    run,
+    status,
+    xr,
+    xr_ready,
+)
+from tests.validation import (
+    SchemaError,
+    find_xrd,
+    validate_k8s,
+    validate_object,
+    validate_xr,
+    xr_cel_errors,
+)
+
+NAME = "qwen-canary"
+CLUSTER = "gpu-a"
+ENDPOINT = "http://qwen-canary-0-svc.default.svc.cluster.local:8000"
+COMMIT = "7ae557604adf67be50417f59c2c2f167def9a775"
+DIGEST = "sha256:" + "ab" * 32
+
+
+def candidate(**kw: Any) -> dict[str, Any]:
+    c: dict[str, Any] = {
+        "backend": "vllm",
+        "modelCacheRef": {"name": "qwen-cache"},
+        "engines": [
+            {
+                "name": "vllm",
+                "members": [
+                    {
+                        "role": "Standalone",
+                        "nodeSelector": {
+                            "devices": [
+                                {
+                                    "name": "gpu",
+                                    "count": 1,
+                                    "selectors": [
+                                        {
+                                            "cel": 'device.capacity["gpu.nvidia.com"].memory'
+                                            '.compareTo(quantity("20Gi")) >= 0'
+                                        }
+                                    ],
+                                }
+                            ]
+                        },
+                        "template": {
+                            # Production labels a Service selects: must not reach the candidate.
+                            "metadata": {"labels": {"app": "chat", "tier": "prod"}},
+                            "spec": {
+                                "containers": [
+                                    {
+                                        "name": "engine",
+                                        "image": "vllm/vllm-openai:v0.8.5",
+                                        "args": [
+                                            "--model=$(MODELPLANE_MODEL)",
+                                            "--served-model-name=$(MODELPLANE_SERVED_MODEL_NAME)",
+                                        ],
+                                        "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "INFO"}],
+                                    }
+                                ]
+                            },
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+    c.update(kw)
+    return c
+
+
+def spec(**kw: Any) -> dict[str, Any]:
+    s: dict[str, Any] = {
+        "candidate": candidate(),
+        "gauntlet": {
+            "templateRef": {"name": "lm-eval"},
+            "env": [{"name": "TASKS", "value": "gsm8k"}, {"name": "LIMIT", "value": "200"}],
+        },
+    }
+    s.update(kw)
+    return s
+
+
+def cronjob(*, ttl: int | None = 300, deadline: int | None = None) -> dict[str, Any]:
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "template": {
+            "metadata": {"labels": {"app": "lm-eval"}},
+            "spec": {
+                "restartPolicy": "Never",
+                "initContainers": [
+                    {
+                        "name": "wait-for-endpoint",
+                        "image": "curlimages/curl:8.10.1",
+                        "command": [
+                            "sh",
+                            "-c",
+                            "until curl -sf $(MODELPLANE_ENDPOINT)/health; do sleep 5; done",
+                        ],
+                    }
+                ],
+                "containers": [
+                    {
+                        "name": "lm-eval",
+                        "image": "python:3.11-slim",
+                        "command": ["sh", "-c", "lm_eval --tasks $(TASKS)"],
+                        "env": [
+                            {"name": "MODELS", "value": "chat=vllm"},  # the production lane
+                            {"name": "TASKS", "value": "mmlu"},
+                        ],
+                    }
+                ],
+            },
+        },
+    }
+    if ttl is not None:
+        job_spec["ttlSecondsAfterFinished"] = ttl
+    if deadline is not None:
+        job_spec["activeDeadlineSeconds"] = deadline
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "lm-eval", "namespace": NAMESPACE},
+        "spec": {"schedule": "0 3 * * *", "suspend": True, "jobTemplate": {"spec": job_spec}},
+    }
+
+
+def cache(
+    phases: dict[str, str] | None = None,
+    *,
+    evidence: dict[str, dict[str, Any]] | None = None,
+    name: str = "qwen-cache",
+    generation: int = 3,
+) -> dict[str, Any]:
+    phases = phases if phases is not None else {"gpu-a": "Ready", "gpu-b": "Ready"}
+    entries = []
+    for n, p in sorted(phases.items()):
+        e: dict[str, Any] = {"name": n, "phase": p, "message": f"hydration is {p}"}
+        if evidence is not None and n in evidence:
+            e["evidence"] = evidence[n]
+        entries.append(e)
+    ready = sum(1 for p in phases.values() if p == "Ready")
+    all_ready = ready == len(phases) and bool(phases)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ModelCache",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": f"uid-{name}",
+            "generation": generation,
+        },
+        "spec": {"clusterSelector": {}},
+        "status": {
+            "clusters": entries,
+            "summary": {"ready": f"{ready}/{len(phases)}", "total": len(phases)},
+            "conditions": [
+                {
+                    "type": "ArtifactReady",
+                    "status": "True" if all_ready else "False",
+                    "reason": "Hydrated" if all_ready else "Hydrating",
+                    "message": f"{ready}/{len(phases)} clusters ready",
+                }
+            ],
+        },
+    }
+
+
+def full_evidence(**over: Any) -> dict[str, Any]:
+    return {
+        "commit": COMMIT,
+        "digest": DIGEST,
+        "validatedAt": "2026-11-29T08:00:00Z",
+        **over,
+    }
+
+
+def cond(typ: str, status_: str = "True", reason: str = "", message: str = "") -> dict[str, str]:
+    return {
+        "type": typ,
+        "status": status_,
+        "reason": reason or typ,
+        "message": message,
+        "lastTransitionTime": "2026-11-29T09:00:00Z",
+    }
+
+
+class Sim:
+    """Crossplane and the clusters, simplified, around one ModelExperiment."""
+
+    def __init__(
+        self,
+        fn: GrpcFunction,
+        clock: Clock,
+        spec_: dict[str, Any],
+        world: list[dict[str, Any]] | None = None,
+        *,
+        generation: int = 1,
+    ) -> None:
+        self.fn = fn
+        self.clock = clock
+        self.xr = xr("ModelExperiment", NAME, spec_, generation=generation)
+        self.observed: dict[str, dict[str, Any]] = {}
+        self.world: list[dict[str, Any]] = (
+            list(world) if world is not None else [cronjob(), inference_cluster(CLUSTER)]
+        )
+        self.rsp: Any = None
+        self.calls = 0
+        self.validate = True  # validate the XR against its XRD after each reconcile
+
+    # -- Crossplane
+    def reconcile(self) -> Any:
+        rsp, calls = drive(self.fn.call, self.xr, self.observed, World(self.world))
+        assert not fatal(rsp), fatal(rsp)
+        self.rsp, self.calls = rsp, calls
+        st = status(rsp)
+        st["conditions"] = [
+            {"type": t, **c, "lastTransitionTime": "2026-11-29T09:00:00Z"}
+            for t, c in conditions(rsp).items()
+        ]
+        self.xr["status"] = st
+        if self.validate:
+            validate_xr(self.xr)
+        new: dict[str, dict[str, Any]] = {}
+        for key, body in desired(rsp).items():
+            old = self.observed.get(key)
+            b = copy.deepcopy(body)
+            if old is not None and "status" in old:
+                b["status"] = old["status"]
+            new[key] = b
+        self.observed = new
+        return rsp
+
+    def update_spec(self, **kw: Any) -> None:
+        self.xr["spec"].update(kw)
+        self.xr["metadata"]["generation"] += 1
+
+    # -- readers
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.xr["status"]
+
+    @property
+    def phase(self) -> str:
+        return self.status["phase"]
+
+    def conditions(self) -> dict[str, dict[str, str]]:
+        return conditions(self.rsp)
+
+    def key(self, kind: str, number: int = 1) -> str:
+        return f"{kind}-r{number}"
+
+    def job(self, number: int = 1) -> dict[str, Any]:
+        return self.observed[self.key("gauntlet", number)]["spec"]["forProvider"]["manifest"]
+
+    # -- the world
+    def candidate_ready(self, number: int = 1, *, endpoint: str = ENDPOINT) -> None:
+        name = self.status["run"]
+        self.observed[self.key("candidate", number)]["status"] = {
+            "replicas": {"total": 1, "ready": 1},
+            "conditions": [
+                cond("ReplicasScheduled"),
+                cond("ReplicasReady"),
+                cond("Ready", reason="Available"),
+            ],
+        }
+        self.world.append(replica(name, endpoint=endpoint))
+
+    def job_finished(
+        self, passed: bool, at: datetime.datetime, number: int = 1, *, labels: Any = None
+    ) -> None:
+        key = self.key("gauntlet", number)
+        manifest = copy.deepcopy(self.observed[key]["spec"]["forProvider"]["manifest"])
+        if labels is not None:
+            manifest["metadata"]["labels"] = labels
+        ts = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if passed:
+            manifest["status"] = {
+                "succeeded": 1,
+                "completionTime": ts,
+                "conditions": [
+                    {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": ts},
+                    {"type": "Complete", "status": "True", "lastTransitionTime": ts},
+                ],
+            }
+        else:
+            manifest["status"] = {
+                "failed": 1,
+                "conditions": [
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "BackoffLimitExceeded",
+                        "message": "Job has reached the specified backoff limit",
+                        "lastTransitionTime": ts,
+                    }
+                ],
+            }
+        self.observed[key]["status"] = {
+            "atProvider": {"manifest": manifest},
+            "conditions": [cond("Synced"), cond("Ready")],
+        }
+
+    def remove(self, kind: str, name: str) -> None:
+        self.world = [
+            r for r in self.world if not (r["kind"] == kind and r["metadata"]["name"] == name)
+        ]
+
+    def to_evaluating(self, number: int = 1) -> None:
+        """Reconcile until the gauntlet Job of run ``number`` is composed."""
+        self.reconcile()
+        assert self.phase == "Deploying", self.status
+        self.reconcile()  # the candidate is observed (seen)
+        self.candidate_ready(number)
+        self.reconcile()
+        assert self.phase == "Evaluating", self.status
+
+
+def replica(deployment: str, *, endpoint: str = ENDPOINT, **status_: Any) -> dict[str, Any]:
+    st: dict[str, Any] = {"conditions": [cond("ModelReady", reason="Serving")]}
+    if endpoint:
+        st["endpoint"] = endpoint
+    st.update(status_)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ModelReplica",
+        "metadata": {
+            "name": replica_name(NAMESPACE, deployment, 0),
+            "namespace": NAMESPACE,
+            "labels": {LABEL_DEPLOYMENT: deployment, LABEL_CLUSTER: CLUSTER},
+        },
+        "spec": {"deploymentName": deployment, "index": 0, "clusterName": CLUSTER},
+        "status": st,
+    }
+
+
+def env_of(container: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(e["name"], e.get("value", "")) for e in container.get("env", [])]
+
+
+def has_modeldeployment_xrd() -> bool:
+    try:
+        find_xrd(API_VERSION, "ModelDeployment")
+    except (KeyError, SchemaError):
+        return False
+    return True
+
+
+@pytest.fixture
+def sim_factory(grpc_function: GrpcFunction, clock: Clock):
+    def make(spec_: dict[str, Any] | None = None, world: list | None = None, **kw: Any) -> Sim:
+        return Sim(grpc_function, clock, spec_ if spec_ is not None else spec(), world, **kw)
+
+    return make
+
+
+# ---- the happy path, in detail ----------------------------------------------------
+
+
+def test_pass_full_lifecycle(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    assert sim.status["candidate"]["createdAt"] == "2026-11-29T09:00:00Z"
+    assert sim.status["candidate"]["deadline"] == "2026-11-29T09:30:00Z"
+    cand = sim.observed["candidate-r1"]
+    assert cand["kind"] == "ModelDeployment" and cand["metadata"]["name"] == NAME
+    assert cand["spec"]["replicas"] == 1
+    # Isolation: only the experiment's own labels, on the deployment, template and pods.
+    own = {
+        "experiment.modelplane.ai/name": NAME,
+        "experiment.modelplane.ai/run": "1",
+        "experiment.modelplane.ai/generation": "1",
+    }
+    assert cand["metadata"]["labels"]["modelplane.ai/run"] == "1"
+    assert cand["spec"]["template"]["metadata"]["labels"] == own
+    member = cand["spec"]["template"]["spec"]["engines"][0]["members"][0]
+    assert member["template"]["metadata"]["labels"] == own
+    engine = member["template"]["spec"]["containers"][0]
+    assert env_of(engine)[0] == ("MODELPLANE_SERVED_MODEL_NAME", NAME)
+    assert ("VLLM_LOGGING_LEVEL", "INFO") in env_of(engine)
+    assert engine["args"][1] == "--served-model-name=$(MODELPLANE_SERVED_MODEL_NAME)"
+    assert "backend" not in cand["spec"]["template"]["spec"]
+    if has_modeldeployment_xrd():
+        validate_xr(cand)
+    assert xr_ready(sim.rsp) == "READY_FALSE"
+
+    clock.advance(120)
+    sim.reconcile()
+    assert sim.phase == "Deploying" and sim.status["candidate"]["seen"] is True
+    sim.candidate_ready()
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Evaluating", sim.status
+    g = sim.status["gauntlet"]
+    assert g["cluster"] == CLUSTER and g["endpoint"] == ENDPOINT
+    assert g["activeDeadlineSeconds"] == 27 * 60  # 30m from creation, 3m later
+    obj = sim.observed["gauntlet-r1"]
+    validate_object(obj)
+    assert obj["spec"]["providerConfigRef"] == {"kind": "ClusterProviderConfig", "name": "default"}
+    assert obj["spec"]["readiness"]["policy"] == "DeriveFromCelQuery"
+    job = sim.job()
+    validate_k8s(job)
+    assert job["metadata"]["name"] == g["job"] and job["metadata"]["namespace"] == "default"
+    assert job["metadata"]["labels"][LABEL_RUN] == "1"
+    assert "ttlSecondsAfterFinished" not in job["spec"] and "suspend" not in job["spec"]
+    assert job["spec"]["activeDeadlineSeconds"] == 27 * 60
+    main = job["spec"]["template"]["spec"]["containers"][0]
+    # The production MODELS is replaced in place; gauntlet.env sorted by name; endpoint forced.
+    assert env_of(main) == [
+        ("MODELS", f"{NAME}=vllm"),
+        ("TASKS", "gsm8k"),
+        ("LIMIT", "200"),
+        ("MODELPLANE_ENDPOINT", ENDPOINT),
+    ]
+    init = job["spec"]["template"]["spec"]["initContainers"][0]
+    assert env_of(init) == [("MODELS", f"{NAME}=vllm"), ("MODELPLANE_ENDPOINT", ENDPOINT)]
+    assert sim.conditions()["Verdict"]["status"] == "Unknown"
+
+    # The CronJob may go away now: the Job exists and is kept as it is.
+    sim.remove("CronJob", "lm-eval")
+    clock.advance(600)
+    sim.reconcile()
+    assert sim.phase == "Evaluating"
+    assert sim.observed["gauntlet-r1"]["spec"]["forProvider"]["manifest"] == job
+
+    finished = clock.now
+    sim.job_finished(True, finished)
+    clock.advance(30)
+    sim.reconcile()
+    assert sim.phase == "Succeeded"
+    assert sim.status["verdict"] == {
+        "pass": True,
+        "reason": "GauntletPassed",
+        "summary": f"gauntlet Job {g['job']} completed (1 pod(s) succeeded)",
+        "completedAt": finished.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    assert "candidate-r1" not in sim.observed  # released
+    evidence = sim.observed["gauntlet-r1"]
+    assert evidence["spec"]["managementPolicies"] == ["Observe", "Delete"]
+    validate_object(evidence)
+    assert sim.conditions()["Verdict"] == {
+        "status": "True",
+        "reason": "GauntletPassed",
+        "message": sim.status["verdict"]["summary"],
+    }
+    assert xr_ready(sim.rsp) == "READY_TRUE"
+    assert "nextRunAt" not in sim.status  # one-shot
+
+    # Later calls change nothing, emit no event and never bring the candidate back.
+    clock.advance(3600)
+    sim.reconcile()
+    assert sim.phase == "Succeeded" and "candidate-r1" not in sim.observed
+    assert results(sim.rsp) == []
+    a = sim.fn.call(request(sim.xr, observed=sim.observed))
+    b = sim.fn.call(request(sim.xr, observed=sim.observed))
+    assert a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
+
+
+def test_fail_is_terminal_even_with_repeat(sim_factory, clock: Clock) -> None:
+    sim = sim_factory(spec(repeatAfter="1h", historyLimit=3))
+    sim.to_evaluating()
+    sim.job_finished(False, clock.advance(300))
+    sim.reconcile()
+    assert sim.phase == "Failed"
+    v = sim.status["verdict"]
+    assert v["pass"] is False and v["reason"] == "GauntletFailed"
+    assert "BackoffLimitExceeded" in v["summary"]
+    assert "candidate-r1" not in sim.observed and "gauntlet-r1" in sim.observed
+    assert ("Warning", f"Failed: run {NAME} failed: {v['summary']}") in results(sim.rsp)
+    assert xr_ready(sim.rsp) == "READY_FALSE"
+    # Far past any cool-down: no new run, no candidate.
+    clock.advance(10 * 3600)
+    sim.reconcile()
+    assert sim.phase == "Failed" and sim.status["runNumber"] == 1
+    assert "nextRunAt" not in sim.status
+    assert not any(k.startswith("candidate") for k in sim.observed)
+
+
+# ---- timeouts -------------------------------------------------------------------------
+
+
+def test_timeout_candidate_never_ready(sim_factory, clock: Clock) -> None:
+    sim = sim_factory(spec(timeout="10m"))
+    sim.reconcile()
+    rsp = sim.rsp
+    assert rsp.meta.ttl.seconds <= 30
+    clock.advance(300)
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    clock.advance(300)
+    sim.reconcile()
+    assert sim.phase == "Failed"
+    assert sim.status["verdict"]["reason"] == "TimedOut"
+    assert "never served" in sim.status["verdict"]["summary"]
+    assert not sim.observed
+
+
+def test_timeout_while_evaluating_keeps_job_as_evidence(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    clock.advance(30 * 60)
+    sim.reconcile()
+    assert sim.status["verdict"]["reason"] == "TimedOut"
+    assert "gauntlet did not finish" in sim.status["verdict"]["summary"]
+    assert list(sim.observed) == ["gauntlet-r1"]
+
+
+def test_job_finished_before_deadline_counts_when_seen_late(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    sim.job_finished(True, NOW + datetime.timedelta(minutes=29))
+    clock.now = NOW + datetime.timedelta(minutes=45)  # the function was not called in time
+    sim.reconcile()
+    assert sim.status["verdict"]["reason"] == "GauntletPassed"
+    assert sim.status["verdict"]["completedAt"] == "2026-11-29T09:29:00Z"
+
+
+def test_job_finished_after_deadline_is_timed_out(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    sim.job_finished(True, NOW + datetime.timedelta(minutes=31))
+    clock.now = NOW + datetime.timedelta(minutes=32)
+    sim.reconcile()
+    assert sim.status["verdict"]["reason"] == "TimedOut"
+
+
+def test_timeout_clock_starts_at_candidate_creation_not_at_gate(sim_factory, clock) -> None:
+    gate = {"modelCacheRef": {"name": "qwen-cache"}}
+    world = [cronjob(), inference_cluster(CLUSTER), cache({"gpu-a": "Hydrating"})]
+    sim = sim_factory(spec(artifactGate=gate), world)
+    sim.reconcile()
+    assert sim.phase == "Blocked" and sim.status["reason"] == "ArtifactCacheNotReady"
+    clock.advance(3 * 3600)  # hours at the gate
+    sim.world[-1] = cache({"gpu-a": "Ready"})
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    assert sim.status["candidate"]["createdAt"] == "2026-11-29T12:00:00Z"
+    assert sim.status["candidate"]["deadline"] == "2026-11-29T12:30:00Z"
+
+
+# ---- candidate failures ------------------------------------------------------------------
+
+
+def test_candidate_lost(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    del sim.observed["candidate-r1"]  # deleted behind Crossplane's back
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Failed"
+    assert sim.status["verdict"]["reason"] == "CandidateLost"
+    assert "candidate-r1" not in sim.observed  # not re-created
+    assert "gauntlet-r1" in sim.observed
+
+
+def test_candidate_not_yet_observed_is_not_lost(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.reconcile()
+    sim.observed.pop("candidate-r1")  # Crossplane did not create it yet
+    clock.advance(30)
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+
+
+def test_candidate_hydration_failed_on_replica(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.reconcile()
+    sim.reconcile()
+    sim.world.append(
+        replica(
+            NAME,
+            endpoint="",
+            conditions=[
+                cond("ModelReady", "False", "HydrationFailed", "Job DeadlineExceeded"),
+            ],
+        )
+    )
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Failed"
+    v = sim.status["verdict"]
+    assert v["reason"] == "CandidateFailed"
+    assert "hydration failed on gpu-a: Job DeadlineExceeded" in v["summary"]
+    assert not sim.observed
+
+
+def test_candidate_hydration_failed_on_deployment(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.reconcile()
+    sim.observed["candidate-r1"]["status"] = {
+        "conditions": [cond("ReplicasReady", "False", "HydrationFailed", "gpu-a: Job failed")]
+    }
+    sim.reconcile()
+    assert sim.status["verdict"]["reason"] == "CandidateFailed"
+    assert "gpu-a: Job failed" in sim.status["verdict"]["summary"]
+
+
+def test_candidate_waiting_for_capacity_is_not_failed(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.reconcile()
+    sim.observed["candidate-r1"]["status"] = {
+        "conditions": [cond("ReplicasScheduled", "False", "InsufficientCapacity", "0 of 1")]
+    }
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    assert "InsufficientCapacity" in sim.conditions()["Verdict"]["message"]
+
+
+# ---- blocked -------------------------------------------------------------------------------
+
+
+GATE_CASES = [
+    pytest.param(
+        {"requireSourceMatch": True},
+        candidate(modelCacheRef={"name": "other-cache"}),
+        [cache(evidence={"gpu-a": full_evidence(), "gpu-b": full_evidence()})],
+        "ArtifactSourceMismatch",
+        "ml-team/other-cache",
+        id="source-mismatch",
+    ),
+    pytest.param(
+        {}, candidate(), [], "ArtifactCacheNotFound", "ml-team/qwen-cache", id="not-found"
+    ),
+    pytest.param(
+        {},
+        candidate(),
+        [cache({"gpu-a": "Ready", "gpu-b": "Failed", "gpu-c": "Ready"})],
+        "ArtifactCacheFailed",
+        "gpu-b (hydration is Failed); 2/3 clusters ready",
+        id="failed",
+    ),
+    pytest.param(
+        {},
+        candidate(),
+        [cache({"gpu-a": "Ready", "gpu-b": "Hydrating", "gpu-c": "Ready"})],
+        "ArtifactCacheNotReady",
+        "2/3 clusters ready; waiting for gpu-b",
+        id="not-ready",
+    ),
+    pytest.param({}, candidate(), [cache({})], "ArtifactCacheNotReady", "0/0 clusters", id="empty"),
+    pytest.param(
+        {"requireValidation": True},
+        candidate(),
+        [cache(evidence={"gpu-a": full_evidence(), "gpu-b": full_evidence(validatedAt="")})],
+        "ArtifactValidationMissing",
+        "on gpu-b",
+        id="validation-missing",
+    ),
+    pytest.param(
+        {"requirePublishedDigest": True},
+        candidate(),
+        [cache(evidence={"gpu-a": full_evidence(), "gpu-b": {"commit": COMMIT}})],
+        "ArtifactDigestMissing",
+        "on gpu-b",
+        id="digest-missing",
+    ),
+    pytest.param(
+        {"requirePublishedDigest": True},
+        candidate(),
+        [cache(evidence={"gpu-a": full_evidence(), "gpu-b": full_evidence(commit="main")})],
+        "ArtifactDigestMissing",
+        "on gpu-b",
+        id="commit-not-resolved",
+    ),
+    pytest.param(
+        {"requirePublishedDigest": True},
+        candidate(),
+        [
+            cache(
+                evidence={
+                    "gpu-a": full_evidence(),
+                    "gpu-b": full_evidence(digest="sha256:" + "cd" * 32),
+                }
+            )
+        ],
+        "ArtifactDigestMissing",
+        "recorded different artifacts",
+        id="digests-disagree",
+    ),
+]
+
+
+@pytest.mark.parametrize(("gate", "cand", "caches", "reason", "fragment"), GATE_CASES)
+def test_gate_closed_blocks_without_candidate(
+    sim_factory, gate, cand, caches, reason, fragment
+) -> None:
+    s = spec(candidate=cand, artifactGate={"modelCacheRef": {"name": "qwen-cache"}, **gate})
+    sim = sim_factory(s, [cronjob(), inference_cluster(CLUSTER), *caches])
+    sim.reconcile()
+    assert sim.phase == "Blocked"
+    assert sim.status["reason"] == reason
+    c = sim.conditions()
+    assert c["Runnable"]["status"] == "False" and c["Runnable"]["reason"] == reason
+    assert fragment in c["Runnable"]["message"], c["Runnable"]["message"]
+    assert not sim.observed
+    assert "candidate" not in sim.status
+    assert sim.rsp.meta.ttl.seconds <= 60
+    assert any(s_ == "Warning" and fragment in m for s_, m in results(sim.rsp))
+
+
+def test_gate_open_annotates_candidate(sim_factory) -> None:
+    gate = {
+        "modelCacheRef": {"name": "qwen-cache"},
+        "requireValidation": True,
+        "requirePublishedDigest": True,
+        "requireSourceMatch": True,
+    }
+    ev = full_evidence(digest="ab" * 32)  # the prefix is optional in evidence
+    world = [cronjob(), inference_cluster(CLUSTER), cache(evidence={"gpu-a": ev, "gpu-b": ev})]
+    sim = sim_factory(spec(artifactGate=gate), world)
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    ann = sim.observed["candidate-r1"]["metadata"]["annotations"]
+    assert ann["modelplane.ai/gate-cache"] == "qwen-cache"
+    assert ann["modelplane.ai/gate-cache-uid"] == "uid-qwen-cache"
+    assert ann["modelplane.ai/gate-cache-generation"] == "3"
+    assert ann["modelplane.ai/gate-digest"] == DIGEST
+    assert ann["modelplane.ai/gate-commit"] == COMMIT
+    assert sim.conditions()["ArtifactGate"]["status"] == "True"
+    assert sim.status["gate"]["digest"] == DIGEST
+    # The gate is an admission check: a later change of the cache does not stop the run,
+    # and the annotations keep what opened the gate.
+    sim.world[-1] = cache({"gpu-a": "Ready", "gpu-b": "Hydrating"}, generation=4)
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    assert sim.observed["candidate-r1"]["metadata"]["annotations"] == ann
+
+
+def test_gate_fixed_retries(sim_factory, clock: Clock) -> None:
+    gate = {"modelCacheRef": {"name": "qwen-cache"}}
+    sim = sim_factory(spec(artifactGate=gate), [cronjob(), inference_cluster(CLUSTER)])
+    sim.reconcile()
+    assert sim.status["reason"] == "ArtifactCacheNotFound"
+    sim.world.append(cache())
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Deploying" and "candidate-r1" in sim.observed
+
+
+def test_template_missing_blocks_then_recovers(sim_factory, clock: Clock) -> None:
+    sim = sim_factory(spec(), [inference_cluster(CLUSTER)])
+    sim.reconcile()
+    assert sim.phase == "Blocked" and sim.status["reason"] == "TemplateNotFound"
+    assert "ml-team/lm-eval" in sim.conditions()["Runnable"]["message"]
+    assert not sim.observed
+    sim.world.append(cronjob())
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+
+
+def test_template_removed_before_job_releases_candidate(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.reconcile()
+    sim.reconcile()
+    sim.remove("CronJob", "lm-eval")
+    sim.candidate_ready()
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Blocked" and sim.status["reason"] == "TemplateNotFound"
+    assert not sim.observed and "candidate" not in sim.status
+    sim.world.append(cronjob())
+    clock.advance(600)
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    assert sim.status["candidate"]["createdAt"] == "2026-11-29T09:11:00Z"
+
+
+def test_template_without_containers_is_invalid(sim_factory) -> None:
+    cj = cronjob()
+    cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"] = []
+    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER)])
+    sim.reconcile()
+    assert sim.status["reason"] == "TemplateInvalid"
+    assert not sim.observed
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (
+            lambda s: s["gauntlet"]["env"].append({"name": "MODELS", "value": "chat=vllm"}),
+            "spec.gauntlet.env[2].name",
+        ),
+        (
+            lambda s: s["gauntlet"]["env"].extend(
+                {"name": f"V{i}", "value": "x"} for i in range(31)
+            ),
+            "spec.gauntlet.env",
+        ),
+        (lambda s: s["gauntlet"]["env"].append({"name": "1BAD"}), "spec.gauntlet.env[2].name"),
+        (lambda s: s.update(repeatAfter="30s"), "spec.repeatAfter"),
+        (lambda s: s.update(historyLimit=3), "spec"),
+        (lambda s: s.update(repeatAfter="1h", historyLimit=21), "spec.historyLimit"),
+        (lambda s: s.update(timeout="soon"), "spec.timeout"),
+        (lambda s: s["candidate"].pop("backend"), "spec.candidate.backend"),
+    ],
+)
+def test_invalid_spec_blocks_and_names_field(mutate, field) -> None:
+    s = spec()
+    mutate(s)
+    with pytest.raises(SpecError) as e:
+        parse_spec(s)
+    assert e.value.field == field
+    x = xr("ModelExperiment", NAME, s)
+    rsp = run(request(x, required={}))
+    st = status(rsp)
+    assert st["phase"] == "Blocked" and st["reason"] == "InvalidSpec"
+    assert field in conditions(rsp)["Runnable"]["message"]
+    assert not desired(rsp)
+
+
+def test_xrd_rejects_what_the_function_rejects() -> None:
+    base = spec()
+    assert xr_cel_errors("ModelExperiment", base) == []
+    models = spec()
+    models["gauntlet"]["env"].append({"name": "MODELS", "value": "chat=vllm"})
+    assert any("reserved" in e for e in xr_cel_errors("ModelExperiment", models))
+    many = spec()
+    many["gauntlet"]["env"] = [{"name": f"V{i}", "value": "x"} for i in range(33)]
+    assert any("at most 32" in e for e in xr_cel_errors("ModelExperiment", many))
+    assert any("1m" in e for e in xr_cel_errors("ModelExperiment", spec(repeatAfter="59s")))
+    assert xr_cel_errors("ModelExperiment", spec(repeatAfter="1m", historyLimit=2)) == []
+    assert xr_cel_errors("ModelExperiment", spec(repeatAfter="0")) == []
+    assert any("historyLimit" in e for e in xr_cel_errors("ModelExperiment", spec(historyLimit=2)))
+    assert any(
+        "historyLimit" in e
+        for e in xr_cel_errors("ModelExperiment", spec(repeatAfter="0", historyLimit=2))
+    )
+
+
+def test_invalid_spec_mid_run_keeps_children(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    before = copy.deepcopy(sim.observed)
+    sim.validate = False  # this XR bypassed admission (the XRD rejects MODELS)
+    sim.xr["spec"]["gauntlet"]["env"].append({"name": "MODELS", "value": "chat=vllm"})
+    sim.reconcile()
+    assert sim.phase == "Blocked" and sim.status["reason"] == "InvalidSpec"
+    assert set(sim.observed) == set(before)
+    for k in before:
+        assert sim.observed[k]["spec"] == before[k]["spec"]
+    assert sim.status["run"] == NAME and sim.status["gauntlet"]  # run state kept
+
+
+# ---- suspend, spec change -----------------------------------------------------------------
+
+
+def test_suspend_and_resume(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    sim.update_spec(suspend=True)
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Suspended"
+    assert not sim.observed
+    assert sim.status["runNumber"] == 1 and "candidate" not in sim.status
+    assert sim.conditions()["Runnable"]["reason"] == "Suspended"
+    clock.advance(3600)
+    sim.reconcile()
+    assert sim.phase == "Suspended"
+    sim.update_spec(suspend=False)
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    assert sim.status["run"] == NAME and sim.status["runNumber"] == 1  # same run, no new hash
+    assert sim.status["candidate"]["createdAt"] == "2026-11-29T10:01:00Z"
+
+
+def test_suspend_keeps_history(sim_factory, clock: Clock) -> None:
+    sim = sim_factory(spec(repeatAfter="10m"))
+    sim.to_evaluating()
+    sim.job_finished(True, clock.advance(60))
+    sim.reconcile()
+    clock.advance(600)
+    sim.reconcile()  # run 2 starts
+    assert sim.status["runNumber"] == 2 and len(sim.status["history"]) == 1
+    sim.update_spec(suspend=True)
+    sim.reconcile()
+    assert sim.phase == "Suspended"
+    assert len(sim.status["history"]) == 1
+    assert list(sim.observed) == ["gauntlet-r1"]  # evidence kept, run 2 released
+
+
+def test_reordered_spec_is_no_change() -> None:
+    a = spec()
+    b = spec()
+    b["gauntlet"]["env"] = list(reversed(b["gauntlet"]["env"]))
+    b = dict(reversed(list(b.items())))
+    b["timeout"] = "1800s"
+    b["suspend"] = True
+    assert spec_hash(parse_spec(a)) == spec_hash(parse_spec(b))
+    c = spec()
+    c["gauntlet"]["env"][0]["value"] = "arc_easy"
+    assert spec_hash(parse_spec(a)) != spec_hash(parse_spec(c))
+
+
+def test_spec_change_mid_run_starts_fresh_run(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    sim.update_spec(
+        gauntlet={
+            "templateRef": {"name": "lm-eval"},
+            "env": [{"name": "TASKS", "value": "arc_easy"}],
+        }
+    )
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.status["runNumber"] == 2 and sim.status["run"] == f"{NAME}-r2"
+    assert set(sim.observed) == {"candidate-r2"}  # run 1's children discarded
+    assert sim.status["history"] == []  # run 1 had no verdict
+    assert sim.status["candidate"]["createdAt"] == "2026-11-29T09:01:00Z"
+    labels = sim.observed["candidate-r2"]["metadata"]["labels"]
+    assert labels["modelplane.ai/run"] == "2" and labels["modelplane.ai/generation"] == "2"
+
+
+def test_spec_change_after_verdict_keeps_history(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    sim.job_finished(False, clock.advance(60))
+    sim.reconcile()
+    assert sim.phase == "Failed"
+    sim.update_spec(timeout="45m")
+    sim.reconcile()
+    assert sim.phase == "Deploying" and sim.status["runNumber"] == 2
+    assert [h["reason"] for h in sim.status["history"]] == ["GauntletFailed"]
+    assert sim.status["history"][0]["run"] == NAME
+    assert "verdict" not in sim.status
+    assert set(sim.observed) == {"gauntlet-r1", "candidate-r2"}
+
+
+# ---- recurrence ---------------------------------------------------------------------------
+
+
+def pass_run(sim: Sim, clock: Clock, number: int) -> None:
+    sim.to_evaluating(number)
+    sim.job_finished(True, clock.advance(60), number)
+    sim.reconcile()
+    assert sim.phase == "Succeeded", sim.status
+
+
+def test_recurrence_with_fenced_names(sim_factory, clock: Clock) -> None:
+    sim = sim_factory(spec(repeatAfter="1h", historyLimit=5))
+    pass_run(sim, clock, 1)
+    assert sim.status["nextRunAt"] == "2026-11-29T10:01:00Z"
+    assert 3500 <= sim.rsp.meta.ttl.seconds <= 3600
+    assert sim.conditions()["Runnable"]["reason"] == "CoolingDown"
+    clock.advance(1800)
+    sim.reconcile()
+    assert sim.status["runNumber"] == 1 and sim.phase == "Succeeded"
+    clock.now = datetime.datetime(2026, 11, 29, 10, 1, tzinfo=datetime.UTC)
+    sim.reconcile()
+    assert sim.status["runNumber"] == 2
+    assert sim.status["run"] == f"{NAME}-r2"
+    assert sim.phase == "Deploying"
+    assert xr_ready(sim.rsp) == "READY_TRUE"  # the last verdict passed; no flapping
+    assert sim.status["history"][0]["run"] == NAME and sim.status["history"][0]["pass"] is True
+    assert "verdict" not in sim.status and "nextRunAt" not in sim.status
+    cand = sim.observed["candidate-r2"]
+    assert cand["metadata"]["name"] == f"{NAME}-r2"
+    assert cand["metadata"]["labels"]["modelplane.ai/run"] == "2"
+    assert "gauntlet-r1" in sim.observed  # evidence of run 1
+    sim.reconcile()
+    sim.candidate_ready(2)
+    sim.reconcile()
+    job2 = sim.job(2)
+    job1 = sim.job(1)
+    assert job2["metadata"]["name"] != job1["metadata"]["name"]
+    assert job2["metadata"]["labels"]["modelplane.ai/run"] == "2"
+    main = job2["spec"]["template"]["spec"]["containers"][0]
+    assert ("MODELS", f"{NAME}-r2=vllm") in env_of(main)
+    # Evidence from run 1 can never satisfy run 2: a Job with run 1's labels does not count.
+    sim.job_finished(True, clock.advance(60), 2, labels=job1["metadata"]["labels"])
+    sim.reconcile()
+    assert sim.phase == "Evaluating"
+    sim.job_finished(True, clock.now, 2)
+    sim.reconcile()
+    assert sim.phase == "Succeeded" and sim.status["verdict"]["pass"] is True
+
+
+def test_history_pruning_deletes_oldest_evidence(sim_factory, clock: Clock) -> None:
+    sim = sim_factory(spec(repeatAfter="1m", historyLimit=2))
+    for n in range(1, 5):
+        pass_run(sim, clock, n)
+        clock.advance(60)
+    sim.reconcile()  # run 5 starts; runs 1..4 are history, pruned to 2
+    assert sim.status["runNumber"] == 5
+    assert [h["number"] for h in sim.status["history"]] == [3, 4]
+    assert set(k for k in sim.observed if k.startswith("gauntlet")) == {
+        "gauntlet-r3",
+        "gauntlet-r4",
+    }
+    assert any("left the history" in m for _, m in results(sim.rsp))
+    # Lowering the limit prunes at once.
+    sim.update_spec(historyLimit=1)
+    sim.reconcile()
+    assert [h["number"] for h in sim.status["history"]] == [4]
+    assert sim.status["runNumber"] == 5  # historyLimit is not part of the run's identity
+
+
+def test_finished_job_that_disappears_is_not_recreated(sim_factory, clock: Clock) -> None:
+    sim = sim_factory(spec(repeatAfter="1h", historyLimit=2))
+    pass_run(sim, clock, 1)
+    del sim.observed["gauntlet-r1"]  # removed (by a TTL, or by hand)
+    sim.reconcile()
+    assert "gauntlet-r1" not in sim.observed
+    assert sim.status["verdict"]["pass"] is True
+    clock.advance(3600)
+    sim.reconcile()  # run 2: run 1 goes to history, still without its Job
+    assert sim.status["runNumber"] == 2 and "gauntlet-r1" not in sim.observed
+
+
+# ---- unresolved, determinism, names --------------------------------------------------------
+
+
+def test_unresolved_requirements_keep_children(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.reconcile()
+    sim.reconcile()
+    sim.candidate_ready()
+    # One call with nothing resolved (the first call of a reconcile).
+    rsp = sim.fn.call(request(sim.xr, observed=sim.observed))
+    assert set(desired(rsp)) == {"candidate-r1"}
+    assert status(rsp)["phase"] == "Deploying"
+    assert conditions(rsp)["Runnable"]["status"] in ("True", "Unknown")
+
+
+def test_deterministic_over_grpc(sim_factory) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    a = drive(sim.fn.call, sim.xr, sim.observed, World(sim.world))[0]
+    b = drive(sim.fn.call, sim.xr, sim.observed, World(sim.world))[0]
+    assert a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
+
+
+def test_long_names_stay_valid() -> None:
+    long = "qwen2-5-72b-instruct-awq-int4-weights-shared-canary-experiment-x"
+    assert len(long) == 64
+    for n in (1, 2, 17):
+        name = exp.run_name(long, n)
+        assert re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", name) and len(name) <= 63
+        job = exp.gauntlet_job_name(NAMESPACE, name)
+        assert len(job) <= 63
+    assert exp.run_name(long, 2) != exp.run_name(long, 3)
+    assert exp.run_name("short", 1) == "short" and exp.run_name("short", 2) == "short-r2"
+
+
+def test_requirements_loop_settles(sim_factory) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    assert sim.calls <= 6
