@@ -413,3 +413,10 @@ def test_requirements_loop_over_grpc(grpc_function):
     # Deterministic across calls over the wire.
     again, _ = grpc_function.drive(copy.deepcopy(composite), world)
     assert again.SerializeToString(deterministic=True) == rsp.SerializeToString(deterministic=True)
+
+
+def test_fleet_wide_transitions_are_one_event_each():
+    clusters = [inference_cluster(f"gpu-{i:02d}") for i in range(12)]
+    rsp = run(request(cache(selector={}), required=resolved(clusters)))
+    started = [m for s, m in results(rsp) if "started" in m]
+    assert started == ["hydration started on gpu-00, gpu-01, gpu-02, gpu-03, gpu-04 and 7 more"]

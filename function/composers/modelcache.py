@@ -244,6 +244,9 @@ def compose(inputs: Inputs) -> Outcome:
     counts = dict.fromkeys(PHASES, 0)
     failed: list[str] = []
     waiting: list[str] = []
+    started: list[str] = []
+    newly_ready: list[str] = []
+    newly_failed: list[str] = []
     for name in footprint:
         obs = observed_by_cluster.get(name)
         phase, msg, evidence = _hydration_state(obs)
@@ -258,13 +261,22 @@ def compose(inputs: Inputs) -> Outcome:
             failed.append(f"{name} ({msg})")
         elif phase != "Ready":
             waiting.append(name)
-        if prev.get(name) != phase and name in prev:
-            if phase == "Failed":
-                out.warning(f"hydration failed on {name}: {msg}", "HydrationFailed")
-            elif phase == "Ready":
-                out.normal(f"hydration finished on {name}", "HydrationReady")
-        elif name not in prev and obs is None:
-            out.normal(f"hydration started on {name}", "HydrationStarted")
+        if name in prev:
+            if prev[name] != phase:
+                if phase == "Failed":
+                    newly_failed.append(f"{name}: {msg}")
+                elif phase == "Ready":
+                    newly_ready.append(name)
+        elif obs is None:
+            started.append(name)
+    # One event per kind of transition, not one per cluster: a fleet-wide change stays
+    # a handful of events (and of response bytes).
+    if started:
+        out.normal(f"hydration started on {_names(started)}", "HydrationStarted")
+    if newly_ready:
+        out.normal(f"hydration finished on {_names(newly_ready)}", "HydrationReady")
+    if newly_failed:
+        out.warning(f"hydration failed on {_names(newly_failed)}", "HydrationFailed")
     for name in sorted(unhostable):
         _entry(entries, name, "Unavailable", f"cannot host a cache: {unhostable[name]}")
     for name, why in retained.items():
