@@ -81,6 +81,10 @@ _NAME_RULES = {"Service": DNS1035_LABEL, "Namespace": DNS1123_LABEL}
 _NAME_MAX = {"Service": 63, "Namespace": 63, "Job": 63, "CronJob": 52}
 
 
+# libyaml's loader parses the large shared CRDs (LWS, DeploymentRuntimeConfig) ~10x faster.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class SchemaError(AssertionError):
     """A document failed validation; ``errors`` lists each problem with its path."""
 
@@ -95,7 +99,7 @@ class SchemaError(AssertionError):
 def load_documents(path: str | Path) -> list[dict[str, Any]]:
     """Every non-empty YAML document of ``path``, in order."""
     with open(path) as f:
-        return [d for d in yaml.safe_load_all(f) if d is not None]
+        return [d for d in yaml.load_all(f, Loader=_YAML_LOADER) if d is not None]
 
 
 @functools.lru_cache(maxsize=64)
