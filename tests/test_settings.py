@@ -1,0 +1,278 @@
+"""Settings from the environment: typed, validated at start-up, inspectable (issue 7)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from function.config_report import report, rows, variable
+from function.settings import Settings, SettingsError, load_settings
+from tests.validation import load_documents, validate_manifest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNTIME = ROOT / "examples" / "runtime"
+VARIABLES = [variable(f) for f in Settings.model_fields]
+
+
+def clean_environ() -> dict[str, str]:
+    """The process environment without any variable the settings read."""
+    drop = {v.lower() for v in VARIABLES}
+    return {k: v for k, v in os.environ.items() if k.lower() not in drop}
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for k in list(os.environ):
+        if k.lower() in {v.lower() for v in VARIABLES}:
+            monkeypatch.delenv(k)
+    return monkeypatch
+
+
+def test_every_field_reads_exactly_one_distinct_variable():
+    assert len(VARIABLES) == len(set(VARIABLES)) == len(Settings.model_fields)
+    for field in Settings.model_fields:
+        alias = Settings.model_fields[field].validation_alias
+        assert len(alias.choices) == 1, field
+
+
+def test_defaults_without_environment(env):
+    s = load_settings()
+    assert s == Settings.model_construct()
+    assert s.default_ttl_seconds == 60
+    assert s.metrics_address == ":8080"
+    assert s.otel_enabled is False
+    assert s.default_shm_size_limit == "8Gi"
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "field", "expected"),
+    [
+        ("MODELPLANE_DEFAULT_TTL_SECONDS", "15", "default_ttl_seconds", 15),
+        ("MODELPLANE_PVC_BIND_TIMEOUT_SECONDS", "120", "pvc_bind_timeout_seconds", 120),
+        ("MODELPLANE_HYDRATION_DEADLINE_SECONDS", "3600", "hydration_deadline_seconds", 3600),
+        ("METRICS_ADDRESS", "127.0.0.1:9102", "metrics_address", "127.0.0.1:9102"),
+        ("METRICS_ADDRESS", "[::]:8080", "metrics_address", "[::]:8080"),
+        ("METRICS_ADDRESS", "", "metrics_address", ""),
+        ("MODELPLANE_OTEL_ENABLED", "true", "otel_enabled", True),
+        ("DEFAULT_SHM_SIZE_LIMIT", "16Gi", "default_shm_size_limit", "16Gi"),
+        ("DEFAULT_FLASH_LOADER_ENABLED", "1", "default_flash_loader_enabled", True),
+        ("OTEL_SERVICE_NAME", "fm", "otel_service_name", "fm"),
+    ],
+)
+def test_variable_sets_field(env, var, value, field, expected):
+    env.setenv(var, value)
+    assert getattr(load_settings(), field) == expected
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("MODELPLANE_DEFAULT_TTL_SECONDS", "0"),
+        ("MODELPLANE_DEFAULT_TTL_SECONDS", "90000"),
+        ("MODELPLANE_DEFAULT_TTL_SECONDS", "1m"),
+        ("MODELPLANE_PVC_BIND_TIMEOUT_SECONDS", "-5"),
+        ("MODELPLANE_HYDRATION_BACKOFF_LIMIT", "three"),
+        ("METRICS_ADDRESS", "8080"),
+        ("METRICS_ADDRESS", ":99999"),
+        ("MODELPLANE_OTEL_ENABLED", "maybe"),
+        ("DEFAULT_SHM_SIZE_LIMIT", "8 GB"),
+        ("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT", "lots"),
+        ("PROMETHEUS_MULTIPROC_DIR", "/nonexistent/metrics"),
+    ],
+)
+def test_bad_value_names_the_variable(env, var, value):
+    env.setenv(var, value)
+    with pytest.raises(SettingsError) as e:
+        load_settings()
+    assert f"{var}: " in str(e.value)
+
+
+OTEL_BAD = [
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"),
+    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://collector/v1/traces"),
+    ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+    ("OTEL_RESOURCE_ATTRIBUTES", "team"),
+    ("OTEL_TRACES_SAMPLER", "sometimes"),
+    ("OTEL_TRACES_SAMPLER_ARG", "1.5"),
+    ("OTEL_TRACES_SAMPLER_ARG", "half"),
+]
+
+
+@pytest.mark.parametrize(("var", "value"), OTEL_BAD)
+def test_otel_variables_validated_only_when_tracing_is_on(env, var, value):
+    env.setenv(var, value)
+    assert load_settings().otel_enabled is False  # off: never read, so never an error
+    env.setenv("MODELPLANE_OTEL_ENABLED", "true")
+    with pytest.raises(SettingsError) as e:
+        load_settings()
+    assert f"{var}: " in str(e.value)
+
+
+def test_every_problem_is_reported_at_once(env):
+    env.setenv("MODELPLANE_POLL_SECONDS", "x")
+    env.setenv("DEFAULT_SHM_SIZE_LIMIT", "y")
+    with pytest.raises(SettingsError) as e:
+        load_settings()
+    assert "MODELPLANE_POLL_SECONDS: " in str(e.value)
+    assert "DEFAULT_SHM_SIZE_LIMIT: " in str(e.value)
+
+
+def test_report_rows_name_source(env):
+    env.setenv("MODELPLANE_DEFAULT_TTL_SECONDS", "20")
+    env.setenv("default_shm_size_limit", "4Gi")  # pydantic-settings matches case-insensitively
+    out = {r["variable"]: r for r in rows(load_settings())}
+    assert set(out) == set(VARIABLES)
+    assert out["MODELPLANE_DEFAULT_TTL_SECONDS"] == {
+        "variable": "MODELPLANE_DEFAULT_TTL_SECONDS",
+        "value": 20,
+        "source": "environment",
+        "description": Settings.model_fields["default_ttl_seconds"].description,
+    }
+    assert out["DEFAULT_SHM_SIZE_LIMIT"]["value"] == "4Gi"
+    assert out["DEFAULT_SHM_SIZE_LIMIT"]["source"] == "environment"
+    assert out["MODELPLANE_POLL_SECONDS"]["source"] == "default"
+    assert yaml.safe_load(report(load_settings()))["settings"][0]["variable"] == VARIABLES[0]
+
+
+# ---- the command line, as a real process ------------------------------------------
+
+
+def _python(args: list[str], extra: dict[str, str], **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "function", *args],
+        cwd=ROOT,
+        env={**clean_environ(), **extra},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def test_config_command_prints_every_setting_and_its_source():
+    proc = _python(
+        ["config"],
+        {"MODELPLANE_PVC_BIND_TIMEOUT_SECONDS": "300", "OTEL_SERVICE_NAME": "fm-prod"},
+    )
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    listed = yaml.safe_load(out)["settings"]
+    assert [r["variable"] for r in listed] == VARIABLES
+    by_var = {r["variable"]: r for r in listed}
+    assert by_var["MODELPLANE_PVC_BIND_TIMEOUT_SECONDS"]["value"] == 300
+    assert by_var["MODELPLANE_PVC_BIND_TIMEOUT_SECONDS"]["source"] == "environment"
+    assert by_var["OTEL_SERVICE_NAME"]["value"] == "fm-prod"
+    assert by_var["OTEL_SERVICE_NAME"]["source"] == "environment"
+    others = [r for v, r in by_var.items() if v not in ("MODELPLANE_PVC_BIND_TIMEOUT_SECONDS",
+                                                        "OTEL_SERVICE_NAME")]  # fmt: skip
+    assert all(r["source"] == "default" for r in others)
+    defaults = Settings.model_construct()
+    assert by_var["MODELPLANE_DEFAULT_TTL_SECONDS"]["value"] == defaults.default_ttl_seconds
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("MODELPLANE_DEFAULT_TTL_SECONDS", "soon"),
+        ("DEFAULT_SHM_SIZE_LIMIT", "8 gigs"),
+        ("METRICS_ADDRESS", "localhost"),
+    ],
+)
+@pytest.mark.parametrize("command", [["--insecure", "--address", "127.0.0.1:0"], ["config"]])
+def test_bad_value_stops_the_process_at_start_up(var, value, command):
+    proc = _python(command, {var: value})
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert f"{var}: " in err
+    assert "serving" not in out + err
+
+
+def test_tracing_variables_stop_start_up_only_when_tracing_is_on():
+    proc = _python(
+        ["--insecure", "--address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"],
+        {"MODELPLANE_OTEL_ENABLED": "true", "OTEL_TRACES_SAMPLER": "sometimes"},
+    )
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "OTEL_TRACES_SAMPLER: " in err
+
+
+def test_serves_while_tracing_is_off_even_with_invalid_exporter_variables():
+    proc = _python(
+        ["--insecure", "--address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"],
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "::not a url::", "OTEL_TRACES_SAMPLER": "sometimes"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        assert proc.stderr is not None
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if '"serving"' in line or not line:
+                break
+        assert '"serving"' in line, line
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_bad_metrics_flag_names_the_flag():
+    proc = _python(["--insecure", "--metrics-address", "nope"], {})
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "--metrics-address" in err
+
+
+# ---- examples/runtime ---------------------------------------------------------------
+
+
+def _runtime_env() -> dict[str, str]:
+    (drc,) = load_documents(RUNTIME / "runtime-config.yaml")
+    (container,) = [
+        c
+        for c in drc["spec"]["deploymentTemplate"]["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "package-runtime"
+    ]
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_runtime_examples_validate_against_crossplane_crds():
+    docs = [d for p in sorted(RUNTIME.glob("*.yaml")) for d in load_documents(p)]
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["DeploymentRuntimeConfig", "Function"]
+    for d in docs:
+        validate_manifest(d)
+    (fn,) = [d for d in docs if d["kind"] == "Function"]
+    (drc,) = [d for d in docs if d["kind"] == "DeploymentRuntimeConfig"]
+    assert fn["spec"]["runtimeConfigRef"] == {
+        "apiVersion": "pkg.crossplane.io/v1beta1",
+        "kind": "DeploymentRuntimeConfig",
+        "name": drc["metadata"]["name"],
+    }
+
+
+def test_runtime_example_sets_only_known_valid_settings(env):
+    values = _runtime_env()
+    assert set(values) <= set(VARIABLES), set(values) - set(VARIABLES)
+    for k, v in values.items():
+        env.setenv(k, v)
+    s = load_settings()  # valid with tracing on, so the OTEL values are checked too
+    assert s.otel_enabled is True
+    assert s.default_shm_size_limit == values["DEFAULT_SHM_SIZE_LIMIT"]
+
+
+def test_operations_doc_covers_every_setting():
+    text = (ROOT / "docs" / "operations.md").read_text()
+    missing = [v for v in VARIABLES if f"`{v}`" not in text]
+    assert not missing, missing
