@@ -83,16 +83,23 @@ PREEMPTION_REASONS = frozenset({"foreground", "not_ready", "suspended", "spec_ch
 
 # RunFunction takes about a millisecond for a small XR and tens of milliseconds for a
 # 1,000-cluster ModelCache (see docs/performance notes); 10 s is far past any healthy call.
-RUN_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+RUN_BUCKETS: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+)  # fmt: skip
 # Cold start: image pull plus weight loading, from tens of seconds to an hour or two.
-COLD_START_BUCKETS = (5, 10, 20, 30, 60, 90, 120, 180, 300, 450, 600, 900, 1200, 1800, 2700)
-COLD_START_BUCKETS = (*COLD_START_BUCKETS, 3600, 7200)
+COLD_START_BUCKETS: tuple[float, ...] = (
+    5, 10, 20, 30, 60, 90, 120, 180, 300, 450, 600, 900, 1200, 1800, 2700, 3600, 7200,
+)  # fmt: skip
 # Hydration: a small model in seconds, a 1 TB checkpoint over a slow link in many hours
 # (the default Job deadline is 6 h).
-HYDRATION_BUCKETS = (10, 30, 60, 120, 300, 600, 900, 1800, 2700, 3600, 5400, 7200, 10800)
-HYDRATION_BUCKETS = (*HYDRATION_BUCKETS, 14400, 21600, 43200, 86400)
+HYDRATION_BUCKETS: tuple[float, ...] = (
+    10, 30, 60, 120, 300, 600, 900, 1800, 2700, 3600, 5400, 7200, 10800, 14400, 21600,
+    43200, 86400,
+)  # fmt: skip
 # Replacement: a new replica placed and cold-started elsewhere, minutes to hours.
-REPLACEMENT_BUCKETS = (10, 30, 60, 120, 180, 300, 600, 900, 1800, 3600, 7200, 14400)
+REPLACEMENT_BUCKETS: tuple[float, ...] = (
+    10, 30, 60, 120, 180, 300, 600, 900, 1800, 3600, 7200, 14400,
+)  # fmt: skip
 
 _LABEL_VALUE_MAX = 253  # a Kubernetes object name is at most 253 characters
 _NOT_BOUNDED = re.compile(r"\d{4}-\d{2}-\d{2}T")  # an RFC 3339 timestamp is not a label
@@ -208,9 +215,12 @@ SPECS: dict[str, MetricSpec] = {s.short: s for s in CATALOGUE}
 class ObservationLike(Protocol):
     """What :func:`apply` reads from an observation (see ``function.outcome.Observation``)."""
 
-    metric: str
-    labels: tuple[tuple[str, str], ...]
-    value: float
+    @property
+    def metric(self) -> str: ...
+    @property
+    def labels(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def value(self) -> float: ...
 
 
 def spec_for(metric: str) -> MetricSpec:
