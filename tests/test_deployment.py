@@ -349,8 +349,10 @@ def test_usage_protects_the_cache() -> None:
         "kind": "ModelCache",
         "resourceRef": {"name": "qwen-cache"},
     }
-    assert usage["spec"]["by"]["resourceRef"] == {"name": "chat"}
-    assert usage["spec"]["by"]["kind"] == "ModelDeployment"
+    assert "by" not in usage["spec"]  # lives and dies with the deployment: no deletion deadlock
+    assert usage["spec"]["reason"] == "ModelDeployment chat serves from this ModelCache"
+    assert usage["spec"]["replayDeletion"] is True
+    assert usage["metadata"]["namespace"] == NS
     validate_manifest(usage)
     # No cache, no Usage.
     rsp = drive(deployment(1, cache_name=None), world())

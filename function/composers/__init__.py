@@ -25,6 +25,7 @@ KINDS: dict[str, str] = {
     "ModelReplica": "replica",
     "ModelExperiment": "experiment",
     "ModelBackfill": "backfill",
+    "InferenceCluster": "inferencecluster",
 }
 
 _loaded: dict[str, Composer] = {}

@@ -28,7 +28,13 @@ and nothing new is placed ("not known" is never "empty").
 Composed resources: ``replica-<index>`` ModelReplicas (spec as
 ``function.replica_spec``), and with a cache a ``cache-usage`` Crossplane
 Usage (``protection.crossplane.io/v1beta1``) so the ModelCache cannot be deleted
-while this deployment uses it.
+while this deployment uses it. The Usage names the cache (``spec.of``) and a
+``reason``, not a ``spec.by``: it lives exactly as long as this deployment
+references the cache (Crossplane deletes it with the deployment, or when
+``modelCacheRef`` goes away), and it cannot deadlock a foreground deletion of
+the deployment the way a Usage ``by`` the deployment itself would (the Usage
+would wait for the deployment, which waits for its composed Usage).
+``replayDeletion`` re-issues a deletion of the cache attempted while it was in use.
 
 Placement is :func:`function.placement.place` (rules in its docstring).
 
@@ -359,11 +365,6 @@ def _usage_body(inputs: Inputs, cache: str) -> dict[str, Any]:
         "metadata": meta,
         "spec": {
             "of": {"apiVersion": API_VERSION, "kind": "ModelCache", "resourceRef": {"name": cache}},
-            "by": {
-                "apiVersion": API_VERSION,
-                "kind": "ModelDeployment",
-                "resourceRef": {"name": inputs.name},
-            },
             "reason": f"ModelDeployment {inputs.name} serves from this ModelCache",
             "replayDeletion": True,
         },

@@ -1,0 +1,198 @@
+"""InferenceCluster (bring your own): compose the status placement reads.
+
+So the project runs without Modelplane, an InferenceCluster with
+``spec.cluster.source: Existing`` gets the status Modelplane would give it:
+
+- ``status.gpuPools[]``: one entry per ``spec.nodePools[]``, in spec order:
+  ``{name, nodes, devices}`` where ``nodes`` is ``maxNodeCount`` when the pool
+  autoscales, else ``nodeCount`` (default 1), and ``devices`` are the pool's
+  InferenceClass ``spec.devices`` with their defaults (``claim: DRA``,
+  ``count: 1``) applied (Modelplane's InferenceCluster XRD, ``gpuPools``).
+- ``status.providerConfigRef``: a provider-kubernetes ``ClusterProviderConfig``
+  composed from the kubeconfig Secret ``spec.cluster.existing.secretRef`` (in
+  ``modelplane-system``, key ``kubeconfig`` by default), with
+  ``identitySecretRef`` as its identity when set.
+- ``status.cache.storageClassName``: ``spec.cluster.existing.cache.storageClassName``.
+- ``status.gateway.hostname``: ``spec.gateway.hostname`` when set.
+
+Requirements: each referenced InferenceClass by name (cluster-scoped). Until
+all are resolved, the last status and the ProviderConfig are kept. A class that
+does not exist leaves its pool out of ``gpuPools`` (no capacity is invented),
+and ``PoolsResolved=False`` (reason ``ClassNotFound``) names it.
+
+The XR is ready when the ProviderConfig exists and every class resolved;
+Crossplane then sets its ``Ready`` condition, which placement requires.
+Other sources are provisioned by Modelplane's own compositions: the composer
+reports ``PoolsResolved=False`` (reason ``SourceNotServed``) and composes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from function import API_VERSION, structs
+from function.inputs import UNRESOLVED, Inputs, Resolved
+from function.naming import LABEL_MANAGED_BY, MANAGED_BY, child_name
+from function.outcome import Outcome
+
+CONDITION = "PoolsResolved"
+PROVIDER_CONFIG_KEY = "provider-config"
+PROVIDER_CONFIG_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
+SECRET_NAMESPACE = "modelplane-system"
+_ECHO = ("gpuPools", "providerConfigRef", "cache", "gateway")
+
+
+def class_requirement(name: str) -> str:
+    """The requirement name under which InferenceClass ``name`` is asked for."""
+    return f"class-{name}"
+
+
+def _devices(cls: Any) -> list[dict[str, Any]]:
+    out = []
+    for d in structs.to_py(structs.get(cls, "spec", "devices")) or []:
+        if not isinstance(d, dict):
+            continue
+        dev = {"claim": "DRA", "count": 1, **d}
+        if isinstance(dev.get("count"), float):
+            dev["count"] = int(dev["count"])
+        out.append(dev)
+    return out
+
+
+def gpu_pools(
+    node_pools: list[Mapping[str, Any]], classes: Mapping[str, Any]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """``status.gpuPools`` from ``spec.nodePools`` and the InferenceClasses by name.
+
+    Args:
+        node_pools: ``spec.nodePools`` (dicts with name, className, nodeCount, maxNodeCount).
+        classes: InferenceClass objects (dict or Struct) by name.
+
+    Returns:
+        The pools, in spec order, and the (sorted) names of the missing classes.
+    """
+    pools: list[dict[str, Any]] = []
+    missing: set[str] = set()
+    for p in node_pools:
+        cname = p.get("className")
+        cls = classes.get(cname) if isinstance(cname, str) else None
+        if cls is None:
+            missing.add(str(cname))
+            continue
+        nodes = p.get("maxNodeCount")
+        if nodes is None:
+            nodes = p.get("nodeCount", 1)
+        pools.append({"name": p.get("name"), "nodes": int(nodes), "devices": _devices(cls)})
+    return pools, sorted(missing)
+
+
+def _provider_config(inputs: Inputs, existing: Mapping[str, Any]) -> dict[str, Any]:
+    ref = existing.get("secretRef") or {}
+    spec: dict[str, Any] = {
+        "credentials": {
+            "source": "Secret",
+            "secretRef": {
+                "namespace": SECRET_NAMESPACE,
+                "name": ref.get("name"),
+                "key": ref.get("key") or "kubeconfig",
+            },
+        }
+    }
+    ident = existing.get("identitySecretRef")
+    if isinstance(ident, Mapping) and ident.get("name"):
+        spec["identity"] = {
+            "source": "Secret",
+            "type": ident.get("type") or "GoogleApplicationCredentials",
+            "secretRef": {
+                "namespace": SECRET_NAMESPACE,
+                "name": ident["name"],
+                "key": ident.get("key") or "private_key",
+            },
+        }
+    return {
+        "apiVersion": PROVIDER_CONFIG_API_VERSION,
+        "kind": "ClusterProviderConfig",
+        "metadata": {
+            "name": child_name("inferencecluster", inputs.name),
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY},
+        },
+        "spec": spec,
+    }
+
+
+def compose(inputs: Inputs) -> Outcome:
+    """Compose a bring-your-own InferenceCluster's status (see the module docstring)."""
+    out = Outcome()
+    spec = inputs.spec
+    source = (spec.get("cluster") or {}).get("source")
+    if source != "Existing":
+        for k in _ECHO:
+            v = inputs.status(k)
+            if v is not None:
+                out.status[k] = v
+        out.condition(
+            CONDITION,
+            "False",
+            "SourceNotServed",
+            f"spec.cluster.source {source} is provisioned by Modelplane's compositions; "
+            f"function-modelplane composes only Existing clusters",
+        )
+        return out
+    existing = (spec.get("cluster") or {}).get("existing") or {}
+    node_pools = [p for p in spec.get("nodePools") or [] if isinstance(p, dict)]
+    class_names = sorted(
+        {p["className"] for p in node_pools if isinstance(p.get("className"), str)}
+    )
+    for c in class_names:
+        out.require(class_requirement(c), API_VERSION, "InferenceClass", match_name=c)
+
+    pc = _provider_config(inputs, existing)
+    pc_observed = inputs.observed_body(PROVIDER_CONFIG_KEY) is not None
+    out.add(PROVIDER_CONFIG_KEY, pc, ready=pc_observed)
+
+    resolved = {c: inputs.required(class_requirement(c)) for c in class_names}
+    pending = [c for c, r in resolved.items() if r is UNRESOLVED]
+    if pending:
+        for k in _ECHO:
+            v = inputs.status(k)
+            if v is not None:
+                out.status[k] = v
+        out.condition(
+            CONDITION,
+            "Unknown",
+            "ResolvingClasses",
+            "waiting for Crossplane to resolve InferenceClasses " + ", ".join(pending),
+        )
+        out.ready = False
+        return out
+
+    classes = {c: r.items[0] for c, r in resolved.items() if isinstance(r, Resolved) and r.items}
+    pools, missing = gpu_pools(node_pools, classes)
+    out.status["gpuPools"] = pools
+    out.status["providerConfigRef"] = {
+        "name": pc["metadata"]["name"],
+        "kind": "ClusterProviderConfig",
+    }
+    sc = (existing.get("cache") or {}).get("storageClassName")
+    if sc:
+        out.status["cache"] = {"storageClassName": sc}
+    host = (spec.get("gateway") or {}).get("hostname")
+    if host:
+        out.status["gateway"] = {"hostname": host}
+    nodes = sum(p["nodes"] for p in pools)
+    if missing:
+        out.condition(
+            CONDITION,
+            "False",
+            "ClassNotFound",
+            f"InferenceClass {', '.join(missing)} not found; {len(pools)} of "
+            f"{len(node_pools)} node pools resolved ({nodes} nodes)",
+        )
+        out.warning(f"InferenceClass {', '.join(missing)} not found", "ClassNotFound")
+    else:
+        out.condition(
+            CONDITION, "True", "Resolved", f"{len(pools)} node pools resolved ({nodes} nodes)"
+        )
+    out.ready = pc_observed and not missing
+    return out
