@@ -3,6 +3,10 @@
 Field names follow Modelplane v0.3 (``spec.source: HuggingFace`` with
 ``spec.huggingFace``). The auth Secret is a *reference* (name and key in the XR's
 own namespace); its value never passes through the function.
+
+The models are strict (pydantic strict mode): a value of the wrong JSON type, such
+as ``sizeGiB: "2"`` or ``sizeGiB: true``, is an error naming the field, as the XRD's
+structural schema makes it for the API server, instead of being coerced.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 class AuthSecret(BaseModel):
     """A Secret in the XR's namespace holding the hub token under ``key``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(min_length=1, max_length=253)
     key: str = Field(default="HF_TOKEN", min_length=1, max_length=253)
@@ -45,7 +49,7 @@ class AuthSecret(BaseModel):
 class HuggingFace(BaseModel):
     """A Hugging Face Hub model: ``repo`` at ``revision``, about ``sizeGiB`` GiB."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     repo: str = Field(min_length=1, max_length=200)
     revision: str = Field(default="main", min_length=1, max_length=200)
@@ -63,7 +67,7 @@ class HuggingFace(BaseModel):
 class CacheSource(BaseModel):
     """``spec.source`` and ``spec.huggingFace`` of a ModelCache (or its hydrations)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     source: Literal["HuggingFace"] = "HuggingFace"
     huggingFace: HuggingFace

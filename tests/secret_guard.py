@@ -60,7 +60,9 @@ def leaks(data: bytes | str) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def _secret_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _secret_guard(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
     """Record every FunctionRunner response of this test that contains the fake token."""
     found: list[str] = []
     setattr(request.node, _ATTR, found)
@@ -72,7 +74,9 @@ def _secret_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
         if hit:
             xr = req.observed.composite.resource
             kind = xr["kind"] if "kind" in xr else "?"
-            found.append(f"RunFunction response for {kind} contains the fake token ({', '.join(hit)})")
+            found.append(
+                f"RunFunction response for {kind} contains the fake token ({', '.join(hit)})"
+            )
         return rsp
 
     monkeypatch.setattr(FunctionRunner, "run", run)
