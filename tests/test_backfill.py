@@ -46,7 +46,7 @@ from tests.harness import (
     xr_ready,
 )
 from tests.harness import request as build
-from tests.validation import validate_xr, xr_cel_errors
+from tests.validation import validate_k8s, validate_object, validate_xr, xr_cel_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "modelbackfill"
@@ -219,13 +219,13 @@ def test_start_composes_the_job_from_the_template(sim: Sim, clock: Clock) -> Non
     endpoint = "http://chat-0.default.svc.cluster.local:8000"
     (main,) = pod["spec"]["containers"]
     assert main["env"] == [
+        {"name": "MODELPLANE_WORKLOAD_CLASS", "value": "background"},  # injected first
+        {"name": "MODELPLANE_ENDPOINT", "value": endpoint},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
         {"name": "SUITE", "value": "mmlu"},  # replaced in place
         {"name": "LIMIT", "value": "200"},  # untouched
         {"name": "HF_TOKEN", "value": "none"},  # a valueFrom entry replaced by a literal
         {"name": "EXTRA", "value": "1"},  # appended
-        {"name": "MODELPLANE_WORKLOAD_CLASS", "value": "background"},
-        {"name": "MODELPLANE_ENDPOINT", "value": endpoint},
-        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
     ]
     assert main["args"] == eval_cronjob()["spec"]["jobTemplate"]["spec"]["template"]["spec"][
         "containers"][0]["args"]  # fmt: skip
@@ -706,24 +706,38 @@ def test_xrd_cel_admits(extra: dict) -> None:
     assert xr_cel_errors("ModelBackfill", spec(**extra)) == []
 
 
-def test_example_renders_a_job(clock: Clock) -> None:
-    xrs = load_yaml([EXAMPLE / "xr.yaml"])
-    assert len(xrs) == 1
-    validate_xr(xrs[0])
-    world = World(load_yaml([EXAMPLE / "required"]))
-    observed = observed_by_name(load_yaml([EXAMPLE / "observed"])) if (
-        EXAMPLE / "observed").exists() else {}  # fmt: skip
-    for doc in world.resources:
+def test_example_renders_a_job() -> None:
+    (bf,) = load_yaml([EXAMPLE / "xr.yaml"])
+    validate_xr(bf)
+    docs = load_yaml([EXAMPLE / "required"])
+    for doc in docs:
         if doc.get("kind") == "CronJob":
-            from tests.validation import validate_k8s
-
             validate_k8s(doc)
             assert accelerator_uses(doc) == []
+        if doc.get("kind") == "ModelBackfill":
+            validate_xr(doc)
+    world = World(docs)
     with GrpcFunction(clock=Clock(parse_time("2026-11-29T03:30:00Z"))) as fn:
-        rsp, _ = fn.drive(xrs[0], world, observed)
-    st = status(rsp)
-    assert st["phase"] == "Starting", st
-    (obj,) = desired(rsp).values()
-    from tests.validation import validate_object
+        rsp, _ = fn.drive(bf, world, None)
+        st = status(rsp)
+        # Replica 0 runs another backfill (required/other-backfills.yaml): replica 1 it is.
+        assert (st["phase"], st["cluster"]) == ("Starting", "gpu-us-west"), st
+        (obj,) = desired(rsp).values()
+        validate_object(obj)
+        env = obj["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]["containers"][0]
+        assert {"name": "SUITE", "value": "gsm8k"} in env["env"]
 
-    validate_object(obj)
+        (finishing,) = load_yaml([EXAMPLE / "xr-finishing.yaml"])
+        validate_xr(finishing)
+        observed = observed_by_name(load_yaml([EXAMPLE / "observed"]))
+        assert set(observed) == {"job-1"}
+        validate_object({k: v for k, v in observed["job-1"].items() if k != "status"})
+        fn.clock.now = parse_time("2026-11-29T03:53:00Z")
+        rsp, _ = fn.drive(finishing, world, observed)
+    st = status(rsp)
+    assert (st["phase"], st["completionTime"], st["nextRunTime"]) == (
+        "Succeeded",
+        "2026-11-29T03:52:41Z",
+        "2026-11-29T09:52:41Z",
+    )
+    assert desired(rsp) == {}

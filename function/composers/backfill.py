@@ -65,8 +65,9 @@ from function.backfill_spec import (
     parse,
     spec_hash,
 )
+from function.envinject import inject_env
 from function.inputs import UNRESOLVED, Inputs, Resolved
-from function.manifests.jobs import job_from_cronjob, set_env
+from function.manifests.jobs import job_from_cronjob
 from function.manifests.objects import (
     OBJECT_API_VERSION,
     OBJECT_KIND,
@@ -787,18 +788,21 @@ class _Composer:
         )
         job["spec"].pop("ttlSecondsAfterFinished", None)
         job["spec"].pop("suspend", None)
+        # First in every container (init and regular), so that the template's own
+        # entries can use $(MODELPLANE_ENDPOINT): Kubernetes expands $(VAR) in an env
+        # value only from entries defined earlier.
         injected = [
-            (WORKLOAD_CLASS_ENV, WORKLOAD_CLASS_BACKGROUND),
-            (ENDPOINT_ENV, endpoint),
+            {"name": WORKLOAD_CLASS_ENV, "value": WORKLOAD_CLASS_BACKGROUND},
+            {"name": ENDPOINT_ENV, "value": endpoint},
             # Hide every GPU from the NVIDIA container runtime even where a node's default
             # runtime would expose them to a pod without a device request.
-            ("NVIDIA_VISIBLE_DEVICES", "void"),
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
         ]
         pod_spec = job["spec"]["template"]["spec"]
         for group in ("initContainers", "containers"):
             for c in pod_spec.get(group) or []:
                 if isinstance(c, dict):
-                    set_env(c, injected)
+                    inject_env(c, injected)
         obj_labels, obj_ann = labels_with_full(
             {
                 LABEL_BACKFILL: self.i.name,
