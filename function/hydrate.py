@@ -21,12 +21,15 @@ What it does:
    that commit with ``snapshot_download(local_dir=target)`` (resumable: files
    already complete are not downloaded again), and removes files the commit does
    not contain (left by an earlier revision), keeping ``.cache`` and ``lost+found``.
-3. It hashes every file of the commit (sha256 over sorted ``path``/``sha256``
-   lines) and writes the marker last, atomically (temporary file, fsync,
-   ``os.replace``, fsync of the directory), as JSON::
+3. It checks every file of the commit against the checksum the hub publishes in
+   its tree listing (the LFS ``sha256``, or the git blob id of a regular file); a
+   mismatching file is deleted and the run fails (retried by the Job). It hashes
+   the snapshot (sha256 over sorted ``path``/``sha256`` lines) and writes the
+   marker last, atomically (temporary file, fsync, ``os.replace``, fsync of the
+   directory), as JSON::
 
        {"repo", "revision", "identity", "commit", "digest": "sha256:<hex>",
-        "files", "bytes", "completedAt"}
+        "files", "bytes", "validatedAt", "completedAt"}
 
    The same JSON (without timestamps) goes to the container's termination
    message (``/dev/termination-log``, or ``$TERMINATION_LOG``) when writable.
@@ -48,7 +51,6 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,10 @@ EXIT_OK, EXIT_RETRY, EXIT_USAGE = 0, 1, 2
 _CHUNK = 8 * 1024 * 1024
 
 log = logging.getLogger("modelplane.hydrate")
+
+
+class ChecksumError(RuntimeError):
+    """A downloaded file does not match the checksum the hub publishes for it."""
 
 
 class _Redactor(logging.Filter):
@@ -114,27 +120,62 @@ def write_atomically(path: Path, content: bytes) -> None:
         os.close(dfd)
 
 
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file, read in 8 MiB chunks."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+def _published(entry: Any) -> tuple[str, str]:
+    """``(algorithm, hex)`` the hub publishes for a tree entry: LFS sha256, else git blob sha1."""
+    lfs = getattr(entry, "lfs", None)
+    if lfs is not None:
+        sha = getattr(lfs, "sha256", None) or (lfs.get("sha256") if isinstance(lfs, dict) else None)
+        if sha:
+            return "sha256", str(sha)
+    return "git-sha1", str(entry.blob_id)
 
 
-def tree_digest(target: Path, files: Iterable[str]) -> tuple[str, int]:
-    """``("sha256:<hex>", total bytes)`` over ``files`` (relative paths) in ``target``.
+def verify_and_digest(target: Path, published: dict[str, tuple[str, str]]) -> tuple[str, int]:
+    """Check every file against the checksum the hub publishes, and digest the snapshot.
 
-    The digest hashes one line ``<path>\\0<sha256 of the file>\\n`` per file in
-    sorted path order, so it identifies the exact content of the snapshot.
+    Args:
+        target: The downloaded directory.
+        published: ``path -> (algorithm, hex)``: ``sha256`` of an LFS file
+            (``lfs.oid`` of the hub's tree listing) or ``git-sha1``, the git blob id
+            (``oid``) of a regular file (sha1 of ``b"blob <size>\\0" + content``).
+
+    Returns:
+        ``("sha256:<hex>", total bytes)``. The digest hashes one line
+        ``<path>\\0<sha256 of the file>\\n`` per file in sorted path order, so it
+        identifies the exact content of the snapshot.
+
+    Raises:
+        ChecksumError: listing the files whose content does not match (they are
+            deleted, so a retry downloads them again).
     """
     h = hashlib.sha256()
     total = 0
-    for rel in sorted(files):
+    bad: list[str] = []
+    for rel in sorted(published):
         p = target / rel
-        h.update(f"{rel}\0{file_sha256(p)}\n".encode())
-        total += p.stat().st_size
+        size = p.stat().st_size
+        sha256 = hashlib.sha256()
+        sha1 = hashlib.sha1(b"blob %d\0" % size)
+        with p.open("rb") as f:
+            while chunk := f.read(_CHUNK):
+                sha256.update(chunk)
+                sha1.update(chunk)
+        algorithm, want = published[rel]
+        got = sha256.hexdigest() if algorithm == "sha256" else sha1.hexdigest()
+        if got != want:
+            bad.append(rel)
+        h.update(f"{rel}\0{sha256.hexdigest()}\n".encode())
+        total += size
+    if bad:
+        for rel in bad:
+            (target / rel).unlink(missing_ok=True)
+            (target / ".cache" / "huggingface" / "download" / f"{rel}.metadata").unlink(
+                missing_ok=True
+            )
+        raise ChecksumError(
+            f"{len(bad)} files do not match the hub's checksums (removed for a retry): "
+            + ", ".join(bad[:5])
+        )
     return "sha256:" + h.hexdigest(), total
 
 
@@ -213,6 +254,7 @@ def hydrate(
         huggingface_hub errors for the hub, OSError for the disk.
     """
     from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.hf_api import RepoFile
 
     target.mkdir(parents=True, exist_ok=True)
     marker = read_marker(target)
@@ -236,14 +278,18 @@ def hydrate(
         token=token or False,
         endpoint=endpoint,
     )
-    files = set(api.list_repo_files(repo, revision=commit))
-    missing = sorted(f for f in files if not (target / f).is_file())
+    published = {
+        entry.path: _published(entry)
+        for entry in api.list_repo_tree(repo, revision=commit, recursive=True)
+        if isinstance(entry, RepoFile)
+    }
+    missing = sorted(f for f in published if not (target / f).is_file())
     if missing:
         raise RuntimeError(f"download incomplete: {len(missing)} files missing, first {missing[0]}")
-    removed = prune(target, files)
+    removed = prune(target, set(published))
     if removed:
         log.info("removed %d files that commit %s does not contain", len(removed), commit)
-    digest, total = tree_digest(target, files)
+    digest, total = verify_and_digest(target, published)
     when = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = {
         "repo": repo,
@@ -251,12 +297,14 @@ def hydrate(
         "identity": identity,
         "commit": commit,
         "digest": digest,
-        "files": len(files),
+        "files": len(published),
         "bytes": total,
+        "validatedAt": when,
         "completedAt": when,
     }
     write_atomically(target / MARKER_FILE, json.dumps(result, sort_keys=True).encode() + b"\n")
-    log.info("hydrated %s@%s: %d files, %d bytes, %s", repo, revision, len(files), total, digest)
+    n = len(published)
+    log.info("hydrated %s@%s: %d files, %d bytes, %s", repo, revision, n, total, digest)
     return {**result, "skipped": False}
 
 
@@ -310,7 +358,10 @@ def main(argv: list[str] | None = None) -> int:
         termination_message({"error": text[:2000], "identity": identity})
         return code
     termination_message(
-        {k: result[k] for k in ("commit", "digest", "identity", "repo", "revision", "skipped")}
+        {
+            k: result.get(k)
+            for k in ("commit", "digest", "identity", "repo", "revision", "skipped", "validatedAt")
+        }
     )
     return EXIT_OK
 

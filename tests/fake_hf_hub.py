@@ -40,6 +40,11 @@ class Repo:
     files: dict[str, dict[str, bytes]]  # commit -> {path: content}
     refs: dict[str, str]  # branch/tag -> commit
     token: str | None = None  # gated: this token is required
+    # Paths stored with Git LFS: the tree publishes their sha256 (``lfs.oid``).
+    lfs: frozenset[str] = frozenset()
+    # Paths served with one byte changed (same size) while the tree publishes the
+    # checksum of the true content: a corrupted transfer.
+    corrupt: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -196,9 +201,16 @@ class FakeHub:
             while parent and parent not in dirs:
                 dirs.add(parent)
                 parent = parent.rsplit("/", 1)[0] if "/" in parent else ""
-            entries.append(
-                {"type": "file", "oid": git_blob_id(content), "size": len(content), "path": path}
-            )
+            entry: dict[str, Any] = {
+                "type": "file",
+                "oid": git_blob_id(content),
+                "size": len(content),
+                "path": path,
+            }
+            if path in repo.lfs:
+                sha = hashlib.sha256(content).hexdigest()
+                entry["lfs"] = {"oid": sha, "size": len(content), "pointerSize": 134}
+            entries.append(entry)
         entries += [{"type": "directory", "oid": "0" * 40, "size": 0, "path": d} for d in dirs]
         self._json(h, sorted(entries, key=lambda e: e["path"]), body)
 
@@ -216,4 +228,10 @@ class FakeHub:
             "X-Repo-Commit": commit,
             "ETag": f'"{git_blob_id(content)}"',
         }
+        if path in repo.lfs:
+            # LFS files: the hub names the content's sha256 in X-Linked-Etag.
+            headers["X-Linked-Etag"] = f'"{hashlib.sha256(content).hexdigest()}"'
+            headers["X-Linked-Size"] = str(len(content))
+        if path in repo.corrupt:
+            content = bytes([content[0] ^ 0xFF]) + content[1:]
         self._send(h, 200, content, headers, body)

@@ -36,11 +36,18 @@ FILES_C2 = {
 }
 
 
-def make_hub(token: str | None = TOKEN) -> FakeHub:
+LFS = frozenset({"model.safetensors", "model-00001-of-00001.safetensors"})
+
+
+def make_hub(token: str | None = TOKEN, corrupt: frozenset[str] = frozenset()) -> FakeHub:
     return FakeHub(
         {
             "org/tiny": Repo(
-                files={C1: FILES_C1, C2: FILES_C2}, refs={"main": C1, "v2": C2}, token=token
+                files={C1: FILES_C1, C2: FILES_C2},
+                refs={"main": C1, "v2": C2},
+                token=token,
+                lfs=LFS,
+                corrupt=corrupt,
             )
         }
     )
@@ -118,8 +125,10 @@ def test_downloads_files_writes_marker_and_skips_second_run(hub, tmp_path) -> No
         "digest": expected_digest(FILES_C1),
         "files": 3,
         "bytes": sum(len(v) for v in FILES_C1.values()),
+        "validatedAt": marker["validatedAt"],
         "completedAt": marker["completedAt"],
     }
+    assert marker["validatedAt"] == marker["completedAt"]
     assert hydrate.read_marker(target) == marker
     # The token went to the hub on every request, as a bearer token, and nowhere else.
     assert hub.requests
@@ -199,6 +208,24 @@ def test_hub_unreachable_is_retried(tmp_path) -> None:
     proc = run_program(endpoint, tmp_path / "models")
     assert proc.returncode == 1, proc.stderr
     assert not (tmp_path / "models" / MARKER_FILE).exists()
+
+
+@pytest.mark.parametrize("bad", ["model.safetensors", "config.json"])
+def test_corrupted_file_fails_validation_and_is_removed(tmp_path, bad) -> None:
+    """A file that does not match the hub's published checksum (LFS sha256 or git
+    blob id) fails the run before the marker, and is removed so a retry fetches it."""
+    target = tmp_path / "models"
+    with make_hub(corrupt=frozenset({bad})) as hub:
+        proc = run_program(hub.endpoint, target)
+    assert proc.returncode == 1, proc.stderr
+    assert "ChecksumError" in proc.stderr and bad in proc.stderr
+    assert not (target / MARKER_FILE).exists()
+    assert not (target / bad).exists()
+    # The hub serves the right bytes again: the retry completes.
+    with make_hub() as hub:
+        proc = run_program(hub.endpoint, target)
+    assert proc.returncode == 0, proc.stderr
+    assert model_files(target) == FILES_C1
 
 
 def test_identity_mismatch_is_a_usage_error(hub, tmp_path) -> None:
