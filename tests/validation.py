@@ -485,6 +485,12 @@ def validate_k8s(manifest: Mapping[str, Any], *, version: str | None = None) -> 
     if not isinstance(manifest, Mapping) or "apiVersion" not in manifest or "kind" not in manifest:
         raise SchemaError(what, ["apiVersion and kind are required"])
     ver = version or k8s_version_for(str(manifest["apiVersion"]))
+    if version is None and any(pod.get("resourceClaims") for _, pod in _pod_templates(manifest)):
+        # Pod-level DRA claims (resourceClaims[].resourceClaimTemplateName) have the
+        # shape of resource.k8s.io/v1, GA in the same release.
+        ver = max(
+            ver, K8S_MIN_VERSION["resource.k8s.io/v1"], key=lambda v: tuple(map(int, v.split(".")))
+        )
     errors: list[str] = []
     try:
         kubernetes_validate.validate(dict(manifest), ver, strict=True)
