@@ -164,7 +164,7 @@ def _xrds() -> dict[str, dict[str, Any]]:
 
 def _compositions() -> dict[str, dict[str, Any]]:
     out = {}
-    for path in sorted(COMPOSITIONS.glob("*/composition.yaml")):
+    for path in sorted(COMPOSITIONS.glob("*/composition*.yaml")):
         out[str(path.relative_to(ROOT))] = _only(str(path.relative_to(ROOT)))
     return out
 
