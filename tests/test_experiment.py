@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import datetime
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from function.composers import experiment as exp
 from function.errors import SpecError
 from function.experiment_model import parse_spec, spec_hash
 from function.naming import LABEL_CLUSTER, LABEL_DEPLOYMENT, LABEL_RUN, replica_name
-from function.render import World
+from function.render import World, load_yaml, observed_by_name
 from tests.fixtures import inference_cluster
 from tests.harness import (
     NAMESPACE,
@@ -1086,3 +1087,107 @@ def test_requirements_loop_settles(sim_factory) -> None:
     sim = sim_factory()
     sim.to_evaluating()
     assert sim.calls <= 6
+
+
+# ---- the example ---------------------------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "modelexperiment"
+
+
+def test_example_renders(grpc_function: GrpcFunction) -> None:
+    (x,) = load_yaml([str(EXAMPLE / "xr.yaml")])
+    validate_xr(x)
+    world = load_yaml([str(EXAMPLE / "required")])
+    for doc in world:
+        if doc["kind"] == "CronJob":
+            validate_k8s(doc)
+        elif doc["apiVersion"] == API_VERSION and doc["kind"] != "InferenceCluster":
+            validate_xr(doc)
+    # First reconcile: the gate opens and the candidate is composed.
+    rsp, _ = grpc_function.drive(x, World(world))
+    assert status(rsp)["phase"] == "Deploying", status(rsp)
+    assert conditions(rsp)["ArtifactGate"]["status"] == "True"
+    (cand,) = desired(rsp).values()
+    if has_modeldeployment_xrd():
+        validate_xr(cand)
+    # With the candidate observed Ready: the gauntlet Job on the replica's cluster.
+    observed = observed_by_name(load_yaml([str(EXAMPLE / "observed")]))
+    rsp, calls = grpc_function.drive(x, World(world), observed)
+    assert calls <= 6
+    st = status(rsp)
+    assert st["phase"] == "Evaluating", st
+    assert st["gauntlet"]["cluster"] == "gpu-us-east"
+    obj = desired(rsp)["gauntlet-r1"]
+    validate_object(obj)
+    job = obj["spec"]["forProvider"]["manifest"]
+    validate_k8s(job)
+    main = job["spec"]["template"]["spec"]["containers"][0]
+    assert ("MODELS", "qwen-canary=vllm") in env_of(main)
+    x["status"] = st
+    validate_xr(x)
+
+
+# ---- the candidate's schema is the ModelDeployment's template.spec ------------------------
+
+COMPOSITIONS = Path(__file__).resolve().parents[1] / "compositions"
+EXPERIMENT_XRD = COMPOSITIONS / "modelexperiment" / "definition.yaml"
+DEPLOYMENT_XRD = COMPOSITIONS / "modeldeployment" / "definition.yaml"
+CANDIDATE_DESCRIPTION = (
+    "The candidate: the shape of a ModelDeployment's template.spec plus backend. It is "
+    "deployed as an owned ModelDeployment named after the run, with one replica and only "
+    "the experiment's own labels (template and pod labels given here are replaced, so no "
+    "Service that selects production pods can select the candidate). "
+    "MODELPLANE_SERVED_MODEL_NAME is set to the candidate's name in every engine container."
+)
+BACKEND_SCHEMA = {
+    "type": "string",
+    "description": "The engine name the evaluation addresses, for example vllm or sglang. "
+    "The gauntlet gets MODELS=<candidate>=<backend>.",
+    "minLength": 1,
+    "maxLength": 63,
+    "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$",
+}
+
+
+def _version_schema(path: Path) -> dict[str, Any]:
+    import yaml
+
+    doc = yaml.safe_load(path.read_text())
+    return doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def candidate_schema_from_deployment() -> dict[str, Any]:
+    """The ModelDeployment XRD's ``template.spec`` schema plus ``backend``."""
+    dep = _version_schema(DEPLOYMENT_XRD)
+    node = copy.deepcopy(dep["properties"]["spec"]["properties"]["template"]["properties"]["spec"])
+    node["description"] = CANDIDATE_DESCRIPTION
+    node["required"] = ["backend", *[r for r in node.get("required", []) if r != "backend"]]
+    node["properties"] = {"backend": BACKEND_SCHEMA, **node["properties"]}
+    return node
+
+
+def sync_candidate_schema() -> None:
+    """Rewrite spec.candidate of the ModelExperiment XRD from the ModelDeployment XRD."""
+    import yaml
+
+    doc = yaml.safe_load(EXPERIMENT_XRD.read_text())
+    props = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    props["spec"]["properties"]["candidate"] = candidate_schema_from_deployment()
+    EXPERIMENT_XRD.write_text(yaml.safe_dump(doc, sort_keys=False, width=100, allow_unicode=True))
+
+
+@pytest.mark.skipif(not DEPLOYMENT_XRD.exists(), reason="the ModelDeployment XRD does not exist")
+def test_candidate_schema_is_modeldeployment_template_spec() -> None:
+    """An experiment admits exactly the candidates a ModelDeployment admits.
+
+    After a change of the ModelDeployment XRD, run ``python -m tests.test_experiment``.
+    """
+    mine = _version_schema(EXPERIMENT_XRD)["properties"]["spec"]["properties"]["candidate"]
+    assert mine == candidate_schema_from_deployment(), (
+        "spec.candidate of compositions/modelexperiment/definition.yaml is out of date with "
+        "the ModelDeployment XRD's template.spec; run python -m tests.test_experiment"
+    )
+
+
+if __name__ == "__main__":
+    sync_candidate_schema()
