@@ -278,6 +278,10 @@ class Metrics:
         self.collectors: dict[str, Any] = {s.short: _build(s, registry) for s in CATALOGUE}
         self._run = self.collectors["function_run_seconds"]
         self._results = self.collectors["function_results_total"]
+        # Children of the per-call metrics by label values: the label sets are small
+        # and fixed, and a dict lookup is several times cheaper than ``labels()``.
+        self._run_children: dict[tuple[str, str], Any] = {}
+        self._result_children: dict[tuple[str, str], Any] = {}
         self._log = structlog.get_logger("metrics")
 
     @staticmethod
@@ -289,9 +293,17 @@ class Metrics:
     def record_run(self, kind: str, result: str, seconds: float, severities: Iterable[str]) -> None:
         """Record one RunFunction call: its time and the severity of each result."""
         k = kind if kind in _KINDS else UNKNOWN_KIND
-        self._run.labels(k, result if result in RUN_RESULTS else OTHER).observe(seconds)
+        key = (k, result if result in RUN_RESULTS else OTHER)
+        child = self._run_children.get(key)
+        if child is None:
+            child = self._run_children[key] = self._run.labels(*key)
+        child.observe(seconds)
         for sev in severities:
-            self._results.labels(k, sev if sev in SEVERITIES else OTHER).inc()
+            rkey = (k, sev if sev in SEVERITIES else OTHER)
+            counter = self._result_children.get(rkey)
+            if counter is None:
+                counter = self._result_children[rkey] = self._results.labels(*rkey)
+            counter.inc()
 
     def apply(self, observations: Iterable[ObservationLike]) -> int:
         """Record lifecycle observations (histogram samples, counter increments).

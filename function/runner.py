@@ -22,8 +22,8 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import duration_pb2
 from google.protobuf.struct_pb2 import ListValue, Struct
 
+from function import logs, structs
 from function import metrics as metrics_mod
-from function import structs
 from function import tracing as tracing_mod
 from function.composers import composer_for
 from function.errors import SpecError
@@ -104,7 +104,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         """Run the function on one request, synchronously.
 
         Every log line written meanwhile carries the request tag and the XR's kind,
-        namespace and name (structlog context variables). The call is recorded in
+        namespace and name (``function.logs.CALL``). The call is recorded in
         ``function.metrics`` and, when tracing is on, in a span whose parent is the
         W3C trace context in ``metadata`` (the call's gRPC metadata, lower-case keys).
 
@@ -116,15 +116,17 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         kind = structs.get_str(xr, "kind")
         name = structs.get_str(xr, "metadata", "name")
         namespace = structs.get_str(xr, "metadata", "namespace")
-        with structlog.contextvars.bound_contextvars(
-            tag=req.meta.tag, xr_kind=kind, xr_namespace=namespace, xr_name=name
-        ):
+        call = {"tag": req.meta.tag, "xr_kind": kind, "xr_namespace": namespace, "xr_name": name}
+        token = logs.CALL.set(call)
+        try:
             if not self.tracing.enabled:  # hot path: no span objects at all
                 return self._serve(req, api_version, kind, namespace, name, None)
             with self.tracing.run_span(
                 kind, api_version, namespace, name, req.meta.tag, metadata
             ) as span:
                 return self._serve(req, api_version, kind, namespace, name, span)
+        finally:
+            logs.CALL.reset(token)
 
     def _serve(
         self,
