@@ -684,3 +684,32 @@ def test_replayed_over_grpc_through_the_requirements_loop(grpc_function: Any, ca
     assert h.desired(rsp) == h.desired(local)
     assert h.status(rsp) == h.status(local)
     validate_all(rsp)
+
+
+def test_partially_available_deployment_says_how_far():
+    spec = single_spec(copies=2)
+    first = h.desired(run(spec, ready_required()))
+    obs = observed_object(
+        first["workload-vllm"],
+        {"observedGeneration": 1, "updatedReplicas": 2, "availableReplicas": 1},
+    )
+    rsp = run(spec, ready_required(), observed={"workload-vllm": obs})
+    cond = h.conditions(rsp)[CONDITION]
+    assert cond["reason"] == "Starting" and "1/2 pods available" in cond["message"]
+    assert "endpoint" not in h.status(rsp)
+
+
+def test_serving_leader_worker_set_sets_endpoint():
+    spec = multi_spec(copies=2)
+    first = h.desired(run(spec, ready_required()))
+    not_yet = observed_object(first["workload-kimi"], {"readyReplicas": 1})
+    rsp = run(spec, ready_required(), observed={"workload-kimi": not_yet})
+    assert "1/2 groups ready" in h.conditions(rsp)[CONDITION]["message"]
+    serving = observed_object(
+        first["workload-kimi"],
+        {"readyReplicas": 2, "conditions": [{"type": "Available", "status": "True"}]},
+    )
+    rsp = run(spec, ready_required(), observed={"workload-kimi": serving})
+    assert h.conditions(rsp)[CONDITION]["reason"] == "Serving"
+    assert h.status(rsp)["endpoint"].endswith(".default.svc.cluster.local:8000")
+    assert h.xr_ready(rsp) == "READY_TRUE"

@@ -505,8 +505,20 @@ def _serving(inputs: Inputs, key: str, kind: str) -> tuple[bool, str]:
     manifest = observed_manifest(obj)
     if manifest is None:
         return False, "not observed yet"
-    ok = wl.lws_serving(manifest) if kind == "LeaderWorkerSet" else wl.deployment_serving(manifest)
-    return ok, "" if ok else "pods not ready"
+    if kind == "LeaderWorkerSet":
+        if wl.lws_serving(manifest):
+            return True, ""
+        have = _count(manifest, "status", "readyReplicas")
+        return False, f"{have}/{_count(manifest, 'spec', 'replicas')} groups ready"
+    if wl.deployment_serving(manifest):
+        return True, ""
+    have = _count(manifest, "status", "availableReplicas")
+    return False, f"{have}/{_count(manifest, 'spec', 'replicas')} pods available"
+
+
+def _count(node: Any, *path: str) -> int:
+    v = structs.get(node, *path)
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
 
 
 def _warn_unresolved(
