@@ -363,6 +363,54 @@ def test_an_invalid_spec_change_cancels_then_blocks(sim: Sim, clock: Clock) -> N
     assert xr_ready(sim.last) == "READY_FALSE"
 
 
+def test_deletion_cancels(sim: Sim, clock: Clock, registry: CollectorRegistry) -> None:
+    start(sim, clock)
+    sim.backfills[BACKFILL]["metadata"]["deletionTimestamp"] = format_time(clock.now)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "Deleting")
+    assert sim.observed[BACKFILL] == {}
+    assert metric(registry, "preemptions_total", reason="other") == 1
+
+
+def test_a_signal_that_disappears_cancels_a_running_job(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+    sim.deployment["metadata"]["annotations"] = {}
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "ForegroundSignalUnknown")
+    clock.advance(3600)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "ForegroundSignalUnknown")
+
+
+def test_a_job_reported_running_long_past_its_deadline_is_given_up(sim: Sim, clock: Clock) -> None:
+    start(sim, clock, maxRunDuration="20m")
+    clock.advance(20 * 60 + 590)  # within the grace after the deadline: still Running
+    assert sim.step()["phase"] == "Running"
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "JobOverdue")
+
+
+def test_starting_reports_the_objects_sync_error(sim: Sim, clock: Clock) -> None:
+    sim.add(spec())
+    sim.step()
+    clock.advance(600)
+    sim.step()
+    view = sim._observed_view(BACKFILL)
+    (key,) = view
+    view[key]["status"] = {
+        "conditions": [
+            {"type": "Synced", "status": "False", "reason": "ReconcileError",
+             "message": 'jobs.batch is forbidden: User "system:serviceaccount" cannot create'}
+        ]
+    }  # fmt: skip
+    rsp, _ = sim.fn.drive(sim.backfills[BACKFILL], sim.world(), view)
+    st = status(rsp)
+    assert (st["phase"], st["reason"]) == ("Starting", "JobNotSynced")
+    assert "forbidden" in st["message"] and set(desired(rsp)) == {key}
+
+
 # ---- outcomes -------------------------------------------------------------------------
 
 
