@@ -576,3 +576,19 @@ def test_grpc_end_to_end(grpc_function: h.GrpcFunction, case: str) -> None:
         assert h.conditions(over_grpc)["ReplicasScheduled"]["reason"] == "NoClusterInCacheFootprint"
     else:
         assert "gpu-c" not in {c for _, c in placed(over_grpc)}
+
+
+def test_replica_xrd_engines_follow_the_deployment_xrd() -> None:
+    """compositions/modelreplica is generated from modeldeployment's engine schema: in step."""
+    from tests.validation import find_xrd
+
+    def spec_props(kind: str) -> dict[str, Any]:
+        s = find_xrd(API_VERSION, kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        return s["properties"]["spec"]["properties"]
+
+    dep = spec_props("ModelDeployment")["template"]["properties"]["spec"]["properties"]
+    rep = copy.deepcopy(spec_props("ModelReplica"))
+    member = rep["engines"]["items"]["properties"]["members"]["items"]["properties"]
+    assert member.pop("pool")["type"] == "string"
+    for key in ("engines", "modelCacheRef", "tolerations", "serving", "shmSizeLimit", "flashLoader"):
+        assert rep[key] == dep[key], key

@@ -1,0 +1,154 @@
+"""BYO InferenceCluster: the status placement reads, from node pools and classes."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from function import API_VERSION
+from function.composers.inferencecluster import gpu_pools
+from tests import harness as h
+from tests.modelplane_examples_paths import KIND_LOCAL_CPU
+from tests.validation import load_documents, validate_manifest, validate_xr
+
+DOCS = load_documents(KIND_LOCAL_CPU)
+CLASSES = [d for d in DOCS if d["kind"] == "InferenceClass"]
+CLUSTER = next(d for d in DOCS if d["kind"] == "InferenceCluster")
+
+
+def cluster_xr(spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None):
+    body = copy.deepcopy(CLUSTER)
+    if spec is not None:
+        body["spec"] = spec
+    body["metadata"] = {**body["metadata"], "uid": "uid-ic"}
+    if status is not None:
+        body["status"] = status
+    return body
+
+
+def test_gpu_pools_rule() -> None:
+    classes = {c["metadata"]["name"]: c for c in CLASSES}
+    pools, missing = gpu_pools(
+        [
+            {"name": "a", "className": "fake-a100", "nodeCount": 3, "maxNodeCount": 5},
+            {"name": "b", "className": "fake-l4"},
+            {"name": "c", "className": "nope", "nodeCount": 2},
+        ],
+        classes,
+    )
+    assert missing == ["nope"]
+    assert [(p["name"], p["nodes"]) for p in pools] == [("a", 5), ("b", 1)]
+    assert pools[0]["devices"] == [
+        {
+            "claim": "DRA",
+            "count": 1,
+            "name": "gpu",
+            "driver": "gpu.example.com",
+            "deviceClassName": "gpu.example.com",
+            "capacity": {"memory": {"value": "40Gi"}},
+        }
+    ]
+
+
+def test_requires_each_class_and_keeps_status_until_resolved() -> None:
+    last = {"gpuPools": [{"name": "old", "nodes": 1}]}
+    rsp = h.run(h.request(cluster_xr(status=last)))
+    req = h.requirements(rsp)
+    assert req == {
+        "class-fake-a100": {
+            "apiVersion": API_VERSION,
+            "kind": "InferenceClass",
+            "matchName": "fake-a100",
+        },
+        "class-fake-l4": {
+            "apiVersion": API_VERSION,
+            "kind": "InferenceClass",
+            "matchName": "fake-l4",
+        },
+    }
+    assert h.status(rsp)["gpuPools"] == last["gpuPools"]
+    assert h.conditions(rsp)["PoolsResolved"]["status"] == "Unknown"
+
+
+def test_status_from_pools_and_classes_over_grpc(grpc_function: h.GrpcFunction) -> None:
+    xr = cluster_xr()
+    validate_xr(xr)
+    rsp, calls = grpc_function.drive(xr, h.World(CLASSES))
+    assert calls == 2
+    st = h.status(rsp)
+    assert [(p["name"], p["nodes"]) for p in st["gpuPools"]] == [("fake-l4", 1), ("fake-a100", 1)]
+    pc = h.desired(rsp)["provider-config"]
+    assert st["providerConfigRef"] == {
+        "name": pc["metadata"]["name"],
+        "kind": "ClusterProviderConfig",
+    }
+    assert pc["spec"]["credentials"] == {
+        "source": "Secret",
+        "secretRef": {
+            "namespace": "modelplane-system",
+            "name": "mp-fleet-kubeconfig",
+            "key": "kubeconfig",
+        },
+    }
+    validate_manifest(pc)
+    assert h.conditions(rsp)["PoolsResolved"] == {
+        "status": "True",
+        "reason": "Resolved",
+        "message": "2 node pools resolved (2 nodes)",
+    }
+    # Not ready until the ProviderConfig exists; then ready.
+    assert h.xr_ready(rsp) == "READY_FALSE"
+    rsp, _ = grpc_function.drive(xr, h.World(CLASSES), {"provider-config": pc})
+    assert h.xr_ready(rsp) == "READY_TRUE"
+    assert h.desired_ready(rsp)["provider-config"] == "READY_TRUE"
+
+
+def test_missing_class_is_named_and_its_pool_left_out() -> None:
+    rsp, _ = h.drive(h.run, cluster_xr(), None, h.World(CLASSES[:1]))
+    c = h.conditions(rsp)["PoolsResolved"]
+    assert (c["status"], c["reason"]) == ("False", "ClassNotFound")
+    assert "fake-a100" in c["message"] and "1 of 2 node pools" in c["message"]
+    assert [p["name"] for p in h.status(rsp)["gpuPools"]] == ["fake-l4"]
+    assert h.xr_ready(rsp) == "READY_FALSE"
+
+
+def test_identity_and_storage_class() -> None:
+    spec = copy.deepcopy(CLUSTER["spec"])
+    spec["cluster"]["existing"]["identitySecretRef"] = {
+        "name": "gcp-sa",
+        "type": "GoogleApplicationCredentials",
+    }
+    spec["cluster"]["existing"]["cache"] = {"storageClassName": "filestore-rwx"}
+    rsp, _ = h.drive(h.run, cluster_xr(spec), None, h.World(CLASSES))
+    pc = h.desired(rsp)["provider-config"]
+    assert pc["spec"]["identity"] == {
+        "source": "Secret",
+        "type": "GoogleApplicationCredentials",
+        "secretRef": {"namespace": "modelplane-system", "name": "gcp-sa", "key": "private_key"},
+    }
+    validate_manifest(pc)
+    assert h.status(rsp)["cache"] == {"storageClassName": "filestore-rwx"}
+
+
+def test_other_sources_are_not_served() -> None:
+    spec = {"cluster": {"source": "GKE", "gke": {"region": "us-central1"}}}
+    rsp = h.run(h.request(cluster_xr(spec)))
+    assert h.desired(rsp) == {}
+    assert h.conditions(rsp)["PoolsResolved"]["reason"] == "SourceNotServed"
+
+
+def test_composed_status_drives_placement() -> None:
+    """The BYO composer's output is what the deployment places against."""
+    rsp, _ = h.drive(h.run, cluster_xr(), None, h.World(CLASSES))
+    cluster = cluster_xr(
+        status={
+            **h.status(rsp),
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}],
+        }
+    )
+    dep = next(d for d in DOCS if d["kind"] == "ModelDeployment")
+    out, _ = h.drive(h.run, dep, None, h.World([cluster]))
+    reps = [b for b in h.desired(out).values() if b["kind"] == "ModelReplica"]
+    assert [
+        (r["spec"]["clusterName"], r["spec"]["engines"][0]["members"][0]["pool"]) for r in reps
+    ] == [("mp-fleet", "fake-a100")]
