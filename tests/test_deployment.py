@@ -590,5 +590,12 @@ def test_replica_xrd_engines_follow_the_deployment_xrd() -> None:
     rep = copy.deepcopy(spec_props("ModelReplica"))
     member = rep["engines"]["items"]["properties"]["members"]["items"]["properties"]
     assert member.pop("pool")["type"] == "string"
-    for key in ("engines", "modelCacheRef", "tolerations", "serving", "shmSizeLimit", "flashLoader"):
+    for key in (
+        "engines",
+        "modelCacheRef",
+        "tolerations",
+        "serving",
+        "shmSizeLimit",
+        "flashLoader",
+    ):
         assert rep[key] == dep[key], key
