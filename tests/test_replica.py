@@ -713,3 +713,16 @@ def test_serving_leader_worker_set_sets_endpoint():
     assert h.conditions(rsp)[CONDITION]["reason"] == "Serving"
     assert h.status(rsp)["endpoint"].endswith(".default.svc.cluster.local:8000")
     assert h.xr_ready(rsp) == "READY_TRUE"
+
+
+def test_flash_loader_smaller_than_the_weights_warns():
+    # qwen-cache holds 2 GiB of weights; a 1Gi memory volume cannot hold them.
+    rsp = run(
+        single_spec(), ready_required(flash_loader={"enabled": True, "tmpfsSizeLimit": "1Gi"})
+    )
+    warnings = [m for s, m in h.results(rsp) if s == "Warning"]
+    assert any("tmpfsSizeLimit 1Gi" in w and "2 GiB" in w for w in warnings)
+    rsp = run(
+        single_spec(), ready_required(flash_loader={"enabled": True, "tmpfsSizeLimit": "3Gi"})
+    )
+    assert not [m for s, m in h.results(rsp) if s == "Warning"]

@@ -41,12 +41,19 @@ from its source itself.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from pydantic import ValidationError
 
 from function import API_VERSION, naming, structs
-from function.devices import Device, DeviceRequest, InvalidSelector, compile_selector
+from function.devices import (
+    Device,
+    DeviceRequest,
+    InvalidSelector,
+    compile_selector,
+    parse_quantity,
+)
 from function.envinject import unresolved
 from function.errors import SpecError, pydantic_errors
 from function.flashloader import FlashLoader, resolve_flash_loader, resolve_shm
@@ -192,6 +199,8 @@ def compose(inputs: Inputs) -> Outcome:
             cache_level=f"ModelCache {ns}/{cache} spec.flashLoader",
         )
         flash = fl if fl.enabled else None
+        if flash is not None:
+            _check_flash_fits(out, flash, cache_req.items[0], f"{ns}/{cache}")
         if not hyd_req.items:
             return _gate(
                 inputs,
@@ -243,6 +252,29 @@ def compose(inputs: Inputs) -> Outcome:
             warn=True,
         )
     return _compose(inputs, out, spec, pc, pools, shm, flash, hydration)
+
+
+def _check_flash_fits(out: Outcome, flash: FlashLoader, cache: Any, ref: str) -> None:
+    """Warn when the flash loader's memory volume cannot hold the cache's weights.
+
+    The copy would hit the ``emptyDir`` size limit and the kubelet evicts the pod
+    (https://kubernetes.io/docs/concepts/storage/volumes/#emptydir), so every
+    start would fail; the cache's ``spec.huggingFace.sizeGiB`` says how large
+    the weights are.
+    """
+    size_gib = structs.get(cache, "spec", "huggingFace", "sizeGiB")
+    if not isinstance(size_gib, (int, float)) or isinstance(size_gib, bool) or size_gib <= 0:
+        return
+    try:
+        limit = parse_quantity(flash.tmpfs_size_limit)
+    except ValueError:
+        return
+    if limit < Decimal(str(size_gib)) * 2**30:
+        out.warning(
+            f"flash loader tmpfsSizeLimit {flash.tmpfs_size_limit} is smaller than ModelCache "
+            f"{ref} ({size_gib:g} GiB): the copy cannot fit and the engine pods will be evicted",
+            "FlashLoaderTooSmall",
+        )
 
 
 def _pools(cluster: Any) -> dict[str, Any]:
