@@ -22,8 +22,9 @@ from function import metrics as metrics_mod
 from function.backfill_spec import accelerator_uses, is_accelerator, parse, spec_hash
 from function.composers.backfill import JOB_PREFIX
 from function.naming import replica_name
-from function.render import World, load_yaml, observed_by_name
+from function.render import World, drive, load_yaml, observed_by_name
 from function.timeutil import format_time, parse_time
+from tests import fixtures
 from tests.backfill_sim import (
     BACKFILL,
     DEPLOYMENT,
@@ -31,6 +32,7 @@ from tests.backfill_sim import (
     Sim,
     deployment,
     eval_cronjob,
+    job_status,
     replica,
 )
 from tests.harness import (
@@ -678,6 +680,78 @@ def test_same_input_same_bytes(sim: Sim, clock: Clock) -> None:
     a = run(req, now=clock).SerializeToString(deterministic=True)
     b = run(req, now=clock).SerializeToString(deterministic=True)
     assert a == b
+
+
+# ---- a decision table, in-process and over gRPC -----------------------------------------------
+
+T = datetime.datetime(2026, 11, 29, 12, 0, 0, tzinfo=datetime.UTC)
+
+
+def _ago(minutes: float) -> str:
+    return format_time(T - datetime.timedelta(minutes=minutes))
+
+
+_RUNNING = {
+    "phase": "Running", "reason": "JobRunning", "message": "m", "cluster": "gpu-a",
+    "replica": R0, "job": "j", "startedAt": _ago(5), "runningSince": _ago(4), "attempts": 1,
+    "specHash": spec_hash(spec()),
+}  # fmt: skip
+
+# (id, prior status, minutes since the last foreground request, remote Job state or None,
+#  expected phase, expected reason, expected desired keys)
+TABLE = [
+    ("fresh, idle long enough", None, 30, None, "Starting", "JobCreated", {"job-1"}),
+    ("fresh, not idle", None, 3, None, "WaitingForIdle", "NotIdle", set()),
+    ("running, quiet", _RUNNING, 30, "active", "Running", "JobRunning", {"job-1"}),
+    ("running, foreground", _RUNNING, 1, "active", "Cancelling", "PreemptedByForeground", set()),
+    ("running, completed", _RUNNING, 1, "complete", "Succeeded", "JobSucceeded", set()),
+    ("running, failed", _RUNNING, 30, "failed", "Failed", "JobFailed", set()),
+    ("cancelling, gone", {**_RUNNING, "phase": "Cancelling"}, 30, None, "WaitingForIdle",
+     "NotIdle", set()),
+    ("failed stays", {**_RUNNING, "phase": "Failed", "lastResult": "Failed"}, 300, None,
+     "Failed", "JobFailed", set()),
+    ("succeeded one-shot stays", {**_RUNNING, "phase": "Succeeded", "lastResult": "Succeeded"},
+     300, None, "Succeeded", "JobSucceeded", set()),
+]  # fmt: skip
+
+
+def _table_inputs(prior: dict | None, fg_minutes: float, job: str | None):
+    body = xr("ModelBackfill", BACKFILL, spec(), status=dict(prior) if prior else None)
+    rest = [replica(0, "gpu-a"), eval_cronjob(), fixtures.inference_cluster("gpu-a"), body]
+    world = World([deployment(foreground=_ago(fg_minutes)), *rest])
+    observed = {}
+    if job is not None:
+        # The Object the function composed when it started this attempt, 5 minutes ago.
+        then = World([deployment(foreground=_ago(60)), *rest])
+        with GrpcFunction(clock=Clock(T - datetime.timedelta(minutes=5))) as fn:
+            first, _ = fn.drive(xr("ModelBackfill", BACKFILL, spec()), then, None)
+        obj = desired(first)["job-1"]
+        manifest = copy.deepcopy(obj["spec"]["forProvider"]["manifest"])
+        manifest["status"] = job_status(job, T - datetime.timedelta(minutes=1))
+        obj["status"] = {"atProvider": {"manifest": manifest}}
+        observed["job-1"] = obj
+    return body, world, observed
+
+
+@pytest.mark.parametrize(("prior", "fg", "job", "phase", "reason", "keys"),
+                         [r[1:] for r in TABLE], ids=[r[0] for r in TABLE])  # fmt: skip
+def test_decision_table_in_process_and_over_grpc(
+    prior: dict | None, fg: float, job: str | None, phase: str, reason: str, keys: set
+) -> None:
+    body, world, observed = _table_inputs(prior, fg, job)
+
+    def in_process(req):
+        return run(req, now=T)
+
+    rsp, _ = drive(in_process, body, observed, world)
+    st = status(rsp)
+    assert (st["phase"], st["reason"]) == (phase, reason), st
+    assert set(desired(rsp)) == keys
+    with GrpcFunction(clock=Clock(T)) as fn:
+        over_grpc, _ = fn.drive(body, world, observed)
+    assert over_grpc.SerializeToString(deterministic=True) == rsp.SerializeToString(
+        deterministic=True
+    )
 
 
 # ---- pure pieces -----------------------------------------------------------------------------
