@@ -590,3 +590,44 @@ def test_cel_escaping_and_evaluation_errors():
     assert cel_errors(schema, {"namespace": "a", "missing": 1}) == []
     broken = {"x-kubernetes-validations": [{"rule": "self ==", "message": "m"}]}
     assert "does not compile" in cel_errors(broken, {})[0]
+
+
+def test_timestamps_must_be_rfc3339():
+    h = hydration()
+    h["status"] = {"phase": "Pending", "pendingSince": "2026-01-05T09:00:00Z"}
+    validate_xr(h)
+    for bad in ("yesterday", "2026-01-05 09:00:00", "2026-13-05T09:00:00Z"):
+        h["status"]["pendingSince"] = bad
+        assert any("pendingSince" in e for e in _errors(validate_xr, h)), bad
+
+
+def test_map_lists_reject_duplicate_keys():
+    mc = model_cache(
+        status={
+            "clusters": [
+                {"name": "gpu-a", "phase": "Ready"},
+                {"name": "gpu-a", "phase": "Failed"},
+            ]
+        }
+    )
+    errs = _errors(validate_xr, mc)
+    assert any(e.startswith("status.clusters[1]: duplicate") for e in errs), errs
+    twice = model_cache(
+        status={
+            "conditions": [
+                {
+                    "type": "A",
+                    "status": "True",
+                    "reason": "R",
+                    "lastTransitionTime": "2026-01-05T09:00:00Z",
+                },
+                {
+                    "type": "A",
+                    "status": "False",
+                    "reason": "R",
+                    "lastTransitionTime": "2026-01-05T09:00:00Z",
+                },
+            ]
+        }
+    )
+    assert any("duplicate" in e for e in _errors(validate_xr, twice))

@@ -35,6 +35,7 @@ evaluated counts as a failure.
 from __future__ import annotations
 
 import copy
+import datetime
 import functools
 import os
 import re
@@ -144,11 +145,15 @@ def openapi_to_jsonschema(node: Mapping[str, Any], *, strict: bool = True) -> di
       still validates the declared ones); without a ``type`` it admits any value.
     - ``x-kubernetes-embedded-resource: true`` admits ``apiVersion``, ``kind``
       and ``metadata`` besides the declared properties.
-    - ``format`` is not checked (the API server checks only a few formats).
+    - Of the formats only ``date-time`` (RFC 3339) is checked, with
+      :data:`FORMAT_CHECKER`; ``int32``/``int64`` and the rest are dropped.
     """
     out: dict[str, Any] = {}
     preserve = bool(node.get("x-kubernetes-preserve-unknown-fields"))
     for key, value in node.items():
+        if key == "format" and value == "date-time":
+            out[key] = value  # checked by FORMAT_CHECKER, as the API server does
+            continue
         if key in _DROP or key.startswith("x-kubernetes-"):
             continue
         if key == "properties":
@@ -175,6 +180,61 @@ def openapi_to_jsonschema(node: Mapping[str, Any], *, strict: bool = True) -> di
     if strict and is_object and not preserve and "additionalProperties" not in node:
         out["additionalProperties"] = False
     return out
+
+
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+FORMAT_CHECKER = jsonschema.FormatChecker(formats=())
+
+
+@FORMAT_CHECKER.checks("date-time")
+def _is_date_time(value: object) -> bool:
+    """RFC 3339 date-time, the format of Kubernetes timestamps (metav1.Time)."""
+    if not isinstance(value, str):
+        return True
+    if not _RFC3339.match(value):
+        return False
+    try:
+        datetime.datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
+def list_errors(schema: Mapping[str, Any], value: Any, path: tuple[Any, ...] = ()) -> list[str]:
+    """Duplicates the API server rejects in ``x-kubernetes-list-type`` lists.
+
+    A ``map`` list must not hold two items with the same values of its
+    ``x-kubernetes-list-map-keys``; a ``set`` list must not hold an item twice
+    (https://kubernetes.io/docs/reference/using-api/server-side-apply/#merge-strategy).
+    """
+    errors: list[str] = []
+    if isinstance(value, list):
+        kind = schema.get("x-kubernetes-list-type")
+        if kind == "map":
+            keys = list(schema.get("x-kubernetes-list-map-keys") or ())
+            seen: set[str] = set()
+            for i, item in enumerate(value):
+                if not isinstance(item, Mapping):
+                    continue
+                ident = repr([item.get(k) for k in keys])
+                if ident in seen:
+                    errors.append(f"{_path([*path, i])}: duplicate entry for keys {keys} = {ident}")
+                seen.add(ident)
+        elif kind == "set":
+            reprs = [repr(v) for v in value]
+            if len(set(reprs)) != len(reprs):
+                errors.append(f"{_path(path)}: duplicate items in a set list")
+        if isinstance(schema.get("items"), Mapping):
+            for i, item in enumerate(value):
+                errors += list_errors(schema["items"], item, (*path, i))
+    elif isinstance(value, Mapping):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for k, v in value.items():
+            sub = props.get(k) if k in props else (extra if isinstance(extra, Mapping) else None)
+            if sub is not None:
+                errors += list_errors(sub, v, (*path, k))
+    return errors
 
 
 def apply_defaults(value: Any, schema: Mapping[str, Any]) -> Any:
@@ -542,7 +602,7 @@ def _compiled(key: tuple[str, str, str]) -> tuple[dict[str, Any], Any]:
     js = openapi_to_jsonschema(schema)
     js.setdefault("properties", {})["metadata"] = _METADATA_SCHEMA
     validator_cls = jsonschema.validators.validator_for(js, default=jsonschema.Draft7Validator)
-    return schema, validator_cls(js)
+    return schema, validator_cls(js, format_checker=FORMAT_CHECKER)
 
 
 def _crd_document(path: str) -> dict[str, Any]:
@@ -571,6 +631,7 @@ def _validate_against(
         f"{_path(e.absolute_path)}: {e.message}"
         for e in sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.path)))
     ]
+    errors += list_errors(schema, value)
     errors += cel_errors(schema, value, old=apply_defaults(dict(old), schema) if old else None)
     errors += metadata_errors(value)
     for where, pod in _pod_templates(value):  # LeaderWorkerSet templates
@@ -738,6 +799,8 @@ def xr_openapi_schema(xrd: Mapping[str, Any], version: str) -> dict[str, Any]:
     sprops = status.setdefault("properties", {})
     sprops["conditions"] = {
         "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
         "items": {
             "type": "object",
             "required": ["lastTransitionTime", "reason", "status", "type"],
