@@ -456,3 +456,25 @@ def test_multiprocess_mode_sums_worker_processes(tmp_path):
     assert count.value == 2.0
     assert metrics.clear_multiprocess_dir(str(tmp_path)) >= 2
     assert not list(tmp_path.glob("*.db"))
+
+
+def test_real_hydration_transition_counted_once_over_grpc(m):
+    """The ModelCacheHydration composer observes its duration in the call that records
+    ``readyAt``; the next call, which sees ``readyAt`` in status, adds nothing."""
+    from tests import test_hydration as h
+
+    observed = {**h.pvc("Bound"), **h.job(h.COMPLETE, succeeded=1), **h.token_object()}
+    hydrating = h.hydration_xr(h.prev_status("Hydrating", startedAt="2026-11-29T08:00:00Z"))
+    labels = {"namespace": hydrating["metadata"]["namespace"], "cache": h.spec()["cacheName"]}
+    with GrpcFunction() as fn:
+        fn.runner.metrics = m
+        rsp = fn.call(request(hydrating, observed=observed, required=h.resolved()))
+        ready_at = h.status(rsp)["readyAt"]
+        ready = h.hydration_xr({**h.prev_status("Ready"), "readyAt": ready_at})
+        fn.call(request(ready, observed=h.pvc("Bound"), required=h.resolved()))
+        fn.call(request(ready, observed=h.pvc("Bound"), required=h.resolved()))
+    name = "modelplane_cache_hydration_duration_seconds"
+    assert value(m.registry, f"{name}_count", **labels) == 1
+    assert value(m.registry, f"{name}_sum", **labels) == 3600  # 08:00 to the clock's 09:00
+    assert value(m.registry, f"{name}_bucket", le="3600.0", **labels) == 1
+    assert value(m.registry, f"{name}_bucket", le="2700.0", **labels) == 0
