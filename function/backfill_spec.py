@@ -149,8 +149,8 @@ def parse(raw: dict[str, Any]) -> Parsed | Blocked:
     """
     try:
         spec = BackfillSpec.model_validate(raw)
-    except ValidationError as e:
-        err = pydantic_errors("spec", e)
+    except ValidationError as exc:
+        err = pydantic_errors("spec", exc)
         return Blocked("InvalidSpec", err.field, str(err))
     try:
         idle = _duration(spec, "idleFor")
@@ -178,23 +178,23 @@ def parse(raw: dict[str, Any]) -> Parsed | Blocked:
             f"spec.env has {len(spec.env)} entries; at most {MAX_ENV} are allowed",
         )
     seen: set[str] = set()
-    for i, e in enumerate(spec.env):
+    for i, var in enumerate(spec.env):
         where = f"spec.env[{i}].name"
-        if not ENV_NAME.match(e.name):
+        if not ENV_NAME.match(var.name):
             return Blocked(
                 "InvalidEnvName",
                 where,
-                f"{where} {e.name!r} is not a valid env variable name "
+                f"{where} {var.name!r} is not a valid env variable name "
                 f"(letters, digits and _, not starting with a digit)",
             )
-        if e.name in seen:
-            return Blocked("InvalidEnvName", where, f"{where} {e.name!r} is declared twice")
-        seen.add(e.name)
-        if e.name in RESERVED_ENV:
+        if var.name in seen:
+            return Blocked("InvalidEnvName", where, f"{where} {var.name!r} is declared twice")
+        seen.add(var.name)
+        if var.name in RESERVED_ENV:
             return Blocked(
                 "ReservedEnvName",
                 where,
-                f"{where} {e.name!r} is reserved: the function sets "
+                f"{where} {var.name!r} is reserved: the function sets "
                 f"{', '.join(sorted(RESERVED_ENV))} in every backfill container",
             )
     return Parsed(spec, idle, max(1, math.ceil(run)), repeat)
