@@ -478,3 +478,69 @@ def test_real_hydration_transition_counted_once_over_grpc(m):
     assert value(m.registry, f"{name}_sum", **labels) == 3600  # 08:00 to the clock's 09:00
     assert value(m.registry, f"{name}_bucket", le="3600.0", **labels) == 1
     assert value(m.registry, f"{name}_bucket", le="2700.0", **labels) == 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_worker_processes_metrics_served_once_summed(tmp_path):
+    """``python -m function --workers 2``: workers serve calls, the parent serves
+    ``/metrics`` with the sum over workers (prometheus-client multiprocess mode)."""
+    import os
+    import signal
+    import time
+
+    import grpc
+    from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    address, metrics_port = f"127.0.0.1:{_free_port()}", _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("PROMETHEUS_MULTIPROC_DIR",
+                                                            "METRICS_ADDRESS")}  # fmt: skip
+    log = (tmp_path / "log").open("w+b")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "function", "--insecure", "--address", address,
+         "--metrics-address", f"127.0.0.1:{metrics_port}", "--workers", "2"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, log.seek(0) or log.read().decode()[-2000:]
+            try:
+                with grpc.insecure_channel(address) as ch:
+                    r = health_pb2_grpc.HealthStub(ch).Check(
+                        health_pb2.HealthCheckRequest(service=""), timeout=1
+                    )
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    break
+            except grpc.RpcError:
+                pass
+            assert time.monotonic() < deadline, "function did not serve"
+            time.sleep(0.2)
+        calls = 8
+        for i in range(calls):  # a new connection each: the kernel spreads them
+            with grpc.insecure_channel(address) as ch:
+                grpcv1.FunctionRunnerServiceStub(ch).RunFunction(
+                    resolved_request(tag=f"t{i}"), timeout=30
+                )
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = r.read().decode()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    fams = {f.name: f for f in text_string_to_metric_families(body)}
+    counts = [
+        s.value
+        for s in fams["modelplane_function_run_seconds"].samples
+        if s.name.endswith("_count") and s.labels == {"kind": "ModelCache", "result": "success"}
+    ]
+    # The parent serves no calls: only the workers' files can add up to every call.
+    assert sum(counts) == calls
+    assert proc.returncode == 0
