@@ -228,7 +228,10 @@ def serve_workers(cfg: ServerConfig, workers: int, debug: bool = False) -> int:
                 log.error("worker died; stopping the others", worker=p.name, exitcode=p.exitcode)
                 code = 1
                 forward(signal.SIGTERM, None)
-    if any(p.exitcode != 0 for p in procs):
+    # A worker stopped by the forwarded SIGTERM before it had installed its own handler
+    # (still starting) exits with -SIGTERM: that is a clean stop too.
+    clean = (0, -signal.SIGTERM) if stopping else (0,)
+    if any(p.exitcode not in clean for p in procs):
         code = 1
     log.info("workers stopped", exitcode=code)
     return code
