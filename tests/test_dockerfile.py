@@ -116,8 +116,25 @@ def problems(text: str) -> list[str]:
 
     build, runtime = stages[:-1], stages[-1]
     runs = " ".join(a for s in build for a in s.args("RUN"))
-    if not re.search(r"python\d*(\.\d+)? -m venv (\S+)", runs):
+    venv = re.search(r"python\d*(\.\d+)? -m venv (\S+)", runs)
+    if not venv:
         out.append("build stage creates no virtual environment (python -m venv)")
+    else:
+        # `python` in the entrypoint and in the Jobs' commands must be the venv's.
+        bin_dir = venv.group(2).rstrip("/") + "/bin"
+        path = next(
+            (
+                m.group(1)
+                for a in runtime.args("ENV")
+                for m in [re.search(r"(?:^|\s)PATH=(\S+)", a)]
+                if m
+            ),
+            "",
+        )
+        if path.split(":")[0] != bin_dir:
+            out.append(f"runtime PATH does not start with {bin_dir}: `python` is not the venv's")
+        if not any(a.split()[1:] == [venv.group(2), venv.group(2)] for a in runtime.args("COPY")):
+            out.append(f"runtime stage does not copy the venv {venv.group(2)} to the same path")
     if not re.search(r"pip install[^&;]*\s\.(\s|$)", runs):
         out.append("build stage does not install the project (pip install .)")
     copies_from = [a for a in runtime.args("COPY") if a.startswith("--from=")]
@@ -226,6 +243,14 @@ MUTATIONS = {
         lambda: _mutate("/venv/bin/pip install --no-compile .", "/venv/bin/pip install grpcio"),
         "pip install .",
     ),
+    "venv not first on PATH": (
+        lambda: _mutate("ENV PATH=/venv/bin:$PATH", "ENV PATH=$PATH:/venv/bin"),
+        "not the venv's",
+    ),
+    "venv copied elsewhere": (
+        lambda: _mutate("COPY --from=build /venv /venv", "COPY --from=build /venv /opt/venv"),
+        "same path",
+    ),
     "venv not copied": (
         lambda: _mutate("COPY --from=build /venv /venv", "COPY function /venv"),
         "copies nothing",
@@ -243,7 +268,8 @@ def test_a_broken_dockerfile_is_reported(case):
 def test_arg_defaults_are_substituted_into_from():
     text = (
         "ARG PY=3.11\nFROM python:${PY}-slim AS build\nRUN python -m venv /v && "
-        "/v/bin/pip install .\nFROM python:$PY-slim\nCOPY --from=build /v /v\nUSER 1000\n"
+        "/v/bin/pip install .\nFROM python:$PY-slim\nCOPY --from=build /v /v\n"
+        "ENV PATH=/v/bin:$PATH\nUSER 1000\n"
         'EXPOSE 9443 8080\nENTRYPOINT ["python", "-m", "function"]\n'
     )
     assert problems(text) == []
@@ -279,3 +305,28 @@ def test_every_function_package_is_installed_by_pip():
         ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "function").rglob("__init__.py")
     }
     assert on_disk and on_disk <= found
+
+
+def _runtime_uid() -> int:
+    user = parse(DOCKERFILE.read_text())[-1].args("USER")[-1]
+    return int(user.split(":")[0])
+
+
+def test_runtime_uid_is_the_uid_the_hydration_pod_runs_as():
+    """The hydration Job runs this image with runAsUser and fsGroup; they must agree."""
+    from function.manifests import storage
+
+    assert _runtime_uid() == storage.HYDRATION_UID
+
+
+def test_every_python_module_a_composed_pod_runs_is_in_the_image():
+    """Commands like ["python", "-m", "function.hydrate"] in composed pods must resolve."""
+    import importlib.util
+
+    pattern = re.compile(r'"python",\s*"-m",\s*"(function(?:\.\w+)*)"')
+    modules = set()
+    for path in (ROOT / "function").rglob("*.py"):
+        modules |= set(pattern.findall(path.read_text()))
+    assert "function.hydrate" in modules
+    for module in sorted(modules):
+        assert importlib.util.find_spec(module) is not None, f"{module} is not in the package"
