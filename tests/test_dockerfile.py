@@ -74,8 +74,8 @@ def parse(text: str) -> list[Stage]:
             for k, v in global_args.items():
                 rest = rest.replace("${" + k + "}", v).replace("$" + k, v)
             words = [w for w in rest.split() if not w.startswith("--platform")]
-            name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
-            stages.append(Stage(image=words[0], name=name))
+            alias = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
+            stages.append(Stage(image=words[0], name=alias))
             continue
         if not stages:
             raise ValueError(f"instruction before FROM: {line}")

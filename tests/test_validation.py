@@ -40,7 +40,7 @@ def _errors(fn, obj: Any, **kw: Any) -> list[str]:
 
 
 def job(**pod: Any) -> dict[str, Any]:
-    spec = {
+    spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [
             {
@@ -110,7 +110,7 @@ def test_an_invalid_job_is_rejected(mutate, expected):
 
 
 def test_service_names_are_dns1035_labels():
-    svc = {
+    svc: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": "0-starts-with-digit"},
@@ -122,7 +122,7 @@ def test_service_names_are_dns1035_labels():
 
 
 def test_dra_kinds_are_validated_at_the_release_that_has_them():
-    rct = {
+    rct: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": "gpus"},
@@ -241,7 +241,7 @@ def test_leaderworkersets_are_validated_against_the_lws_crd():
 
 
 def composition(**spec: Any) -> dict[str, Any]:
-    base = {
+    base: dict[str, Any] = {
         "compositeTypeRef": {"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelCache"},
         "mode": "Pipeline",
         "pipeline": [{"step": "compose", "functionRef": {"name": "function-modelplane"}}],
@@ -269,7 +269,7 @@ def test_compositions_are_validated_with_schema_and_cel():
 
 
 def test_crd_transition_rules_run_only_with_an_old_object():
-    xrd = {
+    xrd: dict[str, Any] = {
         "apiVersion": "apiextensions.crossplane.io/v2",
         "kind": "CompositeResourceDefinition",
         "metadata": {"name": "things.example.org"},
@@ -436,7 +436,7 @@ def test_crossplane_machinery_fields_are_allowed_on_xrs():
 
 
 def hydration(**spec: Any) -> dict[str, Any]:
-    base = {
+    base: dict[str, Any] = {
         "clusterName": "gpu-a",
         "cacheName": "qwen-cache",
         "source": "HuggingFace",
@@ -482,7 +482,7 @@ def test_hydration_phases(phase, ok):
 
 
 def test_inference_clusters_are_cluster_scoped_and_follow_modelplane():
-    ic = {
+    ic: dict[str, Any] = {
         "apiVersion": "modelplane.ai/v1alpha1",
         "kind": "InferenceCluster",
         "metadata": {"name": "gpu-a", "labels": {"tier": "prod"}},

@@ -776,7 +776,7 @@ def xr_openapi_schema(xrd: Mapping[str, Any], version: str) -> dict[str, Any]:
     schema["required"] = sorted(set(schema.get("required") or []) | {"spec"})
     spec = props.setdefault("spec", {"type": "object"})
     spec.setdefault("type", "object")
-    ref_item = {
+    ref_item: dict[str, Any] = {
         "type": "object",
         "required": ["apiVersion", "kind"],
         "properties": {k: {"type": "string"} for k in ("apiVersion", "kind", "name")},
