@@ -8,6 +8,8 @@ which already contains ``huggingface_hub``: nothing is installed at run time.
         --identity <naming.source_identity(repo, revision)> --target /mnt/models
 
 Environment:
+    MODELPLANE_RESULT_CONFIGMAP  The ConfigMap to report the result to (optional),
+                 in ``POD_NAMESPACE``.
     HF_TOKEN     The hub token (optional; from the remote Secret via secretKeyRef).
                  Sent as ``Authorization: Bearer``; never logged.
     HF_ENDPOINT  The hub's base URL (default https://huggingface.co).
@@ -31,8 +33,13 @@ What it does:
        {"repo", "revision", "identity", "commit", "digest": "sha256:<hex>",
         "files", "bytes", "validatedAt", "completedAt"}
 
-   The same JSON (without timestamps) goes to the container's termination
-   message (``/dev/termination-log``, or ``$TERMINATION_LOG``) when writable.
+   A summary goes to the container's termination message
+   (``/dev/termination-log``, or ``$TERMINATION_LOG``) when writable.
+4. It reports the marker to the control plane: with ``$MODELPLANE_RESULT_CONFIGMAP``
+   set, it merge-patches ``data.result`` of that ConfigMap on its own cluster
+   (see :func:`report_result`); the function reads it back through the Object it
+   composed for the ConfigMap and records ``status.evidence``. This also runs
+   when the marker was already there, so a lost report is repeated.
 
 Exit codes: 0 done (or skipped); 1 a failure worth retrying (network, hub 5xx,
 disk); 2 bad arguments; 3 a permanent failure (repository or revision not found,
@@ -49,8 +56,12 @@ import hashlib
 import json
 import logging
 import os
+import ssl
 import sys
 import tempfile
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +229,76 @@ def termination_message(payload: dict[str, Any]) -> None:
         pass
 
 
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def report_result(
+    result: dict[str, Any],
+    *,
+    attempts: int = 6,
+    delay: float = 2.0,
+    sleep: Any = time.sleep,
+) -> bool:
+    """Merge-patch ``data.result`` of the result ConfigMap with ``result`` (JSON).
+
+    The ConfigMap is named by ``$MODELPLANE_RESULT_CONFIGMAP`` in ``$POD_NAMESPACE``
+    (else the service account's namespace); without that variable nothing is
+    reported. The request goes to the API server from inside the pod
+    (``KUBERNETES_SERVICE_HOST``/``_PORT``, the service account's token and CA;
+    ``$MODELPLANE_KUBE_API`` overrides the URL and ``$MODELPLANE_SA_DIR`` the
+    token directory) as ``PATCH .../configmaps/<name>`` with
+    ``application/merge-patch+json``. The Role allows only ``get`` and ``patch``
+    of that ConfigMap. Retries ``attempts`` times with doubling delays, because
+    the RoleBinding may be created just after the pod starts.
+
+    Returns:
+        True when reported, False when there is nothing to report to.
+
+    Raises:
+        OSError or urllib.error.URLError: the last failure, after every attempt.
+    """
+    name = os.environ.get("MODELPLANE_RESULT_CONFIGMAP")
+    if not name:
+        return False
+    sa_dir = Path(os.environ.get("MODELPLANE_SA_DIR") or SERVICE_ACCOUNT_DIR)
+    namespace = os.environ.get("POD_NAMESPACE") or (sa_dir / "namespace").read_text().strip()
+    base = os.environ.get("MODELPLANE_KUBE_API")
+    if not base:
+        host = os.environ["KUBERNETES_SERVICE_HOST"]
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        base = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    url = f"{base.rstrip('/')}/api/v1/namespaces/{namespace}/configmaps/{name}"
+    body = json.dumps({"data": {"result": json.dumps(result, sort_keys=True)}}).encode()
+    context = None
+    ca = sa_dir / "ca.crt"
+    if url.startswith("https://") and ca.exists():
+        context = ssl.create_default_context(cafile=str(ca))
+    for attempt in range(1, attempts + 1):
+        # Read the token on every attempt: kubelet rotates projected tokens.
+        token = (sa_dir / "token").read_text().strip()
+        req = urllib.request.Request(
+            url,
+            data=body,
+            method="PATCH",
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Content-Type": "application/merge-patch+json",
+                "Accept": "application/json",
+            },
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=context) as rsp:
+                rsp.read()
+            log.info("reported the result to ConfigMap %s/%s", namespace, name)
+            return True
+        except (OSError, urllib.error.URLError) as e:
+            if attempt == attempts:
+                raise
+            log.warning("reporting the result failed (attempt %d): %s", attempt, e)
+            sleep(delay * 2 ** (attempt - 1))
+    return False
+
+
 def _permanent(exc: BaseException) -> bool:
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -357,12 +438,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         termination_message({"error": text[:2000], "identity": identity})
         return code
-    termination_message(
-        {
-            k: result.get(k)
-            for k in ("commit", "digest", "identity", "repo", "revision", "skipped", "validatedAt")
-        }
-    )
+    summary = {
+        k: result.get(k)
+        for k in ("commit", "digest", "identity", "repo", "revision", "skipped", "validatedAt")
+    }
+    termination_message(summary)
+    try:
+        report_result({k: v for k, v in result.items() if k != "skipped"})
+    except Exception as e:  # the weights are in place; the retry only reports again
+        log.error("could not report the result: %s: %s", type(e).__name__, e)
+        return EXIT_RETRY
     return EXIT_OK
 
 

@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from tests.fake_hf_hub import FakeHub, Repo
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_FAKEtokenForTheStandInHub0123456789"
+SA_TOKEN = "eyJhbGciOiJSUzI1NiJ9.fake-service-account-token"
 C1 = "1" * 40
 C2 = "2" * 40
 FILES_C1 = {
@@ -66,6 +69,60 @@ def expected_digest(files: dict[str, bytes]) -> str:
     return "sha256:" + h.hexdigest()
 
 
+class FakeKubeAPI:
+    """A stand-in for the API server's ConfigMap PATCH on 127.0.0.1; records requests."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.status = status
+        self.requests: list[dict] = []
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_PATCH(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                api.requests.append(
+                    {
+                        "path": self.path,
+                        "authorization": self.headers.get("Authorization"),
+                        "content_type": self.headers.get("Content-Type"),
+                        "body": json.loads(self.rfile.read(length)),
+                    }
+                )
+                payload = b"{}"
+                self.send_response(api.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def kube(tmp_path):
+    api = FakeKubeAPI()
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text(SA_TOKEN)
+    (sa / "namespace").write_text("default\n")
+    api.env = {  # type: ignore[attr-defined]
+        "MODELPLANE_RESULT_CONFIGMAP": "result-cm",
+        "MODELPLANE_KUBE_API": api.url,
+        "MODELPLANE_SA_DIR": str(sa),
+    }
+    yield api
+    api.close()
+
+
 def run_program(
     endpoint: str,
     target: Path,
@@ -75,10 +132,14 @@ def run_program(
     repo: str = "org/tiny",
     identity: str | None = None,
     termination_log: Path | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     env = {
-        k: v for k, v in os.environ.items() if not k.startswith("HF_") and k != "TERMINATION_LOG"
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HF_", "MODELPLANE_")) and k != "TERMINATION_LOG"
     }
+    env.update(extra_env or {})
     env.update(
         HF_ENDPOINT=endpoint,
         HF_HUB_DISABLE_TELEMETRY="1",
@@ -269,3 +330,57 @@ def test_redactor_hides_the_token_in_library_logs(caplog) -> None:
     assert handler_filter.filter(record)
     assert TOKEN not in record.getMessage()
     assert "***" in record.getMessage()
+
+
+# ---- reporting the result to the control plane ------------------------------------
+
+
+def test_reports_result_to_configmap_and_again_when_skipped(hub, kube, tmp_path) -> None:
+    target = tmp_path / "models"
+    proc = run_program(hub.endpoint, target, extra_env=kube.env)
+    assert proc.returncode == 0, proc.stderr
+    (req,) = kube.requests
+    assert req["path"] == "/api/v1/namespaces/default/configmaps/result-cm"
+    assert req["authorization"] == f"Bearer {SA_TOKEN}"
+    assert req["content_type"] == "application/merge-patch+json"
+    reported = json.loads(req["body"]["data"]["result"])
+    assert reported == hydrate.read_marker(target)
+    assert reported["commit"] == C1 and reported["digest"] == expected_digest(FILES_C1)
+    assert SA_TOKEN not in proc.stderr + proc.stdout
+    # Already hydrated: nothing is downloaded, but the result is reported again.
+    again = run_program(hub.endpoint, target, extra_env=kube.env)
+    assert again.returncode == 0, again.stderr
+    assert len(kube.requests) == 2
+    assert json.loads(kube.requests[1]["body"]["data"]["result"]) == reported
+
+
+def test_report_is_retried_then_fails(kube, monkeypatch) -> None:
+    kube.status = 403
+    for k, v in kube.env.items():
+        monkeypatch.setenv(k, v)
+    slept: list[float] = []
+    with pytest.raises(OSError):
+        hydrate.report_result({"identity": "x"}, attempts=3, delay=1.0, sleep=slept.append)
+    assert len(kube.requests) == 3
+    assert slept == [1.0, 2.0]
+
+
+def test_no_configmap_no_report(monkeypatch) -> None:
+    monkeypatch.delenv("MODELPLANE_RESULT_CONFIGMAP", raising=False)
+    assert hydrate.report_result({"identity": "x"}) is False
+
+
+def test_reported_result_becomes_hydration_evidence(hub, kube, tmp_path) -> None:
+    """End to end: what the program reports is what the composer records as evidence."""
+    from tests.test_hydration import evidence_from_result
+
+    proc = run_program(hub.endpoint, tmp_path / "models", extra_env=kube.env)
+    assert proc.returncode == 0, proc.stderr
+    result = kube.requests[0]["body"]["data"]["result"]
+    marker = json.loads(result)
+    evidence = evidence_from_result(result, repo="org/tiny", revision="main")
+    assert evidence == {
+        "commit": C1,
+        "digest": marker["digest"],
+        "validatedAt": marker["validatedAt"],
+    }

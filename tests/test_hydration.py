@@ -56,6 +56,8 @@ CLUSTER = "gpu-a"
 NAME = "modelcache-ml-team-qwen-cache-gpu-a-1a2b3"
 IDENTITY = source_identity(REPO, "main")
 JOB_KEY = hydration.job_key(IDENTITY)
+LASTING = ["pvc", "result"]
+RUNNING = [*LASTING, "token-secret", JOB_KEY, *hydration.RBAC_KEYS]
 SETTINGS = default_settings()
 
 
@@ -216,7 +218,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {},
         "phase": "Pending",
         "reason": "AuthSecretMissing",
-        "resources": ["pvc"],
+        "resources": LASTING,
         "warn": [f"{NAMESPACE}/hf-token"],
     },
     {
@@ -226,7 +228,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {},
         "phase": "Pending",
         "reason": "AuthSecretKeyMissing",
-        "resources": ["pvc"],
+        "resources": LASTING,
         "warn": [f"{NAMESPACE}/hf-token", "HF_TOKEN"],
     },
     {
@@ -236,7 +238,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {},
         "phase": "Pending",
         "reason": "PVCNotBound",
-        "resources": ["pvc", "token-secret", JOB_KEY],
+        "resources": RUNNING,
         "warn": [],
         "pendingSince": "2026-11-29T09:00:00Z",
     },
@@ -247,7 +249,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {**pvc("Pending")},
         "phase": "Pending",
         "reason": "PVCNotBound",
-        "resources": ["pvc", "token-secret", JOB_KEY],
+        "resources": RUNNING,
         "warn": [],
         "pendingSince": "2026-11-29T08:59:00Z",
     },
@@ -258,7 +260,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {**pvc("Pending")},
         "phase": "Failed",
         "reason": "PVCBindTimeout",
-        "resources": ["pvc", "token-secret", JOB_KEY],
+        "resources": RUNNING,
         "warn": ["PVC"],
     },
     {
@@ -268,7 +270,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {**pvc("Bound"), **job([], active=1), **token_object()},
         "phase": "Hydrating",
         "reason": "JobRunning",
-        "resources": ["pvc", "token-secret", JOB_KEY],
+        "resources": RUNNING,
         "warn": [],
     },
     {
@@ -279,7 +281,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {**pvc("Bound"), **job([], failed=3, active=1), **token_object()},
         "phase": "Hydrating",
         "reason": "JobRunning",
-        "resources": ["pvc", "token-secret", JOB_KEY],
+        "resources": RUNNING,
         "warn": [],
     },
     {
@@ -289,7 +291,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {**pvc("Bound"), **job(COMPLETE, succeeded=1), **token_object()},
         "phase": "Ready",
         "reason": "Hydrated",
-        "resources": ["pvc"],
+        "resources": LASTING,
         "warn": [],
     },
     {
@@ -299,7 +301,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {**pvc("Bound")},
         "phase": "Ready",
         "reason": "Ready",
-        "resources": ["pvc"],
+        "resources": LASTING,
         "warn": [],
     },
     {
@@ -309,7 +311,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {**pvc("Bound")},
         "phase": "Ready",
         "reason": "Ready",
-        "resources": ["pvc"],
+        "resources": LASTING,
         "warn": [],
     },
     {
@@ -319,7 +321,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {**pvc("Bound"), **job(BACKOFF, failed=4), **token_object()},
         "phase": "Failed",
         "reason": "BackoffLimitExceeded",
-        "resources": ["pvc", "token-secret", JOB_KEY],
+        "resources": RUNNING,
         "warn": ["BackoffLimitExceeded"],
     },
     {
@@ -330,7 +332,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {**pvc("Bound"), **job(DEADLINE), **token_object()},
         "phase": "Failed",
         "reason": "DeadlineExceeded",
-        "resources": ["pvc", "token-secret", JOB_KEY],
+        "resources": RUNNING,
         "warn": ["DeadlineExceeded"],
     },
     {
@@ -342,7 +344,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {**pvc("Bound"), **job(BACKOFF, failed=4), **token_object()},
         "phase": "Failed",
         "reason": "BackoffLimitExceeded",
-        "resources": ["pvc", "token-secret", JOB_KEY],
+        "resources": RUNNING,
         "warn": [],
     },
     {
@@ -373,7 +375,7 @@ CASES: list[dict[str, Any]] = [
         "observed": {},
         "phase": "Pending",
         "reason": "PVCNotBound",
-        "resources": ["pvc", JOB_KEY],
+        "resources": [*LASTING, JOB_KEY, *hydration.RBAC_KEYS],
         "warn": [],
     },
 ]
@@ -480,7 +482,7 @@ def test_requirements_loop_over_grpc(grpc_function) -> None:
     rsp, calls = grpc_function.drive(hydration_xr(), world, pvc("Bound"))
     assert calls == 2
     assert status(rsp)["phase"] == "Hydrating"
-    assert {"pvc", "token-secret", JOB_KEY} == set(desired(rsp))
+    assert set(RUNNING) == set(desired(rsp))
     # The Secret does not exist: the loop settles with a warning, no Job.
     rsp, _ = grpc_function.drive(hydration_xr(), World([CLUSTER_OBJ]), pvc("Bound"))
     assert status(rsp)["phase"] == "Pending"
@@ -502,9 +504,12 @@ def test_unresolved_keeps_children_exactly() -> None:
     assert status(rsp)["phase"] == "Hydrating"
     assert status(rsp)["message"] == "downloading"
     assert not warnings(rsp)
-    # The cluster resolved but the Secret not yet: the running Job and Secret stay.
+    # The cluster resolved but the Secret not yet: the running Job and Secret stay
+    # exactly as they were (the lasting children are composed as usual).
     rsp = run(request(composite, observed=observed, required={"cluster": [CLUSTER_OBJ]}))
-    assert sorted(desired(rsp)) == sorted(observed)
+    assert sorted(desired(rsp)) == sorted({*observed, *LASTING})
+    for key in (JOB_KEY, "token-secret"):
+        assert desired(rsp)[key]["spec"] == observed[key]["spec"]
     assert status(rsp)["phase"] == "Hydrating"
     assert not warnings(rsp)
 
@@ -623,19 +628,19 @@ def test_ready_drops_job_and_secret_and_latches() -> None:
     assert st["phase"] == "Ready"
     assert st["readyAt"] == "2026-11-29T09:00:00Z"
     assert st["startedAt"] == "2026-11-29T08:00:00Z"
-    assert sorted(desired(rsp)) == ["pvc"]
+    assert sorted(desired(rsp)) == LASTING
     assert normals(rsp) == [f"hydration of {REPO}@main on {CLUSTER} is Ready"]
     # Next call: the Job and the Secret are gone; status says Ready for this identity.
     after = hydration_xr({**prev_status("Ready"), "readyAt": st["readyAt"]})
     rsp2 = run(request(after, observed=pvc("Bound"), required=resolved()))
-    assert sorted(desired(rsp2)) == ["pvc"]
+    assert sorted(desired(rsp2)) == LASTING
     assert status(rsp2)["phase"] == "Ready"
     assert status(rsp2)["readyAt"] == st["readyAt"]
     assert not results(rsp2)
     # The Secret requirement is not even needed once Ready: unresolved keeps Ready.
     rsp3 = run(request(after, observed=pvc("Bound"), required={}))
     assert status(rsp3)["phase"] == "Ready"
-    assert sorted(desired(rsp3)) == ["pvc"]
+    assert sorted(desired(rsp3)) == ["pvc"]  # kept as observed; nothing else existed
 
 
 def test_new_revision_hydrates_again() -> None:
@@ -643,7 +648,8 @@ def test_new_revision_hydrates_again() -> None:
     rsp = run(request(composite, observed=pvc("Bound"), required=resolved()))
     new_identity = source_identity(REPO, "v2")
     assert new_identity != IDENTITY
-    assert sorted(desired(rsp)) == sorted(["pvc", "token-secret", hydration.job_key(new_identity)])
+    new_key = hydration.job_key(new_identity)
+    assert sorted(desired(rsp)) == sorted([*RUNNING[:-4], new_key, *hydration.RBAC_KEYS])
     st = status(rsp)
     assert st["phase"] == "Hydrating"
     assert st["source"] == {"repo": REPO, "revision": "v2", "identity": new_identity}
@@ -675,6 +681,111 @@ def test_evidence_is_carried_for_the_same_source_only() -> None:
     changed = hydration_xr(prev_status("Ready", evidence=evidence), revision="v2")
     rsp = run(request(changed, observed=pvc("Bound"), required=resolved()))
     assert "evidence" not in status(rsp)
+
+
+def result_object(result: str | None, *, repo: str = REPO, revision: str = "main") -> dict:
+    """The observed result ConfigMap Object, with ``data.result`` as the Job wrote it."""
+    composite = hydration_xr(repo=repo, revision=revision)
+    body = desired(run(request(composite, required=resolved())))["result"]
+    obs = observed_object(body, None)
+    if result is not None:
+        obs["status"]["atProvider"]["manifest"]["data"] = {"result": result}
+    return {"result": obs}
+
+
+def evidence_from_result(result: str, *, repo: str = REPO, revision: str = "main") -> dict | None:
+    """``status.evidence`` of a Ready hydration of ``repo@revision`` given a reported result."""
+    identity = source_identity(repo, revision)
+    prev = {
+        "phase": "Ready",
+        "source": {"repo": repo, "revision": revision, "identity": identity},
+    }
+    composite = hydration_xr(prev, repo=repo, revision=revision)
+    observed = {**result_object(result, repo=repo, revision=revision)}
+    rsp = run(request(composite, observed=observed, required=resolved()))
+    assert status(rsp)["phase"] == "Ready"
+    validate_status(composite, rsp)
+    return status(rsp).get("evidence")
+
+
+GOOD_RESULT = {
+    "repo": REPO,
+    "revision": "main",
+    "identity": IDENTITY,
+    "commit": "c" * 40,
+    "digest": "sha256:" + "d" * 64,
+    "validatedAt": "2026-11-29T08:59:00Z",
+    "completedAt": "2026-11-29T08:59:00Z",
+    "files": 3,
+    "bytes": 1024,
+}
+
+
+@pytest.mark.parametrize(
+    ("result", "want"),
+    [
+        (
+            json.dumps(GOOD_RESULT),
+            {
+                "commit": "c" * 40,
+                "digest": "sha256:" + "d" * 64,
+                "validatedAt": "2026-11-29T08:59:00Z",
+            },
+        ),
+        (json.dumps({**GOOD_RESULT, "identity": "0000000000"}), None),  # another source
+        (json.dumps({**GOOD_RESULT, "commit": "main"}), None),
+        (json.dumps({**GOOD_RESULT, "digest": "md5:abc"}), None),
+        (json.dumps({**GOOD_RESULT, "validatedAt": "yesterday"}), None),
+        ("not json", None),
+        ("[1, 2]", None),
+    ],
+)
+def test_evidence_from_the_reported_result(result: str, want: dict | None) -> None:
+    assert evidence_from_result(result) == want
+
+
+def test_evidence_recorded_while_hydrating_and_after() -> None:
+    observed = {
+        **pvc("Bound"),
+        **job(COMPLETE, succeeded=1),
+        **token_object(),
+        **result_object(json.dumps(GOOD_RESULT)),
+    }
+    composite = hydration_xr(prev_status("Hydrating"))
+    rsp = run(request(composite, observed=observed, required=resolved()))
+    assert status(rsp)["phase"] == "Ready"
+    assert status(rsp)["evidence"]["commit"] == "c" * 40
+    # The result ConfigMap stays (it is the record); the RBAC goes with the Job.
+    assert sorted(desired(rsp)) == LASTING
+
+
+def test_result_rbac_is_least_privilege() -> None:
+    objs = desired(run(request(hydration_xr(), required=resolved())))
+    manifests = {k: v["spec"]["forProvider"]["manifest"] for k, v in objs.items()}
+    cm = manifests["result"]
+    assert cm["kind"] == "ConfigMap" and "data" not in cm
+    role = manifests["hydrate-role"]
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [cm["metadata"]["name"]],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    binding = manifests["hydrate-rolebinding"]
+    sa = manifests["hydrate-sa"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": REMOTE_NAMESPACE}
+    ]
+    pod = manifests[JOB_KEY]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == sa["metadata"]["name"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["MODELPLANE_RESULT_CONFIGMAP"]["value"] == cm["metadata"]["name"]
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    for m in manifests.values():
+        assert m["metadata"]["namespace"] == REMOTE_NAMESPACE
 
 
 # ---- events --------------------------------------------------------------------------
@@ -798,7 +909,7 @@ def test_c9_token_never_in_output_or_logs(capsys) -> None:
         },
     }
     # Dropped once Ready.
-    assert set(desired(responses[-1])) == {"pvc"}
+    assert set(desired(responses[-1])) == set(LASTING)
 
 
 def test_secret_key_with_dots_uses_bracket_field_path() -> None:
@@ -829,7 +940,9 @@ def test_c1_long_names_valid_and_distinct() -> None:
             k: v["spec"]["forProvider"]["manifest"]["metadata"]["name"]
             for k, v in desired(rsp).items()
         }
-        assert len(manifests) == 3
+        assert len(manifests) == len(RUNNING)
+        # The ServiceAccount, Role and RoleBinding share one name; the rest differ.
+        assert len(set(manifests.values())) == len(RUNNING) - 2
         names.append(manifests)
         again = run(request(composite, required=resolved(cluster=[cl])))
         assert desired(again) == desired(rsp)

@@ -64,6 +64,8 @@ its values, and a kept Secret Object is stripped of any ``data``.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from google.protobuf.struct_pb2 import Struct
@@ -102,11 +104,18 @@ CONDITION = "Hydrated"
 
 PVC_TIMEOUT = "PVCBindTimeout"
 
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
 REQ_CLUSTER = "cluster"
 REQ_SECRET = "auth-secret"
 
 PVC_KEY = "pvc"
 SECRET_KEY = "token-secret"
+RESULT_KEY = "result"
+RBAC_KEYS = ("hydrate-sa", "hydrate-role", "hydrate-rolebinding")
+# Children that outlive the download: the weights and the record of what they are.
+LASTING_KEYS = frozenset({PVC_KEY, RESULT_KEY})
 JOB_PREFIX = "job-"
 
 
@@ -210,6 +219,8 @@ class _Composer:
         self.prev_phase = st_phase if isinstance(st_phase, str) and st_phase in PHASES else ""
         self.prev_message = structs.get_str(inputs.xr, "status", "message")
         self.prev_reason = structs.get_str(inputs.xr, "status", "reason")
+        self.result_name = child_name("modelcache", self.ns, self.cache, "result")
+        self.rbac_name = child_name("modelcache", self.ns, self.cache, "hydrate")
         self.pending_since: str | None = None
         self.state = _State()
 
@@ -323,6 +334,20 @@ class _Composer:
             labels=labels,
             annotations=ann,
         )
+        result_labels, result_ann = self._labels("hydration-result")
+        self.out.add(
+            RESULT_KEY,
+            remote_object(
+                self._object_name("result"),
+                self.ns,
+                pc,
+                storage.result_configmap(
+                    self.result_name, REMOTE_NAMESPACE, labels=result_labels, annotations=result_ann
+                ),
+                labels=result_labels,
+                annotations=result_ann,
+            ),
+        )
         self.out.add(
             PVC_KEY,
             remote_object(
@@ -371,7 +396,19 @@ class _Composer:
             active_deadline_seconds=settings.hydration_deadline_seconds,
             labels=labels,
             annotations=ann,
+            result_configmap=self.result_name,
+            service_account=self.rbac_name,
         )
+        rbac = storage.result_rbac(
+            self.rbac_name, REMOTE_NAMESPACE, self.result_name, labels=labels, annotations=ann
+        )
+        for key, manifest_ in zip(RBAC_KEYS, rbac, strict=True):
+            self.out.add(
+                key,
+                remote_object(
+                    self._object_name(key), self.ns, pc, manifest_, labels=labels, annotations=ann
+                ),
+            )
         self.out.add(
             job_key(self.identity),
             remote_object(
@@ -394,6 +431,10 @@ class _Composer:
         job = self._job_observed()
         if job is not None:
             self.out.keep(job_key(self.identity), job)
+            for key in RBAC_KEYS:
+                body = self.inputs.observed_body(key)
+                if body is not None:
+                    self.out.keep(key, body)
         secret = self.inputs.observed_body(SECRET_KEY)
         if secret is not None:
             _keep_sanitized(self.out, SECRET_KEY, secret)
@@ -413,8 +454,8 @@ class _Composer:
                 st.reason = "Hydrated"
                 st.message = f"{self.repo}@{self.revision} hydrated on {self.cluster_name}"
                 # Latched from now on: drop the Job and the token Secret.
-                self.out.resources.pop(job_key(self.identity), None)
-                self.out.resources.pop(SECRET_KEY, None)
+                for key in (job_key(self.identity), SECRET_KEY, *RBAC_KEYS):
+                    self.out.resources.pop(key, None)
             else:
                 st.reason = reason
                 st.message = f"Job {reason}" + (f": {msg}" if msg else "")
@@ -476,7 +517,7 @@ class _Composer:
     def _unresolved(self, latched: bool, what: str) -> None:
         """A requirement is not resolved yet: keep every child as it is, no warning."""
         for key, child in self.inputs.observed.items():
-            if latched and key != PVC_KEY:
+            if latched and key not in LASTING_KEYS:
                 continue
             if key == SECRET_KEY:
                 _keep_sanitized(self.out, key, child.resource)
@@ -550,10 +591,13 @@ class _Composer:
                         elapsed(begun, inputs.now),
                     )
             status["readyAt"] = ready_at
-        if self.same_source:
-            evidence = structs.to_py(structs.get(inputs.xr, "status", "evidence"))
-            if isinstance(evidence, dict) and evidence:
-                status["evidence"] = evidence
+        evidence = self._reported_evidence()
+        if evidence is None and self.same_source:
+            carried = structs.to_py(structs.get(inputs.xr, "status", "evidence"))
+            if isinstance(carried, dict) and carried:
+                evidence = carried
+        if evidence:
+            status["evidence"] = evidence
         out.status.update(status)
         out.condition(CONDITION, "True" if st.phase == READY else "False", st.phase, st.message)
         out.ready = st.phase == READY
@@ -562,6 +606,36 @@ class _Composer:
             text = f"{text}: {st.message}"
         events.transition(out, self.prev_phase, st.phase, text, reason=f"Hydration{st.phase}")
         return out
+
+    def _reported_evidence(self) -> dict[str, str] | None:
+        """``{commit, digest, validatedAt}`` the download program reported for this source.
+
+        Read from ``data.result`` of the observed result ConfigMap (JSON written by
+        ``python -m function.hydrate``); only a result for the current source
+        identity with a 40-hex commit, a ``sha256:<64 hex>`` digest and an RFC 3339
+        ``validatedAt`` counts (anything else is ignored, never written to status).
+        """
+        body = self.inputs.observed_body(RESULT_KEY)
+        raw = structs.get_str(observed_manifest(body), "data", "result") if body else ""
+        if not raw:
+            return None
+        try:
+            result = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(result, dict) or result.get("identity") != self.identity:
+            return None
+        commit, digest = result.get("commit"), result.get("digest")
+        validated = parse_time(result.get("validatedAt"))
+        if not (
+            isinstance(commit, str)
+            and _COMMIT.match(commit)
+            and isinstance(digest, str)
+            and _DIGEST.match(digest)
+            and validated is not None
+        ):
+            return None
+        return {"commit": commit, "digest": digest, "validatedAt": format_time(validated)}
 
     def _carried_time(self, field: str) -> str | None:
         """A timestamp of the last status, when it belongs to the current source."""

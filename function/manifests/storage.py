@@ -166,6 +166,8 @@ def hydration_job(
     active_deadline_seconds: int,
     labels: dict[str, str],
     annotations: dict[str, str] | None = None,
+    result_configmap: str | None = None,
+    service_account: str | None = None,
 ) -> dict[str, Any]:
     """The download Job: ``python -m function.hydrate`` writing into the cache PVC.
 
@@ -184,6 +186,10 @@ def hydration_job(
         active_deadline_seconds: Wall-clock limit of the Job (``DeadlineExceeded``).
         labels: Labels of the Job and its pods.
         annotations: Annotations of the Job (optional).
+        result_configmap: The ConfigMap (:func:`result_configmap`) the program
+            patches with its result; needs ``service_account`` (:func:`result_rbac`).
+            None: no report, and no service account token in the pod.
+        service_account: The ServiceAccount allowed to patch ``result_configmap``.
 
     Returns:
         A ``batch/v1`` Job manifest.
@@ -201,6 +207,21 @@ def hydration_job(
                 "valueFrom": {"secretKeyRef": {"name": token_secret_name, "key": REMOTE_TOKEN_KEY}},
             }
         )
+    if result_configmap and service_account:  # see ``reports`` below
+        env.append({"name": "MODELPLANE_RESULT_CONFIGMAP", "value": result_configmap})
+        env.append(
+            {
+                "name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            }
+        )
+    # The pod gets an API token only when it reports to the result ConfigMap.
+    reports = bool(result_configmap and service_account)
+    identity_fields: dict[str, Any] = (
+        {"serviceAccountName": service_account, "automountServiceAccountToken": True}
+        if reports
+        else {"automountServiceAccountToken": False}
+    )
     container: dict[str, Any] = {
         "name": "hydrate",
         "image": image,
@@ -265,7 +286,7 @@ def hydration_job(
                 "metadata": {"labels": dict(labels)},
                 "spec": {
                     "restartPolicy": "Never",
-                    "automountServiceAccountToken": False,
+                    **identity_fields,
                     "securityContext": {
                         "runAsNonRoot": True,
                         "runAsUser": HYDRATION_UID,
@@ -282,3 +303,72 @@ def hydration_job(
             },
         },
     }
+
+
+def result_configmap(
+    name: str, namespace: str, *, labels: dict[str, str], annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """An empty ConfigMap the download program fills with its result.
+
+    The program merge-patches ``data.result`` (the marker JSON: commit, digest,
+    validatedAt, identity, ...). The function composes the ConfigMap without
+    ``data``; provider-kubernetes applies only what the manifest holds, so the
+    program's key survives and comes back under ``status.atProvider.manifest``.
+
+    Returns:
+        A ``v1`` ConfigMap manifest without ``data``.
+    """
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+
+
+def result_rbac(
+    name: str,
+    namespace: str,
+    configmap: str,
+    *,
+    labels: dict[str, str],
+    annotations: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The least RBAC that lets the download Job report its result.
+
+    A ServiceAccount, a Role allowing only ``get`` and ``patch`` of the one
+    ConfigMap named ``configmap`` (``resourceNames``; ``create`` cannot be limited
+    by name, so the function creates the ConfigMap itself), and the RoleBinding
+    (https://kubernetes.io/docs/reference/access-authn-authz/rbac/#referring-to-resources).
+
+    Returns:
+        ``(ServiceAccount, Role, RoleBinding)`` manifests, all named ``name``.
+    """
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    sa = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": dict(meta),
+        "automountServiceAccountToken": False,
+    }
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": dict(meta),
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [configmap],
+                "verbs": ["get", "patch"],
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": dict(meta),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    }
+    return sa, role, binding
