@@ -29,6 +29,7 @@ from function.naming import (
     source_identity,
 )
 from function.settings import default_settings
+from tests import fixtures
 from tests.fixtures import inference_cluster
 from tests.harness import (
     NAMESPACE,
@@ -48,7 +49,7 @@ from tests.harness import (
 )
 from tests.validation import validate_object, validate_xr
 
-FAKE_TOKEN = "hf_FAKEtokenDoNotLeak0123456789abcdef"
+FAKE_TOKEN = fixtures.FAKE_TOKEN  # the token the suite-wide guard (tests/secret_guard.py) watches
 FAKE_TOKEN_B64 = base64.b64encode(FAKE_TOKEN.encode()).decode()
 REPO = "org/gated-model"
 CACHE = "qwen-cache"
