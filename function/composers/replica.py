@@ -44,6 +44,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from google.protobuf.struct_pb2 import ListValue, Struct
 from pydantic import ValidationError
 
 from function import API_VERSION, naming, structs
@@ -66,6 +67,7 @@ from function.manifests.objects import (
     sync_error,
 )
 from function.outcome import Outcome
+from function.replica_checks import check_spec
 from function.replica_spec import Engine, Member, ModelReplicaSpec
 
 CONDITION = "ModelReady"
@@ -92,6 +94,7 @@ def parse_spec(spec: dict[str, Any]) -> ModelReplicaSpec:
     Raises:
         SpecError: naming the first invalid field.
     """
+    check_spec(spec)
     try:
         parsed = ModelReplicaSpec.model_validate(spec)
     except ValidationError as e:
@@ -195,7 +198,7 @@ def compose(inputs: Inputs) -> Outcome:
         fl = resolve_flash_loader(
             inputs.settings,
             cache_fl,
-            spec.flashLoader.model_dump(exclude_none=True) if spec.flashLoader else None,
+            inputs.spec.get("flashLoader"),
             cache_level=f"ModelCache {ns}/{cache} spec.flashLoader",
         )
         flash = fl if fl.enabled else None
@@ -279,14 +282,26 @@ def _check_flash_fits(out: Outcome, flash: FlashLoader, cache: Any, ref: str) ->
 
 def _pools(cluster: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for p in structs.get(cluster, "status", "gpuPools") or []:
+    for p in _list(structs.get(cluster, "status", "gpuPools")):
         n = structs.get_str(p, "name")
         if n:
             out[n] = p
     return out
 
 
+def _list(v: Any) -> list[Any]:
+    """``v`` as a list when it is one (a ListValue or list), else empty."""
+    return list(v) if isinstance(v, (ListValue, list)) else []
+
+
 def _node_selector(pool_name: str, pool: Any) -> dict[str, str]:
+    """The node selector of a pool's nodes.
+
+    The ``gpuPools[]`` entry's own ``nodeSelector`` when it has one (a
+    bring-your-own cluster whose nodes carry other labels), else Modelplane's
+    convention: its provisioned node groups label every node
+    ``modelplane.ai/pool: <pool name>``.
+    """
     sel = structs.get_map(pool, "nodeSelector")
     return sel or {wl.LABEL_POOL: pool_name}
 
@@ -315,7 +330,7 @@ def _device_requests(
         raise SpecError(f"{field_path}.nodeSelector.devices", "must be a list")
     raw_devs = [
         structs.to_py(d)
-        for d in structs.get(pool, "devices") or []
+        for d in _list(structs.get(pool, "devices"))
         if isinstance(structs.get(d, "name"), str)
     ]
     devs = [(raw, Device.from_status(raw)) for raw in raw_devs]
@@ -531,6 +546,8 @@ def _serving(inputs: Inputs, key: str, kind: str) -> tuple[bool, str]:
     obj = inputs.observed_body(key)
     if obj is None:
         return False, "not created yet"
+    if not _conditions_ok(obj) or not _conditions_ok(observed_manifest(obj)):
+        return False, "reports malformed status.conditions"
     err = sync_error(obj)
     if err:
         return False, f"not applied: {err}"
@@ -546,6 +563,11 @@ def _serving(inputs: Inputs, key: str, kind: str) -> tuple[bool, str]:
         return True, ""
     have = _count(manifest, "status", "availableReplicas")
     return False, f"{have}/{_count(manifest, 'spec', 'replicas')} pods available"
+
+
+def _conditions_ok(node: Any) -> bool:
+    c = structs.get(node, "status", "conditions")
+    return c is None or isinstance(c, (ListValue, list))
 
 
 def _count(node: Any, *path: str) -> int:
@@ -586,12 +608,23 @@ def _hold_observed(inputs: Inputs, out: Outcome) -> bool:
     return has_workload
 
 
+# Status fields this composer owns, with the type it writes (echoed while undecided).
+_STATUS_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "phase": str,
+    "message": str,
+    "endpoint": str,
+    "cluster": str,
+    "engines": (ListValue, list),
+    "hydration": (Struct, dict),
+}
+
+
 def _unresolved(inputs: Inputs, out: Outcome) -> Outcome:
     """A requirement is not resolved yet: keep everything, echo the last status."""
     _hold_observed(inputs, out)
-    for key in ("phase", "message", "endpoint", "cluster", "engines", "hydration"):
+    for key, kind in _STATUS_FIELDS.items():
         v = inputs.status(key)
-        if v is not None:
+        if isinstance(v, kind):
             out.status[key] = v
     out.condition(CONDITION, "Unknown", "Resolving", "waiting for required resources")
     return out
