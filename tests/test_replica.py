@@ -515,6 +515,24 @@ def test_invalid_device_selector_is_fatal_naming_it():
             "spec.engines[0].members",
         ),
         (lambda s: s["engines"][0]["members"][0].pop("pool"), "spec.engines[0].members[0].pool"),
+        # Types the XRD states, which pydantic's lax mode alone would coerce.
+        (lambda s: s.update(index="0"), "spec.index"),
+        (lambda s: s.update(flashLoader={"enabled": "yes"}), "spec.flashLoader.enabled"),
+        (lambda s: s["tolerations"][0].update(key=7), "spec.tolerations[0].key"),
+        (lambda s: s.update(serving={"mode": "Split"}), "spec.serving.mode"),
+        (lambda s: s["engines"][0].update(copies=1.5), "spec.engines[0].copies"),
+        (
+            lambda s: s["engines"][0]["members"][0]["nodeSelector"]["devices"][0].update(
+                selectors=3
+            ),
+            "spec.engines[0].members[0].nodeSelector.devices[0].selectors",
+        ),
+        (
+            lambda s: s["engines"][0]["members"][0]["template"]["spec"]["containers"][0].update(
+                args=["--x", 5]
+            ),
+            "spec.engines[0].members[0].template.spec.containers[0].args[1]",
+        ),
     ],
 )
 def test_invalid_spec_is_fatal_naming_the_field(mutate: Any, field: str):
