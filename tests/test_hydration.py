@@ -515,6 +515,17 @@ def test_unresolved_keeps_children_exactly() -> None:
     assert not warnings(rsp)
 
 
+def test_warnings_are_emitted_once() -> None:
+    """A warning becomes an event in the call that records it, not on every call."""
+    required = resolved(secret=[])
+    first = run(request(hydration_xr(), required=required))
+    assert any(f"{NAMESPACE}/hf-token" in w for w in warnings(first))
+    again = run(request(hydration_xr(status(first)), required=required))
+    assert not warnings(again)
+    assert status(again)["message"] == status(first)["message"]
+    assert status(again)["reason"] == "AuthSecretMissing"
+
+
 def test_missing_secret_does_not_kill_running_job() -> None:
     observed = {**pvc("Bound"), **job([], active=1), **token_object()}
     composite = hydration_xr(prev_status("Hydrating"))
@@ -522,6 +533,9 @@ def test_missing_secret_does_not_kill_running_job() -> None:
     assert JOB_KEY in desired(rsp)
     assert status(rsp)["phase"] == "Hydrating"
     assert any(f"{NAMESPACE}/hf-token" in w for w in warnings(rsp))
+    assert f"{NAMESPACE}/hf-token" in status(rsp)["message"]
+    again = run(request(hydration_xr(status(rsp)), observed=observed, required=resolved(secret=[])))
+    assert not warnings(again)
 
 
 # ---- C8: hydration Jobs fail for real ---------------------------------------------
@@ -638,6 +652,8 @@ def test_ready_drops_job_and_secret_and_latches() -> None:
     assert status(rsp2)["phase"] == "Ready"
     assert status(rsp2)["readyAt"] == st["readyAt"]
     assert not results(rsp2)
+    # Ready needs no token: Crossplane is not asked for the Secret any more.
+    assert list(requirements(rsp2)) == ["cluster"]
     # The Secret requirement is not even needed once Ready: unresolved keeps Ready.
     rsp3 = run(request(after, observed=pvc("Bound"), required={}))
     assert status(rsp3)["phase"] == "Ready"

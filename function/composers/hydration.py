@@ -244,11 +244,11 @@ class _Composer:
     def compose(self) -> Outcome:
         out = self.out
         inputs = self.inputs
-        out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=self.cluster_name)
-        if self.auth is not None:
-            out.require(REQ_SECRET, "v1", "Secret", match_name=self.auth.name, namespace=self.ns)
-
         latched = self.prev_phase == READY and self.same_source
+        out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=self.cluster_name)
+        if self.auth is not None and not latched:
+            # Once Ready the token is not needed: stop asking Crossplane for it.
+            out.require(REQ_SECRET, "v1", "Secret", match_name=self.auth.name, namespace=self.ns)
         token_ok = None if latched else self._auth_state()
         cluster_req = inputs.required(REQ_CLUSTER)
         if not isinstance(cluster_req, Resolved):
@@ -543,10 +543,12 @@ class _Composer:
         self._unresolved(latched, why)
         st = self.state
         if st.phase not in (READY, FAILED):
+            # Staged or failed weights stay what they are; only a hydration that
+            # cannot proceed says why (the InferenceCluster reports its own state).
             st.phase = PENDING
             st.reason = "ClusterUnavailable"
             st.message = why
-        st.warnings.append(("ClusterUnavailable", why))
+            st.warnings.append(("ClusterUnavailable", why))
 
     # ---- status ----------------------------------------------------------
 
@@ -554,10 +556,16 @@ class _Composer:
         out = self.out
         st = self.state
         inputs = self.inputs
-        for reason, msg in st.warnings:
-            out.warning(msg, reason)
         if not st.message:
             st.message = f"hydration is {st.phase}"
+        for reason, msg in st.warnings:
+            # Every warning is in the status message; its event is emitted once, in
+            # the call that first records it there (function.events: a result on
+            # every call floods the XR's events).
+            if msg not in st.message:
+                st.message = f"{st.message}; {msg}"
+            if msg not in self.prev_message:
+                out.warning(msg, reason)
         status: dict[str, Any] = {
             "phase": st.phase,
             "reason": st.reason or st.phase,
