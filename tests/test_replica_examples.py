@@ -16,18 +16,19 @@ import pytest
 from function.render import World, load_yaml, observed_by_name
 from tests import harness as h
 from tests.test_replica import ints, manifest, validate_all
+from tests.validation import validate_xr
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "modelreplica"
 WORLD = load_yaml([str(EXAMPLE / "required")])
 
 # file -> (ModelReady reason, workload kind or None)
 EXPECTED = {
-    "single-node-ready.yaml": ("Starting", "Deployment"),
-    "single-node-hydrating.yaml": ("Hydrating", None),
-    "single-node-failed.yaml": ("HydrationFailed", None),
-    "multi-node-ready.yaml": ("Starting", "LeaderWorkerSet"),
-    "multi-node-hydrating.yaml": ("Hydrating", None),
-    "multi-node-failed.yaml": ("HydrationFailed", None),
+    "xr-single-node-ready.yaml": ("Starting", "Deployment"),
+    "xr-single-node-hydrating.yaml": ("Hydrating", None),
+    "xr-single-node-failed.yaml": ("HydrationFailed", None),
+    "xr-multi-node-ready.yaml": ("Starting", "LeaderWorkerSet"),
+    "xr-multi-node-hydrating.yaml": ("Hydrating", None),
+    "xr-multi-node-failed.yaml": ("HydrationFailed", None),
 }
 
 
@@ -71,6 +72,8 @@ def test_serving_example_reports_endpoint(grpc_function: Any):
     rsp, _ = grpc_function.drive(xr, World(WORLD), observed)
     st = h.status(rsp)
     assert st["phase"] == "Serving"
+    # The status the function writes survives the XRD's schema (nothing is pruned).
+    validate_xr({**xr, "status": st})
     svc = manifest(rsp, "service")["metadata"]["name"]
     assert st["endpoint"] == f"http://{svc}.default.svc.cluster.local:8000"
     assert h.xr_ready(rsp) == "READY_TRUE"
