@@ -744,3 +744,10 @@ def test_flash_loader_smaller_than_the_weights_warns():
         single_spec(), ready_required(flash_loader={"enabled": True, "tmpfsSizeLimit": "3Gi"})
     )
     assert not [m for s, m in h.results(rsp) if s == "Warning"]
+
+
+def test_worker_without_worker_settings_spans_one_node():
+    spec = multi_spec()
+    del spec["engines"][0]["members"][1]["worker"]
+    d = validate_all(run(spec, ready_required()))
+    assert manifest(d, "workload-kimi")["spec"]["leaderWorkerTemplate"]["size"] == 2

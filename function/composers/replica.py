@@ -114,8 +114,6 @@ def parse_spec(spec: dict[str, Any]) -> ModelReplicaSpec:
             )
         for mi, m in enumerate(engine.members):
             base = f"spec.engines[{ei}].members[{mi}]"
-            if m.role == "Worker" and m.worker is None:
-                raise SpecError(f"{base}.worker", "is required on a Worker member")
             if m.role != "Worker" and m.worker is not None:
                 raise SpecError(f"{base}.worker", "may only be set on a Worker member")
             if not isinstance(m.template.get("spec"), dict):
