@@ -415,6 +415,19 @@ def test_phases(case: dict[str, Any]) -> None:
     validate_status(composite, rsp)
 
 
+def test_phase_table_over_grpc(grpc_function) -> None:
+    """Every row of the table, over a real gRPC channel: the same response, byte for byte."""
+    for case in CASES:
+        composite = hydration_xr(case["status"], auth=case.get("auth", True))
+        req = request(composite, observed=case["observed"], required=case["required"])
+        over_grpc = grpc_function.call(req)
+        local = run(req)
+        assert over_grpc.SerializeToString(deterministic=True) == local.SerializeToString(
+            deterministic=True
+        ), case["id"]
+        assert status(over_grpc)["phase"] == case["phase"], case["id"]
+
+
 # ---- requirements ------------------------------------------------------------------
 
 
