@@ -56,8 +56,10 @@ Scale-down
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import heapq
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from function.devices import Device, DeviceRequest, claims_dra, pool_satisfies
 from function.selectors import LabelSelector
@@ -369,6 +371,20 @@ def place(req: Request) -> Placement:
     clusters = {c.name: c for c in req.clusters}
     ledger = _Ledger(clusters, req.used)
     fp = req.footprint
+    # Device fit ignores capacity and the cluster's name, so clusters reporting the same
+    # pools (the same status subtree, shared by the caller) share one computation.
+    memo: dict[
+        tuple[int, tuple[tuple[MemberKey, str], ...]], tuple[dict[MemberKey, str] | None, str]
+    ] = {}
+
+    def static_fit(
+        c: Cluster, prefer: Mapping[MemberKey, str] | None = None
+    ) -> tuple[dict[MemberKey, str] | None, str]:
+        key = (id(c.pools), tuple(sorted((prefer or {}).items())))
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = _fit(c, req.engines, None, prefer)
+        return hit
 
     def phase(name: str) -> str | None:
         return None if fp is None else fp.get(name)
@@ -391,21 +407,17 @@ def place(req: Request) -> Placement:
             why = f"taint {taints[0]} not tolerated"
         elif fp is not None and ex.cluster not in fp:
             why = f"cluster is outside the footprint of ModelCache {req.cache}"
+        pools: dict[MemberKey, str] | None = None
         if not why and c is not None:
-            pools, fit_why = _fit(c, req.engines, None, ex.pools)
+            # Device fit only: an existing replica keeps its pools (it already holds their
+            # nodes); a member whose pool no longer satisfies it moves within the cluster.
+            pools, fit_why = static_fit(c, ex.pools)
             if pools is None:
                 why = f"no longer fits: {fit_why}"
         if why:
             removed.append(Removed(ex.index, ex.cluster, why))
             continue
-        assert c is not None
-        # Re-fit with capacity (own usage is not in the ledger yet).
-        free = {p.name: ledger.free(c.name, p.name) for p in c.pools}
-        pools, _ = _fit(c, req.engines, free, ex.pools)
-        if pools is None:
-            # Its pool is full of what others took since: it stays where it was placed.
-            pools, _ = _fit(c, req.engines, None, ex.pools)
-            assert pools is not None
+        assert c is not None and pools is not None
         p = Placed(ex.index, c.name, pools, True, phase(c.name))
         ledger.charge(c.name, _charges(req.engines, pools))
         if not c.ready:
@@ -438,38 +450,40 @@ def place(req: Request) -> Placement:
     taken = {ex.index for ex in req.existing}
     checked: dict[str, str] = {}
     new: list[Placed] = []
-    candidates = _candidates(req, clusters, checked)
-    # Fit per cluster, recomputed only for the cluster the last replica went to.
-    fits: dict[str, tuple[dict[MemberKey, str] | None, str, int]] = {}
-    for _ in range(need):
-        counts = _counts(solid + [p for p, _ in soft] + new)
-        best: tuple[tuple[object, ...], Cluster, dict[MemberKey, str]] | None = None
+    candidates = _candidates(req, clusters, checked, static_fit)
+    counts = _counts(solid + [p for p, _ in soft])
+
+    def entry(c: Cluster) -> tuple[tuple[Any, ...], dict[MemberKey, str]] | None:
+        """The choice key of ``c`` for the next replica, or None when it is full."""
+        free = {p.name: ledger.free(c.name, p.name) for p in c.pools}
+        pools, why = _fit(c, req.engines, free)
+        if pools is None:
+            checked[c.name] = why
+            return None
+        n = counts.get(c.name, 0)
+        left = sum(free.values()) - sum(_charges(req.engines, pools).values())
+        return (n > 0, tier(c.name), left if n > 0 else 0, c.name), pools
+
+    # A heap of choice keys. Placing a replica changes only the chosen cluster's key
+    # (its count and free nodes), so only that cluster is re-evaluated.
+    heap: list[tuple[tuple[Any, ...], dict[MemberKey, str], Cluster]] = []
+    if need > 0:
         for c in candidates:
-            fit = fits.get(c.name)
-            if fit is None:
-                free = {p.name: ledger.free(c.name, p.name) for p in c.pools}
-                pools, why = _fit(c, req.engines, free)
-                left = sum(free.values())
-                if pools is not None:
-                    left -= sum(_charges(req.engines, pools).values())
-                fit = fits[c.name] = (pools, why, left)
-            pools, why, left = fit
-            if pools is None:
-                checked[c.name] = why
-                continue
-            n = counts.get(c.name, 0)
-            key = (n > 0, tier(c.name), left if n > 0 else 0, c.name)
-            if best is None or key < best[0]:
-                best = (key, c, pools)
-        if best is None:
-            break
-        _, c, pools = best
+            e = entry(c)
+            if e is not None:
+                heap.append((e[0], e[1], c))
+        heapq.heapify(heap)
+    while len(new) < need and heap:
+        _, pools, c = heapq.heappop(heap)
         checked.pop(c.name, None)
-        fits.pop(c.name, None)
         index = _free_index(taken)
         taken.add(index)
         ledger.charge(c.name, _charges(req.engines, pools))
         new.append(Placed(index, c.name, pools, False, phase(c.name)))
+        counts[c.name] = counts.get(c.name, 0) + 1
+        e = entry(c)
+        if e is not None:
+            heapq.heappush(heap, (e[0], e[1], c))
 
     # ---- replicas due to move: replaced when a replacement was placed -----
     keep_soft = max(0, req.replicas - len(solid) - len(new))
@@ -515,7 +529,10 @@ def _where(replicas: Sequence[Placed]) -> str:
 
 
 def _candidates(
-    req: Request, clusters: Mapping[str, Cluster], checked: dict[str, str]
+    req: Request,
+    clusters: Mapping[str, Cluster],
+    checked: dict[str, str],
+    static_fit: Callable[[Cluster], tuple[dict[MemberKey, str] | None, str]],
 ) -> list[Cluster]:
     """Clusters a new replica may go to (capacity is checked later); records why others not."""
     out = []
@@ -538,7 +555,7 @@ def _candidates(
         if bad:
             checked[name] = f"taint {bad[0]} not tolerated"
             continue
-        pools, why = _fit(c, req.engines, None)
+        pools, why = static_fit(c)
         if pools is None:
             checked[name] = why
             continue

@@ -91,6 +91,7 @@ from function.placement import (
     Engine,
     Existing,
     Member,
+    MemberKey,
     Placed,
     Placement,
     Pool,
@@ -243,9 +244,10 @@ _POOL_CACHE: dict[bytes, tuple[Pool, ...]] = {}
 
 def _pools(cluster: Struct) -> tuple[Pool, ...]:
     """``status.gpuPools`` as Pools; cached by the serialized subtree (fleets repeat)."""
-    raw = structs.get(cluster, "status", "gpuPools")
-    if raw is None:
+    v = structs.fields_of(cluster, "status").get("gpuPools")
+    if v is None or v.WhichOneof("kind") != "list_value":
         return ()
+    raw = v.list_value
     key = raw.SerializeToString(deterministic=True)
     hit = _POOL_CACHE.get(key)
     if hit is not None:
@@ -265,87 +267,152 @@ def _pools(cluster: Struct) -> tuple[Pool, ...]:
 
 
 def _cluster(item: Struct) -> Cluster:
+    """An InferenceCluster as placement sees it (hot path: one per cluster per call)."""
+    meta = structs.fields_of(item, "metadata")
+    labels_v = meta.get("labels")
+    labels = (
+        {k: v.string_value for k, v in labels_v.struct_value.fields.items()}
+        if labels_v is not None
+        else {}
+    )
+    ready = False
+    conds = structs.fields_of(item, "status").get("conditions")
+    if conds is not None:
+        for cv in conds.list_value.values:
+            c = cv.struct_value.fields
+            if "type" in c and c["type"].string_value == "Ready":
+                ready = "status" in c and c["status"].string_value == "True"
+                break
+    taints_v = structs.fields_of(item, "spec").get("taints")
+    taints = parse_taints(structs.to_py(taints_v.list_value)) if taints_v is not None else ()
     return Cluster(
-        name=structs.get_str(item, "metadata", "name"),
-        labels=structs.get_map(item, "metadata", "labels"),
-        ready=structs.condition_is(item, "Ready"),
-        taints=parse_taints(structs.to_py(structs.get(item, "spec", "taints")) or ()),
+        name=meta["name"].string_value if "name" in meta else "",
+        labels=labels,
+        ready=ready,
+        taints=taints,
         pools=_pools(item),
     )
 
 
-def _replica_usage(item: Any) -> tuple[str, dict[tuple[str, int], str], list[tuple[str, int]]]:
-    """(cluster, pools by member, [(pool, nodes)]) of a ModelReplica, read from its spec."""
-    cluster = structs.get_str(item, "spec", "clusterName")
+def _num(v: Any, default: int) -> int:
+    """An integer from a Struct Value (numbers are doubles), or ``default``."""
+    if v is not None and v.WhichOneof("kind") == "number_value":
+        return int(v.number_value)
+    return default
+
+
+def _replica_usage(item: Struct) -> tuple[str, dict[tuple[str, int], str], list[tuple[str, int]]]:
+    """(cluster, pools by member, [(pool, nodes)]) of a ModelReplica, read from its spec.
+
+    Hot path (every replica of the fleet, every reconcile): reads the Struct's
+    field maps directly.
+    """
+    spec = structs.sub(item, "spec")
+    cluster = structs.sval(spec, "clusterName")
     pools: dict[tuple[str, int], str] = {}
     cost: list[tuple[str, int]] = []
-    engines = structs.get(item, "spec", "engines")
-    for e in engines or ():
-        name = structs.get_str(e, "name")
-        copies = structs.get(e, "copies", default=1)
-        copies = int(copies) if isinstance(copies, (int, float)) else 1
-        for mi, m in enumerate(structs.get(e, "members") or ()):
-            pool = structs.get_str(m, "pool")
+    engines = structs.fields_of(item, "spec").get("engines")
+    if engines is None:
+        return cluster, pools, cost
+    for ev in engines.list_value.values:
+        e = ev.struct_value.fields
+        name = e["name"].string_value if "name" in e else ""
+        copies = _num(e.get("copies"), 1)
+        members = e.get("members")
+        if members is None:
+            continue
+        for mi, mv in enumerate(members.list_value.values):
+            m = mv.struct_value.fields
+            pool = m["pool"].string_value if "pool" in m else ""
             if not pool:
                 continue
             pools[(name, mi)] = pool
             pods = 1
-            if structs.get_str(m, "role") == "Worker":
-                n = structs.get(m, "worker", "nodes", default=1)
-                pods = int(n) if isinstance(n, (int, float)) else 1
+            if "role" in m and m["role"].string_value == "Worker" and "worker" in m:
+                pods = _num(m["worker"].struct_value.fields.get("nodes"), 1)
             cost.append((pool, pods * copies))
     return cluster, pools, cost
 
 
-def _is_own(item: Any, ns: str, name: str) -> bool:
+def _is_own(item: Struct, ns: str, name: str) -> bool:
     return (
-        structs.get_str(item, "metadata", "namespace") == ns
-        and structs.get_str(item, "spec", "deploymentName") == name
+        structs.sval(structs.sub(item, "metadata"), "namespace") == ns
+        and structs.sval(structs.sub(item, "spec"), "deploymentName") == name
     )
+
+
+def _index(item: Struct) -> int | None:
+    """``spec.index`` of a ModelReplica, or None."""
+    v = structs.fields_of(item, "spec").get("index")
+    return _num(v, -1) if v is not None and v.WhichOneof("kind") == "number_value" else None
 
 
 # ---- composing ----------------------------------------------------------------
 
 
-def _replica_body(
-    inputs: Inputs, spec: DeploymentSpec, raw_ts: dict[str, Any], p: Placed
-) -> dict[str, Any]:
-    ns, name = inputs.namespace, inputs.name
-    user = dict(spec.template.metadata.labels) if spec.template.metadata else {}
-    labels, ann = labels_with_full(
-        {
-            **user,
-            LABEL_DEPLOYMENT: name,
-            LABEL_CLUSTER: p.cluster,
-            LABEL_REPLICA_INDEX: str(p.index),
-            LABEL_MANAGED_BY: MANAGED_BY,
-        }
-    )
-    engines = []
-    for e in raw_ts.get("engines") or []:
-        e2 = copy.deepcopy(e)
-        for mi, m in enumerate(e2.get("members") or []):
-            pool = p.pools.get((e2.get("name"), mi))
-            if pool is not None:
-                m["pool"] = pool
-        engines.append(e2)
-    rspec: dict[str, Any] = {
-        "deploymentName": name,
-        "index": p.index,
-        "clusterName": p.cluster,
-        "engines": engines,
-    }
-    for k in ("modelCacheRef", "tolerations", "serving", "shmSizeLimit", "flashLoader"):
-        if raw_ts.get(k) is not None:
-            rspec[k] = copy.deepcopy(raw_ts[k])
-    meta: dict[str, Any] = {
-        "name": replica_name(ns, name, p.index),
-        "namespace": ns,
-        "labels": labels,
-    }
-    if ann:
-        meta["annotations"] = ann
-    return {"apiVersion": API_VERSION, "kind": REPLICA_KIND, "metadata": meta, "spec": rspec}
+class _Bodies:
+    """Builds ModelReplica bodies as Structs: the spec shared by every replica with the
+    same pools is built once per call and copied (C-level ``CopyFrom``), so 100 replicas
+    cost little more than one."""
+
+    def __init__(self, inputs: Inputs, spec: DeploymentSpec, raw_ts: dict[str, Any]) -> None:
+        self.ns, self.name = inputs.namespace, inputs.name
+        user = dict(spec.template.metadata.labels) if spec.template.metadata else {}
+        labels, ann = labels_with_full(
+            {**user, LABEL_DEPLOYMENT: self.name, LABEL_MANAGED_BY: MANAGED_BY}
+        )
+        meta: dict[str, Any] = {"namespace": self.ns, "labels": labels}
+        if ann:
+            meta["annotations"] = ann
+        self.meta = Struct()
+        self.meta.update(meta)
+        self.raw_ts = raw_ts
+        self.specs: dict[tuple[tuple[MemberKey, str], ...], Struct] = {}
+
+    def _spec(self, pools: Mapping[MemberKey, str]) -> Struct:
+        key = tuple(sorted(pools.items()))
+        hit = self.specs.get(key)
+        if hit is not None:
+            return hit
+        engines = []
+        for e in self.raw_ts.get("engines") or []:
+            e2 = copy.deepcopy(e)
+            for mi, m in enumerate(e2.get("members") or []):
+                pool = pools.get((e2.get("name"), mi))
+                if pool is not None:
+                    m["pool"] = pool
+            engines.append(e2)
+        rspec: dict[str, Any] = {"deploymentName": self.name, "engines": engines}
+        for k in ("modelCacheRef", "tolerations", "serving", "shmSizeLimit", "flashLoader"):
+            if self.raw_ts.get(k) is not None:
+                rspec[k] = self.raw_ts[k]
+        st = Struct()
+        st.update(rspec)
+        self.specs[key] = st
+        return st
+
+    def body(self, p: Placed) -> Struct:
+        """The ModelReplica of placed replica ``p``."""
+        out = Struct()
+        f = out.fields
+        f["apiVersion"].string_value = API_VERSION
+        f["kind"].string_value = REPLICA_KIND
+        meta = f["metadata"].struct_value
+        meta.CopyFrom(self.meta)
+        meta.fields["name"].string_value = replica_name(self.ns, self.name, p.index)
+        labels, ann = labels_with_full(
+            {LABEL_CLUSTER: p.cluster, LABEL_REPLICA_INDEX: str(p.index)}
+        )
+        lf = meta.fields["labels"].struct_value.fields
+        for k, v in labels.items():
+            lf[k].string_value = v
+        for k, v in ann.items():
+            meta.fields["annotations"].struct_value.fields[k].string_value = v
+        spec = f["spec"].struct_value
+        spec.CopyFrom(self._spec(p.pools))
+        spec.fields["index"].number_value = p.index
+        spec.fields["clusterName"].string_value = p.cluster
+        return out
 
 
 def _usage_body(inputs: Inputs, cache: str) -> dict[str, Any]:
@@ -376,7 +443,7 @@ def _observed_replicas(inputs: Inputs) -> dict[str, Struct]:
     return {
         k: c.resource
         for k, c in sorted(inputs.observed.items())
-        if structs.get_str(c.resource, "kind") == REPLICA_KIND
+        if structs.sval(c.resource, "kind") == REPLICA_KIND
     }
 
 
@@ -384,22 +451,31 @@ def _keep_all(inputs: Inputs, out: Outcome) -> None:
     for k, c in sorted(inputs.observed.items()):
         ready = None
         if structs.get_str(c.resource, "kind") == REPLICA_KIND:
-            ready = structs.condition_is(c.resource, MODEL_READY)
+            ready = _replica_state(c.resource)[0]
         out.keep(k, c.resource, ready)
 
 
+_CREATING = (False, "Creating", "not created yet")
+
+
 def _replica_state(obj: Struct | None) -> tuple[bool, str, str]:
-    """(ready, reason, message) of an observed ModelReplica from its ModelReady condition."""
+    """(ready, reason, message) of an observed ModelReplica from its ModelReady condition.
+
+    Hot path: scans ``status.conditions`` through the field maps, once per replica.
+    """
     if obj is None:
-        return False, "Creating", "not created yet"
-    c = structs.conditions(obj).get(MODEL_READY)
-    if c is None:
-        return False, "Pending", "reports no ModelReady condition yet"
-    return (
-        structs.get(c, "status") == "True",
-        structs.get_str(c, "reason"),
-        structs.get_str(c, "message"),
-    )
+        return _CREATING
+    conds = structs.fields_of(obj, "status").get("conditions")
+    if conds is not None:
+        for cv in conds.list_value.values:
+            c = cv.struct_value.fields
+            if "type" in c and c["type"].string_value == MODEL_READY:
+                return (
+                    "status" in c and c["status"].string_value == "True",
+                    c["reason"].string_value if "reason" in c else "",
+                    c["message"].string_value if "message" in c else "",
+                )
+    return False, "Pending", "reports no ModelReady condition yet"
 
 
 def _status_from(
@@ -408,8 +484,12 @@ def _status_from(
     wanted: int,
     rows: list[tuple[int, str, Struct | None, str | None]],
     cache: str | None,
-) -> None:
-    """Status and ReplicasReady from (index, cluster, observed replica, hydration phase)."""
+) -> bool:
+    """Status and ReplicasReady from (index, cluster, observed replica, hydration phase).
+
+    Returns:
+        True when every row's replica is ready.
+    """
     total = ready = 0
     placement = []
     failed: list[str] = []
@@ -459,6 +539,7 @@ def _status_from(
     else:
         detail = "; ".join((other + waiting)[:5]) or "replicas not placed"
         out.condition(READY_COND, "False", "ReplicasNotReady", f"{summary}; {detail}")
+    return ready == len(rows)
 
 
 def compose(inputs: Inputs) -> Outcome:
@@ -490,12 +571,7 @@ def compose(inputs: Inputs) -> Outcome:
 
     observed = _observed_replicas(inputs)
     obs_rows = [
-        (
-            int(structs.get(o, "spec", "index", default=0) or 0),
-            structs.get_str(o, "spec", "clusterName"),
-            o,
-            None,
-        )
+        (_index(o) or 0, structs.sval(structs.sub(o, "spec"), "clusterName"), o, None)
         for o in observed.values()
     ]
 
@@ -553,7 +629,7 @@ def compose(inputs: Inputs) -> Outcome:
 
     clusters = tuple(
         sorted(
-            (_cluster(c) for c in clusters_r.items if structs.get_str(c, "metadata", "name")),
+            (c for c in map(_cluster, clusters_r.items) if c.name),
             key=lambda c: c.name,
         )
     )
@@ -565,11 +641,13 @@ def compose(inputs: Inputs) -> Outcome:
         for pool, n in cost:
             used[(cl, pool)] = used.get((cl, pool), 0) + n
     existing = []
+    by_index: dict[int, Struct] = {}
     for o in observed.values():
         cl, pools, _ = _replica_usage(o)
-        idx = structs.get(o, "spec", "index")
-        if cl and isinstance(idx, (int, float)):
-            existing.append(Existing(int(idx), cl, pools))
+        idx = _index(o)
+        if cl and idx is not None:
+            existing.append(Existing(idx, cl, pools))
+            by_index[idx] = o
 
     placement: Placement = place(
         Request(
@@ -587,12 +665,12 @@ def compose(inputs: Inputs) -> Outcome:
         )
     )
 
-    by_index = {int(structs.get(o, "spec", "index", default=-1)): o for o in observed.values()}
+    bodies = _Bodies(inputs, spec, raw_ts)
     rows = []
     for p in placement.replicas:
         obj = by_index.get(p.index) if p.existing else None
-        ready = structs.condition_is(obj, MODEL_READY) if obj is not None else False
-        out.add(f"{REPLICA_PREFIX}{p.index}", _replica_body(inputs, spec, raw_ts, p), ready=ready)
+        ready = _replica_state(obj)[0]
+        out.add(f"{REPLICA_PREFIX}{p.index}", bodies.body(p), ready=ready)
         rows.append((p.index, p.cluster, obj, p.hydration))
     for r in placement.removed:
         out.warning(f"removed replica {r.index} from {r.cluster}: {r.why}", "ReplicaRemoved")
@@ -604,7 +682,6 @@ def compose(inputs: Inputs) -> Outcome:
     else:
         out.condition(SCHEDULED, "False", placement.reason, placement.message)
         out.requeue_after(inputs.settings.poll_seconds)
-    _status_from(inputs, out, spec.replicas, rows, cache)
-    if any(not r[2] or not structs.condition_is(r[2], MODEL_READY) for r in rows):
+    if not _status_from(inputs, out, spec.replicas, rows, cache):
         out.requeue_after(inputs.settings.poll_seconds)
     return out
