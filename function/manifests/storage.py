@@ -199,6 +199,9 @@ def hydration_job(
         {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},
         {"name": "HF_HOME", "value": "/tmp/hf-home"},
         {"name": "HOME", "value": "/tmp"},
+        # hf_xet keeps a chunk cache (10 GB by default) under HF_HOME; the weights go
+        # straight to the PVC, so the cache would only fill the small /tmp emptyDir.
+        {"name": "HF_XET_CHUNK_CACHE_SIZE_BYTES", "value": "0"},
     ]
     if token_secret_name:
         env.append(
@@ -239,7 +242,7 @@ def hydration_job(
         "env": env,
         "resources": {
             "requests": {"cpu": "500m", "memory": "1Gi"},
-            "limits": {"memory": "4Gi"},
+            "limits": {"memory": "8Gi"},
         },
         "securityContext": {
             "allowPrivilegeEscalation": False,
