@@ -41,6 +41,7 @@ from typing import Any
 
 import celpy
 from celpy import celtypes
+from celpy.evaluation import base_functions as ev_base_functions
 
 # celpy logs every evaluation error at ERROR level; a non-matching device is not an error.
 logging.getLogger("celpy").setLevel(logging.CRITICAL)
@@ -213,6 +214,52 @@ class InvalidSelector(ValueError):
         self.reason = reason
 
 
+_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+_KNOWN = (
+    frozenset(k for k in ev_base_functions if k[:1].isalpha())
+    | _MACROS
+    | {"has", "dyn"}
+    | frozenset(FUNCTIONS)
+)
+_VARIABLES = frozenset({"device"})
+
+
+def _check(tree: Any) -> str | None:
+    """What a DRA CEL compiler would reject beyond syntax, or None.
+
+    Kubernetes compiles a device selector against a declared environment: the
+    only variable is ``device``, and functions must exist. celpy only parses,
+    so unknown functions and undeclared variables are found here (otherwise
+    they would fail at every evaluation and silently match nothing).
+    """
+    from lark import Token, Tree
+
+    bound: set[str] = set()
+    calls: list[str] = []
+    idents: list[str] = []
+    for node in tree.iter_subtrees():
+        if node.data == "member_dot_arg":
+            name = str(node.children[1])
+            calls.append(name)
+            if name in _MACROS and len(node.children) > 2:
+                args = node.children[2]
+                if isinstance(args, Tree) and args.children:
+                    first = next(args.children[0].scan_values(lambda t: isinstance(t, Token)), None)
+                    if first is not None:
+                        bound.add(str(first))
+        elif node.data == "ident_arg":
+            calls.append(str(node.children[0]))
+        elif node.data == "ident":
+            idents.append(str(node.children[0]))
+    for name in calls:
+        if name not in _KNOWN:
+            return f"unknown function {name}"
+    for name in idents:
+        if name not in _VARIABLES and name not in bound:
+            return f"undeclared reference to {name} (the only variable is device)"
+    return None
+
+
 @lru_cache(maxsize=4096)
 def _compile(expression: str) -> Any:
     try:
@@ -220,6 +267,9 @@ def _compile(expression: str) -> Any:
     except Exception as e:  # celpy raises CELParseError (and lark errors) for bad syntax
         reason = " ".join(str(e).split()) or type(e).__name__
         return InvalidSelector(expression, reason)
+    problem = _check(ast)
+    if problem is not None:
+        return InvalidSelector(expression, problem)
     return _ENV.program(ast, functions=FUNCTIONS)
 
 

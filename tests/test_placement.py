@@ -168,6 +168,32 @@ def test_selector_that_does_not_compile_names_itself(expr: str) -> None:
     assert "does not compile" in str(e.value)
 
 
+@pytest.mark.parametrize(
+    ("expr", "why"),
+    [
+        ("foo(1)", "unknown function foo"),
+        ('device.driver.lowerAscii() == "x"', "unknown function lowerAscii"),
+        ("other.x == 1", "undeclared reference to other"),
+        ('device.attributes["a"].exists(k, k == other)', "undeclared reference to other"),
+    ],
+)
+def test_selector_checked_like_a_dra_compiler(expr: str, why: str) -> None:
+    with pytest.raises(InvalidSelector, match=why):
+        compile_selector(expr)
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        'device.attributes["gpu.nvidia.com"].all(k, k.startsWith("a"))',
+        'has(device.attributes["gpu.nvidia.com"].nvlink)',
+        'size(device.driver) > 0 && device.driver in ["gpu.nvidia.com"]',
+    ],
+)
+def test_valid_selectors_compile(expr: str) -> None:
+    compile_selector(expr)
+
+
 def test_compiled_programs_are_cached_by_expression() -> None:
     assert compile_selector(MEM_20) is compile_selector(MEM_20)
 
