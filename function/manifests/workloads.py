@@ -31,7 +31,6 @@ Kubernetes and LWS facts they follow:
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,7 +159,7 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
             reserved name, or a user volume or mount that collides with ours.
     """
     idx = engine_index(template, field_path)
-    t = copy.deepcopy(template)
+    t = clone(template)
     spec = t["spec"]
     engine = spec["containers"][idx]
     cpath = f"{field_path}.spec.containers[{idx}]"
@@ -253,6 +252,16 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
     return t
 
 
+def clone(v: Any) -> Any:
+    """A deep copy of plain JSON data (dicts, lists, scalars); several times faster
+    than ``copy.deepcopy``, which matters on the hot path."""
+    if isinstance(v, dict):
+        return {k: clone(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [clone(x) for x in v]
+    return v
+
+
 def flash_container(fl: FlashLoader) -> dict[str, Any]:
     """The init container that copies the weights from the cache PVC to node-local memory.
 
@@ -284,9 +293,10 @@ def deployment(
 ) -> dict[str, Any]:
     """An ``apps/v1`` Deployment of a Standalone engine (``replicas`` = copies).
 
-    The pod template gets ``modelplane.ai/workload: <name>``, the selector.
+    The pod template (which the Deployment takes over, not copied: pass the
+    result of :func:`pod_template`) gets ``modelplane.ai/workload: <name>``, the selector.
     """
-    tmpl = copy.deepcopy(template)
+    tmpl = template
     tmpl.setdefault("metadata", {}).setdefault("labels", {})[LABEL_WORKLOAD] = name
     return {
         "apiVersion": "apps/v1",
@@ -309,9 +319,10 @@ def leader_worker_set(
     worker: dict[str, Any],
     labels: dict[str, str],
 ) -> dict[str, Any]:
-    """A ``leaderworkerset.x-k8s.io/v1`` LeaderWorkerSet (``size`` = 1 + worker nodes)."""
-    leader = copy.deepcopy(leader)
-    worker = copy.deepcopy(worker)
+    """A ``leaderworkerset.x-k8s.io/v1`` LeaderWorkerSet (``size`` = 1 + worker nodes).
+
+    The two pod templates are taken over, not copied (pass results of :func:`pod_template`).
+    """
     for t in (leader, worker):
         t.setdefault("metadata", {}).setdefault("labels", {})[LABEL_WORKLOAD] = name
     return {
