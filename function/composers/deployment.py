@@ -60,7 +60,7 @@ the cluster's name. A Warning event records every move and removal.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from google.protobuf.struct_pb2 import Struct
@@ -168,8 +168,8 @@ def _parse(inputs: Inputs) -> tuple[DeploymentSpec, LabelSelector]:
     """Validate the spec; raises SpecError naming the field."""
     try:
         spec = DeploymentSpec.model_validate(inputs.spec)
-    except ValidationError as e:
-        raise pydantic_errors("spec", e) from None
+    except ValidationError as err:
+        raise pydantic_errors("spec", err) from None
     ts = spec.template.spec
     selector = LabelSelector.parse(ts.clusterSelector or {}, "spec.template.spec.clusterSelector")
     for ei, e in enumerate(ts.engines):
@@ -482,7 +482,7 @@ def _status_from(
     inputs: Inputs,
     out: Outcome,
     wanted: int,
-    rows: list[tuple[int, str, Struct | None, str | None]],
+    rows: Sequence[tuple[int, str, Struct | None, str | None]],
     cache: str | None,
 ) -> bool:
     """Status and ReplicasReady from (index, cluster, observed replica, hydration phase).

@@ -28,7 +28,7 @@ reports ``PoolsResolved=False`` (reason ``SourceNotServed``) and composes nothin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from function import API_VERSION, structs
@@ -61,7 +61,7 @@ def _devices(cls: Any) -> list[dict[str, Any]]:
 
 
 def gpu_pools(
-    node_pools: list[Mapping[str, Any]], classes: Mapping[str, Any]
+    node_pools: Sequence[Mapping[str, Any]], classes: Mapping[str, Any]
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """``status.gpuPools`` from ``spec.nodePools`` and the InferenceClasses by name.
 
