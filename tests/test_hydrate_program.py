@@ -384,3 +384,79 @@ def test_reported_result_becomes_hydration_evidence(hub, kube, tmp_path) -> None
         "digest": marker["digest"],
         "validatedAt": marker["validatedAt"],
     }
+
+
+def test_the_composed_job_runs_the_program(hub, kube, tmp_path) -> None:
+    """The Job the composer emits, run as its container would: command, args and env."""
+    from tests.harness import NAMESPACE, desired, request, run, xr
+
+    cluster = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "InferenceCluster",
+        "metadata": {"name": "gpu-a"},
+        "status": {
+            "providerConfigRef": {"name": "gpu-a", "kind": "ClusterProviderConfig"},
+            "cache": {"storageClassName": "rwx"},
+        },
+    }
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "hf-token", "namespace": NAMESPACE},
+        "data": {"HF_TOKEN": base64.b64encode(TOKEN.encode()).decode()},
+    }
+    spec = {
+        "clusterName": "gpu-a",
+        "cacheName": "tiny",
+        "source": "HuggingFace",
+        "huggingFace": {
+            "repo": "org/tiny",
+            "revision": "main",
+            "sizeGiB": 1,
+            "authSecret": {"name": "hf-token", "key": "HF_TOKEN"},
+        },
+    }
+    rsp = run(
+        request(
+            xr("ModelCacheHydration", "h", spec),
+            required={"cluster": [cluster], "auth-secret": [secret]},
+        )
+    )
+    (job,) = [
+        v["spec"]["forProvider"]["manifest"]
+        for k, v in desired(rsp).items()
+        if k.startswith("job-")
+    ]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    mount = container["volumeMounts"][0]["mountPath"]
+    target = tmp_path / "pvc"
+    args = [str(target) if a == mount else a for a in container["args"]]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "MODELPLANE_"))}
+    for e in container["env"]:
+        if "value" in e:
+            env[e["name"]] = e["value"].replace("/tmp", str(tmp_path / "tmp"))
+    # What the kubelet resolves: the token from the remote Secret, the pod's namespace.
+    env["HF_TOKEN"] = TOKEN
+    env["POD_NAMESPACE"] = "default"
+    env.update(
+        HF_ENDPOINT=hub.endpoint,
+        MODELPLANE_KUBE_API=kube.env["MODELPLANE_KUBE_API"],
+        MODELPLANE_SA_DIR=kube.env["MODELPLANE_SA_DIR"],
+        TERMINATION_LOG=str(tmp_path / "termination-log"),
+    )
+    assert container["command"][0] == "python"
+    proc = subprocess.run(
+        [sys.executable, *container["command"][1:], *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert model_files(target) == FILES_C1
+    (req,) = kube.requests
+    cm = env["MODELPLANE_RESULT_CONFIGMAP"]
+    assert req["path"] == f"/api/v1/namespaces/default/configmaps/{cm}"
+    assert json.loads(req["body"]["data"]["result"])["digest"] == expected_digest(FILES_C1)
+    assert_no_token(proc)
