@@ -33,13 +33,38 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from function.errors import SpecError, pydantic_errors
-from function.replica_spec import Engine, Ref
+from function.selectors import LabelSelector
 from function.timeutil import parse_duration
+
+
+def _whole_number(v: Any) -> Any:
+    """Accept an int or a whole float (a protobuf Struct holds only doubles), nothing else.
+
+    Strings and booleans are rejected, as the XRD's ``type: integer`` does.
+    """
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError("must be an integer")
+    if isinstance(v, float) and not v.is_integer():
+        raise ValueError("must be a whole number")
+    return int(v)
+
+
+WholeInt = Annotated[int, BeforeValidator(_whole_number)]
 
 # Environment variable names as Kubernetes validates them for a container's env
 # (apimachinery validation.IsEnvVarName: "a valid environment variable name must
@@ -65,29 +90,77 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class Candidate(_Model):
-    """A ModelDeployment's ``template.spec`` plus ``backend``; unknown fields pass through."""
+class Ref(_Model):
+    """A reference by name in the experiment's own namespace."""
 
-    backend: str = Field(min_length=1, max_length=63)
+    name: StrictStr = Field(min_length=1)
+
+
+class Worker(_Model):
+    """Worker sizing of a multi-node engine."""
+
+    nodes: WholeInt = Field(default=1, ge=1)
+
+
+class Member(_Model):
+    """One member of a candidate engine (checked further by the ModelDeployment)."""
+
+    role: Literal["Standalone", "Leader", "Worker"] = "Standalone"
+    worker: Worker | None = None
+    nodeSelector: dict[str, Any] | None = None
+    template: dict[str, Any]
+
+
+class Engine(_Model):
+    """One engine of the candidate, as in a ModelDeployment."""
+
+    name: StrictStr = Field(min_length=1, max_length=63)
+    copies: WholeInt = Field(default=1, ge=1)
+    phase: Literal["Prefill", "Decode"] | None = None
+    members: list[Member] = Field(min_length=1)
+
+
+BACKEND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class Candidate(_Model):
+    """A ModelDeployment's ``template.spec`` plus ``backend``; unknown fields pass through.
+
+    The ModelDeployment XRD and composer check the rest when the candidate is applied.
+    """
+
+    backend: StrictStr = Field(min_length=1, max_length=63)
     clusterSelector: dict[str, Any] | None = None
     modelCacheRef: Ref | None = None
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     serving: dict[str, Any] | None = None
+    shmSizeLimit: StrictStr | None = None
+    flashLoader: dict[str, Any] | None = None
     engines: list[Engine] = Field(min_length=1)
 
     @field_validator("backend")
     @classmethod
     def _backend(cls, v: str) -> str:
-        if "=" in v or "," in v or v.strip() != v:
-            raise ValueError("must not contain '=', ',' or surrounding spaces (MODELS syntax)")
+        if not BACKEND.match(v):
+            raise ValueError(
+                "must be an engine name of letters, digits, '.', '_' or '-' (it is written "
+                "into MODELS=<candidate>=<backend>)"
+            )
         return v
+
+    @model_validator(mode="after")
+    def _multi_node_needs_cache(self) -> Candidate:
+        multi = any(m.role in ("Leader", "Worker") for e in self.engines for m in e.members)
+        if multi and self.modelCacheRef is None:
+            raise ValueError("a multi-node engine (a Leader with Workers) requires modelCacheRef")
+        return self
 
 
 class EnvVar(_Strict):
     """A literal environment variable (``valueFrom`` is not allowed)."""
 
-    name: str = Field(min_length=1)
-    value: str = ""
+    name: StrictStr = Field(min_length=1)
+    value: StrictStr = ""
 
     @field_validator("name")
     @classmethod
@@ -130,9 +203,9 @@ class ArtifactGate(_Strict):
     """What must be true of a ModelCache before a candidate may claim hardware."""
 
     modelCacheRef: Ref
-    requireValidation: bool = False
-    requirePublishedDigest: bool = False
-    requireSourceMatch: bool = False
+    requireValidation: StrictBool = False
+    requirePublishedDigest: StrictBool = False
+    requireSourceMatch: StrictBool = False
 
 
 class ExperimentSpec(_Strict):
@@ -140,22 +213,22 @@ class ExperimentSpec(_Strict):
 
     candidate: Candidate
     gauntlet: Gauntlet
-    timeout: str | int = DEFAULT_TIMEOUT
-    suspend: bool = False
-    repeatAfter: str | int = "0"
-    historyLimit: int | None = Field(default=None, ge=1, le=MAX_HISTORY_LIMIT)
+    timeout: StrictStr = DEFAULT_TIMEOUT
+    suspend: StrictBool = False
+    repeatAfter: StrictStr = "0"
+    historyLimit: WholeInt | None = Field(default=None, ge=1, le=MAX_HISTORY_LIMIT)
     artifactGate: ArtifactGate | None = None
 
     @field_validator("timeout")
     @classmethod
-    def _timeout(cls, v: str | int) -> str | int:
+    def _timeout(cls, v: str) -> str:
         if parse_duration(v) <= 0:
             raise ValueError("must be a positive duration such as 30m")
         return v
 
     @field_validator("repeatAfter")
     @classmethod
-    def _repeat(cls, v: str | int) -> str | int:
+    def _repeat(cls, v: str) -> str:
         s = parse_duration(v)
         if 0 < s < MIN_REPEAT_SECONDS:
             raise ValueError("must be 0 (one-shot) or at least 1m")
@@ -183,6 +256,15 @@ class ExperimentSpec(_Strict):
         return self.historyLimit if self.historyLimit is not None else DEFAULT_HISTORY_LIMIT
 
 
+def drop_nulls(value: Any) -> Any:
+    """Remove null fields, as the API server prunes them before storing an object."""
+    if isinstance(value, dict):
+        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [drop_nulls(v) for v in value]
+    return value
+
+
 def parse_spec(spec: dict[str, Any]) -> ExperimentSpec:
     """Validate a ModelExperiment spec.
 
@@ -191,11 +273,14 @@ def parse_spec(spec: dict[str, Any]) -> ExperimentSpec:
             listing up to five problems.
     """
     try:
-        return ExperimentSpec.model_validate(spec)
+        parsed = ExperimentSpec.model_validate(drop_nulls(spec))
     except ValidationError as e:
         raise pydantic_errors("spec", e) from None
     except ValueError as e:  # a duration that does not parse inside a validator
         raise SpecError("spec", str(e)) from None
+    if parsed.candidate.clusterSelector is not None:
+        LabelSelector.parse(parsed.candidate.clusterSelector, "spec.candidate.clusterSelector")
+    return parsed
 
 
 def spec_hash(spec: ExperimentSpec) -> str:

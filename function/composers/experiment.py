@@ -77,6 +77,7 @@ from function.experiment_model import (
     ENV_ENDPOINT,
     ENV_MODELS,
     ExperimentSpec,
+    drop_nulls,
     parse_spec,
     spec_hash,
 )
@@ -201,6 +202,83 @@ def _whole(value: Any) -> Any:
     return value
 
 
+VERDICT_REASONS = frozenset({PASSED, FAILED, TIMED_OUT, CANDIDATE_FAILED, CANDIDATE_LOST})
+CANDIDATE_FIELDS = {
+    "name": str,
+    "createdAt": str,
+    "deadline": str,
+    "seen": bool,
+    "releasedAt": str,
+}
+GATE_FIELDS = {"cache": str, "uid": str, "generation": int, "commit": str, "digest": str}
+MAX_COUNT = 10**9
+
+
+def _count(v: Any) -> int:
+    """A non-negative whole number from status, 0 when it is anything else."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return 0
+    if v != int(v) or not 0 <= v <= MAX_COUNT:
+        return 0
+    return int(v)
+
+
+def _shape(v: Any, fields: dict[str, type]) -> dict[str, Any]:
+    """The fields of ``v`` that have the expected type (others are dropped)."""
+    if not isinstance(v, dict):
+        return {}
+    return {
+        k: v[k]
+        for k, t in fields.items()
+        if k in v and isinstance(v[k], t) and not (t is int and isinstance(v[k], bool))
+    }
+
+
+def _gauntlet(v: Any) -> dict[str, Any]:
+    """The recorded gauntlet Job, or {} unless every field it is rebuilt from is sound."""
+    g = _shape(
+        v,
+        {
+            "job": str,
+            "cluster": str,
+            "endpoint": str,
+            "providerConfig": dict,
+            "activeDeadlineSeconds": int,
+            "startedAt": str,
+        },
+    )
+    pc = _shape(g.get("providerConfig"), {"kind": str, "name": str})
+    if not (g.get("job") and g.get("cluster") and g.get("endpoint") and pc.get("name")):
+        return {}
+    if not DNS1123_LABEL.match(g["job"]) or len(g["job"]) > MAX_LABEL:
+        return {}
+    g["providerConfig"] = {"kind": pc.get("kind") or "ClusterProviderConfig", "name": pc["name"]}
+    g["activeDeadlineSeconds"] = max(1, min(int(g.get("activeDeadlineSeconds", 1)), MAX_COUNT))
+    return g
+
+
+def _verdict(v: Any) -> dict[str, Any]:
+    """A recorded verdict, or {} when it is not one."""
+    out = _shape(v, {"pass": bool, "reason": str, "summary": str, "completedAt": str})
+    if "pass" not in out or out.get("reason") not in VERDICT_REASONS:
+        return {}
+    return out
+
+
+def _record(v: Any) -> dict[str, Any]:
+    """A history record, or {} when it is not one."""
+    rec = _verdict(v)
+    extra = _shape(v, {"run": str, "number": int, "job": str})
+    if not rec or not extra.get("run") or not 1 <= extra.get("number", 0) <= MAX_COUNT:
+        return {}
+    return {
+        "run": extra["run"],
+        "number": extra["number"],
+        **rec,
+        **({"job": extra["job"]} if extra.get("job") else {}),
+    }
+
+
 @dataclass
 class RunState:
     """What the XR's status remembers between calls (the function is stateless)."""
@@ -219,28 +297,29 @@ class RunState:
 
     @classmethod
     def read(cls, inputs: Inputs) -> RunState:
-        """Read the run state from the XR's last written status."""
+        """Read the run state from the XR's last written status.
+
+        Status is input like any other: a field of the wrong shape (an edit by hand,
+        an older version of the function) is treated as absent, never trusted.
+        """
 
         def small(key: str) -> Any:
             return _whole(structs.to_py(inputs.status(key)))
 
-        def as_dict(v: Any) -> dict[str, Any]:
-            return v if isinstance(v, dict) else {}
-
-        number = inputs.status("runNumber")
-        generation = inputs.status("runGeneration")
+        number = _count(inputs.status("runNumber"))
         hist = small("history")
+        history = [h for h in (_record(x) for x in hist) if h] if isinstance(hist, list) else []
         return cls(
-            number=int(number) if isinstance(number, (int, float)) else 0,
-            name=structs.get_str(inputs.xr, "status", "run"),
+            number=number,
+            name=run_name(inputs.name, number) if number else "",
             spec_hash=structs.get_str(inputs.xr, "status", "specHash"),
-            generation=int(generation) if isinstance(generation, (int, float)) else 0,
-            candidate=as_dict(small("candidate")),
-            gauntlet=as_dict(small("gauntlet")),
-            gate=as_dict(small("gate")),
-            verdict=as_dict(small("verdict")),
+            generation=_count(inputs.status("runGeneration")),
+            candidate=_shape(small("candidate"), CANDIDATE_FIELDS),
+            gauntlet=_gauntlet(small("gauntlet")),
+            gate=_shape(small("gate"), GATE_FIELDS),
+            verdict=_verdict(small("verdict")),
             next_run_at=structs.get_str(inputs.xr, "status", "nextRunAt"),
-            history=[h for h in hist if isinstance(h, dict)] if isinstance(hist, list) else [],
+            history=history,
             phase=structs.get_str(inputs.xr, "status", "phase"),
         )
 
@@ -464,10 +543,10 @@ def _put_first(container: dict[str, Any], name: str, value: str) -> None:
     First, because Kubernetes expands ``$(VAR)`` in env values only from entries
     defined earlier; args and command may reference any entry.
     """
-    env = [
-        e for e in container.get("env") or () if not (isinstance(e, dict) and e.get("name") == name)
-    ]
-    container["env"] = [{"name": name, "value": value}, *env]
+    old = container.get("env")
+    env = old if isinstance(old, list) else []
+    keep = [e for e in env if not (isinstance(e, dict) and e.get("name") == name)]
+    container["env"] = [{"name": name, "value": value}, *keep]
 
 
 def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> dict[str, Any]:
@@ -481,14 +560,22 @@ def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> d
     """
     labels, ann = child_labels(inputs.name, st)
     tlabels = template_labels(inputs.name, st)
-    cand = copy.deepcopy(spec_dict.get("candidate") or {})
+    cand = copy.deepcopy(drop_nulls(spec_dict.get("candidate") or {}))
     cand.pop("backend", None)
+    # The spec was validated (engines and members are lists of objects, a member has a
+    # template object); anything deeper is the ModelDeployment's to judge, so odd
+    # shapes there are passed through, never trusted.
     for engine in cand.get("engines") or ():
         for member in engine.get("members") or ():
-            tmpl = member.setdefault("template", {})
-            tmeta = tmpl.setdefault("metadata", {})
-            tmeta["labels"] = dict(tlabels)
-            containers = (tmpl.get("spec") or {}).get("containers") or []
+            tmpl = member["template"]
+            if not isinstance(tmpl.get("metadata"), dict):
+                tmpl["metadata"] = {}
+            tmpl["metadata"]["labels"] = dict(tlabels)
+            pod = tmpl.get("spec")
+            containers = pod.get("containers") if isinstance(pod, dict) else None
+            if not isinstance(containers, list):
+                continue
+            containers = [c for c in containers if isinstance(c, dict)]
             engines = [c for c in containers if c.get("name") == ENGINE_CONTAINER] or containers
             for c in engines:
                 _put_first(c, ENV_SERVED_MODEL_NAME, st.name)
@@ -776,10 +863,23 @@ class _Composer:
             self.active(spec, st)
 
         out.status.update(st.to_status())
+        self.keep_while_unresolved()
         phase = out.status.get("phase")
         last = st.verdict or (st.history[-1] if st.history else {})
         out.ready = phase == "Succeeded" or (phase in ACTIVE_PHASES and last.get("pass") is True)
         return out
+
+    def keep_while_unresolved(self) -> None:
+        """A requirement not resolved yet is "not known": keep every observed child.
+
+        Crossplane calls again with it resolved (its requirements loop), and only
+        that last response is applied; until then nothing may be dropped.
+        """
+        if all(n in self.inputs.required_resources for n in self.out.requirements):
+            return
+        for key, child in self.inputs.observed.items():
+            if key not in self.out.resources:
+                self.out.keep(key, child.resource)
 
     # -- bad input: say so, change nothing
     def invalid(self, st: RunState, e: SpecError) -> Outcome:
@@ -871,7 +971,8 @@ class _Composer:
     # -- the current run, not suspended, no verdict yet
     def active(self, spec: ExperimentSpec, st: RunState) -> None:
         inputs, out = self.inputs, self.out
-        if not st.candidate.get("createdAt") and not self.admit(spec, st):
+        admitted = parse_time(st.candidate.get("createdAt")) is not None
+        if not admitted and not self.admit(spec, st):
             return
         created = parse_time(st.candidate.get("createdAt")) or self.now
         deadline = parse_time(st.candidate.get("deadline")) or (
@@ -953,7 +1054,12 @@ class _Composer:
                 if not tmpl.items:
                     self.release_for_template(spec, st)
                     return
-                out.add(job_key(st.number), gauntlet_object(inputs, spec, st, tmpl.items[0]))
+                try:
+                    body = gauntlet_object(inputs, spec, st, tmpl.items[0])
+                except ValueError as e:
+                    self.release_for_template(spec, st, invalid=str(e))
+                    return
+                out.add(job_key(st.number), body)
                 msg = f"gauntlet Job {st.gauntlet['job']} created on {st.gauntlet['cluster']}"
             self.set_phase("Evaluating", "Evaluating", msg)
             out.condition("Verdict", "Unknown", "Evaluating", f"{msg}; {left} left")
