@@ -555,27 +555,107 @@ def test_xrd_accepts_full_label_selector() -> None:
 # ---- over gRPC -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", ["c5", "c5-no-intersection", "c7"])
-def test_grpc_end_to_end(grpc_function: h.GrpcFunction, case: str) -> None:
-    if case == "c5":
-        xr, w = deployment(2), world()
-    elif case == "c5-no-intersection":
-        xr = deployment(2, selector={"matchLabels": {"gpu": "h100", "region": "eu"}})
-        w = world(ic("gpu-eu", {"gpu": "h100", "region": "eu"}))
-    else:
-        xr, w = deployment(3), world(base=C7_BASE)
-    over_grpc, calls = grpc_function.drive(xr, w)
-    in_process, _ = h.drive(h.run, xr, None, w)
+def _case_table() -> list[tuple[str, dict[str, Any], h.World, dict[str, Any] | None, Any]]:
+    """(id, XR, world, observed, (placed, ReplicasScheduled reason, ReplicasReady reason))."""
+    eu = ic("gpu-eu", {"gpu": "h100", "region": "eu"})
+    c7_first = drive(
+        deployment(1), world(base=[ic("gpu-c"), cache(), hydration("gpu-c", "Hydrating")])
+    )
+    c7_observed = observe(
+        c7_first, {0: ("False", "HydrationFailed", "gpu-c: Job DeadlineExceeded")}
+    )
+    ready_first = drive(deployment(2), world())
+    both_ready = observe(ready_first, {0: ("True", "Serving", "ok"), 1: ("True", "Serving", "ok")})
+    return [
+        (
+            "c5",
+            deployment(2),
+            world(),
+            None,
+            ([(0, "gpu-a"), (1, "gpu-b")], "Scheduled", "ReplicasNotReady"),
+        ),
+        (
+            "c5-no-intersection",
+            deployment(2, selector={"matchLabels": {"gpu": "h100", "region": "eu"}}),
+            world(eu),
+            None,
+            ([], "NoClusterInCacheFootprint", "ReplicasNotReady"),
+        ),
+        (
+            "c7-new",
+            deployment(3),
+            world(base=C7_BASE),
+            None,
+            (None, "Scheduled", "ReplicasNotReady"),
+        ),
+        (
+            "c7-move",
+            deployment(1),
+            world(base=C7_BASE),
+            c7_observed,
+            ([(1, "gpu-a")], "Scheduled", "ReplicasNotReady"),
+        ),
+        (
+            "cache-not-found",
+            deployment(1),
+            world(base=[ic("gpu-a")]),
+            None,
+            ([], "CacheNotFound", "ReplicasNotReady"),
+        ),
+        (
+            "no-clusters",
+            deployment(1, cache_name=None),
+            world(base=[]),
+            None,
+            ([], "NoMatchingClusters", "ReplicasNotReady"),
+        ),
+        (
+            "partial",
+            deployment(3, cache_name=None),
+            world(base=[ic("gpu-a", nodes=2)]),
+            None,
+            ([(0, "gpu-a"), (1, "gpu-a")], "InsufficientCapacity", "ReplicasNotReady"),
+        ),
+        (
+            "all-ready",
+            deployment(2),
+            world(),
+            both_ready,
+            ([(0, "gpu-a"), (1, "gpu-b")], "Scheduled", "Ready"),
+        ),
+        ("scale-to-zero", deployment(0), world(), both_ready, ([], "Scheduled", "ScaledToZero")),
+    ]
+
+
+CASES = _case_table()
+
+
+@pytest.mark.parametrize(("case", "xr", "w", "observed", "want"), CASES, ids=[c[0] for c in CASES])
+def test_table_in_process_and_over_grpc(
+    grpc_function: h.GrpcFunction,
+    case: str,
+    xr: dict[str, Any],
+    w: h.World,
+    observed: Any,
+    want: Any,
+) -> None:
+    over_grpc, calls = grpc_function.drive(xr, w, observed)
+    in_process, _ = h.drive(h.run, xr, observed, w)
     assert 2 <= calls <= 3
     assert over_grpc.SerializeToString(deterministic=True) == in_process.SerializeToString(
         deterministic=True
     )
-    if case == "c5":
-        assert placed(over_grpc) == [(0, "gpu-a"), (1, "gpu-b")]
-    elif case == "c5-no-intersection":
-        assert h.conditions(over_grpc)["ReplicasScheduled"]["reason"] == "NoClusterInCacheFootprint"
+    places, scheduled, ready = want
+    cond = h.conditions(over_grpc)
+    assert cond["ReplicasScheduled"]["reason"] == scheduled, cond
+    assert cond["ReplicasReady"]["reason"] == ready, cond
+    assert all(c["message"] for c in cond.values())
+    if places is not None:
+        assert placed(over_grpc) == places
     else:
-        assert "gpu-c" not in {c for _, c in placed(over_grpc)}
+        assert placed(over_grpc) and "gpu-c" not in {c for _, c in placed(over_grpc)}
+    for body in replicas_of(over_grpc).values():
+        validate_xr(body)
 
 
 def test_replica_xrd_engines_follow_the_deployment_xrd() -> None:
@@ -599,3 +679,66 @@ def test_replica_xrd_engines_follow_the_deployment_xrd() -> None:
         "flashLoader",
     ):
         assert rep[key] == dep[key], key
+
+
+# ---- the two halves together: the replicas the deployment composes, composed ------------
+
+
+def _as_xr(body: dict[str, Any]) -> dict[str, Any]:
+    xr = copy.deepcopy(body)
+    xr["metadata"]["uid"] = f"uid-{xr['metadata']['name']}"
+    xr["metadata"]["generation"] = 1
+    return xr
+
+
+def _compose_replica(body: dict[str, Any], w: h.World) -> Any:
+    rsp, _ = h.drive(h.run, _as_xr(body), None, w)
+    assert not h.fatal(rsp), h.fatal(rsp)
+    return rsp
+
+
+def test_c5_replica_on_hydrating_cluster_composes_no_workload_until_ready() -> None:
+    dep = drive(deployment(2), world())
+    reps = replicas_of(dep)
+    on_b = _compose_replica(reps["replica-1"], world())
+    c = h.conditions(on_b)["ModelReady"]
+    assert (c["status"], c["reason"]) == ("False", "Hydrating")
+    assert not [k for k in h.desired(on_b) if k.startswith("workload-")]
+    # gpu-b's hydration finishes: the same replica now composes its workload.
+    ready = [*C5_WORLD[:-1], hydration("gpu-b", "Ready")]
+    on_b = _compose_replica(reps["replica-1"], world(base=ready))
+    assert [k for k in h.desired(on_b) if k.startswith("workload-")]
+    # The replica on gpu-a composes its workload right away.
+    on_a = _compose_replica(reps["replica-0"], world())
+    assert [k for k in h.desired(on_a) if k.startswith("workload-")]
+
+
+def test_c7_replica_gated_on_failed_hydration_fails_and_the_deployment_shows_it() -> None:
+    before = [ic("gpu-c"), cache(), hydration("gpu-c", "Hydrating")]
+    dep = drive(deployment(1), world(base=before))
+    rep = replicas_of(dep)["replica-0"]
+    failed_world = [ic("gpu-c"), cache(), hydration("gpu-c", "Failed")]
+    r = _compose_replica(rep, world(base=failed_world))
+    c = h.conditions(r)["ModelReady"]
+    assert (c["status"], c["reason"]) == ("False", "HydrationFailed")
+    # Feed the replica's own verdict back to the deployment (nowhere else to go: kept).
+    observed = {
+        "replica-0": {
+            **rep,
+            "status": {
+                "conditions": [
+                    {
+                        "type": "ModelReady",
+                        "status": "False",
+                        "reason": c["reason"],
+                        "message": c["message"],
+                    }
+                ]
+            },
+        },
+        **{k: v for k, v in h.desired(dep).items() if k != "replica-0"},
+    }
+    again = drive(deployment(1), world(base=failed_world), observed)
+    rr = h.conditions(again)["ReplicasReady"]
+    assert (rr["status"], rr["reason"]) == ("False", "HydrationFailed")
+    assert "gpu-c" in rr["message"]
