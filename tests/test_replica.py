@@ -751,3 +751,18 @@ def test_worker_without_worker_settings_spans_one_node():
     del spec["engines"][0]["members"][1]["worker"]
     d = validate_all(run(spec, ready_required()))
     assert manifest(d, "workload-kimi")["spec"]["leaderWorkerTemplate"]["size"] == 2
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_no_engine_flag_is_ever_added(flash: bool):
+    """Modelplane appends --model=<mount>; this function only sets MODELPLANE_MODEL."""
+    args = ["--served-model-name=qwen", "--max-model-len=8192"]
+    tmpl = engine_template(args=args, env=[])
+    fl = {"enabled": flash}
+    rsp = run(single_spec(template=tmpl), ready_required(flash_loader=fl))
+    eng = engine_of(manifest(rsp, "workload-vllm")["spec"]["template"])
+    assert eng["args"] == args
+    assert "command" not in eng
+    assert eng["env"] == [
+        {"name": "MODELPLANE_MODEL", "value": FLASH_MOUNT_PATH if flash else CACHE_MOUNT_PATH}
+    ]
