@@ -464,7 +464,7 @@ def test_scale_up_keeps_existing_and_scale_down_removes() -> None:
     assert len(placed(up)) == 4
     down = drive(deployment(1), world(), observe(up))
     assert len(placed(down)) == 1
-    assert sum(1 for s, m in h.results(down) if "scaled down" in m) == 3
+    assert sum(1 for s, m in h.results(down) if s == "Normal" and "scaled down" in m) == 3
 
 
 def test_no_execute_taint_moves_replica_no_schedule_keeps_it() -> None:

@@ -54,7 +54,8 @@ cluster, ready, reason) and conditions:
 Policy for a replica whose cluster's hydration Failed: it is moved to a cluster
 where the cache is not Failed (Ready preferred) when one has room; when none
 has, it is kept, failed, and the deployment reports ``HydrationFailed`` with
-the cluster's name. A Warning event records every move and removal.
+the cluster's name. An event records every removal: Normal for a scale-down,
+Warning for a replica moved or dropped because its cluster no longer qualifies.
 """
 
 from __future__ import annotations
@@ -673,7 +674,11 @@ def compose(inputs: Inputs) -> Outcome:
         out.add(f"{REPLICA_PREFIX}{p.index}", bodies.body(p), ready=ready)
         rows.append((p.index, p.cluster, obj, p.hydration))
     for r in placement.removed:
-        out.warning(f"removed replica {r.index} from {r.cluster}: {r.why}", "ReplicaRemoved")
+        msg = f"removed replica {r.index} from {r.cluster}: {r.why}"
+        if r.why == "scaled down":
+            out.normal(msg, "ReplicaRemoved")
+        else:
+            out.warning(msg, "ReplicaRemoved")
     if cache:
         out.add(USAGE_KEY, _usage_body(inputs, cache))
 
