@@ -37,6 +37,20 @@ so the ModelDeployment sees the failure and decides (keep or re-place). Every
 gated state sets the XR explicitly not ready and asks to be called again after
 ``MODELPLANE_POLL_SECONDS``. Without a cache nothing is gated: the engine loads
 from its source itself.
+
+``ModelReady`` reasons: ``Resolving`` (Unknown: a requirement is not resolved
+yet; everything observed is kept and the last status echoed), ``ClusterNotFound``,
+``ClusterNotReady`` (no provider config yet), ``CacheNotFound``,
+``HydrationNotFound``, ``Hydrating``, ``HydrationFailed``, ``PoolNotFound`` (the
+placed pool is gone from ``status.gpuPools``), ``DeviceNotFound`` (no device of the
+pool meets a request any more), ``Starting`` and ``Serving`` (True). All but the
+last two compose nothing new and keep every observed child exactly. Invalid
+input (a wrong type, a reserved env name, a flash-loader or ``/dev/shm`` value
+at any level, a device selector that does not compile) is a fatal result naming
+the field, so Crossplane applies nothing.
+
+Known limit: under ``serving.mode: PrefillDecode`` the Service fronts the serving
+pods of both engines; prefill/decode-aware routing is not composed here.
 """
 
 from __future__ import annotations
