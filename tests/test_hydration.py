@@ -428,6 +428,31 @@ def test_phase_table_over_grpc(grpc_function) -> None:
         assert status(over_grpc)["phase"] == case["phase"], case["id"]
 
 
+def test_apply_errors_are_reported_without_secret_details() -> None:
+    leaky = f"Secret is invalid: data[HF_TOKEN]: {FAKE_TOKEN_B64}"
+    secret = token_object()
+    secret["token-secret"]["status"]["conditions"] = [
+        cond("Synced", "False", "ReconcileError", leaky)
+    ]
+    job_obj = job([], active=1)
+    job_obj[JOB_KEY]["status"]["conditions"] = [
+        cond("Synced", "False", "ReconcileError", "admission webhook denied the Job")
+    ]
+    pvc_obj = pvc("Pending")
+    pvc_obj["pvc"]["status"]["conditions"] = [
+        cond("Synced", "False", "ReconcileError", 'storageclass "rwx-fast" not found')
+    ]
+    composite = hydration_xr(prev_status("Hydrating"))
+    observed = {**pvc("Bound"), **job_obj, **secret}
+    rsp = run(request(composite, observed=observed, required=resolved()))
+    msg = status(rsp)["message"]
+    assert "admission webhook denied the Job" in msg
+    assert "token Secret not applied: see Object" in msg
+    assert FAKE_TOKEN_B64 not in msg and "data[HF_TOKEN]" not in msg
+    rsp = run(request(composite, observed=pvc_obj, required=resolved()))
+    assert 'storageclass "rwx-fast" not found' in status(rsp)["message"]
+
+
 # ---- requirements ------------------------------------------------------------------
 
 

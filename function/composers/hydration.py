@@ -478,6 +478,7 @@ class _Composer:
             st.phase = HYDRATING if (job_desired or job_obj is not None) else PENDING
             st.reason = "JobRunning" if st.phase == HYDRATING else "WaitingForJob"
             st.message = f"downloading {self.repo}@{self.revision} on {self.cluster_name}"
+            st.message += self._sync_problems(job_obj)
             self.out.requeue_after(settings.poll_seconds)
             return
         st.phase = PENDING
@@ -505,6 +506,23 @@ class _Composer:
             )
         elif timeout:
             self.out.requeue_after(max(1.0, timeout - waited))
+
+    def _sync_problems(self, job_obj: Struct | None) -> str:
+        """``"; ..."`` naming the Job or token Secret Objects that provider-kubernetes
+        cannot apply (``Synced=False``), or ``""``.
+
+        The Job's error is quoted; the Secret's is not (an apply error about a Secret
+        could quote its data): the message names its Object instead.
+        """
+        out = ""
+        job_err = sync_error(job_obj) if job_obj is not None else None
+        if job_err:
+            out += f"; Job not applied: {job_err}"
+        secret_obj = self.inputs.observed_body(SECRET_KEY)
+        if secret_obj is not None and sync_error(secret_obj):
+            name = structs.get_str(secret_obj, "metadata", "name")
+            out += f"; token Secret not applied: see Object {self.ns}/{name}"
+        return out
 
     def _ready_latched(self) -> None:
         st = self.state
