@@ -222,22 +222,26 @@ def test_first_call_asks_for_everything_and_composes_nothing() -> None:
     assert not [m for s, m in h.results(rsp) if s == "Warning"]
 
 
-def test_unresolved_requirement_keeps_existing_replicas() -> None:
-    first = drive(deployment(), world())
+@pytest.mark.parametrize("missing", ["clusters", "replicas", "cache", "hydrations"])
+def test_unresolved_requirement_keeps_existing_replicas(missing: str) -> None:
+    first = drive(deployment(2), world())
     observed = observe(first)
-    # Everything but the replicas requirement resolved: nothing may move or vanish,
-    # even though the deployment now asks for 1 replica only.
-    w = world()
+    # Everything but one requirement resolved: nothing may move or vanish, even though
+    # the deployment now asks for 1 replica only and the fleet changed.
+    w = world(base=[ic("gpu-z"), cache(), hydration("gpu-z", "Ready")])
     required = {
         n: w.resolve(s)
         for n, s in h.run(h.request(deployment(1))).requirements.resources.items()
-        if n != "replicas"
+        if n != missing
     }
     rsp = h.run(h.request(deployment(1), observed=observed, required=required))
     assert placed(rsp) == placed(first)
     assert h.desired(rsp) == {
         k: {x: y for x, y in v.items() if x != "status"} for k, v in observed.items()
     }
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert (c["status"], c["reason"]) == ("Unknown", "ResolvingRequirements")
+    assert missing in c["message"]
 
 
 # ---- C5 ------------------------------------------------------------------------------
