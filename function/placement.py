@@ -37,7 +37,9 @@ Stability
     or can no longer fit the engines. A replica whose cluster is not Ready or
     whose hydration Failed is *moved*: it is replaced only when a replacement
     could be placed elsewhere, and kept (failed) otherwise, so that a failure
-    stays visible and never turns into no replica at all.
+    stays visible and never turns into no replica at all. The same holds while
+    the cache has no hydration at all (a footprint being rebuilt): nothing can
+    replace the replicas, so they stay.
 
 Choice for new replicas
     Spread, then pack: clusters without a replica of this deployment first;
@@ -405,7 +407,7 @@ def place(req: Request) -> Placement:
             why = "cluster no longer matches clusterSelector"
         elif taints := untolerated(c.taints, req.tolerations, EXECUTE_EFFECTS):
             why = f"taint {taints[0]} not tolerated"
-        elif fp is not None and ex.cluster not in fp:
+        elif fp and ex.cluster not in fp:
             why = f"cluster is outside the footprint of ModelCache {req.cache}"
         pools: dict[MemberKey, str] | None = None
         if not why and c is not None:
@@ -422,6 +424,8 @@ def place(req: Request) -> Placement:
         ledger.charge(c.name, _charges(req.engines, pools))
         if not c.ready:
             soft.append((p, "cluster is not Ready"))
+        elif fp is not None and not fp:
+            soft.append((p, f"ModelCache {req.cache} has no hydration"))
         elif fp is not None and fp.get(c.name) == FAILED:
             soft.append((p, f"hydration of ModelCache {req.cache} Failed"))
         else:

@@ -490,6 +490,14 @@ def test_all_hydrations_failed_is_a_footprint_reason() -> None:
     assert "hydration Failed on gpu-a" in p.message
 
 
+def test_replicas_stay_while_the_cache_has_no_hydration_at_all() -> None:
+    existing = (Existing(0, "gpu-a", {("vllm", 0): "h100"}),)
+    p = place(req(clusters=FLEET, footprint={}, cache="c", existing=existing))
+    assert where(p) == [(0, "gpu-a")]
+    assert p.removed == []
+    assert p.reason is None
+
+
 def test_replica_outside_the_footprint_is_removed() -> None:
     existing = (Existing(0, "gpu-c", {}),)
     p = place(req(clusters=FLEET, footprint={"gpu-a": "Ready"}, cache="c", existing=existing))
