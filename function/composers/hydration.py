@@ -44,22 +44,33 @@ Phases come from observed state (``status.atProvider.manifest`` of the Objects):
   ``settings.pvc_bind_timeout_seconds`` of ``status.pendingSince``. The failed Job
   is kept, so Kubernetes does not run it again.
 
+Two more children report what the download did (issue 5's artifact evidence):
+``result``, an empty ConfigMap the Job merge-patches with its marker JSON (kept
+for the life of the hydration), and ``hydrate-sa``/``hydrate-role``/
+``hydrate-rolebinding``, the least RBAC for that (``get``/``patch`` of that one
+ConfigMap; dropped with the Job once Ready).
+
 Status (declared in ``compositions/modelcachehydration/definition.yaml``):
 ``phase``; ``reason`` (CamelCase: ``WaitingForRequirements``, ``AuthSecretMissing``,
-``AuthSecretKeyMissing``, ``ClusterUnavailable``, ``PVCNotBound``, ``JobRunning``,
-``Hydrated``, the Job's failure reason, ``PVCBindTimeout``); ``message``;
-``source {repo, revision, identity}``; ``pvcName``; ``jobName`` (until Ready);
-``pendingSince`` (RFC 3339, while the PVC waits to bind with the Job desired);
-``startedAt`` (the current source's Job first desired), ``readyAt``, ``failedAt``;
-``evidence`` (``{commit, digest, validatedAt}``, carried over while the identity
-is the same; nothing fills it yet). Condition ``Hydrated`` (reason = phase), and
-the XR's readiness (True only when Ready). Events are emitted on phase
-transitions only (``function.events``; Warning for Failed), and the
-``cache_hydration_duration_seconds`` metric is observed when Ready is recorded.
-Requests to be called again (``meta.ttl``) every ``settings.poll_seconds`` while
-Pending or Hydrating, sooner when the PVC bind deadline is closer. The token
-never passes through the function: only the Secret's key names are read, never
-its values, and a kept Secret Object is stripped of any ``data``.
+``AuthSecretKeyMissing``, ``ClusterUnavailable``, ``PVCNotBound``, ``WaitingForJob``,
+``JobRunning``, ``Hydrated``, the Job's failure reason, ``PVCBindTimeout``);
+``message`` (also carries every warning); ``source {repo, revision, identity}``;
+``pvcName``; ``jobName`` (until Ready); ``pendingSince`` (RFC 3339, while the PVC
+waits to bind with the Job desired); ``startedAt`` (the current source's Job first
+desired), ``readyAt``, ``failedAt``; ``evidence {commit, digest, validatedAt}``
+from the result ConfigMap when it reports the current identity (validated;
+carried over while the identity stays the same). Condition ``Hydrated`` (reason =
+phase), and the XR's readiness (True only when Ready).
+
+Events: a Normal one on each phase transition (Warning for Failed, see
+``function.events``) and a Warning once when a warning is first recorded in the
+status message. The ``cache_hydration_duration_seconds`` metric is observed when
+Ready is recorded. The function asks to be called again (``meta.ttl``) every
+``settings.poll_seconds`` while Pending or Hydrating, sooner when the PVC bind
+deadline is closer. Once Ready the auth Secret is no longer required. The token
+never passes through the function's output: only the Secret's key names are
+read, never its values, a kept Secret Object is stripped of any ``data``, and the
+token Secret's apply errors are referred to by Object name, not quoted.
 """
 
 from __future__ import annotations
