@@ -1025,3 +1025,21 @@ def test_readiness_cel(query: str, obj: dict, want: bool) -> None:
     env = celpy.Environment()
     program = env.program(env.compile(query))
     assert bool(program.evaluate({"object": celpy.json_to_cel(obj)})) is want
+
+
+def test_hydration_duration_is_observed_once_when_ready_is_recorded() -> None:
+    from function.runner import FunctionRunner
+
+    def observations(composite: dict, observed: dict) -> list:
+        runner = FunctionRunner(settings=SETTINGS, clock=Clock(NOW))
+        inputs = runner.decode(request(composite, observed=observed, required=resolved()))
+        return hydration.compose(inputs).observations
+
+    observed = {**pvc("Bound"), **job(COMPLETE, succeeded=1), **token_object()}
+    started = hydration_xr(prev_status("Hydrating", startedAt="2026-11-29T08:00:00Z"))
+    (obs,) = observations(started, observed)
+    assert obs.metric == "cache_hydration_duration_seconds"
+    assert dict(obs.labels) == {"namespace": NAMESPACE, "cache": CACHE}
+    assert obs.value == 3600.0
+    ready = hydration_xr(prev_status("Ready", readyAt="2026-11-29T09:00:00Z"))
+    assert observations(ready, pvc("Bound")) == []
