@@ -444,12 +444,13 @@ def test_pass_full_lifecycle(sim_factory, clock: Clock) -> None:
     assert "ttlSecondsAfterFinished" not in job["spec"] and "suspend" not in job["spec"]
     assert job["spec"]["activeDeadlineSeconds"] == 27 * 60
     main = job["spec"]["template"]["spec"]["containers"][0]
-    # The production MODELS is replaced in place; gauntlet.env sorted by name; endpoint forced.
+    # MODELS and the endpoint first (the production MODELS is dropped); gauntlet.env by
+    # name: TASKS replaced in place, LIMIT appended.
     assert env_of(main) == [
         ("MODELS", f"{NAME}=vllm"),
+        ("MODELPLANE_ENDPOINT", ENDPOINT),
         ("TASKS", "gsm8k"),
         ("LIMIT", "200"),
-        ("MODELPLANE_ENDPOINT", ENDPOINT),
     ]
     init = job["spec"]["template"]["spec"]["initContainers"][0]
     assert env_of(init) == [("MODELS", f"{NAME}=vllm"), ("MODELPLANE_ENDPOINT", ENDPOINT)]
@@ -1014,6 +1015,17 @@ def test_recurrence_with_fenced_names(sim_factory, clock: Clock) -> None:
     sim.job_finished(True, clock.now, 2)
     sim.reconcile()
     assert sim.phase == "Succeeded" and sim.status["verdict"]["pass"] is True
+
+
+def test_changed_cool_down_applies_at_once(sim_factory, clock: Clock) -> None:
+    sim = sim_factory(spec(repeatAfter="24h"))
+    pass_run(sim, clock, 1)
+    assert sim.status["nextRunAt"] == "2026-11-30T09:01:00Z"
+    clock.advance(2 * 3600)
+    sim.update_spec(repeatAfter="1h")  # not part of the run's identity: no new run for it
+    sim.reconcile()
+    assert sim.status["runNumber"] == 2 and sim.phase == "Deploying"
+    assert sim.status["history"][0]["run"] == NAME
 
 
 def test_history_pruning_deletes_oldest_evidence(sim_factory, clock: Clock) -> None:

@@ -26,9 +26,11 @@ Lifecycle of one run (``status.phase``):
   ``modelplane.ai/deployment=<candidate>``) and the cluster's provider config.
 - ``Evaluating``: the gauntlet Job runs on the candidate's cluster, as a
   provider-kubernetes Object. It is the CronJob's ``jobTemplate`` with
-  ``gauntlet.env`` (sorted by name), then ``MODELS=<candidate>=<backend>`` and
-  ``MODELPLANE_ENDPOINT=<endpoint>`` forced into every container (init containers
-  included; an entry of the same name is replaced in place). Its
+  ``gauntlet.env`` set by name in every regular container (sorted by name; an entry
+  of the template with the same name is replaced in place), and
+  ``MODELS=<candidate>=<backend>`` and ``MODELPLANE_ENDPOINT=<endpoint>`` forced
+  first into every container, init containers included (any entry of those names
+  in the template, such as a production lane's MODELS, is dropped). Its
   ``activeDeadlineSeconds`` is capped at the time left before the deadline;
   ``ttlSecondsAfterFinished`` and ``suspend`` are dropped (evidence is retained by
   the run history, not by a TTL).
@@ -82,7 +84,7 @@ from function.experiment_model import (
     spec_hash,
 )
 from function.inputs import UNRESOLVED, Inputs, Resolved
-from function.manifests.jobs import job_from_cronjob, set_env
+from function.manifests.jobs import job_from_cronjob
 from function.manifests.objects import (
     observed_manifest,
     provider_config_ref,
@@ -537,16 +539,19 @@ def template_labels(experiment: str, st: RunState) -> dict[str, str]:
     return labels
 
 
-def _put_first(container: dict[str, Any], name: str, value: str) -> None:
-    """Set env ``name`` as the container's first entry (replacing any entry of that name).
+def inject_first(container: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> None:
+    """Put literal env ``pairs`` first in ``container["env"]``, then its other entries.
 
-    First, because Kubernetes expands ``$(VAR)`` in env values only from entries
-    defined earlier; args and command may reference any entry.
+    First, because Kubernetes expands ``$(VAR)`` in an env value only from entries
+    defined earlier (command and args may reference any entry); an entry of the same
+    name elsewhere in the list is dropped, so applying twice gives the same list.
+    (Like ``envinject.inject_env``, but tolerant of a malformed env list.)
     """
+    names = {n for n, _ in pairs}
     old = container.get("env")
     env = old if isinstance(old, list) else []
-    keep = [e for e in env if not (isinstance(e, dict) and e.get("name") == name)]
-    container["env"] = [{"name": name, "value": value}, *keep]
+    rest = [e for e in env if not (isinstance(e, dict) and e.get("name") in names)]
+    container["env"] = [{"name": n, "value": v} for n, v in pairs] + rest
 
 
 def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> dict[str, Any]:
@@ -578,7 +583,7 @@ def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> d
             containers = [c for c in containers if isinstance(c, dict)]
             engines = [c for c in containers if c.get("name") == ENGINE_CONTAINER] or containers
             for c in engines:
-                _put_first(c, ENV_SERVED_MODEL_NAME, st.name)
+                inject_first(c, [(ENV_SERVED_MODEL_NAME, st.name)])
     annotations = {**ann, ANN_EXPERIMENT: f"{inputs.namespace}/{inputs.name}"}
     if st.gate:
         annotations[ANN_GATE_CACHE] = str(st.gate.get("cache", ""))
@@ -626,7 +631,7 @@ def gauntlet_object(
         name=g["job"],
         namespace=REMOTE_NAMESPACE,
         labels={**labels, LABEL_COMPONENT: "gauntlet"},
-        env=[*spec.gauntlet.sorted_env(), *forced],
+        env=spec.gauntlet.sorted_env(),
         annotations={**ann, ANN_EXPERIMENT: f"{inputs.namespace}/{inputs.name}"},
     )
     js = job["spec"]
@@ -635,9 +640,11 @@ def gauntlet_object(
     cap = int(g["activeDeadlineSeconds"])
     own = js.get("activeDeadlineSeconds")
     js["activeDeadlineSeconds"] = min(cap, int(own)) if isinstance(own, (int, float)) else cap
-    for c in js["template"].get("spec", {}).get("initContainers") or ():
-        if isinstance(c, dict):
-            set_env(c, forced)
+    pod = js["template"].get("spec") or {}
+    for group in ("initContainers", "containers"):
+        for c in pod.get(group) or ():
+            if isinstance(c, dict):
+                inject_first(c, forced)
     return remote_object(
         g["job"],
         inputs.namespace,
@@ -771,6 +778,22 @@ def _serving_replica(replicas: Resolved, candidate: str) -> tuple[str, str] | No
 # ---- the composer ---------------------------------------------------------------
 
 
+def next_run(spec: ExperimentSpec, st: RunState) -> datetime.datetime | None:
+    """When the next run starts: ``repeatAfter`` after a passed run's ``completedAt``.
+
+    None for a one-shot experiment, a run without a verdict, or a failed run (failed
+    runs are terminal). Computed from the current spec, so a changed ``repeatAfter``
+    applies at once. A verdict without a readable time falls back to the recorded
+    ``nextRunAt``, else is due now.
+    """
+    if spec.repeat_seconds <= 0 or st.verdict.get("pass") is not True:
+        return None
+    done = parse_time(st.verdict.get("completedAt"))
+    if done is None:
+        return parse_time(st.next_run_at) or datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return done + datetime.timedelta(seconds=spec.repeat_seconds)
+
+
 class _Composer:
     def __init__(self, inputs: Inputs) -> None:
         self.inputs = inputs
@@ -828,14 +851,7 @@ class _Composer:
             out.normal(
                 f"spec changed: run {was} ends; run {st.name} starts", "ExperimentSpecChanged"
             )
-        elif (
-            st.verdict.get("pass") is True
-            and spec.repeat_seconds > 0
-            and not spec.suspend
-            and st.next_run_at
-            and (due := parse_time(st.next_run_at)) is not None
-            and self.now >= due
-        ):
+        elif not spec.suspend and (due := next_run(spec, st)) is not None and self.now >= due:
             was = st.name
             st.archive()
             st.start(inputs.name, st.number + 1, h, inputs.generation)
@@ -908,9 +924,8 @@ class _Composer:
             self.set_phase("Suspended", "Suspended", "spec.suspend is true; no new run starts")
             out.condition("Runnable", "False", "Suspended", "spec.suspend is true")
             return
-        if v.get("pass") is True and spec.repeat_seconds > 0:
-            done = parse_time(v.get("completedAt")) or self.now
-            due = done + datetime.timedelta(seconds=spec.repeat_seconds)
+        due = next_run(spec, st)
+        if due is not None:
             st.next_run_at = format_time(due)
             out.requeue_after(max(1.0, (due - self.now).total_seconds()))
             self.set_phase(
