@@ -133,3 +133,10 @@ def test_user_volume_or_mount_colliding_with_ours_is_rejected():
     with pytest.raises(SpecError) as e:
         wl.pod_template(t, _plan(), "tmpl")
     assert e.value.field == "tmpl.spec.containers[1].volumeMounts[0].mountPath"
+
+
+def test_gpu_toleration_added_once():
+    out = wl.pod_template(_template(), _plan(tolerations=[dict(wl.GPU_TOLERATION)]), "tmpl")
+    assert out["spec"]["tolerations"] == [wl.GPU_TOLERATION]
+    out = wl.pod_template(_template(), _plan(), "tmpl")
+    assert out["spec"]["tolerations"] == [wl.GPU_TOLERATION]

@@ -160,7 +160,7 @@ def test_single_node_with_cache_composes_deployment_service_and_claim():
     }
     spec = pod["spec"]
     assert spec["nodeSelector"] == {wl.LABEL_POOL: POOL}
-    assert spec["tolerations"] == TOLERATIONS
+    assert spec["tolerations"] == [*TOLERATIONS, wl.GPU_TOLERATION]
     claim_name = manifest(d, "claim-vllm-standalone")["metadata"]["name"]
     assert spec["resourceClaims"] == [
         {"name": wl.POD_CLAIM, "resourceClaimTemplateName": claim_name}
@@ -308,7 +308,7 @@ def test_multi_node_composes_a_leader_worker_set(cache: bool):
         vols = {v["name"] for v in pod["spec"]["volumes"]}
         assert (wl.VOLUME_CACHE in vols) is cache
         assert pod["spec"]["nodeSelector"] == {wl.LABEL_POOL: POOL}
-        assert pod["spec"]["tolerations"] == TOLERATIONS
+        assert pod["spec"]["tolerations"] == [*TOLERATIONS, wl.GPU_TOLERATION]
         serving = pod["metadata"]["labels"].get(wl.LABEL_SERVING)
         # Only the leader serves the OpenAI API; the Service never routes to workers.
         assert serving == (svc if key == "leaderTemplate" else None)

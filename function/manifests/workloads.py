@@ -56,6 +56,17 @@ LABEL_WORKLOAD = f"{API_GROUP}/workload"
 # InferenceCluster's gpuPools[] entry declares no nodeSelector of its own.
 LABEL_POOL = f"{API_GROUP}/pool"
 
+# GPU node groups carry this taint so that pods without GPUs stay off them. The
+# ExtendedResourceToleration admission plugin adds the toleration only to pods that
+# request the ``nvidia.com/gpu`` extended resource, which pods claiming GPUs through
+# DRA do not, so every engine pod (all run on a GPU pool) tolerates it explicitly
+# (https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#extendedresourcetoleration).
+GPU_TOLERATION: dict[str, Any] = {
+    "key": "nvidia.com/gpu",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+
 VOLUME_SHM = "modelplane-dshm"
 VOLUME_CACHE = "modelplane-model-cache"
 VOLUME_FLASH = "modelplane-flash-models"
@@ -88,7 +99,8 @@ class PodPlan:
         serving: The Service's selector value for serving pods (Standalone and
             Leader); None for LWS workers.
         node_selector: The pool's node selector.
-        tolerations: The deployment's tolerations (added after the user's).
+        tolerations: The deployment's tolerations (added after the user's, then
+            :data:`GPU_TOLERATION`).
         claim_template: The member's ResourceClaimTemplate name, or None.
         cache_pvc: The cache PVC to mount read-only, or None (no cache).
         shm_size_limit: ``sizeLimit`` of ``/dev/shm``.
@@ -141,7 +153,8 @@ def model_path(plan: PodPlan) -> str | None:
 def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> dict[str, Any]:
     """The member's pod template with what the function adds; the user's parts unchanged.
 
-    Adds: labels; the pool's node selector; the deployment's tolerations; the
+    Adds: labels; the pool's node selector; the deployment's tolerations and
+    :data:`GPU_TOLERATION`; the
     device claim; ``/dev/shm``; with a cache the PVC mounted read-only at
     ``/mnt/models`` and ``MODELPLANE_MODEL`` (first in env); the flash loader init
     container and its ``emptyDir``; on a gang ``MODELPLANE_LEADER_ADDRESS`` and
@@ -182,7 +195,7 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
 
     spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **plan.node_selector}
     tolerations = list(spec.get("tolerations") or [])
-    for tol in plan.tolerations:
+    for tol in [*plan.tolerations, GPU_TOLERATION]:
         if tol not in tolerations:
             tolerations.append(tol)
     if tolerations:
