@@ -24,7 +24,7 @@ from function.errors import SpecError
 from function.experiment_model import parse_spec, spec_hash
 from function.naming import LABEL_CLUSTER, LABEL_DEPLOYMENT, LABEL_RUN, replica_name
 from function.render import World, load_yaml, observed_by_name
-from tests.fixtures import inference_cluster
+from tests.fixtures import cache_spec, inference_cluster
 from tests.harness import (
     NAMESPACE,
     NOW,
@@ -764,6 +764,49 @@ def test_gate_open_annotates_candidate(sim_factory) -> None:
     sim.reconcile()
     assert sim.phase == "Deploying"
     assert sim.observed["candidate-r1"]["metadata"]["annotations"] == ann
+
+
+def test_gate_reads_what_the_modelcache_composer_reports(sim_factory) -> None:
+    """The contract end to end: hydration evidence -> ModelCache status -> the gate."""
+    clusters = [
+        inference_cluster("gpu-a", {"gpu": "h100"}),
+        inference_cluster("gpu-b", {"gpu": "h100"}),
+    ]
+    mc = xr("ModelCache", "qwen-cache", cache_spec({"matchLabels": {"gpu": "h100"}}), generation=2)
+    first = run(request(mc, required={"clusters": clusters, "replicas": []}))
+    observed = {}
+    for key, body in desired(first).items():
+        cluster = body["spec"]["clusterName"]
+        ev = full_evidence(validatedAt=f"2026-11-29T08:0{len(observed)}:00Z")
+        observed[key] = {**body, "status": {"phase": "Ready", "message": "ok", "evidence": ev}}
+        if cluster == "gpu-b":
+            observed[key]["status"].pop("evidence")  # gpu-b reported nothing yet
+    rolled = run(request(mc, observed=observed, required={"clusters": clusters, "replicas": []}))
+    mc_obs = {**mc, "status": status(rolled)}
+    mc_obs["status"]["conditions"] = [
+        {"type": t, **c, "lastTransitionTime": "2026-11-29T09:00:00Z"}
+        for t, c in conditions(rolled).items()
+    ]
+    validate_xr(mc_obs)
+    gate = {"modelCacheRef": {"name": "qwen-cache"}, "requirePublishedDigest": True}
+    sim = sim_factory(spec(artifactGate=gate), [cronjob(), inference_cluster(CLUSTER), mc_obs])
+    sim.reconcile()
+    assert sim.status["reason"] == "ArtifactDigestMissing"
+    assert "on gpu-b" in sim.conditions()["Runnable"]["message"]
+    # gpu-b reports the same artifact: the gate opens.
+    key_b = next(k for k, b in observed.items() if b["spec"]["clusterName"] == "gpu-b")
+    observed[key_b]["status"]["evidence"] = full_evidence()
+    rolled = run(request(mc, observed=observed, required={"clusters": clusters, "replicas": []}))
+    sim.world[-1] = {**mc, "status": status(rolled)}
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    assert sim.status["gate"] == {
+        "cache": "qwen-cache",
+        "uid": "uid-modelcache-qwen-cache",
+        "generation": 2,
+        "commit": COMMIT,
+        "digest": DIGEST,
+    }
 
 
 def test_gate_fixed_retries(sim_factory, clock: Clock) -> None:
