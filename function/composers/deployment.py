@@ -623,10 +623,12 @@ def compose(inputs: Inputs) -> Outcome:
         assert isinstance(hyd_r, Resolved)
         footprint = {}
         for h in hyd_r.items:
-            cl = structs.get_str(h, "spec", "clusterName")
-            if not cl or structs.get_str(h, "metadata", "name") != hydration_name(ns, cache, cl):
+            cl = structs.sval(structs.sub(h, "spec"), "clusterName")
+            if not cl or structs.sval(structs.sub(h, "metadata"), "name") != hydration_name(
+                ns, cache, cl
+            ):
                 continue  # another cache whose shortened label collides
-            footprint[cl] = structs.get_str(h, "status", "phase") or "Pending"
+            footprint[cl] = structs.sval(structs.sub(h, "status"), "phase") or "Pending"
 
     clusters = tuple(
         sorted(
