@@ -128,7 +128,7 @@ def _duration(spec: BackfillSpec, field: str) -> float:
     try:
         return parse_duration(getattr(spec, field))
     except ValueError as e:
-        raise _Fail(Blocked("InvalidSpec", f"spec.{field}", str(e))) from None
+        raise _Fail(Blocked("InvalidSpec", f"spec.{field}", f"spec.{field}: {e}")) from None
 
 
 class _Fail(Exception):

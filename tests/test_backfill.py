@@ -354,14 +354,36 @@ def test_a_spec_change_cancels_and_restarts(
     assert metric(registry, "preemptions_total", reason="spec_changed") == 1
 
 
-def test_an_invalid_spec_change_cancels_then_blocks(sim: Sim, clock: Clock) -> None:
+def test_an_invalid_spec_touches_nothing_until_it_is_valid_again(
+    sim: Sim, clock: Clock, registry: CollectorRegistry
+) -> None:
     start(sim, clock)
-    sim.backfills[BACKFILL]["spec"]["repeatAfter"] = "30s"
-    clock.advance(30)
-    assert sim.step()["reason"] == "SpecChanged"
+    job = sim.job()
+    sim.backfills[BACKFILL]["spec"]["repeatAfter"] = "30s"  # not admitted by CEL
+    sim.foreground()
     clock.advance(30)
     st = sim.step()
-    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidRepeatAfter")
+    # Bad input never deletes children: the Job is kept as it is (bounded by its
+    # activeDeadlineSeconds), and the conditions name the field.
+    assert (st["phase"], st["reason"]) == ("Running", "InvalidRepeatAfter")
+    assert "spec.repeatAfter" in st["message"] and sim.job() == job
+    assert conditions(sim.last)["SpecValid"]["status"] == "False"
+    assert "spec.repeatAfter" in conditions(sim.last)["SpecValid"]["message"]
+    assert requirements(sim.last) == {}
+    sim.backfills[BACKFILL]["spec"]["repeatAfter"] = "1h"  # valid again: a change of spec
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "SpecChanged")
+    assert conditions(sim.last)["SpecValid"]["status"] == "True"
+    assert metric(registry, "preemptions_total", reason="spec_changed") == 1
+
+
+def test_an_invalid_spec_without_a_job_is_blocked(sim: Sim, clock: Clock) -> None:
+    sim.add(spec())
+    sim.step()
+    sim.backfills[BACKFILL]["spec"]["env"] = [{"name": "MODELPLANE_ENDPOINT", "value": "x"}]
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Blocked", "ReservedEnvName")
     assert xr_ready(sim.last) == "READY_FALSE"
 
 

@@ -104,6 +104,8 @@ REQ_CLUSTER = "cluster"
 REQ_JOB = "job-object"
 JOB_PREFIX = "job-"
 CONDITION = "Backfilling"
+# False while the spec is invalid (with the reason and the field), True otherwise.
+SPEC_CONDITION = "SpecValid"
 
 WAITING = "WaitingForIdle"
 STARTING = "Starting"
@@ -129,6 +131,7 @@ _FIELDS = (
     "phase",
     "reason",
     "message",
+    "model",
     "cluster",
     "replica",
     "job",
@@ -233,8 +236,10 @@ class _Composer:
         self.hash = spec_hash(inputs.spec)
         self.prior = self._read_status()
         self.st: dict[str, Any] = dict(self.prior)
-        ref = inputs.spec.get("modelRef")
-        self.model = str(ref.get("name", "")) if isinstance(ref, dict) else ""
+        if isinstance(self.parsed, Parsed):
+            self.model = self.parsed.spec.modelRef.name
+        else:  # an invalid spec: the model of the attempt in progress, if any
+            self.model = str(self.prior.get("model", ""))
         self.poll = float(max(1, inputs.settings.poll_seconds))
 
     # ---- status ---------------------------------------------------------------
@@ -246,7 +251,11 @@ class _Composer:
             if v is None or v == "":
                 continue
             if f in _INT_FIELDS:
-                v = int(v) if isinstance(v, (int, float)) else 0
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 2**31:
+                    continue
+                v = int(v)
+            elif not isinstance(v, str):
+                continue  # a status this function did not write: ignore the field
             st[f] = v
         return st
 
@@ -261,25 +270,25 @@ class _Composer:
     # ---- requirements -----------------------------------------------------------
 
     def _require_base(self) -> None:
-        if not isinstance(self.parsed, Parsed):
-            return
         ns = self.i.namespace
-        spec = self.parsed.spec
+        if isinstance(self.parsed, Parsed):
+            self.out.require(
+                REQ_TEMPLATE,
+                "batch/v1",
+                "CronJob",
+                match_name=self.parsed.spec.templateRef.name,
+                namespace=ns,
+            )
+        else:
+            return
         self.out.require(
-            REQ_DEPLOYMENT,
-            API_VERSION,
-            "ModelDeployment",
-            match_name=spec.modelRef.name,
-            namespace=ns,
-        )
-        self.out.require(
-            REQ_TEMPLATE, "batch/v1", "CronJob", match_name=spec.templateRef.name, namespace=ns
+            REQ_DEPLOYMENT, API_VERSION, "ModelDeployment", match_name=self.model, namespace=ns
         )
         self.out.require(
             REQ_REPLICAS,
             API_VERSION,
             "ModelReplica",
-            match_labels={LABEL_DEPLOYMENT: label_value(spec.modelRef.name)},
+            match_labels={LABEL_DEPLOYMENT: label_value(self.model)},
             namespace=ns,
         )
         self.out.require(REQ_BACKFILLS, API_VERSION, KIND, match_labels={}, namespace=ns)
@@ -310,6 +319,9 @@ class _Composer:
     # ---- the state machine ----------------------------------------------------------
 
     def run(self) -> None:
+        if isinstance(self.parsed, Blocked):
+            self._invalid(self.parsed)
+            return
         self._require_base()
         phase = self.prior.get("phase", "")
         if phase in ACTIVE:
@@ -318,6 +330,27 @@ class _Composer:
             self._cancelling()
         else:
             self._admit()
+
+    def _invalid(self, b: Blocked) -> None:
+        """An invalid spec (one the XRD's CEL rules reject): decide nothing, delete nothing.
+
+        Every observed child is kept as it is (a Job already created keeps running, up to
+        its activeDeadlineSeconds, and is never re-created: its Object no longer allows
+        Create); outcomes and cancellations wait until the spec is valid again. With no
+        attempt in progress the phase is ``Blocked``.
+        """
+        self._keep_all()
+        phase = str(self.prior.get("phase", ""))
+        if phase in HOLDING:
+            self._set(
+                phase,
+                b.reason,
+                f"{b.message}; Job {self.st.get('job')} is left as it is until the spec is "
+                f"valid again",
+            )
+            self.out.requeue_after(self.poll)
+            return
+        self._set(BLOCKED, b.reason, b.message)
 
     def _deleting(self) -> bool:
         return bool(structs.get_str(self.i.xr, "metadata", "deletionTimestamp"))
@@ -404,13 +437,18 @@ class _Composer:
             body.get_or_create_struct("spec")["managementPolicies"] = NO_CREATE_POLICIES
         return body
 
+    def _keep_all(self) -> None:
+        for key, child in self.i.observed.items():
+            if key not in self.out.resources:
+                self.out.keep(key, child.resource, ready=True)
+
     def _cancel_reason(self, phase: str) -> _Cancel | None:
         if self._deleting():
             return _Cancel("other", "Deleting", "the ModelBackfill is being deleted")
-        if not isinstance(self.parsed, Parsed) or self.hash != self.st.get("specHash"):
+        assert isinstance(self.parsed, Parsed)
+        if self.hash != self.st.get("specHash"):
             return _Cancel("spec_changed", "SpecChanged", "the spec changed")
-        spec = self.parsed.spec
-        if spec.suspend:
+        if self.parsed.spec.suspend:
             return _Cancel("suspended", "Suspended", "spec.suspend is true")
         dep = self._one(REQ_DEPLOYMENT)
         replicas = self._replicas()
@@ -547,7 +585,7 @@ class _Composer:
             self._set(SUSPENDED, "Suspended", "spec.suspend is true: no Job is started")
             return
         if isinstance(self.parsed, Blocked):
-            self._set(BLOCKED, self.parsed.reason, self.parsed.message)
+            self._invalid(self.parsed)
             return
         p = self.parsed
         if self.st.get("specHash") != self.hash:
@@ -710,6 +748,7 @@ class _Composer:
             return
         attempt = int(self.st.get("attempts", 0)) + 1
         self.st["attempts"] = attempt
+        self.st["model"] = self.model
         self.st["cluster"] = cluster
         self.st["replica"] = structs.get_str(replica, "metadata", "name")
         self.st["startedAt"] = format_time(self.now)
@@ -844,6 +883,10 @@ class _Composer:
             str(self.st["reason"]),
             str(self.st["message"]),
         )
+        if isinstance(self.parsed, Blocked):
+            out.condition(SPEC_CONDITION, "False", self.parsed.reason, self.parsed.message)
+        else:
+            out.condition(SPEC_CONDITION, "True", "Valid", "the spec is valid")
         out.ready = phase not in (BLOCKED, FAILED)
         old = self.prior.get("phase")
         if old != phase or (phase == BLOCKED and self.prior.get("reason") != self.st["reason"]):
@@ -859,10 +902,8 @@ class _Composer:
     def pending(self) -> Outcome:
         """Decide nothing: keep what exists, repeat the last status, ask for requirements."""
         out = Outcome(requirements=dict(self.out.requirements))
-        if self.prior.get("phase") in ACTIVE:
-            for key, child in self.i.observed.items():
-                if key.startswith(JOB_PREFIX):
-                    out.keep(key, child.resource, ready=True)
+        for key, child in self.i.observed.items():  # not known is not empty: keep all
+            out.keep(key, child.resource, ready=True)
         for f in _FIELDS:
             if f in self.prior:
                 out.status[f] = self.prior[f]
@@ -886,10 +927,10 @@ def compose(inputs: Inputs) -> Outcome:
 
     Returns:
         The outcome: at most one Object (the active attempt's Job), the status fields
-        ``phase, reason, message, cluster, replica, job, idleSince, startedAt,
+        ``phase, reason, message, model, cluster, replica, job, idleSince, startedAt,
         runningSince, attempts, preemptions, completionTime, nextRunTime, lastResult,
-        notIdleBefore, specHash``, the condition ``Backfilling`` and lifecycle metric
-        observations for the transitions recorded.
+        resultMessage, notIdleBefore, specHash``, the conditions ``Backfilling`` and
+        ``SpecValid``, and lifecycle metric observations for the transitions recorded.
     """
     c = _Composer(inputs)
     try:
