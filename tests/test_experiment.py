@@ -1156,7 +1156,7 @@ def test_example_renders(grpc_function: GrpcFunction) -> None:
     for doc in world:
         if doc["kind"] == "CronJob":
             validate_k8s(doc)
-        elif doc["apiVersion"] == API_VERSION and doc["kind"] != "InferenceCluster":
+        elif doc["apiVersion"] == API_VERSION:
             validate_xr(doc)
     # First reconcile: the gate opens and the candidate is composed.
     rsp, _ = grpc_function.drive(x, World(world))
