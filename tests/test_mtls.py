@@ -1,0 +1,266 @@
+"""mTLS for real: certificates made here, a real ``python -m function`` process (issue 9).
+
+Crossplane's function runtime mounts ``tls.crt``, ``tls.key`` and ``ca.crt`` and sets
+``TLS_SERVER_CERTS_DIR``; it calls with a client certificate from that CA. Here:
+
+- a client with a certificate from the configured CA gets a response;
+- a client without a certificate, or with one from another CA, is refused (the
+  TLS handshake fails, the call ends UNAVAILABLE), and so is a plaintext client;
+- ``--insecure`` with ``TLS_SERVER_CERTS_DIR`` set serves plaintext only: a
+  plaintext client works, a TLS client (even with a good certificate) fails.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.reliability import seeds, settle
+from tests.secret_guard import leaks
+
+NOW = datetime.datetime.now(datetime.UTC)
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def make_ca(name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A self-signed CA certificate and its key."""
+    key = _key()
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOW - datetime.timedelta(minutes=5))
+        .not_valid_after(NOW + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def make_leaf(
+    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey], name: str, *, server: bool
+) -> tuple[bytes, bytes]:
+    """A certificate for ``name`` signed by ``ca``: ``(cert PEM, key PEM)``."""
+    ca_cert, ca_key = ca
+    key = _key()
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOW - datetime.timedelta(minutes=5))
+        .not_valid_after(NOW + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+    )
+    if server:
+        import ipaddress
+
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+    cert = builder.sign(ca_key, hashes.SHA256())
+    return _pem(cert), _pem_key(key)
+
+
+class PKI:
+    """The certificates of one test session."""
+
+    def __init__(self, root: Path) -> None:
+        ca = make_ca("crossplane-root-ca")
+        other = make_ca("someone-else-ca")
+        self.ca_pem = _pem(ca[0])
+        self.other_ca_pem = _pem(other[0])
+        self.server = make_leaf(ca, "function-modelplane", server=True)
+        self.client = make_leaf(ca, "crossplane", server=False)
+        self.foreign_client = make_leaf(other, "intruder", server=False)
+        self.dir = root / "tls"
+        self.dir.mkdir()
+        (self.dir / "tls.crt").write_bytes(self.server[0])
+        (self.dir / "tls.key").write_bytes(self.server[1])
+        (self.dir / "ca.crt").write_bytes(self.ca_pem)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_listening(address: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"function exited {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("function did not listen within 20 seconds")
+
+
+def start(args: list[str], env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    address = f"127.0.0.1:{_free_port()}"
+    full_env = {
+        k: v for k, v in os.environ.items() if k not in ("TLS_SERVER_CERTS_DIR", "INSECURE")
+    }
+    full_env.update(env)
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "function", *args, "--address", address,
+             "--metrics-address", f"127.0.0.1:{_free_port()}"],
+            env=full_env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )  # fmt: skip
+    _wait_listening(address, proc, log)
+    return proc, address
+
+
+def stop(proc: subprocess.Popen[bytes], log: Path) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, log.read_text()[-2000:]
+    assert not leaks(log.read_bytes())
+
+
+def call(channel: grpc.Channel) -> bool:
+    """True when a RunFunction call over ``channel`` succeeds; False when refused."""
+    req, _ = settle(seeds("ModelCache")[0])
+    stub = grpcv1.FunctionRunnerServiceStub(channel)
+    try:
+        rsp = stub.RunFunction(req, timeout=5)
+    except grpc.RpcError as e:
+        assert e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), e
+        return False
+    assert rsp.meta.tag == req.meta.tag
+    return True
+
+
+def tls_channel(address: str, pki: PKI, cert: tuple[bytes, bytes] | None) -> grpc.Channel:
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=pki.ca_pem,
+        private_key=cert[1] if cert else None,
+        certificate_chain=cert[0] if cert else None,
+    )
+    return grpc.secure_channel(address, creds)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
+    return PKI(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def tls_server(pki: PKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("log") / "stderr"
+    proc, address = start(["--tls-certs-dir", str(pki.dir)], {}, log)
+    try:
+        yield address
+    finally:
+        stop(proc, log)
+
+
+def test_client_with_a_certificate_from_the_ca_succeeds(tls_server: str, pki: PKI) -> None:
+    with tls_channel(tls_server, pki, pki.client) as ch:
+        assert call(ch)
+
+
+def test_client_without_a_certificate_is_refused(tls_server: str, pki: PKI) -> None:
+    with tls_channel(tls_server, pki, None) as ch:
+        assert not call(ch)
+
+
+def test_client_with_a_certificate_from_another_ca_is_refused(tls_server: str, pki: PKI) -> None:
+    with tls_channel(tls_server, pki, pki.foreign_client) as ch:
+        assert not call(ch)
+
+
+def test_plaintext_client_is_refused_by_the_tls_server(tls_server: str) -> None:
+    with grpc.insecure_channel(tls_server) as ch:
+        assert not call(ch)
+
+
+def test_certs_dir_from_the_environment_enables_mtls(pki: PKI, tmp_path: Path) -> None:
+    log = tmp_path / "stderr"
+    proc, address = start([], {"TLS_SERVER_CERTS_DIR": str(pki.dir)}, log)
+    try:
+        with tls_channel(address, pki, pki.client) as ch:
+            assert call(ch)
+        with tls_channel(address, pki, None) as ch:
+            assert not call(ch)
+    finally:
+        stop(proc, log)
+
+
+def test_insecure_with_certs_dir_set_serves_plaintext_only(pki: PKI, tmp_path: Path) -> None:
+    log = tmp_path / "stderr"
+    proc, address = start(["--insecure"], {"TLS_SERVER_CERTS_DIR": str(pki.dir)}, log)
+    try:
+        with grpc.insecure_channel(address) as ch:
+            assert call(ch)
+        with tls_channel(address, pki, pki.client) as ch:
+            assert not call(ch)
+    finally:
+        stop(proc, log)
