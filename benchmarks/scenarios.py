@@ -7,12 +7,15 @@ child observed and ready), both with every requirement resolved.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.render import build_request
+from function.naming import hydration_name
+from function.render import World, build_request, drive, load_yaml, observed_by_name
 from function.runner import FunctionRunner
 
 NAMESPACE = "ml-team"
@@ -181,9 +184,101 @@ def hydration(n: int) -> tuple[bytes, bytes]:
     return first.SerializeToString(), _settle(xr, observed, required)
 
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _synthetic_fleet(
+    n: int, like: dict[str, Any], docs: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``n`` copies of the InferenceCluster ``like`` (``fleet-00000``...), each with copies of
+    the ModelCacheHydrations ``like`` has in ``docs`` (so a cache footprint grows too)."""
+    template = like["metadata"]["name"]
+    hydrations = [
+        d
+        for d in docs
+        if d.get("kind") == "ModelCacheHydration"
+        and d.get("spec", {}).get("clusterName") == template
+    ]
+    out = []
+    for i in range(n):
+        name = f"fleet-{i:05d}"
+        c = copy.deepcopy(like)
+        c["metadata"]["name"] = name
+        c["status"]["providerConfigRef"] = {"kind": "ClusterProviderConfig", "name": name}
+        out.append(c)
+        for h in hydrations:
+            h2 = copy.deepcopy(h)
+            ns, cache = h2["metadata"].get("namespace", NAMESPACE), h2["spec"]["cacheName"]
+            h2["metadata"]["name"] = hydration_name(ns, cache, name)
+            h2["metadata"].setdefault("labels", {})["modelplane.ai/cluster"] = name
+            h2["spec"]["clusterName"] = name
+            out.append(h2)
+    return out
+
+
+def from_example(
+    example: str,
+    xr_file: str = "xr.yaml",
+    *,
+    observed: str | None = "observed",
+    grow_fleet: bool = True,
+    patch: Callable[[dict[str, Any], int], None] | None = None,
+) -> Callable[[int], tuple[bytes, bytes]]:
+    """A scenario built from ``examples/<example>``: its XR, required and observed resources.
+
+    The fleet grows to ``n`` InferenceClusters (copies of the example's first cluster)
+    when ``grow_fleet``; ``patch(xr, n)`` may scale the XR itself (for example replicas).
+    Requirements are resolved the way Crossplane does (``function.render.drive``).
+    """
+
+    def scenario(n: int) -> tuple[bytes, bytes]:
+        base = EXAMPLES / example
+        xr = load_yaml([str(base / xr_file)])[0]
+        if patch is not None:
+            patch(xr, n)
+        docs = load_yaml([str(base / "required")])
+        clusters = [d for d in docs if d.get("kind") == "InferenceCluster"]
+        if grow_fleet and clusters and n > len(clusters):
+            docs += _synthetic_fleet(n - len(clusters), clusters[0], docs)
+        world = World(docs)
+        seen = (
+            observed_by_name(load_yaml([str(base / observed)]))
+            if observed and (base / observed).exists()
+            else {}
+        )
+        runner = FunctionRunner()
+        rsp, _ = drive(runner.run, xr, seen, world)
+        required = {k: world.resolve(sel) for k, sel in rsp.requirements.resources.items()}
+        first = build_request(xr, {}, required, tag="bench")
+        if not seen:
+            seen = _observe_all(
+                runner.run(first),
+                lambda _n, _b: {
+                    "conditions": [
+                        {"type": "Ready", "status": "True", "reason": "Available"},
+                        {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+                    ]
+                },
+            )
+        return first.SerializeToString(), _settle(xr, seen, required)
+
+    return scenario
+
+
+def _scale_deployment(xr: dict[str, Any], n: int) -> None:
+    """100 replicas at the larger fleet sizes (issue 8), fewer on small fleets."""
+    xr["spec"]["replicas"] = 100 if n >= 1000 else min(n, 10)
+
+
 SCENARIOS: dict[str, Callable[[int], tuple[bytes, bytes]]] = {
     "ModelCache": modelcache,
     "ModelCacheHydration": hydration,
+    "ModelDeployment": from_example("modeldeployment", patch=_scale_deployment),
+    "ModelReplica": from_example(
+        "modelreplica", "serving/xr.yaml", observed="serving/observed", grow_fleet=False
+    ),
+    "ModelExperiment": from_example("modelexperiment"),
+    "ModelBackfill": from_example("modelbackfill"),
 }
 
 
