@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from google.protobuf.struct_pb2 import Struct
@@ -302,17 +303,16 @@ def _num(v: Any, default: int) -> int:
     return default
 
 
-def _replica_usage(item: Struct) -> tuple[str, dict[tuple[str, int], str], list[tuple[str, int]]]:
-    """(cluster, pools by member, [(pool, nodes)]) of a ModelReplica, read from its spec.
+def _usage_of(spec: Any) -> tuple[str, dict[tuple[str, int], str], list[tuple[str, int]]]:
+    """(cluster, pools by member, [(pool, nodes)]) from a ModelReplica's spec field map.
 
-    Hot path (every replica of the fleet, every reconcile): reads the Struct's
-    field maps directly.
+    Hot path (every replica of the fleet, every reconcile): reads field maps directly.
     """
-    spec = structs.sub(item, "spec")
-    cluster = structs.sval(spec, "clusterName")
+    cv = spec.get("clusterName")
+    cluster = cv.string_value if cv is not None else ""
     pools: dict[tuple[str, int], str] = {}
     cost: list[tuple[str, int]] = []
-    engines = structs.fields_of(item, "spec").get("engines")
+    engines = spec.get("engines")
     if engines is None:
         return cluster, pools, cost
     for ev in engines.list_value.values:
@@ -335,17 +335,35 @@ def _replica_usage(item: Struct) -> tuple[str, dict[tuple[str, int], str], list[
     return cluster, pools, cost
 
 
+def _replica_usage(item: Struct) -> tuple[str, dict[tuple[str, int], str], list[tuple[str, int]]]:
+    """:func:`_usage_of` of a ModelReplica object."""
+    return _usage_of(structs.fields_of(item, "spec"))
+
+
+@dataclass(slots=True)
+class _Observed:
+    """What the deployment reads of one of its observed ModelReplicas, read once."""
+
+    obj: Struct
+    index: int | None
+    cluster: str
+    pools: dict[tuple[str, int], str]
+    state: tuple[bool, str, str]
+
+    @classmethod
+    def of(cls, obj: Struct) -> _Observed:
+        spec = structs.fields_of(obj, "spec")
+        cluster, pools, _ = _usage_of(spec)
+        iv = spec.get("index")
+        index = _num(iv, -1) if iv is not None and iv.WhichOneof("kind") == "number_value" else None
+        return cls(obj, index, cluster, pools, _replica_state(obj))
+
+
 def _is_own(item: Struct, ns: str, name: str) -> bool:
     return (
         structs.sval(structs.sub(item, "metadata"), "namespace") == ns
         and structs.sval(structs.sub(item, "spec"), "deploymentName") == name
     )
-
-
-def _index(item: Struct) -> int | None:
-    """``spec.index`` of a ModelReplica, or None."""
-    v = structs.fields_of(item, "spec").get("index")
-    return _num(v, -1) if v is not None and v.WhichOneof("kind") == "number_value" else None
 
 
 # ---- composing ----------------------------------------------------------------
@@ -570,11 +588,8 @@ def compose(inputs: Inputs) -> Outcome:
             namespace=ns,
         )
 
-    observed = _observed_replicas(inputs)
-    obs_rows = [
-        (_index(o) or 0, structs.sval(structs.sub(o, "spec"), "clusterName"), o, None)
-        for o in observed.values()
-    ]
+    observed = [_Observed.of(o) for o in _observed_replicas(inputs).values()]
+    obs_rows = [(v.index or 0, v.cluster, v.obj, None) for v in observed]
 
     engines, bad = _engines(raw_ts.get("engines") or [])
     if bad:
@@ -644,13 +659,11 @@ def compose(inputs: Inputs) -> Outcome:
         for pool, n in cost:
             used[(cl, pool)] = used.get((cl, pool), 0) + n
     existing = []
-    by_index: dict[int, Struct] = {}
-    for o in observed.values():
-        cl, pools, _ = _replica_usage(o)
-        idx = _index(o)
-        if cl and idx is not None:
-            existing.append(Existing(idx, cl, pools))
-            by_index[idx] = o
+    by_index: dict[int, _Observed] = {}
+    for v in observed:
+        if v.cluster and v.index is not None:
+            existing.append(Existing(v.index, v.cluster, v.pools))
+            by_index[v.index] = v
 
     placement: Placement = place(
         Request(
@@ -671,10 +684,11 @@ def compose(inputs: Inputs) -> Outcome:
     bodies = _Bodies(inputs, spec, raw_ts)
     rows = []
     for p in placement.replicas:
-        obj = by_index.get(p.index) if p.existing else None
-        ready = _replica_state(obj)[0]
-        out.add(f"{REPLICA_PREFIX}{p.index}", bodies.body(p), ready=ready)
-        rows.append((p.index, p.cluster, obj, p.hydration))
+        view = by_index.get(p.index) if p.existing else None
+        out.add(
+            f"{REPLICA_PREFIX}{p.index}", bodies.body(p), ready=view is not None and view.state[0]
+        )
+        rows.append((p.index, p.cluster, view.obj if view is not None else None, p.hydration))
     for r in placement.removed:
         msg = f"removed replica {r.index} from {r.cluster}: {r.why}"
         if r.why == "scaled down":
