@@ -184,10 +184,18 @@ def _ready(obj: Any) -> bool:
 
 
 def replica_ready(replica: Any) -> bool:
-    """A ModelReplica serves: ``Ready=True``, ``ModelReady`` not False, an endpoint."""
+    """A ModelReplica serves: ``Ready=True``, ``ModelReady`` not False, an endpoint, a cluster."""
     if not _ready(replica) or structs.condition_is(replica, "ModelReady", "False"):
         return False
-    return bool(structs.get_str(replica, "status", "endpoint"))
+    return bool(
+        structs.get_str(replica, "status", "endpoint")
+        and structs.get_str(replica, "spec", "clusterName")
+    )
+
+
+def _index(replica: Any) -> float:
+    i = structs.get(replica, "spec", "index")
+    return float(i) if isinstance(i, (int, float)) and not isinstance(i, bool) else 0.0
 
 
 def job_outcome(manifest: Any) -> tuple[str, str, datetime.datetime | None] | None:
@@ -703,10 +711,7 @@ class _Composer:
             return
         ready = sorted(
             (r for r in replicas.values() if replica_ready(r)),
-            key=lambda r: (
-                structs.get(r, "spec", "index", default=0),
-                structs.get_str(r, "metadata", "name"),
-            ),
+            key=lambda r: (_index(r), structs.get_str(r, "metadata", "name")),
         )
         if not ready:
             self._wait("NoReadyReplica", f"ModelDeployment {self.model} has no Ready replica")
