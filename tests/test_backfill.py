@@ -629,16 +629,16 @@ def test_two_backfills_that_started_at_once_resolve_to_one(sim: Sim, clock: Cloc
     sim.add(spec(), "b-eval")
     clock.advance(600)
     # Both reconciled before either status was written: both start on the same replica.
-    b_status = copy.deepcopy(sim.backfills["b-eval"])
     assert sim.step("a-eval")["phase"] == "Starting"
-    a_status = copy.deepcopy(sim.backfills["a-eval"])
-    sim.backfills["a-eval"] = xr("ModelBackfill", "a-eval", spec())
+    a_written = sim.backfills["a-eval"]
+    sim.backfills["a-eval"] = xr("ModelBackfill", "a-eval", spec())  # a's status not seen yet
     assert sim.step("b-eval")["phase"] == "Starting"
-    sim.backfills["a-eval"] = a_status
-    del b_status
+    sim.backfills["a-eval"] = a_written
     clock.advance(10)
+    # Same startedAt: the name breaks the tie, and b (the later) yields.
     st_b = sim.step("b-eval")
     assert (st_b["phase"], st_b["reason"]) == ("Cancelling", "ReplicaConflict")
+    assert sim.observed["b-eval"] == {}
     st_a = sim.step("a-eval")
     assert st_a["phase"] == "Starting"
 
