@@ -531,7 +531,7 @@ def test_timeout_candidate_never_ready(sim_factory, clock: Clock) -> None:
     sim.reconcile()
     assert sim.phase == "Failed"
     assert sim.status["verdict"]["reason"] == "TimedOut"
-    assert "never served" in sim.status["verdict"]["summary"]
+    assert "never became Ready" in sim.status["verdict"]["summary"]
     assert not sim.observed
 
 
@@ -1116,6 +1116,27 @@ def test_unresolved_requirements_keep_children(sim_factory, clock: Clock) -> Non
     assert set(desired(rsp)) == {"candidate-r1"}
     assert status(rsp)["phase"] == "Deploying"
     assert conditions(rsp)["Runnable"]["status"] in ("True", "Unknown")
+
+
+@pytest.mark.parametrize("stage", ["Deploying", "Evaluating", "Blocked"])
+def test_status_does_not_churn_while_time_passes(sim_factory, clock: Clock, stage: str) -> None:
+    """Nothing changed but the clock: the status and conditions stay byte-identical.
+
+    A message with a countdown would rewrite the XR's status on every reconcile.
+    """
+    world = [inference_cluster(CLUSTER)] if stage == "Blocked" else None
+    sim = sim_factory(spec(), world)
+    if stage == "Evaluating":
+        sim.to_evaluating()
+    else:
+        sim.reconcile()
+        sim.reconcile()
+    assert sim.phase == stage
+    before = (copy.deepcopy(sim.status), conditions(sim.rsp))
+    clock.advance(300)
+    sim.reconcile()
+    assert (sim.status, conditions(sim.rsp)) == before
+    assert results(sim.rsp) == []
 
 
 def test_deterministic_over_grpc(sim_factory) -> None:

@@ -778,6 +778,11 @@ def _serving_replica(replicas: Resolved, candidate: str) -> tuple[str, str] | No
 # ---- the composer ---------------------------------------------------------------
 
 
+def _job_message(st: RunState) -> str:
+    g = st.gauntlet
+    return f"gauntlet Job {g['job']} on {g['cluster']} against {g['endpoint']}"
+
+
 def next_run(spec: ExperimentSpec, st: RunState) -> datetime.datetime | None:
     """When the next run starts: ``repeatAfter`` after a passed run's ``completedAt``.
 
@@ -1023,7 +1028,12 @@ class _Composer:
             return
         # 2. The deadline.
         if self.now >= deadline:
-            what = "the gauntlet did not finish" if st.gauntlet else "the candidate never served"
+            if st.gauntlet:
+                what = "the gauntlet did not finish"
+            elif cand_obs is not None and structs.condition_is(cand_obs, "Ready"):
+                what = "the candidate was Ready but its endpoint or cluster was never found"
+            else:
+                what = "the candidate never became Ready"
             self.verdict(
                 spec, st, False, TIMED_OUT,
                 f"{what} within {spec.timeout} (deadline {format_time(deadline)})",
@@ -1048,7 +1058,9 @@ class _Composer:
             if not st.candidate.get("seen"):
                 st.candidate["seen"] = True
         out.requeue_after(min(self.poll, max(1.0, (deadline - self.now).total_seconds())))
-        left = _dur(deadline - self.now)
+        # The deadline, not the time left: a condition message that changes on every call
+        # would rewrite the XR's status on every reconcile.
+        left = format_time(deadline)
         out.condition("Runnable", "True", "Admitted", self.admitted_message(st))
         out.add(candidate_key(st.number), candidate_body(inputs, inputs.spec, st))
 
@@ -1057,7 +1069,7 @@ class _Composer:
             if job_obs is not None:
                 out.keep(job_key(st.number), job_obs)
                 err = sync_error(job_obs)
-                msg = f"gauntlet Job {st.gauntlet['job']} runs on {st.gauntlet['cluster']}"
+                msg = _job_message(st)
                 if err:
                     msg += f" (provider reports: {err})"
             else:
@@ -1075,16 +1087,16 @@ class _Composer:
                     self.release_for_template(spec, st, invalid=str(e))
                     return
                 out.add(job_key(st.number), body)
-                msg = f"gauntlet Job {st.gauntlet['job']} created on {st.gauntlet['cluster']}"
+                msg = _job_message(st)
             self.set_phase("Evaluating", "Evaluating", msg)
-            out.condition("Verdict", "Unknown", "Evaluating", f"{msg}; {left} left")
+            out.condition("Verdict", "Unknown", "Evaluating", f"{msg}; deadline {left}")
             return
 
         ready = cand_obs is not None and structs.condition_is(cand_obs, "Ready")
         if not ready:
             msg = f"candidate {st.name}: {_candidate_progress(cand_obs)}"
             self.set_phase("Deploying", "Deploying", msg)
-            out.condition("Verdict", "Unknown", "Deploying", f"{msg}; {left} left")
+            out.condition("Verdict", "Unknown", "Deploying", f"{msg}; deadline {left}")
             return
 
         # Ready: find where it serves, then compose the Job.
@@ -1110,7 +1122,7 @@ class _Composer:
 
         def wait(msg: str) -> None:
             self.set_phase("Serving", "Serving", msg)
-            out.condition("Verdict", "Unknown", "Serving", f"{msg}; {left} left")
+            out.condition("Verdict", "Unknown", "Serving", f"{msg}; deadline {left}")
 
         if replicas is UNRESOLVED:
             self.waiting(st, "waiting for Crossplane to resolve the candidate's ModelReplicas")
@@ -1154,9 +1166,9 @@ class _Composer:
             self.release_for_template(spec, st, invalid=str(e))
             return
         out.add(job_key(st.number), body)
-        msg = f"gauntlet Job {st.gauntlet['job']} created on {cluster_name} against {endpoint}"
+        msg = _job_message(st)
         self.set_phase("Evaluating", "Evaluating", msg)
-        out.condition("Verdict", "Unknown", "Evaluating", f"{msg}; {left} left")
+        out.condition("Verdict", "Unknown", "Evaluating", f"{msg}; deadline {left}")
 
     def release_for_template(
         self, spec: ExperimentSpec, st: RunState, invalid: str | None = None
@@ -1257,17 +1269,6 @@ class _Composer:
             {"namespace": inputs.namespace, "experiment": inputs.name, "reason": reason},
         )
         self.finished(spec, st)
-
-
-def _dur(delta: datetime.timedelta) -> str:
-    s = max(0, int(delta.total_seconds()))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    if h:
-        return f"{h}h{m:02d}m"
-    if m:
-        return f"{m}m{sec:02d}s"
-    return f"{sec}s"
 
 
 def compose(inputs: Inputs) -> Outcome:
