@@ -17,6 +17,10 @@ Phases (``status.phase``) and what moves between them::
     Cancelling --(the Job Object is gone)--> WaitingForIdle | Suspended | Blocked
     any idle phase --(suspend: true)--> Suspended; invalid spec or template --> Blocked
 
+An invalid spec (one the XRD's CEL rules reject) is bad input: the function then keeps
+every composed resource as it is and decides nothing (condition ``SpecValid=False``
+names the field) until the spec is valid again, which counts as a change of the spec.
+
 Rules and where they come from:
 
 - The foreground signal is the annotation ``modelplane.ai/last-foreground-request``
