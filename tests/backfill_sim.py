@@ -16,7 +16,6 @@ import copy
 import datetime
 from typing import Any
 
-from function import API_VERSION
 from function.naming import (
     ANNOTATION_LAST_FOREGROUND,
     LABEL_CLUSTER,
@@ -287,6 +286,3 @@ class Sim:
     def release(self) -> None:
         """Terminating Objects finish deleting."""
         self.lingering.clear()
-
-    def api(self) -> str:
-        return API_VERSION
