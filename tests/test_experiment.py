@@ -496,6 +496,30 @@ def test_pass_full_lifecycle(sim_factory, clock: Clock) -> None:
     assert a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
 
 
+def test_verdict_is_counted_once(sim_factory, clock: Clock) -> None:
+    """The verdict metric is observed only in the call that records the verdict."""
+    from function.runner import FunctionRunner
+
+    sim = sim_factory()
+    sim.to_evaluating()
+    sim.job_finished(False, clock.advance(60))
+    runner = FunctionRunner(clock=clock)
+
+    def observations() -> list[Any]:
+        req = request(sim.xr, observed=sim.observed)
+        return exp.compose(runner.decode(req)).observations
+
+    (obs,) = observations()
+    assert obs.metric == "model_experiment_verdicts_total"
+    assert dict(obs.labels) == {
+        "namespace": NAMESPACE,
+        "experiment": NAME,
+        "reason": "GauntletFailed",
+    }
+    sim.reconcile()  # the verdict is recorded in status
+    assert observations() == []
+
+
 def test_fail_is_terminal_even_with_repeat(sim_factory, clock: Clock) -> None:
     sim = sim_factory(spec(repeatAfter="1h", historyLimit=3))
     sim.to_evaluating()
