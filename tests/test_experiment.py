@@ -673,6 +673,12 @@ def test_candidate_waiting_for_capacity_is_not_failed(sim_factory, clock: Clock)
 # ---- blocked -------------------------------------------------------------------------------
 
 
+def stale_cache() -> dict[str, Any]:
+    c = cache()
+    c["status"]["conditions"][0]["observedGeneration"] = 2
+    return c
+
+
 GATE_CASES = [
     pytest.param(
         {"requireSourceMatch": True},
@@ -702,6 +708,14 @@ GATE_CASES = [
         id="not-ready",
     ),
     pytest.param({}, candidate(), [cache({})], "ArtifactCacheNotReady", "0/0 clusters", id="empty"),
+    pytest.param(
+        {},
+        candidate(),
+        [stale_cache()],
+        "ArtifactCacheNotReady",
+        "status is for generation 2, the cache is at generation 3",
+        id="stale-status",
+    ),
     pytest.param(
         {"requireValidation": True},
         candidate(),

@@ -404,8 +404,11 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
         ``ArtifactCacheNotFound``, ``ArtifactCacheFailed``, ``ArtifactCacheNotReady``,
         ``ArtifactValidationMissing``, ``ArtifactDigestMissing``.
 
-    The footprint is every ``status.clusters[]`` entry of the cache that is not
-    ``retained`` and whose phase is Pending, Hydrating, Ready or Failed. Evidence
+    A status whose ``ArtifactReady`` condition reports an ``observedGeneration``
+    older than the cache's ``metadata.generation`` describes an older spec and
+    keeps the gate closed. The footprint is every ``status.clusters[]`` entry of
+    the cache that is not ``retained`` and whose phase is Pending, Hydrating, Ready
+    or Failed. Evidence
     is each entry's ``evidence {commit, digest, validatedAt}``: ``commit`` 40
     lowercase hex, ``digest`` ``sha256:<64 hex>``, ``validatedAt`` RFC 3339.
     """
@@ -442,7 +445,21 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
         return Gate(
             "ArtifactCacheFailed", f"ModelCache {ref} failed on {_names(detail)}; {progress}"
         )
+    generation = structs.get(cache, "metadata", "generation")
     artifact_ready = structs.conditions(cache).get("ArtifactReady")
+    seen = structs.get(artifact_ready, "observedGeneration")
+    if (
+        isinstance(seen, (int, float))
+        and isinstance(generation, (int, float))
+        and not isinstance(seen, bool)
+        and seen < generation
+    ):
+        # The status describes an older spec (a new revision, a wider footprint).
+        return Gate(
+            "ArtifactCacheNotReady",
+            f"ModelCache {ref} status is for generation {int(seen)}, the cache is at "
+            f"generation {int(generation)}; waiting for it to catch up",
+        )
     cond_false = artifact_ready is not None and structs.get(artifact_ready, "status") != "True"
     if total == 0 or len(ready) < total or cond_false:
         waiting = [structs.get_str(e, "name") for e in footprint if e not in ready]
