@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import datetime
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -806,13 +807,13 @@ def test_gate_open_annotates_candidate(sim_factory) -> None:
 
 def test_gate_reads_what_the_modelcache_composer_reports(sim_factory) -> None:
     """The contract end to end: hydration evidence -> ModelCache status -> the gate."""
-    clusters = [
+    clusters: list[Mapping[str, Any]] = [
         inference_cluster("gpu-a", {"gpu": "h100"}),
         inference_cluster("gpu-b", {"gpu": "h100"}),
     ]
     mc = xr("ModelCache", "qwen-cache", cache_spec({"matchLabels": {"gpu": "h100"}}), generation=2)
     first = run(request(mc, required={"clusters": clusters, "replicas": []}))
-    observed = {}
+    observed: dict[str, dict[str, Any]] = {}
     for key, body in desired(first).items():
         cluster = body["spec"]["clusterName"]
         ev = full_evidence(validatedAt=f"2026-11-29T08:0{len(observed)}:00Z")
