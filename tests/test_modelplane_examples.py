@@ -112,6 +112,24 @@ EXPECT: dict[str, dict[str, list[tuple[str, dict[str, str]]]]] = {
             ("nebius-h200-a", {"qwen3-coder/Leader": "h200", "qwen3-coder/Worker": "h200"})
         ]
     },
+    "nemotron-lightning.yaml": {
+        "nemotron-lightning": [("nebius-eu-north", {"nemotron-lightning/Standalone": "gpu-h100"})]
+    },
+    "glm-air-and-overview.yaml": {
+        "glm-air": [("gke-us-west", {"glm/Standalone": "gpu-a100"})],
+        "qwen-demo": [("gke-us-central", {"qwen/Standalone": "gpu-l4"})],
+    },
+    "qwen3-coder-efa.yaml": {
+        "qwen3-coder": [
+            (
+                "eks-us-east-h200",
+                {"qwen3-coder/Leader": "gpu-h200", "qwen3-coder/Worker": "gpu-h200"},
+            )
+        ]
+    },
+    "qwen2.5-0.5b-mi325x.yaml": {
+        "qwen-demo": [("vultr-baremetal-ord", {"qwen/Standalone": "gpu-mi325x"})]
+    },
     "prefill-decode.yaml": {
         "qwen-pd": [("pd-guide", {"prefill/Standalone": "gpu-l4", "decode/Standalone": "gpu-l4"})]
     },
