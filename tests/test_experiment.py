@@ -438,6 +438,7 @@ def test_pass_full_lifecycle(sim_factory, clock: Clock) -> None:
     validate_object(obj)
     assert obj["spec"]["providerConfigRef"] == {"kind": "ClusterProviderConfig", "name": "default"}
     assert obj["spec"]["readiness"]["policy"] == "DeriveFromCelQuery"
+    assert obj["spec"]["forProvider"]["deletionPropagationPolicy"] == "Background"
     job = sim.job()
     validate_k8s(job)
     assert job["metadata"]["name"] == g["job"] and job["metadata"]["namespace"] == "default"

@@ -670,6 +670,9 @@ def gauntlet_object(
         labels={**labels, LABEL_COMPONENT: "gauntlet"},
         annotations=ann or None,
         readiness_cel=JOB_FINISHED_CEL,
+        # Deleting the Object (suspend, a spec change, a run leaving the history)
+        # deletes the Job's pods too.
+        deletion_policy="Background",
     )
 
 
