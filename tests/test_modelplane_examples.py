@@ -113,8 +113,10 @@ EXPECT: dict[str, dict[str, list[tuple[str, dict[str, str]]]]] = {
         ]
     },
     "nemotron-lightning.yaml": {
-        "nemotron-lightning": [("nebius-eu-north", {"nemotron-lightning/Standalone": "gpu-h100"})]
+        "nemotron-lightning": [("nebius-eu-north", {"nemotron-lightning/Standalone": "gpu-h100"})],
+        "qwen3-8b": [("nebius-eu-north", {"qwen3-8b/Standalone": "gpu-h100"})],
     },
+    "aks-qwen-west.yaml": {"qwen-west": [("aks-eastus", {"qwen/Standalone": "gpu-a100"})]},
     "glm-air-and-overview.yaml": {
         "glm-air": [("gke-us-west", {"glm/Standalone": "gpu-a100"})],
         "qwen-demo": [("gke-us-central", {"qwen/Standalone": "gpu-l4"})],
