@@ -23,6 +23,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,48 @@ def _deterministic(msg: Any) -> bytes:
     return bytes(msg.SerializeToString(deterministic=True))
 
 
+# How long no RunFunction call may have run before a stopping server counts as drained.
+DRAIN_QUIET_SECONDS = 0.25
+
+
+class CallTracker:
+    """Counts RunFunction calls in progress and when one last started or ended.
+
+    ``grpc.aio.Server.stop(grace)`` lets *running* handlers finish but cancels calls
+    that arrived and still wait to be matched to a handler. A composer runs on the
+    event loop, so while one call computes, the others that already arrived wait
+    exactly there: stopping at once would cancel them (found by
+    tests/test_graceful_stop.py). :func:`drain` waits for them first.
+    """
+
+    def __init__(self) -> None:
+        self.in_progress = 0
+        self.last_activity = time.monotonic()
+
+    def wrap(self, method: Any) -> Any:
+        """``method`` (an async RunFunction) counted by this tracker."""
+
+        async def counted(req: Any, context: Any) -> Any:
+            self.in_progress += 1
+            self.last_activity = time.monotonic()
+            try:
+                return await method(req, context)
+            finally:
+                self.in_progress -= 1
+                self.last_activity = time.monotonic()
+
+        return counted
+
+
+async def drain(tracker: CallTracker, deadline: float, quiet: float = DRAIN_QUIET_SECONDS) -> None:
+    """Wait (until ``deadline``, a ``time.monotonic()`` value) for the calls that
+    arrived to run: until none is in progress and none started for ``quiet`` seconds."""
+    while time.monotonic() < deadline:
+        if tracker.in_progress == 0 and time.monotonic() - tracker.last_activity >= quiet:
+            return
+        await asyncio.sleep(0.02)
+
+
 def _add_runner(server: grpc.aio.Server, service: str, method: Any, pb: Any) -> None:
     """Register RunFunction like the generated ``add_..._to_server``, but serialize
     responses deterministically (map keys sorted), so the same request gives the same
@@ -99,11 +142,21 @@ def build_server(runner: FunctionRunner, cfg: ServerConfig) -> tuple[grpc.aio.Se
         ("grpc.so_reuseport", 1),
     ]
     server = grpc.aio.server(options=options)
-    _add_runner(server, "apiextensions.fn.proto.v1.FunctionRunnerService", runner.RunFunction, fnv1)
+    calls = CallTracker()
+    _add_runner(
+        server,
+        "apiextensions.fn.proto.v1.FunctionRunnerService",
+        calls.wrap(runner.RunFunction),
+        fnv1,
+    )
     beta = sdk_runtime.BetaFunctionRunner(wrapped=runner)
     _add_runner(
-        server, "apiextensions.fn.proto.v1beta1.FunctionRunnerService", beta.RunFunction, fnv1beta1
+        server,
+        "apiextensions.fn.proto.v1beta1.FunctionRunnerService",
+        calls.wrap(beta.RunFunction),
+        fnv1beta1,
     )
+    server._modelplane_calls = calls  # type: ignore[attr-defined]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (*sdk_runtime.SERVICE_NAMES, health.SERVICE_NAME)
@@ -134,7 +187,9 @@ async def serve_async(runner: FunctionRunner, cfg: ServerConfig) -> None:
     await stop.wait()
     log.info("stopping", grace_seconds=cfg.grace_seconds)
     await hs.enter_graceful_shutdown()
-    await server.stop(grace=cfg.grace_seconds)
+    deadline = time.monotonic() + cfg.grace_seconds
+    await drain(server._modelplane_calls, deadline)  # type: ignore[attr-defined]
+    await server.stop(grace=max(0.0, deadline - time.monotonic()))
     log.info("stopped")
 
 
