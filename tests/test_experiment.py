@@ -522,6 +522,13 @@ def test_verdict_is_counted_once(sim_factory, clock: Clock) -> None:
     assert observations() == []
 
 
+@pytest.mark.parametrize(("own", "want"), [(600, 600), (7200, 1800), (None, 1800)])
+def test_job_deadline_is_capped_by_the_run_deadline(sim_factory, own, want) -> None:
+    sim = sim_factory(world=[cronjob(deadline=own), inference_cluster(CLUSTER)])
+    sim.to_evaluating()
+    assert sim.job()["spec"]["activeDeadlineSeconds"] == want
+
+
 def test_fail_is_terminal_even_with_repeat(sim_factory, clock: Clock) -> None:
     sim = sim_factory(spec(repeatAfter="1h", historyLimit=3))
     sim.to_evaluating()

@@ -655,8 +655,8 @@ def gauntlet_object(
     js.pop("ttlSecondsAfterFinished", None)
     js.pop("suspend", None)
     cap = int(g["activeDeadlineSeconds"])
-    own = js.get("activeDeadlineSeconds")
-    js["activeDeadlineSeconds"] = min(cap, int(own)) if isinstance(own, (int, float)) else cap
+    own = _count(js.get("activeDeadlineSeconds"))
+    js["activeDeadlineSeconds"] = min(cap, own) if own > 0 else cap
     pod = js["template"].get("spec") or {}
     for group in ("initContainers", "containers"):
         for c in pod.get(group) or ():
@@ -726,8 +726,8 @@ def job_result(obj: Any, experiment: str, st: RunState) -> JobResult | None:
         at = parse_time(structs.get(job, "status", "completionTime")) or parse_time(
             structs.get(done, "lastTransitionTime")
         )
-        n = structs.get(job, "status", "succeeded", default=0)
-        return JobResult(True, at, f"gauntlet Job {name} completed ({int(n)} pod(s) succeeded)")
+        n = _count(structs.get(job, "status", "succeeded"))
+        return JobResult(True, at, f"gauntlet Job {name} completed ({n} pod(s) succeeded)")
     failed = conds.get("Failed")
     if failed is not None and structs.get(failed, "status") == "True":
         at = parse_time(structs.get(failed, "lastTransitionTime"))
@@ -773,9 +773,9 @@ def candidate_failure(cand: Any, replicas: Any) -> str | None:
 def _candidate_progress(cand: Any) -> str:
     if cand is None:
         return "created; waiting for Crossplane to report it"
-    ready = structs.get(cand, "status", "replicas", "ready", default=0)
-    total = structs.get(cand, "status", "replicas", "total", default=0)
-    parts = [f"{int(ready)}/{int(total) or 1} replicas ready"]
+    ready = _count(structs.get(cand, "status", "replicas", "ready"))
+    total = _count(structs.get(cand, "status", "replicas", "total"))
+    parts = [f"{ready}/{total or 1} replicas ready"]
     for typ in ("ReplicasScheduled", "ReplicasReady"):
         c = structs.conditions(cand).get(typ)
         if c is not None and structs.get(c, "status") != "True":
