@@ -505,19 +505,30 @@ KNOWN_BUGS: dict[str, str] = {
         "(rec.get on a list)"
     ),
     "ModelBackfill": (
-        "backfill._Composer.run does `phase in ACTIVE` with status.phase unchecked: an "
-        "object there raises TypeError (unhashable Struct)"
+        "backfill passes status.model unchecked to Outcome.observe as a metric label: a "
+        "value such as '2026-11-29T09:00:00Z' raises ValueError (not a bounded value)"
     ),
 }
 
 
 def _kind_params() -> list[Any]:
     return [
-        pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[k]))
+        # strict only at the full count: a quick local run may not reach the bug
+        pytest.param(k, marks=pytest.mark.xfail(strict=TOTAL_CASES >= 10_000, reason=KNOWN_BUGS[k]))
         if k in KNOWN_BUGS
         else k
         for k in KINDS
     ]
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    """Print ``line`` on the terminal, past pytest's output capture."""
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if capman is None or tr is None:
+        return
+    with capman.global_and_fixture_disabled():
+        tr.write_line(line)
 
 
 @pytest.mark.parametrize("kind", _kind_params())
@@ -576,12 +587,13 @@ def test_fuzz(kind: str, pytestconfig: pytest.Config) -> None:
     assert counter["cases"] >= CASES_PER_KIND, (
         f"hypothesis ran {counter['cases']} cases of {kind}, wanted {CASES_PER_KIND}"
     )
-    tr = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    if tr is not None:
-        tr.write_line(
+    _say(
+        pytestconfig,
+        (
             f"fuzz {kind}: {counter['cases']} cases, {counter['calls']} RunFunction calls "
             f"in {SECONDS[kind]:.1f}s"
-        )
+        ),
+    )
 
 
 def test_fuzz_total(pytestconfig: pytest.Config) -> None:
@@ -590,13 +602,14 @@ def test_fuzz_total(pytestconfig: pytest.Config) -> None:
     if len(ran) < len(AVAILABLE):
         pytest.skip("not every kind's fuzz test ran in this session")
     total = sum(ran.values())
-    tr = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    if tr is not None:
-        tr.write_line(
+    _say(
+        pytestconfig,
+        (
             f"fuzz summary: {total} generated cases ({sum(CALLS.values())} RunFunction calls) "
             f"over {len(ran)} kinds in {sum(SECONDS.values()):.1f}s; skipped kinds: "
             f"{sorted(set(KINDS) - set(AVAILABLE)) or 'none'}"
-        )
+        ),
+    )
     assert total >= TOTAL_CASES
 
 
@@ -621,7 +634,6 @@ def test_deployment_device_selectors_of_wrong_type_are_named() -> None:
     _check_basic(request(body), rsp, "ModelDeployment selectors=1.5")
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_BUGS["ModelBackfill"])
 def test_backfill_status_phase_of_wrong_type_does_not_crash() -> None:
     if missing_reason("ModelBackfill"):
         pytest.skip(missing_reason("ModelBackfill"))
