@@ -121,7 +121,7 @@ class Outcome:
             if key in observed:
                 body[key] = observed[key]
         meta = structs.get(observed, "metadata")
-        if meta is not None:
+        if isinstance(meta, Struct):  # anything else is not metadata; nothing to copy
             out = body.get_or_create_struct("metadata")
             for key in ("name", "namespace", "labels", "annotations"):
                 if key in meta:
