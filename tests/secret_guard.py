@@ -93,7 +93,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     problems: list[str] = list(getattr(item, _ATTR, ()))
     if problems:
         getattr(item, _ATTR).clear()
+    # Each report carries the sections of the phases so far: look only at its own
+    # (setup output is judged with the call), so a leak is reported once.
+    phases = ("setup", "call") if report.when == "call" else ("teardown",)
     for section, content in report.sections:
+        if not section.endswith(phases):
+            continue
         hit = leaks(content)
         if hit:
             problems.append(f"{section} contains the fake token ({', '.join(hit)})")
