@@ -683,12 +683,13 @@ def _evidence_body(obs: Struct) -> Struct:
         if key in obs:
             body[key] = obs[key]
     meta = structs.get(obs, "metadata")
-    if meta is not None:
+    if isinstance(meta, Struct):
         out = body.get_or_create_struct("metadata")
         for key in ("name", "namespace", "labels", "annotations"):
             if key in meta:
                 out[key] = meta[key]
-    body.get_or_create_struct("spec")["managementPolicies"] = EVIDENCE_POLICIES
+    if isinstance(structs.get(body, "spec"), Struct) or "spec" not in body:
+        body.get_or_create_struct("spec")["managementPolicies"] = EVIDENCE_POLICIES
     return body
 
 
