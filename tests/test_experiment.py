@@ -626,6 +626,17 @@ def test_candidate_lost(sim_factory, clock: Clock) -> None:
     assert "gauntlet-r1" in sim.observed
 
 
+def test_candidate_replica_gone_is_lost(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    sim.remove("ModelReplica", replica_name(NAMESPACE, NAME, 0))  # its cluster was lost
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.status["verdict"]["reason"] == "CandidateLost"
+    assert f"no longer has a replica on {CLUSTER}" in sim.status["verdict"]["summary"]
+    assert list(sim.observed) == ["gauntlet-r1"]
+
+
 def test_candidate_not_yet_observed_is_not_lost(sim_factory, clock: Clock) -> None:
     sim = sim_factory()
     sim.reconcile()

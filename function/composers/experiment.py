@@ -37,7 +37,8 @@ Lifecycle of one run (``status.phase``):
 - ``Succeeded`` / ``Failed``: ``status.verdict {pass, reason, summary, completedAt}``
   with reason ``GauntletPassed``, ``GauntletFailed``, ``TimedOut``,
   ``CandidateFailed`` (hydration failed, or a scheduling error that waiting cannot
-  fix) or ``CandidateLost`` (the candidate disappeared after it was seen). The
+  fix) or ``CandidateLost`` (the candidate disappeared after it was seen, or no longer
+  has a replica on the cluster the gauntlet runs on). The
   candidate is released in the same call; the Job stays as evidence, switched to
   management policies ``[Observe, Delete]`` so provider-kubernetes never re-creates
   it if it disappears, and deletes it when its run leaves the history. A Job that
@@ -1068,6 +1069,22 @@ class _Composer:
                 f"candidate ModelDeployment {st.name} disappeared", self.now,
             )  # fmt: skip
             return
+        # 3b. The replica the gauntlet runs against left its cluster (moved or deleted).
+        if st.gauntlet and isinstance(replicas, Resolved):
+            on = [
+                r
+                for r in replicas.items
+                if structs.get_str(r, "spec", "clusterName") == st.gauntlet["cluster"]
+                and structs.get(r, "metadata", "deletionTimestamp") is None
+            ]
+            if not on:
+                self.verdict(
+                    spec, st, False, CANDIDATE_LOST,
+                    f"candidate {st.name} no longer has a replica on {st.gauntlet['cluster']}, "
+                    f"where the gauntlet runs against {st.gauntlet['endpoint']}",
+                    self.now,
+                )  # fmt: skip
+                return
         # 4. The candidate can never become ready.
         if cand_obs is not None:
             why = candidate_failure(cand_obs, replicas)
