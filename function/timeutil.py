@@ -12,6 +12,11 @@ from __future__ import annotations
 import datetime
 import re
 
+# RFC 3339 section 5.6 date-time (what metav1.Time and metav1.MicroTime write): no ISO
+# 8601 extras such as week dates, basic format, comma fractions or a missing offset.
+_RFC3339 = re.compile(
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+)
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -26,18 +31,16 @@ def parse_time(value: object) -> datetime.datetime | None:
         A timezone-aware UTC datetime, or None when ``value`` is not a valid
         RFC 3339 timestamp (callers treat that as "not known").
     """
-    if not isinstance(value, str) or len(value) < 20 or "T" not in value.upper():
+    if not isinstance(value, str) or not _RFC3339.match(value):
         return None
-    s = value.strip()
+    s = value
     if s[-1] in "zZ":
         s = s[:-1] + "+00:00"
     try:
         dt = datetime.datetime.fromisoformat(s)
-    except ValueError:
+        return dt.astimezone(datetime.UTC)
+    except (ValueError, OverflowError):  # 2026-02-30, or 0001-01-01T00:00:00+01:00
         return None
-    if dt.tzinfo is None:
-        return None
-    return dt.astimezone(datetime.UTC)
 
 
 def format_time(dt: datetime.datetime) -> str:
