@@ -529,6 +529,27 @@ def test_job_deadline_is_capped_by_the_run_deadline(sim_factory, own, want) -> N
     assert sim.job()["spec"]["activeDeadlineSeconds"] == want
 
 
+def test_serving_waits_for_endpoint_and_provider_config(sim_factory, clock: Clock) -> None:
+    sim = sim_factory(world=[cronjob(), inference_cluster(CLUSTER, provider_config=None)])
+    sim.reconcile()
+    sim.reconcile()
+    sim.candidate_ready(endpoint="")
+    sim.reconcile()
+    assert sim.phase == "Serving"
+    assert "waiting for its replica to report an endpoint" in sim.conditions()["Verdict"]["message"]
+    assert set(sim.observed) == {"candidate-r1"}
+    sim.remove("ModelReplica", replica_name(NAMESPACE, NAME, 0))
+    sim.world.append(replica(NAME))
+    sim.reconcile()
+    assert sim.phase == "Serving"
+    assert "no status.providerConfigRef" in sim.conditions()["Verdict"]["message"]
+    sim.world[1] = inference_cluster(CLUSTER)
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Evaluating"
+    assert sim.status["gauntlet"]["startedAt"] == "2026-11-29T09:01:00Z"
+
+
 def test_fail_is_terminal_even_with_repeat(sim_factory, clock: Clock) -> None:
     sim = sim_factory(spec(repeatAfter="1h", historyLimit=3))
     sim.to_evaluating()
