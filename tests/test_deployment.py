@@ -746,3 +746,20 @@ def test_c7_replica_gated_on_failed_hydration_fails_and_the_deployment_shows_it(
     rr = h.conditions(again)["ReplicasReady"]
     assert (rr["status"], rr["reason"]) == ("False", "HydrationFailed")
     assert "gpu-c" in rr["message"]
+
+
+@pytest.mark.parametrize(
+    ("selectors", "field"),
+    [
+        (1.5, "devices[0].selectors"),
+        ([{"cel": 3}], "devices[0].selectors[0].cel"),
+        ([], "devices[0].selectors"),
+    ],
+)
+def test_device_request_of_wrong_shape_is_fatal_naming_the_field(
+    selectors: Any, field: str
+) -> None:
+    e = engine()
+    e["members"][0]["nodeSelector"]["devices"][0]["selectors"] = selectors
+    msg = h.fatal(h.run(h.request(deployment(1, engines=[e]))))
+    assert msg and f"spec.template.spec.engines[0].members[0].nodeSelector.{field}" in msg[0]

@@ -495,10 +495,6 @@ def _resolution(draw: st.DrawFn, sel: fnv1.ResourceSelector, world: World) -> tu
 # Bugs the fuzzer found in composers owned by other helpers (reported to the lead).
 # strict: once fixed the test XPASSes and fails, so the marker gets removed.
 KNOWN_BUGS: dict[str, str] = {
-    "ModelDeployment": (
-        "deployment._engines iterates nodeSelector.devices[].selectors unchecked: a number "
-        "there raises TypeError (internal error) instead of a fatal result naming the field"
-    ),
     "ModelExperiment": (
         "experiment.candidate_body trusts spec.candidate.engines[].members[] shapes (str "
         "engine -> AttributeError) and active() trusts status history records "
@@ -623,8 +619,8 @@ def _seed(kind: str, label: str) -> Seed:
     return found[0]
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_BUGS["ModelDeployment"])
 def test_deployment_device_selectors_of_wrong_type_are_named() -> None:
+    """Fixed: a nodeSelector of the wrong shape is a fatal result naming the field."""
     if missing_reason("ModelDeployment"):
         pytest.skip(missing_reason("ModelDeployment"))
     body = copy.deepcopy(_seed("ModelDeployment", "example-modeldeployment-qwen-chat").xr)

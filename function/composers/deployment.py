@@ -152,6 +152,20 @@ class TemplateSpec(_Model):
     engines: list[EngineSpec] = Field(min_length=1)
 
 
+class CelSelector(_Model):
+    cel: str = Field(min_length=1, max_length=8192)
+
+
+class DeviceRequestSpec(_Model):
+    name: str = Field(min_length=1, max_length=63)
+    count: int = Field(default=1, ge=1, le=64)
+    selectors: list[CelSelector] = Field(min_length=1, max_length=8)
+
+
+class NodeSelector(_Model):
+    devices: list[DeviceRequestSpec] = Field(min_length=1, max_length=16)
+
+
 class TemplateMeta(_Model):
     labels: dict[str, str] = Field(default_factory=dict)
 
@@ -192,6 +206,11 @@ def _parse(inputs: Inputs) -> tuple[DeploymentSpec, LabelSelector]:
         for mi, m in enumerate(e.members):
             if m.worker is not None and m.role != "Worker":
                 raise SpecError(f"{f}.members[{mi}].worker", "only a Worker member has worker")
+            if m.nodeSelector is not None:
+                try:
+                    NodeSelector.model_validate(m.nodeSelector)
+                except ValidationError as err:
+                    raise pydantic_errors(f"{f}.members[{mi}].nodeSelector", err) from None
     for k in spec.template.metadata.labels if spec.template.metadata else {}:
         if k.startswith("modelplane.ai/"):
             raise SpecError("spec.template.metadata.labels", f"key {k} uses the reserved prefix")
