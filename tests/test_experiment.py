@@ -1226,6 +1226,29 @@ def test_deterministic_over_grpc(sim_factory) -> None:
     assert a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
 
 
+@pytest.mark.parametrize(
+    ("status_", "want"),
+    [
+        ({"conditions": [cond("Ready")]}, True),
+        ({"replicas": {"total": 1, "ready": 1}, "conditions": [cond("ReplicasReady")]}, True),
+        ({"replicas": {"total": 1, "ready": 0}, "conditions": [cond("ReplicasReady")]}, False),
+        (
+            {"replicas": {"total": 1, "ready": 1}, "conditions": [cond("ReplicasReady", "False")]},
+            False,
+        ),
+        ({"conditions": [cond("Ready", "False")]}, False),
+        ({}, False),
+    ],
+)
+def test_candidate_ready(status_: dict[str, Any], want: bool) -> None:
+    from google.protobuf.struct_pb2 import Struct
+
+    body = Struct()
+    body.update({"status": status_})
+    assert exp.candidate_ready(body) is want
+    assert exp.candidate_ready(None) is False
+
+
 def test_long_names_stay_valid() -> None:
     long = "qwen2-5-72b-instruct-awq-int4-weights-shared-canary-experiment-x"
     assert len(long) == 64
@@ -1346,3 +1369,74 @@ def test_candidate_schema_is_modeldeployment_template_spec() -> None:
 
 if __name__ == "__main__":
     sync_candidate_schema()
+
+
+# ---- the chain with the real ModelDeployment and ModelReplica composers --------------------
+
+
+def _as_observed(rsp: Any) -> dict[str, Any]:
+    """The XR status a response asks for, with its conditions, as Crossplane writes it."""
+    st = status(rsp)
+    st["conditions"] = [
+        {"type": t, **c, "lastTransitionTime": "2026-11-29T09:00:00Z"}
+        for t, c in conditions(rsp).items()
+    ]
+    if xr_ready(rsp) == "READY_TRUE":
+        st["conditions"].append(cond("Ready", reason="Available"))
+    return st
+
+
+def test_chain_through_deployment_and_replica_composers(
+    grpc_function: GrpcFunction, clock: Clock
+) -> None:
+    """The candidate this composer emits is placed, served and evaluated for real.
+
+    The candidate goes through the ModelDeployment composer (placement), its
+    ModelReplica through the ModelReplica composer (workload, Service, endpoint); what
+    they report is what the experiment reads: the candidate's Ready, the replica's
+    labels, ``spec.clusterName`` and ``status.endpoint``.
+    """
+    from tests import replica_fixtures as rf
+
+    world = [cronjob(), rf.cluster(CLUSTER), rf.model_cache(), rf.hydration(CLUSTER, "Ready")]
+    sim = Sim(grpc_function, clock, spec(), world)
+    sim.reconcile()
+    cand = copy.deepcopy(sim.observed["candidate-r1"])
+    cand["metadata"].update(uid="uid-candidate", generation=1)
+
+    placed, _ = grpc_function.drive(cand, World(sim.world))
+    assert not fatal(placed), fatal(placed)
+    (rep_key, rep), *_ = [(k, v) for k, v in desired(placed).items() if v["kind"] == "ModelReplica"]
+    assert rep["metadata"]["labels"][LABEL_DEPLOYMENT] == NAME
+    assert rep["spec"]["clusterName"] == CLUSTER
+    rep["metadata"].update(uid="uid-replica", generation=1)
+
+    first, _ = grpc_function.drive(rep, World(sim.world))
+    objects = desired(first)
+    observed = {k: rf.observed_object(v, {}) for k, v in objects.items()}
+    observed["workload-vllm"] = rf.observed_object(
+        objects["workload-vllm"],
+        {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1},
+    )
+    serving, _ = grpc_function.drive(rep, World(sim.world), observed)
+    rep["status"] = _as_observed(serving)
+    endpoint = rep["status"]["endpoint"]
+    assert endpoint.startswith("http://")
+
+    ready, _ = grpc_function.drive(cand, World(sim.world), {rep_key: rep})
+    assert conditions(ready)["ReplicasReady"]["status"] == "True", conditions(ready)
+    sim.observed["candidate-r1"]["status"] = _as_observed(ready)
+    sim.world.append(rep)
+    sim.reconcile()
+    assert sim.phase == "Evaluating", sim.status
+    obj = sim.observed["gauntlet-r1"]
+    assert obj["spec"]["providerConfigRef"]["name"] == "gpu-a-kubeconfig"
+    main = sim.job()["spec"]["template"]["spec"]["containers"][0]
+    assert ("MODELPLANE_ENDPOINT", endpoint) in env_of(main)
+    # The served model name the engine gets is the name MODELS addresses.
+    workload = objects["workload-vllm"]["spec"]["forProvider"]["manifest"]
+    engine = workload["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "MODELPLANE_SERVED_MODEL_NAME", "value": NAME} in engine["env"]
+    assert ("MODELS", f"{NAME}=vllm") in env_of(main)
+    # Isolation reaches the pods: no production label survives.
+    assert "app" not in workload["spec"]["template"]["metadata"]["labels"]

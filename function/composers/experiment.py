@@ -21,7 +21,8 @@ Lifecycle of one run (``status.phase``):
   ``MODELPLANE_SERVED_MODEL_NAME=<candidate>`` in every engine container and the
   gate's evidence in annotations. The timeout clock starts here
   (``status.candidate.createdAt``/``deadline``), not while waiting at the gate.
-- ``Serving``: the candidate is Ready (Crossplane's ``Ready`` condition); the
+- ``Serving``: the candidate is Ready (Crossplane's ``Ready`` condition, or
+  ``ReplicasReady=True`` with a ready replica: see :func:`candidate_ready`); the
   function finds its endpoint and cluster from its ModelReplica (label
   ``modelplane.ai/deployment=<candidate>``) and the cluster's provider config.
 - ``Evaluating``: the gauntlet Job runs on the candidate's cluster, as a
@@ -741,6 +742,21 @@ def job_result(obj: Any, experiment: str, st: RunState) -> JobResult | None:
     return None
 
 
+def candidate_ready(cand: Any) -> bool:
+    """The candidate serves: Crossplane's ``Ready``, or ``ReplicasReady`` with a ready replica.
+
+    The second form does not wait for composed resources that do not serve (the
+    deployment's cache Usage) to report ready; the gauntlet still starts only once
+    the replica reports an endpoint.
+    """
+    if cand is None:
+        return False
+    if structs.condition_is(cand, "Ready"):
+        return True
+    ready = _count(structs.get(cand, "status", "replicas", "ready"))
+    return ready >= 1 and structs.condition_is(cand, "ReplicasReady")
+
+
 def candidate_failure(cand: Any, replicas: Any) -> str | None:
     """Why the candidate can never become ready, or None.
 
@@ -1052,7 +1068,7 @@ class _Composer:
         if self.now >= deadline:
             if st.gauntlet:
                 what = "the gauntlet did not finish"
-            elif cand_obs is not None and structs.condition_is(cand_obs, "Ready"):
+            elif candidate_ready(cand_obs):
                 what = "the candidate was Ready but its endpoint or cluster was never found"
             else:
                 what = "the candidate never became Ready"
@@ -1130,7 +1146,7 @@ class _Composer:
             out.condition("Verdict", "Unknown", "Evaluating", f"{msg}; deadline {left}")
             return
 
-        ready = cand_obs is not None and structs.condition_is(cand_obs, "Ready")
+        ready = candidate_ready(cand_obs)
         if not ready:
             msg = f"candidate {st.name}: {_candidate_progress(cand_obs)}"
             self.set_phase("Deploying", "Deploying", msg)
