@@ -50,6 +50,8 @@ def token_forms(token: str = FAKE_TOKEN) -> dict[str, bytes]:
 
 
 _FORMS = token_forms()
+# What the guard looked at in this session (reported at the end of the run).
+CHECKED = {"responses": 0, "outputs": 0, "leaks": 0}
 
 
 def leaks(data: bytes | str) -> list[str]:
@@ -70,6 +72,7 @@ def _secret_guard(
 
     def run(self: FunctionRunner, req: Any, *args: Any, **kwargs: Any) -> Any:
         rsp = original(self, req, *args, **kwargs)
+        CHECKED["responses"] += 1
         hit = leaks(rsp.SerializeToString())
         if hit:
             xr = req.observed.composite.resource
@@ -99,14 +102,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     for section, content in report.sections:
         if not section.endswith(phases):
             continue
+        CHECKED["outputs"] += 1
         hit = leaks(content)
         if hit:
             problems.append(f"{section} contains the fake token ({', '.join(hit)})")
     if not problems:
         return
+    CHECKED["leaks"] += len(problems)
     message = "secret guard: the fake token leaked:\n  " + "\n  ".join(problems)
     if report.passed:
         report.outcome = "failed"
         report.longrepr = message
     else:
         report.sections.append(("secret guard", message))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line: how many responses and captured outputs the guard checked."""
+    terminalreporter.write_line(
+        f"secret guard: {CHECKED['responses']} RunFunction responses and "
+        f"{CHECKED['outputs']} captured outputs checked for the fake token; "
+        f"{CHECKED['leaks']} leak(s)"
+    )
