@@ -208,8 +208,15 @@ class ArtifactGate(_Strict):
     requireSourceMatch: StrictBool = False
 
 
-class ExperimentSpec(_Strict):
-    """The validated ``spec`` of a ModelExperiment (see the module docstring)."""
+class ExperimentSpec(BaseModel):
+    """The validated ``spec`` of a ModelExperiment (see the module docstring).
+
+    Unknown fields are ignored rather than rejected: Crossplane keeps its own
+    machinery in every XR's ``spec.crossplane`` (composition reference,
+    ``resourceRefs``), and the API server prunes any other unknown field.
+    """
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     candidate: Candidate
     gauntlet: Gauntlet

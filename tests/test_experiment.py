@@ -1056,6 +1056,21 @@ def test_reordered_spec_is_no_change() -> None:
     assert spec_hash(parse_spec(a)) != spec_hash(parse_spec(c))
 
 
+def test_crossplane_machinery_in_spec_is_no_change(sim_factory, clock: Clock) -> None:
+    """Crossplane writes spec.crossplane (resourceRefs grow as children appear)."""
+    sim = sim_factory()
+    sim.xr["spec"]["crossplane"] = {"compositionRef": {"name": "modelexperiments.modelplane.ai"}}
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    sim.xr["spec"]["crossplane"]["resourceRefs"] = [
+        {"apiVersion": API_VERSION, "kind": "ModelDeployment", "name": NAME}
+    ]
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Deploying" and sim.status["runNumber"] == 1
+    assert sim.status["candidate"]["createdAt"] == "2026-11-29T09:00:00Z"
+
+
 def test_spec_change_mid_run_starts_fresh_run(sim_factory, clock: Clock) -> None:
     sim = sim_factory()
     sim.to_evaluating()
