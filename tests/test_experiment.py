@@ -1040,6 +1040,7 @@ def test_suspend_keeps_history(sim_factory, clock: Clock) -> None:
     sim.reconcile()
     assert sim.phase == "Suspended"
     assert len(sim.status["history"]) == 1
+    assert xr_ready(sim.rsp) == "READY_TRUE"  # run 1 passed; suspension does not un-certify
     assert list(sim.observed) == ["gauntlet-r1"]  # evidence kept, run 2 released
 
 

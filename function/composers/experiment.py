@@ -925,7 +925,11 @@ class _Composer:
         self.keep_while_unresolved()
         phase = out.status.get("phase")
         last = st.verdict or (st.history[-1] if st.history else {})
-        out.ready = phase == "Succeeded" or (phase in ACTIVE_PHASES and last.get("pass") is True)
+        # Ready: the last verdict passed and nothing needs attention (a later run in
+        # progress or a suspension does not un-certify; Blocked or Failed does).
+        out.ready = phase == "Succeeded" or (
+            phase in (*ACTIVE_PHASES, "Suspended") and last.get("pass") is True
+        )
         return out
 
     def keep_while_unresolved(self) -> None:
