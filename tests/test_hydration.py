@@ -793,6 +793,15 @@ GOOD_RESULT = {
         (json.dumps({**GOOD_RESULT, "validatedAt": "yesterday"}), None),
         ("not json", None),
         ("[1, 2]", None),
+        # Larger than the memoized size: parsed all the same.
+        (
+            json.dumps({**GOOD_RESULT, "note": "x" * 5000}),
+            {
+                "commit": "c" * 40,
+                "digest": "sha256:" + "d" * 64,
+                "validatedAt": "2026-11-29T08:59:00Z",
+            },
+        ),
     ],
 )
 def test_evidence_from_the_reported_result(result: str, want: dict | None) -> None:
@@ -866,6 +875,52 @@ def test_deterministic_response() -> None:
     assert a == b
 
 
+def _clear_memos() -> None:
+    for memo in (
+        hydration._parse_spec,
+        hydration._lasting_objects,
+        hydration._token_object,
+        hydration._download_objects,
+        hydration._source_status,
+        hydration._evidence_memo,
+    ):
+        memo.cache_clear()
+
+
+def test_memoized_objects_equal_fresh_ones_and_are_not_shared() -> None:
+    """The memoized builders give what a fresh build gives; responses own their copies."""
+    observed = {**pvc("Bound"), **job([], active=1), **token_object()}
+    req = request(hydration_xr(prev_status("Hydrating")), observed=observed, required=resolved())
+    _clear_memos()
+    fresh = run(req).SerializeToString(deterministic=True)
+    first = run(req)
+    assert first.SerializeToString(deterministic=True) == fresh
+    # Changing one response's desired Objects and status leaves the next response alone.
+    for res in first.desired.resources.values():
+        res.resource["spec"]["forProvider"]["manifest"]["metadata"]["name"] = "changed"
+    first.desired.composite.resource["status"]["source"]["repo"] = "changed"
+    assert run(req).SerializeToString(deterministic=True) == fresh
+
+
+def test_memoized_objects_follow_every_input() -> None:
+    """Another XR, cluster provider config or setting gives other Objects, never a stale one."""
+    base = desired(run(request(hydration_xr(), required=resolved())))
+    other_pc = inference_cluster(CLUSTER)
+    other_pc["status"]["providerConfigRef"]["name"] = "another-config"
+    moved = desired(run(request(hydration_xr(), required=resolved(cluster=[other_pc]))))
+    assert {v["spec"]["providerConfigRef"]["name"] for v in moved.values()} == {"another-config"}
+    image = SETTINGS.model_copy(update={"hydration_image": "registry.example/other:1"})
+    rsp = run(request(hydration_xr(), required=resolved()), settings=image)
+    pod = desired(rsp)[JOB_KEY]["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "registry.example/other:1"
+    renamed = xr("ModelCacheHydration", NAME + "x", spec(), status=None)
+    renamed_objs = desired(run(request(renamed, required=resolved())))
+    names = {v["metadata"]["name"] for v in renamed_objs.values()}
+    assert names.isdisjoint({v["metadata"]["name"] for v in base.values()})
+    again = desired(run(request(hydration_xr(), required=resolved())))
+    assert again == base
+
+
 # ---- bad input -----------------------------------------------------------------------
 
 
@@ -892,6 +947,8 @@ def test_invalid_spec_is_fatal_and_names_the_field(mutate, field) -> None:
     assert msgs and field in msgs[0], msgs
     # A fatal result applies nothing: existing children are not rewritten or dropped.
     assert not rsp.desired.resources
+    # The spec is validated once per distinct spec; an invalid one fails every time.
+    assert fatal(run(request(composite, observed=observed, required=resolved()))) == msgs
 
 
 # ---- C9: the token never leaves the Secret --------------------------------------------

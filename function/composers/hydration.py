@@ -71,13 +71,20 @@ deadline is closer. Once Ready the auth Secret is no longer required. The token
 never passes through the function's output: only the Secret's key names are
 read, never its values, a kept Secret Object is stripped of any ``data``, and the
 token Secret's apply errors are referred to by Object name, not quoted.
+
+Hot path (``shared/design/performance.md``): observed Objects and the XR's status
+are read field by field from their Structs; the spec is validated once per distinct
+spec; the desired Objects are built once per distinct input by bounded, memoized
+builders and kept serialized (see ``_wire``), so a call parses them back instead
+of building them from dicts.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from functools import lru_cache
+from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
@@ -86,12 +93,7 @@ from function.cache_spec import CacheSource, parse_source
 from function.errors import SpecError
 from function.inputs import UNRESOLVED, Inputs, Resolved
 from function.manifests import storage
-from function.manifests.objects import (
-    observed_manifest,
-    provider_config_ref,
-    remote_object,
-    sync_error,
-)
+from function.manifests.objects import remote_object
 from function.naming import (
     LABEL_CACHE,
     LABEL_CLUSTER,
@@ -161,6 +163,38 @@ def _keep_sanitized(out: Outcome, name: str, observed: Struct) -> None:
                 del manifest[field]
 
 
+# ---- reading observed state (hot path: straight from the Structs) ------------------
+
+
+def _manifest(obj: Struct | None) -> Struct | None:
+    """The remote object as provider-kubernetes last saw it (``status.atProvider.manifest``)."""
+    return structs.sub(structs.sub(structs.sub(obj, "status"), "atProvider"), "manifest")
+
+
+def _condition(node: Struct | None, typ: str) -> Struct | None:
+    """The condition of type ``typ`` in ``node.status.conditions`` (the last one wins), or None."""
+    conds = structs.fields_of(node, "status").get("conditions")
+    if conds is None:
+        return None
+    found = None
+    for c in conds.list_value.values:
+        cond = c.struct_value
+        if structs.sval(cond, "type") == typ:
+            found = cond
+    return found
+
+
+def _sync_error(obj: Struct | None) -> str | None:
+    """The remote error when an Object reports ``Synced=False``, else None.
+
+    Same rule as ``function.manifests.objects.sync_error``, read without copies.
+    """
+    c = _condition(obj, "Synced")
+    if c is not None and structs.sval(c, "status") == "False":
+        return structs.sval(c, "message") or structs.sval(c, "reason") or "not synced"
+    return None
+
+
 def _job_result(job_obj: Struct | None) -> tuple[str, str, str] | None:
     """The terminal state of an observed Job Object: ``(phase, reason, message)`` or None.
 
@@ -168,87 +202,343 @@ def _job_result(job_obj: Struct | None) -> tuple[str, str, str] | None:
     (https://kubernetes.io/docs/concepts/workloads/controllers/job/#terminal-job-conditions);
     never counts ``status.failed``.
     """
-    if job_obj is None:
-        return None
-    manifest = observed_manifest(job_obj)
+    manifest = _manifest(job_obj)
     if manifest is None:
         return None
-    conds = structs.conditions(manifest)
-    done = conds.get("Complete")
-    if done is not None and structs.get(done, "status") == "True":
-        return READY, "Complete", structs.get_str(done, "message")
-    failed = conds.get("Failed")
-    if failed is not None and structs.get(failed, "status") == "True":
+    done = _condition(manifest, "Complete")
+    if done is not None and structs.sval(done, "status") == "True":
+        return READY, "Complete", structs.sval(done, "message")
+    failed = _condition(manifest, "Failed")
+    if failed is not None and structs.sval(failed, "status") == "True":
         return (
             FAILED,
-            structs.get_str(failed, "reason") or "Failed",
-            structs.get_str(failed, "message"),
+            structs.sval(failed, "reason") or "Failed",
+            structs.sval(failed, "message"),
         )
     return None
 
 
 def _pvc_phase(pvc_obj: Struct | None) -> str:
     """The observed PVC's ``status.phase`` (``Bound``, ``Pending``, ``Lost``), or ``""``."""
-    if pvc_obj is None:
-        return ""
-    return structs.get_str(observed_manifest(pvc_obj), "status", "phase")
+    return structs.sval(structs.sub(_manifest(pvc_obj), "status"), "phase")
 
 
 def _secret_has_key(secret: Struct, key: str) -> bool:
     """True when the Secret's ``data`` (or ``stringData``) has ``key``; values are never read."""
-    for field in ("data", "stringData"):
-        data = structs.get(secret, field)
-        if isinstance(data, Struct) and key in data:
-            return True
-    return False
+    return any(key in structs.fields_of(secret, field) for field in ("data", "stringData"))
+
+
+def _provider_config(cluster: Struct) -> tuple[str, str] | None:
+    """``(kind, name)`` of the InferenceCluster's ``status.providerConfigRef``, or None.
+
+    Same rule as ``function.manifests.objects.provider_config_ref`` (kind defaults to
+    ``ClusterProviderConfig``), as a hashable key for the memoized builders below.
+    """
+    ref = structs.sub(structs.sub(cluster, "status"), "providerConfigRef")
+    name = structs.sval(ref, "name")
+    if not name:
+        return None
+    return structs.sval(ref, "kind") or "ClusterProviderConfig", name
+
+
+# ---- the spec (validated once per distinct spec) ------------------------------------
+
+
+class _Spec(NamedTuple):
+    """The validated spec of a ModelCacheHydration (shared between calls: read only)."""
+
+    cluster: str
+    cache: str
+    source: CacheSource
+    identity: str
+
+
+@lru_cache(maxsize=8192)
+def _parse_spec(raw: bytes) -> _Spec:
+    """Validate a serialized ``spec`` Struct (memoized: the spec rarely changes).
+
+    Keyed by the Struct's deterministic serialization, so an equal spec is validated
+    once (pydantic validation of the source is the costly part); an invalid spec
+    raises every time (``lru_cache`` does not keep exceptions).
+
+    Raises:
+        SpecError: for a missing ``spec.clusterName``/``spec.cacheName`` or an
+            invalid source.
+    """
+    spec = structs.to_py(Struct.FromString(raw))
+    cluster = spec.get("clusterName")
+    if not isinstance(cluster, str) or not cluster:
+        raise SpecError("spec.clusterName", "is required")
+    cache = spec.get("cacheName")
+    if not isinstance(cache, str) or not cache:
+        raise SpecError("spec.cacheName", "is required")
+    source = parse_source(spec)
+    hf = source.huggingFace
+    return _Spec(cluster, cache, source, source_identity(hf.repo, hf.revision))
+
+
+# ---- desired Objects (memoized pure builders) -------------------------------------
+#
+# Each builds its Objects once per distinct input (names, the provider config, settings
+# values: one entry per hydration and source) and keeps them serialized: a Struct held
+# in memory costs about 6 times its wire size (about 80 KiB per hydration against 10
+# KiB), and parsing the bytes back (``_from_wire``) is a small part of a call. Building
+# from dicts (``Struct.update``) is what would cost: it was most of a call's time.
+# The caches are bounded; a Ready hydration needs only ``_lasting_objects``, so that
+# one is sized for a large fleet and the others for the hydrations running at once.
+
+
+def _wire(d: dict[str, Any]) -> bytes:
+    """``d`` as a serialized Struct (deterministic)."""
+    s = Struct()
+    s.update(d)
+    return s.SerializeToString(deterministic=True)
+
+
+def _from_wire(data: bytes) -> Struct:
+    """A new Struct parsed from :func:`_wire` output (the caller owns it)."""
+    return Struct.FromString(data)
+
+
+def _labels(cache: str, cluster: str, component: str) -> tuple[dict[str, str], dict[str, str]]:
+    return labels_with_full(
+        {
+            LABEL_CACHE: cache,
+            LABEL_CLUSTER: cluster,
+            LABEL_COMPONENT: component,
+            LABEL_MANAGED_BY: MANAGED_BY,
+        }
+    )
+
+
+def result_configmap_name(namespace: str, cache: str) -> str:
+    """The remote ConfigMap the download Job reports its result to."""
+    return child_name("modelcache", namespace, cache, "result")
+
+
+def rbac_name(namespace: str, cache: str) -> str:
+    """The remote ServiceAccount, Role and RoleBinding that let the Job report."""
+    return child_name("modelcache", namespace, cache, "hydrate")
+
+
+@lru_cache(maxsize=16384)
+def _lasting_objects(
+    ns: str,
+    xr_name: str,
+    cache: str,
+    cluster: str,
+    pc: tuple[str, str],
+    storage_class: str,
+    size: str,
+) -> tuple[bytes, bytes]:
+    """The ``pvc`` and ``result`` Objects, serialized (memoized)."""
+    pc_ref = {"kind": pc[0], "name": pc[1]}
+    labels, ann = _labels(cache, cluster, "cache")
+    pvc = storage.cache_pvc(
+        cache_pvc_name(ns, cache),
+        REMOTE_NAMESPACE,
+        size=size,
+        storage_class=storage_class,
+        labels=labels,
+        annotations=ann,
+    )
+    result_labels, result_ann = _labels(cache, cluster, "hydration-result")
+    result = storage.result_configmap(
+        result_configmap_name(ns, cache),
+        REMOTE_NAMESPACE,
+        labels=result_labels,
+        annotations=result_ann,
+    )
+    return (
+        _wire(
+            remote_object(
+                child_name(xr_name, "pvc"),
+                ns,
+                pc_ref,
+                pvc,
+                labels=labels,
+                annotations=ann,
+                readiness_cel=storage.PVC_BOUND_CEL,
+            )
+        ),
+        _wire(
+            remote_object(
+                child_name(xr_name, "result"),
+                ns,
+                pc_ref,
+                result,
+                labels=result_labels,
+                annotations=result_ann,
+            )
+        ),
+    )
+
+
+@lru_cache(maxsize=2048)
+def _token_object(
+    ns: str,
+    xr_name: str,
+    cache: str,
+    cluster: str,
+    pc: tuple[str, str],
+    auth_name: str,
+    auth_key: str,
+) -> bytes:
+    """The ``token-secret`` Object, serialized (memoized); no token in it."""
+    labels, ann = _labels(cache, cluster, "hydration-token")
+    manifest = storage.token_secret(
+        cache_secret_name(ns, cache), REMOTE_NAMESPACE, labels=labels, annotations=ann
+    )
+    return _wire(
+        remote_object(
+            child_name(xr_name, "token"),
+            ns,
+            {"kind": pc[0], "name": pc[1]},
+            manifest,
+            labels=labels,
+            annotations=ann,
+            references=[storage.token_reference(auth_name, ns, auth_key)],
+        )
+    )
+
+
+@lru_cache(maxsize=2048)
+def _download_objects(
+    ns: str,
+    xr_name: str,
+    cache: str,
+    cluster: str,
+    pc: tuple[str, str],
+    repo: str,
+    revision: str,
+    with_token: bool,
+    image: str,
+    backoff_limit: int,
+    deadline_seconds: int,
+) -> tuple[tuple[str, bytes], ...]:
+    """``(key, serialized Object)`` of the RBAC children and the download Job (memoized)."""
+    pc_ref = {"kind": pc[0], "name": pc[1]}
+    labels, ann = _labels(cache, cluster, "hydration")
+    identity = source_identity(repo, revision)
+    sa = rbac_name(ns, cache)
+    result = result_configmap_name(ns, cache)
+    job = storage.hydration_job(
+        hydration_job_name(ns, cache, repo, revision),
+        REMOTE_NAMESPACE,
+        image=image,
+        repo=repo,
+        revision=revision,
+        identity=identity,
+        pvc_name=cache_pvc_name(ns, cache),
+        token_secret_name=cache_secret_name(ns, cache) if with_token else None,
+        backoff_limit=backoff_limit,
+        active_deadline_seconds=deadline_seconds,
+        labels=labels,
+        annotations=ann,
+        result_configmap=result,
+        service_account=sa,
+    )
+    rbac = storage.result_rbac(sa, REMOTE_NAMESPACE, result, labels=labels, annotations=ann)
+    out = [
+        (
+            key,
+            _wire(
+                remote_object(
+                    child_name(xr_name, key), ns, pc_ref, manifest, labels=labels, annotations=ann
+                )
+            ),
+        )
+        for key, manifest in zip(RBAC_KEYS, rbac, strict=True)
+    ]
+    out.append(
+        (
+            job_key(identity),
+            _wire(
+                remote_object(
+                    child_name(xr_name, "job", identity),
+                    ns,
+                    pc_ref,
+                    job,
+                    labels=labels,
+                    annotations=ann,
+                    readiness_cel=storage.JOB_COMPLETE_CEL,
+                    deletion_policy="Background",
+                )
+            ),
+        )
+    )
+    return tuple(out)
+
+
+@lru_cache(maxsize=1024)
+def _source_status(repo: str, revision: str, identity: str) -> Struct:
+    """``status.source`` (memoized and shared: never mutate it; the runner copies it)."""
+    s = Struct()
+    s.update({"repo": repo, "revision": revision, "identity": identity})
+    return s
+
+
+def _evidence(raw: str, identity: str) -> tuple[str, str, str] | None:
+    """``(commit, digest, validatedAt)`` of a result JSON for ``identity``, or None.
+
+    Memoized for results of the size the download program writes (under 4 KiB); a
+    larger ``data.result`` is parsed every time rather than kept in memory.
+    """
+    if len(raw) <= _EVIDENCE_MEMO_MAX:
+        return _evidence_memo(raw, identity)
+    return _parse_evidence(raw, identity)
+
+
+def _parse_evidence(raw: str, identity: str) -> tuple[str, str, str] | None:
+    try:
+        result = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(result, dict) or result.get("identity") != identity:
+        return None
+    commit, digest = result.get("commit"), result.get("digest")
+    validated = parse_time(result.get("validatedAt"))
+    if not (
+        isinstance(commit, str)
+        and _COMMIT.match(commit)
+        and isinstance(digest, str)
+        and _DIGEST.match(digest)
+        and validated is not None
+    ):
+        return None
+    return commit, digest, format_time(validated)
+
+
+_EVIDENCE_MEMO_MAX = 4096
+_evidence_memo = lru_cache(maxsize=4096)(_parse_evidence)
 
 
 class _Composer:
     def __init__(self, inputs: Inputs) -> None:
         self.inputs = inputs
         self.out = Outcome()
-        spec = inputs.spec
-        cluster = spec.get("clusterName")
-        if not isinstance(cluster, str) or not cluster:
-            raise SpecError("spec.clusterName", "is required")
-        cache = spec.get("cacheName")
-        if not isinstance(cache, str) or not cache:
-            raise SpecError("spec.cacheName", "is required")
-        self.cluster_name = cluster
-        self.cache = cache
-        self.source: CacheSource = parse_source(spec)
+        spec = structs.sub(inputs.xr, "spec")
+        parsed = _parse_spec(spec.SerializeToString(deterministic=True) if spec else b"")
+        self.cluster_name = parsed.cluster
+        self.cache = parsed.cache
+        self.source: CacheSource = parsed.source
         hf = self.source.huggingFace
         self.repo = hf.repo
         self.revision = hf.revision
         self.auth = hf.authSecret
-        self.identity = source_identity(self.repo, self.revision)
+        self.identity = parsed.identity
         self.ns = inputs.namespace
         self.name = inputs.name
-        st_identity = structs.get_str(inputs.xr, "status", "source", "identity")
+        # The last written status: read field by field, never converted.
+        self.prev = structs.sub(inputs.xr, "status")
+        st_identity = structs.sval(structs.sub(self.prev, "source"), "identity")
         self.same_source = st_identity == self.identity
-        st_phase = inputs.status("phase")
-        self.prev_phase = st_phase if isinstance(st_phase, str) and st_phase in PHASES else ""
-        self.prev_message = structs.get_str(inputs.xr, "status", "message")
-        self.prev_reason = structs.get_str(inputs.xr, "status", "reason")
-        self.result_name = child_name("modelcache", self.ns, self.cache, "result")
-        self.rbac_name = child_name("modelcache", self.ns, self.cache, "hydrate")
+        st_phase = structs.sval(self.prev, "phase")
+        self.prev_phase = st_phase if st_phase in PHASES else ""
+        self.prev_message = structs.sval(self.prev, "message")
+        self.prev_reason = structs.sval(self.prev, "reason")
         self.pending_since: str | None = None
         self.state = _State()
-
-    # ---- names, labels ---------------------------------------------------
-
-    def _labels(self, component: str) -> tuple[dict[str, str], dict[str, str]]:
-        return labels_with_full(
-            {
-                LABEL_CACHE: self.cache,
-                LABEL_CLUSTER: self.cluster_name,
-                LABEL_COMPONENT: component,
-                LABEL_MANAGED_BY: MANAGED_BY,
-            }
-        )
-
-    def _object_name(self, *parts: str) -> str:
-        return child_name(self.name, *parts)
 
     # ---- composition -----------------------------------------------------
 
@@ -268,11 +558,9 @@ class _Composer:
                 self.state.reason, self.state.message = self.state.warnings[-1]
             return self._finish()
         cluster = cluster_req.by_name().get(self.cluster_name)
-        pc = provider_config_ref(cluster) if cluster is not None else None
-        storage_class = (
-            structs.get_str(cluster, "status", "cache", "storageClassName")
-            if cluster is not None
-            else ""
+        pc = _provider_config(cluster) if cluster is not None else None
+        storage_class = structs.sval(
+            structs.sub(structs.sub(cluster, "status"), "cache"), "storageClassName"
         )
         if cluster is None or pc is None or not storage_class:
             why = (
@@ -335,104 +623,42 @@ class _Composer:
             return False
         return True
 
-    def _add_pvc(self, pc: dict[str, str], storage_class: str) -> None:
-        labels, ann = self._labels("cache")
-        manifest = storage.cache_pvc(
-            cache_pvc_name(self.ns, self.cache),
-            REMOTE_NAMESPACE,
-            size=self.source.size_quantity(),
-            storage_class=storage_class,
-            labels=labels,
-            annotations=ann,
+    def _add_pvc(self, pc: tuple[str, str], storage_class: str) -> None:
+        pvc, result = _lasting_objects(
+            self.ns,
+            self.name,
+            self.cache,
+            self.cluster_name,
+            pc,
+            storage_class,
+            self.source.size_quantity(),
         )
-        result_labels, result_ann = self._labels("hydration-result")
-        self.out.add(
-            RESULT_KEY,
-            remote_object(
-                self._object_name("result"),
-                self.ns,
-                pc,
-                storage.result_configmap(
-                    self.result_name, REMOTE_NAMESPACE, labels=result_labels, annotations=result_ann
-                ),
-                labels=result_labels,
-                annotations=result_ann,
-            ),
-        )
-        self.out.add(
-            PVC_KEY,
-            remote_object(
-                self._object_name("pvc"),
-                self.ns,
-                pc,
-                manifest,
-                labels=labels,
-                annotations=ann,
-                readiness_cel=storage.PVC_BOUND_CEL,
-            ),
-        )
+        self.out.add(RESULT_KEY, _from_wire(result))
+        self.out.add(PVC_KEY, _from_wire(pvc))
 
-    def _add_secret(self, pc: dict[str, str]) -> None:
+    def _add_secret(self, pc: tuple[str, str]) -> None:
         assert self.auth is not None
-        labels, ann = self._labels("hydration-token")
-        manifest = storage.token_secret(
-            cache_secret_name(self.ns, self.cache), REMOTE_NAMESPACE, labels=labels, annotations=ann
+        body = _token_object(
+            self.ns, self.name, self.cache, self.cluster_name, pc, self.auth.name, self.auth.key
         )
-        self.out.add(
-            SECRET_KEY,
-            remote_object(
-                self._object_name("token"),
-                self.ns,
-                pc,
-                manifest,
-                labels=labels,
-                annotations=ann,
-                references=[storage.token_reference(self.auth.name, self.ns, self.auth.key)],
-            ),
-        )
+        self.out.add(SECRET_KEY, _from_wire(body))
 
-    def _add_job(self, pc: dict[str, str]) -> None:
-        labels, ann = self._labels("hydration")
+    def _add_job(self, pc: tuple[str, str]) -> None:
         settings = self.inputs.settings
-        manifest = storage.hydration_job(
-            hydration_job_name(self.ns, self.cache, self.repo, self.revision),
-            REMOTE_NAMESPACE,
-            image=settings.hydration_image,
-            repo=self.repo,
-            revision=self.revision,
-            identity=self.identity,
-            pvc_name=cache_pvc_name(self.ns, self.cache),
-            token_secret_name=cache_secret_name(self.ns, self.cache) if self.auth else None,
-            backoff_limit=settings.hydration_backoff_limit,
-            active_deadline_seconds=settings.hydration_deadline_seconds,
-            labels=labels,
-            annotations=ann,
-            result_configmap=self.result_name,
-            service_account=self.rbac_name,
-        )
-        rbac = storage.result_rbac(
-            self.rbac_name, REMOTE_NAMESPACE, self.result_name, labels=labels, annotations=ann
-        )
-        for key, manifest_ in zip(RBAC_KEYS, rbac, strict=True):
-            self.out.add(
-                key,
-                remote_object(
-                    self._object_name(key), self.ns, pc, manifest_, labels=labels, annotations=ann
-                ),
-            )
-        self.out.add(
-            job_key(self.identity),
-            remote_object(
-                self._object_name("job", self.identity),
-                self.ns,
-                pc,
-                manifest,
-                labels=labels,
-                annotations=ann,
-                readiness_cel=storage.JOB_COMPLETE_CEL,
-                deletion_policy="Background",
-            ),
-        )
+        for key, body in _download_objects(
+            self.ns,
+            self.name,
+            self.cache,
+            self.cluster_name,
+            pc,
+            self.repo,
+            self.revision,
+            self.auth is not None,
+            settings.hydration_image,
+            settings.hydration_backoff_limit,
+            settings.hydration_deadline_seconds,
+        ):
+            self.out.add(key, _from_wire(body))
 
     def _job_observed(self) -> Struct | None:
         return self.inputs.observed_body(job_key(self.identity))
@@ -495,7 +721,7 @@ class _Composer:
         st.phase = PENDING
         st.reason = "PVCNotBound"
         pvc = cache_pvc_name(self.ns, self.cache)
-        err = sync_error(pvc_obj) if pvc_obj is not None else None
+        err = _sync_error(pvc_obj)
         detail = f"waiting for PVC {pvc} to bind ({pvc_phase or 'not created yet'})" + (
             f": {err}" if err else ""
         )
@@ -506,7 +732,7 @@ class _Composer:
             # the bind timeout runs only while the Job is desired.
             return
         timeout = settings.pvc_bind_timeout_seconds
-        since = parse_time(self.inputs.status("pendingSince")) or self.inputs.now
+        since = parse_time(structs.sval(self.prev, "pendingSince")) or self.inputs.now
         self.pending_since = format_time(since)
         waited = elapsed(since, self.inputs.now)
         if timeout and waited >= timeout:
@@ -526,12 +752,12 @@ class _Composer:
         could quote its data): the message names its Object instead.
         """
         out = ""
-        job_err = sync_error(job_obj) if job_obj is not None else None
+        job_err = _sync_error(job_obj)
         if job_err:
             out += f"; Job not applied: {job_err}"
         secret_obj = self.inputs.observed_body(SECRET_KEY)
-        if secret_obj is not None and sync_error(secret_obj):
-            name = structs.get_str(secret_obj, "metadata", "name")
+        if secret_obj is not None and _sync_error(secret_obj):
+            name = structs.sval(structs.sub(secret_obj, "metadata"), "name")
             out += f"; token Secret not applied: see Object {self.ns}/{name}"
         return out
 
@@ -557,8 +783,8 @@ class _Composer:
             st.phase = self.prev_phase
             st.reason = self.prev_reason or self.prev_phase
             st.message = self.prev_message or f"hydration is {st.phase}"
-            since = self.inputs.status("pendingSince")
-            if isinstance(since, str) and parse_time(since) is not None:
+            since = structs.sval(self.prev, "pendingSince")
+            if parse_time(since) is not None:
                 self.pending_since = since
         else:
             st.phase = PENDING
@@ -599,7 +825,7 @@ class _Composer:
             "phase": st.phase,
             "reason": st.reason or st.phase,
             "message": st.message,
-            "source": {"repo": self.repo, "revision": self.revision, "identity": self.identity},
+            "source": _source_status(self.repo, self.revision, self.identity),
         }
         status["pvcName"] = cache_pvc_name(self.ns, self.cache)
         if st.phase != READY:
@@ -628,12 +854,12 @@ class _Composer:
                         elapsed(begun, inputs.now),
                     )
             status["readyAt"] = ready_at
-        evidence = self._reported_evidence()
+        evidence: dict[str, str] | Struct | None = self._reported_evidence()
         if evidence is None and self.same_source:
-            carried = structs.to_py(structs.get(inputs.xr, "status", "evidence"))
-            if isinstance(carried, dict) and carried:
-                evidence = carried
-        if evidence:
+            carried = structs.sub(self.prev, "evidence")
+            if carried is not None and len(carried.fields):
+                evidence = carried  # copied into the response by the runner
+        if evidence is not None:
             status["evidence"] = evidence
         out.status.update(status)
         out.condition(CONDITION, "True" if st.phase == READY else "False", st.phase, st.message)
@@ -653,32 +879,17 @@ class _Composer:
         ``validatedAt`` counts (anything else is ignored, never written to status).
         """
         body = self.inputs.observed_body(RESULT_KEY)
-        raw = structs.get_str(observed_manifest(body), "data", "result") if body else ""
-        if not raw:
+        raw = structs.sval(structs.sub(_manifest(body), "data"), "result")
+        found = _evidence(raw, self.identity) if raw else None
+        if found is None:
             return None
-        try:
-            result = json.loads(raw)
-        except ValueError:
-            return None
-        if not isinstance(result, dict) or result.get("identity") != self.identity:
-            return None
-        commit, digest = result.get("commit"), result.get("digest")
-        validated = parse_time(result.get("validatedAt"))
-        if not (
-            isinstance(commit, str)
-            and _COMMIT.match(commit)
-            and isinstance(digest, str)
-            and _DIGEST.match(digest)
-            and validated is not None
-        ):
-            return None
-        return {"commit": commit, "digest": digest, "validatedAt": format_time(validated)}
+        return {"commit": found[0], "digest": found[1], "validatedAt": found[2]}
 
     def _carried_time(self, field: str) -> str | None:
         """A timestamp of the last status, when it belongs to the current source."""
         if not self.same_source:
             return None
-        value = self.inputs.status(field)
+        value = structs.sval(self.prev, field)
         return format_time(t) if (t := parse_time(value)) is not None else None
 
 
