@@ -689,6 +689,20 @@ def test_candidate_hydration_failed_on_replica(sim_factory, clock: Clock) -> Non
     assert not sim.observed
 
 
+def test_candidate_sync_error_is_shown(sim_factory) -> None:
+    sim = sim_factory()
+    sim.reconcile()
+    sim.observed["candidate-r1"]["status"] = {
+        "conditions": [cond("Synced", "False", "ReconcileError", "cannot compose: spec.x: bad")]
+    }
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    assert (
+        "Synced: ReconcileError cannot compose: spec.x: bad"
+        in sim.conditions()["Verdict"]["message"]
+    )
+
+
 def test_candidate_hydration_failed_on_deployment(sim_factory, clock: Clock) -> None:
     sim = sim_factory()
     sim.reconcile()

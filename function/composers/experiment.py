@@ -794,7 +794,7 @@ def _candidate_progress(cand: Any) -> str:
     ready = _count(structs.get(cand, "status", "replicas", "ready"))
     total = _count(structs.get(cand, "status", "replicas", "total"))
     parts = [f"{ready}/{total or 1} replicas ready"]
-    for typ in ("ReplicasScheduled", "ReplicasReady"):
+    for typ in ("Synced", "ReplicasScheduled", "ReplicasReady"):
         c = structs.conditions(cand).get(typ)
         if c is not None and structs.get(c, "status") != "True":
             parts.append(f"{typ}: {structs.get_str(c, 'reason')} {structs.get_str(c, 'message')}")
