@@ -223,12 +223,17 @@ def from_example(
     observed: str | None = "observed",
     grow_fleet: bool = True,
     patch: Callable[[dict[str, Any], int], None] | None = None,
+    world: Callable[[list[dict[str, Any]], int], None] | None = None,
+    status_for: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Callable[[int], tuple[bytes, bytes]]:
     """A scenario built from ``examples/<example>``: its XR, required and observed resources.
 
     The fleet grows to ``n`` InferenceClusters (copies of the example's first cluster)
-    when ``grow_fleet``; ``patch(xr, n)`` may scale the XR itself (for example replicas).
+    when ``grow_fleet``; ``patch(xr, n)`` may scale the XR itself (for example replicas)
+    and ``world(docs, n)`` the resources Crossplane resolves requirements from.
     Requirements are resolved the way Crossplane does (``function.render.drive``).
+    Without ``observed``, the steady state observes every child the first call composes,
+    with the status ``status_for(name, body)`` (default: Ready and Synced).
     """
 
     def scenario(n: int) -> tuple[bytes, bytes]:
@@ -240,29 +245,42 @@ def from_example(
         clusters = [d for d in docs if d.get("kind") == "InferenceCluster"]
         if grow_fleet and clusters and n > len(clusters):
             docs += _synthetic_fleet(n - len(clusters), clusters[0], docs)
-        world = World(docs)
+        if world is not None:
+            world(docs, n)
+        resolver = World(docs)
         seen = (
             observed_by_name(load_yaml([str(base / observed)]))
             if observed and (base / observed).exists()
             else {}
         )
         runner = FunctionRunner()
-        rsp, _ = drive(runner.run, xr, seen, world)
-        required = {k: world.resolve(sel) for k, sel in rsp.requirements.resources.items()}
+        rsp, _ = drive(runner.run, xr, seen, resolver)
+        required = {k: resolver.resolve(sel) for k, sel in rsp.requirements.resources.items()}
         first = build_request(xr, {}, required, tag="bench")
         if not seen:
-            seen = _observe_all(
-                runner.run(first),
-                lambda _n, _b: {
-                    "conditions": [
-                        {"type": "Ready", "status": "True", "reason": "Available"},
-                        {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
-                    ]
-                },
-            )
+            seen = _observe_all(runner.run(first), status_for or _ready_synced)
         return first.SerializeToString(), _settle(xr, seen, required)
 
     return scenario
+
+
+def _ready_synced(_name: str, _body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "Available"},
+            {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+        ]
+    }
+
+
+def _serving(name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Ready and Synced, and a ModelReplica also serving (``ModelReady=True``)."""
+    st = _ready_synced(name, body)
+    if body.get("kind") == "ModelReplica":
+        st["conditions"].append(
+            {"type": "ModelReady", "status": "True", "reason": "Serving", "message": "serving"}
+        )
+    return st
 
 
 def _scale_deployment(xr: dict[str, Any], n: int) -> None:
@@ -270,10 +288,60 @@ def _scale_deployment(xr: dict[str, Any], n: int) -> None:
     xr["spec"]["replicas"] = 100 if n >= 1000 else min(n, 10)
 
 
+def _deployment_world(docs: list[dict[str, Any]], n: int) -> None:
+    """The fleet as a busy one looks: every tenth synthetic cluster's hydration still
+    Hydrating, and one replica of another team's deployment per ten clusters (one node
+    each), all in the fleet-wide ModelReplica requirement (the capacity ledger)."""
+    synthetic = [
+        d
+        for d in docs
+        if d.get("kind") == "InferenceCluster" and d["metadata"]["name"].startswith("fleet-")
+    ]
+    for d in docs:
+        name = d.get("spec", {}).get("clusterName", "")
+        hydration = d.get("kind") == "ModelCacheHydration" and name.startswith("fleet-")
+        if hydration and int(name.rsplit("-", 1)[1]) % 10 == 9:
+            d.setdefault("status", {})["phase"] = "Hydrating"
+    for j, c in enumerate(synthetic[::10]):
+        cluster = c["metadata"]["name"]
+        pool = c["status"]["gpuPools"][0]["name"]
+        docs.append(
+            {
+                "apiVersion": "modelplane.ai/v1alpha1",
+                "kind": "ModelReplica",
+                "metadata": {
+                    "name": f"modelreplica-other-team-embed-{j}",
+                    "namespace": "other-team",
+                    "labels": {"modelplane.ai/cluster": cluster},
+                },
+                "spec": {
+                    "deploymentName": f"embed-{j % 7}",
+                    "index": j,
+                    "clusterName": cluster,
+                    "engines": [
+                        {
+                            "name": "tei",
+                            "copies": 1,
+                            "members": [{"role": "Standalone", "pool": pool}],
+                        }
+                    ],
+                },
+            }
+        )
+
+
 SCENARIOS: dict[str, Callable[[int], tuple[bytes, bytes]]] = {
     "ModelCache": modelcache,
     "ModelCacheHydration": hydration,
-    "ModelDeployment": from_example("modeldeployment", patch=_scale_deployment),
+    # Steady state: every replica the first call places observed and serving (the
+    # example's observed/ holds only the first reconcile's replicas).
+    "ModelDeployment": from_example(
+        "modeldeployment",
+        observed=None,
+        patch=_scale_deployment,
+        world=_deployment_world,
+        status_for=_serving,
+    ),
     "ModelReplica": from_example(
         "modelreplica", "serving/xr.yaml", observed="serving/observed", grow_fleet=False
     ),
