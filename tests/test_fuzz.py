@@ -524,6 +524,7 @@ def _say(config: pytest.Config, line: str) -> None:
     if capman is None or tr is None:
         return
     with capman.global_and_fixture_disabled():
+        tr.ensure_newline()
         tr.write_line(line)
 
 
@@ -576,10 +577,12 @@ def test_fuzz(kind: str, pytestconfig: pytest.Config) -> None:
         if healthy and not _unresolved(req2, rsp2):
             _check_invalid_named(body.get("spec"), schema, rsp2, where + " call 2")
 
-    check()
-    RAN[kind] = counter["cases"]
-    CALLS[kind] = counter["calls"]
-    SECONDS[kind] = time.perf_counter() - started
+    try:
+        check()
+    finally:  # counted also when a known bug fails the kind (xfail)
+        RAN[kind] = counter["cases"]
+        CALLS[kind] = counter["calls"]
+        SECONDS[kind] = time.perf_counter() - started
     assert counter["cases"] >= CASES_PER_KIND, (
         f"hypothesis ran {counter['cases']} cases of {kind}, wanted {CASES_PER_KIND}"
     )
@@ -603,7 +606,8 @@ def test_fuzz_total(pytestconfig: pytest.Config) -> None:
         (
             f"fuzz summary: {total} generated cases ({sum(CALLS.values())} RunFunction calls) "
             f"over {len(ran)} kinds in {sum(SECONDS.values()):.1f}s; skipped kinds: "
-            f"{sorted(set(KINDS) - set(AVAILABLE)) or 'none'}"
+            f"{sorted(set(KINDS) - set(AVAILABLE)) or 'none'}; kinds with a known bug: "
+            f"{sorted(set(KNOWN_BUGS) & set(ran)) or 'none'}"
         ),
     )
     assert total >= TOTAL_CASES
