@@ -55,7 +55,9 @@ pods of both engines; prefill/decode-aware routing is not composed here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Struct
@@ -80,9 +82,10 @@ from function.manifests.objects import (
     remote_object,
     sync_error,
 )
-from function.outcome import Outcome
+from function.outcome import Outcome, Result
 from function.replica_checks import check_spec
 from function.replica_spec import Engine, Member, ModelReplicaSpec
+from function.settings import Settings
 
 CONDITION = "ModelReady"
 REQ_CLUSTER = "cluster"
@@ -152,12 +155,20 @@ def _pool_of(engine: Engine, member: Member) -> str:
 def compose(inputs: Inputs) -> Outcome:
     """Compose one ModelReplica (see the module docstring).
 
+    Hot path: what is desired is a pure function of the spec, the cluster's provider
+    config and ``status.gpuPools``, the resolved flash-loader and ``/dev/shm``
+    settings, and the XR's name and namespace; it is built once per distinct input
+    (:func:`_plan`, keyed by the deterministic serialization of those Struct values)
+    and reused on later reconciles. Only the observed workloads (serving or not) and
+    the requirements are read on every call.
+
     Raises:
         SpecError: for an invalid spec, a user env entry that sets a reserved name,
             or an invalid flash-loader or ``/dev/shm`` setting (named with its level).
     """
     out = Outcome()
-    spec = parse_spec(inputs.spec)
+    spec_key = _key(inputs.xr, "spec")
+    spec, raw = _parse(spec_key)
     ns = inputs.namespace
     cache = spec.modelCacheRef.name if spec.modelCacheRef is not None else None
     out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=spec.clusterName)
@@ -168,7 +179,7 @@ def compose(inputs: Inputs) -> Outcome:
         out.require(
             REQ_HYDRATION, API_VERSION, "ModelCacheHydration", match_name=hyd_name, namespace=ns
         )
-    shm = resolve_shm(inputs.settings, spec.shmSizeLimit)
+    shm = _shm(inputs.settings, spec.shmSizeLimit)
 
     cluster_req = inputs.required(REQ_CLUSTER)
     cache_req = inputs.required(REQ_CACHE) if cache is not None else None
@@ -202,16 +213,11 @@ def compose(inputs: Inputs) -> Outcome:
             return _gate(
                 inputs, out, "CacheNotFound", f"ModelCache {ns}/{cache} not found", warn=True
             )
-        cache_fl = structs.to_py(structs.get(cache_req.items[0], "spec", "flashLoader"))
-        if cache_fl is not None and not isinstance(cache_fl, dict):
-            raise SpecError(
-                f"ModelCache {ns}/{cache} spec.flashLoader", "must be an object (level: ModelCache)"
-            )
-        fl = resolve_flash_loader(
+        fl = _flash(
             inputs.settings,
-            cache_fl,
-            inputs.spec.get("flashLoader"),
-            cache_level=f"ModelCache {ns}/{cache} spec.flashLoader",
+            _key(structs.sub(cache_req.items[0], "spec"), "flashLoader"),
+            spec_key,
+            f"ModelCache {ns}/{cache} spec.flashLoader",
         )
         flash = fl if fl.enabled else None
         if flash is not None:
@@ -226,9 +232,9 @@ def compose(inputs: Inputs) -> Outcome:
                 "or not staged yet",
                 hydration={"name": hyd_name, "phase": "NotFound", "message": "not found"},
             )
-        hyd = hyd_req.items[0]
-        phase = structs.get_str(hyd, "status", "phase") or "Pending"
-        msg = structs.get_str(hyd, "status", "message")
+        hyd_status = structs.sub(hyd_req.items[0], "status")
+        phase = structs.sval(hyd_status, "phase") or "Pending"
+        msg = structs.sval(hyd_status, "message")
         hydration = {"name": hyd_name, "phase": phase, "message": msg or f"hydration is {phase}"}
         if phase == "Failed":
             return _gate(
@@ -252,21 +258,80 @@ def compose(inputs: Inputs) -> Outcome:
                 phase="Hydrating",
             )
 
-    pools = _pools(cluster)
-    missing = sorted(
-        {_pool_of(e, m) for e in spec.engines for m in e.members if _pool_of(e, m) not in pools}
+    del raw  # validated in _parse; the plan reads the parsed spec
+    plan = _plan(
+        inputs.name,
+        ns,
+        spec_key,
+        pc["kind"],
+        pc["name"],
+        _key(structs.sub(cluster, "status"), "gpuPools"),
+        shm,
+        flash,
     )
-    if missing:
-        return _gate(
-            inputs,
-            out,
-            "PoolNotFound",
-            f"InferenceCluster {spec.clusterName} has no gpuPools {', '.join(missing)} "
-            "in its status",
-            hydration=hydration,
-            warn=True,
-        )
-    return _compose(inputs, out, spec, pc, pools, shm, flash, hydration)
+    return _compose(inputs, out, plan, spec.clusterName, hydration)
+
+
+# How many distinct parsed specs and plans are kept per process (least recently used
+# dropped first): one per ModelReplica this process serves, each a few KiB.
+CACHE_SIZE = 4096
+
+
+def _key(node: Struct | None, field: str) -> bytes:
+    """A canonical form of ``node[field]``: its deterministic serialization (b"" when absent).
+
+    Deterministic serialization orders map keys, so equal values give equal bytes,
+    and the bytes parse back into the value (``Value.FromString``).
+    """
+    if node is None:
+        return b""
+    v = node.fields.get(field)
+    return v.SerializeToString(deterministic=True) if v is not None else b""
+
+
+def _from_key(key: bytes) -> Any:
+    """The value whose canonical form is ``key``, as :func:`function.structs.get` reads it:
+    a str, float, bool, Struct or ListValue; None when absent or null."""
+    holder = Struct()
+    holder.fields["v"].MergeFromString(key)
+    return structs.get(holder, "v")
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _parse(spec_key: bytes) -> tuple[ModelReplicaSpec, dict[str, Any]]:
+    """The validated spec and its plain form, from its canonical form (memoized).
+
+    The returned objects are shared between calls: read them, never change them.
+
+    Raises:
+        SpecError: naming the first invalid field (not memoized).
+    """
+    raw = structs.to_py(_from_key(spec_key))
+    if not isinstance(raw, dict):
+        raw = {}
+    return parse_spec(raw), raw
+
+
+@lru_cache(maxsize=256)
+def _shm(settings: Settings, value: str | None) -> str:
+    """``resolve_shm`` memoized (a pure function of the settings and the override)."""
+    return resolve_shm(settings, value)
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _flash(settings: Settings, cache_key: bytes, spec_key: bytes, cache_level: str) -> FlashLoader:
+    """The effective flash loader (memoized): defaults, the ModelCache's, the replica's.
+
+    Raises:
+        SpecError: the ModelCache's ``spec.flashLoader`` is not an object, or a level
+            holds an invalid value (``function.flashloader.resolve_flash_loader``).
+    """
+    cache_fl = structs.to_py(_from_key(cache_key))
+    if cache_fl is not None and not isinstance(cache_fl, dict):
+        raise SpecError(cache_level, "must be an object (level: ModelCache)")
+    return resolve_flash_loader(
+        settings, cache_fl, _parse(spec_key)[1].get("flashLoader"), cache_level=cache_level
+    )
 
 
 def _check_flash_fits(out: Outcome, flash: FlashLoader, cache: Any, ref: str) -> None:
@@ -292,9 +357,10 @@ def _check_flash_fits(out: Outcome, flash: FlashLoader, cache: Any, ref: str) ->
         )
 
 
-def _pools(cluster: Any) -> dict[str, Any]:
+def _pools(gpu_pools: Any) -> dict[str, Any]:
+    """``status.gpuPools[]`` entries by name (entries without a name are ignored)."""
     out: dict[str, Any] = {}
-    for p in _list(structs.get(cluster, "status", "gpuPools")):
+    for p in _list(gpu_pools):
         n = structs.get_str(p, "name")
         if n:
             out[n] = p
@@ -384,29 +450,90 @@ def _device_requests(
     return out, None
 
 
-def _labels(inputs: Inputs, spec: ModelReplicaSpec) -> tuple[dict[str, str], dict[str, str]]:
+def _labels(name: str, spec: ModelReplicaSpec) -> tuple[dict[str, str], dict[str, str]]:
     return naming.labels_with_full(
         {
-            naming.LABEL_REPLICA: inputs.name,
+            naming.LABEL_REPLICA: name,
             naming.LABEL_DEPLOYMENT: spec.deploymentName,
             naming.LABEL_CLUSTER: spec.clusterName,
         }
     )
 
 
-def _compose(
-    inputs: Inputs,
-    out: Outcome,
-    spec: ModelReplicaSpec,
-    pc: dict[str, str],
-    pools: dict[str, Any],
+@dataclass(frozen=True, slots=True)
+class _EnginePlan:
+    """One composed engine: its name, workload kind and name, and composition-resource name."""
+
+    name: str
+    kind: str
+    workload: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What a replica desires for one distinct input (see :func:`_plan`).
+
+    Attributes:
+        gate: ``(reason, message)`` when nothing new may be composed
+            (``PoolNotFound``, ``DeviceNotFound``); the children are then empty.
+        results: Warning results, in the order they arise.
+        children: ``(composition-resource name, body)``; the bodies are shared and
+            read-only (the runner copies them into the response).
+        engines: The composed engines, in spec order.
+        url: The Service's in-cluster URL.
+    """
+
+    gate: tuple[str, str] | None
+    results: tuple[Result, ...] = ()
+    children: tuple[tuple[str, Struct], ...] = ()
+    engines: tuple[_EnginePlan, ...] = ()
+    url: str = ""
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _plan(
+    name: str,
+    ns: str,
+    spec_key: bytes,
+    pc_kind: str,
+    pc_name: str,
+    pools_key: bytes,
     shm: str,
     flash: FlashLoader | None,
-    hydration: dict[str, Any] | None,
-) -> Outcome:
-    ns, name = inputs.namespace, inputs.name
+) -> _Plan:
+    """The desired children of replica ``ns/name`` (memoized; a pure function of its args).
+
+    Args:
+        name: The XR's name.
+        ns: The XR's namespace.
+        spec_key: The canonical form of the XR's spec (:func:`_key`).
+        pc_kind: The cluster's provider config kind.
+        pc_name: The cluster's provider config name.
+        pools_key: The canonical form of the cluster's ``status.gpuPools``.
+        shm: The ``/dev/shm`` size limit.
+        flash: The effective flash loader when enabled, else None.
+
+    Raises:
+        SpecError: a pod template the function cannot extend (not memoized).
+    """
+    spec = _parse(spec_key)[0]
+    pools = _pools(_from_key(pools_key))
+    missing = sorted(
+        {_pool_of(e, m) for e in spec.engines for m in e.members if _pool_of(e, m) not in pools}
+    )
+    if missing:
+        return _Plan(
+            (
+                "PoolNotFound",
+                f"InferenceCluster {spec.clusterName} has no gpuPools {', '.join(missing)} "
+                "in its status",
+            )
+        )
+    pc = {"kind": pc_kind, "name": pc_name}
+    out = Outcome()  # scratch: children and warnings
     remote_ns = naming.REMOTE_NAMESPACE
-    labels, annotations = _labels(inputs, spec)
+    labels, annotations = _labels(name, spec)
     cache_pvc = naming.cache_pvc_name(ns, spec.modelCacheRef.name) if spec.modelCacheRef else None
     svc_name = naming.replica_service_name(ns, name, spec.deploymentName, spec.index)
     pod_labels = {k: v for k, v in labels.items() if k != naming.LABEL_CLUSTER}
@@ -418,9 +545,8 @@ def _compose(
             "and this replica references no modelCacheRef"
         )
 
-    engines_status: list[dict[str, Any]] = []
+    engines: list[_EnginePlan] = []
     problems: list[str] = []
-    serving_all = True
     port: int | None = None
     for ei, engine in enumerate(spec.engines):
         ebase = f"spec.engines[{ei}]"
@@ -498,42 +624,70 @@ def _compose(
                 readiness_cel=cel,
             ),
         )
-        serves, why = _serving(inputs, key, kind)
-        serving_all = serving_all and serves
-        entry: dict[str, Any] = {"name": engine.name, "kind": kind, "workload": wname}
-        entry["ready"] = serves
-        if why:
-            entry["message"] = why
-        engines_status.append(entry)
+        engines.append(_EnginePlan(engine.name, kind, wname, key))
 
+    results = tuple(out.results)
     if problems:
         # Devices the placement chose cannot be claimed on this pool: decide nothing.
-        return _gate(
-            inputs,
-            Outcome(requirements=out.requirements, results=out.results),
-            "DeviceNotFound",
-            "; ".join(problems),
-            hydration=hydration,
-            warn=True,
-        )
+        return _Plan(("DeviceNotFound", "; ".join(problems)), results)
 
+    port = port or wl.DEFAULT_ENGINE_PORT
     out.add(
         SERVICE_KEY,
         remote_object(
             naming.child_name(name, SERVICE_KEY),
             ns,
             pc,
-            wl.service(svc_name, remote_ns, svc_name, port or wl.DEFAULT_ENGINE_PORT, labels),
+            wl.service(svc_name, remote_ns, svc_name, port, labels),
             labels=labels,
             annotations=annotations,
         ),
     )
-    status: dict[str, Any] = {"cluster": spec.clusterName, "engines": engines_status}
+    children = []
+    for key, d in out.resources.items():
+        body = Struct()
+        body.update(d.body)  # type: ignore[arg-type]  # dicts built above
+        children.append((key, body))
+    return _Plan(
+        None,
+        results,
+        tuple(children),
+        tuple(engines),
+        wl.service_url(svc_name, remote_ns, port),
+    )
+
+
+def _compose(
+    inputs: Inputs,
+    out: Outcome,
+    plan: _Plan,
+    cluster: str,
+    hydration: dict[str, Any] | None,
+) -> Outcome:
+    """Apply ``plan`` to this call: desire its children; status from the observed workloads."""
+    out.results.extend(plan.results)
+    if plan.gate is not None:
+        reason, message = plan.gate
+        return _gate(inputs, out, reason, message, hydration=hydration, warn=True)
+    for key, body in plan.children:
+        out.add(key, body)
+    engines_status: list[dict[str, Any]] = []
+    serving_all = True
+    for e in plan.engines:
+        serves, why = _serving(inputs, e.key, e.kind)
+        serving_all = serving_all and serves
+        entry: dict[str, Any] = {"name": e.name, "kind": e.kind, "workload": e.workload}
+        entry["ready"] = serves
+        if why:
+            entry["message"] = why
+        engines_status.append(entry)
+
+    status: dict[str, Any] = {"cluster": cluster, "engines": engines_status}
     if hydration is not None:
         status["hydration"] = hydration
     n = len(engines_status)
     if serving_all:
-        url = wl.service_url(svc_name, remote_ns, port or wl.DEFAULT_ENGINE_PORT)
+        url = plan.url
         status.update(phase="Serving", message=f"{n}/{n} engines serving at {url}", endpoint=url)
         out.condition(CONDITION, "True", "Serving", status["message"])
         out.ready = True
