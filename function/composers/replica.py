@@ -168,9 +168,9 @@ def compose(inputs: Inputs) -> Outcome:
     """
     out = Outcome()
     spec_key = _key(inputs.xr, "spec")
-    spec, raw = _parse(spec_key)
+    spec = _head(spec_key)
     ns = inputs.namespace
-    cache = spec.modelCacheRef.name if spec.modelCacheRef is not None else None
+    cache = spec.cache
     out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=spec.clusterName)
     hyd_name = ""
     if cache is not None:
@@ -179,7 +179,7 @@ def compose(inputs: Inputs) -> Outcome:
         out.require(
             REQ_HYDRATION, API_VERSION, "ModelCacheHydration", match_name=hyd_name, namespace=ns
         )
-    shm = _shm(inputs.settings, spec.shmSizeLimit)
+    shm = _shm(inputs.settings, spec.shm)
 
     cluster_req = inputs.required(REQ_CLUSTER)
     cache_req = inputs.required(REQ_CACHE) if cache is not None else None
@@ -216,7 +216,7 @@ def compose(inputs: Inputs) -> Outcome:
         fl = _flash(
             inputs.settings,
             _key(structs.sub(cache_req.items[0], "spec"), "flashLoader"),
-            spec_key,
+            _key(structs.sub(inputs.xr, "spec"), "flashLoader"),
             f"ModelCache {ns}/{cache} spec.flashLoader",
         )
         flash = fl if fl.enabled else None
@@ -258,7 +258,6 @@ def compose(inputs: Inputs) -> Outcome:
                 phase="Hydrating",
             )
 
-    del raw  # validated in _parse; the plan reads the parsed spec
     plan = _plan(
         inputs.name,
         ns,
@@ -297,19 +296,39 @@ def _from_key(key: bytes) -> Any:
     return structs.get(holder, "v")
 
 
-@lru_cache(maxsize=CACHE_SIZE)
-def _parse(spec_key: bytes) -> tuple[ModelReplicaSpec, dict[str, Any]]:
-    """The validated spec and its plain form, from its canonical form (memoized).
+@lru_cache(maxsize=32)
+def _parse(spec_key: bytes) -> ModelReplicaSpec:
+    """The validated spec from its canonical form (memoized: only the last few, since
+    a parsed spec is tens of KiB; :func:`_head` and :func:`_plan` keep what they need).
 
-    The returned objects are shared between calls: read them, never change them.
+    The returned model is shared between calls: read it, never change it.
 
     Raises:
         SpecError: naming the first invalid field (not memoized).
     """
     raw = structs.to_py(_from_key(spec_key))
-    if not isinstance(raw, dict):
-        raw = {}
-    return parse_spec(raw), raw
+    return parse_spec(raw if isinstance(raw, dict) else {})
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """What every call reads of a valid spec before the plan."""
+
+    clusterName: str
+    cache: str | None
+    shm: str | None
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _head(spec_key: bytes) -> _Head:
+    """Validate the spec (:func:`parse_spec`) and keep its cluster, cache and shm override.
+
+    Raises:
+        SpecError: naming the first invalid field (not memoized).
+    """
+    spec = _parse(spec_key)
+    cache = spec.modelCacheRef.name if spec.modelCacheRef is not None else None
+    return _Head(spec.clusterName, cache, spec.shmSizeLimit)
 
 
 @lru_cache(maxsize=256)
@@ -318,9 +337,12 @@ def _shm(settings: Settings, value: str | None) -> str:
     return resolve_shm(settings, value)
 
 
-@lru_cache(maxsize=CACHE_SIZE)
-def _flash(settings: Settings, cache_key: bytes, spec_key: bytes, cache_level: str) -> FlashLoader:
+@lru_cache(maxsize=1024)
+def _flash(settings: Settings, cache_key: bytes, own_key: bytes, cache_level: str) -> FlashLoader:
     """The effective flash loader (memoized): defaults, the ModelCache's, the replica's.
+
+    ``cache_key`` and ``own_key`` are the canonical forms (:func:`_key`) of the
+    ModelCache's and the replica's ``spec.flashLoader``.
 
     Raises:
         SpecError: the ModelCache's ``spec.flashLoader`` is not an object, or a level
@@ -330,7 +352,7 @@ def _flash(settings: Settings, cache_key: bytes, spec_key: bytes, cache_level: s
     if cache_fl is not None and not isinstance(cache_fl, dict):
         raise SpecError(cache_level, "must be an object (level: ModelCache)")
     return resolve_flash_loader(
-        settings, cache_fl, _parse(spec_key)[1].get("flashLoader"), cache_level=cache_level
+        settings, cache_fl, structs.to_py(_from_key(own_key)), cache_level=cache_level
     )
 
 
@@ -478,15 +500,14 @@ class _Plan:
         gate: ``(reason, message)`` when nothing new may be composed
             (``PoolNotFound``, ``DeviceNotFound``); the children are then empty.
         results: Warning results, in the order they arise.
-        children: ``(composition-resource name, body)``; the bodies are shared and
-            read-only (the runner copies them into the response).
+        children: ``(composition-resource name, serialized Struct body)``.
         engines: The composed engines, in spec order.
         url: The Service's in-cluster URL.
     """
 
     gate: tuple[str, str] | None
     results: tuple[Result, ...] = ()
-    children: tuple[tuple[str, Struct], ...] = ()
+    children: tuple[tuple[str, bytes], ...] = ()
     engines: tuple[_EnginePlan, ...] = ()
     url: str = ""
 
@@ -517,7 +538,7 @@ def _plan(
     Raises:
         SpecError: a pod template the function cannot extend (not memoized).
     """
-    spec = _parse(spec_key)[0]
+    spec = _parse(spec_key)
     pools = _pools(_from_key(pools_key))
     missing = sorted(
         {_pool_of(e, m) for e in spec.engines for m in e.members if _pool_of(e, m) not in pools}
@@ -647,7 +668,9 @@ def _plan(
     for key, d in out.resources.items():
         body = Struct()
         body.update(d.body)  # type: ignore[arg-type]  # dicts built above
-        children.append((key, body))
+        # Kept serialized: a few KiB each, where a Struct holds its own arena of
+        # tens of KiB; parsing it back is a C-level call of microseconds.
+        children.append((key, body.SerializeToString(deterministic=True)))
     return _Plan(
         None,
         results,
@@ -670,7 +693,7 @@ def _compose(
         reason, message = plan.gate
         return _gate(inputs, out, reason, message, hydration=hydration, warn=True)
     for key, body in plan.children:
-        out.add(key, body)
+        out.add(key, Struct.FromString(body))
     engines_status: list[dict[str, Any]] = []
     serving_all = True
     for e in plan.engines:
