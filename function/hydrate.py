@@ -9,7 +9,10 @@ which already contains ``huggingface_hub``: nothing is installed at run time.
 
 Environment:
     MODELPLANE_RESULT_CONFIGMAP  The ConfigMap to report the result to (optional),
-                 in ``POD_NAMESPACE``.
+                 in ``POD_NAMESPACE``, through the API server of the pod's own
+                 cluster (``KUBERNETES_SERVICE_HOST``/``_PORT`` and the service
+                 account's token and CA, as every in-cluster client reads them;
+                 ``MODELPLANE_SA_DIR`` overrides the service account directory).
     HF_TOKEN     The hub token (optional; from the remote Secret via secretKeyRef).
                  Sent as ``Authorization: Bearer``; never logged.
     HF_ENDPOINT  The hub's base URL (default https://huggingface.co).
@@ -36,8 +39,9 @@ What it does:
    A summary goes to the container's termination message
    (``/dev/termination-log``, or ``$TERMINATION_LOG``) when writable.
 4. It reports the marker to the control plane: with ``$MODELPLANE_RESULT_CONFIGMAP``
-   set, it merge-patches ``data.result`` of that ConfigMap on its own cluster
-   (see :func:`report_result`); the function reads it back through the Object it
+   set, it merge-patches ``data.result`` of that ConfigMap on its own cluster with
+   the official ``kubernetes`` client (see :func:`report_result`); the function
+   reads it back through the Object it
    composed for the ConfigMap and records ``status.evidence``. This also runs
    when the marker was already there, so a lost report is repeated.
 
@@ -56,16 +60,16 @@ import hashlib
 import json
 import logging
 import os
-import ssl
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from function.manifests.storage import EXIT_PERMANENT, MARKER_FILE
+
+if TYPE_CHECKING:
+    from kubernetes.client import Configuration
 
 # Directories at the target's root that are not part of the model.
 KEEP_DIRS = frozenset({".cache", "lost+found"})
@@ -79,20 +83,38 @@ class ChecksumError(RuntimeError):
     """A downloaded file does not match the checksum the hub publishes for it."""
 
 
-class _Redactor(logging.Filter):
-    """Replaces the token in every log record (ours and huggingface_hub's)."""
+class ReportError(OSError):
+    """The result could not be reported to the ConfigMap (after every attempt)."""
 
-    def __init__(self, secret: str | None) -> None:
+
+class _Redactor(logging.Filter):
+    """Replaces secrets (the hub token, the service account token) in every log record,
+    ours and the libraries' (huggingface_hub, kubernetes, urllib3)."""
+
+    def __init__(self, *secrets: str | None) -> None:
         super().__init__()
-        self.secret = secret
+        self.secrets = {s for s in secrets if s}
+
+    def add(self, secret: str | None) -> None:
+        """Redact ``secret`` from now on too."""
+        if secret:
+            self.secrets.add(secret)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.secret:
+        if self.secrets:
             msg = record.getMessage()
-            if self.secret in msg:
-                record.msg = msg.replace(self.secret, "***")
+            hidden = msg
+            for secret in self.secrets:
+                hidden = hidden.replace(secret, "***")
+            if hidden != msg:
+                record.msg = hidden
                 record.args = None
         return True
+
+
+# Installed on the root log handlers by :func:`main`; :func:`report_result` adds the
+# service account token to it.
+REDACTOR = _Redactor()
 
 
 def source_identity(repo: str, revision: str) -> str:
@@ -230,6 +252,50 @@ def termination_message(payload: dict[str, Any]) -> None:
 
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+FIELD_MANAGER = "modelplane-hydrate"
+
+
+def in_cluster_configuration() -> Configuration:
+    """The ``kubernetes`` client configuration of the pod's own cluster.
+
+    ``kubernetes.config.load_incluster_config`` (``KUBERNETES_SERVICE_HOST``/``_PORT``,
+    the service account's ``token`` and ``ca.crt``; the token is re-read every minute,
+    as kubelet rotates projected tokens). ``$MODELPLANE_SA_DIR`` points the same
+    loader at another service account directory.
+
+    Raises:
+        kubernetes.config.ConfigException: not in a cluster (no service host or token).
+    """
+    from kubernetes import client, config
+    from kubernetes.config.incluster_config import InClusterConfigLoader
+
+    configuration = client.Configuration()
+    sa_dir = os.environ.get("MODELPLANE_SA_DIR")
+    if sa_dir:
+        InClusterConfigLoader(
+            token_filename=str(Path(sa_dir) / "token"),
+            cert_filename=str(Path(sa_dir) / "ca.crt"),
+        ).load_and_set(configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    return configuration
+
+
+def _describe(exc: BaseException) -> str:
+    """A log-safe description of a report failure (never request headers)."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, ApiException):
+        message = ""
+        try:
+            status = json.loads(exc.body or "")
+            message = status.get("message", "") if isinstance(status, dict) else ""
+        except ValueError:
+            pass
+        return f"HTTP {exc.status} {exc.reason or ''}".rstrip() + (
+            f": {message}" if message else ""
+        )
+    return f"{type(exc).__name__}: {exc}"
 
 
 def report_result(
@@ -238,63 +304,72 @@ def report_result(
     attempts: int = 6,
     delay: float = 2.0,
     sleep: Any = time.sleep,
+    configuration: Configuration | None = None,
 ) -> bool:
     """Merge-patch ``data.result`` of the result ConfigMap with ``result`` (JSON).
 
     The ConfigMap is named by ``$MODELPLANE_RESULT_CONFIGMAP`` in ``$POD_NAMESPACE``
     (else the service account's namespace); without that variable nothing is
-    reported. The request goes to the API server from inside the pod
-    (``KUBERNETES_SERVICE_HOST``/``_PORT``, the service account's token and CA;
-    ``$MODELPLANE_KUBE_API`` overrides the URL and ``$MODELPLANE_SA_DIR`` the
-    token directory) as ``PATCH .../configmaps/<name>`` with
-    ``application/merge-patch+json``. The Role allows only ``get`` and ``patch``
-    of that ConfigMap. Retries ``attempts`` times with doubling delays, because
-    the RoleBinding may be created just after the pod starts.
+    reported. It uses the official ``kubernetes`` client,
+    ``CoreV1Api.patch_namespaced_config_map`` with ``application/merge-patch+json``
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#patch-and-apply),
+    so only ``data.result`` changes. The ConfigMap is never created here: the
+    function composes it, and the Role allows only ``get`` and ``patch`` of that
+    one name (RBAC cannot limit ``create`` by name). A missing ConfigMap (404, not
+    applied yet) or a denied request (403, the RoleBinding may be created just
+    after the pod starts) is retried ``attempts`` times with doubling delays, like
+    any other failure. The service account token is redacted from every log line.
+
+    Args:
+        result: The marker (JSON-serializable).
+        attempts: Requests before giving up.
+        delay: Seconds before the second attempt; doubles after each failure.
+        sleep: Called with the delay (tests pass a recorder).
+        configuration: The client configuration; None: :func:`in_cluster_configuration`.
 
     Returns:
         True when reported, False when there is nothing to report to.
 
     Raises:
-        OSError or urllib.error.URLError: the last failure, after every attempt.
+        ReportError: the last failure (an API error or a connection error), after
+            every attempt.
+        kubernetes.config.ConfigException: no in-cluster configuration.
     """
     name = os.environ.get("MODELPLANE_RESULT_CONFIGMAP")
     if not name:
         return False
+    import urllib3
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
     sa_dir = Path(os.environ.get("MODELPLANE_SA_DIR") or SERVICE_ACCOUNT_DIR)
     namespace = os.environ.get("POD_NAMESPACE") or (sa_dir / "namespace").read_text().strip()
-    base = os.environ.get("MODELPLANE_KUBE_API")
-    if not base:
-        host = os.environ["KUBERNETES_SERVICE_HOST"]
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        base = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-    url = f"{base.rstrip('/')}/api/v1/namespaces/{namespace}/configmaps/{name}"
-    body = json.dumps({"data": {"result": json.dumps(result, sort_keys=True)}}).encode()
-    context = None
-    ca = sa_dir / "ca.crt"
-    if url.startswith("https://") and ca.exists():
-        context = ssl.create_default_context(cafile=str(ca))
+    if configuration is None:
+        configuration = in_cluster_configuration()
+    for key in ("BearerToken", "authorization"):
+        token = configuration.api_key.get(key)
+        if token:
+            REDACTOR.add(token.split(" ", 1)[-1].strip())
+    api = client.CoreV1Api(client.ApiClient(configuration))
+    body = {"data": {"result": json.dumps(result, sort_keys=True)}}
     for attempt in range(1, attempts + 1):
-        # Read the token on every attempt: kubelet rotates projected tokens.
-        token = (sa_dir / "token").read_text().strip()
-        req = urllib.request.Request(
-            url,
-            data=body,
-            method="PATCH",
-            headers={
-                "Authorization": f"Bearer {token}",
-                "Content-Type": "application/merge-patch+json",
-                "Accept": "application/json",
-            },
-        )
         try:
-            with urllib.request.urlopen(req, timeout=30, context=context) as rsp:
-                rsp.read()
+            api.patch_namespaced_config_map(
+                name,
+                namespace,
+                body,
+                field_manager=FIELD_MANAGER,
+                _content_type="application/merge-patch+json",
+                _request_timeout=30,
+            )
             log.info("reported the result to ConfigMap %s/%s", namespace, name)
             return True
-        except (OSError, urllib.error.URLError) as e:
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
             if attempt == attempts:
-                raise
-            log.warning("reporting the result failed (attempt %d): %s", attempt, e)
+                raise ReportError(
+                    f"could not patch ConfigMap {namespace}/{name}: {_describe(e)}"
+                ) from e
+            log.warning("reporting the result failed (attempt %d): %s", attempt, _describe(e))
             sleep(delay * 2 ** (attempt - 1))
     return False
 
@@ -404,11 +479,11 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    redactor = _Redactor(token)
+    REDACTOR.add(token)
     for handler in logging.getLogger().handlers:
-        handler.addFilter(redactor)
+        handler.addFilter(REDACTOR)
     logging.getLogger("huggingface_hub").setLevel(logging.WARNING)
-    for noisy in ("httpx", "httpx2", "httpcore"):
+    for noisy in ("httpx", "httpx2", "httpcore", "kubernetes", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
     expected = source_identity(args.repo, args.revision)
@@ -446,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report_result({k: v for k, v in result.items() if k != "skipped"})
     except Exception as e:  # the weights are in place; the retry only reports again
-        log.error("could not report the result: %s: %s", type(e).__name__, e)
+        log.error("could not report the result: %s", _describe(e))
         return EXIT_RETRY
     return EXIT_OK
 

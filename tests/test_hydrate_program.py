@@ -12,8 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from function import hydrate
 from function.manifests.storage import EXIT_PERMANENT, MARKER_FILE
 from function.naming import source_identity
 from tests.fake_hf_hub import FakeHub, Repo
+from tests.fake_kube_api import FakeKubeAPI
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_FAKEtokenForTheStandInHub0123456789"
@@ -69,58 +68,30 @@ def expected_digest(files: dict[str, bytes]) -> str:
     return "sha256:" + h.hexdigest()
 
 
-class FakeKubeAPI:
-    """A stand-in for the API server's ConfigMap PATCH on 127.0.0.1; records requests."""
-
-    def __init__(self, status: int = 200) -> None:
-        self.status = status
-        self.requests: list[dict] = []
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_PATCH(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                api.requests.append(
-                    {
-                        "path": self.path,
-                        "authorization": self.headers.get("Authorization"),
-                        "content_type": self.headers.get("Content-Type"),
-                        "body": json.loads(self.rfile.read(length)),
-                    }
-                )
-                payload = b"{}"
-                self.send_response(api.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def kube(tmp_path):
-    api = FakeKubeAPI()
+    """An HTTPS API server stand-in and the pod's view of it: the env and service account
+    directory (token, namespace, ca.crt) that ``load_incluster_config`` reads."""
     sa = tmp_path / "sa"
-    sa.mkdir()
+    api = FakeKubeAPI(tls_dir=sa)
     (sa / "token").write_text(SA_TOKEN)
     (sa / "namespace").write_text("default\n")
+    api.add_configmap("default", "result-cm")
     api.env = {  # type: ignore[attr-defined]
         "MODELPLANE_RESULT_CONFIGMAP": "result-cm",
-        "MODELPLANE_KUBE_API": api.url,
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(api.port),
         "MODELPLANE_SA_DIR": str(sa),
     }
     yield api
     api.close()
+
+
+def bearer(authorization: str | None) -> str | None:
+    """The credentials of an ``Authorization: Bearer`` header (the scheme is
+    case-insensitive, RFC 7235 section 2.1; the kubernetes client sends ``bearer``)."""
+    scheme, _, credentials = (authorization or "").partition(" ")
+    return credentials if scheme.lower() == "bearer" else None
 
 
 def run_program(
@@ -137,7 +108,8 @@ def run_program(
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("HF_", "MODELPLANE_")) and k != "TERMINATION_LOG"
+        if not k.startswith(("HF_", "MODELPLANE_", "KUBERNETES_SERVICE_"))
+        and k != "TERMINATION_LOG"
     }
     env.update(extra_env or {})
     env.update(
@@ -234,7 +206,9 @@ def test_interrupted_download_without_marker_is_completed(hub, tmp_path) -> None
     assert proc.returncode == 0, proc.stderr
     assert model_files(target) == FILES_C1
     assert (target / "lost+found").is_dir()
-    assert hydrate.read_marker(target)["digest"] == expected_digest(FILES_C1)
+    marker = hydrate.read_marker(target)
+    assert marker is not None
+    assert marker["digest"] == expected_digest(FILES_C1)
 
 
 def test_gated_repo_without_token_fails_permanently(hub, tmp_path) -> None:
@@ -340,9 +314,11 @@ def test_reports_result_to_configmap_and_again_when_skipped(hub, kube, tmp_path)
     proc = run_program(hub.endpoint, target, extra_env=kube.env)
     assert proc.returncode == 0, proc.stderr
     (req,) = kube.requests
+    assert req["method"] == "PATCH"
     assert req["path"] == "/api/v1/namespaces/default/configmaps/result-cm"
-    assert req["authorization"] == f"Bearer {SA_TOKEN}"
+    assert bearer(req["authorization"]) == SA_TOKEN
     assert req["content_type"] == "application/merge-patch+json"
+    assert req["query"] == {"fieldManager": hydrate.FIELD_MANAGER}
     reported = json.loads(req["body"]["data"]["result"])
     assert reported == hydrate.read_marker(target)
     assert reported["commit"] == C1 and reported["digest"] == expected_digest(FILES_C1)
@@ -352,17 +328,123 @@ def test_reports_result_to_configmap_and_again_when_skipped(hub, kube, tmp_path)
     assert again.returncode == 0, again.stderr
     assert len(kube.requests) == 2
     assert json.loads(kube.requests[1]["body"]["data"]["result"]) == reported
+    # The merge patch left everything else of the ConfigMap alone.
+    cm = kube.configmaps[("default", "result-cm")]
+    assert cm["metadata"] == {"name": "result-cm", "namespace": "default"}
+    assert json.loads(cm["data"]["result"]) == reported
 
 
-def test_report_is_retried_then_fails(kube, monkeypatch) -> None:
+@pytest.fixture(autouse=True)
+def _fresh_redactor():
+    """report_result adds the service account token to the process-wide redactor."""
+    saved = set(hydrate.REDACTOR.secrets)
+    yield
+    hydrate.REDACTOR.secrets = saved
+
+
+@pytest.fixture
+def plain_kube(monkeypatch):
+    """An HTTP API server stand-in, used through an explicit client Configuration."""
+    monkeypatch.setenv("MODELPLANE_RESULT_CONFIGMAP", "result-cm")
+    monkeypatch.setenv("POD_NAMESPACE", "default")
+    with FakeKubeAPI() as api:
+        api.add_configmap("default", "result-cm")
+        yield api
+
+
+def test_report_is_retried_then_fails(plain_kube) -> None:
+    kube = plain_kube
     kube.status = 403
-    for k, v in kube.env.items():
-        monkeypatch.setenv(k, v)
     slept: list[float] = []
-    with pytest.raises(OSError):
-        hydrate.report_result({"identity": "x"}, attempts=3, delay=1.0, sleep=slept.append)
+    with pytest.raises(OSError) as err:
+        hydrate.report_result(
+            {"identity": "x"},
+            attempts=3,
+            delay=1.0,
+            sleep=slept.append,
+            configuration=kube.configuration(SA_TOKEN),
+        )
     assert len(kube.requests) == 3
     assert slept == [1.0, 2.0]
+    assert isinstance(err.value, hydrate.ReportError)
+    assert "HTTP 403" in str(err.value) and "default/result-cm" in str(err.value)
+
+
+def test_report_patches_data_result_with_the_kubernetes_client(plain_kube) -> None:
+    kube = plain_kube
+    result = {"identity": "x", "commit": C1, "files": 3}
+    assert hydrate.report_result(result, configuration=kube.configuration(SA_TOKEN)) is True
+    (req,) = kube.requests
+    assert req["method"] == "PATCH"
+    assert req["path"] == "/api/v1/namespaces/default/configmaps/result-cm"
+    assert req["content_type"] == "application/merge-patch+json"
+    assert bearer(req["authorization"]) == SA_TOKEN
+    assert req["body"] == {"data": {"result": json.dumps(result, sort_keys=True)}}
+    assert json.loads(kube.configmaps[("default", "result-cm")]["data"]["result"]) == result
+
+
+def test_report_waits_for_the_configmap_and_the_role(plain_kube) -> None:
+    """404 (the ConfigMap not applied yet) and 403 (the RoleBinding not yet) are retried;
+    the ConfigMap is never created (the Role cannot allow create by name)."""
+    kube = plain_kube
+    kube.statuses = [404, 403]
+    slept: list[float] = []
+    ok = hydrate.report_result(
+        {"identity": "x"}, delay=0.5, sleep=slept.append, configuration=kube.configuration(SA_TOKEN)
+    )
+    assert ok is True
+    assert [r["method"] for r in kube.requests] == ["PATCH", "PATCH", "PATCH"]
+    assert slept == [0.5, 1.0]
+
+
+def test_report_unreachable_api_fails_after_every_attempt(monkeypatch) -> None:
+    monkeypatch.setenv("MODELPLANE_RESULT_CONFIGMAP", "result-cm")
+    monkeypatch.setenv("POD_NAMESPACE", "default")
+    api = FakeKubeAPI()
+    configuration = api.configuration(SA_TOKEN)
+    api.close()  # nothing listens on the port any more
+    slept: list[float] = []
+    with pytest.raises(hydrate.ReportError):
+        hydrate.report_result(
+            {"identity": "x"}, attempts=2, sleep=slept.append, configuration=configuration
+        )
+    assert slept == [2.0]
+
+
+def test_report_never_logs_the_service_account_token(plain_kube, caplog) -> None:
+    """Even when the API server echoes the request's Authorization in its error."""
+    import logging
+
+    kube = plain_kube
+    kube.echo_authorization = True
+    kube.statuses = [403]
+    caplog.handler.addFilter(hydrate.REDACTOR)  # as main() installs it on the root handlers
+    caplog.set_level(logging.DEBUG)
+    try:
+        assert hydrate.report_result(
+            {"identity": "x"}, sleep=lambda _: None, configuration=kube.configuration(SA_TOKEN)
+        )
+    finally:
+        caplog.handler.removeFilter(hydrate.REDACTOR)
+    assert SA_TOKEN in json.dumps(kube.requests[0]["authorization"])  # it was sent...
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "reporting the result failed" in text and "***" in text
+    assert SA_TOKEN not in text  # ...and never logged
+
+
+def test_report_outside_a_cluster_is_a_retryable_failure(hub, tmp_path) -> None:
+    """No service host: the weights stay, the exit code asks the Job to retry the report."""
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text(SA_TOKEN)
+    (sa / "ca.crt").write_text("not used")
+    env = {"MODELPLANE_RESULT_CONFIGMAP": "result-cm", "POD_NAMESPACE": "default"}
+    env["MODELPLANE_SA_DIR"] = str(sa)
+    proc = run_program(hub.endpoint, tmp_path / "models", extra_env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert "could not report the result" in proc.stderr
+    assert hydrate.read_marker(tmp_path / "models") is not None
+    assert SA_TOKEN not in proc.stderr + proc.stdout
 
 
 def test_no_configmap_no_report(monkeypatch) -> None:
@@ -440,10 +522,13 @@ def test_the_composed_job_runs_the_program(hub, kube, tmp_path) -> None:
     env["POD_NAMESPACE"] = "default"
     env.update(
         HF_ENDPOINT=hub.endpoint,
-        MODELPLANE_KUBE_API=kube.env["MODELPLANE_KUBE_API"],
+        KUBERNETES_SERVICE_HOST=kube.env["KUBERNETES_SERVICE_HOST"],
+        KUBERNETES_SERVICE_PORT=kube.env["KUBERNETES_SERVICE_PORT"],
         MODELPLANE_SA_DIR=kube.env["MODELPLANE_SA_DIR"],
         TERMINATION_LOG=str(tmp_path / "termination-log"),
     )
+    # The function composes the ConfigMap; the Job only patches it.
+    kube.add_configmap("default", env["MODELPLANE_RESULT_CONFIGMAP"])
     assert container["command"][0] == "python"
     proc = subprocess.run(
         [sys.executable, *container["command"][1:], *args],

@@ -20,7 +20,8 @@ Kubernetes rules they follow (Kubernetes 1.30 API):
   instead of retrying forever
   (https://kubernetes.io/docs/concepts/workloads/controllers/job/#job-termination-and-cleanup).
   The pod runs ``python -m function.hydrate`` from the function's own image, which
-  already contains ``huggingface_hub`` (no package install at run time).
+  already contains ``huggingface_hub`` and the ``kubernetes`` client it reports its
+  result with (no package install at run time).
 """
 
 from __future__ import annotations
