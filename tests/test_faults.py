@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -87,6 +88,19 @@ def synced_false(obs: dict[str, Any], message: str = REMOTE_ERROR) -> dict[str, 
 
 def record(fault: str) -> None:
     FAULTS.append(fault)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _summary(pytestconfig: pytest.Config) -> Iterator[None]:
+    """Print how many faults were injected and survived with nothing lost."""
+    yield
+    capman = pytestconfig.pluginmanager.get_plugin("capturemanager")
+    tr = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    if capman is None or tr is None or not FAULTS:
+        return
+    with capman.global_and_fixture_disabled():
+        tr.ensure_newline()
+        tr.write_line(f"faults: {len(FAULTS)} injected, nothing lost in any")
 
 
 # ---- hydration helpers --------------------------------------------------------------
