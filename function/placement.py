@@ -59,7 +59,7 @@ Scale-down
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,6 +204,11 @@ class Request:
         footprint: With a cache: cluster name to its hydration phase (every
             hydration, Failed too); None without a cache.
         cache: The cache's name (for messages), or None.
+        fleet: Instead of ``clusters``, a mapping of cluster name to Cluster that may
+            build each Cluster when it is first read (iteration yields the names):
+            placement reads only the clusters it needs (the existing replicas'
+            clusters; every cluster only when new replicas are placed or some are
+            missing), so a caller with thousands of clusters pays for those alone.
     """
 
     replicas: int
@@ -215,6 +220,7 @@ class Request:
     existing: tuple[Existing, ...] = ()
     footprint: Mapping[str, str] | None = None
     cache: str | None = None
+    fleet: Mapping[str, Cluster] | None = None
 
 
 class _Ledger:
@@ -370,22 +376,33 @@ def place(req: Request) -> Placement:
     Raises:
         function.devices.InvalidSelector: when a device selector does not compile.
     """
-    clusters = {c.name: c for c in req.clusters}
+    clusters: Mapping[str, Cluster] = (
+        req.fleet if req.fleet is not None else {c.name: c for c in req.clusters}
+    )
     ledger = _Ledger(clusters, req.used)
     fp = req.footprint
     # Device fit ignores capacity and the cluster's name, so clusters reporting the same
-    # pools (the same status subtree, shared by the caller) share one computation.
+    # pools (the same status subtree, shared by the caller) share one computation: one
+    # evaluation per distinct (pools, engines) pair, not one per cluster.
     memo: dict[
         tuple[int, tuple[tuple[MemberKey, str], ...]], tuple[dict[MemberKey, str] | None, str]
     ] = {}
+    charges_memo: dict[int, dict[str, int]] = {}
 
     def static_fit(
         c: Cluster, prefer: Mapping[MemberKey, str] | None = None
     ) -> tuple[dict[MemberKey, str] | None, str]:
-        key = (id(c.pools), tuple(sorted((prefer or {}).items())))
+        key = (id(c.pools), tuple(sorted(prefer.items())) if prefer else ())
         hit = memo.get(key)
         if hit is None:
             hit = memo[key] = _fit(c, req.engines, None, prefer)
+        return hit
+
+    def static_charges(c: Cluster, pools: Mapping[MemberKey, str]) -> dict[str, int]:
+        """Nodes per pool of the device-only fit of ``c`` (``pools``), memoized like it."""
+        hit = charges_memo.get(id(c.pools))
+        if hit is None:
+            hit = charges_memo[id(c.pools)] = _charges(req.engines, pools)
         return hit
 
     def phase(name: str) -> str | None:
@@ -405,7 +422,7 @@ def place(req: Request) -> Placement:
             why = "cluster is gone or no longer matches clusterSelector"
         elif not req.selector.matches(c.labels):
             why = "cluster no longer matches clusterSelector"
-        elif taints := untolerated(c.taints, req.tolerations, EXECUTE_EFFECTS):
+        elif c.taints and (taints := untolerated(c.taints, req.tolerations, EXECUTE_EFFECTS)):
             why = f"taint {taints[0]} not tolerated"
         elif fp and ex.cluster not in fp:
             why = f"cluster is outside the footprint of ModelCache {req.cache}"
@@ -436,58 +453,105 @@ def place(req: Request) -> Placement:
         removed.append(Removed(p.index, p.cluster, why))
 
     # ---- scale-down --------------------------------------------------------
-    while len(solid) + len(soft) > req.replicas:
-        if soft:
-            p, why = soft.pop()
-            drop(p, f"scaled down ({why})")
-            continue
+    excess = len(solid) + len(soft) - req.replicas
+    while excess > 0 and soft:
+        p, why = soft.pop()
+        drop(p, f"scaled down ({why})")
+        excess -= 1
+    if excess > 0:
+        # The victim is the replica with the highest (load, count, tier, index). Removing
+        # one lowers only its own cluster's load and count, so keys only decrease: a heap
+        # of negated keys re-checked on pop finds each victim in O(log n).
         counts = _counts(solid)
-        victim = max(
-            solid,
-            key=lambda p: (ledger.load(p.cluster), counts[p.cluster], tier(p.cluster), p.index),
-        )
-        solid.remove(victim)
-        drop(victim, "scaled down")
+
+        def down_key(p: Placed) -> tuple[float, int, int, int]:
+            return (-ledger.load(p.cluster), -counts[p.cluster], -tier(p.cluster), -p.index)
+
+        victims = [(down_key(p), p) for p in solid]
+        heapq.heapify(victims)
+        gone: set[int] = set()
+        while excess > 0:
+            k, victim = heapq.heappop(victims)
+            now = down_key(victim)
+            if now != k:
+                heapq.heappush(victims, (now, victim))
+                continue
+            gone.add(victim.index)
+            counts[victim.cluster] -= 1
+            drop(victim, "scaled down")
+            excess -= 1
+        solid = [p for p in solid if p.index not in gone]
 
     # ---- scale-up: place new replicas -------------------------------------
     need = req.replicas - len(solid)
-    taken = {ex.index for ex in req.existing}
+    indexes = _free_indexes({ex.index for ex in req.existing})
     checked: dict[str, str] = {}
     new: list[Placed] = []
-    candidates = _candidates(req, clusters, checked, static_fit)
     counts = _counts(solid + [p for p, _ in soft])
 
     def entry(c: Cluster) -> tuple[tuple[Any, ...], dict[MemberKey, str]] | None:
         """The choice key of ``c`` for the next replica, or None when it is full."""
         free = {p.name: ledger.free(c.name, p.name) for p in c.pools}
-        pools, why = _fit(c, req.engines, free)
-        if pools is None:
-            checked[c.name] = why
-            return None
+        # The device-only fit is the capacity-aware one whenever its pools have room
+        # (_fit takes the first satisfying pool by name; room only skips pools).
+        pools = static_fit(c)[0]
+        charges = static_charges(c, pools) if pools is not None else None
+        if pools is None or charges is None or any(free.get(k, 0) < n for k, n in charges.items()):
+            pools, why = _fit(c, req.engines, free)
+            if pools is None:
+                checked[c.name] = why
+                return None
+            charges = _charges(req.engines, pools)
         n = counts.get(c.name, 0)
-        left = sum(free.values()) - sum(_charges(req.engines, pools).values())
+        left = sum(free.values()) - sum(charges.values())
         return (n > 0, tier(c.name), left if n > 0 else 0, c.name), pools
 
-    # A heap of choice keys. Placing a replica changes only the chosen cluster's key
-    # (its count and free nodes), so only that cluster is re-evaluated.
-    heap: list[tuple[tuple[Any, ...], dict[MemberKey, str], Cluster]] = []
+    def put(c: Cluster, pools: dict[MemberKey, str]) -> None:
+        checked.pop(c.name, None)
+        ledger.charge(c.name, _charges(req.engines, pools))
+        new.append(Placed(next(indexes), c.name, pools, False, phase(c.name)))
+        counts[c.name] = counts.get(c.name, 0) + 1
+
     if need > 0:
-        for c in candidates:
+        # Spread: the choice key puts every cluster without a replica of this deployment
+        # first, in (tier, name) order, and placing one there moves it behind them all.
+        # So walk the clusters in that order, one replica each, and stop when enough are
+        # placed: a cluster is read and checked only when reached (a first call on a
+        # fleet of thousands looks at about as many clusters as it places replicas).
+        names = sorted(n for n in clusters if fp is None or n in fp)
+        if fp is not None:
+            names.sort(key=tier)  # stable: by name within a tier
+        eligible: list[Cluster] = []
+        for name in names:
+            if len(new) >= need:
+                break
+            c = clusters[name]
+            if not _eligible(req, c, checked, static_fit):
+                continue
+            eligible.append(c)
+            if counts.get(name, 0):
+                continue
             e = entry(c)
             if e is not None:
-                heap.append((e[0], e[1], c))
-        heapq.heapify(heap)
-    while len(new) < need and heap:
-        _, pools, c = heapq.heappop(heap)
-        checked.pop(c.name, None)
-        index = _free_index(taken)
-        taken.add(index)
-        ledger.charge(c.name, _charges(req.engines, pools))
-        new.append(Placed(index, c.name, pools, False, phase(c.name)))
-        counts[c.name] = counts.get(c.name, 0) + 1
-        e = entry(c)
-        if e is not None:
-            heapq.heappush(heap, (e[0], e[1], c))
+                put(c, e[1])
+        else:
+            # Every cluster was looked at and replicas are still wanted: pack onto the
+            # clusters that hold one, by their choice keys. Placing a replica changes
+            # only the chosen cluster's key, so a heap re-evaluates only that cluster.
+            heap: list[tuple[tuple[Any, ...], dict[MemberKey, str], Cluster]] = []
+            if len(new) < need:
+                for c in eligible:
+                    if counts.get(c.name, 0):
+                        e = entry(c)
+                        if e is not None:
+                            heap.append((e[0], e[1], c))
+                heapq.heapify(heap)
+            while len(new) < need and heap:
+                _, pools, c = heapq.heappop(heap)
+                put(c, pools)
+                e = entry(c)
+                if e is not None:
+                    heapq.heappush(heap, (e[0], e[1], c))
 
     # ---- replicas due to move: replaced when a replacement was placed -----
     keep_soft = max(0, req.replicas - len(solid) - len(new))
@@ -516,11 +580,13 @@ def _counts(placed: Sequence[Placed]) -> dict[str, int]:
     return out
 
 
-def _free_index(taken: set[int]) -> int:
+def _free_indexes(taken: set[int]) -> Iterator[int]:
+    """The indexes not in ``taken``, lowest first (one pass: O(replicas) in all)."""
     i = 0
-    while i in taken:
+    while True:
+        if i not in taken:
+            yield i
         i += 1
-    return i
 
 
 def _where(replicas: Sequence[Placed]) -> str:
@@ -532,39 +598,37 @@ def _where(replicas: Sequence[Placed]) -> str:
     return " on " + ", ".join(parts[:_MAX_NAMED]) + more
 
 
-def _candidates(
+def _eligible(
     req: Request,
-    clusters: Mapping[str, Cluster],
+    c: Cluster,
     checked: dict[str, str],
     static_fit: Callable[[Cluster], tuple[dict[MemberKey, str] | None, str]],
-) -> list[Cluster]:
-    """Clusters a new replica may go to (capacity is checked later); records why others not."""
-    out = []
+) -> bool:
+    """Whether a new replica may go to ``c`` (capacity is checked later); records why not
+    in ``checked`` (a cluster outside the selector or the footprint is not recorded)."""
+    name = c.name
+    if not req.selector.matches(c.labels):
+        return False  # outside the selector: not "checked"
     fp = req.footprint
-    for name in sorted(clusters):
-        c = clusters[name]
-        if not req.selector.matches(c.labels):
-            continue  # outside the selector: not "checked"
-        if fp is not None:
-            ph = fp.get(name)
-            if ph is None:
-                continue  # outside the footprint: reported by _shortfall
-            if ph == FAILED:
-                checked[name] = f"hydration of ModelCache {req.cache} Failed"
-                continue
-        if not c.ready:
-            checked[name] = "not Ready"
-            continue
-        bad = untolerated(c.taints, req.tolerations, SCHEDULE_EFFECTS)
-        if bad:
-            checked[name] = f"taint {bad[0]} not tolerated"
-            continue
-        pools, why = static_fit(c)
-        if pools is None:
-            checked[name] = why
-            continue
-        out.append(c)
-    return out
+    if fp is not None:
+        ph = fp.get(name)
+        if ph is None:
+            return False  # outside the footprint: reported by _shortfall
+        if ph == FAILED:
+            checked[name] = f"hydration of ModelCache {req.cache} Failed"
+            return False
+    if not c.ready:
+        checked[name] = "not Ready"
+        return False
+    bad = untolerated(c.taints, req.tolerations, SCHEDULE_EFFECTS) if c.taints else None
+    if bad:
+        checked[name] = f"taint {bad[0]} not tolerated"
+        return False
+    pools, why = static_fit(c)
+    if pools is None:
+        checked[name] = why
+        return False
+    return True
 
 
 def _shortfall(

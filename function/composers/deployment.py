@@ -61,11 +61,12 @@ Warning for a replica moved or dropped because its cluster no longer qualifies.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
-from google.protobuf.struct_pb2 import Struct
+from google.protobuf.struct_pb2 import ListValue, Struct
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from function import API_VERSION, structs
@@ -94,7 +95,6 @@ from function.placement import (
     Existing,
     Member,
     MemberKey,
-    Placed,
     Placement,
     Pool,
     Request,
@@ -288,7 +288,7 @@ def _pools(cluster: Struct) -> tuple[Pool, ...]:
 
 
 def _cluster(item: Struct) -> Cluster:
-    """An InferenceCluster as placement sees it (hot path: one per cluster per call)."""
+    """An InferenceCluster as placement sees it (hot path: read through the field maps)."""
     meta = structs.fields_of(item, "metadata")
     labels_v = meta.get("labels")
     labels = (
@@ -305,7 +305,11 @@ def _cluster(item: Struct) -> Cluster:
                 ready = "status" in c and c["status"].string_value == "True"
                 break
     taints_v = structs.fields_of(item, "spec").get("taints")
-    taints = parse_taints(structs.to_py(taints_v.list_value)) if taints_v is not None else ()
+    taints = (
+        parse_taints(structs.to_py(taints_v.list_value))
+        if taints_v is not None and taints_v.list_value.values
+        else ()
+    )
     return Cluster(
         name=meta["name"].string_value if "name" in meta else "",
         labels=labels,
@@ -313,6 +317,84 @@ def _cluster(item: Struct) -> Cluster:
         taints=taints,
         pools=_pools(item),
     )
+
+
+_CLUSTER_CACHE: dict[bytes, Cluster] = {}
+_CLUSTER_CACHE_MAX = 16384
+
+
+def _cached_cluster(item: Struct) -> Cluster:
+    """:func:`_cluster`, memoized by the object's serialized bytes.
+
+    An InferenceCluster changes rarely and is read on every reconcile of every
+    deployment; serializing it (one C call) costs less than half of reading it field by
+    field. The cache is cleared when it holds more than ``_CLUSTER_CACHE_MAX`` entries
+    (about 1 KiB each), which bounds memory whatever the fleet does.
+    """
+    key = item.SerializeToString(deterministic=True)
+    hit = _CLUSTER_CACHE.get(key)
+    if hit is None:
+        if len(_CLUSTER_CACHE) >= _CLUSTER_CACHE_MAX:
+            _CLUSTER_CACHE.clear()
+        hit = _CLUSTER_CACHE[key] = _cluster(item)
+    return hit
+
+
+class _Fleet(Mapping[str, Cluster]):
+    """The resolved InferenceClusters by name; each becomes a :class:`Cluster` only when
+    placement first reads it (``Request.fleet``). Building one costs far more than
+    finding its name, and a steady-state reconcile reads only the clusters its
+    replicas run on. A name seen twice keeps the last object (as a dict would)."""
+
+    __slots__ = ("_built", "_names", "_raw")
+
+    def __init__(self, items: Sequence[Struct]) -> None:
+        raw: dict[str, Struct] = {}
+        for it in items:
+            v = structs.fields_of(it, "metadata").get("name")
+            if v is not None and v.string_value:
+                raw[v.string_value] = it
+        self._raw = raw
+        self._built: dict[str, Cluster] = {}
+        self._names: list[str] | None = None
+
+    def __getitem__(self, name: str) -> Cluster:
+        c = self._built.get(name)
+        if c is None:
+            c = self._built[name] = _cached_cluster(self._raw[name])
+        return c
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._raw
+
+    def __iter__(self) -> Iterator[str]:
+        if self._names is None:
+            self._names = sorted(self._raw)
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+def _footprint(hydrations: Sequence[Struct], ns: str, cache: str) -> dict[str, str]:
+    """Cluster name to hydration phase (``Pending`` when none yet) of ``cache``'s
+    ModelCacheHydrations. Hot path (one per cluster): three field-map reads each."""
+    out: dict[str, str] = {}
+    for h in hydrations:
+        f = h.fields
+        v = f.get("spec")
+        x = v.struct_value.fields.get("clusterName") if v is not None else None
+        cl = x.string_value if x is not None else ""  # "" unless a string
+        if not cl:
+            continue
+        v = f.get("metadata")
+        x = v.struct_value.fields.get("name") if v is not None else None
+        if x is None or x.string_value != hydration_name(ns, cache, cl):
+            continue  # another cache whose shortened label collides
+        v = f.get("status")
+        x = v.struct_value.fields.get("phase") if v is not None else None
+        out[cl] = (x.string_value if x is not None else "") or "Pending"
+    return out
 
 
 def _num(v: Any, default: int) -> int:
@@ -388,69 +470,90 @@ def _is_own(item: Struct, ns: str, name: str) -> bool:
 # ---- composing ----------------------------------------------------------------
 
 
-class _Bodies:
-    """Builds ModelReplica bodies as Structs: the spec shared by every replica with the
-    same pools is built once per call and copied (C-level ``CopyFrom``), so 100 replicas
-    cost little more than one."""
+def _template_key(inputs: Inputs) -> bytes:
+    """``spec.template`` of the XR, serialized deterministically: the memo key of the
+    replica bodies (one C-level call per reconcile)."""
+    tv = structs.fields_of(inputs.xr, "spec").get("template")
+    return tv.struct_value.SerializeToString(deterministic=True) if tv is not None else b""
 
-    def __init__(self, inputs: Inputs, spec: DeploymentSpec, raw_ts: dict[str, Any]) -> None:
-        self.ns, self.name = inputs.namespace, inputs.name
-        user = dict(spec.template.metadata.labels) if spec.template.metadata else {}
-        labels, ann = labels_with_full(
-            {**user, LABEL_DEPLOYMENT: self.name, LABEL_MANAGED_BY: MANAGED_BY}
-        )
-        meta: dict[str, Any] = {"namespace": self.ns, "labels": labels}
-        if ann:
-            meta["annotations"] = ann
-        self.meta = Struct()
-        self.meta.update(meta)
-        self.raw_ts = raw_ts
-        self.specs: dict[tuple[tuple[MemberKey, str], ...], Struct] = {}
 
-    def _spec(self, pools: Mapping[MemberKey, str]) -> Struct:
-        key = tuple(sorted(pools.items()))
-        hit = self.specs.get(key)
-        if hit is not None:
-            return hit
-        engines = []
-        for e in self.raw_ts.get("engines") or []:
-            e2 = copy.deepcopy(e)
-            for mi, m in enumerate(e2.get("members") or []):
-                pool = pools.get((e2.get("name"), mi))
-                if pool is not None:
-                    m["pool"] = pool
-            engines.append(e2)
-        rspec: dict[str, Any] = {"deploymentName": self.name, "engines": engines}
-        for k in ("modelCacheRef", "tolerations", "serving", "shmSizeLimit", "flashLoader"):
-            if self.raw_ts.get(k) is not None:
-                rspec[k] = self.raw_ts[k]
-        st = Struct()
-        st.update(rspec)
-        self.specs[key] = st
-        return st
+@lru_cache(maxsize=256)
+def _template(template: bytes) -> dict[str, Any]:
+    """``spec.template`` as plain Python, from :func:`_template_key`'s bytes."""
+    out = structs.to_py(Struct.FromString(template))
+    return out if isinstance(out, dict) else {}
 
-    def body(self, p: Placed) -> Struct:
-        """The ModelReplica of placed replica ``p``."""
-        out = Struct()
-        f = out.fields
-        f["apiVersion"].string_value = API_VERSION
-        f["kind"].string_value = REPLICA_KIND
-        meta = f["metadata"].struct_value
-        meta.CopyFrom(self.meta)
-        meta.fields["name"].string_value = replica_name(self.ns, self.name, p.index)
-        labels, ann = labels_with_full(
-            {LABEL_CLUSTER: p.cluster, LABEL_REPLICA_INDEX: str(p.index)}
-        )
-        lf = meta.fields["labels"].struct_value.fields
-        for k, v in labels.items():
-            lf[k].string_value = v
-        for k, v in ann.items():
-            meta.fields["annotations"].struct_value.fields[k].string_value = v
-        spec = f["spec"].struct_value
-        spec.CopyFrom(self._spec(p.pools))
-        spec.fields["index"].number_value = p.index
-        spec.fields["clusterName"].string_value = p.cluster
-        return out
+
+@lru_cache(maxsize=256)
+def _replica_meta(namespace: str, name: str, template: bytes) -> Struct:
+    """The metadata every ModelReplica of the deployment shares (memoized, read-only)."""
+    user = (_template(template).get("metadata") or {}).get("labels") or {}
+    labels, ann = labels_with_full({**user, LABEL_DEPLOYMENT: name, LABEL_MANAGED_BY: MANAGED_BY})
+    meta: dict[str, Any] = {"namespace": namespace, "labels": labels}
+    if ann:
+        meta["annotations"] = ann
+    st = Struct()
+    st.update(meta)
+    return st
+
+
+@lru_cache(maxsize=1024)
+def _replica_spec(name: str, template: bytes, pools: tuple[tuple[MemberKey, str], ...]) -> Struct:
+    """The ModelReplica spec (``function.replica_spec``) with members on ``pools``,
+    without index and cluster (memoized, read-only: callers copy it)."""
+    raw_ts = _template(template).get("spec") or {}
+    chosen = dict(pools)
+    engines = []
+    for e in raw_ts.get("engines") or []:
+        e2 = copy.deepcopy(e)
+        for mi, m in enumerate(e2.get("members") or []):
+            pool = chosen.get((e2.get("name"), mi))
+            if pool is not None:
+                m["pool"] = pool
+        engines.append(e2)
+    rspec: dict[str, Any] = {"deploymentName": name, "engines": engines}
+    for k in ("modelCacheRef", "tolerations", "serving", "shmSizeLimit", "flashLoader"):
+        if raw_ts.get(k) is not None:
+            rspec[k] = raw_ts[k]
+    st = Struct()
+    st.update(rspec)
+    return st
+
+
+@lru_cache(maxsize=4096)
+def _replica_body(
+    namespace: str,
+    name: str,
+    template: bytes,
+    index: int,
+    cluster: str,
+    pools: tuple[tuple[MemberKey, str], ...],
+) -> Struct:
+    """The desired ModelReplica ``index`` of deployment ``namespace/name`` on ``cluster``.
+
+    A pure function of its arguments (``template`` is :func:`_template_key`), memoized
+    because a steady deployment desires the same bodies on every reconcile. The
+    returned Struct is shared: callers only read it (the runner copies it into the
+    response).
+    """
+    out = Struct()
+    f = out.fields
+    f["apiVersion"].string_value = API_VERSION
+    f["kind"].string_value = REPLICA_KIND
+    meta = f["metadata"].struct_value
+    meta.CopyFrom(_replica_meta(namespace, name, template))
+    meta.fields["name"].string_value = replica_name(namespace, name, index)
+    labels, ann = labels_with_full({LABEL_CLUSTER: cluster, LABEL_REPLICA_INDEX: str(index)})
+    lf = meta.fields["labels"].struct_value.fields
+    for k, v in labels.items():
+        lf[k].string_value = v
+    for k, v in ann.items():
+        meta.fields["annotations"].struct_value.fields[k].string_value = v
+    spec = f["spec"].struct_value
+    spec.CopyFrom(_replica_spec(name, template, pools))
+    spec.fields["index"].number_value = index
+    spec.fields["clusterName"].string_value = cluster
+    return out
 
 
 def _usage_body(inputs: Inputs, cache: str) -> dict[str, Any]:
@@ -529,7 +632,7 @@ def _status_from(
         True when every row's replica is ready.
     """
     total = ready = 0
-    placement = []
+    placement = ListValue()  # built in place: 100s of rows, no dict-to-Struct round trip
     failed: list[str] = []
     waiting: list[str] = []
     other: list[str] = []
@@ -550,14 +653,12 @@ def _status_from(
             reason = reason or WAITING_FOR_CACHE
         else:
             other.append(f"replica {index} on {cluster}: {reason or 'not ready'}")
-        placement.append(
-            {
-                "index": index,
-                "cluster": cluster,
-                "ready": ok,
-                **({"reason": reason} if reason else {}),
-            }
-        )
+        row = placement.values.add().struct_value.fields
+        row["index"].number_value = index
+        row["cluster"].string_value = cluster
+        row["ready"].bool_value = ok
+        if reason:
+            row["reason"].string_value = reason
     out.status["replicas"] = {"total": total, "ready": ready}
     out.status["placement"] = placement
     summary = f"{ready}/{wanted} replicas ready"
@@ -655,21 +756,9 @@ def compose(inputs: Inputs) -> Outcome:
             return out
         hyd_r = got[REQ_HYDRATIONS]
         assert isinstance(hyd_r, Resolved)
-        footprint = {}
-        for h in hyd_r.items:
-            cl = structs.sval(structs.sub(h, "spec"), "clusterName")
-            if not cl or structs.sval(structs.sub(h, "metadata"), "name") != hydration_name(
-                ns, cache, cl
-            ):
-                continue  # another cache whose shortened label collides
-            footprint[cl] = structs.sval(structs.sub(h, "status"), "phase") or "Pending"
+        footprint = _footprint(hyd_r.items, ns, cache)
 
-    clusters = tuple(
-        sorted(
-            (c for c in map(_cluster, clusters_r.items) if c.name),
-            key=lambda c: c.name,
-        )
-    )
+    fleet = _Fleet(clusters_r.items)
     used: dict[tuple[str, str], int] = {}
     for r in replicas_r.items:
         if _is_own(r, ns, name):
@@ -692,7 +781,7 @@ def compose(inputs: Inputs) -> Outcome:
             tolerations=parse_tolerations(
                 [t.model_dump(exclude_none=True) for t in ts.tolerations]
             ),
-            clusters=clusters,
+            fleet=fleet,
             used=used,
             existing=tuple(existing),
             footprint=footprint,
@@ -700,13 +789,12 @@ def compose(inputs: Inputs) -> Outcome:
         )
     )
 
-    bodies = _Bodies(inputs, spec, raw_ts)
+    template = _template_key(inputs)
     rows = []
     for p in placement.replicas:
         view = by_index.get(p.index) if p.existing else None
-        out.add(
-            f"{REPLICA_PREFIX}{p.index}", bodies.body(p), ready=view is not None and view.state[0]
-        )
+        body = _replica_body(ns, name, template, p.index, p.cluster, tuple(sorted(p.pools.items())))
+        out.add(f"{REPLICA_PREFIX}{p.index}", body, ready=view is not None and view.state[0])
         rows.append((p.index, p.cluster, view.obj if view is not None else None, p.hydration))
     for r in placement.removed:
         msg = f"removed replica {r.index} from {r.cluster}: {r.why}"
