@@ -237,3 +237,28 @@ def test_hydration_objects_use_their_own_cluster_provider_config() -> None:
         assert objs, seed.id
         for d in objs:
             assert d["spec"]["providerConfigRef"]["name"] == f"pc-{cluster}", (seed.id, d)
+
+
+# Which composer asks for which user-writable reference (issue 9's list).
+USER_REFERENCES = {
+    "ModelCacheHydration": {"Secret"},
+    "ModelDeployment": {"ModelCache"},
+    "ModelReplica": {"ModelCache"},
+    "ModelBackfill": {"CronJob", "ModelDeployment"},
+}
+
+
+def test_every_user_writable_reference_is_asked_for_in_the_xr_namespace() -> None:
+    """The seeds do reach the by-name references a user writes, each in the XR's namespace."""
+    for kind, want in USER_REFERENCES.items():
+        if missing_reason(kind):
+            continue
+        asked: set[str] = set()
+        for seed in seeds(kind):
+            body, world, observed = isolated(seed)
+            for rsp in drive_all(body, world, observed):
+                for sel in rsp.requirements.resources.values():
+                    if sel.WhichOneof("match") == "match_name":
+                        assert sel.kind in CLUSTER_SCOPED or sel.namespace == NS, (kind, sel)
+                        asked.add(sel.kind)
+        assert want <= asked, f"{kind}: never asked for {sorted(want - asked)}"
