@@ -237,3 +237,53 @@ __all__ = [
     "seeds",
     "settle",
 ]
+
+
+def start_process(log: Path, *args: str, env: Mapping[str, str] | None = None) -> tuple[Any, str]:
+    """Start ``python -m function --insecure`` on a free 127.0.0.1 port, stderr to ``log``.
+
+    Unlike ``function.render.start_function`` (stderr to a pipe nobody reads, which
+    blocks the server once 64 KiB of log lines pile up), the log goes to a file that
+    the caller can read (and check for the fake token). Waits until the health
+    service says SERVING.
+
+    Returns:
+        The process and its ``host:port``.
+    """
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    def free() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    address = f"127.0.0.1:{free()}"
+    full_env = {k: v for k, v in os.environ.items() if k != "TLS_SERVER_CERTS_DIR"}
+    full_env.update(env or {})
+    with log.open("ab") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "function", "--insecure", "--address", address,
+             "--metrics-address", f"127.0.0.1:{free()}", *args],
+            env=full_env, stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+    deadline = time.monotonic() + 30
+    with grpc.insecure_channel(address) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"function exited {proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return proc, address
+            except grpc.RpcError:
+                time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("function did not serve within 30 seconds")

@@ -16,14 +16,15 @@ second.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import grpc
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.render import start_function
 from tests.harness import GrpcFunction
-from tests.reliability import available_kinds, evolve, seeds, settle
+from tests.reliability import available_kinds, evolve, seeds, settle, start_process
+from tests.secret_guard import leaks
 
 CONCURRENT_CALLS = 200
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
@@ -68,9 +69,10 @@ def test_200_concurrent_calls_equal_their_sequential_responses() -> None:
     assert kinds == set(available_kinds())
 
 
-def test_200_concurrent_calls_against_a_function_process() -> None:
+def test_200_concurrent_calls_against_a_function_process(tmp_path: Path) -> None:
     reqs = mixed_requests()
-    proc, address = start_function()
+    log = tmp_path / "stderr"
+    proc, address = start_process(log)
     try:
         with grpc.insecure_channel(
             address, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
@@ -93,5 +95,6 @@ def test_200_concurrent_calls_against_a_function_process() -> None:
             assert got == sequential[i], f"concurrent call {n} ({reqs[i].meta.tag}) differs"
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, (err or b"").decode(errors="replace")[-2000:]
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, log.read_text()[-2000:]
+    assert not leaks(log.read_bytes())

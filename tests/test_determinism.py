@@ -25,9 +25,8 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.composers import KINDS
-from function.render import start_function
 from tests.harness import Clock, run
-from tests.reliability import evolve, missing_reason, seeds, settle
+from tests.reliability import evolve, missing_reason, seeds, settle, start_process
 from tests.secret_guard import leaks
 
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
@@ -45,14 +44,19 @@ def requests_for(kind: str) -> list[fnv1.RunFunctionRequest]:
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[list[tuple[str, grpc.UnaryUnaryMultiCallable]]]:
+def servers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[list[tuple[str, grpc.UnaryUnaryMultiCallable]]]:
     """Two function processes with different hash seeds, and raw-bytes callers."""
     procs = []
     callers = []
     channels = []
+    logs = []
     try:
         for seed in ("1", "2"):
-            proc, address = start_function({"PYTHONHASHSEED": seed})
+            log = tmp_path_factory.mktemp("fn") / "stderr"
+            logs.append(log)
+            proc, address = start_process(log, env={"PYTHONHASHSEED": seed})
             procs.append(proc)
             ch = grpc.insecure_channel(
                 address, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
@@ -70,14 +74,14 @@ def servers() -> Iterator[list[tuple[str, grpc.UnaryUnaryMultiCallable]]]:
             ch.close()
         for proc in procs:
             proc.terminate()
-        for proc in procs:
+        for proc, log in zip(procs, logs, strict=False):
             try:
-                _, err = proc.communicate(timeout=30)
+                proc.wait(timeout=30)
             except Exception:
                 proc.kill()
                 continue
-            assert proc.returncode == 0, (err or b"").decode(errors="replace")[-2000:]
-            assert not leaks(err or b""), "a function process logged the fake token"
+            assert proc.returncode == 0, log.read_text()[-2000:]
+            assert not leaks(log.read_bytes()), "a function process logged the fake token"
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
