@@ -518,8 +518,10 @@ def place(req: Request) -> Placement:
         # So walk the clusters in that order, one replica each, and stop when enough are
         # placed: a cluster is read and checked only when reached (a first call on a
         # fleet of thousands looks at about as many clusters as it places replicas).
-        names = sorted(n for n in clusters if fp is None or n in fp)
-        if fp is not None:
+        if fp is None:
+            names = sorted(clusters)
+        else:
+            names = sorted(n for n in fp if n in clusters)
             names.sort(key=tier)  # stable: by name within a tier
         eligible: list[Cluster] = []
         for name in names:

@@ -397,6 +397,64 @@ def _footprint(hydrations: Sequence[Struct], ns: str, cache: str) -> dict[str, s
     return out
 
 
+class _Footprint(Mapping[str, str]):
+    """:func:`_footprint` read lazily (``Request.footprint``).
+
+    A steady-state reconcile looks up only the clusters its replicas run on; finding a
+    hydration by its name (:func:`function.naming.hydration_name`) needs one field per
+    hydration to index, against three to read the whole footprint. Iterating (new
+    replicas, a shortfall message) reads it all once.
+    """
+
+    __slots__ = ("_all", "_by_name", "_cache", "_items", "_nonempty", "_ns")
+
+    def __init__(self, hydrations: Sequence[Struct], ns: str, cache: str) -> None:
+        self._items, self._ns, self._cache = hydrations, ns, cache
+        by_name: dict[str, Struct] = {}
+        for h in hydrations:
+            v = h.fields.get("metadata")
+            x = v.struct_value.fields.get("name") if v is not None else None
+            if x is not None and x.string_value:
+                by_name[x.string_value] = h
+        self._by_name = by_name
+        self._all: dict[str, str] | None = None
+        self._nonempty: bool | None = None
+
+    def _full(self) -> dict[str, str]:
+        if self._all is None:
+            self._all = _footprint(self._items, self._ns, self._cache)
+        return self._all
+
+    def __getitem__(self, cluster: str) -> str:
+        if self._all is not None:
+            return self._all[cluster]
+        h = self._by_name.get(hydration_name(self._ns, self._cache, cluster)) if cluster else None
+        got = _footprint((h,), self._ns, self._cache) if h is not None else {}
+        return got[cluster]  # KeyError when absent or the hydration is another cluster's
+
+    def __contains__(self, cluster: object) -> bool:
+        if not isinstance(cluster, str):
+            return False
+        try:
+            self[cluster]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._full())
+
+    def __len__(self) -> int:
+        return len(self._full())
+
+    def __bool__(self) -> bool:
+        if self._all is not None:
+            return bool(self._all)
+        if self._nonempty is None:
+            self._nonempty = any(_footprint((h,), self._ns, self._cache) for h in self._items)
+        return self._nonempty
+
+
 def _num(v: Any, default: int) -> int:
     """An integer from a Struct Value (numbers are doubles), or ``default``."""
     if v is not None and v.WhichOneof("kind") == "number_value":
@@ -738,7 +796,7 @@ def compose(inputs: Inputs) -> Outcome:
     replicas_r = got[REQ_REPLICAS]
     assert isinstance(clusters_r, Resolved) and isinstance(replicas_r, Resolved)
 
-    footprint: dict[str, str] | None = None
+    footprint: Mapping[str, str] | None = None
     if cache:
         cache_r = got[REQ_CACHE]
         assert isinstance(cache_r, Resolved)
@@ -756,7 +814,7 @@ def compose(inputs: Inputs) -> Outcome:
             return out
         hyd_r = got[REQ_HYDRATIONS]
         assert isinstance(hyd_r, Resolved)
-        footprint = _footprint(hyd_r.items, ns, cache)
+        footprint = _Footprint(hyd_r.items, ns, cache)
 
     fleet = _Fleet(clusters_r.items)
     used: dict[tuple[str, str], int] = {}
