@@ -77,7 +77,6 @@ from function.flashloader import FlashLoader, resolve_flash_loader, resolve_shm
 from function.inputs import UNRESOLVED, Inputs, Resolved
 from function.manifests import workloads as wl
 from function.manifests.objects import (
-    observed_manifest,
     provider_config_ref,
     remote_object,
     sync_error,
@@ -86,6 +85,7 @@ from function.outcome import Outcome, Result
 from function.replica_checks import check_spec
 from function.replica_spec import Engine, Member, ModelReplicaSpec
 from function.settings import Settings
+from function.structfill import struct_from
 
 CONDITION = "ModelReady"
 REQ_CLUSTER = "cluster"
@@ -666,8 +666,7 @@ def _plan(
     )
     children = []
     for key, d in out.resources.items():
-        body = Struct()
-        body.update(d.body)  # type: ignore[arg-type]  # dicts built above
+        body = struct_from(d.body)  # type: ignore[arg-type]  # dicts built above
         # Kept serialized: a few KiB each, where a Struct holds its own arena of
         # tens of KiB; parsing it back is a C-level call of microseconds.
         children.append((key, body.SerializeToString(deterministic=True)))
@@ -735,12 +734,15 @@ def _serving(inputs: Inputs, key: str, kind: str) -> tuple[bool, str]:
     obj = inputs.observed_body(key)
     if obj is None:
         return False, "not created yet"
-    if not _conditions_ok(obj) or not _conditions_ok(observed_manifest(obj)):
+    status = structs.sub(obj, "status")
+    # observed_manifest(obj), reading each level once
+    manifest = structs.get(structs.sub(status, "atProvider"), "manifest")
+    remote_status = structs.sub(manifest, "status") if isinstance(manifest, Struct) else None
+    if not _conditions_ok(status) or not _conditions_ok(remote_status):
         return False, "reports malformed status.conditions"
     err = sync_error(obj)
     if err:
         return False, f"not applied: {err}"
-    manifest = observed_manifest(obj)
     if manifest is None:
         return False, "not observed yet"
     if kind == "LeaderWorkerSet":
@@ -754,9 +756,12 @@ def _serving(inputs: Inputs, key: str, kind: str) -> tuple[bool, str]:
     return False, f"{have}/{_count(manifest, 'spec', 'replicas')} pods available"
 
 
-def _conditions_ok(node: Any) -> bool:
-    c = structs.get(node, "status", "conditions")
-    return c is None or isinstance(c, (ListValue, list))
+def _conditions_ok(status: Struct | None) -> bool:
+    """Whether ``status.conditions`` is absent, null or a list (``status`` may be None)."""
+    if status is None:
+        return True
+    c = status.fields.get("conditions")
+    return c is None or c.WhichOneof("kind") in (None, "null_value", "list_value")
 
 
 def _count(node: Any, *path: str) -> int:

@@ -1,0 +1,105 @@
+"""Build protobuf ``Struct`` values from plain JSON data, faster than ``Struct.update``.
+
+``Struct.update`` (protobuf's ``well_known_types``) walks every value through a chain
+of ``isinstance`` checks and clears each field before setting it; for the manifests a
+composer builds (a few hundred fields each) that is most of the cost of emitting them.
+:func:`fill` dispatches on the exact type once per value and writes straight into the
+upb map and list containers. The result equals what ``Struct.update`` gives (same
+fields, numbers as doubles, ``None`` as JSON null).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf.struct_pb2 import Struct
+
+
+def struct_from(data: Mapping[str, Any]) -> Struct:
+    """A new Struct holding ``data`` (dicts, lists, str, int, float, bool, None).
+
+    Raises:
+        TypeError: for a value of any other type (as ``Struct.update`` does), or
+            ValueError for a key that is not a string.
+    """
+    out = Struct()
+    fill(out.fields, data)
+    return out
+
+
+def fill(fields: Any, data: Mapping[str, Any]) -> None:
+    """Set every key of ``data`` in a Struct's ``fields`` map (existing keys are replaced)."""
+    for k, v in data.items():
+        if not isinstance(k, str):
+            raise ValueError(f"Struct keys must be strings, not {type(k).__name__}")
+        t = type(v)
+        if t is str:
+            fields[k].string_value = v
+        elif t is dict:
+            target = fields[k]
+            target.Clear()
+            if v:
+                fill(target.struct_value.fields, v)
+            else:
+                target.struct_value.SetInParent()
+        elif t is list or t is tuple:
+            target = fields[k]
+            target.Clear()
+            if v:
+                extend(target.list_value.values, v)
+            else:
+                target.list_value.SetInParent()
+        elif t is bool:
+            fields[k].bool_value = v
+        elif t is int or t is float:
+            fields[k].number_value = v
+        elif v is None:
+            fields[k].null_value = 0
+        else:
+            _other(fields[k], v)
+
+
+def extend(values: Any, items: Any) -> None:
+    """Append every element of ``items`` to a ListValue's ``values``."""
+    for v in items:
+        t = type(v)
+        e = values.add()
+        if t is str:
+            e.string_value = v
+        elif t is dict:
+            if v:
+                fill(e.struct_value.fields, v)
+            else:
+                e.struct_value.SetInParent()
+        elif t is list or t is tuple:
+            if v:
+                extend(e.list_value.values, v)
+            else:
+                e.list_value.SetInParent()
+        elif t is bool:
+            e.bool_value = v
+        elif t is int or t is float:
+            e.number_value = v
+        elif v is None:
+            e.null_value = 0
+        else:
+            _other(e, v)
+
+
+def _other(target: Any, v: Any) -> None:
+    """Subclasses of the JSON types (str/int/float/dict/list enums and the like)."""
+    if isinstance(v, bool):
+        target.bool_value = v
+    elif isinstance(v, str):
+        target.string_value = v
+    elif isinstance(v, (int, float)):
+        target.number_value = v
+    elif isinstance(v, Mapping):
+        target.struct_value.SetInParent()
+        fill(target.struct_value.fields, v)
+    elif isinstance(v, (list, tuple)):
+        target.list_value.SetInParent()
+        extend(target.list_value.values, v)
+    else:
+        raise TypeError(f"cannot put a {type(v).__name__} in a Struct")

@@ -1,0 +1,350 @@
+"""ModelReplica hot path: memoized plans never go stale, observed workloads read leanly.
+
+The composer memoizes what it desires per distinct input (``replica._plan``, keyed by
+the canonical form of the spec, the cluster's provider config and ``gpuPools``, the
+flash-loader and ``/dev/shm`` settings, and the XR's name). These tests change each
+input in turn after a warm call and check that the response is exactly what a cold
+process (caches cleared) gives, that a response's bodies are independent copies, and
+that invalid input is rejected on every call. The observed-workload table covers every
+``engines[].message`` the composer can give, in-process and over gRPC.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from function.composers import replica
+from function.composers.replica import CONDITION
+from function.settings import Settings, default_settings
+from tests import harness as h
+from tests.replica_fixtures import (
+    H100_POOL,
+    cluster,
+    model_cache,
+    multi_spec,
+    observed_object,
+    ready_required,
+    single_spec,
+)
+from tests.replica_fixtures import (
+    replica as replica_xr,
+)
+
+
+def clear_caches() -> None:
+    for fn in (replica._parse, replica._head, replica._plan, replica._flash, replica._shm):
+        fn.cache_clear()
+
+
+def run(
+    spec: dict[str, Any],
+    req: dict[str, Any],
+    *,
+    observed: dict[str, Any] | None = None,
+    settings: Settings | None = None,
+    name: str | None = None,
+) -> Any:
+    xr = replica_xr(spec)
+    if name is not None:
+        xr["metadata"]["name"] = name
+    return h.run(h.request(xr, observed=observed, required=req), settings=settings)
+
+
+def wire(rsp: Any) -> bytes:
+    return bytes(rsp.SerializeToString(deterministic=True))
+
+
+def cold(call: Callable[[], Any]) -> bytes:
+    """The response a fresh process would give."""
+    clear_caches()
+    return wire(call())
+
+
+# ---- every input of the plan invalidates it -------------------------------------------
+
+
+def _pools_with_selector() -> dict[str, Any]:
+    pool = copy.deepcopy(H100_POOL)
+    pool["nodeSelector"] = {"example.com/pool": "big"}
+    return ready_required() | {"cluster": [cluster(pools=[pool])]}
+
+
+def _no_dra_class() -> dict[str, Any]:
+    pool = copy.deepcopy(H100_POOL)
+    del pool["devices"][0]["deviceClassName"]
+    return ready_required() | {"cluster": [cluster(pools=[pool])]}
+
+
+def _other_provider_config() -> dict[str, Any]:
+    return ready_required() | {"cluster": [cluster(provider_config="gpu-a-other")]}
+
+
+def _flash_on() -> dict[str, Any]:
+    return ready_required(flash_loader={"enabled": True, "tmpfsSizeLimit": "64Gi"})
+
+
+def _spec(**changes: Any) -> dict[str, Any]:
+    return single_spec(**changes)
+
+
+# name -> (spec, required, settings, xr name, what must show in the response's wire form)
+CHANGES: dict[str, tuple[dict[str, Any], dict[str, Any], Settings | None, str | None, bytes]] = {
+    "copies": (_spec(copies=3), ready_required(), None, None, b""),
+    "shm override": (_spec(shmSizeLimit="24Gi"), ready_required(), None, None, b"24Gi"),
+    "shm setting": (
+        _spec(),
+        ready_required(),
+        Settings.model_construct(default_shm_size_limit="12Gi"),
+        None,
+        b"12Gi",
+    ),
+    "provider config": (_spec(), _other_provider_config(), None, None, b"gpu-a-other"),
+    "pool node selector": (_spec(), _pools_with_selector(), None, None, b"example.com/pool"),
+    "pool device class gone": (_spec(), _no_dra_class(), None, None, b"DeviceNotFound"),
+    "cache flash loader": (_spec(), _flash_on(), None, None, b"modelplane-flash-loader"),
+    "flash setting": (
+        _spec(),
+        ready_required(),
+        Settings.model_construct(default_flash_loader_enabled=True),
+        None,
+        b"modelplane-flash-loader",
+    ),
+    "xr name": (_spec(), ready_required(), None, "modelreplica-ml-team-chat-0-other", b"other"),
+    "multi-node": (multi_spec(), ready_required(), None, None, b"LeaderWorkerSet"),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_changed_input_gives_what_a_cold_process_gives(change: str) -> None:
+    spec, req, settings, name, marker = CHANGES[change]
+    base = wire(run(single_spec(), ready_required()))  # warms every cache
+    warm = wire(run(spec, req, settings=settings, name=name))
+    assert warm == cold(lambda: run(spec, req, settings=settings, name=name))
+    assert warm != base
+    assert marker in warm
+    # ...and going back gives the base response again.
+    assert wire(run(single_spec(), ready_required())) == base
+
+
+def test_warm_and_cold_responses_are_identical_for_each_phase() -> None:
+    for phase in ("Ready", "Pending", "Hydrating", "Failed"):
+        call = lambda p=phase: run(single_spec(), ready_required(p))  # noqa: E731
+        warm = [wire(call()) for _ in range(2)]
+        assert warm[0] == warm[1] == cold(call)
+
+
+def test_response_bodies_are_independent_copies() -> None:
+    first = run(single_spec(), ready_required())
+    want = wire(run(single_spec(), ready_required()))
+    # Scribble over every body of the first response: later ones must not change.
+    for res in first.desired.resources.values():
+        res.resource.fields["spec"].struct_value.fields["forProvider"].Clear()
+        res.resource.fields["metadata"].struct_value.fields["name"].string_value = "x"
+    assert wire(run(single_spec(), ready_required())) == want
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda s: s.update(index=-1), "spec.index"),
+        (
+            lambda s: s["engines"][0]["members"][0]["template"]["spec"]["containers"][0].update(
+                env=[{"name": "MODELPLANE_MODEL", "value": "/x"}]
+            ),
+            "spec.engines[0].members[0].template.spec.containers[0].env[0].name",
+        ),
+        (lambda s: s.update(shmSizeLimit="lots"), "spec.shmSizeLimit"),
+        (lambda s: s.update(flashLoader={"concurrency": 0}), "spec.flashLoader.concurrency"),
+    ],
+)
+def test_invalid_input_is_fatal_on_every_call(mutate: Callable[[dict[str, Any]], Any], field: str):
+    spec = single_spec()
+    mutate(spec)
+    for _ in range(3):
+        fatal = h.fatal(run(spec, ready_required()))
+        assert len(fatal) == 1 and field in fatal[0]
+
+
+def test_a_cache_flash_loader_that_is_not_an_object_is_fatal_every_time() -> None:
+    bad = model_cache()
+    bad["spec"]["flashLoader"] = "yes"
+    req = ready_required() | {"cache": [bad]}
+    for _ in range(2):
+        fatal = h.fatal(run(single_spec(), req))
+        assert len(fatal) == 1 and "spec.flashLoader" in fatal[0] and "ModelCache" in fatal[0]
+
+
+def test_plans_are_bounded_and_keep_bodies_serialized(monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_caches()
+    plans: list[Any] = []
+    real = replica._plan
+
+    def probe(*args: Any) -> Any:
+        plans.append(real(*args))
+        return plans[-1]
+
+    monkeypatch.setattr(replica, "_plan", probe)
+    run(single_spec(), ready_required())
+    run(single_spec(), ready_required())
+    assert real.cache_info().maxsize == replica.CACHE_SIZE
+    assert real.cache_info().currsize == 1 and real.cache_info().hits == 1
+    assert (replica._parse.cache_info().maxsize or 0) <= 64  # parsed specs are large: few kept
+    assert plans[0] is plans[1]
+    assert {k for k, _ in plans[0].children} == {
+        "claim-vllm-standalone",
+        "workload-vllm",
+        "service",
+    }
+    assert all(isinstance(b, bytes) for _, b in plans[0].children)
+
+
+# ---- what the observed workload says ----------------------------------------------------
+
+
+def _observed(key: str, remote: dict[str, Any], edit: Callable[[dict[str, Any]], Any] | None):
+    def build(desired: dict[str, Any]) -> dict[str, Any]:
+        obj = observed_object(desired[key], remote)
+        if edit is not None:
+            edit(obj)
+        return {key: obj}
+
+    return build
+
+
+def _set(path: tuple[str, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(obj: dict[str, Any]) -> None:
+        node = obj
+        for p in path[:-1]:
+            node = node[p]
+        node[path[-1]] = value
+
+    return edit
+
+
+_AVAILABLE = {"observedGeneration": 1, "updatedReplicas": 2, "availableReplicas": 2}
+
+# case -> (multi-node?, observed builder or None, ready, engines[0].message or None)
+SERVING: dict[str, tuple[bool, Any, bool, str | None]] = {
+    "not created": (False, None, False, "not created yet"),
+    "available": (False, _observed("workload-vllm", _AVAILABLE, None), True, None),
+    "one of two available": (
+        False,
+        _observed("workload-vllm", {**_AVAILABLE, "availableReplicas": 1}, None),
+        False,
+        "1/2 pods available",
+    ),
+    "old generation": (
+        False,
+        _observed("workload-vllm", {**_AVAILABLE, "observedGeneration": 0}, None),
+        False,
+        "2/2 pods available",
+    ),
+    "object conditions not a list": (
+        False,
+        _observed("workload-vllm", _AVAILABLE, _set(("status", "conditions"), "Ready")),
+        False,
+        "reports malformed status.conditions",
+    ),
+    "remote conditions not a list": (
+        False,
+        _observed("workload-vllm", {**_AVAILABLE, "conditions": 3}, None),
+        False,
+        "reports malformed status.conditions",
+    ),
+    "object conditions null": (
+        False,
+        _observed("workload-vllm", _AVAILABLE, _set(("status", "conditions"), None)),
+        True,
+        None,
+    ),
+    "not synced": (
+        False,
+        _observed(
+            "workload-vllm",
+            _AVAILABLE,
+            _set(
+                ("status", "conditions"),
+                [{"type": "Synced", "status": "False", "reason": "X", "message": "forbidden"}],
+            ),
+        ),
+        False,
+        "not applied: forbidden",
+    ),
+    "no atProvider": (
+        False,
+        _observed("workload-vllm", _AVAILABLE, _set(("status", "atProvider"), {})),
+        False,
+        "not observed yet",
+    ),
+    "status a list": (
+        False,
+        _observed("workload-vllm", _AVAILABLE, _set(("status",), [1, 2])),
+        False,
+        "not observed yet",
+    ),
+    "manifest a string": (
+        False,
+        _observed("workload-vllm", _AVAILABLE, _set(("status", "atProvider", "manifest"), "x")),
+        False,
+        "0/0 pods available",
+    ),
+    "groups not ready": (
+        True,
+        _observed("workload-kimi", {"readyReplicas": 1}, None),
+        False,
+        "1/2 groups ready",
+    ),
+    "groups ready, not Available": (
+        True,
+        _observed("workload-kimi", {"readyReplicas": 2}, None),
+        False,
+        "2/2 groups ready",
+    ),
+    "groups serving": (
+        True,
+        _observed(
+            "workload-kimi",
+            {"readyReplicas": 2, "conditions": [{"type": "Available", "status": "True"}]},
+            None,
+        ),
+        True,
+        None,
+    ),
+}
+
+
+def _serving_request(case: str) -> Any:
+    multi, build, _, _ = SERVING[case]
+    spec = multi_spec(copies=2) if multi else single_spec(copies=2)
+    first = h.desired(run(spec, ready_required()))
+    observed = build(first) if build is not None else None
+    return h.request(replica_xr(spec), observed=observed, required=ready_required())
+
+
+def _check_serving(case: str, rsp: Any) -> None:
+    _, _, ready, message = SERVING[case]
+    (engine,) = h.status(rsp)["engines"]
+    assert engine["ready"] is ready
+    assert engine.get("message") == message
+    cond = h.conditions(rsp)[CONDITION]
+    assert cond["reason"] == ("Serving" if ready else "Starting")
+    assert h.xr_ready(rsp) == ("READY_TRUE" if ready else "READY_FALSE")
+    if message is not None:
+        assert message in cond["message"]
+
+
+@pytest.mark.parametrize("case", sorted(SERVING))
+def test_observed_workload_state(case: str) -> None:
+    _check_serving(case, h.run(_serving_request(case), settings=default_settings()))
+
+
+@pytest.mark.parametrize("case", sorted(SERVING))
+def test_observed_workload_state_over_grpc(grpc_function: Any, case: str) -> None:
+    req = _serving_request(case)
+    rsp = grpc_function.call(req)
+    _check_serving(case, rsp)
+    assert h.status(rsp) == h.status(h.run(req))
