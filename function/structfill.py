@@ -24,12 +24,23 @@ def struct_from(data: Mapping[str, Any]) -> Struct:
             ValueError for a key that is not a string.
     """
     out = Struct()
-    fill(out.fields, data)
+    _fill_new(out.fields, data)
     return out
 
 
 def fill(fields: Any, data: Mapping[str, Any]) -> None:
     """Set every key of ``data`` in a Struct's ``fields`` map (existing keys are replaced)."""
+    for k, v in data.items():
+        t = type(v)
+        if t is dict or t is list or t is tuple:
+            if not isinstance(k, str):
+                raise ValueError(f"Struct keys must be strings, not {type(k).__name__}")
+            fields[k].Clear()  # an existing object or list is replaced, not merged
+        _fill_new(fields, {k: v})
+
+
+def _fill_new(fields: Any, data: Mapping[str, Any]) -> None:
+    """:func:`fill` for a map none of whose keys is set yet (no clearing needed)."""
     for k, v in data.items():
         if not isinstance(k, str):
             raise ValueError(f"Struct keys must be strings, not {type(k).__name__}")
@@ -37,19 +48,15 @@ def fill(fields: Any, data: Mapping[str, Any]) -> None:
         if t is str:
             fields[k].string_value = v
         elif t is dict:
-            target = fields[k]
-            target.Clear()
             if v:
-                fill(target.struct_value.fields, v)
+                _fill_new(fields[k].struct_value.fields, v)
             else:
-                target.struct_value.SetInParent()
+                fields[k].struct_value.SetInParent()
         elif t is list or t is tuple:
-            target = fields[k]
-            target.Clear()
             if v:
-                extend(target.list_value.values, v)
+                extend(fields[k].list_value.values, v)
             else:
-                target.list_value.SetInParent()
+                fields[k].list_value.SetInParent()
         elif t is bool:
             fields[k].bool_value = v
         elif t is int or t is float:
@@ -69,7 +76,7 @@ def extend(values: Any, items: Any) -> None:
             e.string_value = v
         elif t is dict:
             if v:
-                fill(e.struct_value.fields, v)
+                _fill_new(e.struct_value.fields, v)
             else:
                 e.struct_value.SetInParent()
         elif t is list or t is tuple:
@@ -96,9 +103,11 @@ def _other(target: Any, v: Any) -> None:
     elif isinstance(v, (int, float)):
         target.number_value = v
     elif isinstance(v, Mapping):
+        target.Clear()
         target.struct_value.SetInParent()
-        fill(target.struct_value.fields, v)
+        _fill_new(target.struct_value.fields, v)
     elif isinstance(v, (list, tuple)):
+        target.Clear()
         target.list_value.SetInParent()
         extend(target.list_value.values, v)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ CASES: list[dict[str, Any]] = [
     {"tuple": (1, 2), "deep": {"a": {"b": {"c": [{"d": [[]]}]}}}},
     {"big": 2**53, "neg": -3, "zero": 0, "unicode": "grüße ✓"},
     {"enum": Color.RED, "list_of_enums": [Color.RED]},
+    {"ordered": OrderedDict(b=1, a={"x": [OrderedDict()]}), "in_list": [OrderedDict(z=None)]},
 ]
 
 
@@ -41,8 +43,8 @@ def test_same_struct_as_update(data: dict[str, Any]) -> None:
 
 
 def test_fill_replaces_existing_keys_like_update() -> None:
-    base = {"m": {"old": 1, "keep": 2}, "l": [1, 2, 3], "s": {"x": 1}}
-    patch = {"m": {"new": 3}, "l": [4], "s": "now a string"}
+    base = {"m": {"old": 1, "keep": 2}, "l": [1, 2, 3], "s": {"x": 1}, "o": {"y": 1}}
+    patch = {"m": {"new": 3}, "l": [4], "s": "now a string", "o": OrderedDict(z=2)}
     got = struct_from(base)
     fill(got.fields, patch)
     want = reference(base)
