@@ -763,3 +763,73 @@ def test_device_request_of_wrong_shape_is_fatal_naming_the_field(
     e["members"][0]["nodeSelector"]["devices"][0]["selectors"] = selectors
     msg = h.fatal(h.run(h.request(deployment(1, engines=[e]))))
     assert msg and f"spec.template.spec.engines[0].members[0].nodeSelector.{field}" in msg[0]
+
+
+# ---- hot path: lazy reads and memoized bodies stay exact --------------------------------
+
+
+def test_footprint_ignores_hydrations_of_another_cache_or_cluster() -> None:
+    """The footprint is read lazily (by hydration name); a hydration that carries the
+    cache's label but another cache's name, or this cache's name for another cluster,
+    is in no footprint, for new replicas and for existing ones alike."""
+    stray = hydration("gpu-b", "Ready", cache_name="other-cache")
+    stray["metadata"]["labels"]["modelplane.ai/cache"] = "qwen-cache"  # a label collision
+    moved = hydration("gpu-a", "Ready")
+    moved["spec"]["clusterName"] = "gpu-c"  # this cache's name for gpu-a, claiming gpu-c
+    base = [ic("gpu-a"), ic("gpu-b"), ic("gpu-c"), cache(), stray, moved]
+    rsp = drive(deployment(2), world(base=base))
+    assert placed(rsp) == []
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    # Neither counts as a hydration of this cache: the footprint is empty.
+    assert (c["status"], c["reason"]) == ("False", "WaitingForCache")
+    # Existing replicas on those clusters are outside the footprint: removed (the
+    # deployment's own gpu-a hydration is what keeps one of them).
+    first = drive(deployment(2), world())
+    assert placed(first) == [(0, "gpu-a"), (1, "gpu-b")]
+    base = [ic("gpu-a"), ic("gpu-b"), cache(), hydration("gpu-a", "Ready"), stray]
+    rsp = drive(deployment(2), world(base=base), observe(first))
+    assert placed(rsp) == [(0, "gpu-a"), (2, "gpu-a")]
+    warnings = [m for s, m in h.results(rsp) if s == "Warning"]
+    assert any("replica 1 from gpu-b" in m and "outside the footprint" in m for m in warnings)
+
+
+def test_replica_bodies_follow_every_input_of_the_memo() -> None:
+    """Replica bodies are memoized by (namespace, name, template, index, cluster, pools):
+    a change to any of them changes the body, and a repeated call returns equal bodies."""
+    a = replicas_of(drive(deployment(1), world()))["replica-0"]
+    again = replicas_of(drive(deployment(1), world()))["replica-0"]
+    assert a == again
+    relabeled = deployment(1)
+    relabeled["spec"]["template"]["metadata"]["labels"]["team"] = "search"
+    b = replicas_of(drive(relabeled, world()))["replica-0"]
+    assert b["metadata"]["labels"]["team"] == "search" and a["metadata"]["labels"]["team"] == "chat"
+    assert b["spec"] == a["spec"]
+    image = deployment(1)
+    members = image["spec"]["template"]["spec"]["engines"][0]["members"]
+    members[0]["template"]["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v0.10.0"
+    c = replicas_of(drive(image, world()))["replica-0"]
+    assert c["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]["image"] == (
+        "vllm/vllm-openai:v0.10.0"
+    )
+    elsewhere = h.xr("ModelDeployment", "chat", deployment(1)["spec"], namespace="team-b")
+    other_ns = {**cache(), "metadata": {"name": "qwen-cache", "namespace": "team-b"}}
+    hyd = hydration("gpu-a", "Ready")
+    hyd["metadata"].update(name=hydration_name("team-b", "qwen-cache", "gpu-a"), namespace="team-b")
+    w = world(base=[*C5_WORLD[:3], other_ns, hyd])
+    d = replicas_of(drive(elsewhere, w))["replica-0"]
+    assert d["metadata"]["namespace"] == "team-b"
+    assert d["metadata"]["name"] == replica_name("team-b", "chat", 0) != a["metadata"]["name"]
+
+
+def test_cluster_changes_are_seen_across_calls() -> None:
+    """InferenceClusters are memoized by content: a cluster that stops being Ready or
+    loses nodes between two calls is read afresh."""
+    first = drive(deployment(2), world())
+    assert placed(first) == [(0, "gpu-a"), (1, "gpu-b")]
+    base = [ic("gpu-a", ready=False), ic("gpu-b", nodes=1), ic("gpu-c"), *C5_WORLD[3:]]
+    rsp = drive(deployment(3), world(base=base), observe(first))
+    # gpu-a is not Ready: its replica stays (nowhere else has room) and nothing new goes
+    # there; gpu-b's one node is taken by replica 1; gpu-c is outside the footprint.
+    assert placed(rsp) == [(0, "gpu-a"), (1, "gpu-b")]
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert c["reason"] == "InsufficientCapacity" and "gpu-a: not Ready" in c["message"]

@@ -513,3 +513,89 @@ def test_large_fleet_is_fast_enough() -> None:
     p = place(req(replicas=100, clusters=fleet))
     assert len(p.replicas) == 100
     assert time.perf_counter() - t < 5
+
+
+# ---- fleet scale: what placement reads, and no quadratic step ---------------------------
+
+
+class CountingFleet(dict):  # type: ignore[type-arg]
+    """A ``Request.fleet`` that records which clusters placement reads."""
+
+    def __init__(self, clusters: tuple[Cluster, ...]) -> None:
+        super().__init__((c.name, c) for c in clusters)
+        self.read: set[str] = set()
+
+    def __getitem__(self, name: str) -> Cluster:
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def get(self, name: str, default: object = None) -> object:  # type: ignore[override]
+        return self[name] if name in self else default
+
+
+def test_steady_state_reads_only_the_clusters_replicas_run_on() -> None:
+    fleet = CountingFleet(tuple(cluster(f"c{i:04d}") for i in range(1000)))
+    existing = tuple(Existing(i, f"c{i * 7:04d}", {("vllm", 0): "h100"}) for i in range(100))
+    p = place(req(replicas=100, fleet=fleet, existing=existing))
+    assert [r.cluster for r in p.replicas] == [e.cluster for e in existing]
+    assert p.reason is None
+    assert fleet.read == {e.cluster for e in existing}
+
+
+def test_first_call_reads_about_as_many_clusters_as_it_places() -> None:
+    clusters = [cluster(f"c{i:04d}") for i in range(1000)]
+    clusters[1] = cluster("c0001", ready=False)  # checked and skipped on the way
+    fleet = CountingFleet(tuple(clusters))
+    fp = {c.name: "Hydrating" if i % 10 == 9 else "Ready" for i, c in enumerate(clusters)}
+    p = place(req(replicas=100, fleet=fleet, footprint=fp, cache="c"))
+    assert len(p.replicas) == 100 and p.reason is None
+    # Ready-cache clusters first, by name, skipping the one that is not Ready.
+    assert where(p)[:3] == [(0, "c0000"), (1, "c0002"), (2, "c0003")]
+    assert all(fp[c] == "Ready" for _, c in where(p))
+    assert len(fleet.read) == 101
+
+
+def test_fleet_mapping_and_cluster_tuple_place_alike() -> None:
+    clusters = tuple(cluster(f"c{i}", nodes=1 + i % 3) for i in range(12))
+    existing = (Existing(3, "c5", {("vllm", 0): "h100"}), Existing(0, "gone", {}))
+    for n in (0, 1, 5, 30):
+        a = place(req(replicas=n, clusters=clusters, existing=existing))
+        b = place(req(replicas=n, fleet={c.name: c for c in clusters}, existing=existing))
+        assert (a.replicas, a.removed, a.reason, a.message) == (
+            b.replicas,
+            b.removed,
+            b.reason,
+            b.message,
+        )
+
+
+def test_scale_down_picks_the_most_loaded_cluster_each_time() -> None:
+    # c0 is fuller (others use 2 of its 4 nodes): it loses its replicas (highest index
+    # first) until its load falls to c1's; then c1 loses its highest index.
+    clusters = (cluster("c0"), cluster("c1"))
+    existing = tuple(Existing(i, "c0" if i < 2 else "c1", {("vllm", 0): "h100"}) for i in range(4))
+    p = place(req(replicas=1, clusters=clusters, existing=existing, used={("c0", "h100"): 2}))
+    assert [r.index for r in p.removed] == [0, 1, 3]
+    assert where(p) == [(2, "c1")]
+    assert all(r.why == "scaled down" for r in p.removed)
+
+
+def test_placement_time_grows_linearly_with_the_fleet() -> None:
+    """No quadratic step: 10x the clusters (and replicas to place or drop) costs far
+    less than 100x. Compared by operation counts-proxy (best of several timings)."""
+    import time
+
+    def best(n: int, replicas: int, existing: int) -> float:
+        fleet = tuple(cluster(f"c{i:05d}", nodes=2) for i in range(n))
+        ex = tuple(Existing(i, f"c{i:05d}", {("vllm", 0): "h100"}) for i in range(existing))
+        out = []
+        for _ in range(5):
+            t = time.perf_counter()
+            place(req(replicas=replicas, clusters=fleet, existing=ex))
+            out.append(time.perf_counter() - t)
+        return min(out)
+
+    # Pack (every cluster full), and scale-down from 2 replicas per cluster to none.
+    small = best(300, 600, 0) + best(300, 0, 300)
+    large = best(3000, 6000, 0) + best(3000, 0, 3000)
+    assert large / small < 40
