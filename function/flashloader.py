@@ -47,6 +47,11 @@ _FIELDS: dict[str, tuple[str, str]] = {
         "DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT",
     ),
 }
+# Every Settings attribute the resolvers here read (a cache key for their results).
+SETTINGS_ATTRS: tuple[str, ...] = (
+    "default_shm_size_limit",
+    *(attr for attr, _ in _FIELDS.values()),
+)
 
 
 @dataclass(frozen=True, slots=True)

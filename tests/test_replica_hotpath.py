@@ -19,6 +19,7 @@ import pytest
 
 from function.composers import replica
 from function.composers.replica import CONDITION
+from function.flashloader import SETTINGS_ATTRS, resolve_flash_loader, resolve_shm
 from function.settings import Settings, default_settings
 from tests import harness as h
 from tests.replica_fixtures import (
@@ -348,3 +349,20 @@ def test_observed_workload_state_over_grpc(grpc_function: Any, case: str) -> Non
     rsp = grpc_function.call(req)
     _check_serving(case, rsp)
     assert h.status(rsp) == h.status(h.run(req))
+
+
+def test_the_settings_key_covers_every_setting_the_resolvers_read() -> None:
+    """Memoized flash-loader and /dev/shm results are keyed by ``SETTINGS_ATTRS`` only."""
+    read: set[str] = set()
+    base = default_settings()
+
+    class Probe:
+        def __getattr__(self, name: str) -> Any:
+            read.add(name)
+            return getattr(base, name)
+
+    probe: Any = Probe()
+    resolve_flash_loader(probe, {"enabled": True}, {"concurrency": 2})
+    resolve_shm(probe, "1Gi")
+    resolve_shm(probe, None)
+    assert read and read <= set(SETTINGS_ATTRS)

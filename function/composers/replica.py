@@ -55,7 +55,7 @@ pods of both engines; prefill/decode-aware routing is not composed here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
@@ -73,7 +73,12 @@ from function.devices import (
 )
 from function.envinject import unresolved
 from function.errors import SpecError, pydantic_errors
-from function.flashloader import FlashLoader, resolve_flash_loader, resolve_shm
+from function.flashloader import (
+    SETTINGS_ATTRS,
+    FlashLoader,
+    resolve_flash_loader,
+    resolve_shm,
+)
 from function.inputs import UNRESOLVED, Inputs, Resolved
 from function.manifests import workloads as wl
 from function.manifests.objects import (
@@ -179,7 +184,8 @@ def compose(inputs: Inputs) -> Outcome:
         out.require(
             REQ_HYDRATION, API_VERSION, "ModelCacheHydration", match_name=hyd_name, namespace=ns
         )
-    shm = _shm(inputs.settings, spec.shm)
+    defaults = _Defaults.of(inputs.settings)
+    shm = _shm(defaults, spec.shm)
 
     cluster_req = inputs.required(REQ_CLUSTER)
     cache_req = inputs.required(REQ_CACHE) if cache is not None else None
@@ -214,7 +220,7 @@ def compose(inputs: Inputs) -> Outcome:
                 inputs, out, "CacheNotFound", f"ModelCache {ns}/{cache} not found", warn=True
             )
         fl = _flash(
-            inputs.settings,
+            defaults,
             _key(structs.sub(cache_req.items[0], "spec"), "flashLoader"),
             _key(structs.sub(inputs.xr, "spec"), "flashLoader"),
             f"ModelCache {ns}/{cache} spec.flashLoader",
@@ -276,15 +282,15 @@ def compose(inputs: Inputs) -> Outcome:
 CACHE_SIZE = 4096
 
 
-def _key(node: Struct | None, field: str) -> bytes:
-    """A canonical form of ``node[field]``: its deterministic serialization (b"" when absent).
+def _key(node: Struct | None, name: str) -> bytes:
+    """A canonical form of ``node[name]``: its deterministic serialization (b"" when absent).
 
     Deterministic serialization orders map keys, so equal values give equal bytes,
     and the bytes parse back into the value (``Value.FromString``).
     """
     if node is None:
         return b""
-    v = node.fields.get(field)
+    v = node.fields.get(name)
     return v.SerializeToString(deterministic=True) if v is not None else b""
 
 
@@ -352,14 +358,33 @@ def _head(spec_key: bytes) -> _Head:
     return _Head(spec.clusterName, cache, spec.shmSizeLimit)
 
 
+@dataclass(frozen=True, slots=True)
+class _Defaults:
+    """The settings a replica's flash loader and ``/dev/shm`` depend on, as a cache key.
+
+    Equal and hashed by those values only (``key``); ``settings`` rides along for the
+    resolvers, so settings fields of any type, or added later, never break hashing.
+    """
+
+    key: tuple[Any, ...]
+    settings: Settings = field(compare=False, hash=False)
+
+    @classmethod
+    def of(cls, settings: Settings) -> _Defaults:
+        return cls(
+            tuple(getattr(settings, attr, None) for attr in SETTINGS_ATTRS),
+            settings,
+        )
+
+
 @lru_cache(maxsize=256)
-def _shm(settings: Settings, value: str | None) -> str:
-    """``resolve_shm`` memoized (a pure function of the settings and the override)."""
-    return resolve_shm(settings, value)
+def _shm(defaults: _Defaults, value: str | None) -> str:
+    """``resolve_shm`` memoized (a pure function of the defaults and the override)."""
+    return resolve_shm(defaults.settings, value)
 
 
 @lru_cache(maxsize=1024)
-def _flash(settings: Settings, cache_key: bytes, own_key: bytes, cache_level: str) -> FlashLoader:
+def _flash(defaults: _Defaults, cache_key: bytes, own_key: bytes, cache_level: str) -> FlashLoader:
     """The effective flash loader (memoized): defaults, the ModelCache's, the replica's.
 
     ``cache_key`` and ``own_key`` are the canonical forms (:func:`_key`) of the
@@ -372,7 +397,9 @@ def _flash(settings: Settings, cache_key: bytes, own_key: bytes, cache_level: st
     cache_fl = _plain(cache_key)
     if cache_fl is not None and not isinstance(cache_fl, dict):
         raise SpecError(cache_level, "must be an object (level: ModelCache)")
-    return resolve_flash_loader(settings, cache_fl, _plain(own_key), cache_level=cache_level)
+    return resolve_flash_loader(
+        defaults.settings, cache_fl, _plain(own_key), cache_level=cache_level
+    )
 
 
 def _check_flash_fits(out: Outcome, flash: FlashLoader, cache: Any, ref: str) -> None:
