@@ -518,13 +518,8 @@ def place(req: Request) -> Placement:
         # So walk the clusters in that order, one replica each, and stop when enough are
         # placed: a cluster is read and checked only when reached (a first call on a
         # fleet of thousands looks at about as many clusters as it places replicas).
-        if fp is None:
-            names = sorted(clusters)
-        else:
-            names = sorted(n for n in fp if n in clusters)
-            names.sort(key=tier)  # stable: by name within a tier
         eligible: list[Cluster] = []
-        for name in names:
+        for name in _spread_order(clusters, fp):
             if len(new) >= need:
                 break
             c = clusters[name]
@@ -598,6 +593,28 @@ def _where(replicas: Sequence[Placed]) -> str:
     parts = [f"{k}" if v == 1 else f"{k} x{v}" for k, v in sorted(counts.items())]
     more = f" and {len(parts) - _MAX_NAMED} more" if len(parts) > _MAX_NAMED else ""
     return " on " + ", ".join(parts[:_MAX_NAMED]) + more
+
+
+def _spread_order(clusters: Mapping[str, Cluster], fp: Mapping[str, str] | None) -> Iterator[str]:
+    """Cluster names in (tier, name) order, inside the footprint when there is one.
+
+    A generator, so a caller that stops early has looked up the footprint phase of the
+    clusters it reached only (the footprint may be read lazily).
+    """
+    names = sorted(clusters)
+    if fp is None:
+        yield from names
+        return
+    later = []
+    for name in names:
+        ph = fp.get(name)
+        if ph is None:
+            continue
+        if ph == READY:
+            yield name
+        else:
+            later.append(name)
+    yield from later
 
 
 def _eligible(
