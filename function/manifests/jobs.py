@@ -15,6 +15,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from function import structs
+from function.errors import SpecError
+
+
+def _obj(value: Any, field: str) -> dict[str, Any]:
+    """``value`` when it is an object, ``{}`` when absent (null); else a SpecError."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(field, f"must be an object, not {type(value).__name__}")
+    return value
 
 
 def set_env(container: dict[str, Any], env: Sequence[tuple[str, str]]) -> None:
@@ -61,20 +71,28 @@ def job_from_cronjob(
         are not copied.
 
     Raises:
-        ValueError: when the CronJob has no ``spec.jobTemplate.spec.template.spec.containers``.
+        SpecError: (a ``ValueError``) when the CronJob has no
+            ``spec.jobTemplate.spec.template.spec.containers``, or a field on that path
+            (or the template's ``metadata``/``labels``/``annotations``) is not an
+            object; the field is named relative to the CronJob. The API server never
+            stores such a CronJob, but a composer must not crash on one.
     """
-    tmpl = structs.to_py(structs.get(cronjob, "spec", "jobTemplate")) or {}
-    spec = copy.deepcopy(tmpl.get("spec") or {})
-    pod = spec.get("template") or {}
-    pod_spec = pod.get("spec") or {}
+    tmpl = _obj(structs.to_py(structs.get(cronjob, "spec", "jobTemplate")), "spec.jobTemplate")
+    spec = copy.deepcopy(_obj(tmpl.get("spec"), "spec.jobTemplate.spec"))
+    pod = _obj(spec.get("template"), "spec.jobTemplate.spec.template")
+    pod_spec = _obj(pod.get("spec"), "spec.jobTemplate.spec.template.spec")
     containers = pod_spec.get("containers")
     if not isinstance(containers, list) or not containers:
-        raise ValueError("spec.jobTemplate.spec.template.spec.containers is empty")
+        raise SpecError("spec.jobTemplate.spec.template.spec.containers", "is empty")
+    tmeta = _obj(tmpl.get("metadata"), "spec.jobTemplate.metadata")
+    for key in ("labels", "annotations"):
+        _obj(tmeta.get(key), f"spec.jobTemplate.metadata.{key}")
+    pod_meta = _obj(pod.get("metadata"), "spec.jobTemplate.spec.template.metadata")
+    pod["metadata"] = pod_meta
+    _obj(pod_meta.get("labels"), "spec.jobTemplate.spec.template.metadata.labels")
     spec.pop("selector", None)
     spec.pop("manualSelector", None)
-    tmeta = tmpl.get("metadata") or {}
     job_labels = {**(tmeta.get("labels") or {}), **labels}
-    pod_meta = pod.setdefault("metadata", {})
     pod_labels = {
         k: v
         for k, v in (pod_meta.get("labels") or {}).items()
