@@ -406,7 +406,7 @@ class _Footprint(Mapping[str, str]):
     replicas, a shortfall message) reads it all once.
     """
 
-    __slots__ = ("_all", "_by_name", "_cache", "_items", "_nonempty", "_ns")
+    __slots__ = ("_all", "_by_name", "_cache", "_items", "_nonempty", "_ns", "_seen")
 
     def __init__(self, hydrations: Sequence[Struct], ns: str, cache: str) -> None:
         self._items, self._ns, self._cache = hydrations, ns, cache
@@ -419,6 +419,7 @@ class _Footprint(Mapping[str, str]):
         self._by_name = by_name
         self._all: dict[str, str] | None = None
         self._nonempty: bool | None = None
+        self._seen: dict[str, str | None] = {}  # clusters looked up so far
 
     def _full(self) -> dict[str, str]:
         if self._all is None:
@@ -428,9 +429,16 @@ class _Footprint(Mapping[str, str]):
     def __getitem__(self, cluster: str) -> str:
         if self._all is not None:
             return self._all[cluster]
-        h = self._by_name.get(hydration_name(self._ns, self._cache, cluster)) if cluster else None
-        got = _footprint((h,), self._ns, self._cache) if h is not None else {}
-        return got[cluster]  # KeyError when absent or the hydration is another cluster's
+        if cluster in self._seen:
+            ph = self._seen[cluster]
+        else:
+            h = self._by_name.get(hydration_name(self._ns, self._cache, cluster))
+            # None when absent or when the hydration is another cluster's.
+            ph = _footprint((h,), self._ns, self._cache).get(cluster) if h is not None else None
+            self._seen[cluster] = ph
+        if ph is None:
+            raise KeyError(cluster)
+        return ph
 
     def __contains__(self, cluster: object) -> bool:
         if not isinstance(cluster, str):
