@@ -49,6 +49,16 @@ input (a wrong type, a reserved env name, a flash-loader or ``/dev/shm`` value
 at any level, a device selector that does not compile) is a fatal result naming
 the field, so Crossplane applies nothing.
 
+Hot path: Crossplane calls this for every replica about once a minute, and what a
+replica desires changes rarely. The desired children are a pure function of the spec,
+the cluster's provider config and ``status.gpuPools``, the effective flash-loader and
+``/dev/shm`` settings, and the XR's name and namespace, so they are built once per
+distinct input (``_plan``, an LRU of :data:`CACHE_SIZE` entries keyed by the
+deterministic serialization of those values, about 10 KiB each: bodies are kept
+serialized) and reused; the validated spec is memoized the same way. Each call still
+reads the requirements, the hydration phase and the observed workloads. Invalid input
+is never memoized: it is rejected on every call.
+
 Known limit: under ``serving.mode: PrefillDecode`` the Service fronts the serving
 pods of both engines; prefill/decode-aware routing is not composed here.
 """
@@ -158,14 +168,7 @@ def _pool_of(engine: Engine, member: Member) -> str:
 
 
 def compose(inputs: Inputs) -> Outcome:
-    """Compose one ModelReplica (see the module docstring).
-
-    Hot path: what is desired is a pure function of the spec, the cluster's provider
-    config and ``status.gpuPools``, the resolved flash-loader and ``/dev/shm``
-    settings, and the XR's name and namespace; it is built once per distinct input
-    (:func:`_plan`, keyed by the deterministic serialization of those Struct values)
-    and reused on later reconciles. Only the observed workloads (serving or not) and
-    the requirements are read on every call.
+    """Compose one ModelReplica (see the module docstring, "Hot path" for the memoization).
 
     Raises:
         SpecError: for an invalid spec, a user env entry that sets a reserved name,
