@@ -176,19 +176,19 @@ def compose(inputs: Inputs) -> Outcome:
     """
     out = Outcome()
     spec_key = _key(inputs.xr, "spec")
-    spec = _head(spec_key)
+    head = _head(spec_key)
     ns = inputs.namespace
-    cache = spec.cache
-    out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=spec.clusterName)
+    cache = head.cache
+    out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=head.clusterName)
     hyd_name = ""
     if cache is not None:
-        hyd_name = naming.hydration_name(ns, cache, spec.clusterName)
+        hyd_name = naming.hydration_name(ns, cache, head.clusterName)
         out.require(REQ_CACHE, API_VERSION, "ModelCache", match_name=cache, namespace=ns)
         out.require(
             REQ_HYDRATION, API_VERSION, "ModelCacheHydration", match_name=hyd_name, namespace=ns
         )
     defaults = _Defaults.of(inputs.settings)
-    shm = _shm(defaults, spec.shm)
+    shm = _shm(defaults, head.shm)
 
     cluster_req = inputs.required(REQ_CLUSTER)
     cache_req = inputs.required(REQ_CACHE) if cache is not None else None
@@ -201,7 +201,7 @@ def compose(inputs: Inputs) -> Outcome:
             inputs,
             out,
             "ClusterNotFound",
-            f"InferenceCluster {spec.clusterName} not found",
+            f"InferenceCluster {head.clusterName} not found",
             warn=True,
         )
     cluster = cluster_req.items[0]
@@ -211,7 +211,7 @@ def compose(inputs: Inputs) -> Outcome:
             inputs,
             out,
             "ClusterNotReady",
-            f"InferenceCluster {spec.clusterName} reports no status.providerConfigRef yet",
+            f"InferenceCluster {head.clusterName} reports no status.providerConfigRef yet",
         )
 
     flash: FlashLoader | None = None
@@ -237,7 +237,7 @@ def compose(inputs: Inputs) -> Outcome:
                 out,
                 "HydrationNotFound",
                 f"cache {cache} has no ModelCacheHydration {hyd_name} for cluster "
-                f"{spec.clusterName}; the cluster is outside the cache's footprint "
+                f"{head.clusterName}; the cluster is outside the cache's footprint "
                 "or not staged yet",
                 hydration={"name": hyd_name, "phase": "NotFound", "message": "not found"},
             )
@@ -250,7 +250,7 @@ def compose(inputs: Inputs) -> Outcome:
                 inputs,
                 out,
                 "HydrationFailed",
-                f"hydration of cache {cache} failed on cluster {spec.clusterName}: "
+                f"hydration of cache {cache} failed on cluster {head.clusterName}: "
                 f"{msg or 'no message'}",
                 hydration=hydration,
                 phase="Failed",
@@ -261,7 +261,7 @@ def compose(inputs: Inputs) -> Outcome:
                 inputs,
                 out,
                 "Hydrating",
-                f"waiting for cache {cache} on cluster {spec.clusterName}: hydration is {phase}"
+                f"waiting for cache {cache} on cluster {head.clusterName}: hydration is {phase}"
                 + (f" ({msg})" if msg else ""),
                 hydration=hydration,
                 phase="Hydrating",
@@ -277,7 +277,7 @@ def compose(inputs: Inputs) -> Outcome:
         shm,
         flash,
     )
-    return _compose(inputs, out, plan, spec.clusterName, hydration)
+    return _compose(inputs, out, plan, head.clusterName, hydration)
 
 
 # How many distinct parsed specs and plans are kept per process (least recently used
