@@ -156,8 +156,60 @@ def _wait_listening(address: str, proc: subprocess.Popen[bytes], log: Path) -> N
     raise RuntimeError("function did not listen within 20 seconds")
 
 
+METRICS_PORTS: dict[int, int] = {}  # server pid -> its metrics port
+
+
+def _process_tree(pid: int) -> set[int]:
+    """``pid`` and every descendant (the worker processes), from /proc."""
+    parents: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree = {pid}
+    grew = True
+    while grew:
+        grew = False
+        for child, parent in parents.items():
+            if parent in tree and child not in tree:
+                tree.add(child)
+                grew = True
+    return tree
+
+
+def listening_ports(pid: int) -> set[int]:
+    """TCP ports that ``pid`` or its descendants listen on (Linux /proc)."""
+    inodes: set[str] = set()
+    for p in _process_tree(pid):
+        try:
+            for fd in Path(f"/proc/{p}/fd").iterdir():
+                try:
+                    target = os.readlink(fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:  # 0A: LISTEN
+                ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def start(args: list[str], env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
     address = f"127.0.0.1:{_free_port()}"
+    metrics_port = _free_port()
     full_env = {
         k: v for k, v in os.environ.items() if k not in ("TLS_SERVER_CERTS_DIR", "INSECURE")
     }
@@ -165,12 +217,13 @@ def start(args: list[str], env: dict[str, str], log: Path) -> tuple[subprocess.P
     with log.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "function", *args, "--address", address,
-             "--metrics-address", f"127.0.0.1:{_free_port()}"],
+             "--metrics-address", f"127.0.0.1:{metrics_port}"],
             env=full_env,
             stdout=subprocess.DEVNULL,
             stderr=err,
         )  # fmt: skip
     _wait_listening(address, proc, log)
+    METRICS_PORTS[proc.pid] = metrics_port
     return proc, address
 
 
@@ -262,5 +315,12 @@ def test_insecure_with_certs_dir_set_serves_plaintext_only(pki: PKI, tmp_path: P
             assert call(ch)
         with tls_channel(address, pki, pki.client) as ch:
             assert not call(ch)
+        # No second (TLS) listener anywhere in the process tree, unlike the SDK's
+        # runtime.serve, which opens one when given both: only RunFunction and metrics.
+        if Path("/proc/net/tcp").exists():
+            grpc_port = int(address.rsplit(":", 1)[1])
+            ports = listening_ports(proc.pid)
+            assert grpc_port in ports, ports
+            assert ports <= {grpc_port, METRICS_PORTS[proc.pid]}, ports
     finally:
         stop(proc, log)
