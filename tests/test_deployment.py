@@ -7,6 +7,7 @@ unresolved requirements, and status from observed replicas.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -229,8 +230,8 @@ def test_unresolved_requirement_keeps_existing_replicas(missing: str) -> None:
     # Everything but one requirement resolved: nothing may move or vanish, even though
     # the deployment now asks for 1 replica only and the fleet changed.
     w = world(base=[ic("gpu-z"), cache(), hydration("gpu-z", "Ready")])
-    required = {
-        n: w.resolve(s)
+    required: dict[str, list[Mapping[str, Any]] | None] = {
+        n: list(w.resolve(s))
         for n, s in h.run(h.request(deployment(1))).requirements.resources.items()
         if n != missing
     }
