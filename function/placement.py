@@ -54,6 +54,13 @@ Scale-down
     Removes replicas due to move first, then from the most loaded cluster (the
     highest fraction of its nodes in use across the fleet), then those on a
     Hydrating cluster before a Ready one, then the highest index.
+
+Cost (the function runs on every reconcile of every deployment)
+    Linear: existing replicas cost O(R); new replicas read clusters in spread order
+    and stop when enough are placed, reading every cluster only when packing or when
+    short (then O(C + R log C) with a heap); scale-down is O(R log R). With
+    ``Request.fleet`` a caller builds only the clusters placement reads. Device fit is
+    computed once per distinct pool set (clusters sharing ``pools`` share it).
 """
 
 from __future__ import annotations
