@@ -102,6 +102,39 @@ class ObservedView(Mapping[str, ObservedChild]):
         return len(self._resources)
 
 
+class RequiredView(Mapping[str, tuple[Struct, ...]]):
+    """A read-only view of the request's ``required_resources`` map.
+
+    A requirement's items become a tuple of Structs only when a composer reads that
+    requirement (once; then cached): a steady-state call may never touch most of a
+    5,000-cluster fleet.
+    """
+
+    __slots__ = ("_cache", "_resources")
+
+    def __init__(self, resources: Any) -> None:
+        self._resources = resources
+        self._cache: dict[str, tuple[Struct, ...]] = {}
+
+    def __getitem__(self, key: str) -> tuple[Struct, ...]:
+        got = self._cache.get(key)
+        if got is None:
+            r = self._resources.get(key) if isinstance(key, str) else None
+            if r is None:
+                raise KeyError(key)
+            got = self._cache[key] = tuple(i.resource for i in r.items)
+        return got
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self._resources
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._resources)
+
+    def __len__(self) -> int:
+        return len(self._resources)
+
+
 @dataclass
 class Inputs:
     """What a composer may know about one reconcile.

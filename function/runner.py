@@ -27,7 +27,7 @@ from function import metrics as metrics_mod
 from function import tracing as tracing_mod
 from function.composers import composer_for
 from function.errors import SpecError
-from function.inputs import Inputs, ObservedView
+from function.inputs import Inputs, ObservedView, RequiredView
 from function.outcome import Outcome
 from function.settings import Settings, default_settings
 from function.tracing import Tracing
@@ -204,9 +204,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     def decode(self, req: fnv1.RunFunctionRequest) -> Inputs:
         """Build the composer's view of ``req`` (cheap: no Struct is converted)."""
         observed = ObservedView(req.observed.resources)
-        required = {
-            k: tuple(i.resource for i in v.items) for k, v in req.required_resources.items()
-        }
+        required = RequiredView(req.required_resources)
         return Inputs(
             xr=req.observed.composite.resource,
             observed=observed,
