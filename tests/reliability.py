@@ -15,7 +15,8 @@ before then). Each kind gets *seeds*, realistic reconciles to start from:
 :func:`settle` runs a seed through Crossplane's requirements loop and returns the
 final request and response; :func:`evolve` turns the desired children of a
 response into observed ones, the way Crossplane and provider-kubernetes report
-them (``status.atProvider.manifest``, ``Synced``/``Ready`` conditions).
+them (``status.atProvider.manifest``, ``Synced``/``Ready`` conditions);
+:func:`start_process` starts ``python -m function`` with its log in a file.
 """
 
 from __future__ import annotations
@@ -236,6 +237,7 @@ __all__ = [
     "resolve",
     "seeds",
     "settle",
+    "start_process",
 ]
 
 
