@@ -669,3 +669,52 @@ def test_backfill_cronjob_template_of_the_wrong_shape_is_named() -> None:
             d["spec"]["jobTemplate"] = True
     req, rsp = settle(Seed(s.kind, s.label, s.xr, world))
     _check_basic(req, rsp, "ModelBackfill with spec.jobTemplate: true")
+
+
+# ---- the properties can fail ----------------------------------------------------------
+
+
+def _rsp(fatal_msg: str | None = None, keep: tuple[str, ...] = ()) -> fnv1.RunFunctionResponse:
+    rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag="t"))
+    if fatal_msg:
+        rsp.results.add(severity=fnv1.SEVERITY_FATAL, message=fatal_msg)
+    for k in keep:
+        rsp.desired.resources[k].resource.update({"kind": "X"})
+    rsp.requirements.resources["r"].kind = "InferenceCluster"
+    return rsp
+
+
+def test_properties_catch_what_they_are_for() -> None:
+    from tests.fixtures import cache_spec
+    from tests.harness import xr
+
+    body = xr("ModelCache", "c", cache_spec({}))
+    req = request(body, observed={"a": {"kind": "X"}, "b": {"kind": "X"}}, tag="t")
+    with pytest.raises(AssertionError, match="composer raised"):
+        _check_basic(req, _rsp("internal error composing ModelCache x/y: KeyError"), "w")
+    with pytest.raises(AssertionError, match="names no field"):
+        _check_basic(req, _rsp("something went wrong"), "w")
+    _check_basic(req, _rsp("invalid ModelCache x/y: spec.clusterSelector: is required"), "w")
+    with pytest.raises(AssertionError, match="nothing resolved yet"):
+        _check_keeps(req, _rsp(keep=("a",)), World([]), "w")
+    _check_keeps(req, _rsp(keep=("a", "b")), World([]), "w")
+    _check_keeps(req, _rsp("spec.x: bad"), World([]), "w")  # fatal: Crossplane applies nothing
+
+
+def test_structural_check() -> None:
+    schema = {
+        "type": "object",
+        "required": ["a"],
+        "properties": {
+            "a": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            "s": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    assert structural_error({"a": {"n": 1}, "s": ["x"]}, schema) is None
+    assert structural_error({"a": {"n": None}}, schema) is None  # null is pruned
+    assert structural_error({"a": {"n": 1.5}, "zzz": 1}, schema) is None  # unknown pruned
+    assert structural_error({}, schema) == "spec.a: required"
+    assert structural_error({"a": None}, schema) == "spec.a: required"
+    assert structural_error({"a": {"n": "1"}}, schema) == "spec.a.n: want integer"
+    assert structural_error({"a": {"n": True}}, schema) == "spec.a.n: want integer"
+    assert structural_error({"a": {}, "s": [1]}, schema) == "spec.s[0]: want string"
