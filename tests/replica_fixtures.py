@@ -44,7 +44,7 @@ USER_ARGS = [
     "--download-dir=$$(HOME)/not-expanded",
     "--port=8000",
 ]
-USER_ENV = [
+USER_ENV: list[dict[str, Any]] = [
     {"name": "HF_HOME", "value": "$(MODELPLANE_MODEL)/.hf"},
     {"name": "LITERAL", "value": "$$(MODELPLANE_MODEL) stays $$ literal"},
     {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}},

@@ -65,6 +65,8 @@ pods of both engines; prefill/decode-aware routing is not composed here.
 
 from __future__ import annotations
 
+import datetime
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import lru_cache
@@ -101,6 +103,7 @@ from function.replica_checks import check_spec
 from function.replica_spec import Engine, Member, ModelReplicaSpec
 from function.settings import Settings
 from function.structfill import struct_from
+from function.timeutil import elapsed, format_time, parse_time
 
 CONDITION = "ModelReady"
 REQ_CLUSTER = "cluster"
@@ -189,17 +192,19 @@ def compose(inputs: Inputs) -> Outcome:
         )
     defaults = _Defaults.of(inputs.settings)
     shm = _shm(defaults, head.shm)
+    times = _Times.carried(inputs)
 
     cluster_req = inputs.required(REQ_CLUSTER)
     cache_req = inputs.required(REQ_CACHE) if cache is not None else None
     hyd_req = inputs.required(REQ_HYDRATION) if cache is not None else None
     if UNRESOLVED in (cluster_req, cache_req, hyd_req):
-        return _unresolved(inputs, out)
+        return _unresolved(inputs, out, times)
     assert isinstance(cluster_req, Resolved)
     if not cluster_req.items:
         return _gate(
             inputs,
             out,
+            times,
             "ClusterNotFound",
             f"InferenceCluster {head.clusterName} not found",
             warn=True,
@@ -210,6 +215,7 @@ def compose(inputs: Inputs) -> Outcome:
         return _gate(
             inputs,
             out,
+            times,
             "ClusterNotReady",
             f"InferenceCluster {head.clusterName} reports no status.providerConfigRef yet",
         )
@@ -220,7 +226,13 @@ def compose(inputs: Inputs) -> Outcome:
         assert isinstance(cache_req, Resolved) and isinstance(hyd_req, Resolved)
         if not cache_req.items:
             return _gate(
-                inputs, out, "CacheNotFound", f"ModelCache {ns}/{cache} not found", warn=True
+                inputs,
+                out,
+                times,
+                "CacheNotFound",
+                f"ModelCache {ns}/{cache} not found",
+                warn=True,
+                cache_gate=True,
             )
         fl = _flash(
             defaults,
@@ -235,11 +247,13 @@ def compose(inputs: Inputs) -> Outcome:
             return _gate(
                 inputs,
                 out,
+                times,
                 "HydrationNotFound",
                 f"cache {cache} has no ModelCacheHydration {hyd_name} for cluster "
                 f"{head.clusterName}; the cluster is outside the cache's footprint "
                 "or not staged yet",
                 hydration={"name": hyd_name, "phase": "NotFound", "message": "not found"},
+                cache_gate=True,
             )
         hyd_status = structs.sub(hyd_req.items[0], "status")
         phase = structs.sval(hyd_status, "phase") or "Pending"
@@ -249,23 +263,29 @@ def compose(inputs: Inputs) -> Outcome:
             return _gate(
                 inputs,
                 out,
+                times,
                 "HydrationFailed",
                 f"hydration of cache {cache} failed on cluster {head.clusterName}: "
                 f"{msg or 'no message'}",
                 hydration=hydration,
                 phase="Failed",
                 warn=True,
+                cache_gate=True,
             )
         if phase != "Ready":
             return _gate(
                 inputs,
                 out,
+                times,
                 "Hydrating",
                 f"waiting for cache {cache} on cluster {head.clusterName}: hydration is {phase}"
                 + (f" ({msg})" if msg else ""),
                 hydration=hydration,
                 phase="Hydrating",
+                cache_gate=True,
             )
+        if times.serving_since is None and times.hydration_ready is None and _was_gated(inputs):
+            times.hydration_ready = _gate_lifted_at(hyd_status, times.created, inputs.now)
 
     plan = _plan(
         inputs.name,
@@ -277,7 +297,7 @@ def compose(inputs: Inputs) -> Outcome:
         shm,
         flash,
     )
-    return _compose(inputs, out, plan, head.clusterName, hydration)
+    return _compose(inputs, out, plan, head.clusterName, hydration, times, cache)
 
 
 # How many distinct parsed specs and plans are kept per process (least recently used
@@ -734,12 +754,18 @@ def _compose(
     plan: _Plan,
     cluster: str,
     hydration: dict[str, Any] | None,
+    times: _Times,
+    cache: str | None,
 ) -> Outcome:
-    """Apply ``plan`` to this call: desire its children; status from the observed workloads."""
+    """Apply ``plan`` to this call: desire its children; status from the observed workloads.
+
+    In the call where every engine first serves, records ``status.servingSince`` and
+    observes the cold start (:func:`_record_serving`).
+    """
     out.results.extend(plan.results)
     if plan.gate is not None:
         reason, message = plan.gate
-        return _gate(inputs, out, reason, message, hydration=hydration, warn=True)
+        return _gate(inputs, out, times, reason, message, hydration=hydration, warn=True)
     for key, body in plan.children:
         out.add(key, Struct.FromString(body))
     engines_status: list[dict[str, Any]] = []
@@ -762,6 +788,8 @@ def _compose(
         status.update(phase="Serving", message=f"{n}/{n} engines serving at {url}", endpoint=url)
         out.condition(CONDITION, "True", "Serving", status["message"])
         out.ready = True
+        if times.serving_since is None:
+            _record_serving(inputs, out, plan, times, cache)
     else:
         ready = sum(1 for e in engines_status if e["ready"])
         waiting = ", ".join(
@@ -774,6 +802,7 @@ def _compose(
         out.condition(CONDITION, "False", "Starting", msg)
         out.ready = False
         out.requeue_after(inputs.settings.poll_seconds)
+    times.write(status)
     out.status.update(status)
     return out
 
@@ -862,13 +891,14 @@ _STATUS_FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def _unresolved(inputs: Inputs, out: Outcome) -> Outcome:
+def _unresolved(inputs: Inputs, out: Outcome, times: _Times) -> Outcome:
     """A requirement is not resolved yet: keep everything, echo the last status."""
     _hold_observed(inputs, out)
     for key, kind in _STATUS_FIELDS.items():
         v = inputs.status(key)
         if isinstance(v, kind):
             out.status[key] = v
+    times.write(out.status)
     out.condition(CONDITION, "Unknown", "Resolving", "waiting for required resources")
     return out
 
@@ -876,14 +906,24 @@ def _unresolved(inputs: Inputs, out: Outcome) -> Outcome:
 def _gate(
     inputs: Inputs,
     out: Outcome,
+    times: _Times,
     reason: str,
     message: str,
     *,
     hydration: dict[str, Any] | None = None,
     phase: str = "Pending",
     warn: bool = False,
+    cache_gate: bool = False,
 ) -> Outcome:
-    """Compose nothing new; keep what exists exactly; report ``reason``; not ready."""
+    """Compose nothing new; keep what exists exactly; report ``reason``; not ready.
+
+    ``cache_gate``: the replica waits for its cache (``CacheNotFound``,
+    ``HydrationNotFound``, ``Hydrating``, ``HydrationFailed``). Before it first served,
+    that drops ``status.hydrationReadyAt``: its cold start counts from the next time
+    the gate lifts.
+    """
+    if cache_gate and times.serving_since is None:
+        times.hydration_ready = None
     kept = _hold_observed(inputs, out)
     if kept:
         message = f"{message}; the existing workload is kept as it is"
@@ -893,6 +933,7 @@ def _gate(
         status["cluster"] = cluster
     if hydration is not None:
         status["hydration"] = hydration
+    times.write(status)
     out.status.update(status)
     out.condition(CONDITION, "False", reason, message)
     if warn:
@@ -900,6 +941,150 @@ def _gate(
     out.ready = False
     out.requeue_after(inputs.settings.poll_seconds)
     return out
+
+
+# ---- lifecycle timestamps and the cold-start sample -------------------------------------
+
+CREATED_AT = "createdAt"
+HYDRATION_READY_AT = "hydrationReadyAt"
+SERVING_SINCE = "servingSince"
+COLD_START = "model_cold_start_duration_seconds"
+NO_CACHE = "none"
+# ModelReady reasons of a replica waiting for its cache (the hydration gate).
+_CACHE_GATES = frozenset({"CacheNotFound", "HydrationNotFound", "Hydrating", "HydrationFailed"})
+
+
+# What format_time writes: checked first, since nearly every carried timestamp is one.
+_CANONICAL_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
+
+
+def _time(value: str) -> str | None:
+    """``value`` normalized by ``function.timeutil`` (UTC, whole seconds), None when invalid."""
+    if not value:
+        return None
+    if _CANONICAL_TIME.fullmatch(value):
+        try:
+            datetime.datetime.fromisoformat(value)  # a real date and time (not 02-30)
+        except ValueError:
+            return None
+        return value
+    t = parse_time(value)
+    return format_time(t) if t is not None else None
+
+
+@dataclass(slots=True)
+class _Times:
+    """The replica's lifecycle timestamps (RFC 3339), carried in its status.
+
+    The function is stateless (``function.metrics``): the cold start is computed from
+    these, and observed only in the call that first writes ``servingSince``.
+
+    Attributes:
+        created: ``status.createdAt``, the replica's creation: the XR's
+            ``metadata.creationTimestamp`` (the API server sets it), else the last
+            status's, else the first call's ``now``.
+        hydration_ready: ``status.hydrationReadyAt``, when the hydration gate lifted
+            for a replica that had waited for its cache (None if it never waited).
+        serving_since: ``status.servingSince``, when every engine first served.
+    """
+
+    created: str
+    hydration_ready: str | None
+    serving_since: str | None
+
+    @classmethod
+    def carried(cls, inputs: Inputs) -> _Times:
+        """The timestamps of the observed XR (its metadata and last written status)."""
+        prev = structs.sub(inputs.xr, "status")
+        created = (
+            _time(structs.sval(structs.sub(inputs.xr, "metadata"), "creationTimestamp"))
+            or _time(structs.sval(prev, CREATED_AT))
+            or format_time(inputs.now)
+        )
+        return cls(
+            created,
+            _time(structs.sval(prev, HYDRATION_READY_AT)),
+            _time(structs.sval(prev, SERVING_SINCE)),
+        )
+
+    def write(self, status: dict[str, Any]) -> None:
+        """Set the timestamps in ``status`` (every call: Crossplane drops omitted fields)."""
+        status[CREATED_AT] = self.created
+        if self.hydration_ready is not None:
+            status[HYDRATION_READY_AT] = self.hydration_ready
+        if self.serving_since is not None:
+            status[SERVING_SINCE] = self.serving_since
+
+
+def _was_gated(inputs: Inputs) -> bool:
+    """Whether the last status shows the replica waiting for its cache.
+
+    True when ``status.hydration.phase`` is anything but Ready (``NotFound``,
+    ``Pending``, ``Hydrating``, ``Failed``) or the ``ModelReady`` condition's reason
+    is a cache gate (``CacheNotFound`` writes no ``status.hydration``).
+    """
+    prev = structs.sub(inputs.xr, "status")
+    phase = structs.sval(structs.sub(prev, "hydration"), "phase")
+    if phase and phase != "Ready":
+        return True
+    for c in structs.items(prev, "conditions"):
+        if structs.get(c, "type") == CONDITION:
+            return structs.get(c, "reason") in _CACHE_GATES
+    return False
+
+
+def _gate_lifted_at(hyd_status: Struct | None, created: str, now: datetime.datetime) -> str:
+    """When a waiting replica's hydration became Ready.
+
+    The hydration's ``status.readyAt`` (written by the ModelCacheHydration composer)
+    when it lies between the replica's creation and ``now``; otherwise (absent,
+    invalid, in the future, or from before the replica existed, so it is not what
+    held the replica back) ``now``, the call that sees the gate lifted.
+    """
+    ready = parse_time(structs.sval(hyd_status, "readyAt"))
+    born = parse_time(created)
+    if ready is None or ready > now or (born is not None and ready < born):
+        return format_time(now)
+    return format_time(ready)
+
+
+def _record_serving(
+    inputs: Inputs, out: Outcome, plan: _Plan, times: _Times, cache: str | None
+) -> None:
+    """Every engine serves and no ``servingSince`` is recorded: record it, observe once.
+
+    The sample is ``now`` minus ``hydrationReadyAt`` (the replica waited for its
+    cache) or ``createdAt``, with labels ``namespace``, ``model`` (the
+    ModelDeployment, ``spec.deploymentName``), ``engine_kind`` (the workload kinds,
+    sorted and joined with ``+``: ``Deployment``, ``LeaderWorkerSet`` or
+    ``Deployment+LeaderWorkerSet``) and ``cache`` (the ModelCache, ``none``).
+
+    A replica whose last status already said Serving was serving before this record
+    existed (composed by an earlier version of the function): ``servingSince`` is
+    taken from the ``ModelReady`` condition's ``lastTransitionTime`` (else ``now``)
+    and nothing is observed, so an upgrade counts no sample of its replicas' age.
+    """
+    now = inputs.now
+    prev = structs.sub(inputs.xr, "status")
+    if structs.sval(prev, "phase") == "Serving":
+        since = None
+        for c in structs.items(prev, "conditions"):
+            if structs.get(c, "type") == CONDITION and structs.get(c, "status") == "True":
+                since = _time(structs.get_str(c, "lastTransitionTime"))
+        times.serving_since = since or format_time(now)
+        return
+    times.serving_since = format_time(now)
+    start = parse_time(times.hydration_ready or times.created)
+    out.observe(
+        COLD_START,
+        {
+            "namespace": inputs.namespace,
+            "model": structs.get_str(inputs.xr, "spec", "deploymentName"),
+            "engine_kind": "+".join(sorted({e.kind for e in plan.engines})),
+            "cache": cache or NO_CACHE,
+        },
+        elapsed(start, now),
+    )
 
 
 __all__ = ["claim_key", "compose", "parse_spec", "workload_key"]

@@ -1,0 +1,419 @@
+"""ModelReplica cold start: status timestamps and one ``model_cold_start_duration_seconds``.
+
+The function is stateless (``function.metrics``): the replica records ``createdAt``,
+``hydrationReadyAt`` (when it waited for its cache) and ``servingSince`` in its status,
+and observes the cold start only in the call that writes ``servingSince``.
+
+The lifecycle tests replay reconciles over a real gRPC channel with a controlled clock:
+each reconcile is Crossplane's requirements loop (``function.render.drive``), after
+which the desired status and the returned conditions are written back to the XR, as
+Crossplane does, and the XR is validated against its XRD (the API server prunes
+undeclared status fields). A small table covers the start-time rules in-process.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from function import metrics
+from function.composers import replica as composer
+from function.composers.replica import CONDITION
+from function.inputs import Inputs
+from function.settings import default_settings
+from function.timeutil import format_time
+from tests import harness as h
+from tests.replica_fixtures import (
+    CACHE,
+    DEPLOYMENT,
+    cluster,
+    hydration,
+    model_cache,
+    multi_spec,
+    observed_object,
+    ready_required,
+    replica,
+    single_spec,
+)
+from tests.validation import validate_xr
+
+NS = h.NAMESPACE
+T0 = h.NOW
+METRIC = "modelplane_model_cold_start_duration_seconds"
+DEPLOYMENT_AVAILABLE = {
+    "observedGeneration": 1,
+    "replicas": 1,
+    "updatedReplicas": 1,
+    "availableReplicas": 1,
+}
+DEPLOYMENT_STARTING = {"observedGeneration": 1, "replicas": 1, "availableReplicas": 0}
+LWS_AVAILABLE = {"readyReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}
+LWS_STARTING = {"readyReplicas": 0}
+
+
+def at(seconds: float) -> datetime.datetime:
+    return T0 + datetime.timedelta(seconds=seconds)
+
+
+def rfc(seconds: float) -> str:
+    return format_time(at(seconds))
+
+
+def hydration_in(phase: str, ready_at: str | None = None) -> dict[str, Any]:
+    h_ = hydration("gpu-a", phase)
+    if ready_at is not None:
+        h_["status"]["readyAt"] = ready_at
+    return h_
+
+
+class Sim:
+    """One ModelReplica reconciled over gRPC, its status persisted between reconciles."""
+
+    def __init__(
+        self,
+        fn: h.GrpcFunction,
+        spec: dict[str, Any],
+        *,
+        created: str | None = rfc(0),
+        hydration_phase: str | None = "Hydrating",
+        ready_at: str | None = None,
+        status: dict[str, Any] | None = None,
+    ) -> None:
+        self.fn = fn
+        self.xr = replica(spec, status=status)
+        if created is not None:
+            self.xr["metadata"]["creationTimestamp"] = created
+        self.cluster = cluster()
+        self.cache = model_cache()
+        self.hydration = hydration_in(hydration_phase, ready_at) if hydration_phase else None
+        self.observed: dict[str, Any] = {}
+        self.kind = "LeaderWorkerSet" if "kimi" in str(spec["engines"]) else "Deployment"
+        self.key = "workload-kimi" if self.kind == "LeaderWorkerSet" else "workload-vllm"
+
+    def world(self) -> h.World:
+        docs = [self.cluster, self.cache]
+        if self.hydration is not None:
+            docs.append(self.hydration)
+        return h.World(docs)
+
+    def reconcile(self, at_seconds: float, *, persist: bool = True) -> Any:
+        """Crossplane's requirements loop at ``T0 + at_seconds``, then the status write."""
+        self.fn.clock.now = at(at_seconds)
+        rsp, calls = self.fn.drive(self.xr, self.world(), self.observed)
+        assert calls == 2, calls
+        assert not h.fatal(rsp)
+        if persist:
+            self.xr = persisted(self.xr, rsp, self.fn.clock.now)
+            validate_xr(self.xr | {"status": without_conditions(self.xr)})
+        return rsp
+
+    def workload(self, serving: bool, rsp: Any) -> None:
+        """Observe the workload the last response desired, starting or serving."""
+        body = h.desired(rsp)[self.key]
+        if self.kind == "LeaderWorkerSet":
+            remote = LWS_AVAILABLE if serving else LWS_STARTING
+        else:
+            remote = DEPLOYMENT_AVAILABLE if serving else DEPLOYMENT_STARTING
+        self.observed = {self.key: observed_object(body, remote)}
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.xr.get("status", {})
+
+
+def without_conditions(xr: dict[str, Any]) -> dict[str, Any]:
+    st = dict(xr.get("status", {}))
+    st.pop("conditions", None)  # Crossplane writes these, with its own schema
+    return st
+
+
+def persisted(xr: dict[str, Any], rsp: Any, now: datetime.datetime) -> dict[str, Any]:
+    """The XR after Crossplane wrote the desired status and the returned conditions.
+
+    A condition keeps its ``lastTransitionTime`` while its status does not change.
+    """
+    before = {c["type"]: c for c in xr.get("status", {}).get("conditions", [])}
+    conds = []
+    for typ, c in sorted(h.conditions(rsp).items()):
+        old = before.get(typ)
+        since = old["lastTransitionTime"] if old and old["status"] == c["status"] else None
+        conds.append({"type": typ, **c, "lastTransitionTime": since or format_time(now)})
+    out = copy.deepcopy(xr)
+    out["status"] = {**h.status(rsp), "conditions": conds}
+    return out
+
+
+@pytest.fixture
+def fn(clock: h.Clock) -> Iterator[h.GrpcFunction]:
+    with h.GrpcFunction(clock=clock) as f:
+        f.runner.metrics = metrics.Metrics(CollectorRegistry())
+        yield f
+
+
+def samples(fn: h.GrpcFunction) -> list[tuple[dict[str, str], float, float]]:
+    """Every cold-start series: (labels, count, sum)."""
+    out = []
+    for family in fn.runner.metrics.registry.collect():
+        if family.name != METRIC:
+            continue
+        by: dict[tuple[tuple[str, str], ...], dict[str, float]] = {}
+        for s in family.samples:
+            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+            if s.name.endswith("_count"):
+                by.setdefault(labels, {})["count"] = s.value
+            elif s.name.endswith("_sum"):
+                by.setdefault(labels, {})["sum"] = s.value
+        out += [(dict(k), v["count"], v["sum"]) for k, v in by.items() if v.get("count")]
+    return out
+
+
+def labels(engine_kind: str = "Deployment", cache: str = CACHE) -> dict[str, str]:
+    return {"namespace": NS, "model": DEPLOYMENT, "engine_kind": engine_kind, "cache": cache}
+
+
+def bucket(fn: h.GrpcFunction, le: str, **lbl: str) -> float:
+    v = fn.runner.metrics.registry.get_sample_value(f"{METRIC}_bucket", {**lbl, "le": le})
+    return 0.0 if v is None else v
+
+
+def run_calls(fn: h.GrpcFunction) -> float:
+    v = fn.runner.metrics.registry.get_sample_value(
+        "modelplane_function_run_seconds_count", {"kind": "ModelReplica", "result": "success"}
+    )
+    return 0.0 if v is None else v
+
+
+# ---- over gRPC: the lifecycle -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"), [(single_spec, "Deployment"), (multi_spec, "LeaderWorkerSet")]
+)
+def test_gated_replica_counts_from_its_hydration_becoming_ready(fn: Any, make: Any, kind: str):
+    """Created at T0, gated while hydrating until T1, serving at T2: one sample of T2 - T1."""
+    sim = Sim(fn, make(nodes=1) if make is multi_spec else make())
+    rsp = sim.reconcile(0)
+    assert h.conditions(rsp)[CONDITION]["reason"] == "Hydrating"
+    assert sim.status["createdAt"] == rfc(0)
+    assert "hydrationReadyAt" not in sim.status and "servingSince" not in sim.status
+    sim.reconcile(600)  # still hydrating
+    # The hydration becomes Ready at T1 = 900; the replica sees it at its next poll.
+    sim.hydration = hydration_in("Ready", rfc(900))
+    rsp = sim.reconcile(930)
+    assert h.conditions(rsp)[CONDITION]["reason"] == "Starting"
+    assert sim.status["hydrationReadyAt"] == rfc(900)
+    sim.workload(False, rsp)
+    sim.reconcile(1000)
+    assert samples(fn) == []
+    sim.workload(True, rsp)
+    rsp = sim.reconcile(1300)  # T2
+    assert h.conditions(rsp)[CONDITION]["reason"] == "Serving"
+    assert sim.status["servingSince"] == rfc(1300)
+    assert samples(fn) == [(labels(kind), 1.0, 400.0)]
+    assert bucket(fn, "300.0", **labels(kind)) == 0 and bucket(fn, "450.0", **labels(kind)) == 1
+    # Later calls see servingSince and observe nothing; the timestamps stay.
+    recorded = {k: sim.status[k] for k in ("createdAt", "hydrationReadyAt", "servingSince")}
+    for t in (1360, 1420, 5000):
+        sim.reconcile(t)
+    assert samples(fn) == [(labels(kind), 1.0, 400.0)]
+    assert {k: sim.status[k] for k in recorded} == recorded
+    # Every reconcile was two calls (the requirements loop); the sample counted once.
+    assert run_calls(fn) == 2 * 8
+
+
+def test_ungated_replica_without_cache_counts_from_its_creation(fn: Any):
+    sim = Sim(fn, single_spec(cache=False), hydration_phase=None)
+    rsp = sim.reconcile(5)
+    assert h.conditions(rsp)[CONDITION]["reason"] == "Starting"
+    assert sim.status["createdAt"] == rfc(0)  # metadata.creationTimestamp
+    sim.workload(True, rsp)
+    sim.reconcile(95)
+    assert samples(fn) == [(labels(cache="none"), 1.0, 95.0)]
+    assert "hydrationReadyAt" not in sim.status
+    sim.reconcile(155)
+    assert samples(fn) == [(labels(cache="none"), 1.0, 95.0)]
+
+
+def test_replica_whose_hydration_was_already_ready_counts_from_its_creation(fn: Any):
+    sim = Sim(fn, single_spec(), hydration_phase="Ready", ready_at=rfc(-3600))
+    rsp = sim.reconcile(2)
+    assert "hydrationReadyAt" not in sim.status
+    sim.workload(True, rsp)
+    sim.reconcile(242)
+    assert samples(fn) == [(labels(), 1.0, 242.0)]
+
+
+def test_without_creation_timestamp_the_first_call_records_created_at(fn: Any):
+    sim = Sim(fn, single_spec(cache=False), created=None, hydration_phase=None)
+    rsp = sim.reconcile(10)
+    assert sim.status["createdAt"] == rfc(10)
+    sim.reconcile(40)
+    assert sim.status["createdAt"] == rfc(10)  # carried, not moved
+    sim.workload(True, rsp)
+    sim.reconcile(70)
+    assert samples(fn) == [(labels(cache="none"), 1.0, 60.0)]
+
+
+def test_hydration_without_ready_at_counts_from_the_call_that_saw_it_ready(fn: Any):
+    sim = Sim(fn, single_spec())
+    sim.reconcile(0)
+    sim.hydration = hydration_in("Ready")  # no status.readyAt
+    rsp = sim.reconcile(500)
+    assert sim.status["hydrationReadyAt"] == rfc(500)
+    sim.workload(True, rsp)
+    sim.reconcile(620)
+    assert samples(fn) == [(labels(), 1.0, 120.0)]
+
+
+def test_gate_closing_again_before_serving_restarts_the_count(fn: Any):
+    sim = Sim(fn, single_spec())
+    sim.reconcile(0)
+    sim.hydration = hydration_in("Ready", rfc(100))
+    rsp = sim.reconcile(120)
+    assert sim.status["hydrationReadyAt"] == rfc(100)
+    sim.workload(False, rsp)
+    sim.hydration = hydration_in("Hydrating")  # re-hydrating: the workload is kept
+    sim.reconcile(200)
+    assert "hydrationReadyAt" not in sim.status
+    sim.hydration = hydration_in("Ready", rfc(700))
+    sim.reconcile(720)
+    assert sim.status["hydrationReadyAt"] == rfc(700)
+    sim.workload(True, rsp)
+    sim.reconcile(1000)
+    assert samples(fn) == [(labels(), 1.0, 300.0)]
+
+
+def test_waiting_for_a_missing_cache_is_a_gate(fn: Any):
+    sim = Sim(fn, single_spec(), hydration_phase=None)
+    sim.cache = {"kind": "Nothing"}  # no ModelCache yet
+    rsp = sim.reconcile(0)
+    assert h.conditions(rsp)[CONDITION]["reason"] == "CacheNotFound"
+    sim.cache = model_cache()
+    sim.hydration = hydration_in("Ready", rfc(300))  # created and hydrated between polls
+    rsp = sim.reconcile(330)
+    assert sim.status["hydrationReadyAt"] == rfc(300)
+    sim.workload(True, rsp)
+    sim.reconcile(400)
+    assert samples(fn) == [(labels(), 1.0, 100.0)]
+
+
+def test_after_serving_gates_and_unresolved_calls_keep_the_record(fn: Any):
+    sim = Sim(fn, single_spec())
+    sim.reconcile(0)
+    sim.hydration = hydration_in("Ready", rfc(50))
+    rsp = sim.reconcile(60)
+    sim.workload(True, rsp)
+    sim.reconcile(90)
+    recorded = {k: sim.status[k] for k in ("createdAt", "hydrationReadyAt", "servingSince")}
+    # The hydration fails after serving: the workload is kept, the replica not ready.
+    sim.hydration = hydration_in("Failed")
+    rsp = sim.reconcile(200)
+    assert h.conditions(rsp)[CONDITION]["reason"] == "HydrationFailed"
+    assert {k: sim.status[k] for k in recorded} == recorded
+    # A call whose requirements are not resolved echoes the record too.
+    fn.clock.now = at(250)
+    rsp = fn.call(h.request(sim.xr, observed=sim.observed))
+    assert h.conditions(rsp)[CONDITION]["reason"] == "Resolving"
+    assert {k: h.status(rsp)[k] for k in recorded} == recorded
+    # Serving again is not a first serve.
+    sim.hydration = hydration_in("Ready", rfc(300))
+    sim.reconcile(320)
+    assert sim.status["phase"] == "Serving"
+    assert {k: sim.status[k] for k in recorded} == recorded
+    assert samples(fn) == [(labels(), 1.0, 40.0)]
+
+
+def test_a_failed_status_write_counts_the_sample_twice(fn: Any):
+    """Documented in function.metrics: the next call sees no record and records again."""
+    sim = Sim(fn, single_spec(cache=False), hydration_phase=None)
+    rsp = sim.reconcile(0)
+    sim.workload(True, rsp)
+    sim.reconcile(60, persist=False)  # Crossplane could not write the status
+    assert samples(fn) == [(labels(cache="none"), 1.0, 60.0)]
+    sim.reconcile(90)
+    assert samples(fn) == [(labels(cache="none"), 2.0, 150.0)]
+    sim.reconcile(120)
+    assert samples(fn) == [(labels(cache="none"), 2.0, 150.0)]
+
+
+def test_replica_serving_before_the_record_existed_counts_nothing(fn: Any):
+    """An upgrade: the last status says Serving but has no servingSince."""
+    ready = {"type": CONDITION, "status": "True", "reason": "Serving", "message": "serving"}
+    old_status = {
+        "phase": "Serving",
+        "conditions": [ready | {"lastTransitionTime": "2026-11-01T08:00:00Z"}],
+    }
+    sim = Sim(
+        fn,
+        single_spec(cache=False),
+        created="2026-10-01T00:00:00Z",
+        hydration_phase=None,
+        status=old_status,
+    )
+    first = h.desired(h.run(h.request(sim.xr, required={"cluster": [cluster()]})))
+    sim.observed = {"workload-vllm": observed_object(first["workload-vllm"], DEPLOYMENT_AVAILABLE)}
+    sim.reconcile(0)
+    assert sim.status["servingSince"] == "2026-11-01T08:00:00Z"
+    assert sim.status["createdAt"] == "2026-10-01T00:00:00Z"
+    sim.reconcile(60)
+    assert samples(fn) == []
+
+
+# ---- in-process: the start-time rules -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ready_at", "created", "now", "want"),
+    [
+        (rfc(100), rfc(0), at(130), rfc(100)),  # the hydration's readyAt
+        (None, rfc(0), at(130), rfc(130)),  # no readyAt: the call that saw it
+        ("yesterday", rfc(0), at(130), rfc(130)),  # invalid: the call
+        (rfc(500), rfc(0), at(130), rfc(130)),  # in the future (skew): the call
+        (rfc(-60), rfc(0), at(130), rfc(130)),  # before the replica: not what held it back
+        ("2026-11-29T10:01:40+01:00", rfc(0), at(130), rfc(100)),  # an offset, normalized
+    ],
+)
+def test_gate_lifted_at(ready_at: str | None, created: str, now: Any, want: str):
+    status = {"phase": "Ready"} | ({"readyAt": ready_at} if ready_at else {})
+    node = h.request(h.xr("X", "x", {}, status=status)).observed.composite.resource
+    assert composer._gate_lifted_at(node["status"], created, now) == want
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        ("2026-11-29T09:00:00Z", "2026-11-29T09:00:00Z"),
+        ("2026-11-29T10:00:00+01:00", "2026-11-29T09:00:00Z"),
+        ("2026-11-29T09:00:00.750Z", "2026-11-29T09:00:00Z"),
+        ("2026-02-30T09:00:00Z", None),
+        ("2026-11-29T24:00:00Z", None),
+        ("2026-11-29 09:00:00", None),
+        ("", None),
+    ],
+)
+def test_carried_timestamps_are_normalized_or_dropped(value: str, want: str | None):
+    assert composer._time(value) == want
+
+
+@pytest.mark.parametrize(
+    ("status", "want"),
+    [
+        ({"hydration": {"phase": "Hydrating"}}, True),
+        ({"hydration": {"phase": "NotFound"}}, True),
+        ({"hydration": {"phase": "Failed"}}, True),
+        ({"hydration": {"phase": "Ready"}}, False),
+        ({"conditions": [{"type": CONDITION, "reason": "CacheNotFound"}]}, True),
+        ({"conditions": [{"type": CONDITION, "reason": "ClusterNotFound"}]}, False),
+        ({"conditions": [{"type": "Other", "reason": "CacheNotFound"}]}, False),
+        ({}, False),
+    ],
+)
+def test_was_gated(status: dict[str, Any], want: bool):
+    req = h.request(replica(single_spec(), status=status), required=ready_required())
+    inputs = Inputs(req.observed.composite.resource, {}, {}, T0, default_settings())
+    assert composer._was_gated(inputs) is want
