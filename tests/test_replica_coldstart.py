@@ -417,3 +417,49 @@ def test_was_gated(status: dict[str, Any], want: bool):
     req = h.request(replica(single_spec(), status=status), required=ready_required())
     inputs = Inputs(req.observed.composite.resource, {}, {}, T0, default_settings())
     assert composer._was_gated(inputs) is want
+
+
+# ---- the memoized hot path ----------------------------------------------------------
+
+
+def test_timestamps_never_enter_the_memoized_plan():
+    """Two replicas' statuses with different timestamps share one plan; each response
+    carries its own timestamps, and a warm response equals a cold process's."""
+    spec = single_spec()
+    req = ready_required()
+    first = h.desired(h.run(h.request(replica(spec), required=req)))
+    observed = {"workload-vllm": observed_object(first["workload-vllm"], DEPLOYMENT_AVAILABLE)}
+
+    def call(status: dict[str, Any], now: datetime.datetime) -> Any:
+        xr = replica(spec, status=status)
+        return h.run(h.request(xr, observed=observed, required=req), now=now)
+
+    a = {"phase": "Serving", "createdAt": rfc(0), "servingSince": rfc(60)}
+    b = {
+        "phase": "Starting",
+        "createdAt": rfc(-7200),
+        "hydrationReadyAt": rfc(-3600),
+        "hydration": {"phase": "Hydrating"},
+    }
+    call(a, at(100))  # warm
+    misses = composer._plan.cache_info().misses
+    warm_a, warm_b = call(a, at(100)), call(b, at(200))
+    assert composer._plan.cache_info().misses == misses  # both served from the memo
+    assert h.desired(warm_a) == h.desired(warm_b)
+    assert {k: h.status(warm_a).get(k) for k in ("createdAt", "servingSince")} == {
+        "createdAt": rfc(0),
+        "servingSince": rfc(60),
+    }
+    st = h.status(warm_b)
+    assert (st["createdAt"], st["hydrationReadyAt"], st["servingSince"]) == (
+        rfc(-7200),
+        rfc(-3600),
+        rfc(200),
+    )
+    for status, now, warm in ((a, at(100), warm_a), (b, at(200), warm_b)):
+        for fn_ in (composer._parse, composer._head, composer._plan):
+            fn_.cache_clear()
+        cold = call(status, now)
+        assert cold.SerializeToString(deterministic=True) == warm.SerializeToString(
+            deterministic=True
+        )
