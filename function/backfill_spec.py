@@ -223,12 +223,17 @@ def _resource_uses(resources: Any, where: str) -> list[str]:
     if not isinstance(resources, dict):
         return found
     for kind in ("requests", "limits"):
-        for key in sorted((resources.get(kind) or {}).keys()):
+        for key in sorted(_obj(resources.get(kind)).keys()):
             if is_accelerator(str(key)):
                 found.append(f"{where}.resources.{kind}[{key}]")
     if resources.get("claims"):
         found.append(f"{where}.resources.claims")
     return found
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    """``value`` when it is an object, else an empty one (templates may be malformed)."""
+    return value if isinstance(value, dict) else {}
 
 
 def accelerator_uses(cronjob: dict[str, Any]) -> list[str]:
@@ -244,13 +249,13 @@ def accelerator_uses(cronjob: dict[str, Any]) -> list[str]:
         Field paths relative to the CronJob, sorted as found; empty when none.
     """
     base = "spec.jobTemplate.spec.template.spec"
-    pod = (((cronjob.get("spec") or {}).get("jobTemplate") or {}).get("spec") or {}).get(
-        "template"
-    ) or {}
-    pod_spec = pod.get("spec") or {}
+    pod_spec = _obj(cronjob)
+    for key in ("spec", "jobTemplate", "spec", "template", "spec"):
+        pod_spec = _obj(pod_spec.get(key))
     found: list[str] = []
     for group in ("initContainers", "containers"):
-        for i, c in enumerate(pod_spec.get(group) or []):
+        containers = pod_spec.get(group)
+        for i, c in enumerate(containers if isinstance(containers, list) else []):
             if isinstance(c, dict):
                 name = c.get("name") or i
                 found.extend(_resource_uses(c.get("resources"), f"{base}.{group}[{name}]"))

@@ -347,14 +347,6 @@ def test_finished_job_deleted_by_hand_is_not_recreated() -> None:
     record("ModelCacheHydration: finished Job deleted (not re-created, stays Ready)")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "hydration._keep_job_and_secret keeps the RBAC Objects only while the Job is "
-        "observed: with the auth Secret requirement unresolved and the Job Object gone, "
-        "hydrate-sa/role/rolebinding are dropped although a resolved Secret keeps them"
-    ),
-)
 def test_job_deleted_while_the_secret_is_unresolved_keeps_every_other_child() -> None:
     s = seed("ModelCacheHydration", HYD)
     _, first = settle(s)

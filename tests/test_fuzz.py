@@ -501,18 +501,7 @@ def _resolution(draw: st.DrawFn, sel: fnv1.ResourceSelector, world: World) -> tu
 
 # Bugs the fuzzer found in composers owned by other helpers (reported to the lead).
 # strict: once fixed the test XPASSes and fails, so the marker gets removed.
-KNOWN_BUGS: dict[str, str] = {
-    "ModelBackfill": (
-        "backfill_spec.accelerator_uses walks the CronJob template with .get() unchecked: "
-        "a template whose spec.jobTemplate (or a level below) is not an object raises "
-        "AttributeError (internal error) instead of a Blocked/fatal naming the field"
-    ),
-    "ModelCacheHydration": (
-        "hydration._keep_job_and_secret keeps hydrate-sa/role/rolebinding only while the Job "
-        "Object is observed: with auth-secret unresolved they are dropped, although the same "
-        "request keeps them once it resolves (see test_faults)"
-    ),
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _kind_params() -> list[Any]:
@@ -658,7 +647,6 @@ def test_cache_spec_types_are_strict() -> None:
         assert msgs and "spec.huggingFace.sizeGiB" in msgs[0], (bad, msgs)
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_BUGS["ModelBackfill"])
 def test_backfill_cronjob_template_of_the_wrong_shape_is_named() -> None:
     if missing_reason("ModelBackfill"):
         pytest.skip(missing_reason("ModelBackfill"))

@@ -664,14 +664,18 @@ class _Composer:
         return self.inputs.observed_body(job_key(self.identity))
 
     def _keep_job_and_secret(self) -> None:
-        """Keep the current identity's Job and the token Secret exactly as they exist."""
+        """Keep the current identity's Job, its RBAC and the token Secret exactly as they exist.
+
+        Used while the auth Secret is not resolved yet ("not known"): nothing that exists
+        is dropped, whether or not the Job itself is observed right now.
+        """
         job = self._job_observed()
         if job is not None:
             self.out.keep(job_key(self.identity), job)
-            for key in RBAC_KEYS:
-                body = self.inputs.observed_body(key)
-                if body is not None:
-                    self.out.keep(key, body)
+        for key in RBAC_KEYS:
+            body = self.inputs.observed_body(key)
+            if body is not None:
+                self.out.keep(key, body)
         secret = self.inputs.observed_body(SECRET_KEY)
         if secret is not None:
             _keep_sanitized(self.out, SECRET_KEY, secret)
