@@ -170,11 +170,18 @@ class Placed:
 
 @dataclass(frozen=True, slots=True)
 class Removed:
-    """An existing replica that placement drops, and why."""
+    """An existing replica that placement drops, and why.
+
+    ``scaled_down`` is True when it goes because fewer replicas are wanted; False when
+    it is *displaced*: its cluster stopped being eligible (gone, no longer selected,
+    an untolerated ``NoExecute`` taint, outside the cache footprint, no longer fits)
+    or it is moved off a cluster that is not Ready or whose hydration Failed.
+    """
 
     index: int
     cluster: str
     why: str
+    scaled_down: bool = False
 
 
 @dataclass
@@ -455,15 +462,15 @@ def place(req: Request) -> Placement:
         else:
             solid.append(p)
 
-    def drop(p: Placed, why: str) -> None:
+    def drop(p: Placed, why: str, scaled_down: bool) -> None:
         ledger.charge(p.cluster, _charges(req.engines, p.pools), -1)
-        removed.append(Removed(p.index, p.cluster, why))
+        removed.append(Removed(p.index, p.cluster, why, scaled_down))
 
     # ---- scale-down --------------------------------------------------------
     excess = len(solid) + len(soft) - req.replicas
     while excess > 0 and soft:
         p, why = soft.pop()
-        drop(p, f"scaled down ({why})")
+        drop(p, f"scaled down ({why})", True)
         excess -= 1
     if excess > 0:
         # The victim is the replica with the highest (load, count, tier, index). Removing
@@ -485,7 +492,7 @@ def place(req: Request) -> Placement:
                 continue
             gone.add(victim.index)
             counts[victim.cluster] -= 1
-            drop(victim, "scaled down")
+            drop(victim, "scaled down", True)
             excess -= 1
         solid = [p for p in solid if p.index not in gone]
 
@@ -561,7 +568,7 @@ def place(req: Request) -> Placement:
     keep_soft = max(0, req.replicas - len(solid) - len(new))
     soft.sort(key=lambda s: s[0].index)
     for p, why in soft[keep_soft:]:
-        drop(p, f"moved ({why})")
+        drop(p, f"moved ({why})", False)
     kept_soft = [p for p, _ in soft[:keep_soft]]
 
     replicas = sorted(solid + kept_soft + new, key=lambda p: p.index)

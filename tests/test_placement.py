@@ -568,3 +568,24 @@ def test_scale_down_picks_the_most_loaded_cluster_each_time() -> None:
     assert [r.index for r in p.removed] == [0, 1, 3]
     assert where(p) == [(2, "c1")]
     assert all(r.why == "scaled down" for r in p.removed)
+
+
+def test_removed_tells_scale_down_from_displacement() -> None:
+    """``Removed.scaled_down``: True only when fewer replicas are wanted (the composer
+    records displaced replicas for the replacement-duration metric, never scale-downs)."""
+    a0 = Existing(0, "a", {("vllm", 0): "h100"})
+    b1 = Existing(1, "b", {("vllm", 0): "h100"})
+    # Moved off a cluster that is not Ready: displaced.
+    p = place(req(clusters=(cluster("a", ready=False), cluster("b")), existing=(a0,)))
+    assert [(r.index, r.scaled_down) for r in p.removed] == [(0, False)]
+    # Its cluster is gone: displaced.
+    p = place(req(clusters=(cluster("b"),), existing=(a0,)))
+    assert [(r.index, r.scaled_down) for r in p.removed] == [(0, False)]
+    # Fewer replicas wanted: scaled down, from a healthy cluster or a not-Ready one.
+    p = place(req(replicas=1, clusters=(cluster("a"), cluster("b")), existing=(a0, b1)))
+    assert [(r.why, r.scaled_down) for r in p.removed] == [("scaled down", True)]
+    p = place(
+        req(replicas=1, clusters=(cluster("a", ready=False), cluster("b")), existing=(a0, b1))
+    )
+    assert [(r.index, r.scaled_down) for r in p.removed] == [(0, True)]
+    assert p.removed[0].why == "scaled down (cluster is not Ready)"

@@ -40,7 +40,10 @@ Placement is :func:`function.placement.place` (rules in its docstring).
 
 Status: ``replicas.total`` (observed ModelReplicas that are still wanted),
 ``replicas.ready`` (those whose ``ModelReady`` is True), ``placement[]`` (index,
-cluster, ready, reason) and conditions:
+cluster, ready, reason), ``displaced[]`` (index, fromCluster, at, replacement,
+toCluster: replicas displaced from a cluster that stopped being eligible whose
+replacement does not serve yet; see :func:`_track_displaced`, which observes
+``modelplane_replica_replacement_duration_seconds``) and conditions:
 
 - ``ReplicasScheduled``: True only when every wanted replica is placed; False
   with ``CacheNotFound``, ``WaitingForCache``, ``NoClusterInCacheFootprint``,
@@ -61,6 +64,7 @@ Warning for a replica moved or dropped because its cluster no longer qualifies.
 from __future__ import annotations
 
 import copy
+import datetime
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -103,6 +107,7 @@ from function.placement import (
 from function.replica_spec import Engine as EngineSpec
 from function.replica_spec import FlashLoader, Ref
 from function.selectors import LabelSelector
+from function.timeutil import elapsed, format_time, parse_time
 from function.tolerations import parse_taints, parse_tolerations
 
 REQ_CLUSTERS = "clusters"
@@ -122,6 +127,10 @@ HYDRATION_FAILED = "HydrationFailed"
 WAITING_FOR_CACHE = "WaitingForCache"
 INVALID_DEVICE_SELECTOR = "InvalidDeviceSelector"
 CACHE_NOT_FOUND = "CacheNotFound"
+
+DISPLACED = "displaced"  # status.displaced[]
+MAX_DISPLACED = 100  # records kept; the oldest are dropped (without a sample) past this
+REPLACEMENT_METRIC = "replica_replacement_duration_seconds"
 
 
 # ---- the spec ---------------------------------------------------------------
@@ -747,6 +756,137 @@ def _status_from(
     return ready == len(rows)
 
 
+# ---- displaced replicas: the replacement-duration metric ---------------------------
+
+
+@dataclass(slots=True)
+class _Displaced:
+    """One ``status.displaced[]`` record: a replica displaced from its cluster at ``at``.
+
+    ``replacement`` is the index of the replica placed in its stead (None until one is
+    placed) and ``to_cluster`` that replica's cluster.
+    """
+
+    index: int
+    from_cluster: str
+    at: str
+    since: datetime.datetime
+    replacement: int | None = None
+    to_cluster: str = ""
+
+    def to_status(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"index": self.index, "fromCluster": self.from_cluster, "at": self.at}
+        if self.replacement is not None:
+            row["replacement"] = self.replacement
+            row["toCluster"] = self.to_cluster
+        return row
+
+
+def _displaced_status(inputs: Inputs) -> ListValue | None:
+    """The observed XR's ``status.displaced`` (one field lookup), or None."""
+    v = structs.fields_of(inputs.xr, "status").get(DISPLACED)
+    return v.list_value if v is not None and v.WhichOneof("kind") == "list_value" else None
+
+
+def _carry_displaced(inputs: Inputs, out: Outcome) -> None:
+    """Keep ``status.displaced`` as it is in a call that does not place replicas.
+
+    Crossplane applies the XR status a function returns, so a record left out would be
+    lost, and with it the start of the replacement it measures.
+    """
+    prev = _displaced_status(inputs)
+    if prev is not None and prev.values:
+        out.status[DISPLACED] = prev
+
+
+def _read_displaced(prev: ListValue | None) -> list[_Displaced]:
+    """The well-formed records of ``status.displaced``; a malformed one is skipped."""
+    out: list[_Displaced] = []
+    for item in structs.to_py(prev) if prev is not None else ():
+        if not isinstance(item, dict):
+            continue
+        index, cluster, at = item.get("index"), item.get("fromCluster"), item.get("at")
+        since = parse_time(at)
+        if not isinstance(index, (int, float)) or not isinstance(cluster, str) or since is None:
+            continue
+        rec = _Displaced(int(index), cluster, str(at), since)
+        repl, to = item.get("replacement"), item.get("toCluster")
+        if isinstance(repl, (int, float)) and isinstance(to, str):
+            rec.replacement, rec.to_cluster = int(repl), to
+        out.append(rec)
+    return out
+
+
+def _track_displaced(
+    inputs: Inputs,
+    out: Outcome,
+    placement: Placement,
+    by_index: Mapping[int, _Observed],
+    prev: ListValue | None,
+) -> None:
+    """Record displaced replicas in ``status.displaced`` and observe each replacement once.
+
+    Issue 7's ``modelplane_replica_replacement_duration_seconds{namespace,model}``: from a
+    replica being displaced (removed by placement because its cluster stopped being
+    eligible, or moved off a cluster that is not Ready or whose hydration Failed; never a
+    scale-down) to its replacement serving (its ``ModelReady`` condition True, what
+    ``status.replicas.ready`` counts). The function is stateless, so the start is written
+    in status (``at``, ``inputs.now``) in the call that displaces the replica, and the
+    sample is observed in the call that removes the record (see ``function.metrics``).
+
+    Per record, oldest first:
+
+    - a replica placed new in this call (lowest index first) becomes its replacement
+      when it has none; a replacement that is no longer placed on the cluster recorded
+      is forgotten, and the next new replica takes its place;
+    - when its replacement is observed serving: observe ``now - at``, drop the record;
+    - without a replacement while every wanted replica is placed (scaled down since,
+      or the displaced replica was one too many), the fleet is not short: drop it
+      without a sample.
+
+    At most :data:`MAX_DISPLACED` records are kept (the newest). Cost: O(records) plus,
+    only while a record exists, one pass over the placed replicas.
+    """
+    records = _read_displaced(prev)
+    now = format_time(inputs.now)
+    since = parse_time(now) or inputs.now  # what later calls read back from ``at``
+    for r in placement.removed:
+        if not r.scaled_down:
+            records.append(_Displaced(r.index, r.cluster, now, since))
+    records.sort(key=lambda d: (d.since, d.index, d.from_cluster))
+    placed = {p.index: p for p in placement.replicas}
+    taken: set[int] = set()
+    for rec in records:
+        if rec.replacement is None:
+            continue
+        p = placed.get(rec.replacement)
+        if p is None or p.cluster != rec.to_cluster or rec.replacement in taken:
+            rec.replacement, rec.to_cluster = None, ""
+        else:
+            taken.add(rec.replacement)
+    fresh = iter([p for p in placement.replicas if not p.existing and p.index not in taken])
+    keep: list[_Displaced] = []
+    for rec in records:
+        if rec.replacement is None:
+            nxt = next(fresh, None)
+            if nxt is not None:
+                rec.replacement, rec.to_cluster = nxt.index, nxt.cluster
+            elif placement.reason is None:
+                continue  # nothing is short: no replacement to wait for
+        elif placed[rec.replacement].existing:
+            view = by_index.get(rec.replacement)
+            if view is not None and view.cluster == rec.to_cluster and view.state[0]:
+                out.observe(
+                    REPLACEMENT_METRIC,
+                    {"namespace": inputs.namespace, "model": inputs.name},
+                    elapsed(rec.since, inputs.now),
+                )
+                continue
+        keep.append(rec)
+    if keep:
+        out.status[DISPLACED] = [rec.to_status() for rec in keep[-MAX_DISPLACED:]]
+
+
 def compose(inputs: Inputs) -> Outcome:
     """Compose a ModelDeployment (see the module docstring).
 
@@ -784,6 +924,7 @@ def compose(inputs: Inputs) -> Outcome:
         out.condition(SCHEDULED, "False", INVALID_DEVICE_SELECTOR, msg)
         out.warning(msg, INVALID_DEVICE_SELECTOR)
         _status_from(inputs, out, spec.replicas, obs_rows, cache)
+        _carry_displaced(inputs, out)
         return out
 
     # Requirements: all must be resolved before anything is placed or removed.
@@ -799,6 +940,7 @@ def compose(inputs: Inputs) -> Outcome:
             "waiting for Crossplane to resolve required resources: " + ", ".join(pending),
         )
         _status_from(inputs, out, spec.replicas, obs_rows, cache)
+        _carry_displaced(inputs, out)
         return out
     clusters_r = got[REQ_CLUSTERS]
     replicas_r = got[REQ_REPLICAS]
@@ -819,6 +961,7 @@ def compose(inputs: Inputs) -> Outcome:
             out.warning(msg, CACHE_NOT_FOUND)
             out.requeue_after(inputs.settings.poll_seconds)
             _status_from(inputs, out, spec.replicas, obs_rows, cache)
+            _carry_displaced(inputs, out)
             return out
         hyd_r = got[REQ_HYDRATIONS]
         assert isinstance(hyd_r, Resolved)
@@ -878,4 +1021,7 @@ def compose(inputs: Inputs) -> Outcome:
         out.requeue_after(inputs.settings.poll_seconds)
     if not _status_from(inputs, out, spec.replicas, rows, cache):
         out.requeue_after(inputs.settings.poll_seconds)
+    prev = _displaced_status(inputs)
+    if prev is not None or any(not r.scaled_down for r in placement.removed):
+        _track_displaced(inputs, out, placement, by_index, prev)
     return out

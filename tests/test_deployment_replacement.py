@@ -1,0 +1,319 @@
+"""ModelDeployment: ``modelplane_replica_replacement_duration_seconds`` (issue 7).
+
+A replica displaced from a cluster that stopped being eligible is recorded in
+``status.displaced`` with the time (the clock of the function); the call in which its
+replacement first reports ``ModelReady=True`` observes the time since and removes the
+record. The XR's status is carried from one reconcile to the next the way Crossplane
+does (what a call returns is what the next call observes), over a real gRPC channel
+with a controlled clock, and through Crossplane's requirements loop (``drive``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from function import metrics
+from function.composers.deployment import MAX_DISPLACED
+from tests import harness as h
+from tests.test_deployment import cache, deployment, hydration, ic, observe, placed
+from tests.validation import validate_xr
+
+NAME = "chat"
+METRIC = "modelplane_replica_replacement_duration_seconds"
+LABELS = {"namespace": h.NAMESPACE, "model": NAME}
+SERVING = ("True", "Serving", "serving")
+T0 = "2026-11-29T09:10:00Z"  # the clock's 09:00 plus the 600 s every scenario waits
+
+
+def value(m: metrics.Metrics, suffix: str, **labels: str) -> float:
+    v = m.registry.get_sample_value(f"{METRIC}_{suffix}", labels or LABELS)
+    return 0.0 if v is None else v
+
+
+def samples(m: metrics.Metrics) -> float:
+    return value(m, "count")
+
+
+class Fleet:
+    """One ModelDeployment reconciled over gRPC; the XR's status and the observed
+    replicas of each call feed the next, as Crossplane would."""
+
+    def __init__(self, fn: h.GrpcFunction, xr: dict[str, Any]) -> None:
+        self.fn, self.xr = fn, xr
+        self.observed: dict[str, Any] = {}
+        self.rsp: Any = None
+        self.calls = 0
+
+    def reconcile(
+        self,
+        world: list[dict[str, Any]],
+        ready: dict[int, tuple[str, str, str]] | None = None,
+        *,
+        keep_status: bool = False,
+    ) -> Any:
+        """Drive the requirements loop with the replicas of the last call observed
+        (``ready`` gives their ModelReady); then the returned status becomes the XR's
+        (unless ``keep_status``: a status write that did not happen)."""
+        observed = observe(self.rsp, ready) if self.rsp is not None else None
+        rsp, self.calls = self.fn.drive(self.xr, h.World(world), observed)
+        assert not h.fatal(rsp), h.fatal(rsp)
+        self.rsp = rsp
+        if not keep_status:
+            self.xr = {**self.xr, "status": h.status(rsp)}
+            validate_xr(self.xr)  # every status field is declared in the XRD
+        return rsp
+
+
+def displaced(rsp: Any) -> list[dict[str, Any]]:
+    return list(h.status(rsp).get("displaced", []))
+
+
+@pytest.fixture
+def m() -> metrics.Metrics:
+    return metrics.Metrics(CollectorRegistry())
+
+
+@pytest.fixture
+def fn(m: metrics.Metrics):
+    with h.GrpcFunction(h.Clock()) as f:
+        f.runner.metrics = m
+        yield f
+
+
+NO_CACHE = [ic("gpu-a"), ic("gpu-b")]
+WITH_CACHE = [
+    ic("gpu-a"),
+    ic("gpu-b"),
+    cache(),
+    hydration("gpu-a", "Ready"),
+    hydration("gpu-b", "Ready"),
+]
+World = list[dict[str, Any]]
+
+
+def _replace_a(world: World, new_a: dict[str, Any] | None) -> World:
+    """``world`` with InferenceCluster gpu-a replaced by ``new_a`` (None: gone)."""
+    out = [r for r in world if (r["kind"], r["metadata"]["name"]) != ("InferenceCluster", "gpu-a")]
+    return out if new_a is None else [new_a, *out]
+
+
+def _not_ready(w: World) -> World:
+    return _replace_a(w, ic("gpu-a", ready=False))
+
+
+def _failed_hydration(w: World) -> World:
+    return [
+        hydration("gpu-a", "Failed")
+        if r["kind"] == "ModelCacheHydration" and r["spec"]["clusterName"] == "gpu-a"
+        else r
+        for r in w
+    ]
+
+
+def _drained(w: World) -> World:
+    return _replace_a(w, ic("gpu-a", taints=[{"key": "maint", "effect": "NoExecute"}]))
+
+
+def _relabelled(w: World) -> World:
+    return _replace_a(w, ic("gpu-a", {"gpu": "a100"}))
+
+
+def _gone(w: World) -> World:
+    return _replace_a(w, None)
+
+
+# How gpu-a stops being eligible: (base world, with a cache, the world after, the reason).
+INELIGIBLE: dict[str, tuple[World, bool, Callable[[World], World], str]] = {
+    "not-ready": (NO_CACHE, False, _not_ready, "moved (cluster is not Ready)"),
+    "hydration-failed": (
+        WITH_CACHE,
+        True,
+        _failed_hydration,
+        "moved (hydration of ModelCache qwen-cache Failed)",
+    ),
+    "no-execute-taint": (NO_CACHE, False, _drained, "taint maint:NoExecute not tolerated"),
+    "selector-no-longer-matches": (NO_CACHE, False, _relabelled, "no longer matches"),
+    "cluster-gone": (NO_CACHE, False, _gone, "cluster is gone"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(INELIGIBLE))
+def test_one_sample_from_displacement_to_replacement_serving(fn, m, how) -> None:
+    base, with_cache, after, why = INELIGIBLE[how]
+    f = Fleet(fn, deployment(1, name=NAME, cache_name="qwen-cache" if with_cache else None))
+    assert placed(f.reconcile(base)) == [(0, "gpu-a")]
+    f.reconcile(base, {0: SERVING})
+    assert displaced(f.rsp) == []
+
+    fn.clock.advance(600)  # T0: gpu-a stops being eligible; replica 0 moves to gpu-b
+    world = after(base)
+    rsp = f.reconcile(world, {0: SERVING})
+    assert f.calls >= 2  # the requirements loop ran; only its last call counts
+    assert placed(rsp) == [(1, "gpu-b")]
+    assert any(s == "Warning" and why in msg for s, msg in h.results(rsp)), h.results(rsp)
+    assert displaced(rsp) == [
+        {"index": 0, "fromCluster": "gpu-a", "at": T0, "replacement": 1, "toCluster": "gpu-b"}
+    ]
+    assert samples(m) == 0
+
+    fn.clock.advance(120)  # the replacement starts, not serving yet: nothing
+    rsp = f.reconcile(world, {1: ("False", "Starting", "pulling the image")})
+    assert displaced(rsp) == displaced(f.rsp) and len(displaced(rsp)) == 1
+    assert samples(m) == 0
+
+    fn.clock.advance(780)  # T1 = T0 + 900 s: the replacement serves
+    rsp = f.reconcile(world, {1: SERVING})
+    assert "displaced" not in h.status(rsp)
+    assert samples(m) == 1
+    assert value(m, "sum") == 900
+    assert value(m, "bucket", le="900.0", **LABELS) == 1
+    assert value(m, "bucket", le="600.0", **LABELS) == 0
+
+    for _ in range(3):  # later reconciles see no record: no second sample
+        fn.clock.advance(60)
+        f.reconcile(world, {1: SERVING})
+    assert samples(m) == 1
+
+
+def test_repeated_calls_before_the_status_write_add_nothing(fn, m) -> None:
+    """Calls with the same inputs (the XR's status not written yet) return the same
+    record and observe nothing; once written, the record is read back unchanged (``at``
+    stays T0 however late the next call comes)."""
+    base, _, after, _ = INELIGIBLE["not-ready"]
+    f = Fleet(fn, deployment(1, name=NAME, cache_name=None))
+    f.reconcile(base)
+    f.reconcile(base, {0: SERVING})
+    serving_on_a = observe(f.rsp, {0: SERVING})
+    fn.clock.advance(600)
+    first, _ = fn.drive(f.xr, h.World(after(base)), serving_on_a)
+    second, _ = fn.drive(f.xr, h.World(after(base)), serving_on_a)
+    assert displaced(first) == displaced(second) != []
+    assert first.SerializeToString(deterministic=True) == second.SerializeToString(
+        deterministic=True
+    )
+    written = {**f.xr, "status": h.status(second)}
+    fn.clock.advance(30)
+    third, _ = fn.drive(written, h.World(after(base)), observe(second))
+    assert displaced(third) == displaced(first)
+    assert displaced(third)[0]["at"] == T0
+    assert samples(m) == 0
+
+
+def test_scale_down_records_nothing(fn, m) -> None:
+    f = Fleet(fn, deployment(2, name=NAME, cache_name=None))
+    assert placed(f.reconcile(NO_CACHE)) == [(0, "gpu-a"), (1, "gpu-b")]
+    f.reconcile(NO_CACHE, {0: SERVING, 1: SERVING})
+    fn.clock.advance(600)
+    f.xr = {**deployment(1, name=NAME, cache_name=None), "status": f.xr["status"]}
+    rsp = f.reconcile(NO_CACHE, {0: SERVING, 1: SERVING})
+    assert len(placed(rsp)) == 1
+    assert any(s == "Normal" and "scaled down" in msg for s, msg in h.results(rsp))
+    assert displaced(rsp) == []
+    fn.clock.advance(600)
+    f.reconcile(NO_CACHE, {0: SERVING, 1: SERVING})
+    assert samples(m) == 0
+
+
+def test_scale_down_of_a_replica_on_a_not_ready_cluster_records_nothing(fn, m) -> None:
+    f = Fleet(fn, deployment(2, name=NAME, cache_name=None))
+    f.reconcile(NO_CACHE)
+    f.reconcile(NO_CACHE, {0: SERVING, 1: SERVING})
+    fn.clock.advance(600)
+    f.xr = {**deployment(1, name=NAME, cache_name=None), "status": f.xr["status"]}
+    world = _not_ready(NO_CACHE)
+    rsp = f.reconcile(world, {0: SERVING, 1: SERVING})
+    assert placed(rsp) == [(1, "gpu-b")]
+    assert any("scaled down (cluster is not Ready)" in msg for _, msg in h.results(rsp))
+    assert displaced(rsp) == []
+    f.reconcile(world, {1: SERVING})
+    assert samples(m) == 0
+
+
+def test_fleet_short_until_a_cluster_appears(fn, m) -> None:
+    """No cluster can take the displaced replica: the record waits (and survives calls
+    that cannot place anything), the replacement placed later is measured from T0."""
+    only_a = [ic("gpu-a")]
+    f = Fleet(fn, deployment(1, name=NAME, cache_name=None))
+    f.reconcile(only_a)
+    f.reconcile(only_a, {0: SERVING})
+    fn.clock.advance(600)
+    rsp = f.reconcile([ic("gpu-a", {"gpu": "a100"})], {0: SERVING})
+    assert placed(rsp) == []
+    assert h.conditions(rsp)["ReplicasScheduled"]["status"] == "False"
+    assert displaced(rsp) == [{"index": 0, "fromCluster": "gpu-a", "at": T0}]
+
+    # A call before Crossplane resolved the requirements keeps the record unchanged.
+    first_call = h.run(h.request(f.xr), now=fn.clock)
+    assert h.requirements(first_call) and displaced(first_call) == displaced(rsp)
+
+    fn.clock.advance(300)
+    rsp = f.reconcile([ic("gpu-a", {"gpu": "a100"}), ic("gpu-b")])
+    assert placed(rsp) == [(0, "gpu-b")]  # the index is free again
+    assert displaced(rsp) == [
+        {"index": 0, "fromCluster": "gpu-a", "at": T0, "replacement": 0, "toCluster": "gpu-b"}
+    ]
+    fn.clock.advance(1500)
+    rsp = f.reconcile([ic("gpu-a", {"gpu": "a100"}), ic("gpu-b")], {0: SERVING})
+    assert "displaced" not in h.status(rsp)
+    assert (samples(m), value(m, "sum")) == (1, 1800)
+
+
+def test_fleet_no_longer_short_after_scaling_down_drops_the_record(fn, m) -> None:
+    only_a = [ic("gpu-a")]
+    f = Fleet(fn, deployment(1, name=NAME, cache_name=None))
+    f.reconcile(only_a)
+    f.reconcile(only_a, {0: SERVING})
+    fn.clock.advance(600)
+    gone: list[dict[str, Any]] = []
+    assert displaced(f.reconcile(gone, {0: SERVING})) != []
+    f.xr = {**deployment(0, name=NAME, cache_name=None), "status": f.xr["status"]}
+    rsp = f.reconcile(gone)
+    assert "displaced" not in h.status(rsp)
+    f.xr = {**deployment(1, name=NAME, cache_name=None), "status": f.xr["status"]}
+    f.reconcile(NO_CACHE)
+    f.reconcile(NO_CACHE, {0: SERVING})
+    assert samples(m) == 0  # a replica placed for a new scale-up replaces nothing
+
+
+def test_replacement_displaced_before_it_serves(fn, m) -> None:
+    """The replacement's own cluster fails too: the first record follows the next
+    replacement (the fleet stays one short from T0), the second is not a second gap."""
+    world = [ic("gpu-a"), ic("gpu-b"), ic("gpu-c")]
+    f = Fleet(fn, deployment(1, name=NAME, cache_name=None))
+    f.reconcile(world)
+    f.reconcile(world, {0: SERVING})
+    fn.clock.advance(600)
+    world = [ic("gpu-a", ready=False), ic("gpu-b"), ic("gpu-c")]
+    assert placed(f.reconcile(world, {0: SERVING})) == [(1, "gpu-b")]
+    fn.clock.advance(60)
+    world = [ic("gpu-a", ready=False), ic("gpu-b", ready=False), ic("gpu-c")]
+    rsp = f.reconcile(world)
+    assert placed(rsp) == [(0, "gpu-c")]  # index 0 is free again
+    assert displaced(rsp) == [
+        {"index": 0, "fromCluster": "gpu-a", "at": T0, "replacement": 0, "toCluster": "gpu-c"}
+    ]
+    fn.clock.advance(240)
+    rsp = f.reconcile(world, {0: SERVING})
+    assert "displaced" not in h.status(rsp)
+    assert (samples(m), value(m, "sum")) == (1, 300)  # from T0, not from the second move
+
+
+def test_records_are_bounded_and_malformed_ones_skipped() -> None:
+    old = [
+        {"index": i, "fromCluster": f"gone-{i}", "at": f"2026-11-29T08:{i // 60:02d}:{i % 60:02d}Z"}
+        for i in range(MAX_DISPLACED + 20)
+    ]
+    bad = [{"index": "x", "fromCluster": "a", "at": T0}, {"index": 1, "at": "yesterday"}, "junk"]
+    xr = {
+        **deployment(MAX_DISPLACED + 20, name=NAME, cache_name=None),
+        "status": {"displaced": old + bad},
+    }
+    rsp, _ = h.drive(h.run, xr, None, h.World([]))
+    got = displaced(rsp)
+    assert len(got) == MAX_DISPLACED
+    assert got == old[-MAX_DISPLACED:]  # the newest, oldest first
+    validate_xr({**xr, "status": h.status(rsp)})
