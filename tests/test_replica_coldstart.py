@@ -25,6 +25,7 @@ from function import metrics
 from function.composers import replica as composer
 from function.composers.replica import CONDITION
 from function.inputs import Inputs
+from function.runner import FunctionRunner
 from function.settings import default_settings
 from function.timeutil import format_time
 from tests import harness as h
@@ -463,3 +464,24 @@ def test_timestamps_never_enter_the_memoized_plan():
         assert cold.SerializeToString(deterministic=True) == warm.SerializeToString(
             deterministic=True
         )
+
+
+def test_engine_kind_of_a_mixed_replica_joins_its_workload_kinds():
+    """PrefillDecode with a Standalone prefill engine and a Leader + Worker decode engine."""
+    spec = multi_spec(nodes=1)
+    prefill = single_spec()["engines"][0] | {"phase": "Prefill"}
+    spec["engines"] = [prefill, spec["engines"][0] | {"phase": "Decode"}]
+    spec["serving"] = {"mode": "PrefillDecode"}
+    first = h.desired(h.run(h.request(replica(spec), required=ready_required())))
+    observed = {
+        "workload-vllm": observed_object(first["workload-vllm"], DEPLOYMENT_AVAILABLE),
+        "workload-kimi": observed_object(first["workload-kimi"], LWS_AVAILABLE),
+    }
+    m = metrics.Metrics(CollectorRegistry())
+    runner = FunctionRunner(default_settings(), h.Clock(at(180)), metrics=m)
+    xr = replica(spec, status={"phase": "Starting", "createdAt": rfc(0)})
+    rsp = runner.run(h.request(xr, observed=observed, required=ready_required()))
+    assert h.conditions(rsp)[CONDITION]["reason"] == "Serving"
+    want = labels("Deployment+LeaderWorkerSet")
+    assert m.registry.get_sample_value(f"{METRIC}_sum", want) == 180
+    assert m.registry.get_sample_value(f"{METRIC}_count", want) == 1
