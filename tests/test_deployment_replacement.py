@@ -166,9 +166,20 @@ def test_one_sample_from_displacement_to_replacement_serving(fn, m, how) -> None
     assert samples(m) == 0
 
     fn.clock.advance(780)  # T1 = T0 + 900 s: the replacement serves
+    runs = m.registry.get_sample_value(
+        "modelplane_function_run_seconds_count", {"kind": "ModelDeployment", "result": "success"}
+    )
     rsp = f.reconcile(world, {1: SERVING})
     assert "displaced" not in h.status(rsp)
-    assert samples(m) == 1
+    assert samples(m) == 1  # once, though the requirements loop called the function again:
+    assert (
+        m.registry.get_sample_value(
+            "modelplane_function_run_seconds_count",
+            {"kind": "ModelDeployment", "result": "success"},
+        )
+        == (runs or 0) + f.calls
+    )
+    assert f.calls >= 2
     assert value(m, "sum") == 900
     assert value(m, "bucket", le="900.0", **LABELS) == 1
     assert value(m, "bucket", le="600.0", **LABELS) == 0
@@ -307,7 +318,14 @@ def test_records_are_bounded_and_malformed_ones_skipped() -> None:
         {"index": i, "fromCluster": f"gone-{i}", "at": f"2026-11-29T08:{i // 60:02d}:{i % 60:02d}Z"}
         for i in range(MAX_DISPLACED + 20)
     ]
-    bad = [{"index": "x", "fromCluster": "a", "at": T0}, {"index": 1, "at": "yesterday"}, "junk"]
+    bad = [
+        {"index": "x", "fromCluster": "a", "at": T0},
+        {"index": float("nan"), "fromCluster": "a", "at": T0},
+        {"index": 1.5, "fromCluster": "a", "at": T0},
+        {"index": 1, "fromCluster": "a", "at": "yesterday"},
+        {"index": 1, "at": T0},
+        "junk",
+    ]
     xr = {
         **deployment(MAX_DISPLACED + 20, name=NAME, cache_name=None),
         "status": {"displaced": old + bad},

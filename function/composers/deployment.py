@@ -65,10 +65,11 @@ from __future__ import annotations
 
 import copy
 import datetime
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from google.protobuf.struct_pb2 import ListValue, Struct
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -799,6 +800,11 @@ def _carry_displaced(inputs: Inputs, out: Outcome) -> None:
         out.status[DISPLACED] = prev
 
 
+def _whole(v: object) -> TypeGuard[float]:
+    """Whether ``v`` (a Struct number, a double) is a whole number >= 0."""
+    return isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 and v == int(v)
+
+
 def _read_displaced(prev: ListValue | None) -> list[_Displaced]:
     """The well-formed records of ``status.displaced``; a malformed one is skipped."""
     out: list[_Displaced] = []
@@ -807,11 +813,11 @@ def _read_displaced(prev: ListValue | None) -> list[_Displaced]:
             continue
         index, cluster, at = item.get("index"), item.get("fromCluster"), item.get("at")
         since = parse_time(at)
-        if not isinstance(index, (int, float)) or not isinstance(cluster, str) or since is None:
+        if not _whole(index) or not isinstance(cluster, str) or since is None:
             continue
         rec = _Displaced(int(index), cluster, str(at), since)
         repl, to = item.get("replacement"), item.get("toCluster")
-        if isinstance(repl, (int, float)) and isinstance(to, str):
+        if _whole(repl) and isinstance(to, str):
             rec.replacement, rec.to_cluster = int(repl), to
         out.append(rec)
     return out
