@@ -315,15 +315,24 @@ class Device:
         attrs: list[tuple[str, tuple[str, Any]]] = []
         for k, v in sorted(_items(raw.get("attributes") if raw else None)):
             for typ in ("string", "version", "bool", "int"):
-                if typ in v and v[typ] is not None:
-                    val = v[typ]
-                    if typ == "int" and isinstance(val, float):
-                        val = int(val)
-                    attrs.append((k, (typ, val)))
-                    break
+                val = v.get(typ) if isinstance(v, dict) else None
+                # Only a scalar of the declared type is an attribute (DRA's
+                # DeviceAttribute); anything else (a list, an object) is ignored.
+                if typ in ("string", "version") and not isinstance(val, str):
+                    continue
+                if typ == "bool" and not isinstance(val, bool):
+                    continue
+                if typ == "int":
+                    if isinstance(val, bool) or not isinstance(val, (int, float)):
+                        continue
+                    if isinstance(val, float) and not val.is_integer():
+                        continue
+                    val = int(val)
+                attrs.append((k, (typ, val)))
+                break
         caps = []
         for k, v in sorted(_items(raw.get("capacity") if raw else None)):
-            if "value" in v and isinstance(v["value"], str):
+            if isinstance(v, dict) and isinstance(v.get("value"), str):
                 caps.append((k, v["value"]))
         count = raw.get("count", 1) if raw else 1
         return cls(
