@@ -47,6 +47,7 @@ from pydantic import (
     model_validator,
 )
 
+from function.envinject import check_reserved
 from function.errors import SpecError, pydantic_errors
 from function.selectors import LabelSelector
 from function.timeutil import parse_duration
@@ -147,6 +148,24 @@ class Candidate(_Model):
                 "into MODELS=<candidate>=<backend>)"
             )
         return v
+
+    @model_validator(mode="after")
+    def _no_reserved_env(self) -> Candidate:
+        # The candidate's replicas would reject these (function.envinject): say so here.
+        for ei, e in enumerate(self.engines):
+            for mi, m in enumerate(e.members):
+                pod = m.template.get("spec")
+                for group in ("initContainers", "containers"):
+                    cs = pod.get(group) if isinstance(pod, dict) else None
+                    for ci, c in enumerate(cs if isinstance(cs, list) else []):
+                        if not isinstance(c, dict):
+                            continue
+                        path = f"engines[{ei}].members[{mi}].template.spec.{group}[{ci}].env"
+                        try:
+                            check_reserved(c.get("env"), path)
+                        except SpecError as err:
+                            raise ValueError(str(err)) from None
+        return self
 
     @model_validator(mode="after")
     def _multi_node_needs_cache(self) -> Candidate:

@@ -834,3 +834,19 @@ def test_cluster_changes_are_seen_across_calls() -> None:
     assert placed(rsp) == [(0, "gpu-a"), (1, "gpu-b")]
     c = h.conditions(rsp)["ReplicasScheduled"]
     assert c["reason"] == "InsufficientCapacity" and "gpu-a: not Ready" in c["message"]
+
+
+@pytest.mark.parametrize(
+    "name", ["MODELPLANE_MODEL", "MODELPLANE_LEADER_ADDRESS", "MODELPLANE_RANK"]
+)
+def test_reserved_env_name_is_rejected_where_the_user_wrote_it(name: str) -> None:
+    eng = engine()
+    eng["members"][0]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "HF_HOME", "value": "/cache"},
+        {"name": name, "value": "/models/mine"},
+    ]
+    rsp = h.run(h.request(deployment(engines=[eng])))
+    (msg,) = h.fatal(rsp)
+    field = "spec.template.spec.engines[0].members[0].template.spec.containers[0].env[1].name"
+    assert field in msg and name in msg
+    assert not rsp.desired.resources

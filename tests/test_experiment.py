@@ -1470,3 +1470,17 @@ def test_chain_through_deployment_and_replica_composers(
     assert ("MODELS", f"{NAME}=vllm") in env_of(main)
     # Isolation reaches the pods: no production label survives.
     assert "app" not in workload["spec"]["template"]["metadata"]["labels"]
+
+
+def test_reserved_env_in_the_candidate_blocks_before_any_gpu_is_claimed() -> None:
+    s = spec()
+    container = s["candidate"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]
+    container["env"] = [*container.get("env", []), {"name": "MODELPLANE_MODEL", "value": "/x"}]
+    with pytest.raises(SpecError) as e:
+        parse_spec(s)
+    assert e.value.field == "spec.candidate"
+    assert "MODELPLANE_MODEL" in str(e.value) and "containers[0].env" in str(e.value)
+    rsp = run(request(xr("ModelExperiment", NAME, s), required={}))
+    assert status(rsp)["phase"] == "Blocked" and status(rsp)["reason"] == "InvalidSpec"
+    assert "MODELPLANE_MODEL" in conditions(rsp)["Runnable"]["message"]
+    assert not desired(rsp)

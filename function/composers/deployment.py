@@ -76,6 +76,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from function import API_VERSION, structs
 from function.devices import Device, DeviceRequest, InvalidSelector, compile_selector
+from function.envinject import check_reserved
 from function.errors import SpecError, pydantic_errors
 from function.inputs import UNRESOLVED, Inputs, Resolved
 from function.naming import (
@@ -216,6 +217,15 @@ def _parse(inputs: Inputs) -> tuple[DeploymentSpec, LabelSelector]:
         for mi, m in enumerate(e.members):
             if m.worker is not None and m.role != "Worker":
                 raise SpecError(f"{f}.members[{mi}].worker", "only a Worker member has worker")
+            # The replicas would reject these: say so here, where the user wrote them.
+            pod = m.template.get("spec") if isinstance(m.template, dict) else None
+            for group in ("initContainers", "containers"):
+                cs = pod.get(group) if isinstance(pod, dict) else None
+                for ci, c in enumerate(cs if isinstance(cs, list) else []):
+                    if isinstance(c, dict):
+                        check_reserved(
+                            c.get("env"), f"{f}.members[{mi}].template.spec.{group}[{ci}].env"
+                        )
             if m.nodeSelector is not None:
                 try:
                     NodeSelector.model_validate(m.nodeSelector)
