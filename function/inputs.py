@@ -93,6 +93,11 @@ class ObservedView(Mapping[str, ObservedChild]):
         r = self._resources.get(key)
         return r.resource if r is not None else None
 
+    def bodies(self) -> Iterator[tuple[str, Struct]]:
+        """(composition-resource name, body) pairs: the cheapest full walk."""
+        for k, r in self._resources.items():
+            yield k, r.resource
+
     def items(self) -> Iterator[tuple[str, ObservedChild]]:  # type: ignore[override]
         """(composition-resource name, child) pairs, without a lookup per key."""
         for k, r in self._resources.items():

@@ -420,3 +420,41 @@ def test_fleet_wide_transitions_are_one_event_each():
     rsp = run(request(cache(selector={}), required=resolved(clusters)))
     started = [m for s, m in results(rsp) if "started" in m]
     assert started == ["hydration started on gpu-00, gpu-01, gpu-02, gpu-03, gpu-04 and 7 more"]
+
+
+def test_steady_state_status_is_the_same_whether_reused_or_rebuilt():
+    clusters = [inference_cluster(n) for n in ("gpu-a", "gpu-b", "gpu-c")]
+    phases = {
+        "gpu-a": ("Ready", "ok"),
+        "gpu-b": ("Hydrating", "Job running"),
+        "gpu-c": ("Ready", ""),
+    }
+    observed = _with_phases({}, clusters, phases)
+    fresh = run(request(cache(selector={}), observed=observed, required=resolved(clusters)))
+    # The status the function wrote becomes the XR's; the next call reuses its list.
+    again = run(
+        request(
+            cache(selector={}, status=status(fresh)), observed=observed, required=resolved(clusters)
+        )
+    )
+    assert status(again) == status(fresh)
+    # A changed message is not hidden by the reuse.
+    observed2 = dict(observed)
+    key = next(k for k, v in observed.items() if v["spec"]["clusterName"] == "gpu-b")
+    observed2[key] = observed_hydration(observed[key], "Hydrating", "Job running: 40%")
+    changed = run(
+        request(
+            cache(selector={}, status=status(fresh)),
+            observed=observed2,
+            required=resolved(clusters),
+        )
+    )
+    entry = next(e for e in status(changed)["clusters"] if e["name"] == "gpu-b")
+    assert entry["message"] == "Job running: 40%"
+    # An entry carrying a field this function does not write is rebuilt, not kept.
+    stale = status(fresh)
+    stale["clusters"][0]["note"] = "edited by hand"
+    rebuilt = run(
+        request(cache(selector={}, status=stale), observed=observed, required=resolved(clusters))
+    )
+    assert "note" not in status(rebuilt)["clusters"][0]
