@@ -41,14 +41,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-recv-message-size",
         type=int,
-        default=int(os.environ.get("MAX_RECV_MESSAGE_SIZE", DEFAULT_MAX_RECV_MB)),
-        help="largest request accepted, in MiB",
+        default=os.environ.get("MAX_RECV_MESSAGE_SIZE", DEFAULT_MAX_RECV_MB),
+        help="largest request accepted, in MiB (default MAX_RECV_MESSAGE_SIZE or 256)",
     )
     p.add_argument("--grace-seconds", type=float, default=20.0)
     p.add_argument(
         "--workers",
         type=int,
-        default=int(os.environ["WORKERS"]) if os.environ.get("WORKERS") else None,
+        default=os.environ.get("WORKERS") or None,
         help="worker processes sharing the port with SO_REUSEPORT "
         "(default: WORKERS or the CPUs available, at most 8)",
     )
@@ -74,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(report(settings))
         return 0
+    if not 1 <= args.max_recv_message_size <= 2048:
+        print(
+            "function-modelplane: --max-recv-message-size must be 1 to 2048 (MiB)", file=sys.stderr
+        )
+        return 2
     logs.configure(debug=args.debug)
     from function.runner import FunctionRunner
 
@@ -89,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
             "function-modelplane: give --tls-certs-dir (or TLS_SERVER_CERTS_DIR) or --insecure",
             file=sys.stderr,
         )
+        return 2
+    from function.server import check_serving_config
+
+    problem = check_serving_config(cfg)
+    if problem:
+        print(f"function-modelplane: {problem}", file=sys.stderr)
         return 2
     from function import metrics, tracing
     from function.server import default_workers, serve_workers

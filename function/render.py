@@ -184,17 +184,27 @@ def summarize(rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
 
 
 def load_yaml(paths: Iterable[str]) -> list[dict[str, Any]]:
-    """Every YAML document in the given files and directories (``*.yaml``, ``*.yml``)."""
+    """Every YAML document in the given files and directories (``*.yaml``, ``*.yml``).
+
+    Raises:
+        FileNotFoundError: for a path that does not exist (a typo is not "no resources").
+        ValueError: for a file that is not valid YAML, naming the file.
+    """
     docs: list[dict[str, Any]] = []
     for p in paths:
         path = Path(p)
+        if not path.exists():
+            raise FileNotFoundError(f"{p}: no such file or directory")
         files = sorted(
             f
             for f in (path.rglob("*") if path.is_dir() else [path])
             if f.suffix in (".yaml", ".yml")
         )
         for f in files:
-            docs.extend(d for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict))
+            try:
+                docs.extend(d for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict))
+            except yaml.YAMLError as e:
+                raise ValueError(f"{f}: not valid YAML: {e}") from None
     return docs
 
 
@@ -291,20 +301,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--observed", action="append", default=[], help="file or directory")
     p.add_argument("--address", help="use a function already serving (insecure) at host:port")
     args = p.parse_args(argv)
-    xrs = load_yaml([args.xr])
-    if len(xrs) != 1:
-        print(f"{args.xr}: want exactly one XR, found {len(xrs)}", file=sys.stderr)
+    try:
+        xrs = load_yaml([args.xr])
+        world = World(load_yaml(args.required))
+        observed = observed_by_name(load_yaml(args.observed))
+    except (OSError, ValueError) as e:
+        print(f"function.render: {e}", file=sys.stderr)
         return 2
-    world = World(load_yaml(args.required))
-    observed = observed_by_name(load_yaml(args.observed))
+    if len(xrs) != 1:
+        print(f"function.render: {args.xr}: want exactly one XR, found {len(xrs)}", file=sys.stderr)
+        return 2
     proc = None
     address = args.address
-    if address is None:
-        proc, address = start_function()
     try:
+        if address is None:
+            proc, address = start_function()
         with grpc.insecure_channel(address) as ch:
             stub = grpcv1.FunctionRunnerServiceStub(ch)
             rsp, calls = drive(lambda r: stub.RunFunction(r, timeout=30), xrs[0], observed, world)
+    except (RuntimeError, grpc.RpcError) as e:
+        detail = e.details() if isinstance(e, grpc.RpcError) else str(e)  # type: ignore[attr-defined]
+        print(f"function.render: cannot run the function at {address}: {detail}", file=sys.stderr)
+        return 2
     finally:
         if proc is not None:
             proc.terminate()

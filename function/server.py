@@ -198,6 +198,38 @@ def serve(runner: FunctionRunner, cfg: ServerConfig) -> None:
     asyncio.run(serve_async(runner, cfg))
 
 
+def check_serving_config(cfg: ServerConfig) -> str | None:
+    """Why ``cfg`` cannot serve, as one sentence, or None when it can.
+
+    Checks that the TLS files are readable and that the address is free. The port
+    check binds without SO_REUSEPORT: the gRPC listener sets that option (so that
+    worker processes can share the port), which would otherwise let a second
+    instance silently share the port with a first one.
+    """
+    if not cfg.insecure and cfg.tls_certs_dir:
+        for f in ("tls.crt", "tls.key", "ca.crt"):
+            path = os.path.join(cfg.tls_certs_dir, f)
+            if not os.access(path, os.R_OK):
+                return f"--tls-certs-dir {cfg.tls_certs_dir}: cannot read {f}"
+    host, sep, port = cfg.address.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        return f"--address {cfg.address!r}: want host:port"
+    if port == "0":
+        return None
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except OSError as e:
+        return f"--address {cfg.address}: {e}"
+    for family, kind, proto, _, addr in infos[:1]:
+        with socket.socket(family, kind, proto) as sock:
+            try:
+                sock.bind(addr)
+            except OSError as e:
+                return f"--address {cfg.address}: {e.strerror or e} (is another instance running?)"
+    return None
+
+
 def default_workers() -> int:
     """Worker processes to run by default: the CPUs this process may use, at most 8.
 
