@@ -74,10 +74,16 @@ class Observation:
 
 @dataclass(slots=True)
 class Desired:
-    """A desired composed resource: a body (dict, or a Struct to copy) and readiness."""
+    """A desired composed resource: a body (dict, or a Struct to copy) and readiness.
+
+    ``wire``, when set, is this entry already encoded as protobuf wire bytes of a
+    ``State.resources`` map entry (see :func:`function.encoding.state_entry`); the runner
+    then splices the bytes instead of copying ``body``. Both must describe the same thing.
+    """
 
     body: dict[str, Any] | Struct
     ready: bool | None = None
+    wire: bytes | None = None
 
 
 @dataclass

@@ -251,8 +251,12 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         if out.ready is not None:
             composite.ready = fnv1.READY_TRUE if out.ready else fnv1.READY_FALSE
         resources = rsp.desired.resources
+        wires: list[bytes] = []
         for name in sorted(out.resources):
             d = out.resources[name]
+            if d.wire is not None:
+                wires.append(d.wire)
+                continue
             target = resources[name]
             if isinstance(d.body, Struct):
                 target.resource.CopyFrom(d.body)
@@ -260,6 +264,10 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 target.resource.update(d.body)
             if d.ready is not None:
                 target.ready = fnv1.READY_TRUE if d.ready else fnv1.READY_FALSE
+        if wires:
+            # Map entries are length-delimited records: concatenated, they parse as the
+            # whole map in one C-level call (a later entry replaces an earlier key).
+            rsp.desired.MergeFromString(b"".join(wires))
         for rname in sorted(out.requirements):
             q = out.requirements[rname]
             sel = rsp.requirements.resources[rname]

@@ -71,3 +71,27 @@ def test_a_large_fleet_fits_in_crossplane_limits(n):
     rsp = run(_cache_request(n))
     assert not fatal(rsp), results(rsp)
     assert rsp.ByteSize() < runner_mod.MAX_RESPONSE_BYTES
+
+
+def test_spliced_wire_entries_equal_copied_bodies():
+    """The runner's two ways of encoding a desired child give the same response."""
+    import datetime
+
+    from function.encoding import state_entry
+    from function.outcome import Desired, Outcome
+    from function.runner import FunctionRunner
+
+    out_a, out_b = Outcome(), Outcome()
+    for i in range(3):
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}"}}
+        from google.protobuf.struct_pb2 import Struct
+
+        s = Struct()
+        s.update(body)
+        out_a.resources[f"cm-{i}"] = Desired(s, i % 2 == 0)
+        out_b.resources[f"cm-{i}"] = Desired(s, i % 2 == 0, state_entry(f"cm-{i}", s, i % 2 == 0))
+    req = _cache_request(1)
+    runner = FunctionRunner(clock=lambda: datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))
+    a = runner.encode(req, out_a).SerializeToString(deterministic=True)
+    b = runner.encode(req, out_b).SerializeToString(deterministic=True)
+    assert a == b

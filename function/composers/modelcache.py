@@ -29,6 +29,7 @@ from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import API_VERSION, structs
 from function.cache_spec import parse_source
+from function.encoding import state_entry
 from function.errors import SpecError
 from function.inputs import UNRESOLVED, Inputs, ObservedView, Resolved
 from function.naming import (
@@ -94,6 +95,15 @@ def _hydration_body(namespace: str, cache: str, source_json: str, cluster: str) 
         }
     )
     return body
+
+
+@lru_cache(maxsize=32768)
+def _hydration_entry(
+    namespace: str, cache: str, source_json: str, cluster: str, ready: bool
+) -> bytes:
+    """The hydration of ``cluster`` as a pre-encoded desired-resources entry (memoized)."""
+    body = _hydration_body(namespace, cache, source_json, cluster)
+    return state_entry(child_key(cluster), body, ready)
 
 
 def _replica_clusters(replicas: Resolved, cache: str) -> dict[str, list[str]]:
@@ -315,8 +325,11 @@ def compose(inputs: Inputs) -> Outcome:
             if v is not None and v.HasField("struct_value"):
                 evidence = v.struct_value
         counts[phase] += 1
+        is_ready = phase == "Ready"
         resources[CHILD_PREFIX + name] = Desired(
-            _hydration_body(ns, cache, source_json, name), phase == "Ready"
+            _hydration_body(ns, cache, source_json, name),
+            is_ready,
+            _hydration_entry(ns, cache, source_json, name, is_ready),
         )
         rows.append((name, phase, msg, evidence, False))
         if phase == "Failed":
