@@ -35,7 +35,7 @@ from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from function.runner import FunctionRunner
+from function.runner import FunctionRunner, serialize
 
 DEFAULT_ADDRESS = "0.0.0.0:9443"
 DEFAULT_MAX_RECV_MB = 256
@@ -65,6 +65,8 @@ class ServerConfig:
 
 
 def _deterministic(msg: Any) -> bytes:
+    if isinstance(msg, fnv1.RunFunctionResponse):
+        return serialize(msg)  # reuses the bytes the runner already encoded
     return bytes(msg.SerializeToString(deterministic=True))
 
 
