@@ -174,6 +174,7 @@ def run_benchmark(
     try:
         for kind in kinds:
             medians: dict[tuple[int, str], float] = {}
+            floors: dict[tuple[int, str], float] = {}
             for n in sizes:
                 first, steady = SCENARIOS[kind](n)
                 for call, data in (("first", first), ("steady", steady)):
@@ -182,13 +183,19 @@ def run_benchmark(
                     if proc is not None:
                         row["peak_rss_mib"] = round(_rss_hwm_mib(proc.pid), 1)
                     medians[(n, call)] = row["in_process"]["median_ms"]
+                    floors[(n, call)] = row["floor"]["median_ms"]
                     report["cases"].append(row)
                     print(_line(row), flush=True)
             for call in ("first", "steady"):
                 if (100, call) in medians and (1000, call) in medians:
                     g = medians[(1000, call)] / medians[(100, call)]
+                    fg = floors[(1000, call)] / floors[(100, call)]
                     report.setdefault("growth", {})[f"{kind}/{call}"] = round(g, 2)
-                    print(f"  growth {kind} {call} 100->1000: {g:.2f}x", flush=True)
+                    report.setdefault("floor_growth", {})[f"{kind}/{call}"] = round(fg, 2)
+                    print(
+                        f"  growth {kind} {call} 100->1000: {g:.2f}x (floor: {fg:.2f}x)",
+                        flush=True,
+                    )
     finally:
         if channel is not None:
             channel.close()

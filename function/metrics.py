@@ -84,7 +84,7 @@ BACKFILL_RESULTS = frozenset({"succeeded", "failed"})
 PREEMPTION_REASONS = frozenset({"foreground", "not_ready", "suspended", "spec_changed", "other"})
 
 # RunFunction takes about a millisecond for a small XR and tens of milliseconds for a
-# 1,000-cluster ModelCache (see docs/performance notes); 10 s is far past any healthy call.
+# 1,000-cluster ModelCache (see the README, Performance); 10 s is far past any healthy call.
 RUN_BUCKETS: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 )  # fmt: skip

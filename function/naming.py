@@ -210,7 +210,7 @@ def replica_service_name(namespace: str, replica: str, deployment: str, index: i
 # The foreground signal: an annotation on a ModelDeployment holding the RFC 3339 time
 # of the last foreground request to it, maintained by whatever sees the traffic (the
 # gateway). Requests of the background workload class must not update it. Missing or
-# unparsable means "not known to be idle" (see docs/backfill.md).
+# unparsable means "not known to be idle" (see the README, ModelBackfill).
 ANNOTATION_LAST_FOREGROUND = f"{API_GROUP}/last-foreground-request"
 # Env var (and pod label) naming a workload's class; backfill Jobs always get
 # ``background`` and users may not set it.
