@@ -147,6 +147,26 @@ def set_str(node: Struct, key: str, value: str) -> None:
     node.fields[key].string_value = value
 
 
+def value_to_py(v: Value) -> Any:
+    """Convert one protobuf ``Value`` (and everything below it) into plain Python.
+
+    One dispatch per value; whole numbers stay floats (protobuf has only doubles).
+    """
+    kind = v.WhichOneof("kind")
+    if kind == "struct_value":
+        f = v.struct_value.fields
+        return {k: value_to_py(f[k]) for k in f}
+    if kind == "list_value":
+        return [value_to_py(x) for x in v.list_value.values]
+    if kind == "string_value":
+        return v.string_value
+    if kind == "number_value":
+        return v.number_value
+    if kind == "bool_value":
+        return v.bool_value
+    return None
+
+
 def to_py(value: Any) -> Any:
     """Convert a Struct/ListValue subtree into plain dicts and lists.
 
@@ -154,9 +174,12 @@ def to_py(value: Any) -> Any:
     with pydantic, which coerces ``3.0`` to ``int`` where an int is declared.
     """
     if isinstance(value, Struct):
-        return {k: to_py(_unwrap(v)) for k, v in value.fields.items()}
+        f = value.fields
+        return {k: value_to_py(f[k]) for k in f}
     if isinstance(value, ListValue):
-        return [to_py(_unwrap(v)) for v in value.values]
+        return [value_to_py(x) for x in value.values]
+    if isinstance(value, Value):
+        return value_to_py(value)
     return value
 
 

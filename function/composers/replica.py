@@ -336,23 +336,7 @@ def _from_key(key: bytes) -> Any:
 
 def _plain(key: bytes) -> Any:
     """``structs.to_py(_from_key(key))``, about 1.5x faster (one dispatch per value)."""
-    return _py(Value.FromString(key))
-
-
-def _py(v: Value) -> Any:
-    kind = v.WhichOneof("kind")
-    if kind == "struct_value":
-        f = v.struct_value.fields
-        return {k: _py(f[k]) for k in f}
-    if kind == "list_value":
-        return [_py(x) for x in v.list_value.values]
-    if kind == "string_value":
-        return v.string_value
-    if kind == "number_value":
-        return v.number_value
-    if kind == "bool_value":
-        return v.bool_value
-    return None
+    return structs.value_to_py(Value.FromString(key))
 
 
 @lru_cache(maxsize=32)
