@@ -55,13 +55,18 @@ Clock = Callable[[], datetime.datetime]
 # so that the gRPC serializer does not encode a response a second time. Bounded: calls
 # made in-process (tests, benchmarks) never reach the serializer.
 _WIRE: OrderedDict[int, tuple[fnv1.RunFunctionResponse, bytes]] = OrderedDict()
-_WIRE_MAX = 256
+_WIRE_MAX = 64
+_WIRE_MAX_BYTES = 32 * 1024 * 1024
+_wire_bytes = 0
 
 
 def _remember_wire(rsp: fnv1.RunFunctionResponse, data: bytes) -> None:
+    global _wire_bytes
     _WIRE[id(rsp)] = (rsp, data)
-    while len(_WIRE) > _WIRE_MAX:
-        _WIRE.popitem(last=False)
+    _wire_bytes += len(data)
+    while _WIRE and (len(_WIRE) > _WIRE_MAX or _wire_bytes > _WIRE_MAX_BYTES):
+        _, (_, old) = _WIRE.popitem(last=False)
+        _wire_bytes -= len(old)
 
 
 def serialize(rsp: fnv1.RunFunctionResponse) -> bytes:
@@ -71,9 +76,12 @@ def serialize(rsp: fnv1.RunFunctionResponse) -> bytes:
     default map order depends on a per-process hash seed. Used as the gRPC response
     serializer.
     """
+    global _wire_bytes
     entry = _WIRE.pop(id(rsp), None)
-    if entry is not None and entry[0] is rsp:
-        return entry[1]
+    if entry is not None:
+        _wire_bytes -= len(entry[1])
+        if entry[0] is rsp:
+            return entry[1]
     return bytes(rsp.SerializeToString(deterministic=True))
 
 

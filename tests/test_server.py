@@ -95,3 +95,16 @@ def test_spliced_wire_entries_equal_copied_bodies():
     a = runner.encode(req, out_a).SerializeToString(deterministic=True)
     b = runner.encode(req, out_b).SerializeToString(deterministic=True)
     assert a == b
+
+
+def test_the_encoded_response_cache_is_bounded_and_exact():
+    from function import runner as r
+
+    req = _cache_request(50)
+    fn = r.FunctionRunner()
+    rsps = [fn.run(req) for _ in range(r._WIRE_MAX + 10)]
+    assert len(r._WIRE) <= r._WIRE_MAX
+    assert r._wire_bytes == sum(len(d) for _, d in r._WIRE.values())
+    # Served from the cache or encoded again, the bytes are the same.
+    for rsp in (rsps[0], rsps[-1]):
+        assert r.serialize(rsp) == rsp.SerializeToString(deterministic=True)
