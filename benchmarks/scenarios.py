@@ -331,6 +331,29 @@ def _deployment_world(docs: list[dict[str, Any]], n: int) -> None:
         )
 
 
+def _half_deployment(xr: dict[str, Any], n: int) -> None:
+    xr["spec"]["replicas"] = max(1, (100 if n >= 100 else n) // 2)
+
+
+_DEPLOYMENT_HALF = from_example(
+    "modeldeployment",
+    observed=None,
+    patch=_half_deployment,
+    world=_deployment_world,
+    status_for=_serving,
+)
+
+
+def deployment_scale_up(n: int) -> tuple[bytes, bytes]:
+    """ModelDeployment right after a scale-up from 50 to 100 replicas (``first``: half the
+    replicas observed and serving, the other half to place), then its steady state."""
+    _, half = _DEPLOYMENT_HALF(n)
+    req = fnv1.RunFunctionRequest.FromString(half)
+    spec = req.observed.composite.resource.fields["spec"].struct_value
+    spec.fields["replicas"].number_value = 100 if n >= 100 else n
+    return req.SerializeToString(), SCENARIOS["ModelDeployment"](n)[1]
+
+
 SCENARIOS: dict[str, Callable[[int], tuple[bytes, bytes]]] = {
     "ModelCache": modelcache,
     "ModelCacheHydration": hydration,
@@ -343,6 +366,8 @@ SCENARIOS: dict[str, Callable[[int], tuple[bytes, bytes]]] = {
         world=_deployment_world,
         status_for=_serving,
     ),
+    # "first" is the call right after spec.replicas went from 50 to 100.
+    "ModelDeploymentScaleUp": deployment_scale_up,
     "ModelReplica": from_example(
         "modelreplica", "serving/xr.yaml", observed="serving/observed", grow_fleet=False
     ),
