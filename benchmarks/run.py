@@ -50,7 +50,7 @@ from google.protobuf import json_format
 
 from benchmarks.scenarios import SCENARIOS, parse
 from function.render import start_function
-from function.runner import FunctionRunner, serialize
+from function.runner import FunctionRunner
 
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
 PER_CLUSTER_KINDS = ("ModelCacheHydration", "ModelReplica")
@@ -120,8 +120,8 @@ def measure_case(
     rsp = runner.run(req)
 
     def inproc() -> bytes:
-        # What the gRPC server does: parse, run, serialize (function.runner.serialize).
-        return serialize(runner.run(fnv1.RunFunctionRequest.FromString(data)))
+        # What the gRPC server does: parse, run, encode (FunctionRunner.run_wire).
+        return runner.run_wire(fnv1.RunFunctionRequest.FromString(data))
 
     def floor() -> bytes:
         fnv1.RunFunctionRequest.FromString(data)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,37 +50,41 @@ _SEVERITY_NAME = {v: k for k, v in _SEVERITY.items()}
 
 Clock = Callable[[], datetime.datetime]
 
-# The deterministic encoding of the last responses ``run`` produced, by object identity,
-# so that the gRPC serializer does not encode a response a second time. Bounded: calls
-# made in-process (tests, benchmarks) never reach the serializer.
-_WIRE: OrderedDict[int, tuple[fnv1.RunFunctionResponse, bytes]] = OrderedDict()
-_WIRE_MAX = 64
-_WIRE_MAX_BYTES = 32 * 1024 * 1024
-_wire_bytes = 0
+_DESIRED_TAG = bytes([(2 << 3) | 2])  # RunFunctionResponse.desired: field 2, length-delimited
 
 
-def _remember_wire(rsp: fnv1.RunFunctionResponse, data: bytes) -> None:
-    global _wire_bytes
-    _WIRE[id(rsp)] = (rsp, data)
-    _wire_bytes += len(data)
-    while _WIRE and (len(_WIRE) > _WIRE_MAX or _wire_bytes > _WIRE_MAX_BYTES):
-        _, (_, old) = _WIRE.popitem(last=False)
-        _wire_bytes -= len(old)
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def desired_suffix(wires: list[bytes]) -> bytes:
+    """Pre-encoded ``State.resources`` entries as a second ``desired`` field of a response.
+
+    Protobuf parsers merge repeated occurrences of a message field, and map entries of
+    a later occurrence replace the same keys (https://protobuf.dev/programming-guides/
+    encoding/#last-one-wins), so appending this to a serialized response adds the entries.
+    """
+    if not wires:
+        return b""
+    payload = b"".join(wires)
+    return _DESIRED_TAG + _varint(len(payload)) + payload
 
 
 def serialize(rsp: fnv1.RunFunctionResponse) -> bytes:
-    """The deterministic wire bytes of ``rsp`` (sorted map keys), encoded at most once.
+    """The deterministic wire bytes of a complete response message (sorted map keys).
 
     Deterministic so the same request gives the same bytes in every process: protobuf's
-    default map order depends on a per-process hash seed. Used as the gRPC response
-    serializer.
+    default map order depends on a per-process hash seed. (The server sends
+    :meth:`FunctionRunner.run_wire`'s bytes, which parse to the same message.)
     """
-    global _wire_bytes
-    entry = _WIRE.pop(id(rsp), None)
-    if entry is not None:
-        _wire_bytes -= len(entry[1])
-        if entry[0] is rsp:
-            return entry[1]
     return bytes(rsp.SerializeToString(deterministic=True))
 
 
@@ -127,10 +130,18 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, context: grpc.aio.ServicerContext | None = None
     ) -> fnv1.RunFunctionResponse:
-        """gRPC entry point (v1; v1beta1 is wrapped by the SDK's BetaFunctionRunner)."""
+        """The SDK-style servicer method (a response message)."""
         if self.tracing.enabled and context is not None:
             return self.run(req, Tracing.metadata(context))
         return self.run(req)
+
+    async def run_function_wire(
+        self, req: fnv1.RunFunctionRequest, context: grpc.aio.ServicerContext | None = None
+    ) -> bytes:
+        """The gRPC handler the server registers: the response as wire bytes."""
+        if self.tracing.enabled and context is not None:
+            return self.run_wire(req, Tracing.metadata(context))
+        return self.run_wire(req)
 
     def run(
         self, req: fnv1.RunFunctionRequest, metadata: Mapping[str, str] | None = None
@@ -145,6 +156,25 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         Returns:
             The response; on any error a response whose only result is fatal.
         """
+        return self._call(req, metadata, complete=True)[0]
+
+    def run_wire(
+        self, req: fnv1.RunFunctionRequest, metadata: Mapping[str, str] | None = None
+    ) -> bytes:
+        """Like :meth:`run`, but return the response's wire bytes (what the server sends).
+
+        Skips merging pre-encoded children into a message: their bytes are appended as
+        they are. Parses to the same message as ``run(req)``; deterministic too.
+        """
+        return self._call(req, metadata, complete=False)[1]
+
+    def _call(
+        self,
+        req: fnv1.RunFunctionRequest,
+        metadata: Mapping[str, str] | None,
+        *,
+        complete: bool,
+    ) -> tuple[fnv1.RunFunctionResponse, bytes]:
         xr = req.observed.composite.resource
         api_version = structs.get_str(xr, "apiVersion")
         kind = structs.get_str(xr, "kind")
@@ -154,11 +184,11 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         token = logs.CALL.set(call)
         try:
             if not self.tracing.enabled:  # hot path: no span objects at all
-                return self._serve(req, api_version, kind, namespace, name, None)
+                return self._serve(req, api_version, kind, namespace, name, None, complete)
             with self.tracing.run_span(
                 kind, api_version, namespace, name, req.meta.tag, metadata
             ) as span:
-                return self._serve(req, api_version, kind, namespace, name, span)
+                return self._serve(req, api_version, kind, namespace, name, span, complete)
         finally:
             logs.CALL.reset(token)
 
@@ -170,14 +200,16 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         namespace: str,
         name: str,
         span: Any,
-    ) -> fnv1.RunFunctionResponse:
+        complete: bool,
+    ) -> tuple[fnv1.RunFunctionResponse, bytes]:
         log = self.log
         started = time.perf_counter()
         outcome: Outcome | None = None
         error: Exception | None = None
         result = "success"
+        wires: list[bytes] = []
         try:
-            rsp, outcome = self._run(req, api_version, kind, log)
+            rsp, wires, outcome = self._run(req, api_version, kind, log)
         except SpecError as e:
             error = e
             log.info("invalid input", error=str(e))
@@ -188,19 +220,24 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             rsp = self._fatal(
                 req, f"internal error composing {kind} {namespace}/{name}: {type(e).__name__}: {e}"
             )
-        # Serialize once, here: the size check needs the bytes, and the gRPC server's
-        # serializer (``serialize``) reuses them instead of encoding the response again.
-        data = rsp.SerializeToString(deterministic=True)
+        # Encode once, here: the size check needs the bytes, and the gRPC handler sends
+        # them as they are. Pre-encoded children follow as a second ``desired`` field,
+        # which protobuf parsers merge into the first (function.encoding).
+        data = bytes(rsp.SerializeToString(deterministic=True)) + desired_suffix(wires)
         size = len(data)
         if size > MAX_RESPONSE_BYTES:
-            rsp = self._fatal(
-                req,
-                f"response for {kind} {namespace}/{name} would be {size / 1048576:.1f} MiB, "
-                f"over the 4 MiB Crossplane accepts; narrow the selector or split the XR "
-                f"into smaller ones",
+            rsp, wires = (
+                self._fatal(
+                    req,
+                    f"response for {kind} {namespace}/{name} would be {size / 1048576:.1f} "
+                    f"MiB, over the 4 MiB Crossplane accepts; narrow the selector or split "
+                    f"the XR into smaller ones",
+                ),
+                [],
             )
-            data = rsp.SerializeToString(deterministic=True)
-        _remember_wire(rsp, bytes(data))
+            data = bytes(rsp.SerializeToString(deterministic=True))
+        if complete and wires:
+            rsp.desired.MergeFromString(b"".join(wires))
         seconds = time.perf_counter() - started
         severities = [_SEVERITY_NAME.get(r.severity, "Unspecified") for r in rsp.results]
         fatal = next((r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL), None)
@@ -212,7 +249,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         if span is not None:
             Tracing.finish(span, severities, fatal, error)
         log.debug("composed", seconds=round(seconds, 6))
-        return rsp
+        return rsp, data
 
     def _fatal(self, req: fnv1.RunFunctionRequest, message: str) -> fnv1.RunFunctionResponse:
         rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=req.meta.tag))
@@ -222,23 +259,28 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
 
     def _run(
         self, req: fnv1.RunFunctionRequest, api_version: str, kind: str, log: Any
-    ) -> tuple[fnv1.RunFunctionResponse, Outcome | None]:
+    ) -> tuple[fnv1.RunFunctionResponse, list[bytes], Outcome | None]:
         composer = composer_for(api_version, kind)
         if composer is None:
-            return self._fatal(
-                req,
-                f"function-modelplane does not serve {kind or '<no kind>'} "
-                f"({api_version or '<no apiVersion>'}); it serves modelplane.ai/v1alpha1 "
-                f"ModelCache, ModelCacheHydration, ModelDeployment, ModelReplica, "
-                f"ModelExperiment and ModelBackfill",
-            ), None
+            return (
+                self._fatal(
+                    req,
+                    f"function-modelplane does not serve {kind or '<no kind>'} "
+                    f"({api_version or '<no apiVersion>'}); it serves modelplane.ai/v1alpha1 "
+                    f"ModelCache, ModelCacheHydration, ModelDeployment, ModelReplica, "
+                    f"ModelExperiment and ModelBackfill",
+                ),
+                [],
+                None,
+            )
         span = self.tracing.span
         with span("decode"):
             inputs = self.decode(req)
         with span("compose"):
             outcome = composer(inputs)
         with span("encode"):
-            return self.encode(req, outcome), outcome
+            rsp, wires = self._encode(req, outcome)
+            return rsp, wires, outcome
 
     def decode(self, req: fnv1.RunFunctionRequest) -> Inputs:
         """Build the composer's view of ``req`` (cheap: no Struct is converted)."""
@@ -254,12 +296,24 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         )
 
     def encode(self, req: fnv1.RunFunctionRequest, out: Outcome) -> fnv1.RunFunctionResponse:
-        """Encode ``out`` as the response to ``req``.
+        """Encode ``out`` as the response to ``req`` (a complete message).
 
         Desired state starts from the request's desired state (what earlier
         pipeline steps produced); resources and status fields are set over it.
         If ``out`` holds a fatal result, nothing else is sent but the results.
         """
+        rsp, wires = self._encode(req, out)
+        if wires:
+            # Map entries are length-delimited records: concatenated, they parse as the
+            # whole map in one C-level call (a later entry replaces an earlier key).
+            rsp.desired.MergeFromString(b"".join(wires))
+        return rsp
+
+    def _encode(
+        self, req: fnv1.RunFunctionRequest, out: Outcome
+    ) -> tuple[fnv1.RunFunctionResponse, list[bytes]]:
+        """Like :meth:`encode`, but pre-encoded children (``Desired.wire``) are returned
+        as wire bytes instead of being merged into the message."""
         rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=req.meta.tag))
         ttl = out.ttl_seconds if out.ttl_seconds is not None else self.settings.default_ttl_seconds
         rsp.meta.ttl.CopyFrom(duration_pb2.Duration(seconds=int(ttl), nanos=0))
@@ -273,7 +327,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             if r.severity != "Fatal":
                 res.target = fnv1.TARGET_COMPOSITE
         if any(r.severity == "Fatal" for r in out.results):
-            return rsp
+            return rsp, []
         for c in out.conditions:
             rsp.conditions.add(
                 type=c.type,
@@ -303,10 +357,6 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 target.resource.update(d.body)
             if d.ready is not None:
                 target.ready = fnv1.READY_TRUE if d.ready else fnv1.READY_FALSE
-        if wires:
-            # Map entries are length-delimited records: concatenated, they parse as the
-            # whole map in one C-level call (a later entry replaces an earlier key).
-            rsp.desired.MergeFromString(b"".join(wires))
         for rname in sorted(out.requirements):
             q = out.requirements[rname]
             sel = rsp.requirements.resources[rname]
@@ -320,7 +370,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                     sel.match_labels.labels[k] = v
             if q.namespace is not None:
                 sel.namespace = q.namespace
-        return rsp
+        return rsp, wires
 
 
 def _stable(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> bool:

@@ -64,10 +64,13 @@ class ServerConfig:
     grace_seconds: float = 20.0
 
 
-def _deterministic(msg: Any) -> bytes:
-    if isinstance(msg, fnv1.RunFunctionResponse):
-        return serialize(msg)  # reuses the bytes the runner already encoded
-    return bytes(msg.SerializeToString(deterministic=True))
+def _wire(data: Any) -> bytes:
+    """Response serializer: the handlers return the response already encoded."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, fnv1.RunFunctionResponse):
+        return serialize(data)
+    return bytes(data.SerializeToString(deterministic=True))
 
 
 # How long no RunFunction call may have run before a stopping server counts as drained.
@@ -113,15 +116,15 @@ async def drain(tracker: CallTracker, deadline: float, quiet: float = DRAIN_QUIE
 
 
 def _add_runner(server: grpc.aio.Server, service: str, method: Any, pb: Any) -> None:
-    """Register RunFunction like the generated ``add_..._to_server``, but serialize
-    responses deterministically (map keys sorted), so the same request gives the same
-    bytes in every process. protobuf's default map order depends on a per-process
-    hash seed."""
+    """Register RunFunction like the generated ``add_..._to_server``, but the handler
+    returns the response already encoded by the runner (deterministically: the same
+    request gives the same bytes in every process, whatever protobuf's per-process
+    map-hash seed), and the serializer passes those bytes through."""
     handlers = {
         "RunFunction": grpc.unary_unary_rpc_method_handler(
             method,
             request_deserializer=pb.RunFunctionRequest.FromString,
-            response_serializer=_deterministic,
+            response_serializer=_wire,
         )
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
@@ -148,14 +151,20 @@ def build_server(runner: FunctionRunner, cfg: ServerConfig) -> tuple[grpc.aio.Se
     _add_runner(
         server,
         "apiextensions.fn.proto.v1.FunctionRunnerService",
-        calls.wrap(runner.RunFunction),
+        calls.wrap(runner.run_function_wire),
         fnv1,
     )
-    beta = sdk_runtime.BetaFunctionRunner(wrapped=runner)
+
+    async def beta(req: fnv1beta1.RunFunctionRequest, context: Any) -> bytes:
+        # v1beta1 and v1 are the same messages on the wire (as the SDK's
+        # BetaFunctionRunner relies on): convert the request, send v1's bytes.
+        v1req = fnv1.RunFunctionRequest.FromString(req.SerializeToString())
+        return await runner.run_function_wire(v1req, context)
+
     _add_runner(
         server,
         "apiextensions.fn.proto.v1beta1.FunctionRunnerService",
-        calls.wrap(beta.RunFunction),
+        calls.wrap(beta),
         fnv1beta1,
     )
     server._modelplane_calls = calls  # type: ignore[attr-defined]

@@ -3,7 +3,8 @@
 Registered from ``tests/conftest.py`` (``pytest_plugins``), so it runs for every test
 of the suite:
 
-- an autouse fixture wraps :meth:`function.runner.FunctionRunner.run` (the in-process
+- an autouse fixture wraps ``FunctionRunner._call`` (behind ``run`` and ``run_wire``;
+  the in-process
   runner of ``tests.harness.run`` and the servicer behind ``GrpcFunction``) and
   records every response whose serialized bytes contain the token;
 - a ``pytest_runtest_makereport`` hook fails the test when a response leaked, or when
@@ -68,21 +69,23 @@ def _secret_guard(
     """Record every FunctionRunner response of this test that contains the fake token."""
     found: list[str] = []
     setattr(request.node, _ATTR, found)
-    original = FunctionRunner.run
+    # Every call goes through FunctionRunner._call, whether the caller wants a message
+    # (run) or the wire bytes the server sends (run_wire): check both forms it returns.
+    original = FunctionRunner._call
 
-    def run(self: FunctionRunner, req: Any, *args: Any, **kwargs: Any) -> Any:
-        rsp = original(self, req, *args, **kwargs)
+    def call(self: FunctionRunner, req: Any, *args: Any, **kwargs: Any) -> Any:
+        rsp, data = original(self, req, *args, **kwargs)
         CHECKED["responses"] += 1
-        hit = leaks(rsp.SerializeToString())
+        hit = sorted(set(leaks(rsp.SerializeToString())) | set(leaks(data)))
         if hit:
             xr = req.observed.composite.resource
             kind = xr["kind"] if "kind" in xr else "?"
             found.append(
                 f"RunFunction response for {kind} contains the fake token ({', '.join(hit)})"
             )
-        return rsp
+        return rsp, data
 
-    monkeypatch.setattr(FunctionRunner, "run", run)
+    monkeypatch.setattr(FunctionRunner, "_call", call)
     yield
 
 

@@ -25,6 +25,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.composers import KINDS
+from function.runner import FunctionRunner
 from tests.harness import Clock, run
 from tests.reliability import evolve, missing_reason, seeds, settle, start_process
 from tests.secret_guard import leaks
@@ -123,7 +124,8 @@ def test_same_request_same_bytes_across_processes(
             f"{kind} request {i}: responses differ between calls or processes "
             f"({[len(g) for g in got]} bytes)"
         )
-        local = run(req, now=Clock(second)).SerializeToString(deterministic=True)
+        # The in-process equivalent of the server: what RunFunction's handler sends.
+        local = FunctionRunner(clock=Clock(second)).run_wire(req)
         assert got[0] == local, f"{kind} request {i}: wire bytes differ from in-process bytes"
         parsed = fnv1.RunFunctionResponse.FromString(got[0])
         assert parsed.meta.tag == req.meta.tag

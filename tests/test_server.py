@@ -97,14 +97,16 @@ def test_spliced_wire_entries_equal_copied_bodies():
     assert a == b
 
 
-def test_the_encoded_response_cache_is_bounded_and_exact():
+def test_wire_bytes_parse_to_the_same_response_as_the_message():
+    """run_wire appends pre-encoded children as a second ``desired`` field; a protobuf
+    parser (Crossplane's included) merges it: the same response as run()."""
     from function import runner as r
 
     req = _cache_request(50)
     fn = r.FunctionRunner()
-    rsps = [fn.run(req) for _ in range(r._WIRE_MAX + 10)]
-    assert len(r._WIRE) <= r._WIRE_MAX
-    assert r._wire_bytes == sum(len(d) for _, d in r._WIRE.values())
-    # Served from the cache or encoded again, the bytes are the same.
-    for rsp in (rsps[0], rsps[-1]):
-        assert r.serialize(rsp) == rsp.SerializeToString(deterministic=True)
+    data = fn.run_wire(req)
+    rsp = fn.run(req)
+    assert fnv1.RunFunctionResponse.FromString(data) == rsp
+    assert len(rsp.desired.resources) == 50
+    assert fn.run_wire(req) == data  # deterministic
+    assert r.desired_suffix([]) == b""
