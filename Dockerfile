@@ -17,10 +17,15 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /venv
 
 WORKDIR /src
-# Metadata first, so the dependency layer is reused while only the code changes.
-COPY pyproject.toml README.md ./
+# The dependencies first, from pyproject.toml alone: this layer is reused for as long as
+# the dependency list stays the same, whatever happens to the code.
+COPY pyproject.toml ./
+RUN /venv/bin/python -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
+ && /venv/bin/pip install --no-compile -r requirements.txt
+# Then the code, installed without resolving dependencies again.
+COPY README.md ./
 COPY function ./function
-RUN /venv/bin/pip install --no-compile . \
+RUN /venv/bin/pip install --no-compile --no-deps . \
  && /venv/bin/python -m compileall -q /venv/lib
 
 

@@ -6,8 +6,15 @@ RunFunctionResponse. Crossplane facts it encodes (Crossplane v2):
 - Every observed composed resource missing from the desired state is deleted,
   so a composer that cannot decide (an unresolved requirement) calls
   :meth:`Outcome.keep` for what exists.
-- Only ``READY_TRUE`` counts as ready. ``ready=None`` leaves readiness to
-  Crossplane (it then reads the child's ``Ready`` condition).
+- Only ``READY_TRUE`` counts as ready, and an unready composed resource costs a requeue
+  and an event on every reconcile. ``ready=None`` on a composed resource means "as
+  observed": the runner sends READY_TRUE when the observed resource reports
+  ``Ready=True`` (provider-kubernetes for an Object, Crossplane for a composed XR) and
+  READY_FALSE otherwise, so every composed resource has explicit readiness.
+- The XR's own readiness (:attr:`Outcome.ready`) is always stated by the composer:
+  "every composed resource ready" is not "the work is done" (a partial placement has
+  only ready replicas), and an explicit ``desired.composite.ready`` supersedes what
+  Crossplane would derive.
 - Conditions of type Ready, Synced, Healthy, UpToDate and Responsive returned by
   a function are dropped by Crossplane; :meth:`Outcome.condition` refuses them.
 - Conditions carry no timestamps (Crossplane sets lastTransitionTime), so the
@@ -98,7 +105,8 @@ class Outcome:
         results: Events and, for Fatal, a stop of the pipeline.
         requirements: Required resources by requirement name.
         ttl_seconds: How soon Crossplane should call again (None: the default).
-        ready: The XR's readiness (None: leave it to Crossplane).
+        ready: The XR's readiness. Every composer sets it; None (left to Crossplane)
+            only on a fatal result, where nothing is applied.
         observations: Lifecycle metric samples, recorded by the runner after a
             successful call (see :meth:`observe`).
     """

@@ -344,6 +344,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         if out.ready is not None:
             composite.ready = fnv1.READY_TRUE if out.ready else fnv1.READY_FALSE
         resources = rsp.desired.resources
+        observed = req.observed.resources
         wires: list[bytes] = []
         for name in sorted(out.resources):
             d = out.resources[name]
@@ -355,8 +356,17 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 target.resource.CopyFrom(d.body)
             else:
                 target.resource.update(d.body)
-            if d.ready is not None:
-                target.ready = fnv1.READY_TRUE if d.ready else fnv1.READY_FALSE
+            ready = d.ready
+            if ready is None:
+                # Every composed resource gets explicit readiness: Crossplane counts only
+                # READY_TRUE, and each unready one costs a requeue and an event per
+                # reconcile. Where the composer did not decide, the resource is ready when
+                # what observes it (provider-kubernetes for an Object, Crossplane for a
+                # composed XR) reports Ready=True, as function-auto-ready decides.
+                ready = name in observed and structs.condition_is(
+                    observed[name].resource, "Ready"
+                )
+            target.ready = fnv1.READY_TRUE if ready else fnv1.READY_FALSE
         for rname in sorted(out.requirements):
             q = out.requirements[rname]
             sel = rsp.requirements.resources[rname]

@@ -6,7 +6,7 @@ apiVersion and kind call for (:func:`tests.validation.validate_manifest`):
 
 - Crossplane kinds (XRD, Composition, Function, DeploymentRuntimeConfig,
   Usage), provider-kubernetes Objects and LeaderWorkerSets: the real CRDs in
-  ``../shared/schemas/``; ``package/crossplane.yaml`` against the
+  the pinned schemas of ``tests/support/crossplane.py``; ``package/crossplane.yaml`` against the
   ``meta.pkg.crossplane.io`` Function CRD.
 - ``modelplane.ai`` kinds (authored XRs, and the observed and required
   resources given to ``crossplane render``): our XRDs in
@@ -33,7 +33,7 @@ import pytest
 from tests.validation import (
     COMPOSITIONS,
     ROOT,
-    SCHEMAS,
+    Schema,
     SchemaError,
     crd_version_schema,
     load_documents,
@@ -44,7 +44,7 @@ from tests.validation import (
 )
 
 SEARCHED = ("package", "compositions", "examples")
-META_FUNCTION_CRD = SCHEMAS / "crossplane" / "meta.pkg.crossplane.io_functions.yaml"
+META_FUNCTION_CRD = Schema("crossplane/meta.pkg.crossplane.io_functions.yaml")
 FUNCTION_NAME = "function-modelplane"
 
 # (path relative to the repo, kind) -> why it has no schema. Empty: every

@@ -13,7 +13,7 @@ import pytest
 
 from tests.validation import (
     LWS_CRD,
-    SCHEMAS,
+    Schema,
     SchemaError,
     apply_defaults,
     cel_errors,
@@ -26,8 +26,8 @@ from tests.validation import (
     xr_cel_errors,
 )
 
-COMPOSITION_CRD = SCHEMAS / "crossplane" / "apiextensions.crossplane.io_compositions.yaml"
-XRD_CRD = SCHEMAS / "crossplane" / "apiextensions.crossplane.io_compositeresourcedefinitions.yaml"
+COMPOSITION_CRD = Schema("crossplane/apiextensions.crossplane.io_compositions.yaml")
+XRD_CRD = Schema("crossplane/apiextensions.crossplane.io_compositeresourcedefinitions.yaml")
 
 
 def _errors(fn, obj: Any, **kw: Any) -> list[str]:

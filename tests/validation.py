@@ -37,8 +37,8 @@ from __future__ import annotations
 import copy
 import datetime
 import functools
-import os
 import re
+from dataclasses import dataclass
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,10 +49,31 @@ import kubernetes_validate
 import yaml
 from celpy import celtypes
 
+from tests.support import crossplane as crossplane_tools
+
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("MODELPLANE_SHARED_DIR", ROOT.parent / "shared"))
-SCHEMAS = SHARED / "schemas"
 COMPOSITIONS = ROOT / "compositions"
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A CRD file in the pinned schemas (:mod:`tests.support.crossplane`), by relative path.
+
+    Resolved only when a test validates against it, so a machine without Go and without
+    the cached schemas skips those tests (with one line saying how to get them) instead
+    of failing at import.
+    """
+
+    rel: str
+
+    def path(self) -> Path:
+        """The file's path; skips the calling test when the schemas cannot be had."""
+        return crossplane_tools.require().schemas / self.rel
+
+
+def schemas_dir() -> Path:
+    """The pinned schemas' directory (``crossplane/``, ``provider-kubernetes/``, ``lws/``)."""
+    return crossplane_tools.require().schemas
 
 # The Kubernetes minor release manifests are validated against. Kinds that only
 # exist in later releases name their first release in K8S_MIN_VERSION (DRA's
@@ -60,8 +81,8 @@ COMPOSITIONS = ROOT / "compositions"
 K8S_VERSION = "1.30"
 K8S_MIN_VERSION: dict[str, str] = {"resource.k8s.io/v1": "1.34"}
 
-OBJECT_CRD = SCHEMAS / "provider-kubernetes" / "kubernetes.m.crossplane.io_objects.yaml"
-LWS_CRD = SCHEMAS / "lws" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+OBJECT_CRD = Schema("provider-kubernetes/kubernetes.m.crossplane.io_objects.yaml")
+LWS_CRD = Schema("lws/leaderworkerset.x-k8s.io_leaderworkersets.yaml")
 MODELPLANE_GROUP = "modelplane.ai"
 
 # https://kubernetes.io/docs/concepts/overview/working-with-objects/names/
@@ -644,9 +665,9 @@ def _validate_against(
 
 
 def validate_crd(
-    obj: Mapping[str, Any], crd_path: str | Path, *, old: Mapping[str, Any] | None = None
+    obj: Mapping[str, Any], crd_path: str | Path | Schema, *, old: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Validate a custom resource against the CRD in ``crd_path``.
+    """Validate a custom resource against the CRD in ``crd_path`` (a file or a :class:`Schema`).
 
     Checks the CRD's group, kind and served version, the version's schema
     (strict, see :func:`openapi_to_jsonschema`) after applying its defaults,
@@ -659,6 +680,8 @@ def validate_crd(
         SchemaError: listing every problem.
     """
     what = _describe(obj)
+    if isinstance(crd_path, Schema):
+        crd_path = crd_path.path()
     crd = _crd_document(str(crd_path))
     group, version = _group_version(str(obj.get("apiVersion", "")))
     spec = crd["spec"]
@@ -682,7 +705,7 @@ def validate_crd(
 def crd_index() -> dict[tuple[str, str], str]:
     """``(group, kind) -> CRD path`` for every CRD under the shared schemas."""
     index: dict[tuple[str, str], str] = {}
-    for path in sorted(SCHEMAS.rglob("*.yaml")):
+    for path in sorted(schemas_dir().rglob("*.yaml")):
         for doc in _load_cached(str(path)):
             if doc.get("kind") == "CustomResourceDefinition":
                 index[(doc["spec"]["group"], doc["spec"]["names"]["kind"])] = str(path)

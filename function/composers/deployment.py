@@ -676,7 +676,7 @@ def _observed_replicas(inputs: Inputs) -> dict[str, Struct]:
 
 def _keep_all(inputs: Inputs, out: Outcome) -> None:
     for k, c in sorted(inputs.observed.items()):
-        ready = None
+        ready = True  # the Usage: it exists
         if structs.get_str(c.resource, "kind") == REPLICA_KIND:
             ready = _replica_state(c.resource)[0]
         out.keep(k, c.resource, ready)
@@ -715,7 +715,9 @@ def _status_from(
     """Status and ReplicasReady from (index, cluster, observed replica, hydration phase).
 
     Returns:
-        True when every row's replica is ready.
+        True only when the work is done: every one of the ``wanted`` replicas is placed
+        and serving (``ReplicasReady=True``). A partial placement, a replica waiting on
+        its cache or any replica not serving is False.
     """
     total = ready = 0
     placement = ListValue()  # built in place: 100s of rows, no dict-to-Struct round trip
@@ -748,12 +750,15 @@ def _status_from(
     out.status["replicas"] = {"total": total, "ready": ready}
     out.status["placement"] = placement
     summary = f"{ready}/{wanted} replicas ready"
+    done = False
     if failed:
         out.condition(READY_COND, "False", HYDRATION_FAILED, f"{summary}; " + "; ".join(failed[:5]))
     elif wanted > 0 and ready >= wanted and not other and not waiting:
         out.condition(READY_COND, "True", "Ready", summary)
+        done = True
     elif wanted == 0 and not rows:
         out.condition(READY_COND, "True", "ScaledToZero", "0 replicas wanted")
+        done = True
     elif waiting and not other:
         out.condition(
             READY_COND,
@@ -764,7 +769,10 @@ def _status_from(
     else:
         detail = "; ".join((other + waiting)[:5]) or "replicas not placed"
         out.condition(READY_COND, "False", "ReplicasNotReady", f"{summary}; {detail}")
-    return ready == len(rows)
+    # Crossplane derives the XR's readiness from its composed resources unless the
+    # function states it; "every placed replica ready" is not "the work is done".
+    out.ready = done
+    return done
 
 
 # ---- displaced replicas: the replacement-duration metric ---------------------------
@@ -1028,7 +1036,9 @@ def compose(inputs: Inputs) -> Outcome:
         else:
             out.warning(msg, "ReplicaRemoved")
     if cache:
-        out.add(USAGE_KEY, _usage_body(inputs, cache))
+        # A Usage's work is done once it exists; unspecified readiness would keep the
+        # XR unready forever (Crossplane counts only READY_TRUE).
+        out.add(USAGE_KEY, _usage_body(inputs, cache), ready=USAGE_KEY in inputs.observed)
 
     if placement.reason is None:
         out.condition(SCHEDULED, "True", "Scheduled", placement.message)
