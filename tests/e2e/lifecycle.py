@@ -1,0 +1,119 @@
+"""Lifecycle drivers: reconcile an XR again and again through the real engine.
+
+Each driver keeps what a control plane keeps between reconciles: the XR with the status
+Crossplane wrote last time, and the composed resources as observed, with the status
+their owners wrote (:mod:`tests.support.world`). ``reconcile`` renders once through
+``crossplane render`` with the core binary and feeds the output back.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tests.support import world
+from tests.support.engine import Rendered
+
+Render = Callable[..., Rendered]
+
+
+def cluster(name: str, labels: dict[str, str] | None = None, **status: Any) -> dict[str, Any]:
+    """A Ready InferenceCluster as Modelplane reports it, with an RWX storage class."""
+    st = {
+        "providerConfigRef": {"kind": "ClusterProviderConfig", "name": name},
+        "cache": {"storageClassName": "efs-rwx"},
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "Available",
+             "lastTransitionTime": "2026-01-05T09:00:00Z"}
+        ],
+    }
+    st.update(status)
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "InferenceCluster",
+        "metadata": {"name": name, "labels": {"modelplane.ai/gpu": "h100", **(labels or {})}},
+        "spec": {"cluster": {"source": "Existing",
+                             "existing": {"secretRef": {"name": f"{name}-kubeconfig"}}}},
+        "status": st,
+    }
+
+
+def secret(namespace: str, name: str = "hf-token", key: str = "HF_TOKEN") -> dict[str, Any]:
+    """The auth Secret (a fake token; the function reads its key names only)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "Opaque",
+        "data": {key: "aGZfRkFLRWZha2VGQUtFZmFrZUZBS0VmYWtlRkFLRWZha2UwMA=="},
+    }
+
+
+class XR:
+    """One XR across reconciles: its spec and last status, and its observed children."""
+
+    def __init__(self, render: Render, xr: dict[str, Any], required: Iterable[dict[str, Any]]):
+        self.render = render
+        self.xr = world.as_xr(xr)
+        self.required = list(required)
+        self.observed: dict[str, dict[str, Any]] = {}
+        self.last: Rendered | None = None
+
+    def reconcile(self, **kw: Any) -> Rendered:
+        """Render once; Crossplane writes the XR's status back; returns the output."""
+        out = self.render(
+            self.xr, observed=list(self.observed.values()), required=self.required, **kw
+        ).check()
+        self.xr["status"] = copy.deepcopy(out.xr.get("status") or {})
+        self.last = out
+        return out
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.xr.get("status") or {}
+
+
+class Hydration(XR):
+    """A ModelCacheHydration whose Objects a simulated provider and cluster apply."""
+
+    def world(self, *, pvc: str = "Bound", job: str | None = None, result: bool = False) -> None:
+        """Apply every Object of the last render, with the remote state given.
+
+        Args:
+            pvc: the PVC's phase.
+            job: None (no status yet), "running", "complete" or "failed".
+            result: whether the result ConfigMap holds the download's report.
+        """
+        assert self.last is not None
+        src = self.status.get("source") or {}
+        self.observed = {}
+        for name, doc in self.last.composed.items():
+            kind = doc["spec"]["forProvider"]["manifest"]["kind"]
+            if kind == "PersistentVolumeClaim":
+                obs = world.observed_object(doc, remote=world.pvc(pvc), ready=pvc == "Bound")
+            elif kind == "Job":
+                remote = {
+                    None: None,
+                    "running": world.job_running(),
+                    "complete": world.job_complete(),
+                    "failed": world.job_failed("DeadlineExceeded", "Job was active longer "
+                                               "than specified deadline"),
+                }[job]
+                obs = world.observed_object(doc, remote=remote, ready=job == "complete")
+            elif kind == "ConfigMap" and result:
+                data = world.hydration_result(
+                    src.get("identity", ""), src.get("repo", ""), src.get("revision", "")
+                )
+                obs = world.observed_object(doc, data=data)
+            else:
+                obs = world.observed_object(doc)
+            self.observed[name] = obs
+
+    def settle(self, **state: Any) -> Rendered:
+        """Reconcile, apply the world's state to what was composed, reconcile again."""
+        self.reconcile()
+        self.world(**state)
+        out = self.reconcile()
+        self.world(**state)
+        return out
