@@ -117,3 +117,36 @@ class Hydration(XR):
         out = self.reconcile()
         self.world(**state)
         return out
+
+
+class Replica(XR):
+    """A ModelReplica whose Objects a simulated provider and cluster apply."""
+
+    def world(self, *, serving: bool = True) -> None:
+        """Apply every Object of the last render; workloads available when ``serving``."""
+        assert self.last is not None
+        self.observed = {}
+        for name, doc in self.last.composed.items():
+            manifest = doc["spec"]["forProvider"]["manifest"]
+            kind = manifest["kind"]
+            n = int(manifest.get("spec", {}).get("replicas", 1))
+            if kind == "Deployment":
+                remote = world.deployment_available(n) if serving else {"replicas": n}
+                obs = world.observed_object(doc, remote=remote, ready=serving)
+            elif kind == "LeaderWorkerSet":
+                remote = (
+                    {"replicas": n, "readyReplicas": n,
+                     "conditions": [{"type": "Available", "status": "True"}]}
+                    if serving else {"replicas": n}
+                )
+                obs = world.observed_object(doc, remote=remote, ready=serving)
+            else:
+                obs = world.observed_object(doc)
+            self.observed[name] = obs
+
+    def settle(self, **state: Any) -> Rendered:
+        self.reconcile()
+        self.world(**state)
+        out = self.reconcile()
+        self.world(**state)
+        return out

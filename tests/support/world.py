@@ -49,6 +49,10 @@ def observed_object(
     meta = manifest.setdefault("metadata", {})
     meta["uid"] = _uid(obj["metadata"]["name"], str(meta.get("name")))
     meta.setdefault("namespace", "default")
+    # Set by the workload cluster's API server on every object it stores.
+    meta.setdefault("generation", 1)
+    meta.setdefault("resourceVersion", "1")
+    meta.setdefault("creationTimestamp", NOW)
     if remote is not None:
         manifest["status"] = remote
     manifest.update(top)

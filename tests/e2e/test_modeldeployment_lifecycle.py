@@ -1,0 +1,124 @@
+"""ModelDeployment with a cache, from nothing to every replica serving, through the engine.
+
+The fleet is the bundled example's (``examples/modeldeployment/required``): room for
+replica 0 on gpu-us-east-1a (cache Ready) and replicas 1 and 2 on gpu-us-west-2b (cache
+Hydrating). Each composed ModelReplica is itself rendered through the engine, its
+workload applied by a simulated provider-kubernetes and cluster, and the deployment
+observes the replicas with the status Crossplane wrote for them. The deployment is
+Ready only at the end, when every requested replica serves; never with a replica
+waiting for its cache, never with a partial placement.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from function.render import load_yaml
+from tests.e2e.lifecycle import XR, Replica
+from tests.support import world
+from tests.support.crossplane import ROOT
+
+EXAMPLE = ROOT / "examples" / "modeldeployment"
+
+
+def fleet_resources(hydrating: bool = True) -> list[dict]:
+    docs = load_yaml([str(EXAMPLE / "required")])
+    if not hydrating:
+        for d in docs:
+            if d["kind"] == "ModelCacheHydration" and d["status"]["phase"] == "Hydrating":
+                d["status"]["phase"] = "Ready"
+                d["status"]["message"] = "weights are on the cache PVC"
+    return docs
+
+
+class Deployment:
+    def __init__(self, render, replicas: int = 3):
+        (xr,) = load_yaml([str(EXAMPLE / "xr.yaml")])
+        xr["spec"]["replicas"] = replicas
+        self.render = render
+        self.required = fleet_resources()
+        self.dep = XR(render, xr, self.required)
+        self.replicas: dict[str, Replica] = {}
+
+    def step(self, *, serving: bool = True) -> None:
+        """Reconcile the deployment, then every replica, then observe them all."""
+        self.dep.required = self.required
+        out = self.dep.reconcile()
+        for name, doc in out.composed.items():
+            if doc["kind"] == "Usage":
+                self.dep.observed[name] = world.observed_xr(doc, {"status": {"conditions": [
+                    {"type": "Ready", "status": "True", "reason": "Available"}]}})
+                continue
+            r = self.replicas.get(name)
+            if r is None or r.xr["spec"] != doc["spec"]:
+                r = self.replicas[name] = Replica(self.render, doc, self.required)
+            r.required = self.required
+            r.settle(serving=serving)
+            self.dep.observed[name] = world.observed_xr(doc, r.last.xr)
+
+    def condition(self, typ: str) -> dict:
+        return self.dep.last.condition(typ) or {}
+
+
+def test_from_nothing_to_every_replica_serving(render):
+    d = Deployment(render)
+    first = d.dep.reconcile()
+    assert sorted(n for n in first.composed if n.startswith("replica-")) == [
+        "replica-0", "replica-1", "replica-2"]
+    assert not first.is_ready()
+
+    # Replica 0 serves; 1 and 2 wait while gpu-us-west-2b hydrates.
+    d.step()
+    assert d.replicas["replica-0"].last.is_ready()
+    for n in ("replica-1", "replica-2"):
+        rep = d.replicas[n].last
+        assert not rep.is_ready()
+        assert rep.condition("ModelReady")["reason"] == "Hydrating"
+    out = d.dep.reconcile()
+    assert not out.is_ready(), "Ready with replicas waiting for the cache"
+    assert d.condition("ReplicasReady")["reason"] == "WaitingForCache"
+    assert out.deleted(d.dep.observed.values()) == set()
+
+    # The cache finishes on gpu-us-west-2b: every replica serves, the deployment is Ready.
+    d.required = fleet_resources(hydrating=False)
+    d.step()
+    assert all(r.last.is_ready() for r in d.replicas.values())
+    out = d.dep.reconcile()
+    assert d.condition("ReplicasReady")["status"] == "True", out.stdout
+    assert out.is_ready(), "every replica serves, the Usage exists: the deployment is Ready"
+    assert out.deleted(d.dep.observed.values()) == set()
+    assert not [r for r in out.results if "not yet ready" in r.get("message", "")]
+
+
+def test_partial_placement_is_never_ready(render):
+    # Room for three replicas in the footprint; four requested.
+    d = Deployment(render, replicas=4)
+    d.required = fleet_resources(hydrating=False)
+    d.step()
+    d.step()
+    assert len([n for n in d.dep.last.composed if n.startswith("replica-")]) == 3
+    assert all(r.last.is_ready() for r in d.replicas.values())
+    out = d.dep.reconcile()
+    assert d.condition("ReplicasScheduled")["status"] == "False"
+    assert d.condition("ReplicasReady")["status"] == "False"
+    assert "3/4" in d.condition("ReplicasReady")["message"]
+    assert not out.is_ready(), "3 of 4 replicas placed and serving is not Ready"
+
+
+def test_missing_cache_deletes_nothing(render):
+    d = Deployment(render)
+    d.required = fleet_resources(hydrating=False)
+    d.step()
+    d.step()
+    assert d.dep.reconcile().is_ready()
+    # The ModelCache disappears (or is not visible): every replica is kept.
+    d.dep.required = [r for r in d.required if r["kind"] != "ModelCache"]
+    out = d.dep.reconcile()
+    # Only the Usage goes: it protected a cache that no longer exists.
+    assert out.deleted(d.dep.observed.values()) == {"cache-usage"}
+    assert d.condition("ReplicasScheduled")["reason"] == "CacheNotFound"
+    # The replicas still serve, and readiness says so; ReplicasScheduled says why
+    # nothing new is placed.
+    assert d.condition("ReplicasReady")["status"] == "True"
