@@ -34,9 +34,11 @@ def fleet_resources(hydrating: bool = True) -> list[dict]:
 
 
 class Deployment:
-    def __init__(self, render, replicas: int = 3):
+    def __init__(self, render, replicas: int = 3, cache: bool = True):
         (xr,) = load_yaml([str(EXAMPLE / "xr.yaml")])
         xr["spec"]["replicas"] = replicas
+        if not cache:
+            del xr["spec"]["template"]["spec"]["modelCacheRef"]
         self.render = render
         self.required = fleet_resources()
         self.dep = XR(render, xr, self.required)
@@ -92,9 +94,12 @@ def test_from_nothing_to_every_replica_serving(render):
     assert not [r for r in out.results if "not yet ready" in r.get("message", "")]
 
 
-def test_partial_placement_is_never_ready(render):
-    # Room for three replicas in the footprint; four requested.
-    d = Deployment(render, replicas=4)
+@pytest.mark.parametrize("cache", [True, False], ids=["with-cache", "without-cache"])
+def test_partial_placement_is_never_ready(render, cache: bool):
+    # Room for three replicas where this deployment may run; four requested. Without a
+    # cache there is no Usage: every composed resource is a serving replica, so only the
+    # XR's explicit readiness keeps it from reading Ready.
+    d = Deployment(render, replicas=4, cache=cache)
     d.required = fleet_resources(hydrating=False)
     d.step()
     d.step()
