@@ -95,8 +95,14 @@ def find() -> Tools | None:
 
 
 def require() -> Tools:
-    """The tools, or skip the calling test with one line saying how to get them."""
+    """The tools, or skip the calling test with one line saying how to get them.
+
+    With ``MODELPLANE_REQUIRE_E2E=1`` (``.ci/run`` sets it) a missing tool fails the test
+    instead: CI must run everything through the real engine.
+    """
     found = find()
     if found is None:
+        if os.environ.get("MODELPLANE_REQUIRE_E2E") == "1":
+            pytest.fail(HOW_TO_GET)
         pytest.skip(HOW_TO_GET)
     return found
