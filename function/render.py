@@ -18,6 +18,7 @@ directories (every ``*.yaml`` in them, multi-document allowed).
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import socket
 import subprocess
@@ -143,6 +144,13 @@ def drive(
 
 
 _FIRST = ("apiVersion", "kind", "metadata", "name", "namespace", "type", "status", "spec")
+RESULT_API_VERSION = "render.crossplane.io/v1beta1"
+_SEVERITY_NAME = {fnv1.SEVERITY_NORMAL: "Normal", fnv1.SEVERITY_WARNING: "Warning"}
+_STATUS_NAME = {
+    fnv1.STATUS_CONDITION_TRUE: "True",
+    fnv1.STATUS_CONDITION_FALSE: "False",
+    fnv1.STATUS_CONDITION_UNKNOWN: "Unknown",
+}
 
 
 def tidy(value: Any) -> Any:
@@ -181,6 +189,88 @@ def summarize(rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
             "resources": resources,
         }
     )
+
+
+def _condition(typ: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
+    c = {"type": typ, "status": status, "reason": reason}
+    if message:
+        c["message"] = message
+    return c
+
+
+def crossplane_documents(
+    xr: Mapping[str, Any], rsp: fnv1.RunFunctionResponse, *, step: str | None = None
+) -> list[dict[str, Any]]:
+    """What ``crossplane render -r -x`` prints for this final response, as documents.
+
+    The same YAML stream (Crossplane v2's render output): the XR with its spec and
+    metadata, the status the function desired and the conditions (the function's own,
+    then Crossplane's ``Synced`` and ``Ready``: ``Available`` when the function said
+    READY_TRUE for the XR, or, when it said nothing, when every composed resource is
+    READY_TRUE; otherwise ``Creating``); then each composed resource with its
+    ``crossplane.io/composition-resource-name`` annotation and ``crossplane.io/composite``
+    label, sorted by that name; then one ``render.crossplane.io/v1beta1`` ``Result`` per
+    Normal or Warning result (prefixed ``Pipeline step "<step>": `` when ``step`` is
+    given, as Crossplane does) and one ``ComposeResources`` event per composed resource
+    that is not ready.
+
+    What this cannot know is left out rather than guessed: the names Crossplane
+    generates for composed resources that have none (``metadata.generateName`` shows the
+    prefix), owner references, uids and condition timestamps.
+    """
+    desired = rsp.desired
+    composite = json_format.MessageToDict(desired.composite.resource)
+    meta = copy.deepcopy(dict(xr.get("metadata") or {}))
+    status = copy.deepcopy(dict(xr.get("status") or {}))
+    status.update(copy.deepcopy(composite.get("status") or {}))
+    own = [
+        _condition(c.type, _STATUS_NAME.get(c.status, "Unknown"), c.reason, c.message)
+        for c in rsp.conditions
+    ]
+    resources = sorted(desired.resources.items())
+    if desired.composite.ready != fnv1.READY_UNSPECIFIED:
+        ready = desired.composite.ready == fnv1.READY_TRUE
+    else:
+        ready = all(r.ready == fnv1.READY_TRUE for _, r in resources)
+    status["conditions"] = [
+        *own,
+        _condition("Synced", "True", "ReconcileSuccess"),
+        _condition("Ready", "True" if ready else "False", "Available" if ready else "Creating"),
+    ]
+    out: list[dict[str, Any]] = [
+        {
+            "apiVersion": xr.get("apiVersion"),
+            "kind": xr.get("kind"),
+            "metadata": meta,
+            **({"spec": copy.deepcopy(xr["spec"])} if "spec" in xr else {}),
+            "status": status,
+        }
+    ]
+    for name, r in resources:
+        body = json_format.MessageToDict(r.resource)
+        m = body.setdefault("metadata", {})
+        m.setdefault("annotations", {})[COMPOSITION_RESOURCE_NAME] = name
+        m.setdefault("labels", {})["crossplane.io/composite"] = meta.get("name", "")
+        if "name" not in m:
+            m["generateName"] = f"{meta.get('name', '')}-"
+        if "namespace" not in m and meta.get("namespace"):
+            m["namespace"] = meta["namespace"]
+        out.append(body)
+    prefix = f'Pipeline step "{step}": ' if step else ""
+    for res in rsp.results:
+        if res.severity not in _SEVERITY_NAME:
+            continue
+        doc = {"apiVersion": RESULT_API_VERSION, "kind": "Result",
+               "severity": _SEVERITY_NAME[res.severity], "message": prefix + res.message}
+        if res.reason:
+            doc["reason"] = res.reason
+        out.append(doc)
+    for name, r in resources:
+        if r.ready != fnv1.READY_TRUE:
+            out.append({"apiVersion": RESULT_API_VERSION, "kind": "Result", "severity": "Normal",
+                        "reason": "ComposeResources",
+                        "message": f'Composed resource "{name}" is not yet ready'})
+    return [tidy(d) for d in out]
 
 
 def load_yaml(paths: Iterable[str]) -> list[dict[str, Any]]:
@@ -291,7 +381,7 @@ def start_function(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point: print YAML; exit 1 when the function returned a fatal result."""
+    """CLI entry point: print ``crossplane render``'s YAML stream; exit 1 on a fatal result."""
     import grpc
     from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
@@ -300,6 +390,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--required", action="append", default=[], help="file or directory")
     p.add_argument("--observed", action="append", default=[], help="file or directory")
     p.add_argument("--address", help="use a function already serving (insecure) at host:port")
+    p.add_argument(
+        "-r",
+        "--include-function-results",
+        action="store_true",
+        help="print the results as render.crossplane.io/v1beta1 Result documents",
+    )
+    p.add_argument(
+        "--step",
+        help='the pipeline step name Crossplane prefixes results with ("Pipeline step ...")'
+    )
     args = p.parse_args(argv)
     try:
         xrs = load_yaml([args.xr])
@@ -327,10 +427,23 @@ def main(argv: list[str] | None = None) -> int:
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=30)
-    out = summarize(rsp)
-    out = {"calls": calls, **out}  # tidy() ordered the rest
-    yaml.safe_dump(out, sys.stdout, sort_keys=False, default_flow_style=False)
-    return 1 if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results) else 0
+    fatal = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
+    if fatal:
+        # As crossplane render: nothing on stdout, the fatal result on stderr, exit 1.
+        print(
+            f"function.render: cannot render composite resource: the function returned a "
+            f"fatal result after {calls} call(s): {'; '.join(fatal)}",
+            file=sys.stderr,
+        )
+        return 1
+    docs = crossplane_documents(xrs[0], rsp, step=args.step)
+    if not args.include_function_results:
+        docs = [d for d in docs if d.get("kind") != "Result"]
+    print(f"# {calls} RunFunction call(s) in Crossplane's requirements loop", file=sys.stderr)
+    for d in docs:
+        sys.stdout.write("---\n")
+        yaml.safe_dump(d, sys.stdout, sort_keys=False, default_flow_style=False)
+    return 0
 
 
 if __name__ == "__main__":

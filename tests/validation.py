@@ -38,8 +38,8 @@ import copy
 import datetime
 import functools
 import re
-from dataclasses import dataclass
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

@@ -23,7 +23,9 @@ def cache_xr(revision: str = "main") -> dict:
     return {
         "apiVersion": "modelplane.ai/v1alpha1",
         "kind": "ModelCache",
-        "metadata": {"name": "qwen-cache", "namespace": NS, "uid": "6f1c2b7e-0d5a-4c1e-9a55-2f6f0e7c1a01"},
+        "metadata": {
+            "name": "qwen-cache", "namespace": NS, "uid": "6f1c2b7e-0d5a-4c1e-9a55-2f6f0e7c1a01"
+        },
         "spec": {
             "source": "HuggingFace",
             "huggingFace": {

@@ -11,8 +11,6 @@ waiting for its cache, never with a partial placement.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
 from function.render import load_yaml

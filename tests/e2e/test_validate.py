@@ -40,7 +40,9 @@ def extensions(xp: Tools, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def validate(xp: Tools, extensions: Path, docs: list[dict], tmp: Path) -> subprocess.CompletedProcess:
+def validate(
+    xp: Tools, extensions: Path, docs: list[dict], tmp: Path
+) -> subprocess.CompletedProcess:
     path = tmp / "resources.yaml"
     path.write_text(yaml.safe_dump_all(docs, sort_keys=True))
     return subprocess.run(
@@ -60,7 +62,8 @@ def test_rendered_example_validates(render, xp, extensions, tmp_path, case, xr_f
     docs = [out.xr, *out.composed.values()]
     proc = validate(xp, extensions, docs, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"Total {len(docs)} resources: 0 missing schemas, {len(docs)} success cases" in proc.stdout
+    n = len(docs)
+    assert f"Total {n} resources: 0 missing schemas, {n} success cases" in proc.stdout
 
 
 def test_validate_can_fail(render, xp, extensions, tmp_path):

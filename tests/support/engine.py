@@ -132,7 +132,7 @@ def render(
     observed: Iterable[Mapping[str, Any]] = (),
     required: Iterable[Mapping[str, Any]] = (),
     composition: Path | None = None,
-    xrd: Path | None | bool = True,
+    xrd: Path | bool | None = True,
     timeout: float = 120,
 ) -> Rendered:
     """Render ``xr`` through ``crossplane render`` with the core binary.
