@@ -137,6 +137,16 @@ def problems(text: str) -> list[str]:
             out.append(f"runtime stage does not copy the venv {venv.group(2)} to the same path")
     if not re.search(r"pip install[^&;]*\s\.(\s|$)", runs):
         out.append("build stage does not install the project (pip install .)")
+    # The dependency layer: dependencies installed from pyproject.toml alone, before any
+    # code is copied, so a code change reuses it.
+    deps_at = code_at = None
+    for i, (op, arg) in enumerate(build[-1].instructions if build else []):
+        if op == "RUN" and re.search(r"pip install[^&;]*-r ", arg) and deps_at is None:
+            deps_at = i
+        if op == "COPY" and re.search(r"(^|\s)function(/|\s|$)", arg) and code_at is None:
+            code_at = i
+    if deps_at is None or code_at is None or deps_at > code_at:
+        out.append("no dependency layer: install the dependencies before copying function/")
     copies_from = [a for a in runtime.args("COPY") if a.startswith("--from=")]
     build_names = {s.name for s in build if s.name} | {str(i) for i in range(len(build))}
     if not any(a.split()[0].split("=", 1)[1] in build_names for a in copies_from):
@@ -240,8 +250,16 @@ MUTATIONS = {
         "port 8080",
     ),
     "project not installed": (
-        lambda: _mutate("/venv/bin/pip install --no-compile .", "/venv/bin/pip install grpcio"),
+        lambda: _mutate(
+            "/venv/bin/pip install --no-compile --no-deps .", "/venv/bin/pip install grpcio"
+        ),
         "pip install .",
+    ),
+    "dependencies installed with the code": (
+        lambda: _mutate(
+            "COPY pyproject.toml ./\n", "COPY pyproject.toml ./\nCOPY function ./function\n"
+        ),
+        "dependency layer",
     ),
     "venv not first on PATH": (
         lambda: _mutate("ENV PATH=/venv/bin:$PATH", "ENV PATH=$PATH:/venv/bin"),
@@ -267,8 +285,10 @@ def test_a_broken_dockerfile_is_reported(case):
 
 def test_arg_defaults_are_substituted_into_from():
     text = (
-        "ARG PY=3.11\nFROM python:${PY}-slim AS build\nRUN python -m venv /v && "
-        "/v/bin/pip install .\nFROM python:$PY-slim\nCOPY --from=build /v /v\n"
+        "ARG PY=3.11\nFROM python:${PY}-slim AS build\nCOPY pyproject.toml ./\n"
+        "RUN python -m venv /v && /v/bin/pip install -r requirements.txt\n"
+        "COPY function ./function\nRUN /v/bin/pip install --no-deps .\n"
+        "FROM python:$PY-slim\nCOPY --from=build /v /v\n"
         "ENV PATH=/v/bin:$PATH\nUSER 1000\n"
         'EXPOSE 9443 8080\nENTRYPOINT ["python", "-m", "function"]\n'
     )

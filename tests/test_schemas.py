@@ -43,8 +43,9 @@ from tests.validation import (
     xr_openapi_schema,
 )
 
-SEARCHED = ("package", "compositions", "examples")
+SEARCHED = ("package", "configuration", "compositions", "examples")
 META_FUNCTION_CRD = Schema("crossplane/meta.pkg.crossplane.io_functions.yaml")
+META_CONFIGURATION_CRD = Schema("crossplane/meta.pkg.crossplane.io_configurations.yaml")
 FUNCTION_NAME = "function-modelplane"
 
 # (path relative to the repo, kind) -> why it has no schema. Empty: every
@@ -76,6 +77,7 @@ def test_the_searched_folders_hold_the_files_we_ship():
     rels = {d[0] for d in DOCUMENTS}
     for required in (
         "package/crossplane.yaml",
+        "configuration/crossplane.yaml",
         "examples/functions.yaml",
         "compositions/modelcache/definition.yaml",
         "compositions/modelcache/composition.yaml",
@@ -95,6 +97,9 @@ def test_document_is_valid(rel: str, index: int, doc: dict[str, Any]):
         pytest.skip(NOT_SCHEMA_BOUND[(rel, str(doc.get("kind")))])
     if rel == "package/crossplane.yaml":
         validate_crd(doc, META_FUNCTION_CRD)
+        return
+    if rel == "configuration/crossplane.yaml":
+        validate_crd(doc, META_CONFIGURATION_CRD)
         return
     validate_manifest(doc)
 
@@ -137,6 +142,21 @@ def test_package_is_a_composition_function_for_crossplane_v2():
     constraint = pkg["spec"]["crossplane"]["version"]
     assert _admits(constraint, (2, 0, 0)) and _admits(constraint, (2, 1, 3))
     assert not _admits(constraint, (1, 20, 0))
+
+
+def test_configuration_depends_on_what_its_compositions_use():
+    cfg = validate_crd(_only("configuration/crossplane.yaml"), META_CONFIGURATION_CRD)
+    assert cfg["apiVersion"] == "meta.pkg.crossplane.io/v1"
+    assert _admits(cfg["spec"]["crossplane"]["version"], (2, 0, 0))
+    assert not _admits(cfg["spec"]["crossplane"]["version"], (1, 20, 0))
+    deps = {d["kind"]: d for d in cfg["spec"]["dependsOn"]}
+    fn = _only("package/crossplane.yaml")["metadata"]["name"]
+    assert deps["Function"]["package"].endswith("/" + fn)
+    assert _admits(deps["Function"]["version"], (0, 1, 0))
+    assert deps["Provider"]["package"].endswith("/provider-kubernetes")
+    # kubernetes.m.crossplane.io (namespaced Objects) came with provider-kubernetes v1.
+    assert _admits(deps["Provider"]["version"], (1, 0, 0))
+    assert not _admits(deps["Provider"]["version"], (0, 17, 1))
 
 
 def test_version_constraint_checker_can_fail():
