@@ -343,6 +343,11 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 _set_struct(status, k, out.status[k])
         if out.ready is not None:
             composite.ready = fnv1.READY_TRUE if out.ready else fnv1.READY_FALSE
+        elif any(name not in req.required_resources for name in out.requirements):
+            # Not the last iteration of Crossplane's requirements loop (it asks for what
+            # Crossplane has not resolved yet): whether the work is done is not known, so
+            # not ready. Crossplane applies only the last iteration's response.
+            composite.ready = fnv1.READY_FALSE
         resources = rsp.desired.resources
         observed = req.observed.resources
         wires: list[bytes] = []

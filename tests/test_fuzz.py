@@ -328,6 +328,14 @@ def _check_basic(req: fnv1.RunFunctionRequest, rsp: Any, where: str) -> None:
     for c in rsp.conditions:
         assert c.message, f"{where}: condition {c.type} has no message"
         assert c.type not in RESERVED, f"{where}: reserved condition type {c.type}"
+    if not fatal(rsp):
+        # Explicit readiness (Crossplane counts only READY_TRUE; unspecified keeps the XR
+        # unready and costs a requeue and an event per reconcile).
+        assert rsp.desired.composite.ready != fnv1.READY_UNSPECIFIED, (
+            f"{where}: the XR's readiness is not stated"
+        )
+        for name, r in rsp.desired.resources.items():
+            assert r.ready != fnv1.READY_UNSPECIFIED, f"{where}: {name} has no readiness"
     rsp.SerializeToString(deterministic=True)
 
 

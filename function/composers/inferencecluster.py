@@ -138,6 +138,7 @@ def compose(inputs: Inputs) -> Outcome:
             f"spec.cluster.source {source} is provisioned by Modelplane's compositions; "
             f"function-modelplane composes only Existing clusters",
         )
+        out.ready = False
         return out
     existing = (spec.get("cluster") or {}).get("existing") or {}
     node_pools = [p for p in spec.get("nodePools") or [] if isinstance(p, dict)]

@@ -8,10 +8,12 @@ their owners wrote (:mod:`tests.support.world`). ``reconcile`` renders once thro
 
 from __future__ import annotations
 
+import base64
 import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tests.fixtures import FAKE_TOKEN
 from tests.support import world
 from tests.support.engine import Rendered
 
@@ -46,7 +48,7 @@ def secret(namespace: str, name: str = "hf-token", key: str = "HF_TOKEN") -> dic
         "kind": "Secret",
         "metadata": {"name": name, "namespace": namespace},
         "type": "Opaque",
-        "data": {key: "aGZfRkFLRWZha2VGQUtFZmFrZUZBS0VmYWtlRkFLRWZha2UwMA=="},
+        "data": {key: base64.b64encode(FAKE_TOKEN.encode()).decode()},
     }
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from tests.secret_guard import leaks
 from tests.support.crossplane import ROOT, Tools
 
 COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
@@ -178,6 +179,10 @@ def render(
             _dump(d / "required" / "required.yaml", req)
             args.append(f"--required-resources={d / 'required'}")
         proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout + 30)
+    # The suite-wide secret guard sees in-process responses only; check what the real
+    # engine printed too (the fake token, raw or base64, must never appear).
+    leaked = leaks(proc.stdout + proc.stderr)
+    assert not leaked, f"crossplane render output carries the token: {leaked}"
     return parse(proc.returncode, proc.stdout, proc.stderr)
 
 
