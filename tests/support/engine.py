@@ -15,7 +15,9 @@ responses:
   ``crossplane.io/composition-resource-name`` annotation; an observed resource missing
   from it is one Crossplane would delete;
 - the results (events) as ``render.crossplane.io/v1beta1`` ``Result`` documents (``-r``);
-- the exit code: 0, or 3 when a function returned a fatal result.
+- the exit code: 0, or 1 on an error, a function's fatal result included (the core
+  binary exits 3 on a fatal result; CLI v2.5.0 reports it as an error naming the step and
+  the result's message on stderr, with nothing on stdout).
 """
 
 from __future__ import annotations
@@ -78,8 +80,7 @@ class Rendered:
     """What ``crossplane render`` printed, split by kind of document.
 
     Attributes:
-        exit_code: the CLI's exit code (0; 3 when a function returned a fatal result;
-            1 for other errors).
+        exit_code: the CLI's exit code (0, or 1 on an error, a fatal result included).
         xr: the XR as Crossplane would write it ({} when nothing was printed).
         composed: composed resources Crossplane would apply, by composition-resource name.
         results: the ``Result`` documents (``severity``, ``reason``, ``message``).
