@@ -389,8 +389,12 @@ def inference_cluster(i: int) -> dict[str, Any]:
                 }
             ],
             "conditions": [
-                {"type": "Ready", "status": "True", "reason": "Available",
-                 "lastTransitionTime": "2026-01-05T09:00:00Z"}
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "Available",
+                    "lastTransitionTime": "2026-01-05T09:00:00Z",
+                }
             ],
         },
     }
@@ -402,13 +406,17 @@ def cache_xr() -> dict[str, Any]:
         "apiVersion": "modelplane.ai/v1alpha1",
         "kind": "ModelCache",
         "metadata": {
-            "name": CACHE, "namespace": NAMESPACE, "uid": "6f1c2b7e-0d5a-4c1e-9a55-2f6f0e7c1a01",
+            "name": CACHE,
+            "namespace": NAMESPACE,
+            "uid": "6f1c2b7e-0d5a-4c1e-9a55-2f6f0e7c1a01",
             "generation": 1,
         },
         "spec": {
             "source": "HuggingFace",
             "huggingFace": {
-                "repo": "Qwen/Qwen2.5-7B-Instruct", "revision": "main", "sizeGiB": 20,
+                "repo": "Qwen/Qwen2.5-7B-Instruct",
+                "revision": "main",
+                "sizeGiB": 20,
             },
             "clusterSelector": {"matchLabels": {"modelplane.ai/tier": "prod"}},
         },
@@ -444,11 +452,20 @@ def observed(desired: Mapping[str, Any], status: Mapping[str, Any] | None) -> di
 
 SERVING = {
     "conditions": [
-        {"type": "Synced", "status": "True", "reason": "ReconcileSuccess",
-         "lastTransitionTime": NOW},
+        {
+            "type": "Synced",
+            "status": "True",
+            "reason": "ReconcileSuccess",
+            "lastTransitionTime": NOW,
+        },
         {"type": "Ready", "status": "True", "reason": "Available", "lastTransitionTime": NOW},
-        {"type": "ModelReady", "status": "True", "reason": "Serving", "message": "serving",
-         "lastTransitionTime": NOW},
+        {
+            "type": "ModelReady",
+            "status": "True",
+            "reason": "Serving",
+            "message": "serving",
+            "lastTransitionTime": NOW,
+        },
     ]
 }
 USAGE_READY = {
@@ -592,7 +609,9 @@ def run_cache(
 
     out = step("create", [])
     if out.exit_code == 0 and len(out.composed) == n:
-        hydrations = {k: v for k, v in out.composed.items() if v.get("kind") == "ModelCacheHydration"}
+        hydrations = {
+            k: v for k, v in out.composed.items() if v.get("kind") == "ModelCacheHydration"
+        }
     else:
         synthesized = True
         hydrations = {f"hydration-{c}": t.hydration_for(c) for c in names}
@@ -630,14 +649,23 @@ def run_deployment(
     xr = deployment_xr(scale[0])
     rows = []
     obs: dict[str, dict[str, Any]] = {}
-    world_base = clusters + [cache_obj] + hydrations + others
+    world_base = [*clusters, cache_obj, *hydrations, *others]
 
     def step(name: str) -> Output:
         own = [copy.deepcopy(o) for o in obs.values() if o.get("kind") == "ModelReplica"]
         proxy.take()
         out = engine.render(xr, list(obs.values()), world_base + own)
-        rows.append(_row(n, "ModelDeployment", name, proxy.take(), out,
-                         replicas=xr["spec"]["replicas"], fleet_replicas=len(others) + len(own)))
+        rows.append(
+            _row(
+                n,
+                "ModelDeployment",
+                name,
+                proxy.take(),
+                out,
+                replicas=xr["spec"]["replicas"],
+                fleet_replicas=len(others) + len(own),
+            )
+        )
         if out.exit_code == 0:
             xr["status"] = copy.deepcopy(out.xr.get("status") or {})
             obs.clear()
@@ -710,10 +738,13 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {rsp} | {flags} | {r['function_seconds'] * 1e3:,.0f} "
             f"| {r['render_seconds']:.1f} | {_kib(r['xr_bytes'])} | {_outcome(r)} |"
         )
-    errors = sorted({
-        f"- N={r['clusters']:,} {r['scenario']} {r['step']}: {r['render_error']}"
-        for r in report["rows"] if r["render_error"]
-    })
+    errors = sorted(
+        {
+            f"- N={r['clusters']:,} {r['scenario']} {r['step']}: {r['render_error']}"
+            for r in report["rows"]
+            if r["render_error"]
+        }
+    )
     tail = "\n\ncrossplane render's errors:\n" + "\n".join(errors) if errors else ""
     cfg = report["config"]
     intro = (
@@ -744,9 +775,13 @@ def run(
     proxy = Proxy(address, timeout)
     report: dict[str, Any] = {
         "config": {
-            "sizes": sizes, "deployments": deployments, "replicas_per_deployment": per,
-            "scale": list(scale), "timeout_seconds": timeout,
-            "crossplane_cli": str(tools.cli), "crossplane_core": str(tools.core),
+            "sizes": sizes,
+            "deployments": deployments,
+            "replicas_per_deployment": per,
+            "scale": list(scale),
+            "timeout_seconds": timeout,
+            "crossplane_cli": str(tools.cli),
+            "crossplane_core": str(tools.core),
             "cpus": os.cpu_count(),
         },
         "loop": LOOP_NOTE,
