@@ -206,6 +206,10 @@ def call_stats(calls: list[Call]) -> dict[str, Any]:
             "required_objects": objects,
             "required_bytes": nbytes,
             "required_names": sorted(req.required_resources),
+            # Per requirement: [objects, bytes].
+            "required_by_name": {
+                k: [len(v.items), v.ByteSize()] for k, v in sorted(req.required_resources.items())
+            },
             "ms": round(c.seconds * 1e3, 1),
         }
         if not req.required_resources and not req.extra_resources:
@@ -686,7 +690,7 @@ def run_deployment(
 
 
 def _kib(b: float) -> str:
-    return f"{b / 1024:,.0f}"
+    return f"{b / 1024:,.1f}" if b < 10 * 1024 else f"{b / 1024:,.0f}"
 
 
 def _outcome(row: dict[str, Any]) -> str:
@@ -736,7 +740,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {r['calls']} ({r['unresolved_calls']}) | {r['required_objects']:,} "
             f"| {r['required_bytes'] / MIB:.2f} | {_kib(r['largest_request_bytes'])} "
             f"| {rsp} | {flags} | {r['function_seconds'] * 1e3:,.0f} "
-            f"| {r['render_seconds']:.1f} | {_kib(r['xr_bytes'])} | {_outcome(r)} |"
+            f"| {r['render_seconds']:.1f} | {_kib(r['xr_bytes']) if r['xr_bytes'] else '-'} "
+            f"| {_outcome(r)} |"
         )
     errors = sorted(
         {
@@ -831,7 +836,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", default="10:20", help="ModelDeployment replicas FROM:TO")
     p.add_argument("--timeout", type=float, default=300, help="seconds per render")
     p.add_argument("--json", default="benchmarks/results/fleet.json")
+    p.add_argument("--from-json", help="print the table of an earlier run's JSON and exit")
     args = p.parse_args(argv)
+    if args.from_json:
+        print(markdown(json.loads(Path(args.from_json).read_text())))
+        return 0
     sizes = [int(x) for x in args.sizes.split(",") if x]
     lo, _, hi = args.scale.partition(":")
     report = run(
