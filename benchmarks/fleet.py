@@ -318,9 +318,9 @@ class Engine:
                 code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
             except subprocess.TimeoutExpired as e:
                 code, stdout = -1, ""
-                err = e.stderr or b""
-                err = err.decode(errors="replace") if isinstance(err, bytes) else err
-                stderr = f"{err}\nrender timed out after {self.timeout + 60:.0f}s"
+                raw = e.stderr or b""
+                err = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+                stderr = err + f"\nrender timed out after {self.timeout + 60:.0f}s"
             seconds = time.perf_counter() - started
         return parse_output(code, stdout, stderr, seconds)
 
