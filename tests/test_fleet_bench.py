@@ -1,0 +1,80 @@
+"""The fleet benchmark (``python -m benchmarks.fleet``) at N=20, through the real engine.
+
+Skips like the end-to-end suite when Crossplane's binaries are missing. Checks that the
+proxy saw every call and that the counts are what Crossplane's loop and the fleet imply,
+not the timings.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import fleet
+from tests.support import crossplane
+
+N = 20
+DEPLOYMENTS = 5
+PER = 2
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    crossplane.require()
+    return fleet.run([N], DEPLOYMENTS, PER, (2, 4), timeout=120)
+
+
+def _rows(report: dict, scenario: str) -> dict[str, dict]:
+    return {r["step"]: r for r in report["rows"] if r["scenario"] == scenario}
+
+
+def test_modelcache_from_nothing_to_ready_and_steady(report: dict):
+    rows = _rows(report, "ModelCache")
+    assert list(rows) == ["create", "pending", "ready", "steady"]
+    for step, r in rows.items():
+        assert r["exit_code"] == 0, r["render_error"]
+        assert not r["synthesized"]
+        # No bootstrap requirements, nothing seeded: an unresolved call, then a resolved one.
+        assert (r["calls"], r["unresolved_calls"]) == (2, 1), step
+        assert r["grpc_errors"] == [] and r["fatal"] is None
+        # The resolved call carries the N clusters (and no ModelReplica in the namespace).
+        assert r["required_objects"] == N
+        assert 0 < r["required_bytes"] < r["largest_request_bytes"]
+        assert r["composed"] == N
+        assert r["function_seconds"] > 0
+        assert not r["over_2mib"] and not r["over_4mib"]
+        sizes = [c["response_bytes"] for c in r["per_call"]]
+        assert r["largest_response_bytes"] == max(sizes)
+    assert not rows["create"]["xr_ready"] and not rows["pending"]["xr_ready"]
+    assert rows["ready"]["xr_ready"] and rows["steady"]["xr_ready"]
+    # Evidence makes the Ready response larger than the Pending one.
+    assert rows["ready"]["largest_response_bytes"] > rows["pending"]["largest_response_bytes"]
+    # The unresolved call echoes the observed hydrations: N desired from "pending" on.
+    assert rows["create"]["per_call"][0]["desired_resources"] == 0
+    assert rows["steady"]["per_call"][0]["desired_resources"] == N
+
+
+def test_modeldeployment_scale_up_reads_the_whole_fleet(report: dict):
+    rows = _rows(report, "ModelDeployment")
+    assert list(rows) == ["create", "scale-up", "settle", "steady"]
+    others = DEPLOYMENTS * PER
+    for step, r in rows.items():
+        assert r["exit_code"] == 0, r["render_error"]
+        assert (r["calls"], r["unresolved_calls"]) == (2, 1), step
+        names = r["per_call"][1]["required_names"]
+        assert names == ["cache", "clusters", "hydrations", "replicas"]
+        # Every cluster, the cache, its N hydrations and every ModelReplica of the fleet.
+        assert r["required_objects"] == N + 1 + N + r["fleet_replicas"]
+        assert r["fleet_replicas"] >= others
+    assert rows["create"]["fleet_replicas"] == others
+    assert rows["scale-up"]["fleet_replicas"] == others + 2
+    assert rows["settle"]["fleet_replicas"] == others + 4
+    assert rows["create"]["composed"] == 2 + 1  # replicas and the cache Usage
+    assert rows["scale-up"]["composed"] == 4 + 1
+    assert rows["steady"]["xr_ready"]
+
+
+def test_markdown_table(report: dict):
+    text = fleet.markdown(report)
+    assert "core v2.4.0" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith(f"| {N} | Model")]
+    assert len(rows) == len(report["rows"]) == 8
