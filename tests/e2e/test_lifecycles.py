@@ -48,6 +48,26 @@ def warnings(out: Rendered) -> list[dict[str, Any]]:
     return [r for r in out.results if r.get("severity") == "Warning"]
 
 
+def events(out: Rendered) -> list[tuple[str, str]]:
+    """The function's results as (severity, reason), without Crossplane's own."""
+    return [
+        (r["severity"], r.get("reason", ""))
+        for r in out.results
+        if r.get("reason") not in ("SelectComposition", "ComposeResources")
+    ]
+
+
+def unready(out: Rendered) -> set[str]:
+    """Composed resources Crossplane reports as not yet ready (its ComposeResources
+    events): each costs an event and a requeue on every reconcile."""
+    prefix = 'Composed resource "'
+    return {
+        r["message"][len(prefix):].split('"', 1)[0]
+        for r in out.results
+        if r.get("reason") == "ComposeResources" and r.get("message", "").startswith(prefix)
+    }
+
+
 def manifest(doc: dict[str, Any]) -> dict[str, Any]:
     return doc["spec"]["forProvider"]["manifest"]
 
@@ -106,6 +126,7 @@ def test_replica_gated_then_serving_then_hydration_fails(render, xr_file, worklo
     assert r.status["phase"] == "Hydrating"
     assert r.status["hydration"]["phase"] == "Hydrating"
     assert not out.is_ready() and synced(out)
+    assert events(out) == []  # waiting for a cache is normal: no warning
     # Steady while it hydrates: same answer, still nothing composed.
     out = r.reconcile()
     assert out.composed == {} and not out.is_ready()
@@ -126,6 +147,7 @@ def test_replica_gated_then_serving_then_hydration_fails(render, xr_file, worklo
     assert "not created yet" in r.status["message"]
     assert "hydrationReadyAt" in r.status
     assert not out.is_ready()
+    assert unready(out) == names  # nothing applied yet
 
     # Applied, pods not yet available: still Starting, nothing deleted.
     r.world(serving=False)
@@ -133,6 +155,7 @@ def test_replica_gated_then_serving_then_hydration_fails(render, xr_file, worklo
     assert set(out.composed) == names
     assert cond(out, "ModelReady") == ("False", "Starting")
     assert not out.is_ready()
+    assert {n for n in unready(out)} == {n for n in names if n.startswith("workload-")}
     assert out.deleted(r.observed.values()) == set()
 
     # Available: serving, and Crossplane marks the XR Ready.
@@ -144,7 +167,7 @@ def test_replica_gated_then_serving_then_hydration_fails(render, xr_file, worklo
     assert "servingSince" in r.status
     assert out.is_ready() and synced(out), out.stdout
     assert out.deleted(r.observed.values()) == set()
-    assert warnings(out) == []
+    assert events(out) == [] and unready(out) == set()
     # Steady.
     r.world(serving=True)
     again = r.reconcile()
@@ -162,7 +185,8 @@ def test_replica_gated_then_serving_then_hydration_fails(render, xr_file, worklo
     assert out.deleted(r.observed.values()) == set()
     for n in names:
         assert out.composed[n]["spec"] == again.composed[n]["spec"], n
-    assert [w["reason"] for w in warnings(out)] == ["HydrationFailed"]
+    assert events(out) == [("Warning", "HydrationFailed")]
+    assert unready(out) == set()  # the kept workload still serves
     assert r.status["servingSince"] == serving_since
 
 
@@ -177,7 +201,7 @@ def test_replica_hydration_fails_before_anything_composed(render):
     assert cond(out, "ModelReady") == ("False", "HydrationFailed")
     assert r.status["phase"] == "Failed"
     assert not out.is_ready() and synced(out)
-    assert [w["reason"] for w in warnings(out)] == ["HydrationFailed"]
+    assert events(out) == [("Warning", "HydrationFailed")]
 
 
 # ---- 2. ModelExperiment: to a pass and to a fail verdict -----------------------------
@@ -211,6 +235,11 @@ class Experiment:
             doc, remote=remote, ready=finished
         )
 
+    def started(self) -> str:
+        """When the function composed the gauntlet Job (its wall clock): the Job finishes
+        then, before the deadline, and the next run (repeatAfter) is in the future."""
+        return str(self.exp.status["gauntlet"]["startedAt"])
+
     def drop_deleted(self) -> None:
         """Crossplane deletes what the last render did not compose."""
         for n in self.exp.last.deleted(self.exp.observed.values()):
@@ -225,6 +254,7 @@ def experiment_to_evaluating(e: Experiment) -> None:
     assert cond(out, "Runnable") == ("True", "Admitted")
     assert cond(out, "Verdict") == ("Unknown", "Deploying")
     assert not out.is_ready() and synced(out)
+    assert events(out) == [("Normal", "Deploying")]
     cand = out.composed["candidate-r1"]
     assert cand["kind"] == "ModelDeployment" and cand["spec"]["replicas"] == 1
 
@@ -240,6 +270,7 @@ def experiment_to_evaluating(e: Experiment) -> None:
     assert set(out.composed) == {"candidate-r1", "gauntlet-r1"}, e.exp.status.get("message")
     assert e.exp.status["phase"] == "Evaluating"
     assert cond(out, "Verdict") == ("Unknown", "Evaluating")
+    assert events(out) == [("Normal", "Evaluating")]
     job = manifest(out.composed["gauntlet-r1"])
     assert job["kind"] == "Job"
     env = job_env(job)
@@ -259,7 +290,7 @@ def test_experiment_to_a_pass_verdict(render):
     e = Experiment(render)
     experiment_to_evaluating(e)
 
-    e.job(world.job_complete(), finished=True)
+    e.job(world.job_complete(e.started()), finished=True)
     out = e.exp.reconcile()
     assert cond(out, "Verdict") == ("True", "GauntletPassed")
     assert e.exp.status["phase"] == "Succeeded"
@@ -268,6 +299,8 @@ def test_experiment_to_a_pass_verdict(render):
     assert cond(out, "Runnable") == ("True", "CoolingDown")
     assert e.exp.status["nextRunAt"]
     assert out.is_ready() and synced(out), "a passed experiment is Ready"
+    assert events(out) == [("Normal", "GauntletPassed")]
+    assert unready(out) == set()  # the finished Job reports Ready (its CEL)
     # The candidate is released (Crossplane deletes it); the Job stays as evidence,
     # observed and deleted only, never re-created.
     assert out.deleted(e.exp.observed.values()) == {"candidate-r1"}
@@ -285,7 +318,7 @@ def test_experiment_to_a_fail_verdict(render):
     e = Experiment(render)
     experiment_to_evaluating(e)
 
-    e.job(world.job_failed("BackoffLimitExceeded"), finished=True)
+    e.job(world.job_failed("BackoffLimitExceeded", at=e.started()), finished=True)
     out = e.exp.reconcile()
     assert cond(out, "Verdict") == ("False", "GauntletFailed")
     assert "BackoffLimitExceeded" in out.condition("Verdict")["message"]
@@ -294,6 +327,8 @@ def test_experiment_to_a_fail_verdict(render):
     assert cond(out, "Runnable") == ("False", "Finished")
     assert not out.is_ready(), "a failed experiment is not Ready"
     assert synced(out)
+    assert events(out) == [("Warning", "GauntletFailed")]
+    assert unready(out) == set()
     assert out.deleted(e.exp.observed.values()) == {"candidate-r1"}
     assert out.composed["gauntlet-r1"]["spec"]["managementPolicies"] == ["Observe", "Delete"]
 
@@ -309,6 +344,7 @@ def test_experiment_to_a_fail_verdict(render):
 # ---- 3. ModelBackfill: run and cancel, and a run that completes ---------------------
 
 BACKFILL = EXAMPLES / "modelbackfill"
+FOREGROUND = "modelplane.ai/last-foreground-request"
 
 
 class Backfill:
@@ -330,6 +366,19 @@ class Backfill:
 
 
 def backfill_to_running(b: Backfill) -> None:
+    # The gateway has not stamped the foreground signal yet: not known to be idle.
+    dep = b.deployment()
+    stamped = dep["metadata"]["annotations"].pop(FOREGROUND)
+    out = b.bf.reconcile()
+    st = b.bf.status
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "ForegroundSignalUnknown")
+    assert cond(out, "Backfilling") == ("False", "ForegroundSignalUnknown")
+    assert out.composed == {}
+    assert out.is_ready() and synced(out)
+    assert events(out) == [("Normal", "BackfillWaitingForIdle")]
+
+    # Stamped: the last foreground request was two days ago, longer than idleFor.
+    dep["metadata"]["annotations"][FOREGROUND] = stamped
     out = b.bf.reconcile()
     st = b.bf.status
     assert set(out.composed) == {"job-1"}
@@ -338,6 +387,7 @@ def backfill_to_running(b: Backfill) -> None:
     assert cond(out, "SpecValid") == ("True", "Valid")
     # A backfill is Ready while it works as designed (not Blocked, not Failed).
     assert out.is_ready() and synced(out)
+    assert events(out) == [("Normal", "BackfillStarting")]
     job = manifest(out.composed["job-1"])
     assert job["kind"] == "Job"
     replica = st["replica"]
@@ -361,6 +411,7 @@ def backfill_to_running(b: Backfill) -> None:
     assert cond(out, "Backfilling") == ("True", "JobRunning")
     assert "runningSince" in b.bf.status
     assert out.is_ready()
+    assert events(out) == [("Normal", "BackfillRunning")]
     assert out.deleted(b.bf.observed.values()) == set()
 
 
@@ -372,7 +423,7 @@ def test_backfill_run_then_cancelled_by_foreground_traffic(render):
     # the time of the request, after the Job started.
     started = datetime.datetime.fromisoformat(b.bf.status["startedAt"])
     fg = format_time(started + datetime.timedelta(seconds=1))
-    b.deployment()["metadata"]["annotations"]["modelplane.ai/last-foreground-request"] = fg
+    b.deployment()["metadata"]["annotations"][FOREGROUND] = fg
     out = b.bf.reconcile()
     st = b.bf.status
     assert (st["phase"], st["reason"]) == ("Cancelling", "PreemptedByForeground")
@@ -382,6 +433,7 @@ def test_backfill_run_then_cancelled_by_foreground_traffic(render):
     assert out.composed == {}
     assert out.deleted(b.bf.observed.values()) == {"job-1"}
     assert out.is_ready() and synced(out)
+    assert events(out) == [("Normal", "BackfillCancelling")]
 
     # Deletion in progress: the Object is still observed; still not desired.
     out = b.bf.reconcile()
@@ -397,6 +449,7 @@ def test_backfill_run_then_cancelled_by_foreground_traffic(render):
     assert out.composed == {}
     assert "was cancelled" in st["message"]
     assert out.is_ready()
+    assert events(out) == [("Normal", "BackfillWaitingForIdle")]
     # Steady: it does not start again while the model is not idle.
     again = b.bf.reconcile()
     assert again.composed == {} and b.bf.status["phase"] == "WaitingForIdle"
@@ -406,7 +459,7 @@ def test_backfill_run_that_completes(render):
     b = Backfill(render)
     backfill_to_running(b)
 
-    b.job(world.job_complete())
+    b.job(world.job_complete(b.bf.status["startedAt"]))
     out = b.bf.reconcile()
     st = b.bf.status
     assert (st["phase"], st["reason"]) == ("Succeeded", "JobSucceeded")
@@ -417,6 +470,7 @@ def test_backfill_run_that_completes(render):
     assert out.composed == {}
     assert out.deleted(b.bf.observed.values()) == {"job-1"}
     assert out.is_ready() and synced(out)
+    assert events(out) == [("Normal", "BackfillSucceeded")]
 
     b.drop_deleted()
     again = b.bf.reconcile()
@@ -430,7 +484,8 @@ def test_backfill_run_that_fails(render):
     b = Backfill(render)
     backfill_to_running(b)
 
-    b.job(world.job_failed("DeadlineExceeded", "Job was active longer than specified deadline"))
+    b.job(world.job_failed("DeadlineExceeded", "Job was active longer than specified deadline",
+                           at=b.bf.status["startedAt"]))
     out = b.bf.reconcile()
     st = b.bf.status
     assert (st["phase"], st["reason"]) == ("Failed", "JobFailed")
@@ -439,6 +494,7 @@ def test_backfill_run_that_fails(render):
     assert out.deleted(b.bf.observed.values()) == {"job-1"}
     assert not out.is_ready(), "a failed backfill is not Ready"
     assert synced(out)
+    assert events(out) == [("Warning", "BackfillFailed")]
 
 
 # ---- 4. A bring-your-own InferenceCluster ---------------------------------------------
@@ -470,11 +526,13 @@ def test_byo_inferencecluster_from_nothing_to_ready(render):
         "kind": "ClusterProviderConfig", "name": pc["metadata"]["name"]}
     # The ProviderConfig is not created yet: nothing can reach the cluster.
     assert not out.is_ready() and synced(out)
+    assert unready(out) == {"provider-config"}
 
     ic.observed["provider-config"] = world.observed_provider_config(pc)
     out = ic.reconcile()
     assert out.is_ready() and synced(out), out.stdout
     assert set(out.composed) == {"provider-config"}
+    assert events(out) == [] and unready(out) == set()
     assert out.deleted(ic.observed.values()) == set()
     again = ic.reconcile()
     assert again.is_ready() and again.composed["provider-config"]["spec"] == pc["spec"]
@@ -489,7 +547,7 @@ def test_byo_inferencecluster_missing_class_is_not_ready(render):
     out = ic.reconcile()
     assert cond(out, "PoolsResolved") == ("False", "ClassNotFound")
     assert [p["name"] for p in ic.status["gpuPools"]] == ["fake-l4"]
-    assert [w["reason"] for w in warnings(out)] == ["ClassNotFound"]
+    assert events(out) == [("Warning", "ClassNotFound")]
     assert not out.is_ready()
     assert out.deleted(ic.observed.values()) == set()
     # The class is created: Ready.

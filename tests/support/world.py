@@ -100,28 +100,33 @@ def job_running() -> dict[str, Any]:
     return {"active": 1, "startTime": NOW}
 
 
-def job_complete() -> dict[str, Any]:
+def job_complete(at: str = NOW) -> dict[str, Any]:
+    """A Job that completed at ``at`` (its ``completionTime``; pass a time derived from
+    the function's wall clock where the function compares it with ``now``)."""
     return {
         "succeeded": 1,
-        "startTime": NOW,
-        "completionTime": NOW,
+        "startTime": at,
+        "completionTime": at,
         "conditions": [
-            {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": NOW},
-            {"type": "Complete", "status": "True", "lastTransitionTime": NOW},
+            {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": at},
+            {"type": "Complete", "status": "True", "lastTransitionTime": at},
         ],
     }
 
 
-def job_failed(reason: str = "BackoffLimitExceeded", message: str = "") -> dict[str, Any]:
+def job_failed(
+    reason: str = "BackoffLimitExceeded", message: str = "", at: str = NOW
+) -> dict[str, Any]:
+    """A Job that failed at ``at`` (the ``Failed`` condition's ``lastTransitionTime``)."""
     return {
         "failed": 4,
-        "startTime": NOW,
+        "startTime": at,
         "conditions": [
             {"type": "FailureTarget", "status": "True", "reason": reason,
-             "lastTransitionTime": NOW},
+             "lastTransitionTime": at},
             {"type": "Failed", "status": "True", "reason": reason,
              "message": message or "Job has reached the specified backoff limit",
-             "lastTransitionTime": NOW},
+             "lastTransitionTime": at},
         ],
     }
 
