@@ -62,7 +62,7 @@ def unready(out: Rendered) -> set[str]:
     events): each costs an event and a requeue on every reconcile."""
     prefix = 'Composed resource "'
     return {
-        r["message"][len(prefix):].split('"', 1)[0]
+        r["message"][len(prefix) :].split('"', 1)[0]
         for r in out.results
         if r.get("reason") == "ComposeResources" and r.get("message", "").startswith(prefix)
     }
@@ -231,9 +231,7 @@ class Experiment:
         """The gauntlet Job applied; the Object's readiness is its ``Complete``/``Failed``
         CEL (``experiment.JOB_FINISHED_CEL``)."""
         doc = self.exp.last.composed["gauntlet-r1"]
-        self.exp.observed["gauntlet-r1"] = world.observed_object(
-            doc, remote=remote, ready=finished
-        )
+        self.exp.observed["gauntlet-r1"] = world.observed_object(doc, remote=remote, ready=finished)
 
     def started(self) -> str:
         """When the function composed the gauntlet Job (its wall clock): the Job finishes
@@ -484,8 +482,13 @@ def test_backfill_run_that_fails(render):
     b = Backfill(render)
     backfill_to_running(b)
 
-    b.job(world.job_failed("DeadlineExceeded", "Job was active longer than specified deadline",
-                           at=b.bf.status["startedAt"]))
+    b.job(
+        world.job_failed(
+            "DeadlineExceeded",
+            "Job was active longer than specified deadline",
+            at=b.bf.status["startedAt"],
+        )
+    )
     out = b.bf.reconcile()
     st = b.bf.status
     assert (st["phase"], st["reason"]) == ("Failed", "JobFailed")
@@ -518,12 +521,19 @@ def test_byo_inferencecluster_from_nothing_to_ready(render):
     pc = out.composed["provider-config"]
     assert pc["kind"] == "ClusterProviderConfig"
     assert pc["spec"]["credentials"]["secretRef"] == {
-        "namespace": "modelplane-system", "name": "mp-fleet-kubeconfig", "key": "kubeconfig"}
+        "namespace": "modelplane-system",
+        "name": "mp-fleet-kubeconfig",
+        "key": "kubeconfig",
+    }
     assert cond(out, "PoolsResolved") == ("True", "Resolved")
     assert [(p["name"], p["nodes"]) for p in ic.status["gpuPools"]] == [
-        ("fake-l4", 1), ("fake-a100", 1)]
+        ("fake-l4", 1),
+        ("fake-a100", 1),
+    ]
     assert ic.status["providerConfigRef"] == {
-        "kind": "ClusterProviderConfig", "name": pc["metadata"]["name"]}
+        "kind": "ClusterProviderConfig",
+        "name": pc["metadata"]["name"],
+    }
     # The ProviderConfig is not created yet: nothing can reach the cluster.
     assert not out.is_ready() and synced(out)
     assert unready(out) == {"provider-config"}
@@ -542,8 +552,7 @@ def test_byo_inferencecluster_missing_class_is_not_ready(render):
     xr, classes = kind_fleet()
     ic = XR(render, xr, [c for c in classes if c["metadata"]["name"] != "fake-a100"])
     out = ic.reconcile()
-    ic.observed["provider-config"] = world.observed_provider_config(
-        out.composed["provider-config"])
+    ic.observed["provider-config"] = world.observed_provider_config(out.composed["provider-config"])
     out = ic.reconcile()
     assert cond(out, "PoolsResolved") == ("False", "ClassNotFound")
     assert [p["name"] for p in ic.status["gpuPools"]] == ["fake-l4"]
