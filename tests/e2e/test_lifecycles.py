@@ -339,6 +339,53 @@ def test_experiment_to_a_fail_verdict(render):
     assert again.deleted(e.exp.observed.values()) == set()
 
 
+def test_experiment_spec_change_mid_evaluation_starts_a_new_run(render):
+    # Through the real engine the status Crossplane writes is the function's desired
+    # status (server-side apply): run 1's gauntlet and "seen" candidate do not linger
+    # into run 2 (with the CLI's merged -x status they did, and run 2 read "candidate
+    # lost" one reconcile later).
+    e = Experiment(render)
+    experiment_to_evaluating(e)
+    e.exp.xr["spec"]["gauntlet"]["env"][0]["value"] = "gsm8k"
+    e.exp.xr["metadata"]["generation"] = 2
+    out = e.exp.reconcile()
+    assert set(out.composed) == {"candidate-r2"}
+    assert out.deleted(e.exp.observed.values()) == {"candidate-r1", "gauntlet-r1"}
+    assert (e.exp.status["run"], e.exp.status["runNumber"]) == ("qwen-canary-r2", 2)
+    assert "gauntlet" not in e.exp.status and "verdict" not in e.exp.status
+    assert events(out) == [("Normal", "ExperimentSpecChanged"), ("Normal", "Deploying")]
+    assert not out.is_ready()
+
+    e.drop_deleted()
+    out = e.exp.reconcile()
+    assert e.exp.status["phase"] == "Deploying", e.exp.status.get("message")
+    assert set(out.composed) == {"candidate-r2"}
+    assert out.deleted(e.exp.observed.values()) == set()
+    assert cond(out, "Verdict") == ("Unknown", "Deploying")
+
+
+def test_experiment_suspend_releases_candidate_and_job(render):
+    e = Experiment(render)
+    experiment_to_evaluating(e)
+    e.exp.xr["spec"]["suspend"] = True
+    out = e.exp.reconcile()
+    assert e.exp.status["phase"] == "Suspended"
+    assert cond(out, "Runnable") == ("False", "Suspended")
+    assert cond(out, "Verdict") == ("Unknown", "Suspended")
+    assert out.composed == {}
+    assert out.deleted(e.exp.observed.values()) == {"candidate-r1", "gauntlet-r1"}
+    assert not out.is_ready(), "no verdict has passed yet"
+
+    e.drop_deleted()
+    e.exp.xr["spec"]["suspend"] = False
+    out = e.exp.reconcile()
+    # The run starts over, with a new clock.
+    assert e.exp.status["phase"] == "Deploying"
+    assert set(out.composed) == {"candidate-r1"}
+    assert "gauntlet" not in e.exp.status
+    assert not out.is_ready()
+
+
 # ---- 3. ModelBackfill: run and cancel, and a run that completes ---------------------
 
 BACKFILL = EXAMPLES / "modelbackfill"
@@ -498,6 +545,22 @@ def test_backfill_run_that_fails(render):
     assert not out.is_ready(), "a failed backfill is not Ready"
     assert synced(out)
     assert events(out) == [("Warning", "BackfillFailed")]
+
+
+def test_backfill_suspended_while_running(render):
+    b = Backfill(render)
+    backfill_to_running(b)
+    b.bf.xr["spec"]["suspend"] = True
+    out = b.bf.reconcile()
+    assert (b.bf.status["phase"], b.bf.status["reason"]) == ("Cancelling", "Suspended")
+    assert out.composed == {}
+    assert out.deleted(b.bf.observed.values()) == {"job-1"}
+    b.drop_deleted()
+    out = b.bf.reconcile()
+    assert (b.bf.status["phase"], b.bf.status["reason"]) == ("Suspended", "Suspended")
+    assert cond(out, "Backfilling") == ("False", "Suspended")
+    assert out.composed == {} and out.is_ready()
+    assert events(out) == [("Normal", "BackfillSuspended")]
 
 
 # ---- 4. A bring-your-own InferenceCluster ---------------------------------------------
