@@ -339,6 +339,53 @@ def test_experiment_to_a_fail_verdict(render):
     assert again.deleted(e.exp.observed.values()) == set()
 
 
+def shift_clock(e: Experiment, minutes: int) -> None:
+    """Simulate ``minutes`` passing: the function's clock is the wall clock, so move the
+    run's recorded admission and deadline back instead (status is its only memory)."""
+    cand = e.exp.xr["status"]["candidate"]
+    for k in ("createdAt", "deadline"):
+        t = datetime.datetime.fromisoformat(cand[k]) - datetime.timedelta(minutes=minutes)
+        cand[k] = format_time(t)
+
+
+def test_experiment_times_out_while_deploying(render):
+    e = Experiment(render)
+    e.exp.reconcile()
+    e.candidate(ready=False)
+    e.exp.reconcile()
+    shift_clock(e, 46)  # timeout: 45m
+    out = e.exp.reconcile()
+    assert cond(out, "Verdict") == ("False", "TimedOut")
+    assert "never became Ready" in out.condition("Verdict")["message"]
+    assert e.exp.status["phase"] == "Failed"
+    assert not out.is_ready() and synced(out)
+    # The candidate is released; there is no Job to keep.
+    assert out.composed == {}
+    assert out.deleted(e.exp.observed.values()) == {"candidate-r1"}
+    assert events(out) == [("Warning", "TimedOut")]
+
+
+def test_experiment_times_out_while_evaluating(render):
+    e = Experiment(render)
+    experiment_to_evaluating(e)
+    shift_clock(e, 46)
+    out = e.exp.reconcile()
+    assert cond(out, "Verdict") == ("False", "TimedOut")
+    assert "gauntlet did not finish" in out.condition("Verdict")["message"]
+    assert not out.is_ready()
+    assert out.deleted(e.exp.observed.values()) == {"candidate-r1"}
+    # The running Job stays as evidence (never re-created); its activeDeadlineSeconds,
+    # capped at the run's deadline, ends it, and then it reports Ready.
+    assert set(out.composed) == {"gauntlet-r1"}
+    assert out.composed["gauntlet-r1"]["spec"]["managementPolicies"] == ["Observe", "Delete"]
+    e.drop_deleted()
+    e.job(world.job_failed("DeadlineExceeded", at=e.started()), finished=True)
+    out = e.exp.reconcile()
+    assert cond(out, "Verdict") == ("False", "TimedOut")  # the verdict stands
+    assert set(out.composed) == {"gauntlet-r1"} and unready(out) == set()
+    assert not out.is_ready()
+
+
 def test_experiment_spec_change_mid_evaluation_starts_a_new_run(render):
     # Through the real engine the status Crossplane writes is the function's desired
     # status (server-side apply): run 1's gauntlet and "seen" candidate do not linger
@@ -500,9 +547,10 @@ def test_backfill_run_then_cancelled_by_foreground_traffic(render):
     assert again.composed == {} and b.bf.status["phase"] == "WaitingForIdle"
 
 
-def test_backfill_run_that_completes(render):
+def test_backfill_run_that_completes_then_repeats(render):
     b = Backfill(render)
     backfill_to_running(b)
+    first = b.bf.last.composed["job-1"]
 
     b.job(world.job_complete(b.bf.status["startedAt"]))
     out = b.bf.reconcile()
@@ -523,6 +571,20 @@ def test_backfill_run_that_completes(render):
     assert (st["phase"], st["reason"]) == ("Succeeded", "CoolingDown")
     assert again.composed == {}
     assert again.is_ready()
+
+    # repeatAfter (6h) later, still idle: attempt 2 gets its own Object and Job name.
+    for k in ("startedAt", "completionTime", "nextRunTime"):
+        t = datetime.datetime.fromisoformat(st[k]) - datetime.timedelta(hours=7)
+        b.bf.xr["status"][k] = format_time(t)
+    out = b.bf.reconcile()
+    st = b.bf.status
+    assert (st["phase"], st["reason"], st["attempts"]) == ("Starting", "JobCreated", 2)
+    assert set(out.composed) == {"job-2"}
+    assert (
+        manifest(out.composed["job-2"])["metadata"]["name"] != manifest(first)["metadata"]["name"]
+    )
+    assert out.deleted(b.bf.observed.values()) == set()
+    assert out.is_ready()
 
 
 def test_backfill_run_that_fails(render):
