@@ -81,11 +81,6 @@ def job_env(job: dict[str, Any]) -> dict[str, Any]:
 # ---- 1. ModelReplica: gated on its cache's hydration, then serving ------------------
 
 REPLICA = EXAMPLES / "modelreplica"
-# Each cache's hydration on gpu-us-west-2b in examples/modelreplica/required.
-HYDRATION = {
-    "qwen-cache": "modelcache-ml-team-qwen-cache-gpu-us-west-2b-31098",
-    "kimi-cache": "modelcache-ml-team-kimi-cache-gpu-us-west-2b-a5a52",
-}
 WORKLOAD_SINGLE = {"workload-vllm", "claim-vllm-standalone", "service"}
 
 
@@ -93,15 +88,24 @@ def replica_world() -> list[dict[str, Any]]:
     return load_yaml([str(REPLICA / "required")])
 
 
-def set_hydration(required: list[dict[str, Any]], name: str, phase: str, message: str) -> None:
-    """What the hydration's own reconcile writes: phase and message (and readyAt)."""
+def set_hydration(
+    required: list[dict[str, Any]], replica: dict[str, Any], phase: str, message: str
+) -> None:
+    """The hydration the replica requires (its cache on its cluster, in the example's
+    world) as its own reconcile reports it: phase and message (and readyAt). Only the
+    fields that change; the rest (the source it hydrated) is the example's."""
+    cache, cluster = replica["spec"]["modelCacheRef"]["name"], replica["spec"]["clusterName"]
     for d in required:
-        if d["kind"] == "ModelCacheHydration" and d["metadata"]["name"] == name:
-            d["status"] = {"phase": phase, "message": message}
+        if (
+            d["kind"] == "ModelCacheHydration"
+            and d["spec"]["cacheName"] == cache
+            and d["spec"]["clusterName"] == cluster
+        ):
+            d["status"].update(phase=phase, message=message)
             if phase == "Ready":
                 d["status"]["readyAt"] = world.NOW
             return
-    raise AssertionError(f"no hydration {name}")
+    raise AssertionError(f"no hydration of {cache} on {cluster}")
 
 
 @pytest.mark.parametrize(
@@ -116,7 +120,6 @@ def test_replica_gated_then_serving_then_hydration_fails(render, xr_file, worklo
     (xr,) = load_yaml([str(REPLICA / xr_file)])
     required = replica_world()
     r = Replica(render, xr, required)
-    hyd = HYDRATION[xr["spec"]["modelCacheRef"]["name"]]
 
     # Gated: the cache is still hydrating on gpu-us-west-2b. Nothing is composed and
     # Crossplane does not mark the XR Ready.
@@ -132,7 +135,7 @@ def test_replica_gated_then_serving_then_hydration_fails(render, xr_file, worklo
     assert out.composed == {} and not out.is_ready()
 
     # The hydration becomes Ready: the workload is composed, not yet applied.
-    set_hydration(required, hyd, "Ready", "weights are on the cache PVC")
+    set_hydration(required, xr, "Ready", "weights are on the cache PVC")
     out = r.reconcile()
     names = set(out.composed)
     if workload is not None:
@@ -176,7 +179,7 @@ def test_replica_gated_then_serving_then_hydration_fails(render, xr_file, worklo
 
     # The hydration fails (a re-hydration went wrong): the replica reports it and is not
     # Ready, but keeps the running workload exactly as it was; nothing is deleted.
-    set_hydration(required, hyd, "Failed", "Job DeadlineExceeded: Job was active too long")
+    set_hydration(required, xr, "Failed", "Job DeadlineExceeded: Job was active too long")
     out = r.reconcile()
     assert cond(out, "ModelReady") == ("False", "HydrationFailed")
     assert "gpu-us-west-2b" in out.condition("ModelReady")["message"]
@@ -195,7 +198,7 @@ def test_replica_hydration_fails_before_anything_composed(render):
     required = replica_world()
     r = Replica(render, xr, required)
     assert r.reconcile().composed == {}
-    set_hydration(required, HYDRATION["qwen-cache"], "Failed", "Job BackoffLimitExceeded")
+    set_hydration(required, xr, "Failed", "Job BackoffLimitExceeded")
     out = r.reconcile()
     assert out.composed == {}
     assert cond(out, "ModelReady") == ("False", "HydrationFailed")
@@ -272,7 +275,15 @@ def experiment_to_evaluating(e: Experiment) -> None:
     job = manifest(out.composed["gauntlet-r1"])
     assert job["kind"] == "Job"
     env = job_env(job)
-    assert env["MODELS"] == "qwen-canary=vllm"
+    # The candidate is evaluated under the name it serves (its served-model-name).
+    served = {
+        v["name"]: v.get("value")
+        for c in out.composed["candidate-r1"]["spec"]["template"]["spec"]["engines"][0]["members"][
+            0
+        ]["template"]["spec"]["containers"]
+        for v in c.get("env") or []
+    }["MODELPLANE_SERVED_MODEL_NAME"]
+    assert env["MODELS"] == f"{served}=vllm"
     assert env["MODELPLANE_ENDPOINT"] == e.replicas[0]["status"]["endpoint"]
     assert out.composed["gauntlet-r1"]["spec"]["providerConfigRef"]["name"] == "gpu-us-east"
     assert not out.is_ready()
@@ -393,12 +404,14 @@ def test_experiment_spec_change_mid_evaluation_starts_a_new_run(render):
     # lost" one reconcile later).
     e = Experiment(render)
     experiment_to_evaluating(e)
+    run1 = e.exp.status["run"]
     e.exp.xr["spec"]["gauntlet"]["env"][0]["value"] = "gsm8k"
     e.exp.xr["metadata"]["generation"] = 2
     out = e.exp.reconcile()
     assert set(out.composed) == {"candidate-r2"}
     assert out.deleted(e.exp.observed.values()) == {"candidate-r1", "gauntlet-r1"}
-    assert (e.exp.status["run"], e.exp.status["runNumber"]) == ("qwen-canary-r2", 2)
+    assert e.exp.status["runNumber"] == 2
+    assert e.exp.status["run"] != run1 and "r2" in e.exp.status["run"]
     assert "gauntlet" not in e.exp.status and "verdict" not in e.exp.status
     assert events(out) == [("Normal", "ExperimentSpecChanged"), ("Normal", "Deploying")]
     assert not out.is_ready()
@@ -482,12 +495,18 @@ def backfill_to_running(b: Backfill) -> None:
     assert events(out) == [("Normal", "BackfillStarting")]
     job = manifest(out.composed["job-1"])
     assert job["kind"] == "Job"
-    replica = st["replica"]
-    # Another backfill of the namespace holds replica 0: this one takes replica 1.
-    assert replica == "modelreplica-ml-team-chat-1-d235c"
+    # Another backfill of the namespace holds one replica: this one takes the other.
+    held = {d["status"]["replica"] for d in b.bf.required if d["kind"] == "ModelBackfill"}
+    (free,) = [
+        d
+        for d in b.bf.required
+        if d["kind"] == "ModelReplica" and d["metadata"]["name"] not in held
+    ]
+    assert st["replica"] == free["metadata"]["name"]
+    assert st["cluster"] == free["spec"]["clusterName"]
     env = job_env(job)
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
-    assert env["MODELPLANE_ENDPOINT"].startswith("http://chat-1-")
+    assert env["MODELPLANE_ENDPOINT"] == free["status"]["endpoint"]
 
     b.job(None)  # created, no status yet
     out = b.bf.reconcile()
