@@ -135,6 +135,8 @@ def test_other_sources_are_not_served() -> None:
     rsp = h.run(h.request(cluster_xr(spec)))
     assert h.desired(rsp) == {}
     assert h.conditions(rsp)["PoolsResolved"]["reason"] == "SourceNotServed"
+    # Nothing composed: unless the XR is explicitly not ready, Crossplane reads it Ready.
+    assert h.xr_ready(rsp) == "READY_FALSE"
 
 
 def test_composed_status_drives_placement() -> None:

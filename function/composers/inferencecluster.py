@@ -23,7 +23,9 @@ and ``PoolsResolved=False`` (reason ``ClassNotFound``) names it.
 The XR is ready when the ProviderConfig exists and every class resolved;
 Crossplane then sets its ``Ready`` condition, which placement requires.
 Other sources are provisioned by Modelplane's own compositions: the composer
-reports ``PoolsResolved=False`` (reason ``SourceNotServed``) and composes nothing.
+reports ``PoolsResolved=False`` (reason ``SourceNotServed``), composes nothing and
+states the XR not ready (left unstated, Crossplane would derive Ready from zero
+composed resources).
 """
 
 from __future__ import annotations
@@ -138,6 +140,9 @@ def compose(inputs: Inputs) -> Outcome:
             f"spec.cluster.source {source} is provisioned by Modelplane's compositions; "
             f"function-modelplane composes only Existing clusters",
         )
+        # Explicitly not ready: with nothing composed, Crossplane would otherwise derive
+        # Ready=True (every one of zero composed resources is ready), and placement would
+        # send workloads to a cluster nothing serves.
         out.ready = False
         return out
     existing = (spec.get("cluster") or {}).get("existing") or {}

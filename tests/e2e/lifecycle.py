@@ -63,11 +63,29 @@ class XR:
         self.last: Rendered | None = None
 
     def reconcile(self, **kw: Any) -> Rendered:
-        """Render once; Crossplane writes the XR's status back; returns the output."""
+        """Render once; Crossplane writes the XR's status back; returns the output.
+
+        The status fed back is the one Crossplane's reconciler writes: the function's
+        desired status and Crossplane's conditions, as the core binary returns them
+        (rendered without ``--include-full-xr``). Crossplane applies it with server-side
+        apply, so a field the function no longer writes is removed. The CLI's
+        ``--include-full-xr`` instead deep-merges the output over the input XR (its
+        "best effort", mergo), which never removes a field: a lifecycle fed that would
+        carry every stale status field forever. ``out.xr`` is the input XR with the
+        written status and Crossplane's ``spec.crossplane`` (resource references).
+        """
+        kw.setdefault("full_xr", False)
         out = self.render(
             self.xr, observed=list(self.observed.values()), required=self.required, **kw
         ).check()
-        self.xr["status"] = copy.deepcopy(out.xr.get("status") or {})
+        written = copy.deepcopy(out.xr.get("status") or {})
+        full = copy.deepcopy(self.xr)
+        full["status"] = written
+        xp = (out.xr.get("spec") or {}).get("crossplane")
+        if xp is not None:
+            full.setdefault("spec", {})["crossplane"] = copy.deepcopy(xp)
+        out.xr = full
+        self.xr["status"] = copy.deepcopy(written)
         self.last = out
         return out
 

@@ -136,6 +136,7 @@ def render(
     composition: Path | None = None,
     xrd: Path | bool | None = True,
     timeout: float = 120,
+    full_xr: bool = True,
 ) -> Rendered:
     """Render ``xr`` through ``crossplane render`` with the core binary.
 
@@ -150,6 +151,11 @@ def render(
         xrd: True for the shipped XRD (defaults and schema applied by Crossplane), a
             path for another, False for none.
         timeout: seconds before the CLI is killed.
+        full_xr: pass ``--include-full-xr``: the output XR is the CLI's deep merge of
+            Crossplane's output over the input XR (spec and metadata included; a status
+            field the function stopped writing survives). Without it the XR's status is
+            exactly what Crossplane's reconciler writes (the function's desired status
+            and Crossplane's conditions), which is what a lifecycle must feed back.
     """
     kind = str(xr.get("kind"))
     with tempfile.TemporaryDirectory(prefix="xp-render-") as tmp:
@@ -162,9 +168,10 @@ def render(
             str(_dump(d / "functions.yaml", [functions_yaml(address)])),
             f"--crossplane-binary={tools.core}",
             "--include-function-results",
-            "--include-full-xr",
             f"--timeout={int(timeout)}s",
         ]
+        if full_xr:
+            args.append("--include-full-xr")
         if xrd is True:
             args.append(f"--xrd={xrd_for(kind)}")
         elif isinstance(xrd, Path):

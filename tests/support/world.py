@@ -100,28 +100,33 @@ def job_running() -> dict[str, Any]:
     return {"active": 1, "startTime": NOW}
 
 
-def job_complete() -> dict[str, Any]:
+def job_complete(at: str = NOW) -> dict[str, Any]:
+    """A Job that completed at ``at`` (its ``completionTime``; pass a time derived from
+    the function's wall clock where the function compares it with ``now``)."""
     return {
         "succeeded": 1,
-        "startTime": NOW,
-        "completionTime": NOW,
+        "startTime": at,
+        "completionTime": at,
         "conditions": [
-            {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": NOW},
-            {"type": "Complete", "status": "True", "lastTransitionTime": NOW},
+            {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": at},
+            {"type": "Complete", "status": "True", "lastTransitionTime": at},
         ],
     }
 
 
-def job_failed(reason: str = "BackoffLimitExceeded", message: str = "") -> dict[str, Any]:
+def job_failed(
+    reason: str = "BackoffLimitExceeded", message: str = "", at: str = NOW
+) -> dict[str, Any]:
+    """A Job that failed at ``at`` (the ``Failed`` condition's ``lastTransitionTime``)."""
     return {
         "failed": 4,
-        "startTime": NOW,
+        "startTime": at,
         "conditions": [
             {"type": "FailureTarget", "status": "True", "reason": reason,
-             "lastTransitionTime": NOW},
+             "lastTransitionTime": at},
             {"type": "Failed", "status": "True", "reason": reason,
              "message": message or "Job has reached the specified backoff limit",
-             "lastTransitionTime": NOW},
+             "lastTransitionTime": at},
         ],
     }
 
@@ -154,3 +159,37 @@ def hydration_result(identity: str, repo: str, revision: str) -> dict[str, str]:
         "completedAt": NOW,
     }
     return {"result": json.dumps(result, sort_keys=True)}
+
+
+def observed_provider_config(desired: dict[str, Any]) -> dict[str, Any]:
+    """A composed provider-kubernetes ``ClusterProviderConfig`` as the API server returns
+    it once created: server-set metadata and the ``status.users`` count the provider keeps
+    (a ProviderConfig reports no ``Ready`` condition)."""
+    obj = copy.deepcopy(desired)
+    meta = obj.setdefault("metadata", {})
+    meta.setdefault("uid", _uid(str(meta.get("name"))))
+    meta.setdefault("generation", 1)
+    meta.setdefault("resourceVersion", "1")
+    meta.setdefault("creationTimestamp", NOW)
+    obj["status"] = {"users": 0}
+    return obj
+
+
+def deployment_xr_status(*, ready: int, total: int = 1) -> dict[str, Any]:
+    """The status of a composed ModelDeployment as its composer and Crossplane write it:
+    ``replicas``, ``ReplicasScheduled``/``ReplicasReady`` and Crossplane's ``Ready``."""
+    done = ready >= total
+    return {
+        "replicas": {"total": total, "ready": ready},
+        "conditions": [
+            {"type": "ReplicasScheduled", "status": "True", "reason": "Scheduled",
+             "message": f"{total}/{total} replicas placed", "lastTransitionTime": NOW},
+            {"type": "ReplicasReady", "status": "True" if done else "False",
+             "reason": "Ready" if done else "Starting",
+             "message": f"{ready}/{total} replicas ready", "lastTransitionTime": NOW},
+            {"type": "Synced", "status": "True", "reason": "ReconcileSuccess",
+             "lastTransitionTime": NOW},
+            {"type": "Ready", "status": "True" if done else "False",
+             "reason": "Available" if done else "Creating", "lastTransitionTime": NOW},
+        ],
+    }

@@ -1,0 +1,722 @@
+"""ModelReplica, ModelExperiment, ModelBackfill and InferenceCluster lifecycles, each
+reconciled step by step through Crossplane's own engine.
+
+Every step renders the XR with ``crossplane render --crossplane-binary``, then feeds
+what Crossplane would apply back as the next observed state, with the status its owner
+would write (:mod:`tests.support.world`): provider-kubernetes for an ``Object``
+(``Synced``/``Ready`` and ``status.atProvider.manifest`` with the remote status), the
+API server for a ``ClusterProviderConfig``, Crossplane and the child's composer for a
+composed XR. Each step asserts Crossplane's own ``Ready``/``Synced`` of the XR, the
+composed resources by composition-resource name, the results, and which observed
+resources Crossplane would delete.
+
+The worlds are the bundled examples' (``examples/modelreplica``,
+``examples/modelexperiment``, ``examples/modelbackfill``) and the kind fleet's
+bring-your-own cluster (``tests/modelplane_examples/kind-local-cpu.yaml``).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+import pytest
+
+from function.render import load_yaml
+from function.timeutil import format_time
+from tests.e2e.lifecycle import XR, Replica
+from tests.modelplane_examples_paths import KIND_LOCAL_CPU
+from tests.support import world
+from tests.support.crossplane import ROOT
+from tests.support.engine import Rendered
+
+EXAMPLES = ROOT / "examples"
+
+
+def synced(out: Rendered) -> bool:
+    c = out.condition("Synced")
+    return c is not None and c.get("status") == "True"
+
+
+def cond(out: Rendered, typ: str) -> tuple[str, str]:
+    c = out.condition(typ) or {}
+    return c.get("status", ""), c.get("reason", "")
+
+
+def warnings(out: Rendered) -> list[dict[str, Any]]:
+    return [r for r in out.results if r.get("severity") == "Warning"]
+
+
+def events(out: Rendered) -> list[tuple[str, str]]:
+    """The function's results as (severity, reason), without Crossplane's own."""
+    return [
+        (r["severity"], r.get("reason", ""))
+        for r in out.results
+        if r.get("reason") not in ("SelectComposition", "ComposeResources")
+    ]
+
+
+def unready(out: Rendered) -> set[str]:
+    """Composed resources Crossplane reports as not yet ready (its ComposeResources
+    events): each costs an event and a requeue on every reconcile."""
+    prefix = 'Composed resource "'
+    return {
+        r["message"][len(prefix) :].split('"', 1)[0]
+        for r in out.results
+        if r.get("reason") == "ComposeResources" and r.get("message", "").startswith(prefix)
+    }
+
+
+def manifest(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc["spec"]["forProvider"]["manifest"]
+
+
+def job_env(job: dict[str, Any]) -> dict[str, Any]:
+    """The env of a Job manifest's first regular container, by name."""
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    return {v["name"]: v.get("value") for v in c.get("env") or []}
+
+
+# ---- 1. ModelReplica: gated on its cache's hydration, then serving ------------------
+
+REPLICA = EXAMPLES / "modelreplica"
+WORKLOAD_SINGLE = {"workload-vllm", "claim-vllm-standalone", "service"}
+
+
+def replica_world() -> list[dict[str, Any]]:
+    return load_yaml([str(REPLICA / "required")])
+
+
+def set_hydration(
+    required: list[dict[str, Any]], replica: dict[str, Any], phase: str, message: str
+) -> None:
+    """The hydration the replica requires (its cache on its cluster, in the example's
+    world) as its own reconcile reports it: phase and message (and readyAt). Only the
+    fields that change; the rest (the source it hydrated) is the example's."""
+    cache, cluster = replica["spec"]["modelCacheRef"]["name"], replica["spec"]["clusterName"]
+    for d in required:
+        if (
+            d["kind"] == "ModelCacheHydration"
+            and d["spec"]["cacheName"] == cache
+            and d["spec"]["clusterName"] == cluster
+        ):
+            d["status"].update(phase=phase, message=message)
+            if phase == "Ready":
+                d["status"]["readyAt"] = world.NOW
+            return
+    raise AssertionError(f"no hydration of {cache} on {cluster}")
+
+
+@pytest.mark.parametrize(
+    "xr_file, workload",
+    [
+        ("xr-single-node-hydrating.yaml", WORKLOAD_SINGLE),
+        ("xr-multi-node-hydrating.yaml", None),
+    ],
+    ids=["single-node", "multi-node"],
+)
+def test_replica_gated_then_serving_then_hydration_fails(render, xr_file, workload):
+    (xr,) = load_yaml([str(REPLICA / xr_file)])
+    required = replica_world()
+    r = Replica(render, xr, required)
+
+    # Gated: the cache is still hydrating on gpu-us-west-2b. Nothing is composed and
+    # Crossplane does not mark the XR Ready.
+    out = r.reconcile()
+    assert out.composed == {}
+    assert cond(out, "ModelReady") == ("False", "Hydrating")
+    assert r.status["phase"] == "Hydrating"
+    assert r.status["hydration"]["phase"] == "Hydrating"
+    assert not out.is_ready() and synced(out)
+    assert events(out) == []  # waiting for a cache is normal: no warning
+    # Steady while it hydrates: same answer, still nothing composed.
+    out = r.reconcile()
+    assert out.composed == {} and not out.is_ready()
+
+    # The hydration becomes Ready: the workload is composed, not yet applied.
+    set_hydration(required, xr, "Ready", "weights are on the cache PVC")
+    out = r.reconcile()
+    names = set(out.composed)
+    if workload is not None:
+        assert names == workload
+    else:
+        assert "service" in names and any(n.startswith("workload-") for n in names)
+        kinds = {manifest(d)["kind"] for n, d in out.composed.items() if n.startswith("workload-")}
+        assert kinds == {"LeaderWorkerSet"}
+    for d in out.composed.values():
+        assert d["spec"]["providerConfigRef"]["name"] == "gpu-us-west-2b"
+    assert cond(out, "ModelReady") == ("False", "Starting")
+    assert "not created yet" in r.status["message"]
+    assert "hydrationReadyAt" in r.status
+    assert not out.is_ready()
+    assert unready(out) == names  # nothing applied yet
+
+    # Applied, pods not yet available: still Starting, nothing deleted.
+    r.world(serving=False)
+    out = r.reconcile()
+    assert set(out.composed) == names
+    assert cond(out, "ModelReady") == ("False", "Starting")
+    assert not out.is_ready()
+    assert unready(out) == {n for n in names if n.startswith("workload-")}
+    assert out.deleted(r.observed.values()) == set()
+
+    # Available: serving, and Crossplane marks the XR Ready.
+    r.world(serving=True)
+    out = r.reconcile()
+    assert cond(out, "ModelReady") == ("True", "Serving")
+    assert r.status["phase"] == "Serving"
+    assert r.status["endpoint"].startswith("http://")
+    assert "servingSince" in r.status
+    assert out.is_ready() and synced(out), out.stdout
+    assert out.deleted(r.observed.values()) == set()
+    assert events(out) == [] and unready(out) == set()
+    # Steady.
+    r.world(serving=True)
+    again = r.reconcile()
+    assert again.is_ready() and set(again.composed) == names
+    serving_since = r.status["servingSince"]
+
+    # The hydration fails (a re-hydration went wrong): the replica reports it and is not
+    # Ready, but keeps the running workload exactly as it was; nothing is deleted.
+    set_hydration(required, xr, "Failed", "Job DeadlineExceeded: Job was active too long")
+    out = r.reconcile()
+    assert cond(out, "ModelReady") == ("False", "HydrationFailed")
+    assert "gpu-us-west-2b" in out.condition("ModelReady")["message"]
+    assert "existing workload is kept" in out.condition("ModelReady")["message"]
+    assert not out.is_ready()
+    assert out.deleted(r.observed.values()) == set()
+    for n in names:
+        assert out.composed[n]["spec"] == again.composed[n]["spec"], n
+    assert events(out) == [("Warning", "HydrationFailed")]
+    assert unready(out) == set()  # the kept workload still serves
+    assert r.status["servingSince"] == serving_since
+
+
+def test_replica_hydration_fails_before_anything_composed(render):
+    (xr,) = load_yaml([str(REPLICA / "xr-single-node-hydrating.yaml")])
+    required = replica_world()
+    r = Replica(render, xr, required)
+    assert r.reconcile().composed == {}
+    set_hydration(required, xr, "Failed", "Job BackoffLimitExceeded")
+    out = r.reconcile()
+    assert out.composed == {}
+    assert cond(out, "ModelReady") == ("False", "HydrationFailed")
+    assert r.status["phase"] == "Failed"
+    assert not out.is_ready() and synced(out)
+    assert events(out) == [("Warning", "HydrationFailed")]
+
+
+# ---- 2. ModelExperiment: to a pass and to a fail verdict -----------------------------
+
+EXPERIMENT = EXAMPLES / "modelexperiment"
+
+
+class Experiment:
+    """The experiment; its candidate ModelDeployment and gauntlet Job as observed."""
+
+    def __init__(self, render):
+        (xr,) = load_yaml([str(EXPERIMENT / "xr.yaml")])
+        self.world = load_yaml([str(EXPERIMENT / "required")])
+        self.replicas = [d for d in self.world if d["kind"] == "ModelReplica"]
+        # No replica of the candidate exists until the candidate is placed.
+        self.exp = XR(render, xr, [d for d in self.world if d["kind"] != "ModelReplica"])
+
+    def candidate(self, *, ready: bool) -> None:
+        """The candidate ModelDeployment applied, with its replica serving when ``ready``."""
+        doc = self.exp.last.composed["candidate-r1"]
+        status = world.deployment_xr_status(ready=1 if ready else 0)
+        self.exp.observed["candidate-r1"] = world.observed_xr(doc, {"status": status})
+        if ready:
+            self.exp.required = self.world
+
+    def job(self, remote: dict[str, Any] | None, *, finished: bool = False) -> None:
+        """The gauntlet Job applied; the Object's readiness is its ``Complete``/``Failed``
+        CEL (``experiment.JOB_FINISHED_CEL``)."""
+        doc = self.exp.last.composed["gauntlet-r1"]
+        self.exp.observed["gauntlet-r1"] = world.observed_object(doc, remote=remote, ready=finished)
+
+    def started(self) -> str:
+        """When the function composed the gauntlet Job (its wall clock): the Job finishes
+        then, before the deadline, and the next run (repeatAfter) is in the future."""
+        return str(self.exp.status["gauntlet"]["startedAt"])
+
+    def drop_deleted(self) -> None:
+        """Crossplane deletes what the last render did not compose."""
+        for n in self.exp.last.deleted(self.exp.observed.values()):
+            del self.exp.observed[n]
+
+
+def experiment_to_evaluating(e: Experiment) -> None:
+    out = e.exp.reconcile()
+    assert set(out.composed) == {"candidate-r1"}
+    assert e.exp.status["phase"] == "Deploying"
+    assert cond(out, "ArtifactGate") == ("True", "ArtifactGateOpen")
+    assert cond(out, "Runnable") == ("True", "Admitted")
+    assert cond(out, "Verdict") == ("Unknown", "Deploying")
+    assert not out.is_ready() and synced(out)
+    assert events(out) == [("Normal", "Deploying")]
+    cand = out.composed["candidate-r1"]
+    assert cand["kind"] == "ModelDeployment" and cand["spec"]["replicas"] == 1
+
+    e.candidate(ready=False)
+    out = e.exp.reconcile()
+    assert set(out.composed) == {"candidate-r1"}
+    assert e.exp.status["phase"] == "Deploying"
+    assert not out.is_ready()
+    assert out.deleted(e.exp.observed.values()) == set()
+
+    e.candidate(ready=True)
+    out = e.exp.reconcile()
+    assert set(out.composed) == {"candidate-r1", "gauntlet-r1"}, e.exp.status.get("message")
+    assert e.exp.status["phase"] == "Evaluating"
+    assert cond(out, "Verdict") == ("Unknown", "Evaluating")
+    assert events(out) == [("Normal", "Evaluating")]
+    job = manifest(out.composed["gauntlet-r1"])
+    assert job["kind"] == "Job"
+    env = job_env(job)
+    # The candidate is evaluated under the name it serves (its served-model-name).
+    served = {
+        v["name"]: v.get("value")
+        for c in out.composed["candidate-r1"]["spec"]["template"]["spec"]["engines"][0]["members"][
+            0
+        ]["template"]["spec"]["containers"]
+        for v in c.get("env") or []
+    }["MODELPLANE_SERVED_MODEL_NAME"]
+    assert env["MODELS"] == f"{served}=vllm"
+    assert env["MODELPLANE_ENDPOINT"] == e.replicas[0]["status"]["endpoint"]
+    assert out.composed["gauntlet-r1"]["spec"]["providerConfigRef"]["name"] == "gpu-us-east"
+    assert not out.is_ready()
+
+    e.job(world.job_running())
+    out = e.exp.reconcile()
+    assert e.exp.status["phase"] == "Evaluating"
+    assert not out.is_ready(), "Ready while the gauntlet runs"
+    assert out.deleted(e.exp.observed.values()) == set()
+
+
+def test_experiment_to_a_pass_verdict(render):
+    e = Experiment(render)
+    experiment_to_evaluating(e)
+
+    e.job(world.job_complete(e.started()), finished=True)
+    out = e.exp.reconcile()
+    assert cond(out, "Verdict") == ("True", "GauntletPassed")
+    assert e.exp.status["phase"] == "Succeeded"
+    assert e.exp.status["verdict"]["pass"] is True
+    # repeatAfter 24h: the next run is scheduled, the experiment cools down.
+    assert cond(out, "Runnable") == ("True", "CoolingDown")
+    assert e.exp.status["nextRunAt"]
+    assert out.is_ready() and synced(out), "a passed experiment is Ready"
+    assert events(out) == [("Normal", "GauntletPassed")]
+    assert unready(out) == set()  # the finished Job reports Ready (its CEL)
+    # The candidate is released (Crossplane deletes it); the Job stays as evidence,
+    # observed and deleted only, never re-created.
+    assert out.deleted(e.exp.observed.values()) == {"candidate-r1"}
+    assert out.composed["gauntlet-r1"]["spec"]["managementPolicies"] == ["Observe", "Delete"]
+
+    e.drop_deleted()
+    again = e.exp.reconcile()
+    assert set(again.composed) == {"gauntlet-r1"}
+    assert again.is_ready()
+    assert cond(again, "Verdict") == ("True", "GauntletPassed")
+    assert again.deleted(e.exp.observed.values()) == set()
+
+
+def test_experiment_to_a_fail_verdict(render):
+    e = Experiment(render)
+    experiment_to_evaluating(e)
+
+    e.job(world.job_failed("BackoffLimitExceeded", at=e.started()), finished=True)
+    out = e.exp.reconcile()
+    assert cond(out, "Verdict") == ("False", "GauntletFailed")
+    assert "BackoffLimitExceeded" in out.condition("Verdict")["message"]
+    assert e.exp.status["phase"] == "Failed"
+    assert e.exp.status["verdict"]["pass"] is False
+    assert cond(out, "Runnable") == ("False", "Finished")
+    assert not out.is_ready(), "a failed experiment is not Ready"
+    assert synced(out)
+    assert events(out) == [("Warning", "GauntletFailed")]
+    assert unready(out) == set()
+    assert out.deleted(e.exp.observed.values()) == {"candidate-r1"}
+    assert out.composed["gauntlet-r1"]["spec"]["managementPolicies"] == ["Observe", "Delete"]
+
+    # Terminal: later reconciles keep the evidence and start nothing.
+    e.drop_deleted()
+    again = e.exp.reconcile()
+    assert set(again.composed) == {"gauntlet-r1"}
+    assert not again.is_ready()
+    assert e.exp.status["phase"] == "Failed"
+    assert again.deleted(e.exp.observed.values()) == set()
+
+
+def shift_clock(e: Experiment, minutes: int) -> None:
+    """Simulate ``minutes`` passing: the function's clock is the wall clock, so move the
+    run's recorded admission and deadline back instead (status is its only memory)."""
+    cand = e.exp.xr["status"]["candidate"]
+    for k in ("createdAt", "deadline"):
+        t = datetime.datetime.fromisoformat(cand[k]) - datetime.timedelta(minutes=minutes)
+        cand[k] = format_time(t)
+
+
+def test_experiment_times_out_while_deploying(render):
+    e = Experiment(render)
+    e.exp.reconcile()
+    e.candidate(ready=False)
+    e.exp.reconcile()
+    shift_clock(e, 46)  # timeout: 45m
+    out = e.exp.reconcile()
+    assert cond(out, "Verdict") == ("False", "TimedOut")
+    assert "never became Ready" in out.condition("Verdict")["message"]
+    assert e.exp.status["phase"] == "Failed"
+    assert not out.is_ready() and synced(out)
+    # The candidate is released; there is no Job to keep.
+    assert out.composed == {}
+    assert out.deleted(e.exp.observed.values()) == {"candidate-r1"}
+    assert events(out) == [("Warning", "TimedOut")]
+
+
+def test_experiment_times_out_while_evaluating(render):
+    e = Experiment(render)
+    experiment_to_evaluating(e)
+    shift_clock(e, 46)
+    out = e.exp.reconcile()
+    assert cond(out, "Verdict") == ("False", "TimedOut")
+    assert "gauntlet did not finish" in out.condition("Verdict")["message"]
+    assert not out.is_ready()
+    assert out.deleted(e.exp.observed.values()) == {"candidate-r1"}
+    # The running Job stays as evidence (never re-created); its activeDeadlineSeconds,
+    # capped at the run's deadline, ends it, and then it reports Ready.
+    assert set(out.composed) == {"gauntlet-r1"}
+    assert out.composed["gauntlet-r1"]["spec"]["managementPolicies"] == ["Observe", "Delete"]
+    e.drop_deleted()
+    e.job(world.job_failed("DeadlineExceeded", at=e.started()), finished=True)
+    out = e.exp.reconcile()
+    assert cond(out, "Verdict") == ("False", "TimedOut")  # the verdict stands
+    assert set(out.composed) == {"gauntlet-r1"} and unready(out) == set()
+    assert not out.is_ready()
+
+
+def test_experiment_spec_change_mid_evaluation_starts_a_new_run(render):
+    # Through the real engine the status Crossplane writes is the function's desired
+    # status (server-side apply): run 1's gauntlet and "seen" candidate do not linger
+    # into run 2 (with the CLI's merged -x status they did, and run 2 read "candidate
+    # lost" one reconcile later).
+    e = Experiment(render)
+    experiment_to_evaluating(e)
+    run1 = e.exp.status["run"]
+    e.exp.xr["spec"]["gauntlet"]["env"][0]["value"] = "gsm8k"
+    e.exp.xr["metadata"]["generation"] = 2
+    out = e.exp.reconcile()
+    assert set(out.composed) == {"candidate-r2"}
+    assert out.deleted(e.exp.observed.values()) == {"candidate-r1", "gauntlet-r1"}
+    assert e.exp.status["runNumber"] == 2
+    assert e.exp.status["run"] != run1 and "r2" in e.exp.status["run"]
+    assert "gauntlet" not in e.exp.status and "verdict" not in e.exp.status
+    assert events(out) == [("Normal", "ExperimentSpecChanged"), ("Normal", "Deploying")]
+    assert not out.is_ready()
+
+    e.drop_deleted()
+    out = e.exp.reconcile()
+    assert e.exp.status["phase"] == "Deploying", e.exp.status.get("message")
+    assert set(out.composed) == {"candidate-r2"}
+    assert out.deleted(e.exp.observed.values()) == set()
+    assert cond(out, "Verdict") == ("Unknown", "Deploying")
+
+
+def test_experiment_suspend_releases_candidate_and_job(render):
+    e = Experiment(render)
+    experiment_to_evaluating(e)
+    e.exp.xr["spec"]["suspend"] = True
+    out = e.exp.reconcile()
+    assert e.exp.status["phase"] == "Suspended"
+    assert cond(out, "Runnable") == ("False", "Suspended")
+    assert cond(out, "Verdict") == ("Unknown", "Suspended")
+    assert out.composed == {}
+    assert out.deleted(e.exp.observed.values()) == {"candidate-r1", "gauntlet-r1"}
+    assert not out.is_ready(), "no verdict has passed yet"
+
+    e.drop_deleted()
+    e.exp.xr["spec"]["suspend"] = False
+    out = e.exp.reconcile()
+    # The run starts over, with a new clock.
+    assert e.exp.status["phase"] == "Deploying"
+    assert set(out.composed) == {"candidate-r1"}
+    assert "gauntlet" not in e.exp.status
+    assert not out.is_ready()
+
+
+# ---- 3. ModelBackfill: run and cancel, and a run that completes ---------------------
+
+BACKFILL = EXAMPLES / "modelbackfill"
+FOREGROUND = "modelplane.ai/last-foreground-request"
+
+
+class Backfill:
+    def __init__(self, render):
+        (xr,) = load_yaml([str(BACKFILL / "xr.yaml")])
+        self.bf = XR(render, xr, load_yaml([str(BACKFILL / "required")]))
+
+    def deployment(self) -> dict[str, Any]:
+        return next(d for d in self.bf.required if d["kind"] == "ModelDeployment")
+
+    def job(self, remote: dict[str, Any] | None) -> None:
+        """The attempt's Job applied (provider-kubernetes' default readiness: created)."""
+        doc = self.bf.last.composed["job-1"]
+        self.bf.observed["job-1"] = world.observed_object(doc, remote=remote)
+
+    def drop_deleted(self) -> None:
+        for n in self.bf.last.deleted(self.bf.observed.values()):
+            del self.bf.observed[n]
+
+
+def backfill_to_running(b: Backfill) -> None:
+    # The gateway has not stamped the foreground signal yet: not known to be idle.
+    dep = b.deployment()
+    stamped = dep["metadata"]["annotations"].pop(FOREGROUND)
+    out = b.bf.reconcile()
+    st = b.bf.status
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "ForegroundSignalUnknown")
+    assert cond(out, "Backfilling") == ("False", "ForegroundSignalUnknown")
+    assert out.composed == {}
+    assert out.is_ready() and synced(out)
+    assert events(out) == [("Normal", "BackfillWaitingForIdle")]
+
+    # Stamped: the last foreground request was two days ago, longer than idleFor.
+    dep["metadata"]["annotations"][FOREGROUND] = stamped
+    out = b.bf.reconcile()
+    st = b.bf.status
+    assert set(out.composed) == {"job-1"}
+    assert (st["phase"], st["reason"]) == ("Starting", "JobCreated")
+    assert cond(out, "Backfilling") == ("True", "JobCreated")
+    assert cond(out, "SpecValid") == ("True", "Valid")
+    # A backfill is Ready while it works as designed (not Blocked, not Failed).
+    assert out.is_ready() and synced(out)
+    assert events(out) == [("Normal", "BackfillStarting")]
+    job = manifest(out.composed["job-1"])
+    assert job["kind"] == "Job"
+    # Another backfill of the namespace holds one replica: this one takes the other.
+    held = {d["status"]["replica"] for d in b.bf.required if d["kind"] == "ModelBackfill"}
+    (free,) = [
+        d
+        for d in b.bf.required
+        if d["kind"] == "ModelReplica" and d["metadata"]["name"] not in held
+    ]
+    assert st["replica"] == free["metadata"]["name"]
+    assert st["cluster"] == free["spec"]["clusterName"]
+    env = job_env(job)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env["MODELPLANE_ENDPOINT"] == free["status"]["endpoint"]
+
+    b.job(None)  # created, no status yet
+    out = b.bf.reconcile()
+    assert b.bf.status["phase"] == "Starting"
+    assert set(out.composed) == {"job-1"}
+    # Created: the Object no longer allows Create (a Job deleted behind its back stays gone).
+    assert "Create" not in out.composed["job-1"]["spec"]["managementPolicies"]
+    assert out.deleted(b.bf.observed.values()) == set()
+
+    b.job(world.job_running())
+    out = b.bf.reconcile()
+    assert (b.bf.status["phase"], b.bf.status["reason"]) == ("Running", "JobRunning")
+    assert cond(out, "Backfilling") == ("True", "JobRunning")
+    assert "runningSince" in b.bf.status
+    assert out.is_ready()
+    assert events(out) == [("Normal", "BackfillRunning")]
+    assert out.deleted(b.bf.observed.values()) == set()
+
+
+def test_backfill_run_then_cancelled_by_foreground_traffic(render):
+    b = Backfill(render)
+    backfill_to_running(b)
+
+    # Foreground traffic returns: the gateway stamps the deployment's annotation with
+    # the time of the request, after the Job started.
+    started = datetime.datetime.fromisoformat(b.bf.status["startedAt"])
+    fg = format_time(started + datetime.timedelta(seconds=1))
+    b.deployment()["metadata"]["annotations"][FOREGROUND] = fg
+    out = b.bf.reconcile()
+    st = b.bf.status
+    assert (st["phase"], st["reason"]) == ("Cancelling", "PreemptedByForeground")
+    assert cond(out, "Backfilling") == ("False", "PreemptedByForeground")
+    assert st["preemptions"] == 1
+    # The Job is no longer desired: Crossplane deletes its Object (and with it the Job).
+    assert out.composed == {}
+    assert out.deleted(b.bf.observed.values()) == {"job-1"}
+    assert out.is_ready() and synced(out)
+    assert events(out) == [("Normal", "BackfillCancelling")]
+
+    # Deletion in progress: the Object is still observed; still not desired.
+    out = b.bf.reconcile()
+    assert b.bf.status["phase"] == "Cancelling"
+    assert out.deleted(b.bf.observed.values()) == {"job-1"}
+
+    # The Object is gone: back to waiting for a full idle window.
+    b.drop_deleted()
+    out = b.bf.reconcile()
+    st = b.bf.status
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
+    assert cond(out, "Backfilling") == ("False", "NotIdle")
+    assert out.composed == {}
+    assert "was cancelled" in st["message"]
+    assert out.is_ready()
+    assert events(out) == [("Normal", "BackfillWaitingForIdle")]
+    # Steady: it does not start again while the model is not idle.
+    again = b.bf.reconcile()
+    assert again.composed == {} and b.bf.status["phase"] == "WaitingForIdle"
+
+
+def test_backfill_run_that_completes_then_repeats(render):
+    b = Backfill(render)
+    backfill_to_running(b)
+    first = b.bf.last.composed["job-1"]
+
+    b.job(world.job_complete(b.bf.status["startedAt"]))
+    out = b.bf.reconcile()
+    st = b.bf.status
+    assert (st["phase"], st["reason"]) == ("Succeeded", "JobSucceeded")
+    assert st["lastResult"] == "Succeeded"
+    assert st["nextRunTime"]  # repeatAfter 6h
+    assert cond(out, "Backfilling") == ("False", "JobSucceeded")
+    # The outcome is recorded in status; the Job is dropped.
+    assert out.composed == {}
+    assert out.deleted(b.bf.observed.values()) == {"job-1"}
+    assert out.is_ready() and synced(out)
+    assert events(out) == [("Normal", "BackfillSucceeded")]
+
+    b.drop_deleted()
+    again = b.bf.reconcile()
+    st = b.bf.status
+    assert (st["phase"], st["reason"]) == ("Succeeded", "CoolingDown")
+    assert again.composed == {}
+    assert again.is_ready()
+
+    # repeatAfter (6h) later, still idle: attempt 2 gets its own Object and Job name.
+    for k in ("startedAt", "completionTime", "nextRunTime"):
+        t = datetime.datetime.fromisoformat(st[k]) - datetime.timedelta(hours=7)
+        b.bf.xr["status"][k] = format_time(t)
+    out = b.bf.reconcile()
+    st = b.bf.status
+    assert (st["phase"], st["reason"], st["attempts"]) == ("Starting", "JobCreated", 2)
+    assert set(out.composed) == {"job-2"}
+    assert (
+        manifest(out.composed["job-2"])["metadata"]["name"] != manifest(first)["metadata"]["name"]
+    )
+    assert out.deleted(b.bf.observed.values()) == set()
+    assert out.is_ready()
+
+
+def test_backfill_run_that_fails(render):
+    b = Backfill(render)
+    backfill_to_running(b)
+
+    b.job(
+        world.job_failed(
+            "DeadlineExceeded",
+            "Job was active longer than specified deadline",
+            at=b.bf.status["startedAt"],
+        )
+    )
+    out = b.bf.reconcile()
+    st = b.bf.status
+    assert (st["phase"], st["reason"]) == ("Failed", "JobFailed")
+    assert "DeadlineExceeded" in st["message"]
+    assert out.composed == {}
+    assert out.deleted(b.bf.observed.values()) == {"job-1"}
+    assert not out.is_ready(), "a failed backfill is not Ready"
+    assert synced(out)
+    assert events(out) == [("Warning", "BackfillFailed")]
+
+
+def test_backfill_suspended_while_running(render):
+    b = Backfill(render)
+    backfill_to_running(b)
+    b.bf.xr["spec"]["suspend"] = True
+    out = b.bf.reconcile()
+    assert (b.bf.status["phase"], b.bf.status["reason"]) == ("Cancelling", "Suspended")
+    assert out.composed == {}
+    assert out.deleted(b.bf.observed.values()) == {"job-1"}
+    b.drop_deleted()
+    out = b.bf.reconcile()
+    assert (b.bf.status["phase"], b.bf.status["reason"]) == ("Suspended", "Suspended")
+    assert cond(out, "Backfilling") == ("False", "Suspended")
+    assert out.composed == {} and out.is_ready()
+    assert events(out) == [("Normal", "BackfillSuspended")]
+
+
+# ---- 4. A bring-your-own InferenceCluster ---------------------------------------------
+
+
+def kind_fleet() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    docs = load_yaml([str(KIND_LOCAL_CPU)])
+    (cluster,) = [d for d in docs if d["kind"] == "InferenceCluster"]
+    classes = [d for d in docs if d["kind"] == "InferenceClass"]
+    cluster = copy.deepcopy(cluster)
+    cluster.pop("status", None)
+    return cluster, classes
+
+
+def test_byo_inferencecluster_from_nothing_to_ready(render):
+    xr, classes = kind_fleet()
+    ic = XR(render, xr, classes)
+
+    out = ic.reconcile()
+    assert set(out.composed) == {"provider-config"}
+    pc = out.composed["provider-config"]
+    assert pc["kind"] == "ClusterProviderConfig"
+    assert pc["spec"]["credentials"]["secretRef"] == {
+        "namespace": "modelplane-system",
+        "name": "mp-fleet-kubeconfig",
+        "key": "kubeconfig",
+    }
+    assert cond(out, "PoolsResolved") == ("True", "Resolved")
+    assert [(p["name"], p["nodes"]) for p in ic.status["gpuPools"]] == [
+        ("fake-l4", 1),
+        ("fake-a100", 1),
+    ]
+    assert ic.status["providerConfigRef"] == {
+        "kind": "ClusterProviderConfig",
+        "name": pc["metadata"]["name"],
+    }
+    # The ProviderConfig is not created yet: nothing can reach the cluster.
+    assert not out.is_ready() and synced(out)
+    assert unready(out) == {"provider-config"}
+
+    ic.observed["provider-config"] = world.observed_provider_config(pc)
+    out = ic.reconcile()
+    assert out.is_ready() and synced(out), out.stdout
+    assert set(out.composed) == {"provider-config"}
+    assert events(out) == [] and unready(out) == set()
+    assert out.deleted(ic.observed.values()) == set()
+    again = ic.reconcile()
+    assert again.is_ready() and again.composed["provider-config"]["spec"] == pc["spec"]
+
+
+def test_byo_inferencecluster_missing_class_is_not_ready(render):
+    xr, classes = kind_fleet()
+    ic = XR(render, xr, [c for c in classes if c["metadata"]["name"] != "fake-a100"])
+    out = ic.reconcile()
+    ic.observed["provider-config"] = world.observed_provider_config(out.composed["provider-config"])
+    out = ic.reconcile()
+    assert cond(out, "PoolsResolved") == ("False", "ClassNotFound")
+    assert [p["name"] for p in ic.status["gpuPools"]] == ["fake-l4"]
+    assert events(out) == [("Warning", "ClassNotFound")]
+    assert not out.is_ready()
+    assert out.deleted(ic.observed.values()) == set()
+    # The class is created: Ready.
+    ic.required = classes
+    out = ic.reconcile()
+    assert cond(out, "PoolsResolved") == ("True", "Resolved")
+    assert out.is_ready()
+
+
+def test_inferencecluster_of_another_source_is_never_ready(render):
+    # Selected onto the Existing composition by mistake: nothing is composed, and an
+    # XR with no composed resources must not read Ready.
+    xr, classes = kind_fleet()
+    xr["spec"]["cluster"] = {"source": "GKE", "gke": {"project": "p", "location": "us-east1"}}
+    ic = XR(render, xr, classes)
+    out = ic.reconcile()
+    assert out.composed == {}
+    assert cond(out, "PoolsResolved") == ("False", "SourceNotServed")
+    assert not out.is_ready(), "Ready with nothing composed for a source it does not serve"
