@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,8 +116,8 @@ class Inventory:
 
     # ---- sinks ------------------------------------------------------------------------
 
-    def sinks(self, mod: _Module) -> Iterator[tuple[str, ast.expr]]:
-        """(kind, written expression) for every sink in ``mod``."""
+    def sinks(self, mod: _Module) -> Iterator[tuple[str, ast.expr, int | None]]:
+        """(kind, written expression, tuple index or None) for every sink in ``mod``."""
         for node in ast.walk(mod.tree):
             if isinstance(node, ast.Call):
                 fname = _callee(node)
@@ -124,32 +125,40 @@ class Inventory:
                 if fields:  # a record built with a phase or reason field
                     for i, arg in enumerate(node.args):
                         if i < len(fields) and fields[i] in FIELDS:
-                            yield fields[i], arg
+                            yield fields[i], arg, None
                 if fname == "condition" and len(node.args) >= 3:
-                    yield "reason", node.args[2]
+                    yield "reason", node.args[2], None
                 elif fname == "set_phase" and len(node.args) >= 2:
-                    yield "phase", node.args[0]
-                    yield "reason", node.args[1]
+                    yield "phase", node.args[0], None
+                    yield "reason", node.args[1], None
                 elif fname not in EVENT_CALLS:
                     for kw in node.keywords:
                         if kw.arg in FIELDS:
-                            yield kw.arg, kw.value
+                            yield kw.arg, kw.value, None
             elif isinstance(node, ast.Assign):
                 for target in node.targets:
                     name = _field_of(target)
                     if name in FIELDS:
-                        yield name, node.value
+                        yield name, node.value, None
+                    elif isinstance(target, ast.Tuple):  # a.reason, a.message = pair
+                        for i, elt in enumerate(target.elts):
+                            name = _field_of(elt)
+                            if name in FIELDS:
+                                yield name, node.value, i
             elif isinstance(node, ast.Dict):
                 for k, v in zip(node.keys, node.values, strict=True):
                     if isinstance(k, ast.Constant) and k.value in FIELDS:
-                        yield k.value, v
+                        yield k.value, v, None
 
     def run(self) -> Found:
         for mod in self.modules.values():
             if mod.name in NOT_STATUS:
                 continue
-            for kind, expr in self.sinks(mod):
-                values = self.resolve(mod, expr)
+            for kind, expr, index in self.sinks(mod):
+                if index is None:
+                    values = self.resolve(mod, expr)
+                else:
+                    values = self.element(mod, expr, index, expr)
                 if values is None:
                     self.found.opaque.add((mod.path.name, ast.unparse(expr)))
                 else:
@@ -195,6 +204,8 @@ class Inventory:
             return None
         if isinstance(expr, ast.Attribute) and expr.attr in FIELDS:
             return self.field(expr.attr)
+        if isinstance(expr, ast.Attribute) and expr.attr == "string_value":
+            return self.resolve(mod, expr.value)  # x["reason"].string_value: a field read
         if (
             isinstance(expr, ast.Attribute)
             and isinstance(expr.value, ast.Name)
@@ -232,11 +243,53 @@ class Inventory:
     def name(self, mod: _Module, expr: ast.Name) -> set[str] | None:
         func = mod.enclosing(expr)
         while func is not None:
-            got = self.local(mod, func, expr.id)
+            got = self.local(mod, func, expr.id, expr)
             if got is not False:
                 return got  # type: ignore[return-value]
             func = mod.enclosing(func)
         return self.constant(mod, expr.id)
+
+    def local(
+        self, mod: _Module, func: ast.FunctionDef, name: str, use: ast.AST
+    ) -> set[str] | bool | None:
+        """Values of ``name`` at ``use`` inside ``func``; False when ``func`` does not bind it.
+
+        The definitions that reach ``use``: those before it, from the last one that runs
+        unconditionally before it (in a block that contains ``use``) on; all of them when
+        none comes before (a loop).
+        """
+        defs: list[tuple[int, ast.AST, Callable[[], set[str] | None]]] = []
+        args = func.args
+        if name in [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]:
+            defs.append((func.lineno, func, lambda: self.parameter(mod, func, name)))
+        for node in ast.walk(func):
+            if mod.enclosing(node) is not func:
+                continue
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if _binds(target, name):
+                        defs.append(
+                            (
+                                node.lineno,
+                                node,
+                                partial(self._unpack, mod, target, node.value, name),
+                            )
+                        )
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                if isinstance(node.target, ast.Name) and node.target.id == name:
+                    defs.append((node.lineno, node, partial(self.resolve, mod, node.value)))
+            elif isinstance(node, (ast.For, ast.comprehension)) and _binds(node.target, name):
+                line = getattr(node, "lineno", getattr(node.target, "lineno", 0))
+                defs.append((line, node, partial(self._loop, mod, node, name)))
+        if not defs:
+            return False
+        before = sorted((d for d in defs if d[0] < getattr(use, "lineno", 0)), key=lambda d: d[0])
+        chosen = before or defs
+        for k in range(len(before) - 1, -1, -1):
+            if before[k][1] is func or _dominates(mod, before[k][1], use):
+                chosen = before[k:]
+                break
+        return _union(*(resolve() for _, _, resolve in chosen))  # type: ignore[misc]
 
     def constant(self, mod: _Module, name: str) -> set[str] | None:
         if name in mod.consts:
@@ -248,41 +301,18 @@ class Inventory:
                 return self.constant(other, original)
         return None
 
-    def local(self, mod: _Module, func: ast.FunctionDef, name: str) -> set[str] | bool | None:
-        """Values of ``name`` inside ``func``; False when ``func`` does not bind it."""
-        args = func.args
-        params = [*args.posonlyargs, *args.args]
-        names = [a.arg for a in params] + [a.arg for a in args.kwonlyargs]
-        assigned: list[set[str] | None] = []
-        bound = False
-        for node in ast.walk(func):
-            if mod.enclosing(node) is not func:
-                continue
-            if isinstance(node, ast.Assign):
-                for target in node.targets:
-                    got = self._unpack(mod, target, node.value, name)
-                    if got is not False:
-                        bound = True
-                        assigned.append(got)  # type: ignore[arg-type]
-            elif isinstance(node, ast.AnnAssign) and node.value is not None:
-                if isinstance(node.target, ast.Name) and node.target.id == name:
-                    bound = True
-                    assigned.append(self.resolve(mod, node.value))
-            elif isinstance(node, (ast.For, ast.comprehension)):
-                target = node.target
-                if isinstance(target, ast.Name) and target.id == name:
-                    bound = True
-                    it = node.iter
-                    if isinstance(it, (ast.Tuple, ast.List)):
-                        assigned.append(_union(*(self.resolve(mod, e) for e in it.elts)))
-                    else:
-                        assigned.append(None)
-        if name in names:
-            bound = True
-            assigned.append(self.parameter(mod, func, name))
-        if not bound:
-            return False
-        return _union(*assigned)
+    def _loop(self, mod: _Module, node: ast.For | ast.comprehension, name: str) -> set[str] | None:
+        target, it = node.target, node.iter
+        if isinstance(target, ast.Name):
+            if isinstance(it, (ast.Tuple, ast.List)):
+                return _union(*(self.resolve(mod, e) for e in it.elts))
+            return None
+        if isinstance(target, ast.Tuple) and isinstance(it, (ast.Name, ast.Attribute)):
+            for i, elt in enumerate(target.elts):
+                if isinstance(elt, ast.Name) and elt.id == name:  # for a, b in rows
+                    key = it.id if isinstance(it, ast.Name) else it.attr
+                    return self.appended_element(mod, key, i)
+        return None
 
     def _unpack(
         self, mod: _Module, target: ast.expr, value: ast.expr, name: str
@@ -303,6 +333,8 @@ class Inventory:
             return self.returned(mod, value, i)
         if isinstance(value, ast.Attribute):  # a record's tuple field: its writes here
             return self.field_element(mod, value.attr, i)
+        if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Attribute):
+            return self.appended_element(mod, value.value.attr, i)
         if isinstance(value, ast.Name):  # a local bound to a call: what that call returns
             func = mod.enclosing(at)
             if func is None:
@@ -315,6 +347,8 @@ class Inventory:
             ]
             if sources:
                 return _union(*(self.element(mod, v, i, at) for v in sources))
+            if value.id in mod.consts:  # a module constant tuple
+                return self.element(mod, mod.consts[value.id], i, at)
         return None
 
     def field_element(self, mod: _Module, name: str, i: int) -> set[str] | None:
@@ -336,6 +370,24 @@ class Inventory:
                 if isinstance(v, ast.Constant) and v.value is None:
                     continue
                 out.append(self.element(mod, v, i, v))
+        return _union(*out) if out else None
+
+    def appended_element(self, mod: _Module, name: str, i: int) -> set[str] | None:
+        """Element ``i`` of every tuple appended to a list ``name`` (a field or a local
+        of that name) in ``mod``."""
+        out: list[set[str] | None] = []
+        for node in ast.walk(mod.tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "append"
+                and (
+                    (isinstance(node.func.value, ast.Attribute) and node.func.value.attr == name)
+                    or (isinstance(node.func.value, ast.Name) and node.func.value.id == name)
+                )
+                and node.args
+            ):
+                out.append(self.element(mod, node.args[0], i, node))
         return _union(*out) if out else None
 
     def record(self, mod: _Module, name: str | None) -> list[str] | None:
@@ -362,12 +414,9 @@ class Inventory:
             for node in ast.walk(func):
                 if isinstance(node, ast.Return) and mod.enclosing(node) is func:
                     v = node.value
-                    if isinstance(v, ast.Tuple) and index < len(v.elts):
-                        out.append(self.resolve(mod, v.elts[index]))
-                    elif isinstance(v, ast.Constant) and v.value is None:
+                    if v is None or (isinstance(v, ast.Constant) and v.value is None):
                         continue
-                    else:
-                        out.append(None)
+                    out.append(self.element(mod, v, index, node))
         return _union(*out)
 
     def parameter(self, mod: _Module, func: ast.FunctionDef, name: str) -> set[str] | None:
@@ -410,13 +459,35 @@ class Inventory:
         for mod in self.modules.values():
             if mod.name in NOT_STATUS:
                 continue
-            for kind, expr in self.sinks(mod):
+            for kind, expr, index in self.sinks(mod):
                 if kind == name and not _reads_field(expr, name):
-                    got = self.resolve(mod, expr)
+                    if index is None:
+                        got = self.resolve(mod, expr)
+                    else:
+                        got = self.element(mod, expr, index, expr)
                     if got is not None:
                         out |= got
         self._field_cache[name] = out
         return out
+
+
+def _binds(target: ast.expr, name: str) -> bool:
+    if isinstance(target, ast.Name):
+        return target.id == name
+    if isinstance(target, ast.Tuple):
+        return any(isinstance(t, ast.Name) and t.id == name for t in target.elts)
+    return False
+
+
+def _dominates(mod: _Module, stmt: ast.AST, use: ast.AST) -> bool:
+    """Whether ``stmt`` sits directly in a block that contains ``use`` (so it ran first)."""
+    block = mod.parent.get(stmt)
+    p = mod.parent.get(use)
+    while p is not None:
+        if p is block:
+            return True
+        p = mod.parent.get(p)
+    return False
 
 
 def _union(*parts: set[str] | None) -> set[str] | None:
@@ -438,6 +509,8 @@ def _callee(call: ast.Call) -> str | None:
 
 
 def _field_of(target: ast.expr) -> str | None:
+    if isinstance(target, ast.Attribute) and target.attr == "string_value":
+        return _field_of(target.value)  # f["phase"].string_value = v (a protobuf Value)
     if isinstance(target, ast.Attribute):
         return target.attr
     if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant):
