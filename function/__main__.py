@@ -3,11 +3,12 @@
 Flags and environment variables are those Crossplane's function runtime passes
 (``--address``/``ADDRESS``, ``--tls-certs-dir``/``TLS_SERVER_CERTS_DIR``,
 ``--insecure``/``INSECURE``, ``--debug``/``DEBUG``, ``--max-recv-message-size``/
-``MAX_RECV_MESSAGE_SIZE`` in MiB), plus ``--metrics-address`` (Prometheus metrics,
-default ``METRICS_ADDRESS`` or ``:8080``, the metrics port Crossplane declares on
-function pods; empty turns serving off). Every other setting comes from the
-environment (``function.settings``); a bad value stops start-up with exit code 2 and
-a message naming the variable. Tracing is opt-in (``function.tracing``).
+``MAX_RECV_MESSAGE_SIZE`` in MiB), plus ``--workers``, ``--grace-seconds`` and
+``--metrics-address``. A flag wins over its variable. Every other setting comes from
+the environment. All of them are defined once, in ``function.settings`` (type, unit,
+default, bounds, description): ``--help`` and ``config`` print those descriptions,
+and a bad value stops start-up (and ``config``) with exit code 2 and a message naming
+the variable or flag. Tracing is opt-in (``function.tracing``).
 """
 
 from __future__ import annotations
@@ -15,79 +16,82 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from function import logs
-from function.server import DEFAULT_ADDRESS, DEFAULT_MAX_RECV_MB, ServerConfig, serve
-from function.settings import SettingsError, load_settings
-
-
-def _truthy(v: str | None) -> bool:
-    return (v or "").strip().lower() in ("1", "true", "yes", "on")
+from function.server import ServerConfig, serve
+from function.settings import (
+    FLAGS,
+    Settings,
+    SettingsError,
+    describe,
+    load_settings,
+    unit,
+    variable,
+)
 
 
 def parser() -> argparse.ArgumentParser:
-    """The argument parser (exposed for tests)."""
-    p = argparse.ArgumentParser(prog="python -m function", description=__doc__)
-    p.add_argument("command", nargs="?", default="serve", choices=["serve", "config"])
-    p.add_argument("--address", default=os.environ.get("ADDRESS", DEFAULT_ADDRESS))
-    p.add_argument(
-        "--tls-certs-dir",
-        "--tls-server-certs-dir",
-        dest="tls_certs_dir",
-        default=os.environ.get("TLS_SERVER_CERTS_DIR") or None,
-    )
-    p.add_argument("--insecure", action="store_true", default=_truthy(os.environ.get("INSECURE")))
-    p.add_argument("--debug", "-d", action="store_true", default=_truthy(os.environ.get("DEBUG")))
-    p.add_argument(
-        "--max-recv-message-size",
-        type=int,
-        default=os.environ.get("MAX_RECV_MESSAGE_SIZE", DEFAULT_MAX_RECV_MB),
-        help="largest request accepted, in MiB (default MAX_RECV_MESSAGE_SIZE or 256)",
-    )
-    p.add_argument("--grace-seconds", type=float, default=20.0)
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=os.environ.get("WORKERS") or None,
-        help="worker processes sharing the port with SO_REUSEPORT "
-        "(default: WORKERS or the CPUs available, at most 8)",
+    """The argument parser (exposed for tests).
+
+    Each flag's help is its setting's one-line description (``function.settings``); a
+    flag that is not given is absent from the parsed namespace, so the variable or the
+    default applies.
+    """
+    p = argparse.ArgumentParser(
+        prog="python -m function",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--metrics-address",
-        default=None,
-        help="[host]:port for Prometheus metrics (default: METRICS_ADDRESS or :8080); "
-        "empty to disable",
+        "command",
+        nargs="?",
+        default="serve",
+        choices=["serve", "config"],
+        help="serve RunFunction (default), or print every setting, its value and source",
     )
+    for field, names in FLAGS.items():
+        info = Settings.model_fields[field]
+        kw: dict[str, Any] = {
+            "dest": field,
+            "default": argparse.SUPPRESS,
+            "help": f"{describe(field)}; env {variable(field)}".replace("%", "%%"),
+        }
+        if info.annotation is bool:
+            kw.update(action="store_const", const=True)
+        elif info.annotation in (int, int | None):
+            kw.update(type=int, metavar="N")
+        elif info.annotation is float:
+            kw.update(type=float, metavar="SECONDS")
+        else:
+            kw.update(metavar={"path": "DIR"}.get(unit(field), "HOST:PORT"))
+        p.add_argument(*names, **kw)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = parser().parse_args(argv)
+    flags = {f: v for f, v in vars(args).items() if f in FLAGS}
     try:
-        settings = load_settings()
+        settings = load_settings(flags)
     except SettingsError as e:
         print(f"function-modelplane: {e}", file=sys.stderr)
         return 2
     if args.command == "config":
         from function.config_report import report
 
-        print(report(settings))
+        print(report(settings, flags=flags))
         return 0
-    if not 1 <= args.max_recv_message_size <= 2048:
-        print(
-            "function-modelplane: --max-recv-message-size must be 1 to 2048 (MiB)", file=sys.stderr
-        )
-        return 2
-    logs.configure(debug=args.debug)
+    logs.configure(debug=settings.debug)
     from function.runner import FunctionRunner
 
     cfg = ServerConfig(
-        address=args.address,
-        tls_certs_dir=args.tls_certs_dir,
-        insecure=args.insecure,
-        max_recv_mb=args.max_recv_message_size,
-        grace_seconds=args.grace_seconds,
+        address=settings.address,
+        tls_certs_dir=settings.tls_server_certs_dir,
+        insecure=settings.insecure,
+        max_recv_mb=settings.max_recv_message_size,
+        grace_seconds=settings.grace_seconds,
     )
     if not cfg.insecure and not cfg.tls_certs_dir:
         print(
@@ -104,10 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     from function import metrics, tracing
     from function.server import default_workers, serve_workers
 
-    workers = args.workers if args.workers is not None else default_workers()
-    if workers < 1:
-        print("function-modelplane: --workers must be at least 1", file=sys.stderr)
-        return 2
+    workers = settings.workers if settings.workers is not None else default_workers()
     multiproc_dir = settings.prometheus_multiproc_dir
     if workers > 1 and not multiproc_dir:
         # Several processes: aggregate their metrics with prometheus-client's
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
         multiproc_dir = tempfile.mkdtemp(prefix="function-modelplane-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
-    address = settings.metrics_address if args.metrics_address is None else args.metrics_address
+    address = settings.metrics_address
     try:
         metrics.parse_address(address)
     except ValueError as e:
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if workers > 1:
         try:
-            return serve_workers(cfg, workers, debug=args.debug)
+            return serve_workers(cfg, workers, debug=settings.debug)
         finally:
             if metrics_server is not None:
                 metrics_server.shutdown()

@@ -1,48 +1,64 @@
 """``python -m function config``: the effective settings and where each came from.
 
 Every field of :class:`~function.settings.Settings` is listed with the environment
-variable it reads, its effective value and its source: ``environment`` when the
-variable is set in the process environment, ``default`` otherwise. Variables are
-matched the way pydantic-settings matches them (case-insensitively), so the source
+variable it reads, its effective value, its source and its description (one line with
+the unit and the default, :func:`function.settings.describe`, the text ``--help``
+shows too). The source is ``flag`` when a command-line flag set it, ``environment``
+when the variable is set in the process environment, ``default`` otherwise. Variables
+are matched the way pydantic-settings matches them (case-insensitively), so the source
 shown is the one the function actually used.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import yaml
-from pydantic import AliasChoices
 
-from function.settings import Settings
+from function.settings import Settings, describe
+from function.settings import variable as variable
 
-
-def variable(field: str) -> str:
-    """The environment variable that field ``field`` of Settings reads."""
-    alias = Settings.model_fields[field].validation_alias
-    return alias.choices[0] if isinstance(alias, AliasChoices) else field.upper()  # type: ignore[return-value]
+__all__ = ["report", "rows", "variable"]
 
 
-def rows(settings: Settings, environ: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """One row per setting: ``variable``, ``value``, ``source`` and, if any, ``description``."""
+def rows(
+    settings: Settings,
+    environ: Mapping[str, str] | None = None,
+    flags: Collection[str] = (),
+) -> list[dict[str, Any]]:
+    """One row per setting: ``variable``, ``value``, ``source`` and ``description``.
+
+    Args:
+        settings: The effective settings.
+        environ: The environment they were read from (default: the process's).
+        flags: Field names set by a command-line flag.
+    """
     env = os.environ if environ is None else environ
     present = {k.lower() for k in env}
     out = []
-    for field, info in Settings.model_fields.items():
+    for field in Settings.model_fields:
         var = variable(field)
-        row: dict[str, Any] = {
-            "variable": var,
-            "value": getattr(settings, field),
-            "source": "environment" if var.lower() in present else "default",
-        }
-        if info.description:
-            row["description"] = info.description
-        out.append(row)
+        if field in flags:
+            source = "flag"
+        elif var.lower() in present:
+            source = "environment"
+        else:
+            source = "default"
+        out.append(
+            {
+                "variable": var,
+                "value": getattr(settings, field),
+                "source": source,
+                "description": describe(field),
+            }
+        )
     return out
 
 
-def report(settings: Settings, environ: Mapping[str, str] | None = None) -> str:
-    """Render every setting as YAML: variable, value, and source (default or environment)."""
-    return yaml.safe_dump({"settings": rows(settings, environ)}, sort_keys=False)
+def report(
+    settings: Settings, environ: Mapping[str, str] | None = None, flags: Collection[str] = ()
+) -> str:
+    """Render every setting as YAML: variable, value, source and description."""
+    return yaml.safe_dump({"settings": rows(settings, environ, flags)}, sort_keys=False)

@@ -20,22 +20,29 @@ Valid values: ``enabled`` a boolean; ``image`` a non-empty image reference
 without whitespace; ``concurrency`` a whole number from 1 to
 :data:`MAX_CONCURRENCY`; size limits a Kubernetes quantity greater than zero
 (https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/).
-An invalid value raises :class:`~function.errors.SpecError` naming the field and
-its level.
+Each rule is defined once, in :mod:`function.settings` (:func:`image_rule`,
+:func:`flash_loader_concurrency_rule`, :func:`positive_quantity_rule`), and applies at
+every level: the function's own defaults are checked by the same rule at start-up, so
+only the ModelCache's and the deployment's levels can fail here. An invalid value
+raises :class:`~function.errors.SpecError` naming the field and its level.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from function.errors import SpecError
-from function.settings import QUANTITY, Settings
+from function.settings import (
+    MAX_FLASH_LOADER_CONCURRENCY,
+    Settings,
+    flash_loader_concurrency_rule,
+    image_rule,
+    positive_quantity_rule,
+)
 
-MAX_CONCURRENCY = 256
-_IMAGE = re.compile(r"^\S+$")
+MAX_CONCURRENCY = MAX_FLASH_LOADER_CONCURRENCY
 
 # field -> (Settings attribute, environment variable)
 _FIELDS: dict[str, tuple[str, str]] = {
@@ -73,39 +80,24 @@ class FlashLoader:
     sources: tuple[tuple[str, str], ...] = ()
 
 
-def positive_quantity(value: Any) -> str | None:
-    """``value`` as a quantity string when it is a Kubernetes quantity > 0, else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)) and value == int(value):
-        value = str(int(value))
-    if not isinstance(value, str) or not QUANTITY.match(value):
-        return None
-    number = re.match(r"^[0-9]+(\.[0-9]+)?", value)
-    if number is None or float(number.group(0)) <= 0:
-        return None
-    return value
-
-
 def _check(field: str, value: Any) -> tuple[Any, str | None]:
     """Validate one field's value: ``(normalized, None)`` or ``(None, why)``."""
     if field == "enabled":
         if isinstance(value, bool):
             return value, None
         return None, f"must be true or false, not {value!r}"
-    if field == "image":
-        if isinstance(value, str) and _IMAGE.match(value):
-            return value, None
-        return None, f"must be a non-empty image reference without spaces, not {value!r}"
-    if field == "concurrency":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok and value == int(value) and 1 <= int(value) <= MAX_CONCURRENCY:
-            return int(value), None
-        return None, f"must be a whole number from 1 to {MAX_CONCURRENCY}, not {value!r}"
-    q = positive_quantity(value)
-    if q is not None:
-        return q, None
-    return None, f"must be a Kubernetes quantity greater than zero such as 64Gi, not {value!r}"
+    rule = _RULES[field]
+    try:
+        return rule(value), None
+    except ValueError as e:
+        return None, str(e)
+
+
+_RULES: dict[str, Any] = {
+    "image": image_rule,
+    "concurrency": flash_loader_concurrency_rule,
+    "tmpfsSizeLimit": positive_quantity_rule,
+}
 
 
 def resolve_flash_loader(
@@ -177,19 +169,15 @@ def resolve_shm(
         SpecError: when a level holds something that is not a quantity > 0.
     """
     value = settings.default_shm_size_limit
-    if positive_quantity(value) is None:
+    try:
+        value = positive_quantity_rule(value, "8Gi")
+    except ValueError as e:  # only with settings built without validation
         raise SpecError(
-            "DEFAULT_SHM_SIZE_LIMIT",
-            f"must be a Kubernetes quantity greater than zero, not {value!r} "
-            f"(set at level: function default DEFAULT_SHM_SIZE_LIMIT)",
-        )
+            "DEFAULT_SHM_SIZE_LIMIT", f"{e} (set at level: function default DEFAULT_SHM_SIZE_LIMIT)"
+        ) from None
     if deployment is None:
-        return positive_quantity(value) or value
-    q = positive_quantity(deployment)
-    if q is None:
-        raise SpecError(
-            deployment_field,
-            f"must be a Kubernetes quantity greater than zero such as 16Gi, not {deployment!r} "
-            f"(set at level: the deployment)",
-        )
-    return q
+        return value
+    try:
+        return positive_quantity_rule(deployment, "16Gi")
+    except ValueError as e:
+        raise SpecError(deployment_field, f"{e} (set at level: the deployment)") from None

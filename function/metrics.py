@@ -5,8 +5,14 @@ Two families:
 - **Per call**, recorded by the runner: ``modelplane_function_run_seconds{kind,result}``
   (RunFunction time) and ``modelplane_function_results_total{kind,severity}``.
 - **Lifecycle**, recorded from :attr:`Outcome.observations <function.outcome.Outcome>`:
-  cold start, cache hydration and replica replacement durations, ModelExperiment
-  verdicts and the ModelBackfill counters.
+  cold start, cache hydration and replica replacement durations, cache hydration phase
+  transitions and failures, ModelExperiment verdicts and the ModelBackfill counters.
+- **Levels** (gauges), set on every successful call from the state that call saw:
+  ``modelplane_model_deployment_replicas{namespace,model,state}`` (requested, placed,
+  ready). A gauge keeps the value the most recent call set, so it is idempotent and
+  needs no transition record; with several worker processes the most recent write of
+  any process wins (``multiprocess_mode="mostrecent"``), across pods take ``max``. A
+  deleted XR's series stays at its last value until the pod restarts.
 
 Counting lifecycle transitions in a stateless function
 -----------------------------------------------------
@@ -57,7 +63,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import structlog
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
 from prometheus_client.multiprocess import MultiProcessCollector
 
 PREFIX = "modelplane_"
@@ -82,6 +95,12 @@ VERDICT_REASONS = frozenset(
 )
 BACKFILL_RESULTS = frozenset({"succeeded", "failed"})
 PREEMPTION_REASONS = frozenset({"foreground", "not_ready", "suspended", "spec_changed", "other"})
+HYDRATION_PHASES = frozenset({"Pending", "Hydrating", "Ready", "Failed"})
+# Why a hydration failed: the Job's Failed condition reason, or the PVC bind timeout.
+HYDRATION_FAILURE_REASONS = frozenset(
+    {"BackoffLimitExceeded", "DeadlineExceeded", "PodFailurePolicy", "PVCBindTimeout"}
+)
+DEPLOYMENT_REPLICA_STATES = frozenset({"requested", "placed", "ready"})
 
 # RunFunction takes about a millisecond for a small XR and tens of milliseconds for a
 # 1,000-cluster ModelCache (see the README, Performance); 10 s is far past any healthy call.
@@ -106,7 +125,7 @@ REPLACEMENT_BUCKETS: tuple[float, ...] = (
 _LABEL_VALUE_MAX = 253  # a Kubernetes object name is at most 253 characters
 _NOT_BOUNDED = re.compile(r"\d{4}-\d{2}-\d{2}T")  # an RFC 3339 timestamp is not a label
 
-MetricType = Literal["counter", "histogram"]
+MetricType = Literal["counter", "histogram", "gauge"]
 
 
 @dataclass(frozen=True)
@@ -115,7 +134,7 @@ class MetricSpec:
 
     Attributes:
         name: Full exposition name (counters end in ``_total``).
-        type: ``counter`` or ``histogram``.
+        type: ``counter``, ``histogram`` or ``gauge`` (a level: the value is set).
         labels: Label names, in order.
         help: The HELP text.
         buckets: Histogram upper bounds in seconds (``+Inf`` is implied).
@@ -166,6 +185,30 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("namespace", "cache"),
         "From a ModelCacheHydration's start to Ready.",
         HYDRATION_BUCKETS,
+    ),
+    MetricSpec(
+        "modelplane_cache_hydration_transitions_total",
+        "counter",
+        ("namespace", "cache", "phase"),
+        "ModelCacheHydration phase changes recorded, by the phase entered "
+        "(Pending, Hydrating, Ready, Failed).",
+        values={"phase": HYDRATION_PHASES},
+    ),
+    MetricSpec(
+        "modelplane_cache_hydration_failures_total",
+        "counter",
+        ("namespace", "cache", "cluster", "reason"),
+        "ModelCacheHydrations that became Failed, by cluster and reason (the Job's "
+        "failure reason or PVCBindTimeout).",
+        values={"reason": HYDRATION_FAILURE_REASONS},
+    ),
+    MetricSpec(
+        "modelplane_model_deployment_replicas",
+        "gauge",
+        ("namespace", "model", "state"),
+        "A ModelDeployment's replicas as its last reconcile saw them: requested "
+        "(spec.replicas), placed (ModelReplicas composed) and ready.",
+        values={"state": DEPLOYMENT_REPLICA_STATES},
     ),
     MetricSpec(
         "modelplane_replica_replacement_duration_seconds",
@@ -264,6 +307,10 @@ def check(metric: str, labels: Mapping[str, str], value: float) -> tuple[tuple[s
 def _build(spec: MetricSpec, registry: CollectorRegistry) -> Any:
     if spec.type == "histogram":
         return Histogram(spec.name, spec.help, spec.labels, buckets=spec.buckets, registry=registry)
+    if spec.type == "gauge":
+        return Gauge(
+            spec.name, spec.help, spec.labels, registry=registry, multiprocess_mode="mostrecent"
+        )
     return Counter(spec.name.removesuffix("_total"), spec.help, spec.labels, registry=registry)
 
 
@@ -308,7 +355,7 @@ class Metrics:
             counter.inc()
 
     def apply(self, observations: Iterable[ObservationLike]) -> int:
-        """Record lifecycle observations (histogram samples, counter increments).
+        """Record lifecycle observations (histogram samples, counter increments, gauge values).
 
         An invalid observation is logged and skipped: metrics never fail a call.
 
@@ -325,6 +372,8 @@ class Metrics:
                 child = self.collectors[spec.short].labels(*values)
                 if spec.type == "histogram":
                     child.observe(o.value)
+                elif spec.type == "gauge":
+                    child.set(o.value)
                 else:
                     child.inc(o.value)
                 n += 1

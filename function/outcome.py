@@ -199,7 +199,8 @@ class Outcome:
             metric: Short name, e.g. ``cache_hydration_duration_seconds`` or
                 ``model_backfill_starts_total``.
             labels: Exactly the metric's labels (bounded values: names, fixed reasons).
-            value: Seconds for a histogram; the increment for a counter (default 1).
+            value: Seconds for a histogram; the increment for a counter (default 1); the
+                value for a gauge (set on every call, not only on a transition).
 
         Raises:
             ValueError: unknown metric, wrong labels, an unbounded label value, or a

@@ -1,9 +1,13 @@
-"""The function's effective settings, read once from its environment.
+"""The function's effective settings: every flag and environment variable, in one place.
 
-Every default the function reads from its environment lives here, typed and
-validated at start-up with pydantic-settings: a bad value stops the function
-with a message that names the variable. ``python -m function config`` prints the
-effective values and where each came from.
+Every setting the function reads, from its command line or its environment, is a
+field of :class:`Settings` here: its environment variable (the field's alias), its
+type, its default, its unit, its one-line description and its rule (bounds or a
+validator). The command line (``--help``), ``python -m function config`` and the
+start-up check all read these definitions, and the composers that use a value
+validate it with the same rule functions (:func:`image_rule`,
+:func:`flash_loader_concurrency_rule`, :func:`positive_quantity_rule`), so a value that
+passes start-up cannot fail a call later.
 
 Kubernetes quantities (``8Gi``) follow
 https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -22,10 +27,91 @@ from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
+# The flash loader copies at most this many files at once (one thread each).
+MAX_FLASH_LOADER_CONCURRENCY = 256
+_IMAGE = re.compile(r"^\S+$")
 
 
-def _env(name: str, description: str | None = None) -> Any:
-    return Field(validation_alias=AliasChoices(name), description=description)
+# ---- rules shared by the start-up check and the composers that use the values ---------
+
+
+def positive_quantity(value: Any) -> str | None:
+    """``value`` as a quantity string when it is a Kubernetes quantity > 0, else None.
+
+    Integers (and floats with an integral value) are accepted as plain numbers of bytes.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)) and value == int(value):
+        value = str(int(value))
+    if not isinstance(value, str) or not QUANTITY.match(value):
+        return None
+    number = re.match(r"^[0-9]+(\.[0-9]+)?", value)
+    if number is None or float(number.group(0)) <= 0:
+        return None
+    return value
+
+
+def positive_quantity_rule(value: Any, example: str = "64Gi") -> str:
+    """The rule of every size limit: a Kubernetes quantity greater than zero.
+
+    Returns:
+        The quantity as a string.
+
+    Raises:
+        ValueError: ``must be a Kubernetes quantity greater than zero such as <example>,
+            not <value>``.
+    """
+    q = positive_quantity(value)
+    if q is None:
+        raise ValueError(
+            f"must be a Kubernetes quantity greater than zero such as {example}, not {value!r}"
+        )
+    return q
+
+
+def image_rule(value: Any) -> str:
+    """The rule of every image setting: a non-empty image reference without whitespace.
+
+    Raises:
+        ValueError: naming the value.
+    """
+    if isinstance(value, str) and _IMAGE.match(value):
+        return value
+    raise ValueError(f"must be a non-empty image reference without spaces, not {value!r}")
+
+
+def flash_loader_concurrency_rule(value: Any) -> int:
+    """The rule of the flash loader's concurrency: a whole number from 1 to 256.
+
+    Raises:
+        ValueError: naming the value.
+    """
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and value == int(value) and 1 <= int(value) <= MAX_FLASH_LOADER_CONCURRENCY:
+        return int(value)
+    raise ValueError(
+        f"must be a whole number from 1 to {MAX_FLASH_LOADER_CONCURRENCY}, not {value!r}"
+    )
+
+
+# ---- the settings ---------------------------------------------------------------------
+
+
+def _env(name: str, description: str, unit: str, **bounds: Any) -> Any:
+    """A field read from environment variable ``name``.
+
+    ``description`` is one line saying what the setting does (no default: that is
+    rendered from the field's default by :func:`describe`); ``unit`` is the unit or form
+    of its value (``seconds``, ``MiB``, ``quantity``, ``boolean``, ...); ``bounds`` are
+    pydantic's numeric constraints (``ge``, ``le``).
+    """
+    return Field(
+        validation_alias=AliasChoices(name),
+        description=description,
+        json_schema_extra={"unit": unit},
+        **bounds,
+    )
 
 
 # Host (name, IPv4, or [IPv6]) and port; an empty host listens on every interface.
@@ -42,85 +128,235 @@ OTEL_SAMPLERS = frozenset(
         "parentbased_traceidratio",
     }
 )
+_DAY = 86400
+_BIG = 10**7  # seconds: about 115 days, past any sensible deadline
 
 
 class Settings(BaseSettings):
-    """Effective settings. Each field's alias is the environment variable it reads."""
+    """Effective settings. Each field's alias is the environment variable it reads.
+
+    The first fields are those of Crossplane's function runtime, which a flag can also
+    set (:data:`FLAGS`); the flag wins over the variable.
+    """
 
     model_config = SettingsConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
-    hydration_image: Annotated[str, _env("MODELPLANE_HYDRATION_IMAGE")] = (
-        "xpkg.crossplane.io/modelplane/function-modelplane:v0.1.0"
-    )
-    hydration_backoff_limit: Annotated[int, _env("MODELPLANE_HYDRATION_BACKOFF_LIMIT")] = 3
-    hydration_deadline_seconds: Annotated[int, _env("MODELPLANE_HYDRATION_DEADLINE_SECONDS")] = (
-        6 * 3600
-    )
-    pvc_bind_timeout_seconds: Annotated[int, _env("MODELPLANE_PVC_BIND_TIMEOUT_SECONDS")] = 900
-    poll_seconds: Annotated[int, _env("MODELPLANE_POLL_SECONDS")] = 30
-    default_shm_size_limit: Annotated[str, _env("DEFAULT_SHM_SIZE_LIMIT")] = "8Gi"
-    default_flash_loader_enabled: Annotated[bool, _env("DEFAULT_FLASH_LOADER_ENABLED")] = False
-    default_flash_loader_image: Annotated[str, _env("DEFAULT_FLASH_LOADER_IMAGE")] = (
-        "xpkg.crossplane.io/modelplane/function-modelplane:v0.1.0"
-    )
-    default_flash_loader_concurrency: Annotated[int, _env("DEFAULT_FLASH_LOADER_CONCURRENCY")] = 8
-    default_flash_loader_tmpfs_size_limit: Annotated[
-        str, _env("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT")
-    ] = "64Gi"
-    otel_enabled: Annotated[bool, _env("MODELPLANE_OTEL_ENABLED")] = False
-
-    # --- operability (issue 7) ---
-    default_ttl_seconds: Annotated[
+    # --- serving (Crossplane's function-runtime flags and their variables) ---
+    address: Annotated[
+        str, _env("ADDRESS", "[host]:port the gRPC server listens on", "[host]:port")
+    ] = "0.0.0.0:9443"
+    tls_server_certs_dir: Annotated[
+        str | None,
+        _env(
+            "TLS_SERVER_CERTS_DIR",
+            "directory with tls.crt, tls.key and ca.crt for mTLS; unset: give --insecure",
+            "path",
+        ),
+    ] = None
+    insecure: Annotated[
+        bool, _env("INSECURE", "serve plaintext gRPC only (no TLS listener)", "boolean")
+    ] = False
+    debug: Annotated[
+        bool, _env("DEBUG", "readable console logs at debug level instead of JSON", "boolean")
+    ] = False
+    max_recv_message_size: Annotated[
         int,
         _env(
-            "MODELPLANE_DEFAULT_TTL_SECONDS",
-            "response TTL (seconds) when a composer asks for no sooner call; 1 to 86400",
+            "MAX_RECV_MESSAGE_SIZE",
+            "largest RunFunction request accepted (a 5,000-cluster request is about 5 MiB)",
+            "MiB",
+            ge=1,
+            le=2048,
         ),
-    ] = 60
+    ] = 256
+    workers: Annotated[
+        int | None,
+        _env(
+            "WORKERS",
+            "worker processes sharing the port with SO_REUSEPORT; unset: the CPUs, at most 8",
+            "processes",
+            ge=1,
+            le=64,
+        ),
+    ] = None
+    grace_seconds: Annotated[
+        float,
+        _env(
+            "MODELPLANE_GRACE_SECONDS",
+            "how long in-flight calls may finish after SIGTERM",
+            "seconds",
+            ge=0,
+            le=3600,
+        ),
+    ] = 20.0
     metrics_address: Annotated[
         str,
         _env(
             "METRICS_ADDRESS",
-            "[host]:port serving Prometheus metrics (--metrics-address wins); empty: off",
+            "[host]:port serving Prometheus metrics at /metrics; empty: off",
+            "[host]:port",
         ),
     ] = ":8080"
+
+    # --- what the composers use ---
+    hydration_image: Annotated[
+        str,
+        _env(
+            "MODELPLANE_HYDRATION_IMAGE",
+            "image of the hydration Job (python -m function.hydrate)",
+            "image",
+        ),
+    ] = "xpkg.crossplane.io/modelplane/function-modelplane:v0.1.0"
+    hydration_backoff_limit: Annotated[
+        int,
+        _env(
+            "MODELPLANE_HYDRATION_BACKOFF_LIMIT",
+            "backoffLimit of hydration Jobs (retries before Failed)",
+            "retries",
+            ge=0,
+            le=_BIG,
+        ),
+    ] = 3
+    hydration_deadline_seconds: Annotated[
+        int,
+        _env(
+            "MODELPLANE_HYDRATION_DEADLINE_SECONDS",
+            "activeDeadlineSeconds of hydration Jobs",
+            "seconds",
+            ge=1,
+            le=_BIG,
+        ),
+    ] = 6 * 3600
+    pvc_bind_timeout_seconds: Annotated[
+        int,
+        _env(
+            "MODELPLANE_PVC_BIND_TIMEOUT_SECONDS",
+            "how long a cache PVC may stay unbound before its hydration fails; 0: no limit",
+            "seconds",
+            ge=0,
+            le=_BIG,
+        ),
+    ] = 900
+    poll_seconds: Annotated[
+        int,
+        _env(
+            "MODELPLANE_POLL_SECONDS",
+            "how soon to be called again while something is in progress",
+            "seconds",
+            ge=0,
+            le=_DAY,
+        ),
+    ] = 30
+    default_shm_size_limit: Annotated[
+        str,
+        _env(
+            "DEFAULT_SHM_SIZE_LIMIT",
+            "sizeLimit of /dev/shm in engine pods whose deployment sets no shmSizeLimit",
+            "quantity",
+        ),
+    ] = "8Gi"
+    default_flash_loader_enabled: Annotated[
+        bool,
+        _env(
+            "DEFAULT_FLASH_LOADER_ENABLED",
+            "flash loader on by default (the ModelCache and the deployment override it)",
+            "boolean",
+        ),
+    ] = False
+    default_flash_loader_image: Annotated[
+        str,
+        _env("DEFAULT_FLASH_LOADER_IMAGE", "image of the flash loader init container", "image"),
+    ] = "xpkg.crossplane.io/modelplane/function-modelplane:v0.1.0"
+    default_flash_loader_concurrency: Annotated[
+        int,
+        _env(
+            "DEFAULT_FLASH_LOADER_CONCURRENCY",
+            f"files the flash loader copies at once, 1 to {MAX_FLASH_LOADER_CONCURRENCY}",
+            "files",
+        ),
+    ] = 8
+    default_flash_loader_tmpfs_size_limit: Annotated[
+        str,
+        _env(
+            "DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT",
+            "sizeLimit of the flash loader's node-local memory copy of the weights",
+            "quantity",
+        ),
+    ] = "64Gi"
+    default_ttl_seconds: Annotated[
+        int,
+        _env(
+            "MODELPLANE_DEFAULT_TTL_SECONDS",
+            "response TTL when a composer asks for no sooner call",
+            "seconds",
+            ge=1,
+            le=_DAY,
+        ),
+    ] = 60
     prometheus_multiproc_dir: Annotated[
         str | None,
         _env(
             "PROMETHEUS_MULTIPROC_DIR",
-            "prometheus-client multiprocess directory (several worker processes); unset: off",
+            "prometheus-client multiprocess directory (several workers); unset: a temporary one",
+            "path",
         ),
     ] = None
+    # --- tracing ---
+    otel_enabled: Annotated[
+        bool, _env("MODELPLANE_OTEL_ENABLED", "export OpenTelemetry traces (OTLP/HTTP)", "boolean")
+    ] = False
     # Standard OpenTelemetry variables. The SDK reads them itself; they are mirrored here to
     # be reported by `python -m function config` and, only while MODELPLANE_OTEL_ENABLED is
     # true, validated at start-up (while tracing is off they are never read).
     otel_exporter_otlp_endpoint: Annotated[
-        str | None, _env("OTEL_EXPORTER_OTLP_ENDPOINT", "OTLP/HTTP base URL (/v1/traces added)")
+        str | None,
+        _env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTLP/HTTP base URL (/v1/traces added); unset: http://localhost:4318",
+            "URL",
+        ),
     ] = None
     otel_exporter_otlp_traces_endpoint: Annotated[
-        str | None, _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "full OTLP/HTTP traces URL")
+        str | None,
+        _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "full OTLP/HTTP traces URL", "URL"),
     ] = None
     otel_exporter_otlp_protocol: Annotated[
-        str | None, _env("OTEL_EXPORTER_OTLP_PROTOCOL", "only http/protobuf is supported")
+        str | None,
+        _env("OTEL_EXPORTER_OTLP_PROTOCOL", "only http/protobuf is supported", "protocol"),
     ] = None
     otel_service_name: Annotated[
-        str | None, _env("OTEL_SERVICE_NAME", "service.name (default function-modelplane)")
+        str | None,
+        _env("OTEL_SERVICE_NAME", "service.name of spans; unset: function-modelplane", "name"),
     ] = None
     otel_resource_attributes: Annotated[
-        str | None, _env("OTEL_RESOURCE_ATTRIBUTES", "key=value,... resource attributes")
+        str | None,
+        _env("OTEL_RESOURCE_ATTRIBUTES", "resource attributes of spans", "key=value,..."),
     ] = None
     otel_traces_sampler: Annotated[
-        str | None, _env("OTEL_TRACES_SAMPLER", "sampler (default parentbased_always_on)")
+        str | None,
+        _env("OTEL_TRACES_SAMPLER", "sampler; unset: parentbased_always_on", "sampler name"),
     ] = None
     otel_traces_sampler_arg: Annotated[
-        str | None, _env("OTEL_TRACES_SAMPLER_ARG", "ratio 0..1 for *traceidratio samplers")
+        str | None,
+        _env("OTEL_TRACES_SAMPLER_ARG", "sampling ratio of the *traceidratio samplers", "0..1"),
     ] = None
 
-    @field_validator("default_ttl_seconds")
+    @field_validator("tls_server_certs_dir", "workers", "prometheus_multiproc_dir", mode="before")
     @classmethod
-    def _ttl(cls, v: int) -> int:
-        if v < 1 or v > 86400:
-            raise ValueError("must be between 1 and 86400 seconds")
+    def _empty_is_unset(cls, v: Any) -> Any:
+        return None if v == "" else v
+
+    @field_validator("insecure", "debug", mode="before")
+    @classmethod
+    def _empty_is_false(cls, v: Any) -> Any:
+        return False if v == "" else v
+
+    @field_validator("address")
+    @classmethod
+    def _listen_address(cls, v: str) -> str:
+        m = ADDRESS.match(v)
+        if not m or int(m.group(2)) > 65535:
+            raise ValueError(f"{v!r} is not [host]:port such as 0.0.0.0:9443")
         return v
 
     @field_validator("metrics_address")
@@ -139,6 +375,26 @@ class Settings(BaseSettings):
         if v and not (os.path.isdir(v) and os.access(v, os.W_OK)):
             raise ValueError(f"{v!r} is not a writable directory")
         return v or None
+
+    @field_validator("hydration_image", "default_flash_loader_image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        return image_rule(v)
+
+    @field_validator("default_flash_loader_concurrency")
+    @classmethod
+    def _concurrency(cls, v: int) -> int:
+        return flash_loader_concurrency_rule(v)
+
+    @field_validator("default_shm_size_limit")
+    @classmethod
+    def _shm(cls, v: str) -> str:
+        return positive_quantity_rule(v, "8Gi")
+
+    @field_validator("default_flash_loader_tmpfs_size_limit")
+    @classmethod
+    def _tmpfs(cls, v: str) -> str:
+        return positive_quantity_rule(v, "64Gi")
 
     @field_validator(
         "otel_exporter_otlp_endpoint",
@@ -178,49 +434,88 @@ class Settings(BaseSettings):
                 raise ValueError(f"{v!r} is not between 0 and 1")
         return v
 
-    @field_validator(
-        "hydration_backoff_limit",
-        "hydration_deadline_seconds",
-        "pvc_bind_timeout_seconds",
-        "poll_seconds",
-        "default_flash_loader_concurrency",
-    )
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v < 0 or v > 10**7:
-            raise ValueError("must be between 0 and 10000000")
-        return v
 
-    @field_validator("default_shm_size_limit", "default_flash_loader_tmpfs_size_limit")
-    @classmethod
-    def _quantity(cls, v: str) -> str:
-        if not QUANTITY.match(v):
-            raise ValueError(f"{v!r} is not a Kubernetes quantity such as 8Gi")
-        return v
+# Command-line flags and the field each sets (a flag wins over the field's variable).
+# The first name is the one --help shows; the others are aliases.
+FLAGS: dict[str, tuple[str, ...]] = {
+    "address": ("--address",),
+    "tls_server_certs_dir": ("--tls-certs-dir", "--tls-server-certs-dir"),
+    "insecure": ("--insecure",),
+    "debug": ("--debug", "-d"),
+    "max_recv_message_size": ("--max-recv-message-size",),
+    "workers": ("--workers",),
+    "grace_seconds": ("--grace-seconds",),
+    "metrics_address": ("--metrics-address",),
+}
+
+
+def variable(field: str) -> str:
+    """The environment variable that field ``field`` of :class:`Settings` reads.
+
+    Raises:
+        KeyError: for a name that is not a field.
+    """
+    alias = Settings.model_fields[field].validation_alias
+    return alias.choices[0] if isinstance(alias, AliasChoices) else field.upper()  # type: ignore[return-value]
+
+
+def unit(field: str) -> str:
+    """The unit or form of field ``field``'s value (``seconds``, ``MiB``, ``quantity``, ...)."""
+    extra = Settings.model_fields[field].json_schema_extra
+    return str(extra["unit"]) if isinstance(extra, dict) else ""
+
+
+def default_text(field: str) -> str:
+    """Field ``field``'s default as shown to a person: the value, ``unset`` or ``empty``."""
+    value = Settings.model_fields[field].default
+    if value is None:
+        return "unset"
+    if value == "":
+        return "empty"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value == int(value):
+        return str(int(value))
+    return str(value)
+
+
+def describe(field: str) -> str:
+    """One line for ``--help`` and ``config``: what it does, its unit and its default.
+
+    For example ``largest RunFunction request accepted (...) (MiB, default 256)``.
+    """
+    info = Settings.model_fields[field]
+    return f"{info.description} ({unit(field)}, default {default_text(field)})"
 
 
 class SettingsError(Exception):
-    """A variable of the environment holds an invalid value; names the variable."""
+    """A setting holds an invalid value; names the variable (or the flag that set it)."""
 
 
-def load_settings() -> Settings:
-    """Read and validate the settings from the process environment.
+def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
+    """Read and validate the settings from the process environment and the flags.
+
+    Args:
+        flags: Field name to value for the settings given on the command line
+            (they win over the environment); None or empty: the environment only.
 
     Raises:
-        SettingsError: naming every invalid variable and why.
+        SettingsError: naming every invalid variable (or flag) and why.
     """
+    given = dict(flags or {})
     try:
-        return Settings()
+        return Settings(**given)
     except ValidationError as e:
         msgs = []
         for err in e.errors(include_url=False):
             field = str(err["loc"][0]) if err.get("loc") else "?"
-            info = Settings.model_fields.get(field)
-            alias = info.validation_alias if info else None
-            var = alias.choices[0] if isinstance(alias, AliasChoices) else field
+            if field in given and field in FLAGS:
+                name = FLAGS[field][0]
+            else:
+                name = variable(field) if field in Settings.model_fields else field
             msg = str(err["msg"]).removeprefix("Value error, ")
-            msgs.append(f"{var}: {msg}")
-        raise SettingsError("invalid environment: " + "; ".join(msgs)) from None
+            msgs.append(f"{name}: {msg}")
+        raise SettingsError("invalid settings: " + "; ".join(msgs)) from None
 
 
 @lru_cache(maxsize=1)

@@ -1094,9 +1094,38 @@ def test_hydration_duration_is_observed_once_when_ready_is_recorded() -> None:
 
     observed = {**pvc("Bound"), **job(COMPLETE, succeeded=1), **token_object()}
     started = hydration_xr(prev_status("Hydrating", startedAt="2026-11-29T08:00:00Z"))
-    (obs,) = observations(started, observed)
+    obs, entered = observations(started, observed)
+    assert (entered.metric, dict(entered.labels)) == (
+        "cache_hydration_transitions_total",
+        {"namespace": NAMESPACE, "cache": CACHE, "phase": "Ready"},
+    )
     assert obs.metric == "cache_hydration_duration_seconds"
     assert dict(obs.labels) == {"namespace": NAMESPACE, "cache": CACHE}
     assert obs.value == 3600.0
     ready = hydration_xr(prev_status("Ready", readyAt="2026-11-29T09:00:00Z"))
     assert observations(ready, pvc("Bound")) == []
+
+
+def test_phase_transitions_and_failures_are_counted_with_the_event() -> None:
+    """Issue 16: the dashboard's hydration phases and failed clusters come from these."""
+    from function.runner import FunctionRunner
+
+    def observed_metrics(composite: dict, observed: dict) -> dict[str, dict[str, str]]:
+        runner = FunctionRunner(settings=SETTINGS, clock=Clock(NOW))
+        inputs = runner.decode(request(composite, observed=observed, required=resolved()))
+        return {o.metric: dict(o.labels) for o in hydration.compose(inputs).observations}
+
+    observed = {**pvc("Bound"), **job(BACKOFF, failed=4), **token_object()}
+    running = hydration_xr(prev_status("Hydrating", startedAt="2026-11-29T08:00:00Z"))
+    got = observed_metrics(running, observed)
+    assert got == {
+        "cache_hydration_transitions_total": {
+            "namespace": NAMESPACE, "cache": CACHE, "phase": "Failed",
+        },
+        "cache_hydration_failures_total": {
+            "namespace": NAMESPACE, "cache": CACHE, "cluster": CLUSTER,
+            "reason": "BackoffLimitExceeded",
+        },
+    }  # fmt: skip
+    failed = hydration_xr(prev_status("Failed", reason="BackoffLimitExceeded"))
+    assert observed_metrics(failed, observed) == {}  # recorded already: counted once

@@ -33,6 +33,12 @@ EXPECTED = {
     ),
     "modelplane_cache_hydration_duration_seconds": ("histogram", {"namespace", "cache"}),
     "modelplane_replica_replacement_duration_seconds": ("histogram", {"namespace", "model"}),
+    "modelplane_cache_hydration_transitions_total": ("counter", {"namespace", "cache", "phase"}),
+    "modelplane_cache_hydration_failures_total": (
+        "counter",
+        {"namespace", "cache", "cluster", "reason"},
+    ),
+    "modelplane_model_deployment_replicas": ("gauge", {"namespace", "model", "state"}),
     "modelplane_model_experiment_verdicts_total": (
         "counter",
         {"namespace", "experiment", "reason"},
@@ -78,6 +84,18 @@ SAMPLE_LABELS = {
     },
     "cache_hydration_duration_seconds": {"namespace": "ml", "cache": "qwen-cache"},
     "replica_replacement_duration_seconds": {"namespace": "ml", "model": "qwen"},
+    "cache_hydration_transitions_total": {
+        "namespace": "ml",
+        "cache": "qwen-cache",
+        "phase": "Ready",
+    },
+    "cache_hydration_failures_total": {
+        "namespace": "ml",
+        "cache": "qwen-cache",
+        "cluster": "gpu-a",
+        "reason": "DeadlineExceeded",
+    },
+    "model_deployment_replicas": {"namespace": "ml", "model": "qwen", "state": "placed"},
     "model_experiment_verdicts_total": {
         "namespace": "ml",
         "experiment": "canary",
@@ -133,6 +151,9 @@ def test_exposed_names_types_labels_and_buckets(m):
         if fam.type == "counter":
             assert names == {fam.name + "_total"}
             full = fam.name + "_total"
+        elif fam.type == "gauge":
+            assert names == {fam.name}
+            full = fam.name
         else:
             assert names == {fam.name + "_bucket", fam.name + "_count", fam.name + "_sum"}
             full = fam.name
@@ -544,3 +565,38 @@ def test_worker_processes_metrics_served_once_summed(tmp_path):
     # The parent serves no calls: only the workers' files can add up to every call.
     assert sum(counts) == calls
     assert proc.returncode == 0
+
+
+def test_gauge_keeps_the_last_value_set(m):
+    labels = (("model", "qwen"), ("namespace", "ml"), ("state", "placed"))
+    assert m.apply([Observation("model_deployment_replicas", labels, 3.0)]) == 1
+    assert m.apply([Observation("model_deployment_replicas", labels, 2.0)]) == 1
+    assert value(m.registry, "modelplane_model_deployment_replicas", **dict(labels)) == 2.0
+
+
+def test_deployment_sets_requested_placed_and_ready_on_every_call(m):
+    """Issue 16: the dashboard's "replicas placed vs requested" is this gauge; the
+    footprint has room for every replica only on gpu-a and gpu-b, so 5 are placed there."""
+    from tests import harness as th
+    from tests import test_deployment as d
+
+    runner = FunctionRunner(settings=default_settings(), clock=Clock(th.NOW), metrics=m)
+    xr5 = d.deployment(5)
+    rsp, _ = th.drive(runner.run, xr5, None, d.world())
+    labels = {"namespace": xr5["metadata"]["namespace"], "model": "chat"}
+    got = {
+        st: value(m.registry, "modelplane_model_deployment_replicas", state=st, **labels)
+        for st in ("requested", "placed", "ready")
+    }
+    placed = len(d.placed(rsp))
+    assert got == {"requested": 5, "placed": placed, "ready": 0}
+    # the next call, with replica 0 serving, sets the levels again (no transition needed)
+    rsp2, _ = th.drive(runner.run, xr5, d.observe(rsp, {0: ("True", "Serving", "ok")}), d.world())
+    assert value(m.registry, "modelplane_model_deployment_replicas", state="ready", **labels) == 1
+    assert h_ready(rsp2) == 1
+
+
+def h_ready(rsp) -> int:
+    from tests import harness as th
+
+    return int(th.status(rsp)["replicas"]["ready"])

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from function.config_report import report, rows, variable
-from function.settings import Settings, SettingsError, load_settings
+from function.settings import Settings, SettingsError, describe, load_settings
 from tests.validation import load_documents, validate_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,7 +133,7 @@ def test_report_rows_name_source(env):
         "variable": "MODELPLANE_DEFAULT_TTL_SECONDS",
         "value": 20,
         "source": "environment",
-        "description": Settings.model_fields["default_ttl_seconds"].description,
+        "description": describe("default_ttl_seconds"),
     }
     assert out["DEFAULT_SHM_SIZE_LIMIT"]["value"] == "4Gi"
     assert out["DEFAULT_SHM_SIZE_LIMIT"]["source"] == "environment"

@@ -43,7 +43,9 @@ Status: ``replicas.total`` (observed ModelReplicas that are still wanted),
 cluster, ready, reason), ``displaced[]`` (index, fromCluster, at, replacement,
 toCluster: replicas displaced from a cluster that stopped being eligible whose
 replacement does not serve yet; see :func:`_track_displaced`, which observes
-``modelplane_replica_replacement_duration_seconds``) and conditions:
+``modelplane_replica_replacement_duration_seconds``) and conditions. Every call sets
+the gauge ``modelplane_model_deployment_replicas{state}`` (requested, placed, ready).
+Conditions:
 
 - ``ReplicasScheduled``: True only when every wanted replica is placed; False
   with ``CacheNotFound``, ``WaitingForCache``, ``NoClusterInCacheFootprint``,
@@ -63,6 +65,7 @@ Warning for a replica moved or dropped because its cluster no longer qualifies.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import math
@@ -749,6 +752,12 @@ def _status_from(
             row["reason"].string_value = reason
     out.status["replicas"] = {"total": total, "ready": ready}
     out.status["placement"] = placement
+    # Levels, set on every call (a gauge: idempotent, no transition record needed). A name
+    # that is not a bounded label value is not recorded: metrics never fail a call.
+    labels = {"namespace": inputs.namespace, "model": inputs.name}
+    with contextlib.suppress(ValueError):
+        for state, n in (("requested", wanted), ("placed", len(rows)), ("ready", ready)):
+            out.observe("model_deployment_replicas", {**labels, "state": state}, n)
     summary = f"{ready}/{wanted} replicas ready"
     done = False
     if failed:

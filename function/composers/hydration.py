@@ -65,9 +65,11 @@ phase), and the XR's readiness (True only when Ready).
 Events: a Normal one on each phase transition (Warning for Failed, see
 ``function.events``) and a Warning once when a warning is first recorded in the
 status message. The ``cache_hydration_duration_seconds`` metric is observed when
-Ready is recorded. The function asks to be called again (``meta.ttl``) every
-``settings.poll_seconds`` while Pending or Hydrating, sooner when the PVC bind
-deadline is closer. Once Ready the auth Secret is no longer required. The token
+Ready is recorded; ``cache_hydration_transitions_total{phase}`` with each phase event,
+and ``cache_hydration_failures_total{cluster,reason}`` when Failed is recorded. The
+function asks to be called again (``meta.ttl``) every ``settings.poll_seconds`` while
+Pending or Hydrating, sooner when the PVC bind deadline is closer.
+Once Ready the auth Secret is no longer required. The token
 never passes through the function's output: only the Secret's key names are
 read, never its values, a kept Secret Object is stripped of any ``data``, and the
 token Secret's apply errors are referred to by Object name, not quoted.
@@ -81,6 +83,7 @@ of building them from dicts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from functools import lru_cache
@@ -871,7 +874,17 @@ class _Composer:
         text = f"hydration of {self.repo}@{self.revision} on {self.cluster_name} is {st.phase}"
         if st.phase == FAILED:
             text = f"{text}: {st.message}"
-        events.transition(out, self.prev_phase, st.phase, text, reason=f"Hydration{st.phase}")
+        if events.transition(out, self.prev_phase, st.phase, text, reason=f"Hydration{st.phase}"):
+            # Counted in the call that records the new phase, like the event. A name that
+            # is not a bounded label value is not counted: metrics never fail a call.
+            labels = {"namespace": self.ns, "cache": self.cache}
+            with contextlib.suppress(ValueError):
+                out.observe("cache_hydration_transitions_total", {**labels, "phase": st.phase})
+                if st.phase == FAILED:
+                    out.observe(
+                        "cache_hydration_failures_total",
+                        {**labels, "cluster": self.cluster_name, "reason": st.reason or FAILED},
+                    )
         return out
 
     def _reported_evidence(self) -> dict[str, str] | None:
