@@ -75,7 +75,7 @@ from functools import lru_cache
 from typing import Any, Literal, TypeGuard
 
 from google.protobuf.struct_pb2 import ListValue, Struct
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from function import API_VERSION, structs
 from function.devices import Device, DeviceRequest, InvalidSelector, compile_selector
@@ -192,6 +192,15 @@ class Template(_Model):
 class DeploymentSpec(_Model):
     replicas: int = Field(ge=0)
     template: Template
+
+    @field_validator("replicas", mode="before")
+    @classmethod
+    def _a_number(cls, v: Any) -> Any:
+        # Lax int would take "3" (and true); the XRD says integer, so the API server
+        # rejects those: name the field instead of guessing.
+        if isinstance(v, (str, bool)):
+            raise ValueError(f"expected a whole number such as 3, got {type(v).__name__}")
+        return v
 
 
 def _parse(inputs: Inputs) -> tuple[DeploymentSpec, LabelSelector]:
