@@ -7,10 +7,13 @@ Label values are at most 63 characters of ``[A-Za-z0-9_.-]``, starting and
 ending with an alphanumeric, or empty
 (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/).
 
-Names follow the Crossplane Python SDK's ``child_name`` scheme (join the
-parts with ``-``, append a 5-character sha256 prefix of the whole, truncate the
-head to fit), so they are stable across calls and distinct for inputs that share
-a long prefix. Parts are first folded into DNS-1123 characters.
+Every name is ``<readable head>-<hash>`` (the contract in the README, "Names"):
+the hash is the first :data:`HASH_LEN` hex characters of the sha256 of an
+unambiguous encoding of the parts (:func:`encode_parts`: each part's UTF-8 length,
+``:``, the part), so no other tuple of parts can produce it (short of a 48-bit
+hash collision); the head is only for people to read (parts folded into DNS-1123
+characters, joined with ``-``, truncated to fit). Names are stable across calls,
+processes and releases.
 """
 
 from __future__ import annotations
@@ -18,8 +21,6 @@ from __future__ import annotations
 import hashlib
 import re
 from functools import lru_cache
-
-from crossplane.function.resource import child_name as sdk_child_name
 
 from function import API_GROUP
 
@@ -50,27 +51,53 @@ def _fold(part: str) -> str:
     return _INVALID.sub("-", part.lower()).strip("-")
 
 
+# Hex characters of the hash in every name: 48 bits, so a collision between two
+# given tuples has probability 2**-48, and within a set of a million names about 2e-3.
+HASH_LEN = 12
+# Tags the hash input with the scheme, so a future scheme can never reproduce a name.
+_SCHEME = b"modelplane-name-v1\x00"
+
+
+def encode_parts(parts: tuple[str, ...]) -> bytes:
+    """The unambiguous encoding of ``parts`` that names hash.
+
+    Each part as ``<byte length of its UTF-8>:<its UTF-8>``, concatenated; for example
+    ``("ml", "team-x")`` is ``b"2:ml6:team-x"``. Distinct tuples give distinct bytes
+    (a decoder reads each length, then exactly that many bytes), whatever the parts
+    contain: ``("ml", "team-x")`` and ``("ml-team", "x")`` differ, and so do
+    ``("a", "")`` and ``("a",)``.
+    """
+    out = bytearray()
+    for p in parts:
+        b = p.encode()
+        out += b"%d:" % len(b)
+        out += b
+    return bytes(out)
+
+
+def name_hash(parts: tuple[str, ...]) -> str:
+    """:data:`HASH_LEN` lowercase hex characters of sha256(scheme tag + encoded ``parts``)."""
+    return hashlib.sha256(_SCHEME + encode_parts(parts)).hexdigest()[:HASH_LEN]
+
+
 @lru_cache(maxsize=65536)
 def child_name(*parts: str) -> str:
     """Build a stable DNS-1123 label (at most 63 characters) from ``parts``.
 
     Args:
-        parts: Name components, for example ``("modelcache", namespace, cache,
-            cluster)``. Any characters outside ``[a-z0-9-]`` (dots, capitals) are
-            folded to ``-``.
+        parts: Name components, for example ``("modelcache-hydration", namespace, cache,
+            cluster)``. Any strings; characters outside ``[a-z0-9-]`` are folded to
+            ``-`` in the readable head only.
 
     Returns:
-        ``<folded parts joined by "-", truncated>-<5 hex chars>``. The hash is
-        taken over the original parts, so inputs differing only past the
-        truncation point, or only in folded characters, still differ.
+        ``<head>-<hash>``: the head is the folded non-empty parts joined by ``-``,
+        truncated to ``63 - 1 - HASH_LEN`` characters (trailing ``-`` dropped; ``x``
+        when nothing is left); the hash is :func:`name_hash` of ``parts``. Injective
+        on tuples of parts (up to the hash), whatever the parts contain.
     """
-    folded = "-".join(p for p in (_fold(x) for x in parts) if p) or "x"
-    name = sdk_child_name(folded)
-    if folded != "-".join(parts):
-        # Hash the original parts so that folding cannot make two inputs collide.
-        h = hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:5]
-        name = f"{name[:-5]}{h}"
-    return name
+    head = "-".join(p for p in (_fold(x) for x in parts) if p)
+    head = head[: MAX_LABEL - 1 - HASH_LEN].rstrip("-") or "x"
+    return f"{head}-{name_hash(parts)}"
 
 
 @lru_cache(maxsize=65536)
@@ -118,26 +145,29 @@ def labels_with_full(labels: dict[str, str]) -> tuple[dict[str, str], dict[str, 
 
 def hydration_name(namespace: str, cache: str, cluster: str) -> str:
     """Name of the ModelCacheHydration XR of ``cache`` on ``cluster``."""
-    return child_name("modelcache", namespace, cache, cluster)
+    return child_name("modelcache-hydration", namespace, cache, cluster)
 
 
 def cache_pvc_name(namespace: str, cache: str) -> str:
     """Name of the cache PVC on every cluster; the serving side mounts it by this name.
 
-    The same on every cluster, and the name Modelplane already uses, so an
-    existing PVC is adopted rather than downloaded again.
+    The same on every cluster: ``child_name("modelcache-pvc", namespace, cache)``.
     """
-    return child_name("modelcache", namespace, cache)
+    return child_name("modelcache-pvc", namespace, cache)
 
 
 def cache_secret_name(namespace: str, cache: str) -> str:
     """Name of the token Secret the hydration Job reads on a cluster."""
-    return child_name("modelcache", namespace, cache, "auth")
+    return child_name("modelcache-token", namespace, cache)
 
 
 def source_identity(repo: str, revision: str) -> str:
-    """A short, stable identity of a model source: 10 hex chars of sha256(repo@revision)."""
-    return hashlib.sha256(f"{repo}@{revision}".encode()).hexdigest()[:10]
+    """A short, stable identity of a model source (repo and revision).
+
+    :func:`name_hash` of ``("source", repo, revision)``: 12 lowercase hex characters,
+    distinct for distinct (repo, revision) pairs whatever they contain.
+    """
+    return name_hash(("source", repo, revision))
 
 
 def hydration_job_name(namespace: str, cache: str, repo: str, revision: str) -> str:
@@ -146,7 +176,7 @@ def hydration_job_name(namespace: str, cache: str, repo: str, revision: str) -> 
     A Job's pod template is immutable, so a change of repo or revision gets a
     new Job name instead of colliding with the old Job.
     """
-    return child_name("modelcache", namespace, cache, "dl", source_identity(repo, revision))
+    return child_name("modelcache-job", namespace, cache, source_identity(repo, revision))
 
 
 def replica_name(namespace: str, deployment: str, index: int) -> str:
@@ -171,18 +201,20 @@ MAX_WORKLOAD_NAME = 40
 
 @lru_cache(maxsize=65536)
 def short_name(max_len: int, shown: tuple[str, ...], hashed: tuple[str, ...] = ()) -> str:
-    """A stable DNS-1035 label of at most ``max_len`` characters (>= 12).
+    """A stable DNS-1035 label of at most ``max_len`` characters (>= 20).
 
-    ``<folded shown parts joined by "-", truncated>-<5 hex chars>``, the hash taken
-    over the shown and the ``hashed`` parts. It starts with a letter (``mr-`` is
-    prepended otherwise), so it is also a valid Service name (DNS-1035,
+    ``<folded shown parts joined by "-", truncated>-<hash>``, the hash
+    (:func:`name_hash`) taken over ``("dns1035", <count of shown parts>, *shown,
+    *hashed)``, so the split between shown and hashed parts is part of the input. It
+    starts with a letter (``mr-`` is prepended otherwise), so it is also a valid
+    Service name (DNS-1035,
     https://kubernetes.io/docs/concepts/services-networking/service/).
     """
-    h = hashlib.sha256("\x00".join((*shown, "", *hashed)).encode()).hexdigest()[:5]
+    h = name_hash(("dns1035", str(len(shown)), *shown, *hashed))
     head = "-".join(p for p in (_fold(x) for x in shown) if p) or "x"
     if not head[0].isalpha():
         head = f"mr-{head}"
-    head = head[: max_len - 6].rstrip("-")
+    head = head[: max_len - 1 - HASH_LEN].rstrip("-")
     return f"{head}-{h}"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from function import API_VERSION
+from function.naming import source_identity
 
 
 def inference_cluster(
@@ -41,9 +42,30 @@ def inference_cluster(
 def observed_hydration(
     hydration: dict[str, Any], phase: str, message: str = "", **status: Any
 ) -> dict[str, Any]:
-    """An observed ModelCacheHydration: the desired body plus a status with ``phase``."""
+    """An observed ModelCacheHydration: the desired body plus a status with ``phase``.
+
+    Like the hydration composer, the status names the source it describes
+    (``status.source {repo, revision, identity}``, from the body's spec) unless
+    ``status`` passes its own ``source``.
+    """
     body = {k: v for k, v in hydration.items()}
-    body["status"] = {"phase": phase, "message": message or f"hydration is {phase}", **status}
+    hf = (body.get("spec") or {}).get("huggingFace") or {}
+    src: dict[str, Any] = {}
+    if hf.get("repo"):
+        rev = hf.get("revision") or "main"
+        src = {
+            "source": {
+                "repo": hf["repo"],
+                "revision": rev,
+                "identity": source_identity(hf["repo"], rev),
+            }
+        }
+    body["status"] = {
+        "phase": phase,
+        "message": message or f"hydration is {phase}",
+        **src,
+        **status,
+    }
     return body
 
 

@@ -23,9 +23,15 @@ from function import API_VERSION
 from function.composers import experiment as exp
 from function.errors import SpecError
 from function.experiment_model import parse_spec, spec_hash
-from function.naming import LABEL_CLUSTER, LABEL_DEPLOYMENT, LABEL_RUN, replica_name
+from function.naming import (
+    LABEL_CLUSTER,
+    LABEL_DEPLOYMENT,
+    LABEL_RUN,
+    replica_name,
+    source_identity,
+)
 from function.render import World, load_yaml, observed_by_name
-from tests.fixtures import cache_spec, inference_cluster
+from tests.fixtures import cache_spec, inference_cluster, observed_hydration
 from tests.harness import (
     NAMESPACE,
     NOW,
@@ -52,6 +58,9 @@ from tests.validation import (
 )
 
 NAME = "qwen-canary"
+# The candidates of runs 1 and 2 (hashed names: see function.naming).
+RUN1 = exp.run_name(NAME, 1)
+RUN2 = exp.run_name(NAME, 2)
 CLUSTER = "gpu-a"
 ENDPOINT = "http://qwen-canary-0-svc.default.svc.cluster.local:8000"
 COMMIT = "7ae557604adf67be50417f59c2c2f167def9a775"
@@ -164,12 +173,17 @@ def cronjob(*, ttl: int | None = 300, deadline: int | None = None) -> dict[str, 
     }
 
 
+CACHE_REPO = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
 def cache(
     phases: dict[str, str] | None = None,
     *,
     evidence: dict[str, dict[str, Any]] | None = None,
     name: str = "qwen-cache",
     generation: int = 3,
+    revision: str = "main",
+    reported_revision: str | None = "main",
 ) -> dict[str, Any]:
     phases = phases if phases is not None else {"gpu-a": "Ready", "gpu-b": "Ready"}
     entries = []
@@ -189,8 +203,23 @@ def cache(
             "uid": f"uid-{name}",
             "generation": generation,
         },
-        "spec": {"clusterSelector": {}},
+        "spec": {
+            "clusterSelector": {},
+            "source": "HuggingFace",
+            "huggingFace": {"repo": CACHE_REPO, "revision": revision, "sizeGiB": 2},
+        },
         "status": {
+            **(
+                {}
+                if reported_revision is None
+                else {
+                    "source": {
+                        "repo": CACHE_REPO,
+                        "revision": reported_revision,
+                        "identity": source_identity(CACHE_REPO, reported_revision),
+                    }
+                }
+            ),
             "clusters": entries,
             "summary": {"ready": f"{ready}/{len(phases)}", "total": len(phases)},
             "conditions": [
@@ -403,7 +432,7 @@ def test_pass_full_lifecycle(sim_factory, clock: Clock) -> None:
     assert sim.status["candidate"]["createdAt"] == "2026-11-29T09:00:00Z"
     assert sim.status["candidate"]["deadline"] == "2026-11-29T09:30:00Z"
     cand = sim.observed["candidate-r1"]
-    assert cand["kind"] == "ModelDeployment" and cand["metadata"]["name"] == NAME
+    assert cand["kind"] == "ModelDeployment" and cand["metadata"]["name"] == RUN1
     assert cand["spec"]["replicas"] == 1
     # Isolation: only the experiment's own labels, on the deployment, template and pods.
     own = {
@@ -416,7 +445,7 @@ def test_pass_full_lifecycle(sim_factory, clock: Clock) -> None:
     member = cand["spec"]["template"]["spec"]["engines"][0]["members"][0]
     assert member["template"]["metadata"]["labels"] == own
     engine = member["template"]["spec"]["containers"][0]
-    assert env_of(engine)[0] == ("MODELPLANE_SERVED_MODEL_NAME", NAME)
+    assert env_of(engine)[0] == ("MODELPLANE_SERVED_MODEL_NAME", RUN1)
     assert ("VLLM_LOGGING_LEVEL", "INFO") in env_of(engine)
     assert engine["args"][1] == "--served-model-name=$(MODELPLANE_SERVED_MODEL_NAME)"
     assert "backend" not in cand["spec"]["template"]["spec"]
@@ -449,13 +478,13 @@ def test_pass_full_lifecycle(sim_factory, clock: Clock) -> None:
     # MODELS and the endpoint first (the production MODELS is dropped); gauntlet.env by
     # name: TASKS replaced in place, LIMIT appended.
     assert env_of(main) == [
-        ("MODELS", f"{NAME}=vllm"),
+        ("MODELS", f"{RUN1}=vllm"),
         ("MODELPLANE_ENDPOINT", ENDPOINT),
         ("TASKS", "gsm8k"),
         ("LIMIT", "200"),
     ]
     init = job["spec"]["template"]["spec"]["initContainers"][0]
-    assert env_of(init) == [("MODELS", f"{NAME}=vllm"), ("MODELPLANE_ENDPOINT", ENDPOINT)]
+    assert env_of(init) == [("MODELS", f"{RUN1}=vllm"), ("MODELPLANE_ENDPOINT", ENDPOINT)]
     assert sim.conditions()["Verdict"]["status"] == "Unknown"
 
     # The CronJob may go away now: the Job exists and is kept as it is.
@@ -538,8 +567,8 @@ def test_serving_waits_for_endpoint_and_provider_config(sim_factory, clock: Cloc
     assert sim.phase == "Serving"
     assert "waiting for its replica to report an endpoint" in sim.conditions()["Verdict"]["message"]
     assert set(sim.observed) == {"candidate-r1"}
-    sim.remove("ModelReplica", replica_name(NAMESPACE, NAME, 0))
-    sim.world.append(replica(NAME))
+    sim.remove("ModelReplica", replica_name(NAMESPACE, RUN1, 0))
+    sim.world.append(replica(RUN1))
     sim.reconcile()
     assert sim.phase == "Serving"
     assert "no status.providerConfigRef" in sim.conditions()["Verdict"]["message"]
@@ -560,7 +589,7 @@ def test_fail_is_terminal_even_with_repeat(sim_factory, clock: Clock) -> None:
     assert v["pass"] is False and v["reason"] == "GauntletFailed"
     assert "BackoffLimitExceeded" in v["summary"]
     assert "candidate-r1" not in sim.observed and "gauntlet-r1" in sim.observed
-    assert ("Warning", f"Failed: run {NAME} failed: {v['summary']}") in results(sim.rsp)
+    assert ("Warning", f"Failed: run {RUN1} failed: {v['summary']}") in results(sim.rsp)
     assert xr_ready(sim.rsp) == "READY_FALSE"
     # Far past any cool-down: no new run, no candidate.
     clock.advance(10 * 3600)
@@ -650,7 +679,7 @@ def test_candidate_lost(sim_factory, clock: Clock) -> None:
 def test_candidate_replica_gone_is_lost(sim_factory, clock: Clock) -> None:
     sim = sim_factory()
     sim.to_evaluating()
-    sim.remove("ModelReplica", replica_name(NAMESPACE, NAME, 0))  # its cluster was lost
+    sim.remove("ModelReplica", replica_name(NAMESPACE, RUN1, 0))  # its cluster was lost
     clock.advance(60)
     sim.reconcile()
     assert sim.status["verdict"]["reason"] == "CandidateLost"
@@ -673,7 +702,7 @@ def test_candidate_hydration_failed_on_replica(sim_factory, clock: Clock) -> Non
     sim.reconcile()
     sim.world.append(
         replica(
-            NAME,
+            RUN1,
             endpoint="",
             conditions=[
                 cond("ModelReady", "False", "HydrationFailed", "Job DeadlineExceeded"),
@@ -810,6 +839,23 @@ GATE_CASES = [
         "recorded different artifacts",
         id="digests-disagree",
     ),
+    # Issue 13: a revision edit never opens the gate on the old hydrations' Ready.
+    pytest.param(
+        {},
+        candidate(),
+        [cache(revision="v2", reported_revision="main", evidence={"gpu-a": full_evidence()})],
+        "ArtifactCacheNotReady",
+        "not Qwen/Qwen2.5-0.5B-Instruct@v2",
+        id="revision-edited-status-for-old-source",
+    ),
+    pytest.param(
+        {},
+        candidate(),
+        [cache(reported_revision=None)],
+        "ArtifactCacheNotReady",
+        "status describes no source",
+        id="status-names-no-source",
+    ),
 ]
 
 
@@ -871,7 +917,7 @@ def test_gate_reads_what_the_modelcache_composer_reports(sim_factory) -> None:
     for key, body in desired(first).items():
         cluster = body["spec"]["clusterName"]
         ev = full_evidence(validatedAt=f"2026-11-29T08:0{len(observed)}:00Z")
-        observed[key] = {**body, "status": {"phase": "Ready", "message": "ok", "evidence": ev}}
+        observed[key] = observed_hydration(body, "Ready", "ok", evidence=ev)
         if cluster == "gpu-b":
             observed[key]["status"].pop("evidence")  # gpu-b reported nothing yet
     rolled = run(request(mc, observed=observed, required={"clusters": clusters, "replicas": []}))
@@ -1016,7 +1062,7 @@ def test_invalid_spec_mid_run_keeps_children(sim_factory, clock: Clock) -> None:
     assert set(sim.observed) == set(before)
     for k in before:
         assert sim.observed[k]["spec"] == before[k]["spec"]
-    assert sim.status["run"] == NAME and sim.status["gauntlet"]  # run state kept
+    assert sim.status["run"] == RUN1 and sim.status["gauntlet"]  # run state kept
 
 
 # ---- suspend, spec change -----------------------------------------------------------------
@@ -1038,7 +1084,7 @@ def test_suspend_and_resume(sim_factory, clock: Clock) -> None:
     sim.update_spec(suspend=False)
     sim.reconcile()
     assert sim.phase == "Deploying"
-    assert sim.status["run"] == NAME and sim.status["runNumber"] == 1  # same run, no new hash
+    assert sim.status["run"] == RUN1 and sim.status["runNumber"] == 1  # same run, no new hash
     assert sim.status["candidate"]["createdAt"] == "2026-11-29T10:01:00Z"
 
 
@@ -1078,7 +1124,7 @@ def test_crossplane_machinery_in_spec_is_no_change(sim_factory, clock: Clock) ->
     sim.reconcile()
     assert sim.phase == "Deploying"
     sim.xr["spec"]["crossplane"]["resourceRefs"] = [
-        {"apiVersion": API_VERSION, "kind": "ModelDeployment", "name": NAME}
+        {"apiVersion": API_VERSION, "kind": "ModelDeployment", "name": RUN1}
     ]
     clock.advance(60)
     sim.reconcile()
@@ -1097,7 +1143,7 @@ def test_spec_change_mid_run_starts_fresh_run(sim_factory, clock: Clock) -> None
     )
     clock.advance(60)
     sim.reconcile()
-    assert sim.status["runNumber"] == 2 and sim.status["run"] == f"{NAME}-r2"
+    assert sim.status["runNumber"] == 2 and sim.status["run"] == RUN2
     assert set(sim.observed) == {"candidate-r2"}  # run 1's children discarded
     assert sim.status["history"] == []  # run 1 had no verdict
     assert sim.status["candidate"]["createdAt"] == "2026-11-29T09:01:00Z"
@@ -1115,7 +1161,7 @@ def test_spec_change_after_verdict_keeps_history(sim_factory, clock: Clock) -> N
     sim.reconcile()
     assert sim.phase == "Deploying" and sim.status["runNumber"] == 2
     assert [h["reason"] for h in sim.status["history"]] == ["GauntletFailed"]
-    assert sim.status["history"][0]["run"] == NAME
+    assert sim.status["history"][0]["run"] == RUN1
     assert "verdict" not in sim.status
     assert set(sim.observed) == {"gauntlet-r1", "candidate-r2"}
 
@@ -1142,13 +1188,13 @@ def test_recurrence_with_fenced_names(sim_factory, clock: Clock) -> None:
     clock.now = datetime.datetime(2026, 11, 29, 10, 1, tzinfo=datetime.UTC)
     sim.reconcile()
     assert sim.status["runNumber"] == 2
-    assert sim.status["run"] == f"{NAME}-r2"
+    assert sim.status["run"] == RUN2
     assert sim.phase == "Deploying"
     assert xr_ready(sim.rsp) == "READY_TRUE"  # the last verdict passed; no flapping
-    assert sim.status["history"][0]["run"] == NAME and sim.status["history"][0]["pass"] is True
+    assert sim.status["history"][0]["run"] == RUN1 and sim.status["history"][0]["pass"] is True
     assert "verdict" not in sim.status and "nextRunAt" not in sim.status
     cand = sim.observed["candidate-r2"]
-    assert cand["metadata"]["name"] == f"{NAME}-r2"
+    assert cand["metadata"]["name"] == RUN2
     assert cand["metadata"]["labels"]["modelplane.ai/run"] == "2"
     assert "gauntlet-r1" in sim.observed  # evidence of run 1
     sim.reconcile()
@@ -1159,7 +1205,7 @@ def test_recurrence_with_fenced_names(sim_factory, clock: Clock) -> None:
     assert job2["metadata"]["name"] != job1["metadata"]["name"]
     assert job2["metadata"]["labels"]["modelplane.ai/run"] == "2"
     main = job2["spec"]["template"]["spec"]["containers"][0]
-    assert ("MODELS", f"{NAME}-r2=vllm") in env_of(main)
+    assert ("MODELS", f"{RUN2}=vllm") in env_of(main)
     # Evidence from run 1 can never satisfy run 2: a Job with run 1's labels does not count.
     sim.job_finished(True, clock.advance(60), 2, labels=job1["metadata"]["labels"])
     sim.reconcile()
@@ -1177,7 +1223,7 @@ def test_changed_cool_down_applies_at_once(sim_factory, clock: Clock) -> None:
     sim.update_spec(repeatAfter="1h")  # not part of the run's identity: no new run for it
     sim.reconcile()
     assert sim.status["runNumber"] == 2 and sim.phase == "Deploying"
-    assert sim.status["history"][0]["run"] == NAME
+    assert sim.status["history"][0]["run"] == RUN1
 
 
 def test_history_pruning_deletes_oldest_evidence(sim_factory, clock: Clock) -> None:
@@ -1288,7 +1334,7 @@ def test_long_names_stay_valid() -> None:
         job = exp.gauntlet_job_name(NAMESPACE, name)
         assert len(job) <= 63
     assert exp.run_name(long, 2) != exp.run_name(long, 3)
-    assert exp.run_name("short", 1) == "short" and exp.run_name("short", 2) == "short-r2"
+    assert exp.run_name("short", 1) != "short" and exp.run_name("short", 2) != "short-r2"
 
 
 def test_requirements_loop_settles(sim_factory) -> None:
@@ -1330,7 +1376,7 @@ def test_example_renders(grpc_function: GrpcFunction) -> None:
     job = obj["spec"]["forProvider"]["manifest"]
     validate_k8s(job)
     main = job["spec"]["template"]["spec"]["containers"][0]
-    assert ("MODELS", "qwen-canary=vllm") in env_of(main)
+    assert ("MODELS", f"{RUN1}=vllm") in env_of(main)
     x["status"] = st
     validate_xr(x)
 
@@ -1437,7 +1483,7 @@ def test_chain_through_deployment_and_replica_composers(
     placed, _ = grpc_function.drive(cand, World(sim.world))
     assert not fatal(placed), fatal(placed)
     (rep_key, rep), *_ = [(k, v) for k, v in desired(placed).items() if v["kind"] == "ModelReplica"]
-    assert rep["metadata"]["labels"][LABEL_DEPLOYMENT] == NAME
+    assert rep["metadata"]["labels"][LABEL_DEPLOYMENT] == RUN1
     assert rep["spec"]["clusterName"] == CLUSTER
     rep["metadata"].update(uid="uid-replica", generation=1)
 
@@ -1466,8 +1512,8 @@ def test_chain_through_deployment_and_replica_composers(
     # The served model name the engine gets is the name MODELS addresses.
     workload = objects["workload-vllm"]["spec"]["forProvider"]["manifest"]
     engine = workload["spec"]["template"]["spec"]["containers"][0]
-    assert {"name": "MODELPLANE_SERVED_MODEL_NAME", "value": NAME} in engine["env"]
-    assert ("MODELS", f"{NAME}=vllm") in env_of(main)
+    assert {"name": "MODELPLANE_SERVED_MODEL_NAME", "value": RUN1} in engine["env"]
+    assert ("MODELS", f"{RUN1}=vllm") in env_of(main)
     # Isolation reaches the pods: no production label survives.
     assert "app" not in workload["spec"]["template"]["metadata"]["labels"]
 

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from function.naming import DNS1123_LABEL, LABEL_VALUE, hydration_name
+from function.naming import DNS1123_LABEL, LABEL_VALUE, hydration_name, source_identity
 from tests.fixtures import cache_spec, inference_cluster, observed_hydration
 from tests.harness import (
     NAMESPACE,
@@ -458,3 +458,60 @@ def test_steady_state_status_is_the_same_whether_reused_or_rebuilt():
         request(cache(selector={}, status=stale), observed=observed, required=resolved(clusters))
     )
     assert "note" not in status(rebuilt)["clusters"][0]
+
+
+# ---- A source edit is never reported from stale evidence (issue 13) ------------------
+
+# (case, what the hydration's status says: (phase, reported revision or None for no
+# status.source), the cluster's phase in the roll-up, ArtifactReady reason)
+STALE_CASES = [
+    ("current identity Ready counts", ("Ready", "v2"), "Ready", "Hydrated"),
+    ("old revision Ready is not Ready", ("Ready", "main"), "Pending", "Hydrating"),
+    ("old revision Failed is not a failure of v2", ("Failed", "main"), "Pending", "Hydrating"),
+    ("status without a source is not known", ("Ready", None), "Pending", "Hydrating"),
+    ("current identity Failed fails", ("Failed", "v2"), "Failed", "HydrationFailed"),
+]
+
+
+def _edited_to_v2(phase, reported):
+    """A cache edited from revision main to v2, its hydration reporting ``reported``."""
+    clusters = [inference_cluster("gpu-a")]
+    first = run(request(cache(selector={}, revision="v2"), required=resolved(clusters)))
+    ((key, body),) = desired(first).items()
+    ev = {"commit": "a" * 40, "digest": "sha256:" + "b" * 64, "validatedAt": "2026-11-29T08:00:00Z"}
+    extra = {"evidence": ev}
+    if reported is None:
+        obs = observed_hydration(body, phase, **extra)
+        obs["status"].pop("source")
+    else:
+        src = {"repo": "Qwen/Qwen2.5-0.5B-Instruct", "revision": reported}
+        src["identity"] = source_identity(src["repo"], reported)
+        obs = observed_hydration(body, phase, source=src, **extra)
+    return request(
+        cache(selector={}, revision="v2"), observed={key: obs}, required=resolved(clusters)
+    )
+
+
+@pytest.mark.parametrize("transport", ["in-process", "grpc"])
+@pytest.mark.parametrize(
+    "case, reported, want_phase, want_reason", STALE_CASES, ids=[c[0] for c in STALE_CASES]
+)
+def test_roll_up_counts_only_the_current_source_identity(
+    case, reported, want_phase, want_reason, transport, grpc_function
+):
+    req = _edited_to_v2(*reported)
+    rsp = run(req) if transport == "in-process" else grpc_function.call(req)
+    st = status(rsp)
+    (row,) = st["clusters"]
+    assert row["phase"] == want_phase, (case, row)
+    assert conditions(rsp)["ArtifactReady"]["reason"] == want_reason, case
+    assert st["source"] == {
+        "repo": "Qwen/Qwen2.5-0.5B-Instruct",
+        "revision": "v2",
+        "identity": source_identity("Qwen/Qwen2.5-0.5B-Instruct", "v2"),
+    }
+    if want_phase == "Pending":
+        # Stale evidence is never copied up (the experiment's gate reads it).
+        assert "evidence" not in row
+        assert "Qwen/Qwen2.5-0.5B-Instruct@v2" in row["message"]
+        assert xr_ready(rsp) == "READY_FALSE"

@@ -106,6 +106,7 @@ from function.naming import (
     label_value,
     labels_with_full,
     short_name,
+    source_identity,
 )
 from function.outcome import Outcome
 from function.timeutil import format_time, parse_time
@@ -155,22 +156,16 @@ CANDIDATE_LOST = "CandidateLost"
 # ---- names -------------------------------------------------------------------
 
 
-def _fit(value: str, *parts: str) -> str:
-    """``value`` when it is a DNS-1123 label, else a hashed child name of ``parts``."""
-    if len(value) <= MAX_LABEL and DNS1123_LABEL.match(value):
-        return value
-    return child_name(*parts)
-
-
 def run_name(experiment: str, number: int) -> str:
-    """Name of run ``number``: the experiment's name for run 1, ``<name>-r<N>`` later.
+    """Name of run ``number``'s candidate ModelDeployment: ``child_name("modelexperiment",
+    <experiment>, "r<N>")``.
 
-    The candidate ModelDeployment carries this name (so it is also the served model
-    name the gauntlet addresses).
+    Hashed like every composed name, so it can collide neither with another run's
+    candidate (experiment ``a`` run 2 and experiment ``a-r2`` run 1) nor with a
+    ModelDeployment the user wrote. The candidate serves under this name (it is the
+    served model name the gauntlet addresses).
     """
-    if number <= 1:
-        return _fit(experiment, "modelexperiment", experiment)
-    return _fit(f"{experiment}-r{number}", "modelexperiment", experiment, f"r{number}")
+    return child_name("modelexperiment", experiment, f"r{max(number, 1)}")
 
 
 def gauntlet_job_name(namespace: str, run: str) -> str:
@@ -406,9 +401,13 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
         ``ArtifactCacheNotFound``, ``ArtifactCacheFailed``, ``ArtifactCacheNotReady``,
         ``ArtifactValidationMissing``, ``ArtifactDigestMissing``.
 
-    A status whose ``ArtifactReady`` condition reports an ``observedGeneration``
-    older than the cache's ``metadata.generation`` describes an older spec and
-    keeps the gate closed. The footprint is every ``status.clusters[]`` entry of
+    A status whose ``source.identity`` is not the identity of the cache's
+    ``spec.huggingFace`` (repo and revision; ``naming.source_identity``), or that
+    names no source, describes other bytes (or is not known to describe these) and
+    keeps the gate closed (``ArtifactCacheNotReady``), so a revision edit never opens
+    the gate on the old hydrations' Ready. So does a status whose ``ArtifactReady``
+    condition reports an ``observedGeneration`` older than the cache's
+    ``metadata.generation``. The footprint is every ``status.clusters[]`` entry of
     the cache that is not ``retained`` and whose phase is Pending, Hydrating, Ready
     or Failed. Evidence
     is each entry's ``evidence {commit, digest, validatedAt}``: ``commit`` 40
@@ -428,6 +427,17 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
             )
     if cache is None:
         return Gate("ArtifactCacheNotFound", f"ModelCache {ref} (spec.artifactGate) not found")
+    repo = structs.get_str(cache, "spec", "huggingFace", "repo")
+    revision = structs.get_str(cache, "spec", "huggingFace", "revision") or "main"
+    reported = structs.get_str(cache, "status", "source", "identity")
+    if not repo or reported != source_identity(repo, revision):
+        wants = f"{repo}@{revision}" if repo else "a source its spec does not name"
+        says = f"source identity {reported}" if reported else "no source"
+        return Gate(
+            "ArtifactCacheNotReady",
+            f"ModelCache {ref} status describes {says}, not {wants}; waiting for it "
+            "to report the current source",
+        )
     entries = structs.get(cache, "status", "clusters")
     footprint: list[Any] = []
     for e in entries or ():

@@ -316,12 +316,12 @@ def _labels(cache: str, cluster: str, component: str) -> tuple[dict[str, str], d
 
 def result_configmap_name(namespace: str, cache: str) -> str:
     """The remote ConfigMap the download Job reports its result to."""
-    return child_name("modelcache", namespace, cache, "result")
+    return child_name("modelcache-result", namespace, cache)
 
 
 def rbac_name(namespace: str, cache: str) -> str:
     """The remote ServiceAccount, Role and RoleBinding that let the Job report."""
-    return child_name("modelcache", namespace, cache, "hydrate")
+    return child_name("modelcache-rbac", namespace, cache)
 
 
 @lru_cache(maxsize=16384)

@@ -13,6 +13,11 @@ Rules (issue "ModelCache: fan out and roll up"):
   cluster that still matches is kept even if the cluster stops being hostable.
 - A cluster that stops matching loses its hydration (and so its PVC), except while
   a live ModelReplica that uses this cache still runs there.
+- A hydration's phase counts only when its ``status.source.identity`` is the cache's
+  current source identity (``naming.source_identity(repo, revision)``): after a repo or
+  revision edit, the old hydrations' ``Ready`` (and ``Failed``) describe other bytes,
+  so the cluster reads ``Pending`` until its hydration reports the new identity. The
+  identity the roll-up is for is written to ``status.source``.
 - ``ArtifactReady`` is True only when every footprint cluster is Ready; any Failed
   hydration makes it False with reason ``HydrationFailed``; no matched cluster is
   ``NoMatchingClusters``. The XR's readiness is set explicitly.
@@ -39,6 +44,7 @@ from function.naming import (
     MANAGED_BY,
     hydration_name,
     labels_with_full,
+    source_identity,
 )
 from function.outcome import Desired, Outcome
 from function.selectors import LabelSelector
@@ -120,6 +126,23 @@ def _replica_clusters(replicas: Resolved, cache: str) -> dict[str, list[str]]:
     return out
 
 
+def _reported_identity(st: Any) -> str:
+    """``status.source.identity`` from a hydration's status fields ("" when absent)."""
+    v = st.get("source")
+    if v is None or not v.HasField("struct_value"):
+        return ""
+    iv = v.struct_value.fields.get("identity")
+    return iv.string_value if iv is not None else ""
+
+
+def _stale_message(repo: str, revision: str, identity: str, got: str, phase: str) -> str:
+    """Why a hydration whose status is for another source does not count."""
+    want = f"waiting for the hydration to report {repo}@{revision} (identity {identity})"
+    if not got:
+        return want
+    return f"{want}; its status ({phase}) is for source identity {got}"
+
+
 def _hydration_state(obs: Struct | None) -> tuple[str, str, Struct | None]:
     """(phase, message, evidence) of an observed hydration; Pending when not observed yet."""
     if obs is None:
@@ -196,6 +219,15 @@ def _entries(rows: list[Row]) -> ListValue:
     return out
 
 
+@lru_cache(maxsize=4096)
+def _source_status(repo: str, revision: str, identity: str) -> Struct:
+    """``status.source {repo, revision, identity}``: the source the roll-up describes
+    (shared, read-only; the runner copies it)."""
+    s = Struct()
+    s.update({"repo": repo, "revision": revision, "identity": identity})
+    return s
+
+
 def _names(names: list[str], limit: int = 5) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
@@ -256,6 +288,8 @@ def compose(inputs: Inputs) -> Outcome:
     replicas = inputs.required(REQ_REPLICAS)
 
     source_json = json.dumps(source.to_spec(), sort_keys=True)
+    repo, revision = source.huggingFace.repo, source.huggingFace.revision
+    identity = source_identity(repo, revision)
     ns, cache = inputs.namespace, inputs.name
     matched: list[str] = []
     unhostable: dict[str, str] = {}
@@ -324,6 +358,11 @@ def compose(inputs: Inputs) -> Outcome:
             v = st.get("evidence")
             if v is not None and v.HasField("struct_value"):
                 evidence = v.struct_value
+            got = _reported_identity(st)
+            if got != identity and sv is not None:
+                # Status for another source (or none yet): not evidence of this one.
+                msg = _stale_message(repo, revision, identity, got, phase)
+                phase, evidence = "Pending", None
         counts[phase] += 1
         is_ready = phase == "Ready"
         resources[CHILD_PREFIX + name] = Desired(
@@ -365,6 +404,7 @@ def compose(inputs: Inputs) -> Outcome:
     same = prev_list is not None and _same_rows(rows, prev_rows)
     out.status["clusters"] = prev_list if same and prev_list is not None else _entries(rows)
     out.status["summary"] = {"ready": f"{ready}/{total}", "total": total}
+    out.status["source"] = _source_status(repo, revision, identity)
 
     if not matched:
         out.condition(
