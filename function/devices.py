@@ -22,7 +22,16 @@ of ``{string, version, bool, int}``; ``capacity`` maps a bare name to
 
 Rules (as in DRA): an expression that does not parse is an error that names it
 (:class:`InvalidSelector`); an expression that fails at evaluation (a missing
-attribute, a type mismatch) or returns a non-boolean does not match.
+attribute, a type mismatch, a division by zero) or returns a non-boolean is an
+error too (:class:`SelectorEvaluationError`), never a non-match: Kubernetes says of
+``CELDeviceSelector.expression`` "Any other result is an error and causes allocation
+of devices to abort". Callers keep what exists and name the field. One exception,
+because the fleet is wider than one cluster's DeviceClass: a device of another
+driver (the expression addresses ``device.attributes["<domain>"]`` or
+``device.capacity["<domain>"]`` of some domains, and the device's driver is none of
+them) does not match when the expression fails on it; on a real cluster the
+DeviceClass of those drivers would never offer it (Modelplane's AMD recipe beside an
+NVIDIA cluster relies on this).
 
 Hot path: compiled programs are cached by expression string, and results are
 cached by (expression, device) because every cluster of a fleet usually carries
@@ -214,6 +223,25 @@ class InvalidSelector(ValueError):
         self.reason = reason
 
 
+class SelectorEvaluationError(ValueError):
+    """A CEL selector that compiled but failed while evaluating on a device.
+
+    Attributes:
+        expression: The selector, as written.
+        device: The device it was evaluated on.
+        reason: The evaluation error (or the non-boolean result).
+    """
+
+    def __init__(self, expression: str, device: Device, reason: str) -> None:
+        super().__init__(
+            f"CEL selector {expression.strip()!r} fails on device {device.name or '?'} "
+            f"(driver {device.driver or '?'}): {reason}"
+        )
+        self.expression = expression
+        self.device = device
+        self.reason = reason
+
+
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 _KNOWN = (
     frozenset(k for k in ev_base_functions if k[:1].isalpha())
@@ -389,23 +417,54 @@ def _typed(typ: str, v: Any) -> Any:
         return celtypes.StringType(str(v))
 
 
+_DOMAIN = re.compile(r"""device\.(?:attributes|capacity)\s*\[\s*(?:"([^"]*)"|'([^']*)')\s*\]""")
+
+
+@lru_cache(maxsize=4096)
+def _domains(expression: str) -> frozenset[str]:
+    """The driver domains ``expression`` addresses by literal (``device.capacity["x"]``)."""
+    return frozenset(a or b for a, b in _DOMAIN.findall(expression))
+
+
+def _reason(e: BaseException) -> str:
+    """A one-line reason: the message celpy puts first in its error's args."""
+    first = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
+    return " ".join(first.split()) or type(e).__name__
+
+
 @lru_cache(maxsize=65536)
-def _eval(expression: str, device: Device) -> bool:
+def _eval(expression: str, device: Device) -> bool | SelectorEvaluationError:
     program = compile_selector(expression)
     try:
         result = program.evaluate(device.activation())
-    except Exception:  # an evaluation error does not match (DRA semantics)
-        return False
-    return isinstance(result, celtypes.BoolType) and bool(result)
+    except Exception as e:  # celpy raises CELEvalError (and Python errors from functions)
+        result = e
+    if isinstance(result, celtypes.BoolType):
+        return bool(result)
+    # celpy returns (not raises) CELEvalError for most runtime errors.
+    if isinstance(result, Exception):
+        domains = _domains(expression)
+        if domains and device.driver not in domains:
+            return False  # a device of another driver (see the module docstring)
+        return SelectorEvaluationError(expression, device, _reason(result))
+    return SelectorEvaluationError(
+        expression, device, f"returned {type(result).__name__} {result!r}, not a boolean"
+    )
 
 
 def selector_matches(expression: str, device: Device) -> bool:
-    """True when ``device`` satisfies the CEL ``expression``.
+    """True when ``device`` satisfies the CEL ``expression`` (cached per pair).
 
     Raises:
-        InvalidSelector: when the expression does not parse.
+        InvalidSelector: when the expression does not compile.
+        SelectorEvaluationError: when it fails while evaluating on ``device`` (an
+            attribute or capacity the device does not have, a division by zero, a
+            type mismatch) or returns something other than a boolean.
     """
-    return _eval(expression, device)
+    r = _eval(expression, device)
+    if isinstance(r, SelectorEvaluationError):
+        raise r
+    return r
 
 
 @dataclass(frozen=True, slots=True)

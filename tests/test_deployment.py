@@ -503,8 +503,40 @@ def test_invalid_device_selector_names_it_and_keeps_replicas() -> None:
     assert placed(rsp) == placed(first)
 
 
+# Issue 13: a selector that fails while evaluating is treated like one that does not
+# compile (DRA: "Any other result is an error and causes allocation of devices to
+# abort"): the replicas that exist are kept and the condition names field and error.
+EVAL_ERRORS = [
+    ("unknown attribute", 'device.attributes["gpu.nvidia.com"].missing', "missing"),
+    ("division by zero", '1 / 0 == 1 || device.driver == "x"', "divide by zero"),
+    ("non-boolean result", "device.driver", "not a boolean"),
+]
+
+
+@pytest.mark.parametrize("transport", ["in-process", "grpc"])
+@pytest.mark.parametrize(("case", "expr", "error"), EVAL_ERRORS, ids=[c[0] for c in EVAL_ERRORS])
+def test_selector_failing_at_evaluation_keeps_replicas_and_names_the_field(
+    grpc_function: h.GrpcFunction, transport: str, case: str, expr: str, error: str
+) -> None:
+    first = drive(deployment(2), world())
+    assert len(placed(first)) == 2
+    bad = deployment(3, engines=[engine(selector=expr)])
+    if transport == "grpc":
+        rsp, _ = grpc_function.drive(bad, world(), observe(first))
+    else:
+        rsp = drive(bad, world(), observe(first))
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert (c["status"], c["reason"]) == ("False", "InvalidDeviceSelector"), (case, c)
+    field = "spec.template.spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel"
+    assert c["message"].startswith(field + ": "), c["message"]
+    assert error in c["message"] and expr in c["message"], c["message"]
+    assert placed(rsp) == placed(first)
+    assert not any("removed replica" in m for _, m in h.results(rsp))
+    assert ("Warning", c["message"]) in h.results(rsp)
+
+
 def test_selector_that_matches_nothing_is_capacity_not_error() -> None:
-    xr = deployment(1, engines=[engine(selector='device.attributes["gpu.nvidia.com"].missing')])
+    xr = deployment(1, engines=[engine(selector='device.driver == "amd.com"')])
     rsp = drive(xr, world())
     c = h.conditions(rsp)["ReplicasScheduled"]
     assert c["reason"] == "InsufficientCapacity"

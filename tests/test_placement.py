@@ -14,6 +14,7 @@ from function.devices import (
     Device,
     DeviceRequest,
     InvalidSelector,
+    SelectorEvaluationError,
     Semver,
     compile_selector,
     parse_quantity,
@@ -147,17 +148,39 @@ def test_parse_quantity_rejects(text: str) -> None:
             True,
         ),
         ('device.attributes["gpu.nvidia.com"].cudaComputeCapability.major() == 9', H100, True),
-        # Evaluation errors do not match: a missing attribute, another driver, a type error.
-        ('device.attributes["gpu.nvidia.com"].nvlink', L4, False),
+        # A device of another driver: the expression addresses only amd.com.
         ('device.capacity["amd.com"].memory.compareTo(quantity("1Gi")) >= 0', H100, False),
-        ('device.capacity["gpu.nvidia.com"].memory.compareTo(1) >= 0', H100, False),
-        ('quantity("not-a-quantity").compareTo(quantity("1")) >= 0', H100, False),
-        # A non-boolean result does not match.
-        ("device.driver", H100, False),
+        # A guard that is false short-circuits what would fail.
+        (
+            'device.driver == "amd.com" && '
+            'device.attributes["gpu.nvidia.com"].nvlink',
+            H100,
+            False,
+        ),
     ],
 )
 def test_selector(expr: str, device: Device, want: bool) -> None:
     assert selector_matches(expr, device) is want
+
+
+@pytest.mark.parametrize(
+    ("expr", "device", "why"),
+    [
+        # Evaluation errors are errors (DRA aborts the allocation), never a non-match:
+        # a missing attribute, another driver, a type error, a bad quantity, x/0.
+        ('device.attributes["gpu.nvidia.com"].nvlink', L4, "nvlink"),
+        ('device.capacity["gpu.nvidia.com"].memory.compareTo(1) >= 0', H100, ""),
+        ('quantity("not-a-quantity").compareTo(quantity("1")) >= 0', H100, "not-a-quantity"),
+        ("1 / 0 == 0", H100, "divide by zero"),
+        # A non-boolean result is an error too.
+        ("device.driver", H100, "not a boolean"),
+    ],
+)
+def test_selector_failing_at_evaluation_is_an_error(expr: str, device: Device, why: str) -> None:
+    with pytest.raises(SelectorEvaluationError) as e:
+        selector_matches(expr, device)
+    assert e.value.expression == expr and e.value.device == device
+    assert why in str(e.value) and device.name in str(e.value)
 
 
 @pytest.mark.parametrize("expr", ['device.capacity["gpu.nvidia.com"', "1 +", "", "a ++ b"])

@@ -78,7 +78,13 @@ from google.protobuf.struct_pb2 import ListValue, Struct
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from function import API_VERSION, structs
-from function.devices import Device, DeviceRequest, InvalidSelector, compile_selector
+from function.devices import (
+    Device,
+    DeviceRequest,
+    InvalidSelector,
+    SelectorEvaluationError,
+    compile_selector,
+)
 from function.envinject import check_reserved
 from function.errors import SpecError, pydantic_errors
 from function.inputs import UNRESOLVED, Inputs, Resolved
@@ -686,6 +692,41 @@ def _observed_replicas(inputs: Inputs) -> dict[str, Struct]:
     }
 
 
+def _selector_fields(raw_engines: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """CEL expression -> the field paths that hold it (error path only)."""
+    out: dict[str, list[str]] = {}
+    for ei, e in enumerate(raw_engines):
+        for mi, m in enumerate(e.get("members") or []):
+            for di, d in enumerate(((m.get("nodeSelector") or {}).get("devices")) or []):
+                for si, s in enumerate(d.get("selectors") or []):
+                    expr = s.get("cel") if isinstance(s, Mapping) else None
+                    if isinstance(expr, str):
+                        out.setdefault(expr, []).append(
+                            f"spec.template.spec.engines[{ei}].members[{mi}].nodeSelector."
+                            f"devices[{di}].selectors[{si}].cel"
+                        )
+    return out
+
+
+def _invalid_selector(
+    inputs: Inputs,
+    out: Outcome,
+    msg: str,
+    replicas: int,
+    obs_rows: list[Any],
+    cache: str | None,
+) -> Outcome:
+    """A device selector that does not compile or fails while evaluating: every
+    existing child is kept exactly, ``ReplicasScheduled=False``,
+    ``InvalidDeviceSelector`` with ``msg`` (the field and the error), and a warning."""
+    _keep_all(inputs, out)
+    out.condition(SCHEDULED, "False", INVALID_DEVICE_SELECTOR, msg)
+    out.warning(msg, INVALID_DEVICE_SELECTOR)
+    _status_from(inputs, out, replicas, obs_rows, cache)
+    _carry_displaced(inputs, out)
+    return out
+
+
 def _keep_all(inputs: Inputs, out: Outcome) -> None:
     for k, c in sorted(inputs.observed.items()):
         ready = True  # the Usage: it exists
@@ -961,13 +1002,7 @@ def compose(inputs: Inputs) -> Outcome:
 
     engines, bad = _engines(raw_ts.get("engines") or [])
     if bad:
-        _keep_all(inputs, out)
-        msg = "; ".join(bad[:3])
-        out.condition(SCHEDULED, "False", INVALID_DEVICE_SELECTOR, msg)
-        out.warning(msg, INVALID_DEVICE_SELECTOR)
-        _status_from(inputs, out, spec.replicas, obs_rows, cache)
-        _carry_displaced(inputs, out)
-        return out
+        return _invalid_selector(inputs, out, "; ".join(bad[:3]), spec.replicas, obs_rows, cache)
 
     # Requirements: all must be resolved before anything is placed or removed.
     names = [REQ_CLUSTERS, REQ_REPLICAS] + ([REQ_CACHE, REQ_HYDRATIONS] if cache else [])
@@ -1024,21 +1059,27 @@ def compose(inputs: Inputs) -> Outcome:
             existing.append(Existing(v.index, v.cluster, v.pools))
             by_index[v.index] = v
 
-    placement: Placement = place(
-        Request(
-            replicas=spec.replicas,
-            engines=engines,
-            selector=selector,
-            tolerations=parse_tolerations(
-                [t.model_dump(exclude_none=True) for t in ts.tolerations]
-            ),
-            fleet=fleet,
-            used=used,
-            existing=tuple(existing),
-            footprint=footprint,
-            cache=cache,
+    try:
+        placement: Placement = place(
+            Request(
+                replicas=spec.replicas,
+                engines=engines,
+                selector=selector,
+                tolerations=parse_tolerations(
+                    [t.model_dump(exclude_none=True) for t in ts.tolerations]
+                ),
+                fleet=fleet,
+                used=used,
+                existing=tuple(existing),
+                footprint=footprint,
+                cache=cache,
+            )
         )
-    )
+    except SelectorEvaluationError as err:
+        # Like a selector that does not compile: nothing placed, nothing removed.
+        fields = _selector_fields(raw_ts.get("engines") or []).get(err.expression)
+        msg = f"{fields[0] if fields else 'spec.template.spec.engines'}: {err}"
+        return _invalid_selector(inputs, out, msg, spec.replicas, obs_rows, cache)
 
     template = _template_key(inputs)
     rows = []

@@ -89,6 +89,7 @@ from function.devices import (
     Device,
     DeviceRequest,
     InvalidSelector,
+    SelectorEvaluationError,
     compile_selector,
     parse_quantity,
 )
@@ -517,7 +518,11 @@ def _device_requests(
         dev_class = req.get("deviceClassName")
         if not dev_class:
             want = DeviceRequest(req["name"], int(count), tuple(selectors))
-            matches = [(raw, d) for raw, d in devs if want.satisfied_by(d)]
+            try:
+                matches = [(raw, d) for raw, d in devs if want.satisfied_by(d)]
+            except SelectorEvaluationError as e:
+                si = selectors.index(e.expression)
+                raise SpecError(f"{f}.selectors[{si}].cel", str(e)) from None
             dra = [(raw, d) for raw, d in matches if d.claim == "DRA"]
             if not dra:
                 if matches:
