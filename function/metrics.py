@@ -73,20 +73,13 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from function.composers import KINDS
+
 PREFIX = "modelplane_"
 OTHER = "other"
 
-# Served XR kinds (function.composers.KINDS); a request for any other kind is "unknown".
-_KINDS = frozenset(
-    {
-        "ModelCache",
-        "ModelCacheHydration",
-        "ModelDeployment",
-        "ModelReplica",
-        "ModelExperiment",
-        "ModelBackfill",
-    }
-)
+# Served XR kinds, owned by function.composers.KINDS; any other kind is "unknown".
+_KINDS = frozenset(KINDS)
 UNKNOWN_KIND = "unknown"
 RUN_RESULTS = frozenset({"success", "fatal", "error"})
 SEVERITIES = frozenset({"Normal", "Warning", "Fatal"})

@@ -25,7 +25,7 @@ from google.protobuf.struct_pb2 import ListValue, Struct
 from function import logs, structs
 from function import metrics as metrics_mod
 from function import tracing as tracing_mod
-from function.composers import composer_for
+from function.composers import composer_for, served
 from function.errors import SpecError
 from function.inputs import Inputs, ObservedView, RequiredView
 from function.outcome import Outcome
@@ -266,9 +266,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 self._fatal(
                     req,
                     f"function-modelplane does not serve {kind or '<no kind>'} "
-                    f"({api_version or '<no apiVersion>'}); it serves modelplane.ai/v1alpha1 "
-                    f"ModelCache, ModelCacheHydration, ModelDeployment, ModelReplica, "
-                    f"ModelExperiment and ModelBackfill",
+                    f"({api_version or '<no apiVersion>'}); it serves {served()}",
                 ),
                 [],
                 None,

@@ -600,3 +600,24 @@ def h_ready(rsp) -> int:
     from tests import harness as th
 
     return int(th.status(rsp)["replicas"]["ready"])
+
+
+@pytest.mark.parametrize("kind", sorted(composers.KINDS))
+def test_every_served_kind_is_counted_under_its_name(m, kind):
+    """Issue 13: InferenceCluster calls were counted as kind="unknown"."""
+    runner = FunctionRunner(default_settings(), Clock(), metrics=m)
+    runner.run(request(xr(kind, "x", {})))
+    total = sum(
+        value(m.registry, "modelplane_function_run_seconds_count", kind=kind, result=r) or 0
+        for r in ("success", "fatal", "error")
+    )
+    assert total == 1
+    assert not value(m.registry, "modelplane_function_run_seconds_count", kind="unknown",
+                     result="fatal")  # fmt: skip
+
+
+def test_unserved_kind_error_lists_every_served_kind():
+    rsp = FunctionRunner(default_settings(), Clock()).run(request(xr("Pizza", "p", {})))
+    (msg,) = [r.message for r in rsp.results]
+    for kind in composers.KINDS:
+        assert kind in msg, (kind, msg)

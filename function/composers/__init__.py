@@ -31,6 +31,13 @@ KINDS: dict[str, str] = {
 _loaded: dict[str, Composer] = {}
 
 
+def served() -> str:
+    """The served kinds for people: ``modelplane.ai/v1alpha1 ModelCache, ..., and
+    InferenceCluster`` (every key of :data:`KINDS`, in its order)."""
+    names = list(KINDS)
+    return f"{API_VERSION} " + ", ".join(names[:-1]) + f" and {names[-1]}"
+
+
 def composer_for(api_version: str, kind: str) -> Composer | None:
     """The composer of XR ``(api_version, kind)``, or None if this function does not serve it."""
     if api_version != API_VERSION or kind not in KINDS:
