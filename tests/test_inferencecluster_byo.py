@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from function import API_VERSION
 from function.composers.inferencecluster import gpu_pools
 from tests import harness as h
@@ -154,3 +156,70 @@ def test_composed_status_drives_placement() -> None:
     assert [
         (r["spec"]["clusterName"], r["spec"]["engines"][0]["members"][0]["pool"]) for r in reps
     ] == [("mp-fleet", "fake-a100")]
+
+
+# Issue 13: bad input keeps the ClusterProviderConfig (replicas and hydrations use it).
+def _without(path: tuple[str, ...]) -> dict[str, Any]:
+    spec = copy.deepcopy(CLUSTER["spec"])
+    node = spec
+    for k in path[:-1]:
+        node = node[k]
+    node.pop(path[-1])
+    return spec
+
+
+def _with(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(CLUSTER["spec"])
+    node = spec
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    return spec
+
+
+BAD_INPUT = [
+    ("source missing", _without(("cluster", "source")), "spec.cluster.source", "got nothing"),
+    (
+        "source misspelt",
+        _with(("cluster", "source"), "existing"),
+        "spec.cluster.source",
+        "'existing'",
+    ),
+    (
+        "cluster not an object",
+        _with(("cluster",), "Existing"),
+        "spec.cluster.source",
+        "got nothing",
+    ),
+    (
+        "kubeconfig Secret not named",
+        _without(("cluster", "existing", "secretRef")),
+        "spec.cluster.existing.secretRef.name",
+        "{secretRef: {name: <Secret>",
+    ),
+]
+
+
+@pytest.mark.parametrize("transport", ["in-process", "grpc"])
+@pytest.mark.parametrize(
+    ("case", "spec", "field", "hint"), BAD_INPUT, ids=[c[0] for c in BAD_INPUT]
+)
+def test_invalid_source_keeps_the_provider_config(
+    grpc_function: h.GrpcFunction, transport: str, case: str, spec: Any, field: str, hint: str
+) -> None:
+    good, _ = grpc_function.drive(cluster_xr(), h.World(CLASSES))
+    pc = h.desired(good)["provider-config"]
+    last = h.status(good)
+    xr = cluster_xr(spec, status=last)
+    if transport == "grpc":
+        rsp, _ = grpc_function.drive(xr, h.World(CLASSES), {"provider-config": pc})
+    else:
+        rsp, _ = h.drive(h.run, xr, {"provider-config": pc}, h.World(CLASSES))
+    assert h.desired(rsp)["provider-config"] == pc, case
+    st = h.status(rsp)
+    assert st["providerConfigRef"] == last["providerConfigRef"]
+    assert st["gpuPools"] == last["gpuPools"]
+    c = h.conditions(rsp)["PoolsResolved"]
+    assert (c["status"], c["reason"]) == ("False", "InvalidSpec")
+    assert c["message"].startswith(field + ":") and hint in c["message"], c["message"]
+    assert not h.fatal(rsp)

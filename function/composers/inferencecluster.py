@@ -26,6 +26,12 @@ Other sources are provisioned by Modelplane's own compositions: the composer
 reports ``PoolsResolved=False`` (reason ``SourceNotServed``), composes nothing and
 states the XR not ready (left unstated, Crossplane would derive Ready from zero
 composed resources).
+
+Bad input never removes what exists: a missing or unknown ``spec.cluster.source``,
+or an Existing cluster without ``spec.cluster.existing.secretRef.name``, keeps every
+observed child (the ClusterProviderConfig that replicas and hydrations use) and the
+last status, with ``PoolsResolved=False``, reason ``InvalidSpec``, and a warning
+naming the field and what to write.
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ PROVIDER_CONFIG_KEY = "provider-config"
 PROVIDER_CONFIG_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
 SECRET_NAMESPACE = "modelplane-system"
 _ECHO = ("gpuPools", "providerConfigRef", "cache", "gateway")
+# spec.cluster.source values of the InferenceCluster XRD (compositions/inferencecluster).
+SOURCES = ("Existing", "GKE", "EKS", "AKS", "Nebius", "Vultr")
+INVALID_SPEC = "InvalidSpec"
 
 
 def class_requirement(name: str) -> str:
@@ -123,11 +132,33 @@ def _provider_config(inputs: Inputs, existing: Mapping[str, Any]) -> dict[str, A
     }
 
 
+def _invalid(inputs: Inputs, out: Outcome, message: str) -> Outcome:
+    """Keep every observed child and the last status; say what is wrong and how to fix it."""
+    for key, child in sorted(inputs.observed.items()):
+        out.keep(key, child.resource)
+    for k in _ECHO:
+        v = inputs.status(k)
+        if v is not None:
+            out.status[k] = v
+    out.condition(CONDITION, "False", INVALID_SPEC, message)
+    out.warning(message, INVALID_SPEC)
+    return out
+
+
 def compose(inputs: Inputs) -> Outcome:
     """Compose a bring-your-own InferenceCluster's status (see the module docstring)."""
     out = Outcome()
     spec = inputs.spec
-    source = (spec.get("cluster") or {}).get("source")
+    cluster = spec.get("cluster")
+    source = cluster.get("source") if isinstance(cluster, dict) else None
+    if source not in SOURCES:
+        got = "nothing" if source is None else repr(source)
+        return _invalid(
+            inputs,
+            out,
+            f"spec.cluster.source: expected one of {', '.join(SOURCES)} (Existing for a "
+            f"bring-your-own cluster), got {got}; existing children are kept",
+        )
     if source != "Existing":
         for k in _ECHO:
             v = inputs.status(k)
@@ -146,6 +177,15 @@ def compose(inputs: Inputs) -> Outcome:
         out.ready = False
         return out
     existing = (spec.get("cluster") or {}).get("existing") or {}
+    ref = existing.get("secretRef") if isinstance(existing, dict) else None
+    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
+        return _invalid(
+            inputs,
+            out,
+            "spec.cluster.existing.secretRef.name: required for source Existing: the "
+            f"kubeconfig Secret in {SECRET_NAMESPACE}, written as "
+            "{secretRef: {name: <Secret>, key: kubeconfig}}; existing children are kept",
+        )
     node_pools = [p for p in spec.get("nodePools") or [] if isinstance(p, dict)]
     class_names = sorted(
         {p["className"] for p in node_pools if isinstance(p.get("className"), str)}
