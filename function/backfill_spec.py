@@ -50,6 +50,20 @@ RESERVED_ENV = frozenset({WORKLOAD_CLASS_ENV, ENDPOINT_ENV, "NVIDIA_VISIBLE_DEVI
 _NOT_HASHED = frozenset({"suspend", "crossplane"})
 
 
+# What to write where a value of the wrong shape is easy to give (the error says it).
+SHAPES = {
+    "spec.modelRef": "an object {name: <ModelDeployment>}",
+    "spec.modelRef.name": "a string (the ModelDeployment's name)",
+    "spec.templateRef": "an object {name: <CronJob>}",
+    "spec.templateRef.name": "a string (the CronJob's name)",
+    "spec.env": "a list [{name: <NAME>, value: <value>}]",
+    "spec.env[]": "an object {name: <NAME>, value: <value>}",
+    "spec.idleFor": "a Go duration such as 10m",
+    "spec.maxRunDuration": "a Go duration such as 30m",
+    "spec.repeatAfter": 'a Go duration such as 24h, or "0"',
+}
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
@@ -103,12 +117,34 @@ class Parsed:
         return [(e.name, e.value) for e in self.spec.env]
 
 
-def spec_hash(spec: dict[str, Any]) -> str:
+def spec_hash(spec: dict[str, Any], parsed: Parsed | None = None) -> str:
     """A stable digest of the fields that define the work (all but ``suspend``).
 
-    16 hex characters of sha256 over canonical JSON; numbers are normalised so that
-    ``3`` and ``3.0`` (protobuf Structs hold only doubles) hash alike.
+    Args:
+        spec: The XR's spec as plain Python.
+        parsed: :func:`parse` of ``spec`` when the caller has it (parsed here otherwise).
+
+    Returns:
+        16 hex characters of sha256. For a valid spec it is taken over canonical
+        values, as the experiment's is: durations in seconds (``15m`` and ``900s``,
+        or an omitted default and the default spelled out, hash alike), env sorted
+        by name (names are unique), refs by name. For an invalid spec, over its
+        canonical JSON (numbers normalised so that ``3`` and ``3.0`` hash alike).
     """
+    if parsed is None:
+        p = parse(spec)
+        parsed = p if isinstance(p, Parsed) else None
+    if parsed is not None:
+        doc = {
+            "modelRef": parsed.spec.modelRef.name,
+            "templateRef": parsed.spec.templateRef.name,
+            "idleFor": parsed.idle_for,
+            "maxRunDuration": parsed.max_run_seconds,
+            "repeatAfter": parsed.repeat_after,
+            "env": sorted(parsed.env),
+        }
+        data = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(b"canonical\x00" + data.encode()).hexdigest()[:16]
 
     def norm(v: Any) -> Any:
         if isinstance(v, float) and v.is_integer():
@@ -150,7 +186,7 @@ def parse(raw: dict[str, Any]) -> Parsed | Blocked:
     try:
         spec = BackfillSpec.model_validate(raw)
     except ValidationError as exc:
-        err = pydantic_errors("spec", exc)
+        err = pydantic_errors("spec", exc, SHAPES)
         return Blocked("InvalidSpec", err.field, str(err))
     try:
         idle = _duration(spec, "idleFor")

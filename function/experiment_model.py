@@ -227,6 +227,16 @@ class ArtifactGate(_Strict):
     requireSourceMatch: StrictBool = False
 
 
+# What to write where a value of the wrong shape is easy to give (the error says it).
+SHAPES = {
+    "spec.gauntlet.templateRef": "an object {name: <CronJob>}",
+    "spec.gauntlet.env": "a list [{name: <NAME>, value: <value>}]",
+    "spec.gauntlet.env[]": "an object {name: <NAME>, value: <value>}",
+    "spec.candidate.modelCacheRef": "an object {name: <ModelCache>}",
+    "spec.artifactGate.modelCacheRef": "an object {name: <ModelCache>}",
+}
+
+
 class ExperimentSpec(BaseModel):
     """The validated ``spec`` of a ModelExperiment (see the module docstring).
 
@@ -301,7 +311,7 @@ def parse_spec(spec: dict[str, Any]) -> ExperimentSpec:
     try:
         parsed = ExperimentSpec.model_validate(drop_nulls(spec))
     except ValidationError as e:
-        raise pydantic_errors("spec", e) from None
+        raise pydantic_errors("spec", e, SHAPES) from None
     except ValueError as e:  # a duration that does not parse inside a validator
         raise SpecError("spec", str(e)) from None
     if parsed.candidate.clusterSelector is not None:

@@ -336,6 +336,81 @@ def test_suspend_cancels_then_resumes_with_a_new_window(
     assert metric(registry, "preemptions_total", reason="suspended") == 1
 
 
+# Issue 13: the spec hash is over canonical values, so spelling the same spec another
+# way never cancels a running Job (the sim runs over gRPC).
+ENV_A = {"name": "SUITE", "value": "mmlu"}
+ENV_B = {"name": "LIMIT", "value": "100"}
+RESPELLED = [
+    ("15m as 900s", {"maxRunDuration": "15m"}, {"maxRunDuration": "900s"}, False),
+    ("1h as 60m", {"idleFor": "1h"}, {"idleFor": "60m"}, False),
+    ("defaults spelled out", {}, {"idleFor": "10m", "maxRunDuration": "30m"}, False),
+    ("0 as 0s", {"repeatAfter": "0"}, {"repeatAfter": "0s"}, False),
+    ("env reordered", {"env": [ENV_A, ENV_B]}, {"env": [ENV_B, ENV_A]}, False),
+    ("a real change", {"maxRunDuration": "15m"}, {"maxRunDuration": "16m"}, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "before", "after", "cancels"), RESPELLED, ids=[c[0] for c in RESPELLED]
+)
+def test_respelling_the_spec_never_cancels_a_running_job(
+    sim: Sim, clock: Clock, case: str, before: Any, after: Any, cancels: bool
+) -> None:
+    if "idleFor" in before:
+        sim.add(spec(**before))
+        sim.step()
+        clock.advance(3600)
+        sim.step()
+        sim.set_job("active")
+        clock.advance(10)
+        assert sim.step()["phase"] == "Running"
+    else:
+        start(sim, clock, **before)
+    hash_before = sim.backfills[BACKFILL]["status"]["specHash"]
+    sim.backfills[BACKFILL]["spec"] = {**spec(**before), **after}
+    clock.advance(30)
+    st = sim.step()
+    if cancels:
+        assert (st["phase"], st["reason"]) == ("Cancelling", "SpecChanged"), case
+    else:
+        assert (st["phase"], st["reason"]) == ("Running", "JobRunning"), (case, st)
+        assert st["specHash"] == hash_before
+
+
+@pytest.mark.parametrize(
+    ("spec_", "message"),
+    [
+        (
+            spec(templateRef="nightly-eval"),
+            "spec.templateRef: expected an object {name: <CronJob>}, got a string",
+        ),
+        (
+            spec(modelRef=["chat"]),
+            "spec.modelRef: expected an object {name: <ModelDeployment>}, got a list",
+        ),
+        (
+            spec(env={"SUITE": "mmlu"}),
+            "spec.env: expected a list [{name: <NAME>, value: <value>}], got an object",
+        ),
+        (
+            spec(env=["SUITE=mmlu"]),
+            "spec.env[0]: expected an object {name: <NAME>, value: <value>}, got a string",
+        ),
+        (spec(idleFor=["10m"]), "spec.idleFor: expected a Go duration such as 10m, got a list"),
+    ],
+)
+def test_a_wrong_shape_says_what_to_write(
+    grpc_function: GrpcFunction, spec_: Any, message: str
+) -> None:
+    # The XRD rejects these shapes; the function still says what to write (a spec that
+    # reaches it unvalidated, or a render), never "Input should be a valid dictionary".
+    rsp = grpc_function.call(build(xr("ModelBackfill", BACKFILL, spec_)))
+    st = status(rsp)
+    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidSpec")
+    assert message in st["message"], st["message"]
+    assert "Input should be" not in st["message"]
+
+
 def test_a_spec_change_cancels_and_restarts(
     sim: Sim, clock: Clock, registry: CollectorRegistry
 ) -> None:

@@ -551,6 +551,31 @@ def test_verdict_is_counted_once(sim_factory, clock: Clock) -> None:
     assert observations() == []
 
 
+# Issue 13: (clock moves between candidate creation and the gauntlet, want
+# activeDeadlineSeconds of a 30m run). Time before the recorded start counts as zero.
+SKEW = [
+    ("no skew, 3m later", 180, 27 * 60),
+    ("clock 1h behind createdAt", -3600, 30 * 60),
+    ("clock 1s behind createdAt", -1, 30 * 60),
+]
+
+
+@pytest.mark.parametrize(("case", "shift", "want"), SKEW, ids=[c[0] for c in SKEW])
+def test_a_skewed_clock_never_gives_the_job_more_than_the_timeout(
+    sim_factory, clock: Clock, case: str, shift: float, want: int
+) -> None:
+    sim = sim_factory()
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    clock.advance(shift)
+    sim.reconcile()
+    sim.candidate_ready(1)
+    sim.reconcile()
+    assert sim.phase == "Evaluating", sim.status
+    assert sim.status["gauntlet"]["activeDeadlineSeconds"] == want, case
+    assert sim.job()["spec"]["activeDeadlineSeconds"] == want, case
+
+
 @pytest.mark.parametrize(("own", "want"), [(600, 600), (7200, 1800), (None, 1800)])
 def test_job_deadline_is_capped_by_the_run_deadline(sim_factory, own, want) -> None:
     sim = sim_factory(world=[cronjob(deadline=own), inference_cluster(CLUSTER)])

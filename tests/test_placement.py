@@ -152,8 +152,7 @@ def test_parse_quantity_rejects(text: str) -> None:
         ('device.capacity["amd.com"].memory.compareTo(quantity("1Gi")) >= 0', H100, False),
         # A guard that is false short-circuits what would fail.
         (
-            'device.driver == "amd.com" && '
-            'device.attributes["gpu.nvidia.com"].nvlink',
+            'device.driver == "amd.com" && device.attributes["gpu.nvidia.com"].nvlink',
             H100,
             False,
         ),

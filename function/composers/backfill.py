@@ -245,7 +245,7 @@ class _Composer:
         self.out = Outcome()
         self.now = inputs.now
         self.parsed = parse(inputs.spec)
-        self.hash = spec_hash(inputs.spec)
+        self.hash = spec_hash(inputs.spec, self.parsed if isinstance(self.parsed, Parsed) else None)
         self.prior = self._read_status()
         self.st: dict[str, Any] = dict(self.prior)
         if isinstance(self.parsed, Parsed):

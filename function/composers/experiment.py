@@ -1218,7 +1218,13 @@ class _Composer:
         if pc is None:
             wait(f"candidate {st.name} serves on {cluster_name}: no status.providerConfigRef yet")
             return
-        remaining = math.ceil((deadline - self.now).total_seconds())
+        # Time before the recorded start counts as zero: a clock behind createdAt (skew)
+        # never gives the Job more than the timeout.
+        created = parse_time(st.candidate.get("createdAt")) or self.now
+        remaining = min(
+            math.ceil((deadline - max(self.now, created)).total_seconds()),
+            math.ceil(spec.timeout_seconds),
+        )
         st.gauntlet = {
             "job": gauntlet_job_name(inputs.namespace, st.name),
             "cluster": cluster_name,
