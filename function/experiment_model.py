@@ -49,6 +49,7 @@ from pydantic import (
 
 from function.envinject import check_reserved
 from function.errors import SpecError, pydantic_errors
+from function.manifests.workloads import ENGINE_CONTAINER
 from function.selectors import LabelSelector
 from function.timeutil import parse_duration
 
@@ -81,6 +82,82 @@ MIN_REPEAT_SECONDS = 60.0
 DEFAULT_TIMEOUT = "30m"
 DEFAULT_HISTORY_LIMIT = 5
 MAX_HISTORY_LIMIT = 20
+
+
+# ---- the served model name (issue 13) -------------------------------------------------
+
+# The flag vLLM, SGLang and TGI take for the name a model is served (and addressed) as.
+SERVED_NAME_FLAG = "--served-model-name"
+SERVED_NAME_ENV = "MODELPLANE_SERVED_MODEL_NAME"
+SERVED_NAME_REF = f"$({SERVED_NAME_ENV})"
+_IN_STRING = re.compile(r"--served-model-name(?:=|\s+)[\'\"]?([^\s\'\"]+)")
+_REFS = frozenset({SERVED_NAME_REF, f"${{{SERVED_NAME_ENV}}}", f"${SERVED_NAME_ENV}"})
+
+
+def engine_words(template: Any, where: str) -> list[tuple[str, list[Any]]]:
+    """``(path, list)`` of the ``command`` and ``args`` of a member's engine containers.
+
+    The engine containers are those named ``engine``, or every container when none is
+    (as the candidate's env injection picks them). ``where`` prefixes the paths
+    (``engines[0].members[0]``).
+    """
+    pod = template.get("spec") if isinstance(template, dict) else None
+    cs = pod.get("containers") if isinstance(pod, dict) else None
+    containers = [
+        (i, c) for i, c in enumerate(cs if isinstance(cs, list) else []) if isinstance(c, dict)
+    ]
+    engines = [(i, c) for i, c in containers if c.get("name") == ENGINE_CONTAINER] or containers
+    out = []
+    for ci, c in engines:
+        for key in ("command", "args"):
+            words = c.get(key)
+            if isinstance(words, list):
+                out.append((f"{where}.template.spec.containers[{ci}].{key}", words))
+    return out
+
+
+def served_name_in_strings(words: list[Any]) -> list[tuple[int, str]]:
+    """``(index, name)`` where a string (a shell script) names another served model.
+
+    ``--served-model-name`` as its own element, or ``--served-model-name=<v>``, can be
+    forced (:func:`force_served_name`); inside a longer string it cannot, unless it
+    already refers to ``$(MODELPLANE_SERVED_MODEL_NAME)`` (or ``$VAR``/``${VAR}``).
+    """
+    out = []
+    for i, w in enumerate(words):
+        if not isinstance(w, str) or SERVED_NAME_FLAG not in w:
+            continue
+        if w == SERVED_NAME_FLAG or w.startswith(SERVED_NAME_FLAG + "="):
+            continue
+        for m in _IN_STRING.finditer(w):
+            if m.group(1) not in _REFS:
+                out.append((i, m.group(1)))
+    return out
+
+
+def force_served_name(words: list[Any]) -> list[tuple[int, str]]:
+    """Point every ``--served-model-name`` element of ``words`` at the candidate, in place.
+
+    ``--served-model-name=<v>`` becomes ``--served-model-name=$(MODELPLANE_SERVED_MODEL_NAME)``;
+    ``--served-model-name <v> [<more names>]`` gets its first value replaced (the engine
+    reports and answers to the first name). Returns ``(index, old value)`` of each
+    element changed.
+    """
+    changed = []
+    for i, w in enumerate(words):
+        if not isinstance(w, str):
+            continue
+        if w.startswith(SERVED_NAME_FLAG + "="):
+            value = w[len(SERVED_NAME_FLAG) + 1 :]
+            if value != SERVED_NAME_REF:
+                words[i] = f"{SERVED_NAME_FLAG}={SERVED_NAME_REF}"
+                changed.append((i, value))
+        elif w == SERVED_NAME_FLAG and i + 1 < len(words):
+            nxt = words[i + 1]
+            if isinstance(nxt, str) and not nxt.startswith("-") and nxt != SERVED_NAME_REF:
+                words[i + 1] = SERVED_NAME_REF
+                changed.append((i + 1, nxt))
+    return changed
 
 
 class _Model(BaseModel):
@@ -165,6 +242,22 @@ class Candidate(_Model):
                             check_reserved(c.get("env"), path)
                         except SpecError as err:
                             raise ValueError(str(err)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _served_name_addressable(self) -> Candidate:
+        # A served model name the function cannot force (inside a shell string) blocks:
+        # the gauntlet addresses the candidate by its own name.
+        for ei, e in enumerate(self.engines):
+            for mi, m in enumerate(e.members):
+                for path, words in engine_words(m.template, f"engines[{ei}].members[{mi}]"):
+                    for i, value in served_name_in_strings(words):
+                        raise ValueError(
+                            f"{path}[{i}] names the served model {value!r} inside a string "
+                            "the function cannot rewrite; the gauntlet addresses the "
+                            "candidate by its own name: write "
+                            f"{SERVED_NAME_FLAG}={SERVED_NAME_REF} there"
+                        )
         return self
 
     @model_validator(mode="after")

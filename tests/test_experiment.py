@@ -1555,3 +1555,72 @@ def test_reserved_env_in_the_candidate_blocks_before_any_gpu_is_claimed() -> Non
     assert status(rsp)["phase"] == "Blocked" and status(rsp)["reason"] == "InvalidSpec"
     assert "MODELPLANE_MODEL" in conditions(rsp)["Runnable"]["message"]
     assert not desired(rsp)
+
+
+# ---- issue 13: the candidate serves under the candidate's name ----------------------------
+
+REF = "$(MODELPLANE_SERVED_MODEL_NAME)"
+# (case, engine args as written, args the candidate gets, what the Runnable message says)
+FORCED = [
+    ("already the candidate", ["--model=$(MODELPLANE_MODEL)", f"--served-model-name={REF}"],
+     ["--model=$(MODELPLANE_MODEL)", f"--served-model-name={REF}"], None),
+    ("--served-model-name=chat", ["--model=$(MODELPLANE_MODEL)", "--served-model-name=chat"],
+     ["--model=$(MODELPLANE_MODEL)", f"--served-model-name={REF}"], "args[1] served 'chat'"),
+    ("--served-model-name chat alias", ["--served-model-name", "chat", "alias", "--port=8000"],
+     ["--served-model-name", REF, "alias", "--port=8000"], "args[1] served 'chat'"),
+    ("no flag", ["--model=$(MODELPLANE_MODEL)"], ["--model=$(MODELPLANE_MODEL)"], None),
+]  # fmt: skip
+
+
+def _with_args(args: list[str], key: str = "args") -> dict[str, Any]:
+    s = spec()
+    c = s["candidate"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]
+    c.pop("args", None)
+    c[key] = args
+    return s
+
+
+@pytest.mark.parametrize(("case", "args", "want", "note"), FORCED, ids=[c[0] for c in FORCED])
+def test_the_candidate_serves_under_its_own_name(
+    sim_factory, case: str, args: list[str], want: list[str], note: str | None
+) -> None:
+    sim = sim_factory(_with_args(args))
+    sim.reconcile()
+    assert sim.phase == "Deploying", sim.status
+    cand = sim.observed["candidate-r1"]
+    engine = cand["spec"]["template"]["spec"]["engines"][0]["members"][0]["template"]["spec"][
+        "containers"
+    ][0]
+    assert engine["args"] == want, case
+    assert {"name": "MODELPLANE_SERVED_MODEL_NAME", "value": RUN1} in engine["env"]
+    msg = sim.conditions()["Runnable"]["message"]
+    if note:
+        assert f"the candidate serves as {RUN1}" in msg and note in msg, msg
+    else:
+        assert "serves as" not in msg
+
+
+BLOCKED = [
+    ("shell string", "command", ["sh", "-c", "vllm serve --served-model-name chat"], "command[2]"),
+    ("shell string with =", "args", ["-c", "vllm serve --served-model-name='chat'"], "args[1]"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "key", "words", "where"), BLOCKED, ids=[c[0] for c in BLOCKED])
+def test_a_served_name_that_cannot_be_forced_blocks_naming_the_field(
+    grpc_function: GrpcFunction, case: str, key: str, words: list[str], where: str
+) -> None:
+    rsp = grpc_function.call(request(xr("ModelExperiment", NAME, _with_args(words, key))))
+    st = status(rsp)
+    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidSpec"), case
+    msg = conditions(rsp)["Runnable"]["message"]
+    assert f"engines[0].members[0].template.spec.containers[0].{where}" in msg, msg
+    assert "'chat'" in msg and "--served-model-name=$(MODELPLANE_SERVED_MODEL_NAME)" in msg
+    assert not desired(rsp)
+
+
+def test_a_shell_string_that_uses_the_variable_is_fine(sim_factory) -> None:
+    words = ["sh", "-c", 'vllm serve /m --served-model-name "$MODELPLANE_SERVED_MODEL_NAME"']
+    sim = sim_factory(_with_args(words, "command"))
+    sim.reconcile()
+    assert sim.phase == "Deploying", sim.status

@@ -78,10 +78,15 @@ from google.protobuf.struct_pb2 import Struct
 from function import API_VERSION, events, structs
 from function.errors import SpecError
 from function.experiment_model import (
+    ENGINE_CONTAINER,
     ENV_ENDPOINT,
     ENV_MODELS,
+    SERVED_NAME_ENV,
+    SERVED_NAME_REF,
     ExperimentSpec,
     drop_nulls,
+    engine_words,
+    force_served_name,
     parse_spec,
     spec_hash,
 )
@@ -116,8 +121,7 @@ REQ_CACHE = "artifact-cache"
 REQ_REPLICAS = "candidate-replicas"
 REQ_CLUSTER = "candidate-cluster"
 
-ENV_SERVED_MODEL_NAME = "MODELPLANE_SERVED_MODEL_NAME"
-ENGINE_CONTAINER = "engine"
+ENV_SERVED_MODEL_NAME = SERVED_NAME_ENV
 
 # Annotations on the candidate that record what opened the artifact gate.
 ANN_GATE_CACHE = "modelplane.ai/gate-cache"
@@ -583,6 +587,23 @@ def inject_first(container: dict[str, Any], pairs: Sequence[tuple[str, str]]) ->
     container["env"] = [{"name": n, "value": v} for n, v in pairs] + rest
 
 
+def served_name_overrides(spec_dict: dict[str, Any]) -> list[str]:
+    """What :func:`candidate_body` forces: ``<field>: --served-model-name <old> replaced``."""
+    out = []
+    cand = spec_dict.get("candidate") if isinstance(spec_dict, dict) else None
+    engines = cand.get("engines") if isinstance(cand, dict) else None
+    for ei, engine in enumerate(engines if isinstance(engines, list) else []):
+        members = engine.get("members") if isinstance(engine, dict) else None
+        for mi, member in enumerate(members if isinstance(members, list) else []):
+            if not isinstance(member, dict):
+                continue
+            where = f"spec.candidate.engines[{ei}].members[{mi}]"
+            for path, words in engine_words(member.get("template"), where):
+                for i, old in force_served_name(list(words)):
+                    out.append(f"{path}[{i}] served {old!r}, forced to {SERVED_NAME_REF}")
+    return out
+
+
 def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> dict[str, Any]:
     """The candidate ModelDeployment of the current run.
 
@@ -590,7 +611,9 @@ def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> d
     ``replicas`` is 1, ``template.metadata.labels`` and every member's pod
     template labels are only the experiment's own, :func:`template_labels`
     (isolation: no Service that selects production pods can select the candidate), and
-    ``MODELPLANE_SERVED_MODEL_NAME`` is set in every engine container.
+    ``MODELPLANE_SERVED_MODEL_NAME`` is set in every engine container, and a
+    ``--served-model-name`` in an engine's ``command`` or ``args`` is forced to
+    ``$(MODELPLANE_SERVED_MODEL_NAME)`` (``experiment_model.force_served_name``).
     """
     labels, ann = child_labels(inputs.name, st)
     tlabels = template_labels(inputs.name, st)
@@ -613,6 +636,11 @@ def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> d
             engines = [c for c in containers if c.get("name") == ENGINE_CONTAINER] or containers
             for c in engines:
                 inject_first(c, [(ENV_SERVED_MODEL_NAME, st.name)])
+            # The candidate serves under its own name: a --served-model-name in the
+            # engine's command or args is forced to it (one inside a shell string
+            # blocks at parse time: experiment_model.Candidate).
+            for _path, words in engine_words(tmpl, ""):
+                force_served_name(words)
     annotations = {**ann, ANN_EXPERIMENT: f"{inputs.namespace}/{inputs.name}"}
     if st.gate:
         annotations[ANN_GATE_CACHE] = str(st.gate.get("cache", ""))
@@ -1172,6 +1200,9 @@ class _Composer:
 
     def admitted_message(self, st: RunState) -> str:
         msg = f"run {st.name} admitted at {st.candidate.get('createdAt')}"
+        forced = served_name_overrides(self.inputs.spec)
+        if forced:
+            msg += f"; the candidate serves as {st.name}: " + "; ".join(forced[:3])
         if st.gate:
             msg += f"; artifact gate opened by ModelCache {st.gate.get('cache')}"
             if st.gate.get("digest"):
