@@ -756,7 +756,7 @@ def evidence_from_result(result: str, *, repo: str = REPO, revision: str = "main
         "source": {"repo": repo, "revision": revision, "identity": identity},
     }
     composite = hydration_xr(prev, repo=repo, revision=revision)
-    observed = {**result_object(result, repo=repo, revision=revision)}
+    observed = {**pvc("Bound"), **result_object(result, repo=repo, revision=revision)}
     rsp = run(request(composite, observed=observed, required=resolved()))
     assert status(rsp)["phase"] == "Ready"
     validate_status(composite, rsp)
@@ -1129,3 +1129,53 @@ def test_phase_transitions_and_failures_are_counted_with_the_event() -> None:
     }  # fmt: skip
     failed = hydration_xr(prev_status("Failed", reason="BackoffLimitExceeded"))
     assert observed_metrics(failed, observed) == {}  # recorded already: counted once
+
+
+# ---- issue 13: the Ready latch holds only while its PVC exists and is Bound -------------
+
+
+def pvc_with(phase: str | None, uid: str | None) -> dict:
+    """The observed pvc Object; ``phase`` None: provider-kubernetes reported nothing yet."""
+    obj = observed_object(baseline()["pvc"], None if phase is None else {"phase": phase})
+    if uid is not None:
+        obj["status"]["atProvider"]["manifest"]["metadata"]["uid"] = uid
+    return {"pvc": obj}
+
+
+# (case, observed PVC (None: its Object is not observed), pvcUID in the last status,
+#  want phase, want the download Job composed again, a fragment of the warning or None)
+LATCH = [
+    ("bound, same uid", pvc_with("Bound", "uid-1"), "uid-1", "Ready", False, None),
+    ("bound, uid not recorded yet", pvc_with("Bound", "uid-1"), None, "Ready", False, None),
+    ("state not reported: not known", pvc_with(None, None), "uid-1", "Ready", False, None),
+    ("lost", pvc_with("Lost", "uid-1"), "uid-1", "Pending", True, "is Lost"),
+    ("deleted", {}, "uid-1", "Pending", True, "is gone"),
+    ("re-created empty", pvc_with("Bound", "uid-2"), "uid-1", "Hydrating", True, "re-created"),
+]
+
+
+@pytest.mark.parametrize("transport", ["in-process", "grpc"])
+@pytest.mark.parametrize(
+    ("case", "observed", "uid", "phase", "job_again", "warning"), LATCH, ids=[c[0] for c in LATCH]
+)
+def test_ready_latch_holds_only_while_the_pvc_is_bound(
+    grpc_function, transport, case, observed, uid, phase, job_again, warning
+) -> None:
+    extra = {"readyAt": "2026-11-29T08:00:00Z", "startedAt": "2026-11-29T07:00:00Z"}
+    if uid is not None:
+        extra["pvcUID"] = uid
+    composite = hydration_xr(prev_status("Ready", **extra))
+    req = request(composite, observed=observed, required=resolved())
+    rsp = run(req) if transport == "in-process" else grpc_function.call(req)
+    st = status(rsp)
+    assert st["phase"] == phase, (case, st)
+    assert (JOB_KEY in desired(rsp)) is job_again, case
+    validate_status(composite, rsp)
+    if warning is None:
+        assert st["pvcUID"] == "uid-1"  # recorded now, or carried while not reported
+        assert not [m for s, m in results(rsp) if s == "Warning"]
+    else:
+        assert warning in st["message"], st["message"]
+        assert any(warning in m for s, m in results(rsp) if s == "Warning")
+        assert "readyAt" not in st and st.get("startedAt") != extra["startedAt"]
+        assert xr_ready(rsp) == "READY_FALSE"

@@ -35,9 +35,15 @@ Phases come from observed state (``status.atProvider.manifest`` of the Objects):
   is not resolved yet (existing children are kept as they are, no warning).
 - ``Hydrating``: the PVC is bound and the Job is running.
 - ``Ready``: the Job has condition ``Complete=True``. Latched in status together
-  with the source identity (``status.source``); the Job and the token Secret are
-  then dropped and never re-created while the identity stays the same. A new
-  repo or revision is a new identity and hydrates again.
+  with the source identity (``status.source``) and the PVC's uid (``status.pvcUID``);
+  the Job and the token Secret are then dropped and never re-created while the latch
+  holds. A new repo or revision is a new identity and hydrates again. The latch holds
+  only while the PVC it describes exists and is Bound: a PVC Object that is no longer
+  observed (deleted), a PVC whose phase is not ``Bound`` (``Lost``, ``Pending``) or
+  one with another uid (re-created, so empty) breaks it: a warning (``PVCLost``) says
+  why, and the hydration goes back to the download (Pending/Hydrating, a fresh
+  ``startedAt``). A PVC whose state provider-kubernetes has not reported yet is "not
+  known" and keeps the latch.
 - ``Failed``: the Job has condition ``Failed=True`` (its reason, for example
   ``BackoffLimitExceeded`` or ``DeadlineExceeded``, and message are reported;
   ``status.failed`` counts are never used), or the PVC did not bind within
@@ -542,6 +548,8 @@ class _Composer:
         self.prev_reason = structs.sval(self.prev, "reason")
         self.pending_since: str | None = None
         self.state = _State()
+        # Why a Ready latch no longer holds (its PVC is gone, not Bound, or re-created).
+        self.unlatched: str | None = None
 
     # ---- composition -----------------------------------------------------
 
@@ -549,6 +557,13 @@ class _Composer:
         out = self.out
         inputs = self.inputs
         latched = self.prev_phase == READY and self.same_source
+        if latched:
+            self.unlatched = self._latch_broken()
+            if self.unlatched is not None:
+                latched = False
+                self.state.warnings.append(
+                    ("PVCLost", f"{self.unlatched}; hydrating {self.repo}@{self.revision} again")
+                )
         out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=self.cluster_name)
         if self.auth is not None and not latched:
             # Once Ready the token is not needed: stop asking Crossplane for it.
@@ -768,6 +783,31 @@ class _Composer:
             out += f"; token Secret not applied: see Object {self.ns}/{name}"
         return out
 
+    def _latch_broken(self) -> str | None:
+        """Why the Ready latch no longer holds, or None while its PVC exists and is Bound.
+
+        Not known (the PVC Object observed, its remote state not reported yet) keeps
+        the latch.
+        """
+        pvc = cache_pvc_name(self.ns, self.cache)
+        obj = self.inputs.observed_body(PVC_KEY)
+        if obj is None:
+            return f"PVC {pvc} is gone (its Object is no longer observed)"
+        manifest = _manifest(obj)
+        phase = _pvc_phase(obj)
+        if phase and phase != "Bound":
+            return f"PVC {pvc} is {phase}"
+        want = structs.sval(self.prev, "pvcUID")
+        got = structs.sval(structs.sub(manifest, "metadata"), "uid")
+        if want and got and got != want:
+            return f"PVC {pvc} was re-created (uid {got}, hydrated into {want}), so it is empty"
+        return None
+
+    def _pvc_uid(self) -> str:
+        """The observed PVC's ``metadata.uid`` ("" while not reported)."""
+        manifest = _manifest(self.inputs.observed_body(PVC_KEY))
+        return structs.sval(structs.sub(manifest, "metadata"), "uid")
+
     def _ready_latched(self) -> None:
         st = self.state
         st.phase = READY
@@ -786,7 +826,7 @@ class _Composer:
             else:
                 self.out.keep(key, child.resource)
         st = self.state
-        if self.same_source and self.prev_phase:
+        if self.same_source and self.prev_phase and self.unlatched is None:
             st.phase = self.prev_phase
             st.reason = self.prev_reason or self.prev_phase
             st.message = self.prev_message or f"hydration is {st.phase}"
@@ -844,7 +884,7 @@ class _Composer:
             status["failedAt"] = failed_at or format_time(inputs.now)
         # startedAt: when this source's Job was first desired; readyAt: when Ready was
         # recorded. Both belong to the current source identity.
-        started = self._carried_time("startedAt")
+        started = self._carried_time("startedAt") if self.unlatched is None else None
         if started is None and job_key(self.identity) in out.resources:
             started = format_time(inputs.now)
         if started is not None:
@@ -861,6 +901,10 @@ class _Composer:
                         elapsed(begun, inputs.now),
                     )
             status["readyAt"] = ready_at
+            # The PVC the latch describes: its uid from now on (carried while latched).
+            uid = self._pvc_uid() or structs.sval(self.prev, "pvcUID")
+            if uid:
+                status["pvcUID"] = uid
         evidence: dict[str, str] | Struct | None = self._reported_evidence()
         if evidence is None and self.same_source:
             carried = structs.sub(self.prev, "evidence")
