@@ -41,6 +41,15 @@ Stability
     the cache has no hydration at all (a footprint being rebuilt): nothing can
     replace the replicas, so they stay.
 
+Retained clusters (issue 13, "Reclaim finishes")
+    A cluster that left the cache's ``clusterSelector`` keeps its hydration while a
+    live replica uses it (``Request.retained``, from the ModelCache's status). It
+    takes no new replica. A replica on it is *retiring*: it does not count toward
+    ``replicas``, so a replacement is placed inside the footprint, and it is kept
+    (make-before-break) until as many replicas serve elsewhere as are wanted
+    (``Existing.serving``); then it is removed, and the cache reclaims the hydration
+    once no live replica uses it. With no room for a replacement it stays.
+
 Choice for new replicas
     Spread, then pack: clusters without a replica of this deployment first;
     among them a cluster whose hydration is Ready before one still Hydrating;
@@ -154,6 +163,9 @@ class Existing:
     index: int
     cluster: str
     pools: Mapping[MemberKey, str] = field(default_factory=dict)
+    serving: bool = False
+    """The replica serves (its ``ModelReady`` is True): a retiring replica goes only
+    once enough replicas serve elsewhere."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +230,9 @@ class Request:
         footprint: With a cache: cluster name to its hydration phase (every
             hydration, Failed too); None without a cache.
         cache: The cache's name (for messages), or None.
+        retained: Clusters of the footprint that the cache keeps only while a live
+            replica uses them (they left its ``clusterSelector``): no new replica goes
+            there, and replicas there retire make-before-break.
         fleet: Instead of ``clusters``, a mapping of cluster name to Cluster that may
             build each Cluster when it is first read (iteration yields the names):
             placement reads only the clusters it needs (the existing replicas'
@@ -235,6 +250,7 @@ class Request:
     footprint: Mapping[str, str] | None = None
     cache: str | None = None
     fleet: Mapping[str, Cluster] | None = None
+    retained: frozenset[str] = frozenset()
 
 
 class _Ledger:
@@ -428,6 +444,8 @@ def place(req: Request) -> Placement:
     # ---- existing replicas: keep, move (soft), or drop --------------------
     solid: list[Placed] = []
     soft: list[tuple[Placed, str]] = []
+    retiring: list[Placed] = []
+    serving: set[int] = set()
     removed: list[Removed] = []
     for ex in sorted(req.existing, key=lambda x: x.index):
         c = clusters.get(ex.cluster)
@@ -453,7 +471,11 @@ def place(req: Request) -> Placement:
         assert c is not None and pools is not None
         p = Placed(ex.index, c.name, pools, True, phase(c.name))
         ledger.charge(c.name, _charges(req.engines, pools))
-        if not c.ready:
+        if ex.serving:
+            serving.add(ex.index)
+        if c.name in req.retained:
+            retiring.append(p)
+        elif not c.ready:
             soft.append((p, "cluster is not Ready"))
         elif fp is not None and not fp:
             soft.append((p, f"ModelCache {req.cache} has no hydration"))
@@ -571,16 +593,42 @@ def place(req: Request) -> Placement:
         drop(p, f"moved ({why})", False)
     kept_soft = [p for p, _ in soft[:keep_soft]]
 
-    replicas = sorted(solid + kept_soft + new, key=lambda p: p.index)
+    # ---- retiring replicas: kept until enough replicas serve elsewhere ------
+    serving_elsewhere = sum(1 for p in solid if p.index in serving)
+    keep_retiring = max(0, req.replicas - serving_elsewhere)
+    for i, p in enumerate(retiring[keep_retiring:], start=keep_retiring):
+        if i >= req.replicas:
+            drop(p, f"scaled down (on {p.cluster}, retained by ModelCache {req.cache})", True)
+            continue
+        drop(
+            p,
+            f"moved off {p.cluster}, retained by ModelCache {req.cache} after it left the "
+            f"cache's clusterSelector ({serving_elsewhere} replicas serve in the footprint)",
+            False,
+        )
+    kept_retiring = retiring[:keep_retiring]
+
+    wanted = solid + kept_soft + new
+    replicas = sorted(wanted + kept_retiring, key=lambda p: p.index)
     removed.sort(key=lambda r: r.index)
-    placed = len(replicas)
+    placed = len(wanted)
+    retire_note = ""
+    if kept_retiring:
+        retire_note = (
+            f"; {len(kept_retiring)} more kept on retained cluster(s) "
+            f"{_names(sorted({p.cluster for p in kept_retiring}))} until replacements "
+            "serve (make-before-break)"
+        )
     if placed >= req.replicas:
-        where = _where(replicas)
+        where = _where(wanted)
         return Placement(
-            replicas, removed, None, f"{placed} of {req.replicas} replicas placed{where}"
+            replicas,
+            removed,
+            None,
+            f"{placed} of {req.replicas} replicas placed{where}{retire_note}",
         )
     reason, detail = _shortfall(req, clusters, checked)
-    msg = f"{placed} of {req.replicas} replicas placed: {detail}"
+    msg = f"{placed} of {req.replicas} replicas placed: {detail}{retire_note}"
     return Placement(replicas, removed, reason, msg)
 
 
@@ -650,6 +698,12 @@ def _eligible(
         if ph == FAILED:
             checked[name] = f"hydration of ModelCache {req.cache} Failed"
             return False
+        if name in req.retained:
+            checked[name] = (
+                f"retained by ModelCache {req.cache} only while its replicas move "
+                "(it left the cache's clusterSelector)"
+            )
+            return False
     if not c.ready:
         checked[name] = "not Ready"
         return False
@@ -671,14 +725,14 @@ def _shortfall(
     selected = sorted(n for n, c in clusters.items() if req.selector.matches(c.labels))
     fp = req.footprint
     if fp is not None:
-        live = sorted(n for n, ph in fp.items() if ph != FAILED)
+        live = sorted(n for n, ph in fp.items() if ph != FAILED and n not in req.retained)
         if not fp:
             return WAITING_FOR_CACHE, (
                 f"ModelCache {req.cache} has no hydration on any cluster yet; "
                 f"replicas are placed only where it is pre-warmed"
             )
         inside = [n for n in selected if n in fp]
-        if not [n for n in inside if fp[n] != FAILED]:
+        if not [n for n in inside if fp[n] != FAILED and n not in req.retained]:
             failed = sorted(n for n in inside if fp[n] == FAILED)
             detail = (
                 f"clusterSelector matches {_names(selected) or 'no cluster'}; the footprint of "

@@ -882,3 +882,80 @@ def test_reserved_env_name_is_rejected_where_the_user_wrote_it(name: str) -> Non
     field = "spec.template.spec.engines[0].members[0].template.spec.containers[0].env[1].name"
     assert field in msg and name in msg
     assert not rsp.desired.resources
+
+
+# ---- issue 13: reclaim finishes ---------------------------------------------------------
+
+
+def test_retained_cluster_takes_no_replica_and_its_replicas_move_make_before_break(
+    grpc_function: h.GrpcFunction,
+) -> None:
+    """A cluster leaves the cache's selector: its replica moves, then the cache reclaims it.
+
+    The ModelCache and ModelDeployment composers run together over gRPC, each reading
+    what the other wrote (the cache's status, the deployment's replicas).
+    """
+    from tests.fixtures import cache_spec, observed_hydration
+
+    east = ic("gpu-a", {"gpu": "h100", "zone": "east"})
+    west = ic("gpu-b", {"gpu": "h100", "zone": "west"})
+    clusters = [east, west]
+    mc = h.xr("ModelCache", "qwen-cache", cache_spec({"matchLabels": {"gpu": "h100"}}))
+
+    def cache_call(selector, replicas, observed):
+        mc["spec"]["clusterSelector"] = selector
+        world = h.World([*clusters, *replicas])
+        rsp, _ = grpc_function.drive(mc, world, observed)
+        hyd = {
+            k: observed_hydration(b, "Ready")
+            for k, b in h.desired(rsp).items()
+            if b["kind"] == "ModelCacheHydration"
+        }
+        return rsp, hyd
+
+    def deploy_call(cache_rsp, hyd, observed):
+        cache_obj = {**mc, "status": h.status(cache_rsp)}
+        world = h.World([*clusters, cache_obj, *hyd.values()])
+        rsp, _ = grpc_function.drive(deployment(1), world, observed)
+        assert not h.fatal(rsp)
+        return rsp
+
+    # Both clusters in the footprint; the replica lands on gpu-a and serves.
+    c1, hyd = cache_call({"matchLabels": {"gpu": "h100"}}, [], None)
+    d1 = deploy_call(c1, hyd, None)
+    assert placed(d1) == [(0, "gpu-a")]
+    serving = {0: ("True", "Serving", "ok")}
+    obs = observe(d1, serving)
+    r0 = [b for b in obs.values() if b["kind"] == "ModelReplica"]
+
+    # gpu-a leaves the cache's selector: kept (a live replica uses it), shown retained.
+    west_only = {"matchLabels": {"zone": "west"}}
+    c2, hyd2 = cache_call(west_only, r0, hyd)
+    rows = {r["name"]: r for r in h.status(c2)["clusters"]}
+    assert rows["gpu-a"].get("retained") is True
+    assert "no new replica" in rows["gpu-a"]["message"]
+    assert "reclaimed" in rows["gpu-a"]["message"]
+    assert sorted(b["spec"]["clusterName"] for b in hyd2.values()) == ["gpu-a", "gpu-b"]
+
+    # The deployment places a replacement on gpu-b and keeps gpu-a's replica serving.
+    d2 = deploy_call(c2, hyd2, obs)
+    assert placed(d2) == [(0, "gpu-a"), (1, "gpu-b")]
+    assert not [m for _, m in h.results(d2) if "removed replica" in m]
+    msg = h.conditions(d2)["ReplicasScheduled"]["message"]
+    assert msg.startswith("1 of 1 replicas placed") and "retained" in msg, msg
+    # Not yet serving: still make-before-break.
+    obs2 = observe(d2, serving)
+    d3 = deploy_call(c2, hyd2, obs2)
+    assert placed(d3) == [(0, "gpu-a"), (1, "gpu-b")]
+
+    # The replacement serves: gpu-a's replica goes.
+    obs3 = observe(d3, {0: ("True", "Serving", "ok"), 1: ("True", "Serving", "ok")})
+    d4 = deploy_call(c2, hyd2, obs3)
+    assert placed(d4) == [(1, "gpu-b")]
+    assert any("moved off gpu-a" in m for _, m in h.results(d4))
+
+    # No live replica on gpu-a: the cache reclaims its hydration (and so its PVC).
+    r1 = [b for b in observe(d4, serving).values() if b["kind"] == "ModelReplica"]
+    c3, hyd3 = cache_call(west_only, r1, hyd2)
+    assert [r["name"] for r in h.status(c3)["clusters"]] == ["gpu-b"]
+    assert sorted(b["spec"]["clusterName"] for b in hyd3.values()) == ["gpu-b"]

@@ -611,3 +611,57 @@ def test_removed_tells_scale_down_from_displacement() -> None:
     )
     assert [(r.index, r.scaled_down) for r in p.removed] == [(0, True)]
     assert p.removed[0].why == "scaled down (cluster is not Ready)"
+
+
+# ---- issue 13: a retained cluster takes no replica; its replicas retire make-before-break
+
+
+def _ex(index: int, cluster: str, serving: bool) -> Existing:
+    return Existing(index, cluster, {("vllm", 0): "h100"}, serving)
+
+
+# (case, replicas wanted, existing, clusters with room (others full), want placed, want removed)
+RETIRE = [
+    ("replacement placed, old kept", 1, [_ex(0, "a", True)], ["a", "b"], [(0, "a"), (1, "b")], []),
+    (
+        "replacement not serving yet",
+        1,
+        [_ex(0, "a", True), _ex(1, "b", False)],
+        ["a", "b"],
+        [(0, "a"), (1, "b")],
+        [],
+    ),
+    ("replacement serves: old goes", 1, [_ex(0, "a", True), _ex(1, "b", True)], ["a", "b"],
+     [(1, "b")], [(0, "a")]),
+    ("no room for a replacement: kept", 1, [_ex(0, "a", True)], ["a"], [(0, "a")], []),
+    ("two replicas, one serving elsewhere", 2, [_ex(0, "a", True), _ex(1, "b", True)],
+     ["a", "b"], [(0, "a"), (1, "b"), (2, "b")], []),
+    ("scaled to zero: retiring goes", 0, [_ex(0, "a", True)], ["a", "b"], [], [(0, "a")]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "replicas", "existing", "room", "want", "gone"), RETIRE, ids=[c[0] for c in RETIRE]
+)
+def test_retained_cluster_retires_its_replicas_make_before_break(
+    case: str, replicas: int, existing: list, room: list, want: list, gone: list
+) -> None:
+    fleet = tuple(cluster(n, nodes=4 if n in room else 0) for n in ("a", "b"))
+    used = {("a", "h100"): 0}
+    p = place(
+        req(
+            replicas=replicas,
+            clusters=fleet,
+            used=used,
+            existing=tuple(existing),
+            footprint={"a": "Ready", "b": "Ready"},
+            cache="qwen-cache",
+            retained=frozenset({"a"}),
+        )
+    )
+    assert where(p) == want, (case, p.message)
+    assert [(r.index, r.cluster) for r in p.removed] == gone, case
+    for r in p.removed:
+        assert r.scaled_down == (replicas == 0) and r.cluster == "a"
+    # The retained cluster never gets a new replica.
+    assert all(r.existing for r in p.replicas if r.cluster == "a")

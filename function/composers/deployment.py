@@ -78,6 +78,7 @@ from google.protobuf.struct_pb2 import ListValue, Struct
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from function import API_VERSION, structs
+from function.composers.modelcache import retained_clusters
 from function.devices import (
     Device,
     DeviceRequest,
@@ -1024,6 +1025,7 @@ def compose(inputs: Inputs) -> Outcome:
     assert isinstance(clusters_r, Resolved) and isinstance(replicas_r, Resolved)
 
     footprint: Mapping[str, str] | None = None
+    retained: frozenset[str] = frozenset()
     if cache:
         cache_r = got[REQ_CACHE]
         assert isinstance(cache_r, Resolved)
@@ -1043,6 +1045,7 @@ def compose(inputs: Inputs) -> Outcome:
         hyd_r = got[REQ_HYDRATIONS]
         assert isinstance(hyd_r, Resolved)
         footprint = _Footprint(hyd_r.items, ns, cache)
+        retained = retained_clusters(cache_r.items[0])
 
     fleet = _Fleet(clusters_r.items)
     used: dict[tuple[str, str], int] = {}
@@ -1056,7 +1059,7 @@ def compose(inputs: Inputs) -> Outcome:
     by_index: dict[int, _Observed] = {}
     for v in observed:
         if v.cluster and v.index is not None:
-            existing.append(Existing(v.index, v.cluster, v.pools))
+            existing.append(Existing(v.index, v.cluster, v.pools, v.state[0]))
             by_index[v.index] = v
 
     try:
@@ -1072,6 +1075,7 @@ def compose(inputs: Inputs) -> Outcome:
                 used=used,
                 existing=tuple(existing),
                 footprint=footprint,
+                retained=retained,
                 cache=cache,
             )
         )

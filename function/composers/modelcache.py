@@ -228,6 +228,26 @@ def _source_status(repo: str, revision: str, identity: str) -> Struct:
     return s
 
 
+def retained_clusters(cache: Struct) -> frozenset[str]:
+    """The clusters a ModelCache keeps only while a live replica uses them.
+
+    Read from the ``status.clusters[]`` entries this composer writes with
+    ``retained: true`` (the cluster left ``spec.clusterSelector``). The contract
+    ModelDeployment placement reads: no new replica there, replicas there move into
+    the footprint make-before-break, then the hydration is reclaimed.
+    """
+    entries = structs.get(cache, "status", "clusters")
+    if not isinstance(entries, ListValue):
+        return frozenset()
+    out = set()
+    for v in entries.values:
+        f = v.struct_value.fields
+        rt, n = f.get("retained"), f.get("name")
+        if rt is not None and rt.bool_value and n is not None and n.string_value:
+            out.add(n.string_value)
+    return frozenset(out)
+
+
 def _names(names: list[str], limit: int = 5) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
@@ -325,7 +345,9 @@ def compose(inputs: Inputs) -> Outcome:
         elif cluster in users:
             retained[cluster] = (
                 "no longer matches spec.clusterSelector; kept while ModelReplica "
-                f"{_names(sorted(users[cluster]))} still uses this cache there"
+                f"{_names(sorted(users[cluster]))} still uses this cache there: it takes "
+                "no new replica, its replicas move into the footprint once their "
+                "replacements serve, then the hydration and its PVC are reclaimed"
             )
     for cluster in retained:
         out.keep(child_key(cluster), observed_by_cluster[cluster])
@@ -395,7 +417,8 @@ def compose(inputs: Inputs) -> Outcome:
         rows.append((name, "Unavailable", f"cannot host a cache: {unhostable[name]}", None, False))
     for name, why in retained.items():
         phase, msg, _ = _hydration_state(observed_by_cluster[name])
-        rows.append((name, phase, f"{why}; hydration {msg}", None, True))
+        state = msg if msg.startswith("hydration") else f"hydration {msg}"
+        rows.append((name, phase, f"{why}; {state}", None, True))
 
     total = len(footprint)
     ready = counts["Ready"]
