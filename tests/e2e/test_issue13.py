@@ -85,8 +85,13 @@ def test_reclaim_finishes_make_before_break(render):
     for h in hydrations:
         cl = h["spec"]["clusterName"]
         cache.observed[f"hydration-{cl}"] = world.observed_xr(
-            {**copy.deepcopy(h), "metadata": {**h["metadata"], "annotations": {
-                "crossplane.io/composition-resource-name": f"hydration-{cl}"}}},
+            {
+                **copy.deepcopy(h),
+                "metadata": {
+                    **h["metadata"],
+                    "annotations": {"crossplane.io/composition-resource-name": f"hydration-{cl}"},
+                },
+            },
             h,
         )
     for c in clusters:  # the selector reads the name label Kubernetes sets
@@ -99,15 +104,19 @@ def test_reclaim_finishes_make_before_break(render):
     # The deployment sees the cache's status: a replacement elsewhere, the old one kept.
     d.required = [cache.xr if r["kind"] == "ModelCache" else r for r in d.required]
     d.step(serving=False)
-    placed = {doc["spec"]["clusterName"] for doc in d.dep.last.composed.values()
-              if doc["kind"] == "ModelReplica"}
+    placed = {
+        doc["spec"]["clusterName"]
+        for doc in d.dep.last.composed.values()
+        if doc["kind"] == "ModelReplica"
+    }
     assert old_cluster in placed and len(placed) == 2, placed
     # The replacement serves: the old replica goes.
     d.step()
     d.step()
     out = d.dep.reconcile()
-    placed = {doc["spec"]["clusterName"] for doc in out.composed.values()
-              if doc["kind"] == "ModelReplica"}
+    placed = {
+        doc["spec"]["clusterName"] for doc in out.composed.values() if doc["kind"] == "ModelReplica"
+    }
     assert old_cluster not in placed, placed
 
     # No live replica on the old cluster: the cache reclaims its hydration.
