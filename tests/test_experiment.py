@@ -1624,3 +1624,15 @@ def test_a_shell_string_that_uses_the_variable_is_fine(sim_factory) -> None:
     sim = sim_factory(_with_args(words, "command"))
     sim.reconcile()
     assert sim.phase == "Deploying", sim.status
+
+
+def test_gate_record_survives_a_malformed_generation(sim_factory) -> None:
+    """Found by the fuzz test: a cache whose metadata.generation is not a number."""
+    c = cache()
+    c["metadata"]["generation"] = ["3"]
+    gate = {"modelCacheRef": {"name": "qwen-cache"}}
+    sim = sim_factory(spec(artifactGate=gate), [cronjob(), inference_cluster(CLUSTER), c])
+    sim.validate = False
+    sim.reconcile()
+    assert sim.phase == "Deploying", sim.status
+    assert sim.status["gate"]["generation"] == 0

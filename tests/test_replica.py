@@ -488,6 +488,24 @@ def test_device_no_longer_met_is_reported_not_deleted():
     assert h.desired(rsp) == {}
 
 
+@pytest.mark.parametrize(
+    "cel",
+    [
+        'device.attributes["gpu.nvidia.com"].noSuchAttribute == "x"',
+        "1 / 0 == 1",
+        "device.driver",
+    ],
+)
+def test_device_selector_failing_at_evaluation_is_fatal_naming_it(cel: str):
+    """Issue 13: an evaluation error is not "no device": a fatal result (nothing applied,
+    every child kept) naming the field and the error."""
+    spec = single_spec()
+    spec["engines"][0]["members"][0]["nodeSelector"]["devices"][0]["selectors"] = [{"cel": cel}]
+    [msg] = h.fatal(run(spec, ready_required()))
+    assert "spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel" in msg
+    assert "fails on device" in msg and cel in msg
+
+
 def test_invalid_device_selector_is_fatal_naming_it():
     spec = single_spec()
     spec["engines"][0]["members"][0]["nodeSelector"]["devices"][0]["selectors"] = [

@@ -519,7 +519,9 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
     record: dict[str, Any] = {
         "cache": gate.modelCacheRef.name,
         "uid": structs.get_str(cache, "metadata", "uid"),
-        "generation": int(structs.get(cache, "metadata", "generation", default=0) or 0),
+        "generation": int(generation)
+        if isinstance(generation, (int, float)) and not isinstance(generation, bool)
+        else 0,
     }
     if len(set(commits.values())) == 1 and COMMIT.match(next(iter(commits.values()), "")):
         record["commit"] = next(iter(commits.values()))
