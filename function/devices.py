@@ -41,6 +41,7 @@ the same few InferenceClass devices.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -366,7 +367,7 @@ class Device:
         return cls(
             name=str(raw.get("name", "")),
             driver=str(raw.get("driver", "")),
-            count=int(count) if isinstance(count, (int, float)) else 1,
+            count=int(count) if isinstance(count, (int, float)) and math.isfinite(count) else 1,
             claim=str(raw.get("claim") or "DRA"),
             attributes=tuple(attrs),
             capacity=tuple(caps),

@@ -223,3 +223,6 @@ def test_invalid_source_keeps_the_provider_config(
     assert (c["status"], c["reason"]) == ("False", "InvalidSpec")
     assert c["message"].startswith(field + ":") and hint in c["message"], c["message"]
     assert not h.fatal(rsp)
+    # Readiness as observed: the kept ProviderConfig exists, the cluster stays usable.
+    assert h.desired_ready(rsp)["provider-config"] == "READY_TRUE"
+    assert h.xr_ready(rsp) == "READY_TRUE"

@@ -317,8 +317,14 @@ def _pools(cluster: Struct) -> tuple[Pool, ...]:
         if not isinstance(p, dict) or not isinstance(p.get("name"), str):
             continue
         nodes = p.get("nodes")
-        devs = tuple(Device.from_status(d) for d in p.get("devices") or [] if isinstance(d, dict))
-        pools.append(Pool(p["name"], int(nodes) if isinstance(nodes, (int, float)) else 0, devs))
+        raw_devs = p.get("devices")
+        devs = tuple(
+            Device.from_status(d)
+            for d in (raw_devs if isinstance(raw_devs, list) else ())
+            if isinstance(d, dict)
+        )
+        count = int(nodes) if isinstance(nodes, (int, float)) and math.isfinite(nodes) else 0
+        pools.append(Pool(p["name"], count, devs))
     out = tuple(sorted(pools, key=lambda x: x.name))
     if len(_POOL_CACHE) > 4096:
         _POOL_CACHE.clear()

@@ -133,9 +133,16 @@ def _provider_config(inputs: Inputs, existing: Mapping[str, Any]) -> dict[str, A
 
 
 def _invalid(inputs: Inputs, out: Outcome, message: str) -> Outcome:
-    """Keep every observed child and the last status; say what is wrong and how to fix it."""
+    """Keep every observed child and the last status; say what is wrong and how to fix it.
+
+    Readiness says what is true: the kept ProviderConfig exists (ready, as observed),
+    and the cluster stays usable, so the XR is ready exactly when that ProviderConfig
+    is observed; the spec error is in ``PoolsResolved``, not in a fleet-wide move of
+    every replica off a working cluster.
+    """
     for key, child in sorted(inputs.observed.items()):
-        out.keep(key, child.resource)
+        out.keep(key, child.resource, True)
+    out.ready = inputs.observed_body(PROVIDER_CONFIG_KEY) is not None
     for k in _ECHO:
         v = inputs.status(k)
         if v is not None:
