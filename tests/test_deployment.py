@@ -959,3 +959,12 @@ def test_retained_cluster_takes_no_replica_and_its_replicas_move_make_before_bre
     c3, hyd3 = cache_call(west_only, r1, hyd2)
     assert [r["name"] for r in h.status(c3)["clusters"]] == ["gpu-b"]
     assert sorted(b["spec"]["clusterName"] for b in hyd3.values()) == ["gpu-b"]
+
+
+@pytest.mark.parametrize("replicas", ["3", True, 2.5])
+def test_replicas_must_be_a_whole_number(replicas: Any) -> None:
+    """Found by the fuzz test: "3" passed pydantic's lax int and placed three replicas."""
+    xr = deployment(2)
+    xr["spec"]["replicas"] = replicas
+    (msg,) = h.fatal(h.run(h.request(xr)))
+    assert "spec.replicas" in msg
