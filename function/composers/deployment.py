@@ -88,7 +88,6 @@ from function.devices import (
 )
 from function.envinject import check_reserved
 from function.errors import SpecError, pydantic_errors
-from function.experiment_model import WholeInt
 from function.inputs import UNRESOLVED, Inputs, Resolved
 from function.naming import (
     LABEL_CACHE,
@@ -198,9 +197,7 @@ class Template(_Model):
 
 
 class DeploymentSpec(_Model):
-    # An int or a whole float (Structs hold doubles); never a string such as "3", which
-    # the XRD's type: integer rejects (found by the fuzz test).
-    replicas: WholeInt = Field(ge=0)
+    replicas: int = Field(ge=0)
     template: Template
 
     @field_validator("replicas", mode="before")
