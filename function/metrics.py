@@ -275,13 +275,22 @@ def spec_for(metric: str) -> MetricSpec:
     return spec
 
 
+class UnboundedLabel(ValueError):
+    """A label value that is not bounded: longer than a Kubernetes name, or a timestamp.
+
+    Label values come from object names that users write; such a sample is dropped, never
+    allowed to fail a call (see ``Outcome.observe``).
+    """
+
+
 def check(metric: str, labels: Mapping[str, str], value: float) -> tuple[tuple[str, str], ...]:
     """Validate one observation and return its labels as sorted, bounded pairs.
 
     Raises:
-        ValueError: unknown metric, missing or extra labels, a label value that is not
-            bounded (longer than a Kubernetes name, or a timestamp), or a negative or
-            non-finite value.
+        UnboundedLabel: a label value that is not bounded (longer than a Kubernetes name,
+            or a timestamp).
+        ValueError: unknown metric, missing or extra labels, or a negative or non-finite
+            value.
     """
     spec = spec_for(metric)
     if set(labels) != set(spec.labels):
@@ -292,7 +301,7 @@ def check(metric: str, labels: Mapping[str, str], value: float) -> tuple[tuple[s
     for k in sorted(labels):
         v = str(labels[k])
         if len(v) > _LABEL_VALUE_MAX or _NOT_BOUNDED.search(v):
-            raise ValueError(f"{spec.name}: label {k}={v!r} is not a bounded value")
+            raise UnboundedLabel(f"{spec.name}: label {k}={v!r} is not a bounded value")
         pairs.append((k, v))
     return tuple(pairs)
 

@@ -202,10 +202,18 @@ class Outcome:
             value: Seconds for a histogram; the increment for a counter (default 1); the
                 value for a gauge (set on every call, not only on a transition).
 
-        Raises:
-            ValueError: unknown metric, wrong labels, an unbounded label value, or a
-                negative value.
-        """
-        from function.metrics import check  # lazy: outcome stays importable alone
+        A sample whose label value is not bounded (an object name longer than a label, or
+        one that looks like a timestamp: names are written by users) is dropped: metrics
+        never fail a call.
 
-        self.observations.append(Observation(metric, check(metric, labels, value), float(value)))
+        Raises:
+            ValueError: unknown metric, wrong labels, or a negative value (a defect of
+                the caller, not of the input).
+        """
+        from function.metrics import UnboundedLabel, check  # lazy: importable alone
+
+        try:
+            pairs = check(metric, labels, value)
+        except UnboundedLabel:
+            return
+        self.observations.append(Observation(metric, pairs, float(value)))

@@ -65,7 +65,6 @@ Warning for a replica moved or dropped because its cluster no longer qualifies.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import datetime
 import math
@@ -809,12 +808,10 @@ def _status_from(
             row["reason"].string_value = reason
     out.status["replicas"] = {"total": total, "ready": ready}
     out.status["placement"] = placement
-    # Levels, set on every call (a gauge: idempotent, no transition record needed). A name
-    # that is not a bounded label value is not recorded: metrics never fail a call.
+    # Levels, set on every call (a gauge: idempotent, no transition record needed).
     labels = {"namespace": inputs.namespace, "model": inputs.name}
-    with contextlib.suppress(ValueError):
-        for state, n in (("requested", wanted), ("placed", len(rows)), ("ready", ready)):
-            out.observe("model_deployment_replicas", {**labels, "state": state}, n)
+    for state, n in (("requested", wanted), ("placed", len(rows)), ("ready", ready)):
+        out.observe("model_deployment_replicas", {**labels, "state": state}, n)
     summary = f"{ready}/{wanted} replicas ready"
     done = False
     if failed:

@@ -89,7 +89,6 @@ of building them from dicts.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from functools import lru_cache
@@ -919,16 +918,14 @@ class _Composer:
         if st.phase == FAILED:
             text = f"{text}: {st.message}"
         if events.transition(out, self.prev_phase, st.phase, text, reason=f"Hydration{st.phase}"):
-            # Counted in the call that records the new phase, like the event. A name that
-            # is not a bounded label value is not counted: metrics never fail a call.
+            # Counted in the call that records the new phase, like the event.
             labels = {"namespace": self.ns, "cache": self.cache}
-            with contextlib.suppress(ValueError):
-                out.observe("cache_hydration_transitions_total", {**labels, "phase": st.phase})
-                if st.phase == FAILED:
-                    out.observe(
-                        "cache_hydration_failures_total",
-                        {**labels, "cluster": self.cluster_name, "reason": st.reason or FAILED},
-                    )
+            out.observe("cache_hydration_transitions_total", {**labels, "phase": st.phase})
+            if st.phase == FAILED:
+                out.observe(
+                    "cache_hydration_failures_total",
+                    {**labels, "cluster": self.cluster_name, "reason": st.reason or FAILED},
+                )
         return out
 
     def _reported_evidence(self) -> dict[str, str] | None:
