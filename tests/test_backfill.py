@@ -960,3 +960,23 @@ def test_example_renders_a_job() -> None:
         "2026-11-29T09:52:41Z",
     )
     assert desired(rsp) == {}
+
+
+def test_an_edit_that_cannot_run_never_cancels_the_running_job(sim: Sim, clock: Clock) -> None:
+    """The spec changes while the template is unusable: the running attempt is kept (bad
+    input loses nothing), the problem is named, and the edit takes effect once it can."""
+    st = start(sim, clock)
+    job_keys = set(sim.observed[BACKFILL])
+    assert job_keys
+    template = sim.cronjobs[0]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    containers = template.pop("containers")
+    sim.backfills[BACKFILL]["spec"] = {**spec(), "env": [{"name": "SUITE", "value": "mmlu"}]}
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Running", "InvalidTemplate"), st
+    assert "keeps running under the previous spec" in st["message"]
+    assert set(sim.observed[BACKFILL]) == job_keys
+    template["containers"] = containers
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "SpecChanged"), st

@@ -404,6 +404,22 @@ class _Composer:
                 self._finish(*fin, manifest=manifest)
                 return
         cancel = self._cancel_reason(phase)
+        if cancel is not None and cancel.metric == "spec_changed":
+            assert isinstance(self.parsed, Parsed)
+            problem = self._template_problem(self.parsed)
+            if problem is not None:
+                # The edited spec cannot run (its template is unusable): the running
+                # attempt is not given up for it. Bad input loses nothing.
+                self._keep_all()
+                reason, message = problem
+                self.st["reason"] = reason
+                self.st["message"] = (
+                    f"{message}; Job {self.st.get('job')} keeps running under the previous "
+                    f"spec until the new one can replace it"
+                )
+                self.out.warning(message, reason)
+                self.out.requeue_after(self.poll)
+                return
         if cancel is not None:
             self._cancel(cancel, exists=obs is not None)
             return
@@ -639,40 +655,42 @@ class _Composer:
         self._set(WAITING, reason, message)
         self.out.requeue_after(ttl if ttl is not None else self.poll)
 
-    def _admit_template_and_model(self, p: Parsed) -> None:
+    def _template_problem(self, p: Parsed) -> tuple[str, str] | None:
+        """(reason, message) when the referenced CronJob cannot template a Job, else None."""
         ns = self.i.namespace
         tmpl = self._one(REQ_TEMPLATE)
-        dep = self._one(REQ_DEPLOYMENT)
-        replicas = self._replicas()
-        holders = self._holders()
         if tmpl is None:
-            self._set(
-                BLOCKED,
+            return (
                 "TemplateNotFound",
                 f"spec.templateRef: CronJob {ns}/{p.spec.templateRef.name} not found",
             )
-            return
-        cronjob = structs.to_py(tmpl)
-        uses = accelerator_uses(cronjob)
+        uses = accelerator_uses(structs.to_py(tmpl))
         if uses:
-            self._set(
-                BLOCKED,
+            return (
                 "GPURequestForbidden",
                 f"spec.templateRef: CronJob {ns}/{p.spec.templateRef.name} asks for accelerators "
                 f"({', '.join(uses)}); a backfill shares the serving process and never "
                 f"reserves a device",
             )
-            return
         containers = structs.get(
             tmpl, "spec", "jobTemplate", "spec", "template", "spec", "containers"
         )
         if containers is None or len(containers) == 0:
-            self._set(
-                BLOCKED,
+            return (
                 "InvalidTemplate",
                 f"spec.templateRef: CronJob {ns}/{p.spec.templateRef.name} has no "
                 f"spec.jobTemplate.spec.template.spec.containers",
             )
+        return None
+
+    def _admit_template_and_model(self, p: Parsed) -> None:
+        ns = self.i.namespace
+        dep = self._one(REQ_DEPLOYMENT)
+        replicas = self._replicas()
+        holders = self._holders()
+        problem = self._template_problem(p)
+        if problem is not None:
+            self._set(BLOCKED, *problem)
             return
         if dep is None:
             self.st["notIdleBefore"] = format_time(self.now)
@@ -733,7 +751,9 @@ class _Composer:
             )
             return
         replica = free[0]
-        self._start(p, replica, cronjob)
+        tmpl = self._one(REQ_TEMPLATE)
+        assert tmpl is not None  # _template_problem found it
+        self._start(p, replica, structs.to_py(tmpl))
 
     def _ready_since(self, dep: Any) -> datetime.datetime | None:
         c = structs.conditions(dep).get("Ready")
