@@ -21,12 +21,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+import structlog
 from google.protobuf.struct_pb2 import Struct
 
 from function import structs
 
 if TYPE_CHECKING:
+    from function.outcome import Requirement
     from function.settings import Settings
+
+_log = structlog.get_logger("inputs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,18 +111,74 @@ class ObservedView(Mapping[str, ObservedChild]):
         return len(self._resources)
 
 
+def _group(api_version: str) -> str:
+    """The API group of ``apiVersion`` (``""`` for the core group's ``v1``)."""
+    group, sep, _ = api_version.rpartition("/")
+    return group if sep else ""
+
+
+def foreign_reason(asked: Requirement, item: Struct) -> str | None:
+    """Why ``item`` is not something ``asked`` selects, or None when it is.
+
+    A required resource is used only if it is what was asked for (Crossplane v2
+    ``ResourceSelector``): the same kind and API group (the version is not compared:
+    the API server may serve another version of the same kind), the name asked for
+    (``match_name``) or every label asked for (``match_labels``), and the namespace
+    asked for; without a namespace, a selection by name is of a cluster-scoped
+    object (no namespace), and one by labels may span namespaces.
+
+    Args:
+        asked: The requirement as the composer declared it (``Outcome.require``).
+        item: One item Crossplane put under that requirement's name.
+
+    Returns:
+        A short reason (``"kind is Secret, not CronJob"``) or None.
+    """
+    kind = structs.get_str(item, "kind")
+    if kind != asked.kind:
+        return f"kind is {kind or '<none>'}, not {asked.kind}"
+    group = _group(structs.get_str(item, "apiVersion"))
+    if group != _group(asked.api_version):
+        return f"API group is {group or '<core>'}, not {_group(asked.api_version) or '<core>'}"
+    namespace = structs.get_str(item, "metadata", "namespace")
+    if asked.namespace is not None:
+        if namespace != asked.namespace:
+            return f"namespace is {namespace or '<none>'}, not {asked.namespace}"
+    elif asked.match_name is not None and namespace:
+        return f"namespace is {namespace}, but a cluster-scoped object was asked for"
+    if asked.match_name is not None:
+        name = structs.get_str(item, "metadata", "name")
+        if name != asked.match_name:
+            return f"name is {name or '<none>'}, not {asked.match_name}"
+    elif asked.match_labels:
+        labels = structs.get(item, "metadata", "labels")
+        for k, v in asked.match_labels:
+            got = labels[k] if isinstance(labels, Struct) and k in labels else None
+            if got != v:
+                return f"label {k} is {got!r}, not {v!r}"
+    return None
+
+
 class RequiredView(Mapping[str, tuple[Struct, ...]]):
     """A read-only view of the request's ``required_resources`` map.
 
     A requirement's items become a tuple of Structs only when a composer reads that
     requirement (once; then cached): a steady-state call may never touch most of a
     5,000-cluster fleet.
+
+    Args:
+        resources: The request's ``required_resources`` protobuf map.
+        asked: Requirements by name as the composer declares them. When given, the
+            items of a requirement named here that are not what it asks for
+            (:func:`foreign_reason`) are left out, each with a debug log line; the
+            items of a requirement not named here are given as they are.
     """
 
-    __slots__ = ("_cache", "_resources")
+    __slots__ = ("_asked", "_cache", "_resources")
 
-    def __init__(self, resources: Any) -> None:
+    def __init__(self, resources: Any, asked: Mapping[str, Requirement] | None = None) -> None:
         self._resources = resources
+        self._asked = asked
         self._cache: dict[str, tuple[Struct, ...]] = {}
 
     def __getitem__(self, key: str) -> tuple[Struct, ...]:
@@ -127,8 +187,39 @@ class RequiredView(Mapping[str, tuple[Struct, ...]]):
             r = self._resources.get(key) if isinstance(key, str) else None
             if r is None:
                 raise KeyError(key)
-            got = self._cache[key] = tuple(i.resource for i in r.items)
+            got = tuple(i.resource for i in r.items)
+            asked = self._asked.get(key) if self._asked is not None else None
+            if asked is not None:
+                kept = []
+                for item in got:
+                    why = foreign_reason(asked, item)
+                    if why is None:
+                        kept.append(item)
+                    else:
+                        _log.debug(
+                            "ignoring a required resource that was not asked for",
+                            requirement=key,
+                            kind=structs.get_str(item, "kind"),
+                            namespace=structs.get_str(item, "metadata", "namespace"),
+                            name=structs.get_str(item, "metadata", "name"),
+                            reason=why,
+                        )
+                got = tuple(kept)
+            self._cache[key] = got
         return got
+
+    def foreign(self, asked: Mapping[str, Requirement]) -> bool:
+        """Whether a requirement read so far holds an item that ``asked`` does not select.
+
+        Only requirements a composer read (and that ``asked`` names) are checked: the
+        runner composes again with ``asked`` applied (:class:`RequiredView`'s
+        ``asked``) when this is True.
+        """
+        for key, items in self._cache.items():
+            q = asked.get(key)
+            if q is not None and any(foreign_reason(q, i) is not None for i in items):
+                return True
+        return False
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and key in self._resources

@@ -28,11 +28,13 @@ from function import tracing as tracing_mod
 from function.composers import composer_for, served
 from function.errors import SpecError
 from function.inputs import Inputs, ObservedView, RequiredView
-from function.outcome import Outcome
+from function.outcome import Outcome, Requirement
 from function.settings import Settings, default_settings
 from function.tracing import Tracing
 
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+# How often a call is composed again without required items that were not asked for.
+MAX_RECOMPOSE = 3
 DEFAULT_TTL_SECONDS = 60.0
 
 _SEVERITY = {
@@ -276,14 +278,35 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             inputs = self.decode(req)
         with span("compose"):
             outcome = composer(inputs)
+            # Required resources are used only if they are what was asked for: when a
+            # requirement the composer read holds something else (another namespace,
+            # name, kind or labels), compose again without it, until what is asked
+            # for settles (requirements may follow from other required resources).
+            for _ in range(MAX_RECOMPOSE):
+                view = inputs.required_resources
+                if not isinstance(view, RequiredView) or not view.foreign(outcome.requirements):
+                    break
+                asked = dict(outcome.requirements)
+                inputs = self.decode(req, asked)
+                outcome = composer(inputs)
+                if outcome.requirements == asked:
+                    break
         with span("encode"):
             rsp, wires = self._encode(req, outcome)
             return rsp, wires, outcome
 
-    def decode(self, req: fnv1.RunFunctionRequest) -> Inputs:
-        """Build the composer's view of ``req`` (cheap: no Struct is converted)."""
+    def decode(
+        self, req: fnv1.RunFunctionRequest, asked: Mapping[str, Requirement] | None = None
+    ) -> Inputs:
+        """Build the composer's view of ``req`` (cheap: no Struct is converted).
+
+        Args:
+            req: The request.
+            asked: Requirements by name as the composer declares them; required
+                items they do not select are left out (:class:`RequiredView`).
+        """
         observed = ObservedView(req.observed.resources)
-        required = RequiredView(req.required_resources)
+        required = RequiredView(req.required_resources, asked)
         return Inputs(
             xr=req.observed.composite.resource,
             observed=observed,

@@ -1,0 +1,144 @@
+"""Required resources are used only if they are what was asked for (issue 14).
+
+Crossplane scopes its answers to a requirement today; the function must not depend on
+it. For every seed of every kind (``tests/reliability.py``), the requirements loop is
+settled, and then, for every requirement that resolved to something, a same-named
+foreign object is planted under that requirement's name:
+
+- in another namespace (or, for a cluster-scoped object asked for by name, with a
+  namespace), and
+- of another kind (same name, namespace and labels);
+
+once **listed first** (before what Crossplane resolved) and once **alone**. Listed
+first, the response must be exactly the response without it; alone, exactly the
+response to "resolved, nothing matched". Composers that take a requirement's first
+item, or index items by name, would otherwise use the foreign object.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import json_format
+
+from function.outcome import Requirement
+from function.render import build_request
+from tests.harness import run
+from tests.reliability import available_kinds, seeds, settle
+
+ELSEWHERE = "elsewhere"
+
+
+def _items(req: fnv1.RunFunctionRequest) -> dict[str, list[dict[str, Any]]]:
+    return {
+        name: [json_format.MessageToDict(i.resource) for i in r.items]
+        for name, r in req.required_resources.items()
+    }
+
+
+def _with(req: fnv1.RunFunctionRequest, name: str, items: list[dict[str, Any]]) -> Any:
+    required = _items(req)
+    required[name] = items
+    xr = json_format.MessageToDict(req.observed.composite.resource)
+    observed = {k: json_format.MessageToDict(v.resource) for k, v in req.observed.resources.items()}
+    return build_request(xr, observed, required, tag=req.meta.tag)
+
+
+def _bytes(rsp: fnv1.RunFunctionResponse) -> bytes:
+    return rsp.SerializeToString(deterministic=True)
+
+
+def _foreign(
+    item: dict[str, Any], sel: fnv1.ResourceSelector
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    meta = item.get("metadata") or {}
+    by_name = sel.WhichOneof("match") == "match_name"
+    if sel.HasField("namespace") or by_name:
+        moved = copy.deepcopy(item)
+        moved.setdefault("metadata", {})["namespace"] = (
+            ELSEWHERE if meta.get("namespace") != ELSEWHERE else ELSEWHERE + "-2"
+        )
+        yield "other-namespace", moved
+    other = copy.deepcopy(item)
+    other["kind"] = "ConfigMap" if item.get("kind") != "ConfigMap" else "Secret"
+    yield "other-kind", other
+
+
+def _cases() -> list[Any]:
+    out = []
+    for kind in available_kinds():
+        for seed in seeds(kind):
+            out.append(pytest.param(seed, id=seed.id))
+    return out
+
+
+@pytest.mark.parametrize("seed", _cases())
+def test_foreign_required_items_are_ignored(seed: Any) -> None:
+    req, rsp = settle(seed)
+    if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
+        pytest.skip("the seed settles on a fatal result: nothing is composed from requirements")
+    want = _bytes(run(req))
+    checked = 0
+    for name, resolved in _items(req).items():
+        sel = rsp.requirements.resources.get(name)
+        if sel is None or not resolved:
+            continue
+        empty = _bytes(run(_with(req, name, [])))
+        for label, foreign in _foreign(resolved[0], sel):
+            first = run(_with(req, name, [foreign, *resolved]))
+            assert _bytes(first) == want, f"{name}: foreign object ({label}) listed first used"
+            alone = run(_with(req, name, [foreign]))
+            assert _bytes(alone) == empty, f"{name}: a foreign object ({label}) alone was used"
+            checked += 1
+    if not checked:
+        pytest.skip("no requirement of this seed resolves to anything")
+
+
+def _req(**kw: Any) -> Requirement:
+    base: dict[str, Any] = {"api_version": "modelplane.ai/v1alpha1", "kind": "ModelCache"}
+    base.update(kw)
+    return Requirement(**base)
+
+
+def _obj(kind: str = "ModelCache", name: str = "c", ns: str | None = "ml", **labels: str) -> Any:
+    from google.protobuf.struct_pb2 import Struct
+
+    s = Struct()
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if ns is not None:
+        meta["namespace"] = ns
+    s.update({"apiVersion": "modelplane.ai/v1alpha1", "kind": kind, "metadata": meta})
+    return s
+
+
+@pytest.mark.parametrize(
+    ("asked", "item", "why"),
+    [
+        (_req(match_name="c", namespace="ml"), _obj(), None),
+        (_req(match_name="c", namespace="ml"), _obj(ns="other"), "namespace is other, not ml"),
+        (_req(match_name="c", namespace="ml"), _obj(name="d"), "name is d, not c"),
+        (_req(match_name="c", namespace="ml"), _obj("Secret"), "kind is Secret, not ModelCache"),
+        (_req(kind="InferenceCluster", match_name="c"), _obj("InferenceCluster", ns=None), None),
+        (
+            _req(kind="InferenceCluster", match_name="c"),
+            _obj("InferenceCluster"),
+            "namespace is ml, but a cluster-scoped object was asked for",
+        ),
+        (_req(match_labels=(("a", "1"),), namespace="ml"), _obj(a="1"), None),
+        (_req(match_labels=(("a", "1"),), namespace="ml"), _obj(a="2"), "label a is '2', not '1'"),
+        (_req(match_labels=(), namespace=None), _obj(ns="anywhere"), None),
+        (
+            _req(api_version="other.io/v1", match_name="c", namespace="ml"),
+            _obj(),
+            "API group is modelplane.ai, not other.io",
+        ),
+    ],
+)
+def test_foreign_reason(asked: Requirement, item: Any, why: str | None) -> None:
+    from function.inputs import foreign_reason
+
+    assert foreign_reason(asked, item) == why
