@@ -3,7 +3,8 @@
 Flags and environment variables are those Crossplane's function runtime passes
 (``--address``/``ADDRESS``, ``--tls-certs-dir``/``TLS_SERVER_CERTS_DIR``,
 ``--insecure``/``INSECURE``, ``--debug``/``DEBUG``, ``--max-recv-message-size``/
-``MAX_RECV_MESSAGE_SIZE`` in MiB), plus ``--workers``, ``--grace-seconds`` and
+``MAX_RECV_MESSAGE_SIZE`` in MiB), plus ``--processes`` (alias ``--workers``: compute
+processes behind the one gRPC acceptor, ``function.pool``), ``--grace-seconds`` and
 ``--metrics-address``. A flag wins over its variable. Every other setting comes from
 the environment. All of them are defined once, in ``function.settings`` (type, unit,
 default, bounds, description): ``--help`` and ``config`` print those descriptions,
@@ -84,14 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         print(report(settings, flags=flags))
         return 0
     logs.configure(debug=settings.debug)
-    from function.runner import FunctionRunner
-
     cfg = ServerConfig(
         address=settings.address,
         tls_certs_dir=settings.tls_server_certs_dir,
         insecure=settings.insecure,
         max_recv_mb=settings.max_recv_message_size,
         grace_seconds=settings.grace_seconds,
+        deadline_cap_seconds=settings.call_deadline_seconds,
     )
     if not cfg.insecure and not cfg.tls_certs_dir:
         print(
@@ -105,14 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"function-modelplane: {problem}", file=sys.stderr)
         return 2
-    from function import metrics, tracing
-    from function.server import default_workers, serve_workers
+    from function import metrics
+    from function.server import default_processes
 
-    workers = settings.workers if settings.workers is not None else default_workers()
+    processes = settings.workers if settings.workers is not None else default_processes()
     multiproc_dir = settings.prometheus_multiproc_dir
-    if workers > 1 and not multiproc_dir:
-        # Several processes: aggregate their metrics with prometheus-client's
-        # multiprocess mode. Workers are spawned, so they see this variable at import.
+    if not multiproc_dir:
+        # Calls are composed in compute processes (function.pool): aggregate their
+        # metrics with prometheus-client's multiprocess mode. They are spawned, so they
+        # see this variable at import.
         import tempfile
 
         multiproc_dir = tempfile.mkdtemp(prefix="function-modelplane-metrics-")
@@ -132,17 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"function-modelplane: --metrics-address {address}: {e}", file=sys.stderr)
         return 2
-    if workers > 1:
-        try:
-            return serve_workers(cfg, workers, debug=settings.debug)
-        finally:
-            if metrics_server is not None:
-                metrics_server.shutdown()
-    traces = tracing.configure(settings)
     try:
-        serve(FunctionRunner(settings=settings, tracing=traces), cfg)
+        serve(None, cfg, processes=processes, debug=settings.debug)
     finally:
-        traces.shutdown()
         if metrics_server is not None:
             metrics_server.shutdown()
     return 0

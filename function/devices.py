@@ -289,8 +289,125 @@ def _check(tree: Any) -> str | None:
     return None
 
 
+# Estimated cost of one selector, in evaluation steps (one step: one node of the parse
+# tree evaluated once; a macro's body counts once per element it may visit). cel-python
+# has no runtime cost limit, so runaway selectors (nested macros over long lists) are
+# refused before they run, as Kubernetes refuses a DRA selector over its cost budget.
+DEFAULT_COST_LIMIT = 20_000
+# Elements a macro is assumed to visit when its range is not a literal (a device's
+# attribute or capacity map, a variable bound by an outer macro).
+UNKNOWN_SIZE = 32
+_cost_limit = DEFAULT_COST_LIMIT
+
+
+def set_cost_limit(limit: int) -> None:
+    """Set the cost limit (estimated evaluation steps) of every selector compiled after."""
+    global _cost_limit
+    _cost_limit = int(limit)
+
+
+def cost_limit() -> int:
+    """The cost limit in force (estimated evaluation steps)."""
+    return _cost_limit
+
+
+def _size(node: Any) -> int:
+    """Estimated number of elements ``node`` evaluates to (for a macro's range)."""
+    from lark import Tree
+
+    while (
+        isinstance(node, Tree)
+        and len(node.children) == 1
+        and node.data
+        not in (
+            "list_lit",
+            "map_lit",
+        )
+    ):
+        node = node.children[0]
+    if not isinstance(node, Tree):
+        return UNKNOWN_SIZE
+    if node.data in ("list_lit", "map_lit"):
+        inner = node.children[0] if node.children else None
+        if inner is None:
+            return 0
+        n = len(inner.children) if isinstance(inner, Tree) else 1
+        return n // 2 if node.data == "map_lit" else n
+    if node.data == "member_dot_arg" and str(node.children[1]) in ("map", "filter"):
+        return _size(node.children[0])
+    if node.data.startswith("addition"):
+        return sum(_size(c) for c in node.children if isinstance(c, Tree))
+    return UNKNOWN_SIZE
+
+
+def estimate_cost(tree: Any) -> int:
+    """Estimated evaluation steps of a parsed CEL expression (an upper-bound heuristic).
+
+    Every node costs 1; a macro (``all``, ``exists``, ``exists_one``, ``map``,
+    ``filter``) costs its range plus the range's estimated size (:func:`_size`:
+    the element count of a literal, :data:`UNKNOWN_SIZE` otherwise) times its body.
+    Nested macros multiply.
+    """
+    from lark import Tree
+
+    if not isinstance(tree, Tree):
+        return 0
+    if tree.data == "member_dot_arg" and str(tree.children[1]) in _MACROS:
+        target = tree.children[0]
+        args = tree.children[2] if len(tree.children) > 2 else None
+        body = args.children[-1] if isinstance(args, Tree) and args.children else None
+        return 1 + estimate_cost(target) + _size(target) * (1 + estimate_cost(body))
+    return 1 + sum(estimate_cost(c) for c in tree.children)
+
+
+_WORD = re.compile(r"[A-Za-z0-9_]")
+
+
+@lru_cache(maxsize=1024)
+def normalize(expression: str) -> str:
+    """``expression`` with comments and insignificant whitespace removed.
+
+    String literals (single, double, triple quoted, with escapes) are kept as written;
+    whitespace between two word characters becomes one space. So ``a  in b`` and
+    ``a in b`` share one cache entry and one verdict, and a space cannot defeat the
+    memo of a runaway selector.
+    """
+    out: list[str] = []
+    i, n = 0, len(expression)
+    pending_space = False
+    while i < n:
+        c = expression[i]
+        if c in "\"'":
+            q = expression[i : i + 3] if expression[i : i + 3] in ('"""', "'''") else c
+            j = i + len(q)
+            while j < n and expression[j : j + len(q)] != q:
+                j += 2 if expression[j] == "\\" else 1
+            j = min(n, j + len(q))
+            if pending_space and out and _WORD.match(out[-1][-1]) and out[-1][-1] not in "rRbB":
+                out.append(" ")
+            out.append(expression[i:j])
+            pending_space = False
+            i = j
+            continue
+        if c == "/" and expression[i : i + 2] == "//":
+            while i < n and expression[i] != "\n":
+                i += 1
+            pending_space = True
+            continue
+        if c.isspace():
+            pending_space = True
+            i += 1
+            continue
+        if pending_space and out and _WORD.match(c) and _WORD.match(out[-1][-1]):
+            out.append(" ")
+        pending_space = False
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 @lru_cache(maxsize=4096)
-def _compile(expression: str) -> Any:
+def _compile_normalized(expression: str, limit: int) -> Any:
     try:
         ast = _ENV.compile(expression)
     except Exception as e:  # celpy raises CELParseError (and lark errors) for bad syntax
@@ -299,19 +416,61 @@ def _compile(expression: str) -> Any:
     problem = _check(ast)
     if problem is not None:
         return InvalidSelector(expression, problem)
+    cost = estimate_cost(ast)
+    if cost > limit:
+        return InvalidSelector(
+            expression,
+            f"its estimated cost of {cost} evaluation steps is over the limit of {limit} "
+            "(MODELPLANE_SELECTOR_COST_LIMIT): nest fewer macros or iterate shorter lists",
+        )
     return _ENV.program(ast, functions=FUNCTIONS)
 
 
-def compile_selector(expression: str) -> Any:
-    """Compile (once; cached by expression string) and return the CEL program.
+def _compile(expression: str) -> Any:
+    return _compile_normalized(normalize(expression), _cost_limit)
+
+
+_paths: dict[str, str] = {}
+
+
+def path_of(expression: str | None) -> str | None:
+    """The spec path a selector was compiled for in this call (see :func:`compile_selector`)."""
+    return _paths.get(expression) if expression is not None else None
+
+
+def forget_paths() -> None:
+    """Forget the paths of the previous call (the runner calls this before each call)."""
+    _paths.clear()
+
+
+def compile_selector(expression: str, path: str | None = None) -> Any:
+    """Compile (once; cached by normalized expression and cost limit) and return the
+    CEL program.
+
+    Args:
+        expression: The CEL text.
+        path: Where it is in the XR's spec (``spec...selectors[0].cel``), remembered
+            for this call so a deadline message can name it (:func:`path_of`).
 
     Raises:
-        InvalidSelector: when the expression does not parse.
+        InvalidSelector: when the expression does not parse, uses an unknown function
+            or variable, or its estimated cost (:func:`estimate_cost`) is over the
+            limit (:func:`set_cost_limit`).
     """
+    if path is not None and len(_paths) < 4096:
+        _paths[normalize(expression)] = path
     p = _compile(expression)
     if isinstance(p, InvalidSelector):
         raise p
     return p
+
+
+_evaluating: str | None = None
+
+
+def evaluating() -> str | None:
+    """The selector being evaluated right now, or None (for deadline messages)."""
+    return _evaluating
 
 
 # ---- devices ---------------------------------------------------------------
@@ -434,12 +593,19 @@ def _reason(e: BaseException) -> str:
 
 
 @lru_cache(maxsize=65536)
-def _eval(expression: str, device: Device) -> bool | SelectorEvaluationError:
-    program = compile_selector(expression)
+def _eval(expression: str, device: Device, limit: int) -> bool | SelectorEvaluationError:
+    global _evaluating
+    program = _compile_normalized(expression, limit)
+    if isinstance(program, InvalidSelector):
+        raise program
+    # Left set when a deadline (a BaseException) interrupts the evaluation, so the
+    # runner can name the selector.
+    _evaluating = expression
     try:
         result = program.evaluate(device.activation())
     except Exception as e:  # celpy raises CELEvalError (and Python errors from functions)
         result = e
+    _evaluating = None
     if isinstance(result, celtypes.BoolType):
         return bool(result)
     # celpy returns (not raises) CELEvalError for most runtime errors.
@@ -454,17 +620,18 @@ def _eval(expression: str, device: Device) -> bool | SelectorEvaluationError:
 
 
 def selector_matches(expression: str, device: Device) -> bool:
-    """True when ``device`` satisfies the CEL ``expression`` (cached per pair).
+    """True when ``device`` satisfies the CEL ``expression`` (memoized by the normalized
+    expression and the device).
 
     Raises:
-        InvalidSelector: when the expression does not compile.
+        InvalidSelector: when the expression does not compile (see :func:`compile_selector`).
         SelectorEvaluationError: when it fails while evaluating on ``device`` (an
             attribute or capacity the device does not have, a division by zero, a
             type mismatch) or returns something other than a boolean.
     """
-    r = _eval(expression, device)
+    r = _eval(normalize(expression), device, _cost_limit)
     if isinstance(r, SelectorEvaluationError):
-        raise r
+        raise SelectorEvaluationError(expression, device, r.reason)  # as the user wrote it
     return r
 
 

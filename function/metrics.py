@@ -81,7 +81,7 @@ OTHER = "other"
 # Served XR kinds, owned by function.composers.KINDS; any other kind is "unknown".
 _KINDS = frozenset(KINDS)
 UNKNOWN_KIND = "unknown"
-RUN_RESULTS = frozenset({"success", "fatal", "error"})
+RUN_RESULTS = frozenset({"success", "fatal", "error", "deadline"})
 SEVERITIES = frozenset({"Normal", "Warning", "Fatal"})
 VERDICT_REASONS = frozenset(
     {"GauntletPassed", "GauntletFailed", "TimedOut", "CandidateFailed", "CandidateLost"}

@@ -22,7 +22,8 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import duration_pb2
 from google.protobuf.struct_pb2 import ListValue, Struct
 
-from function import logs, structs
+from function import deadline as deadline_mod
+from function import devices, logs, structs
 from function import metrics as metrics_mod
 from function import tracing as tracing_mod
 from function.composers import composer_for, served
@@ -128,6 +129,10 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         self.log = structlog.get_logger("function")
         self.tracing = tracing or tracing_mod.configure(self.settings)
         self.metrics = metrics or metrics_mod.default()
+        # Set when a call passed its deadline: its process may hold half-built state
+        # and is replaced by the pool after replying (function.pool).
+        self.replace_me = False
+        devices.set_cost_limit(self.settings.selector_cost_limit)
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, context: grpc.aio.ServicerContext | None = None
@@ -170,12 +175,44 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         """
         return self._call(req, metadata, complete=False)[1]
 
+    def run_bytes(
+        self,
+        data: bytes,
+        metadata: Mapping[str, str] | None = None,
+        deadline_seconds: float | None = None,
+    ) -> bytes:
+        """Run the function on a serialized request; return the serialized response.
+
+        What a compute process (``function.pool``) does with the bytes the gRPC acceptor
+        hands it.
+
+        Args:
+            data: A serialized ``RunFunctionRequest`` (v1 or v1beta1: same wire format).
+            metadata: The call's gRPC metadata (lower-case keys), for trace context.
+            deadline_seconds: Compute budget of the call (wall clock); None for none.
+                Enforced in the main thread only (``function.deadline``).
+
+        Returns:
+            The response's wire bytes. A request protobuf cannot parse (malformed, or
+            nested deeper than its recursion limit of 100) gets a response whose only
+            result is fatal and says so; a call past its deadline gets a fatal result
+            naming the XR and, while a device selector was being evaluated, its path
+            (then :attr:`replace_me` is True).
+        """
+        try:
+            req = fnv1.RunFunctionRequest.FromString(data)
+        except Exception as e:  # DecodeError (upb also reports recursion this way)
+            self.metrics.record_run("", "fatal", 0.0, ["Fatal"])
+            return undecodable(data, e)
+        return self._call(req, metadata, complete=False, deadline_seconds=deadline_seconds)[1]
+
     def _call(
         self,
         req: fnv1.RunFunctionRequest,
         metadata: Mapping[str, str] | None,
         *,
         complete: bool,
+        deadline_seconds: float | None = None,
     ) -> tuple[fnv1.RunFunctionResponse, bytes]:
         xr = req.observed.composite.resource
         api_version = structs.get_str(xr, "apiVersion")
@@ -186,11 +223,15 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         token = logs.CALL.set(call)
         try:
             if not self.tracing.enabled:  # hot path: no span objects at all
-                return self._serve(req, api_version, kind, namespace, name, None, complete)
+                return self._serve(
+                    req, api_version, kind, namespace, name, None, complete, deadline_seconds
+                )
             with self.tracing.run_span(
                 kind, api_version, namespace, name, req.meta.tag, metadata
             ) as span:
-                return self._serve(req, api_version, kind, namespace, name, span, complete)
+                return self._serve(
+                    req, api_version, kind, namespace, name, span, complete, deadline_seconds
+                )
         finally:
             logs.CALL.reset(token)
 
@@ -203,15 +244,33 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         name: str,
         span: Any,
         complete: bool,
+        deadline_seconds: float | None = None,
     ) -> tuple[fnv1.RunFunctionResponse, bytes]:
         log = self.log
         started = time.perf_counter()
         outcome: Outcome | None = None
-        error: Exception | None = None
+        error: BaseException | None = None
         result = "success"
         wires: list[bytes] = []
+        devices.forget_paths()
         try:
-            rsp, wires, outcome = self._run(req, api_version, kind, log)
+            with deadline_mod.armed(deadline_seconds):
+                rsp, wires, outcome = self._run(req, api_version, kind, log)
+        except deadline_mod.CallDeadline as e:
+            error, result = e, "deadline"
+            self.replace_me = True
+            expression = devices.evaluating()
+            path = devices.path_of(expression)
+            where = ""
+            if expression is not None:
+                where = f" while evaluating the device selector {path or repr(expression[:200])}"
+            log.warning("compute deadline passed", seconds=e.seconds, selector=path)
+            rsp = self._fatal(
+                req,
+                f"{kind or 'XR'} {namespace}/{name}: composing ran past the call's compute "
+                f"deadline of {e.seconds:g} s{where}; nothing was changed this reconcile "
+                f"(simplify the spec; MODELPLANE_CALL_DEADLINE_SECONDS caps the deadline)",
+            )
         except SpecError as e:
             error = e
             log.info("invalid input", error=str(e))
@@ -407,6 +466,89 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             if q.namespace is not None:
                 sel.namespace = q.namespace
         return rsp, wires
+
+
+def peek(data: bytes) -> tuple[str, str, str, str]:
+    """The tag and the XR's kind, namespace and name of a serialized request, cheaply.
+
+    Walks the wire format to ``meta`` (field 1) and ``observed.composite`` (field 2,
+    then 1) and parses only those; skips everything else by its length. Any field it
+    cannot read is ``""`` (never raises).
+
+    Returns:
+        (tag, kind, namespace, name).
+    """
+    tag = kind = namespace = name = ""
+    try:
+        meta = _field(data, 1)
+        if meta is not None:
+            tag = fnv1.RequestMeta.FromString(meta).tag
+        observed = _field(data, 2)
+        composite = _field(observed, 1) if observed is not None else None
+        if composite is not None:
+            xr = fnv1.Resource.FromString(composite).resource
+            kind = structs.get_str(xr, "kind")
+            namespace = structs.get_str(xr, "metadata", "namespace")
+            name = structs.get_str(xr, "metadata", "name")
+    except Exception:  # a malformed request: whatever could be read
+        pass
+    return tag, kind, namespace, name
+
+
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        b = data[i]
+        i += 1
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            return n, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _field(data: bytes, number: int) -> bytes | None:
+    """The bytes of the first length-delimited field ``number`` of a message, or None."""
+    i, end = 0, len(data)
+    while i < end:
+        key, i = _read_varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _read_varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            length, i = _read_varint(data, i)
+            if key >> 3 == number:
+                return data[i : i + length]
+            i += length
+        else:
+            return None
+    return None
+
+
+def undecodable(data: bytes, error: BaseException) -> bytes:
+    """The response to a request that protobuf cannot parse: one fatal result saying why.
+
+    Desired state is not echoed (it could not be read); a fatal result makes
+    Crossplane apply nothing this reconcile, so nothing is deleted.
+    """
+    tag, kind, namespace, name = peek(data)
+    xr = f"{kind} {namespace}/{name}: " if kind or name else ""
+    rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=tag))
+    rsp.results.add(
+        severity=fnv1.SEVERITY_FATAL,
+        message=(
+            f"{xr}the RunFunctionRequest ({len(data)} bytes) could not be parsed "
+            f"({type(error).__name__}: {' '.join(str(error).split())[:200]}): it is malformed "
+            "or nested deeper than protobuf's limit of 100 levels (look for deeply nested "
+            "values in the XR's spec or a composed resource)"
+        ),
+    )
+    return serialize(rsp)
 
 
 def _stable(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse) -> bool:

@@ -10,32 +10,32 @@ reflection, on one address:
 - ``insecure``: plaintext only. Unlike the SDK's ``runtime.serve``, which opens
   both a TLS and a plaintext listener when given both, only one listener is ever
   opened here.
-- SIGTERM (and SIGINT) stop accepting calls and let in-flight calls finish
-  within ``grace_seconds``; the process then exits 0.
+- One acceptor (this process's event loop) that decodes nothing: request bytes go
+  to compute processes (``function.pool``) or, in-process, to a worker thread, and
+  their response bytes are sent as they are.
+- SIGTERM (and SIGINT) stop accepting calls and connections at once and let
+  in-flight calls finish within ``grace_seconds``; the process then exits 0.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
-import multiprocessing
 import os
 import signal
 import socket
-import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import structlog
 from crossplane.function import runtime as sdk_runtime
-from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from function.runner import FunctionRunner, serialize
+from function.runner import FunctionRunner
 
 DEFAULT_ADDRESS = "0.0.0.0:9443"
 DEFAULT_MAX_RECV_MB = 256
@@ -54,6 +54,8 @@ class ServerConfig:
         max_send_mb: Largest response sent, in MiB (Crossplane receives 4 MiB; the
             runner replaces larger responses with a fatal result first).
         grace_seconds: How long in-flight calls may run after SIGTERM.
+        deadline_cap_seconds: Largest compute budget of one call, in seconds (the
+            call's gRPC deadline caps it further).
     """
 
     address: str = DEFAULT_ADDRESS
@@ -62,77 +64,70 @@ class ServerConfig:
     max_recv_mb: int = DEFAULT_MAX_RECV_MB
     max_send_mb: int = 16
     grace_seconds: float = 20.0
+    deadline_cap_seconds: float = 10.0
 
 
-def _wire(data: Any) -> bytes:
-    """Response serializer: the handlers return the response already encoded."""
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, fnv1.RunFunctionResponse):
-        return serialize(data)
-    return bytes(data.SerializeToString(deterministic=True))
+Compute = Callable[[bytes, dict[str, str], float | None], Awaitable[bytes]]
 
 
-# How long no RunFunction call may have run before a stopping server counts as drained.
-DRAIN_QUIET_SECONDS = 0.25
+def in_process(runner: FunctionRunner) -> Compute:
+    """Compose in this process, on one worker thread (tests and tools).
+
+    The event loop stays free to accept and match calls while a call composes; the
+    compute deadline is not enforced off the main thread (``function.deadline``).
+    """
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compose")
+
+    async def compute(data: bytes, metadata: dict[str, str], budget: float | None) -> bytes:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, runner.run_bytes, data, metadata, budget)
+
+    return compute
 
 
-class CallTracker:
-    """Counts RunFunction calls in progress and when one last started or ended.
+def _handler(compute: Compute, cap_seconds: float) -> Any:
+    """The RunFunction handler: request bytes in, response bytes out, nothing decoded.
 
-    ``grpc.aio.Server.stop(grace)`` lets *running* handlers finish but cancels calls
-    that arrived and still wait to be matched to a handler. A composer runs on the
-    event loop, so while one call computes, the others that already arrived wait
-    exactly there: stopping at once would cancel them (found by
-    tests/test_graceful_stop.py). :func:`drain` waits for them first.
+    The compute budget is the call's gRPC deadline (what is left of it), capped by
+    ``cap_seconds``.
     """
 
-    def __init__(self) -> None:
-        self.in_progress = 0
-        self.last_activity = time.monotonic()
+    async def run_function(data: bytes, context: Any) -> bytes:
+        remaining = context.time_remaining()
+        budget = cap_seconds if remaining is None else max(0.001, min(cap_seconds, remaining))
+        metadata = {
+            k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)
+        }
+        return await compute(data, metadata, budget)
 
-    def wrap(self, method: Any) -> Any:
-        """``method`` (an async RunFunction) counted by this tracker."""
-
-        async def counted(req: Any, context: Any) -> Any:
-            self.in_progress += 1
-            self.last_activity = time.monotonic()
-            try:
-                return await method(req, context)
-            finally:
-                self.in_progress -= 1
-                self.last_activity = time.monotonic()
-
-        return counted
+    return run_function
 
 
-async def drain(tracker: CallTracker, deadline: float, quiet: float = DRAIN_QUIET_SECONDS) -> None:
-    """Wait (until ``deadline``, a ``time.monotonic()`` value) for the calls that
-    arrived to run: until none is in progress and none started for ``quiet`` seconds."""
-    while time.monotonic() < deadline:
-        if tracker.in_progress == 0 and time.monotonic() - tracker.last_activity >= quiet:
-            return
-        await asyncio.sleep(0.02)
-
-
-def _add_runner(server: grpc.aio.Server, service: str, method: Any, pb: Any) -> None:
-    """Register RunFunction like the generated ``add_..._to_server``, but the handler
-    returns the response already encoded by the runner (deterministically: the same
-    request gives the same bytes in every process, whatever protobuf's per-process
-    map-hash seed), and the serializer passes those bytes through."""
+def _add_runner(server: grpc.aio.Server, service: str, method: Any) -> None:
+    """Register RunFunction like the generated ``add_..._to_server``, but with neither a
+    request deserializer nor a response serializer: the handler takes the request's
+    bytes and returns the response's (encoded deterministically by the runner: the same
+    request gives the same bytes in every process). v1 and v1beta1 share one wire
+    format, so one handler serves both."""
     handlers = {
         "RunFunction": grpc.unary_unary_rpc_method_handler(
-            method,
-            request_deserializer=pb.RunFunctionRequest.FromString,
-            response_serializer=_wire,
+            method, request_deserializer=None, response_serializer=None
         )
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
     server.add_registered_method_handlers(service, handlers)
 
 
-def build_server(runner: FunctionRunner, cfg: ServerConfig) -> tuple[grpc.aio.Server, int]:
+def build_server(
+    runner: FunctionRunner | Compute, cfg: ServerConfig
+) -> tuple[grpc.aio.Server, int]:
     """Create (not start) the aio server with its services and one listener.
+
+    Args:
+        runner: A :class:`FunctionRunner` (composes in this process, see
+            :func:`in_process`) or a compute callable such as
+            :meth:`function.pool.ComputePool.call`.
+        cfg: Listener settings.
 
     Returns:
         The server and the bound port (useful with port 0).
@@ -144,30 +139,17 @@ def build_server(runner: FunctionRunner, cfg: ServerConfig) -> tuple[grpc.aio.Se
     options = [
         ("grpc.max_receive_message_length", cfg.max_recv_mb * 1024 * 1024),
         ("grpc.max_send_message_length", cfg.max_send_mb * 1024 * 1024),
-        ("grpc.so_reuseport", 1),
+        # One acceptor per pod: no second process may share the port.
+        ("grpc.so_reuseport", 0),
     ]
     server = grpc.aio.server(options=options)
-    calls = CallTracker()
-    _add_runner(
-        server,
+    compute = in_process(runner) if isinstance(runner, FunctionRunner) else runner
+    handler = _handler(compute, cfg.deadline_cap_seconds)
+    for service in (
         "apiextensions.fn.proto.v1.FunctionRunnerService",
-        calls.wrap(runner.run_function_wire),
-        fnv1,
-    )
-
-    async def beta(req: fnv1beta1.RunFunctionRequest, context: Any) -> bytes:
-        # v1beta1 and v1 are the same messages on the wire (as the SDK's
-        # BetaFunctionRunner relies on): convert the request, send v1's bytes.
-        v1req = fnv1.RunFunctionRequest.FromString(req.SerializeToString())
-        return await runner.run_function_wire(v1req, context)
-
-    _add_runner(
-        server,
         "apiextensions.fn.proto.v1beta1.FunctionRunnerService",
-        calls.wrap(beta),
-        fnv1beta1,
-    )
-    server._modelplane_calls = calls  # type: ignore[attr-defined]
+    ):
+        _add_runner(server, service, handler)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (*sdk_runtime.SERVICE_NAMES, health.SERVICE_NAME)
@@ -182,40 +164,63 @@ def build_server(runner: FunctionRunner, cfg: ServerConfig) -> tuple[grpc.aio.Se
     return server, port
 
 
-async def serve_async(runner: FunctionRunner, cfg: ServerConfig) -> None:
-    """Serve until SIGTERM/SIGINT, then drain in-flight calls and return."""
+async def serve_async(
+    runner: FunctionRunner | None, cfg: ServerConfig, *, processes: int = 0, debug: bool = False
+) -> None:
+    """Serve until SIGTERM/SIGINT, then stop.
+
+    Args:
+        runner: Composes in this process when ``processes`` is 0.
+        cfg: Listener settings.
+        processes: Compute processes (``function.pool``); 0 composes in this process.
+        debug: Debug-level logs in the compute processes.
+
+    On the signal the server stops at once: the listener closes, new calls and
+    connections are refused (Crossplane's client moves to another pod), the health
+    service reports NOT_SERVING; calls in flight get ``grace_seconds`` to finish, and
+    are cancelled after that. Then the compute processes exit.
+    """
     log = structlog.get_logger("server")
-    server, port = build_server(runner, cfg)
+    pool = None
+    if processes > 0:
+        from function.pool import ComputePool
+
+        pool = ComputePool(processes, debug=debug)
+        await pool.start()
+        server, port = build_server(pool.call, cfg)
+    else:
+        assert runner is not None
+        server, port = build_server(runner, cfg)
     await server.start()
     hs: health.aio.HealthServicer = server._modelplane_health  # type: ignore[attr-defined]
     for svc in ("", *sdk_runtime.SERVICE_NAMES[1:]):
         await hs.set(svc, health_pb2.HealthCheckResponse.SERVING)
-    log.info("serving", address=cfg.address, port=port, tls=not cfg.insecure)
+    log.info("serving", address=cfg.address, port=port, tls=not cfg.insecure, processes=processes)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("stopping", grace_seconds=cfg.grace_seconds)
+    stopped = asyncio.ensure_future(server.stop(grace=cfg.grace_seconds))
     await hs.enter_graceful_shutdown()
-    deadline = time.monotonic() + cfg.grace_seconds
-    await drain(server._modelplane_calls, deadline)  # type: ignore[attr-defined]
-    await server.stop(grace=max(0.0, deadline - time.monotonic()))
+    await stopped
+    if pool is not None:
+        await pool.close()
     log.info("stopped")
 
 
-def serve(runner: FunctionRunner, cfg: ServerConfig) -> None:
+def serve(
+    runner: FunctionRunner | None, cfg: ServerConfig, *, processes: int = 0, debug: bool = False
+) -> None:
     """Blocking wrapper around :func:`serve_async`."""
-    asyncio.run(serve_async(runner, cfg))
+    asyncio.run(serve_async(runner, cfg, processes=processes, debug=debug))
 
 
 def check_serving_config(cfg: ServerConfig) -> str | None:
     """Why ``cfg`` cannot serve, as one sentence, or None when it can.
 
-    Checks that the TLS files are readable and that the address is free. The port
-    check binds without SO_REUSEPORT: the gRPC listener sets that option (so that
-    worker processes can share the port), which would otherwise let a second
-    instance silently share the port with a first one.
+    Checks that the TLS files are readable and that the address is free.
     """
     if not cfg.insecure and cfg.tls_certs_dir:
         for f in ("tls.crt", "tls.key", "ca.crt"):
@@ -241,8 +246,8 @@ def check_serving_config(cfg: ServerConfig) -> str | None:
     return None
 
 
-def default_workers() -> int:
-    """Worker processes to run by default: the CPUs this process may use, at most 8.
+def default_processes() -> int:
+    """Compute processes to run by default: the CPUs this process may use, at most 8.
 
     Counts the CPUs in the affinity mask, lowered to the cgroup v2 CPU quota
     (``/sys/fs/cgroup/cpu.max``, what a Kubernetes CPU limit sets) when there is one.
@@ -256,80 +261,3 @@ def default_workers() -> int:
     except (OSError, ValueError):
         pass
     return max(1, min(cpus, 8))
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _worker(cfg: ServerConfig, debug: bool) -> None:  # pragma: no cover - runs in a child
-    """Entry point of one worker process (spawned): its own runner, server and event loop."""
-    from function import logs, tracing
-    from function.settings import load_settings
-
-    logs.configure(debug=debug)
-    settings = load_settings()
-    traces = tracing.configure(settings)
-    try:
-        serve(FunctionRunner(settings=settings, tracing=traces), cfg)
-    finally:
-        traces.shutdown()
-
-
-def serve_workers(cfg: ServerConfig, workers: int, debug: bool = False) -> int:
-    """Serve with ``workers`` processes sharing one port through SO_REUSEPORT.
-
-    The SDK's server runs one asyncio loop, so CPU work serializes on one core; the
-    kernel spreads connections across processes bound to the same port instead
-    (Linux ``SO_REUSEPORT``, which gRPC sets by default through ``grpc.so_reuseport``).
-    SIGTERM/SIGINT are forwarded to every worker, which drains its calls in flight.
-
-    Args:
-        cfg: Listener settings; a port of 0 is replaced by one free port shared by all.
-        workers: Number of processes (>= 1).
-        debug: Console logs at debug level.
-
-    Returns:
-        0 when every worker exited cleanly, else 1 (the others are stopped too).
-    """
-    log = structlog.get_logger("server")
-    host, _, port = cfg.address.rpartition(":")
-    if port == "0":
-        cfg = dataclasses.replace(
-            cfg, address=f"{host}:{_free_port(host.strip('[]') or '0.0.0.0')}"
-        )
-    ctx = multiprocessing.get_context("spawn")
-    procs = [
-        ctx.Process(target=_worker, args=(cfg, debug), name=f"worker-{i}") for i in range(workers)
-    ]
-    for p in procs:
-        p.start()
-    log.info("workers started", workers=workers, address=cfg.address)
-    stopping = False
-
-    def forward(signum: int, _frame: Any) -> None:
-        nonlocal stopping
-        stopping = True
-        for p in procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    code = 0
-    while any(p.is_alive() for p in procs):
-        for p in procs:
-            p.join(timeout=0.2)
-            if not p.is_alive() and p.exitcode not in (0, None) and not stopping:
-                log.error("worker died; stopping the others", worker=p.name, exitcode=p.exitcode)
-                code = 1
-                forward(signal.SIGTERM, None)
-    # A worker stopped by the forwarded SIGTERM before it had installed its own handler
-    # (still starting) exits with -SIGTERM: that is a clean stop too.
-    clean = (0, -signal.SIGTERM) if stopping else (0,)
-    if any(p.exitcode not in clean for p in procs):
-        code = 1
-    log.info("workers stopped", exitcode=code)
-    return code

@@ -173,7 +173,8 @@ class Settings(BaseSettings):
         int | None,
         _env(
             "WORKERS",
-            "worker processes sharing the port with SO_REUSEPORT; unset: the CPUs, at most 8",
+            "compute processes behind the one gRPC acceptor; unset: the CPUs the container "
+            "may use, at most 8",
             "processes",
             ge=1,
             le=64,
@@ -189,6 +190,40 @@ class Settings(BaseSettings):
             le=3600,
         ),
     ] = 20.0
+    # --- serving under load (issue 14) ---
+    call_deadline_seconds: Annotated[
+        float,
+        _env(
+            "MODELPLANE_CALL_DEADLINE_SECONDS",
+            "compute deadline of one RunFunction call (its gRPC deadline, capped by this); "
+            "past it: a fatal result naming the XR, and the compute process is replaced",
+            "seconds",
+            gt=0,
+            le=3600,
+        ),
+    ] = 10.0
+    selector_cost_limit: Annotated[
+        int,
+        _env(
+            "MODELPLANE_SELECTOR_COST_LIMIT",
+            "largest estimated cost of one device selector (20000: about 0.2 s of CPU); "
+            "a costlier selector is refused by its path",
+            "evaluation steps",
+            ge=1,
+            le=10**9,
+        ),
+    ] = 20_000
+    cache_budget_mib: Annotated[
+        int,
+        _env(
+            "MODELPLANE_CACHE_BUDGET_MIB",
+            "byte budget of the memos of each compute process (64 keeps a pod with 2 "
+            "processes under 512 MiB); least recently used entries are evicted past it",
+            "MiB",
+            ge=1,
+            le=65536,
+        ),
+    ] = 64
     metrics_address: Annotated[
         str,
         _env(
@@ -297,7 +332,8 @@ class Settings(BaseSettings):
         str | None,
         _env(
             "PROMETHEUS_MULTIPROC_DIR",
-            "prometheus-client multiprocess directory (several workers); unset: a temporary one",
+            "prometheus-client multiprocess directory (the compute processes); unset: a "
+            "temporary one",
             "path",
         ),
     ] = None
@@ -443,7 +479,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "insecure": ("--insecure",),
     "debug": ("--debug", "-d"),
     "max_recv_message_size": ("--max-recv-message-size",),
-    "workers": ("--workers",),
+    "workers": ("--processes", "--workers"),
     "grace_seconds": ("--grace-seconds",),
     "metrics_address": ("--metrics-address",),
 }

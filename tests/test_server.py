@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from function import runner as runner_mod
 from function.render import start_function
-from function.server import default_workers
+from function.server import default_processes
 from tests.fixtures import cache_spec, inference_cluster
 from tests.harness import fatal, request, results, run, xr
 
@@ -26,8 +26,8 @@ def _cache_request(n: int) -> fnv1.RunFunctionRequest:
     )
 
 
-def test_default_workers_is_bounded():
-    assert 1 <= default_workers() <= 8
+def test_default_processes_is_bounded():
+    assert 1 <= default_processes() <= 8
 
 
 def test_two_workers_share_the_port_and_stop_cleanly_on_sigterm():

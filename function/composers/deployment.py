@@ -278,13 +278,14 @@ def _engines(raw_engines: list[dict[str, Any]]) -> tuple[tuple[Engine, ...], lis
                     expr = s.get("cel") if isinstance(s, Mapping) else None
                     if not isinstance(expr, str):
                         continue
+                    where = (
+                        f"spec.template.spec.engines[{ei}].members[{mi}].nodeSelector."
+                        f"devices[{di}].selectors[{si}].cel"
+                    )
                     try:
-                        compile_selector(expr)
+                        compile_selector(expr, where)
                     except InvalidSelector as err:
-                        bad.append(
-                            f"spec.template.spec.engines[{ei}].members[{mi}].nodeSelector."
-                            f"devices[{di}].selectors[{si}].cel: {err}"
-                        )
+                        bad.append(f"{where}: {err}")
                         continue
                     sels.append(expr)
                 reqs.append(

@@ -511,7 +511,7 @@ def _device_requests(
             if not isinstance(cel, str) or not cel:
                 raise SpecError(f"{f}.selectors[{si}].cel", "is required")
             try:
-                compile_selector(cel)
+                compile_selector(cel, f"{field_path}.nodeSelector.devices[{i}].selectors[{si}].cel")
             except InvalidSelector as e:
                 raise SpecError(f"{f}.selectors[{si}].cel", str(e)) from None
             selectors.append(cel)
