@@ -160,11 +160,25 @@ def spec_hash(spec: dict[str, Any], parsed: Parsed | None = None) -> str:
     return hashlib.sha256(data.encode()).hexdigest()[:16]
 
 
+# Go's longest time.Duration (2^63 - 1 ns), in seconds: what Kubernetes could store.
+MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
+
+
 def _duration(spec: BackfillSpec, field: str) -> float:
     try:
-        return parse_duration(getattr(spec, field))
+        seconds = parse_duration(getattr(spec, field))
     except ValueError as e:
         raise _Fail(Blocked("InvalidSpec", f"spec.{field}", f"spec.{field}: {e}")) from None
+    if seconds > MAX_DURATION_SECONDS:
+        raise _Fail(
+            Blocked(
+                "InvalidSpec",
+                f"spec.{field}",
+                f"spec.{field}: {getattr(spec, field)!r} is longer than the longest duration "
+                "(about 292 years)",
+            )
+        )
+    return seconds
 
 
 class _Fail(Exception):

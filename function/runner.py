@@ -485,14 +485,47 @@ def peek(data: bytes) -> tuple[str, str, str, str]:
             tag = fnv1.RequestMeta.FromString(meta).tag
         observed = _field(data, 2)
         composite = _field(observed, 1) if observed is not None else None
-        if composite is not None:
-            xr = fnv1.Resource.FromString(composite).resource
-            kind = structs.get_str(xr, "kind")
-            namespace = structs.get_str(xr, "metadata", "namespace")
-            name = structs.get_str(xr, "metadata", "name")
+        xr = _field(composite, 1) if composite is not None else None  # Resource.resource
+        if xr is not None:
+            top = _struct_fields(xr, ("kind", "metadata"))
+            kind = _string_value(top.get("kind"))
+            meta = top.get("metadata")
+            inner = _field(meta, 5) if meta is not None else None  # Value.struct_value
+            if inner is not None:
+                m = _struct_fields(inner, ("name", "namespace"))
+                name = _string_value(m.get("name"))
+                namespace = _string_value(m.get("namespace"))
     except Exception:  # a malformed request: whatever could be read
         pass
     return tag, kind, namespace, name
+
+
+def _struct_fields(data: bytes, keys: tuple[str, ...]) -> dict[str, bytes]:
+    """The ``Value`` bytes of the entries ``keys`` of a serialized ``Struct`` (wire walk:
+    nothing nested is parsed, so any depth is fine)."""
+    out: dict[str, bytes] = {}
+    i, end = 0, len(data)
+    while i < end and len(out) < len(keys):
+        key, i = _read_varint(data, i)
+        if key & 7 != 2:
+            return out
+        length, i = _read_varint(data, i)
+        entry = data[i : i + length]
+        i += length
+        if key >> 3 != 1:
+            continue
+        k = _field(entry, 1)
+        if k is not None:
+            name = k.decode("utf-8", "replace")
+            if name in keys:
+                out[name] = _field(entry, 2) or b""
+    return out
+
+
+def _string_value(value: bytes | None) -> str:
+    """The ``string_value`` (field 3) of a serialized ``Value``, or ``""``."""
+    s = _field(value, 3) if value else None
+    return s.decode("utf-8", "replace") if s is not None else ""
 
 
 def _read_varint(data: bytes, i: int) -> tuple[int, int]:

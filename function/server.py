@@ -181,6 +181,11 @@ async def serve_async(
     are cancelled after that. Then the compute processes exit.
     """
     log = structlog.get_logger("server")
+    # Handlers first: a signal while the compute processes start stops cleanly too.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     pool = None
     if processes > 0:
         from function.pool import ComputePool
@@ -196,10 +201,6 @@ async def serve_async(
     for svc in ("", *sdk_runtime.SERVICE_NAMES[1:]):
         await hs.set(svc, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving", address=cfg.address, port=port, tls=not cfg.insecure, processes=processes)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("stopping", grace_seconds=cfg.grace_seconds)
     stopped = asyncio.ensure_future(server.stop(grace=cfg.grace_seconds))

@@ -58,7 +58,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf.struct_pb2 import Struct
+from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import API_VERSION, events, structs
 from function.backfill_spec import (
@@ -675,7 +675,7 @@ class _Composer:
         containers = structs.get(
             tmpl, "spec", "jobTemplate", "spec", "template", "spec", "containers"
         )
-        if containers is None or len(containers) == 0:
+        if not isinstance(containers, ListValue) or len(containers) == 0:
             return (
                 "InvalidTemplate",
                 f"spec.templateRef: CronJob {ns}/{p.spec.templateRef.name} has no "

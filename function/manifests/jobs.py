@@ -27,6 +27,38 @@ def _obj(value: Any, field: str) -> dict[str, Any]:
     return value
 
 
+def check_pod_spec(pod_spec: dict[str, Any], field: str) -> None:
+    """Check the container lists of a pod template's ``spec`` that a Job is built from.
+
+    ``containers`` must be a non-empty list of objects, ``initContainers`` a list of
+    objects (or absent), and each container's ``env`` a list (or absent) of objects whose
+    ``name`` is a string.
+
+    Raises:
+        SpecError: naming the first field (``<field>.containers[0].env[1].name``) that
+            is not so.
+    """
+    for group in ("containers", "initContainers"):
+        items = pod_spec.get(group)
+        if items is None and group == "initContainers":
+            continue
+        if not isinstance(items, list) or (group == "containers" and not items):
+            raise SpecError(f"{field}.{group}", "must be a non-empty list of containers")
+        for i, c in enumerate(items):
+            if not isinstance(c, dict):
+                raise SpecError(f"{field}.{group}[{i}]", "must be a container object")
+            env = c.get("env")
+            if env is None:
+                continue
+            if not isinstance(env, list):
+                raise SpecError(f"{field}.{group}[{i}].env", "must be a list")
+            for j, e in enumerate(env):
+                if not isinstance(e, dict) or not isinstance(e.get("name"), str):
+                    raise SpecError(
+                        f"{field}.{group}[{i}].env[{j}]", "must be an object with a string name"
+                    )
+
+
 def set_env(container: dict[str, Any], env: Sequence[tuple[str, str]]) -> None:
     """Set literal env entries on ``container`` in place (replace by name, else append).
 
@@ -34,7 +66,9 @@ def set_env(container: dict[str, Any], env: Sequence[tuple[str, str]]) -> None:
         container: A Kubernetes container (dict); ``env`` is created when absent.
         env: ``(name, value)`` pairs, applied in the given order.
     """
-    entries: list[dict[str, Any]] = container.setdefault("env", [])
+    entries: list[dict[str, Any]] | None = container.get("env")
+    if entries is None:  # absent or null
+        entries = container["env"] = []
     index = {e.get("name"): i for i, e in enumerate(entries) if isinstance(e, dict)}
     for name, value in env:
         entry = {"name": name, "value": value}
@@ -84,6 +118,7 @@ def job_from_cronjob(
     containers = pod_spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise SpecError("spec.jobTemplate.spec.template.spec.containers", "is empty")
+    check_pod_spec(pod_spec, "spec.jobTemplate.spec.template.spec")
     tmeta = _obj(tmpl.get("metadata"), "spec.jobTemplate.metadata")
     for key in ("labels", "annotations"):
         _obj(tmeta.get(key), f"spec.jobTemplate.metadata.{key}")

@@ -150,6 +150,30 @@ def model_path(plan: PodPlan) -> str | None:
     return FLASH_MOUNT_PATH if plan.flash is not None else CACHE_MOUNT_PATH
 
 
+def _check_shapes(t: dict[str, Any], engine: dict[str, Any], field_path: str, cpath: str) -> None:
+    """Raise a SpecError naming the first field of the template that the function merges
+    into and that has the wrong type (an object where a list is due, ...)."""
+    meta = t.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise SpecError(f"{field_path}.metadata", "must be an object")
+    for key in ("labels", "annotations"):
+        v = (meta or {}).get(key)
+        if v is not None and not isinstance(v, dict):
+            raise SpecError(f"{field_path}.metadata.{key}", "must be an object")
+    spec = t["spec"]
+    for key, typ in (("nodeSelector", dict), ("tolerations", list), ("volumes", list)):
+        v = spec.get(key)
+        if v is not None and not isinstance(v, typ):
+            raise SpecError(f"{field_path}.spec.{key}", f"must be {_A[typ]}")
+    for key, typ in (("env", list), ("volumeMounts", list), ("resources", dict)):
+        v = engine.get(key)
+        if v is not None and not isinstance(v, typ):
+            raise SpecError(f"{cpath}.{key}", f"must be {_A[typ]}")
+
+
+_A = {dict: "an object", list: "a list"}
+
+
 def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> dict[str, Any]:
     """The member's pod template with what the function adds; the user's parts unchanged.
 
@@ -176,6 +200,7 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
     spec = t["spec"]
     engine = spec["containers"][idx]
     cpath = f"{field_path}.spec.containers[{idx}]"
+    _check_shapes(t, engine, field_path, cpath)
     check_reserved(engine.get("env"), f"{cpath}.env")
     for i, v in enumerate(spec.get("volumes") or []):
         if isinstance(v, dict) and v.get("name") in _OWN_VOLUMES:
@@ -188,7 +213,9 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
                 f"(size /dev/shm with spec.shmSizeLimit)",
             )
 
-    meta = t.setdefault("metadata", {})
+    meta = t.get("metadata")
+    if meta is None:
+        meta = t["metadata"] = {}
     meta["labels"] = {**(meta.get("labels") or {}), **plan.labels}
     if plan.serving is not None:
         meta["labels"][LABEL_SERVING] = plan.serving

@@ -1,0 +1,92 @@
+"""No opaque failure: malformed fields get a result that names them (issue 14).
+
+Single-point mutations of every field under ``spec`` and ``status`` of the XR and of the
+first item of every resolved requirement (a CronJob template, an InferenceCluster, a
+ModelCache ...), each replaced by a value of every wrong type (null, a number, a huge
+number, a string, a list, an object), for the example seeds of InferenceCluster,
+ModelReplica and ModelBackfill. For every mutated request:
+
+- no "internal error" (an exception in a composer);
+- a fatal result names a field (``spec.``, ``status.``, ``metadata.``).
+
+Found by it, and fixed: a CronJob template whose ``containers``, ``initContainers`` or
+``env`` entries have the wrong shape, and ``spec.idleFor``/``spec.repeatAfter`` past
+the longest duration, raised inside the ModelBackfill composer.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+
+from function.render import build_request
+from tests.harness import fatal, run
+from tests.reliability import available_kinds, seeds, settle
+
+KINDS = ("InferenceCluster", "ModelReplica", "ModelBackfill")
+WRONG = (None, 1.5, 10**12, "x", [], {"a": 1})
+
+
+def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj[:2]):
+            yield from _paths(v, (*prefix, i))
+
+
+def _set(obj: Any, path: tuple[Any, ...], value: Any) -> Any:
+    out = copy.deepcopy(obj)
+    cur = out
+    for p in path[:-1]:
+        cur = cur[p]
+    cur[path[-1]] = value
+    return out
+
+
+def _cases() -> list[Any]:
+    return [
+        pytest.param(s, id=s.id)
+        for k in KINDS
+        if k in available_kinds()
+        for s in seeds(k)
+        if s.label.startswith("example") and not s.label.endswith("-fresh")
+    ]
+
+
+@pytest.mark.parametrize("seed", _cases())
+def test_malformed_fields_are_named_never_internal_errors(seed: Any) -> None:
+    req, _ = settle(seed)
+    xr = json_format.MessageToDict(req.observed.composite.resource)
+    required = {
+        n: [json_format.MessageToDict(i.resource) for i in r.items]
+        for n, r in req.required_resources.items()
+    }
+    observed = {k: json_format.MessageToDict(v.resource) for k, v in req.observed.resources.items()}
+    targets: list[tuple[str | None, Any]] = [(None, xr)]
+    targets += [(n, items[0]) for n, items in sorted(required.items()) if items]
+    bad: list[str] = []
+    for name, body in targets:
+        for path in _paths(body):
+            if len(path) < 2 or path[0] not in ("spec", "status"):
+                continue
+            for value in WRONG:
+                mutated = _set(body, path, value)
+                if name is None:
+                    rsp = run(build_request(mutated, observed, required))
+                else:
+                    req_map = {**required, name: [mutated, *required[name][1:]]}
+                    rsp = run(build_request(xr, observed, req_map))
+                where = f"{name or 'XR'}: {'.'.join(map(str, path))} = {value!r}"
+                for msg in fatal(rsp):
+                    if "internal error" in msg:
+                        bad.append(f"{where}: {msg[:200]}")
+                    elif not any(p in msg for p in ("spec.", "status.", "metadata.")):
+                        bad.append(f"{where}: fatal names no field: {msg[:200]}")
+    assert not bad, "\n".join(bad[:20])

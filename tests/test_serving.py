@@ -1,0 +1,218 @@
+"""Serving the way Crossplane calls: one connection, many calls, untrusted specs (issue 14).
+
+Every test here starts ``python -m function`` (one acceptor and its compute processes,
+``function.pool``) on 127.0.0.1 and talks to it over ONE gRPC channel, as Crossplane does:
+
+- a call past its compute deadline (a runaway device selector, with the selector cost
+  limit lifted so that only the deadline can stop it) gets a fatal result naming the
+  XR and the selector's path, while other calls on the same channel are served, and
+  the process that ran it is replaced;
+- after SIGTERM, new calls on the open channel and new connections are refused at
+  once, the call in flight still gets its response, and the process exits 0;
+- a request protobuf cannot parse (nested deeper than its limit) gets a fatal result
+  saying why, not gRPC ``UNKNOWN``.
+
+No assertion is about time: the waits only order events.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import json_format
+
+from function.render import build_request
+from tests.harness import fatal
+from tests.reliability import seeds, settle, start_process
+
+RUN = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
+# Five nested macros over ten elements: 100,000 evaluations of the body, tens of seconds
+# of cel-python; the default cost limit refuses it, these tests lift the limit.
+RUNAWAY = (
+    "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10]"
+    ".all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, a+b+c+d+e > 0)))))"
+)
+SELECTOR_PATH = "spec.template.spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel"
+
+
+@functools.cache
+def _settled_bytes(kind: str) -> bytes:
+    seed = next(s for s in seeds(kind) if s.label.startswith("example"))
+    return settle(seed)[0].SerializeToString()
+
+
+def _settled(kind: str) -> fnv1.RunFunctionRequest:
+    return fnv1.RunFunctionRequest.FromString(_settled_bytes(kind))
+
+
+def _rebuild(req: fnv1.RunFunctionRequest, xr: dict[str, Any], tag: str) -> Any:
+    required = {
+        n: [json_format.MessageToDict(i.resource) for i in r.items]
+        for n, r in req.required_resources.items()
+    }
+    observed = {k: json_format.MessageToDict(v.resource) for k, v in req.observed.resources.items()}
+    return build_request(xr, observed, required, tag=tag)
+
+
+def runaway_request(tag: str = "runaway") -> fnv1.RunFunctionRequest:
+    """The settled ModelDeployment example with its first device selector replaced by
+    :data:`RUNAWAY`."""
+    req = _settled("ModelDeployment")
+    xr = json_format.MessageToDict(req.observed.composite.resource)
+    xr = copy.deepcopy(xr)
+    member = xr["spec"]["template"]["spec"]["engines"][0]["members"][0]
+    member["nodeSelector"]["devices"][0]["selectors"][0]["cel"] = RUNAWAY
+    return _rebuild(req, xr, tag)
+
+
+def small_request(tag: str) -> fnv1.RunFunctionRequest:
+    req = _settled("ModelReplica")
+    req.meta.tag = tag
+    return req
+
+
+@pytest.fixture
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Any, str, Path]]:
+    env = getattr(request, "param", {})
+    log = tmp_path / "stderr"
+    proc, address = start_process(log, "--processes", "2", "--grace-seconds", "30", env=env)
+    try:
+        yield proc, address, log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _stub(ch: grpc.Channel) -> Any:
+    return ch.unary_unary(
+        RUN,
+        request_serializer=lambda m: m if isinstance(m, bytes) else m.SerializeToString(),
+        response_deserializer=fnv1.RunFunctionResponse.FromString,
+    )
+
+
+LIFTED = {"MODELPLANE_SELECTOR_COST_LIMIT": "1000000000", "MODELPLANE_CALL_DEADLINE_SECONDS": "2"}
+
+
+@pytest.mark.parametrize("server", [LIFTED], indirect=True)
+def test_a_call_past_its_deadline_gets_a_fatal_result_and_others_are_served(
+    server: tuple[Any, str, Path],
+) -> None:
+    _proc, address, _log = server
+    with grpc.insecure_channel(address) as ch:
+        call = _stub(ch)
+        slow = call.future(runaway_request(), timeout=120)
+        small = [call.future(small_request(f"small-{i}"), timeout=120) for i in range(20)]
+        for f in small:
+            assert not fatal(f.result())
+        rsp = slow.result()
+        msgs = fatal(rsp)
+        assert len(msgs) == 1, rsp
+        assert "ModelDeployment" in msgs[0] and "qwen-chat" in msgs[0], msgs
+        assert "compute deadline of 2 s" in msgs[0], msgs
+        assert SELECTOR_PATH in msgs[0], msgs
+        assert rsp.meta.tag == "runaway"
+        # The process that ran it was replaced: the server keeps serving every call.
+        again = [call.future(small_request(f"again-{i}"), timeout=120) for i in range(6)]
+        for f in again:
+            assert not fatal(f.result())
+
+
+@pytest.mark.parametrize(
+    "server", [{**LIFTED, "MODELPLANE_CALL_DEADLINE_SECONDS": "600"}], indirect=True
+)
+def test_the_grpc_deadline_bounds_the_compute_budget(server: tuple[Any, str, Path]) -> None:
+    _proc, address, _log = server
+    with grpc.insecure_channel(address) as ch:
+        call = _stub(ch)
+        try:
+            rsp = call(runaway_request(), timeout=3)
+        except grpc.RpcError as e:  # the response raced the client's own deadline
+            assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        else:
+            assert "compute deadline" in fatal(rsp)[0]
+        # Whatever the client saw, the process is free again: the next call is served.
+        assert not fatal(call(small_request("after"), timeout=120))
+
+
+def test_default_cost_limit_refuses_a_runaway_selector_by_path(
+    server: tuple[Any, str, Path],
+) -> None:
+    _proc, address, _log = server
+    with grpc.insecure_channel(address) as ch:
+        rsp = _stub(ch)(runaway_request(), timeout=120)
+    msgs = fatal(rsp) or [c.message for c in rsp.conditions if c.status != 1]
+    text = " ".join(msgs)
+    assert SELECTOR_PATH in text and "cost" in text, rsp
+
+
+def _nested_request(depth: int) -> bytes:
+    spec: dict[str, Any] = {}
+    cur = spec
+    for _ in range(depth):
+        cur["x"] = {}
+        cur = cur["x"]
+    xr = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelReplica",
+        "metadata": {"name": "deep", "namespace": "ml-team"},
+        "spec": spec,
+    }
+    return bytes(build_request(xr, tag="deep").SerializeToString())
+
+
+def test_a_request_too_deep_to_parse_gets_a_fatal_result_not_unknown(
+    server: tuple[Any, str, Path],
+) -> None:
+    _proc, address, _log = server
+    data = _nested_request(150)
+    with pytest.raises(Exception):  # noqa: B017 - protobuf's DecodeError
+        fnv1.RunFunctionRequest.FromString(data)
+    with grpc.insecure_channel(address) as ch:
+        rsp = _stub(ch)(data, timeout=60)
+        msgs = fatal(rsp)
+        assert len(msgs) == 1
+        assert "could not be parsed" in msgs[0] and "nested deeper" in msgs[0], msgs
+        assert "ModelReplica ml-team/deep" in msgs[0], msgs
+        assert rsp.meta.tag == "deep"
+        # The server is unharmed.
+        assert not fatal(_stub(ch)(small_request("after"), timeout=60))
+
+
+@pytest.mark.parametrize(
+    "server", [LIFTED | {"MODELPLANE_CALL_DEADLINE_SECONDS": "6"}], indirect=True
+)
+def test_sigterm_refuses_new_calls_and_connections_at_once_and_finishes_calls_in_flight(
+    server: tuple[Any, str, Path],
+) -> None:
+    proc, address, _log = server
+    with grpc.insecure_channel(address) as ch:
+        call = _stub(ch)
+        assert not fatal(call(small_request("warm"), timeout=60))
+        in_flight = call.future(runaway_request("in-flight"), timeout=120)
+        time.sleep(1.0)  # ordering only: let the call reach a compute process
+        assert not in_flight.done()
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # ordering only: let the acceptor handle the signal
+        # A new call on the open channel: refused, not served.
+        with pytest.raises(grpc.RpcError) as refused:
+            call(small_request("after-sigterm"), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+        # A new connection: refused.
+        with grpc.insecure_channel(address) as ch2, pytest.raises(grpc.FutureTimeoutError):
+            grpc.channel_ready_future(ch2).result(timeout=3)
+        # The call in flight still gets its response (here: its deadline's fatal result).
+        rsp = in_flight.result()
+        assert rsp.meta.tag == "in-flight"
+        assert "compute deadline" in fatal(rsp)[0]
+    assert proc.wait(timeout=60) == 0
