@@ -1,9 +1,10 @@
 """No opaque failure: malformed fields get a result that names them (issue 14).
 
-Single-point mutations of every field under ``spec`` and ``status`` of the XR and of the
+Single-point mutations of every field under ``spec`` and ``status`` of the XR, of the
 first item of every resolved requirement (a CronJob template, an InferenceCluster, a
-ModelCache ...), each replaced by a value of every wrong type (null, a number, a huge
-number, a string, a list, an object), for the example seeds of InferenceCluster,
+ModelCache ...) and of observed children, each replaced by a value of every wrong type
+(null, a number, a huge number, a string, an empty string, a list, an object), for
+the example seeds of InferenceCluster,
 ModelReplica and ModelBackfill. For every mutated request:
 
 - no "internal error" (an exception in a composer);
@@ -28,7 +29,7 @@ from tests.harness import fatal, run
 from tests.reliability import available_kinds, seeds, settle
 
 KINDS = ("InferenceCluster", "ModelReplica", "ModelBackfill")
-WRONG = (None, 1.5, 10**12, "x", [], {"a": 1})
+WRONG = (None, 1.5, 10**12, "x", "", [], {"a": 1})
 
 
 def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -56,7 +57,7 @@ def _cases() -> list[Any]:
         for k in KINDS
         if k in available_kinds()
         for s in seeds(k)
-        if s.label.startswith("example") and not s.label.endswith("-fresh")
+        if s.label.startswith("example")
     ]
 
 
@@ -71,6 +72,7 @@ def test_malformed_fields_are_named_never_internal_errors(seed: Any) -> None:
     observed = {k: json_format.MessageToDict(v.resource) for k, v in req.observed.resources.items()}
     targets: list[tuple[str | None, Any]] = [(None, xr)]
     targets += [(n, items[0]) for n, items in sorted(required.items()) if items]
+    targets += [(f"observed:{k}", v) for k, v in sorted(observed.items())[:3]]
     bad: list[str] = []
     for name, body in targets:
         for path in _paths(body):
@@ -80,6 +82,9 @@ def test_malformed_fields_are_named_never_internal_errors(seed: Any) -> None:
                 mutated = _set(body, path, value)
                 if name is None:
                     rsp = run(build_request(mutated, observed, required))
+                elif name.startswith("observed:"):
+                    obs = {**observed, name.partition(":")[2]: mutated}
+                    rsp = run(build_request(xr, obs, required))
                 else:
                     req_map = {**required, name: [mutated, *required[name][1:]]}
                     rsp = run(build_request(xr, observed, req_map))

@@ -164,7 +164,7 @@ def parse_spec(spec: dict[str, Any]) -> ModelReplicaSpec:
             if not isinstance(m.template.get("spec"), dict):
                 raise SpecError(f"{base}.template.spec", "is required")
             wl.engine_index(m.template, f"{base}.template")
-            if m.pool is None and not any(o.pool for o in engine.members):
+            if not m.pool and not any(o.pool for o in engine.members):
                 raise SpecError(f"{base}.pool", "is required: placement chose no pool")
     return parsed
 
