@@ -275,6 +275,206 @@ def throughput(workers: int, seconds: float, clients: int = 16) -> dict[str, Any
     return out
 
 
+# ---- serving over ONE channel, as Crossplane calls (issue 14) ------------------------
+
+RUNAWAY = (
+    "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10]"
+    ".all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, a+b+c+d+e > 0)))))"
+)
+_BIG = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+
+
+def _tree_rss_mib(pid: int) -> float:
+    """Resident memory of ``pid`` and every descendant, MiB."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) / 1024
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return round(total, 1)
+
+
+def _in_flight(call: Any, payloads: list[bytes], seconds: float, depth: int) -> int:
+    """Calls completed in ``seconds`` with ``depth`` calls always in flight on ``call``'s
+    channel (one thread per slot, one shared channel)."""
+    done = [0] * depth
+    stop = time.monotonic() + seconds
+
+    def slot(i: int) -> None:
+        j = i
+        while time.monotonic() < stop:
+            call(payloads[j % len(payloads)], timeout=120)
+            done[i] += 1
+            j += 1
+
+    threads = [threading.Thread(target=slot, args=(i,)) for i in range(depth)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(done)
+
+
+def _p(ts: list[float], q: float) -> float:
+    ts = sorted(ts)
+    return round(ts[min(len(ts) - 1, round(q * (len(ts) - 1)))] * 1e3, 2)
+
+
+def _runaway_request() -> bytes:
+    req = parse(SCENARIOS["ModelDeployment"](10)[1])
+    spec = req.observed.composite.resource["spec"]
+    member = spec["template"]["spec"]["engines"][0]["members"][0]
+    member["nodeSelector"]["devices"][0]["selectors"][0]["cel"] = RUNAWAY
+    return req.SerializeToString()
+
+
+def _distinct_replica(base: fnv1.RunFunctionRequest, i: int) -> bytes:
+    """The steady ModelReplica request as a distinct XR whose pod template carries 64 KiB."""
+    req = fnv1.RunFunctionRequest()
+    req.CopyFrom(base)
+    xr = req.observed.composite.resource
+    xr["metadata"]["name"] = f"replica-{i:06d}"
+    template = xr["spec"]["engines"][0]["members"][0]["template"]
+    template["metadata"].get_or_create_struct("annotations")["blob"] = f"{i:06d}" + "x" * 65536
+    return req.SerializeToString()
+
+
+def serving(
+    processes: int,
+    seconds: float,
+    distinct: int,
+    fuzz_cases: int,
+) -> dict[str, Any]:
+    """The issue-14 figures, every call over ONE gRPC channel to ``python -m function``.
+
+    - ``throughput``: steady 1,000-cluster ModelCache calls with 8 in flight, with 1 and
+      with ``processes`` compute processes; ``scaling`` is the ratio.
+    - ``handoff``: gRPC median (1 process) minus in-process median, for a small
+      ModelReplica and the 1,000-cluster ModelCache: what the acceptor and the pipe cost.
+    - ``isolation``: p99 of small ModelReplica calls on an idle server and while a
+      5,000-cluster ModelCache call and a runaway selector call are kept in flight (the
+      runaway with the default cost limit, and with the limit lifted so that only the
+      compute deadline, 2 s, stops it).
+    - ``memory``: RSS of the whole process tree after ``distinct`` calls of distinct
+      ModelReplicas with 64 KiB pod templates.
+    - ``fuzz``: ``fuzz_cases`` mutated requests (``benchmarks.fuzz``): deaths, gRPC
+      errors, "internal error" results, and invalid inputs whose response drops
+      observed children.
+    """
+    _quiet()
+    out: dict[str, Any] = {"processes": processes}
+    cache_steady = SCENARIOS["ModelCache"](1000)[1]
+    small = SCENARIOS["ModelReplica"](10)[1]
+    runner = FunctionRunner()
+
+    # Throughput and hand-off.
+    for w in sorted({1, processes}):
+        proc, address = start_function({"PYTHONHASHSEED": "0"}, workers=w)
+        try:
+            with grpc.insecure_channel(address, options=_BIG) as ch:
+                call = ch.unary_unary(METHOD)
+                _in_flight(call, [cache_steady], 1.0, 8)  # warm every process
+                n = _in_flight(call, [cache_steady], seconds, 8)
+                out[f"calls_per_second_{w}"] = round(n / seconds, 1)
+                print(f"serving: {w} process(es), 8 in flight: {n / seconds:.1f} calls/s")
+                if w == 1:
+                    cases = (("ModelReplica small", small), ("ModelCache 1000", cache_steady))
+                    for label, data in cases:
+                        g = statistics.median(_times(lambda d=data, c=call: c(d, timeout=60), 31))
+                        local = statistics.median(_times(lambda d=data: runner.run_bytes(d), 31))
+                        out.setdefault("handoff_ms", {})[label] = {
+                            "grpc_ms": round(g * 1e3, 2),
+                            "in_process_ms": round(local * 1e3, 2),
+                            "handoff_ms": round((g - local) * 1e3, 2),
+                        }
+                        print(f"serving: hand-off {label}: {out['handoff_ms'][label]}")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    if processes > 1:
+        out["scaling"] = round(out[f"calls_per_second_{processes}"] / out["calls_per_second_1"], 2)
+        print(f"serving: throughput scaling 1 -> {processes}: {out['scaling']}x")
+
+    # Isolation: small calls while a 5,000-cluster call and a runaway are in flight.
+    big = SCENARIOS["ModelCache"](5000)[1]
+    runaway = _runaway_request()
+    for label, env in (
+        ("cost limit", {}),
+        ("deadline only", {"MODELPLANE_SELECTOR_COST_LIMIT": "1000000000",
+                           "MODELPLANE_CALL_DEADLINE_SECONDS": "2"}),
+    ):  # fmt: skip
+        proc, address = start_function({"PYTHONHASHSEED": "0", **env}, workers=processes)
+        try:
+            with grpc.insecure_channel(address, options=_BIG) as ch:
+                call = ch.unary_unary(METHOD)
+                idle = _times(lambda c=call: c(small, timeout=60), 200)
+                stop = threading.Event()
+
+                def loop(data: bytes, c: Any = call, stop: threading.Event = stop) -> None:
+                    while not stop.is_set():
+                        c(data, timeout=120)
+
+                bg = [threading.Thread(target=loop, args=(d,)) for d in (big, runaway)]
+                for t in bg:
+                    t.start()
+                time.sleep(0.5)
+                loaded = _times(lambda c=call: c(small, timeout=120), 200)
+                stop.set()
+                for t in bg:
+                    t.join()
+                row = {"idle_p99_ms": _p(idle, 0.99), "loaded_p99_ms": _p(loaded, 0.99)}
+                row["ratio"] = round(row["loaded_p99_ms"] / row["idle_p99_ms"], 2)
+                out.setdefault("isolation", {})[label] = row
+                print(f"serving: small ModelReplica p99 ({label}): {row}")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+    # Memory after many distinct XRs with 64 KiB pod templates.
+    if distinct:
+        base = parse(small)
+        proc, address = start_function({"PYTHONHASHSEED": "0"}, workers=processes)
+        try:
+            with grpc.insecure_channel(address, options=_BIG) as ch:
+                call = ch.unary_unary(METHOD)
+                start = _tree_rss_mib(proc.pid)
+                samples = []
+                futures: list[Any] = []
+                for i in range(distinct):
+                    futures.append(call.future(_distinct_replica(base, i), timeout=300))
+                    if len(futures) >= 8:
+                        futures.pop(0).result()
+                    if i % 5000 == 4999:
+                        samples.append(_tree_rss_mib(proc.pid))
+                for f in futures:
+                    f.result()
+                end = _tree_rss_mib(proc.pid)
+                out["memory"] = {
+                    "calls": distinct,
+                    "rss_start_mib": start,
+                    "rss_every_5000_mib": samples,
+                    "rss_end_mib": end,
+                }
+                print(f"serving: process tree RSS over {distinct} distinct XRs: {out['memory']}")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+    if fuzz_cases:
+        from benchmarks.fuzz import fuzz
+
+        out["fuzz"] = fuzz(fuzz_cases, processes)
+        print(f"serving: fuzz {out['fuzz']}")
+    return out
+
+
 def soak(calls: int = 10_000, n: int = 100) -> dict[str, Any]:
     """Resident memory every 1,000 of ``calls`` in-process calls (ModelCache, n clusters)."""
     _quiet()
@@ -307,6 +507,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--throughput-seconds", type=float, default=5.0)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     p.add_argument("--soak", action="store_true")
+    p.add_argument(
+        "--serving",
+        action="store_true",
+        help="the issue-14 figures over ONE channel (throughput 1 vs --workers processes, "
+        "hand-off, isolation, memory, fuzz)",
+    )
+    p.add_argument("--distinct", type=int, default=20_000)
+    p.add_argument("--fuzz", type=int, default=10_000)
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",") if x]
     kinds = [k for k in args.kinds.split(",") if k]
@@ -314,7 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown kinds: {unknown}; known: {list(SCENARIOS)}", file=sys.stderr)
         return 2
-    report = run_benchmark(sizes, kinds, args.repeat, not args.no_grpc)
+    report = run_benchmark(sizes, kinds, args.repeat, not args.no_grpc) if sizes else {}
+    if args.serving:
+        report["serving"] = serving(args.workers, args.throughput_seconds, args.distinct, args.fuzz)
     if args.throughput:
         report["throughput"] = throughput(args.workers, args.throughput_seconds)
     if args.soak:

@@ -46,12 +46,13 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from functools import lru_cache
 from typing import Any
 
 import celpy
 from celpy import celtypes
 from celpy.evaluation import base_functions as ev_base_functions
+
+from function.memo import memo
 
 # celpy logs every evaluation error at ERROR level; a non-matching device is not an error.
 logging.getLogger("celpy").setLevel(logging.CRITICAL)
@@ -363,7 +364,7 @@ def estimate_cost(tree: Any) -> int:
 _WORD = re.compile(r"[A-Za-z0-9_]")
 
 
-@lru_cache(maxsize=1024)
+@memo(1024)
 def normalize(expression: str) -> str:
     """``expression`` with comments and insignificant whitespace removed.
 
@@ -406,7 +407,7 @@ def normalize(expression: str) -> str:
     return "".join(out)
 
 
-@lru_cache(maxsize=4096)
+@memo(4096)
 def _compile_normalized(expression: str, limit: int) -> Any:
     try:
         ast = _ENV.compile(expression)
@@ -580,7 +581,7 @@ def _typed(typ: str, v: Any) -> Any:
 _DOMAIN = re.compile(r"""device\.(?:attributes|capacity)\s*\[\s*(?:"([^"]*)"|'([^']*)')\s*\]""")
 
 
-@lru_cache(maxsize=4096)
+@memo(4096)
 def _domains(expression: str) -> frozenset[str]:
     """The driver domains ``expression`` addresses by literal (``device.capacity["x"]``)."""
     return frozenset(a or b for a, b in _DOMAIN.findall(expression))
@@ -592,7 +593,7 @@ def _reason(e: BaseException) -> str:
     return " ".join(first.split()) or type(e).__name__
 
 
-@lru_cache(maxsize=65536)
+@memo(65536)
 def _eval(expression: str, device: Device, limit: int) -> bool | SelectorEvaluationError:
     global _evaluating
     program = _compile_normalized(expression, limit)

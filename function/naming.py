@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from functools import lru_cache
 
 from function import API_GROUP
+from function.memo import memo
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -80,7 +80,7 @@ def name_hash(parts: tuple[str, ...]) -> str:
     return hashlib.sha256(_SCHEME + encode_parts(parts)).hexdigest()[:HASH_LEN]
 
 
-@lru_cache(maxsize=65536)
+@memo(65536)
 def child_name(*parts: str) -> str:
     """Build a stable DNS-1123 label (at most 63 characters) from ``parts``.
 
@@ -100,7 +100,7 @@ def child_name(*parts: str) -> str:
     return f"{head}-{name_hash(parts)}"
 
 
-@lru_cache(maxsize=65536)
+@memo(65536)
 def label_value(value: str) -> str:
     """Return ``value`` as a valid label value, shortened with a hash if needed.
 
@@ -199,7 +199,7 @@ REMOTE_NAMESPACE = "default"
 MAX_WORKLOAD_NAME = 40
 
 
-@lru_cache(maxsize=65536)
+@memo(65536)
 def short_name(max_len: int, shown: tuple[str, ...], hashed: tuple[str, ...] = ()) -> str:
     """A stable DNS-1035 label of at most ``max_len`` characters (>= 20).
 

@@ -23,7 +23,7 @@ from google.protobuf import duration_pb2
 from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import deadline as deadline_mod
-from function import devices, logs, structs
+from function import devices, logs, memo, structs
 from function import metrics as metrics_mod
 from function import tracing as tracing_mod
 from function.composers import composer_for, served
@@ -133,6 +133,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         # and is replaced by the pool after replying (function.pool).
         self.replace_me = False
         devices.set_cost_limit(self.settings.selector_cost_limit)
+        memo.configure(self.settings.cache_budget_mib * 1024 * 1024)
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, context: grpc.aio.ServicerContext | None = None

@@ -70,7 +70,6 @@ import datetime
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal, TypeGuard
 
 from google.protobuf.struct_pb2 import ListValue, Struct
@@ -88,6 +87,7 @@ from function.devices import (
 from function.envinject import check_reserved
 from function.errors import SpecError, pydantic_errors
 from function.inputs import UNRESOLVED, Inputs, Resolved
+from function.memo import memo
 from function.naming import (
     LABEL_CACHE,
     LABEL_CLUSTER,
@@ -588,14 +588,14 @@ def _template_key(inputs: Inputs) -> bytes:
     return tv.struct_value.SerializeToString(deterministic=True) if tv is not None else b""
 
 
-@lru_cache(maxsize=256)
+@memo(256, weight=4)
 def _template(template: bytes) -> dict[str, Any]:
     """``spec.template`` as plain Python, from :func:`_template_key`'s bytes."""
     out = structs.to_py(Struct.FromString(template))
     return out if isinstance(out, dict) else {}
 
 
-@lru_cache(maxsize=256)
+@memo(256, weight=4)
 def _replica_meta(namespace: str, name: str, template: bytes) -> Struct:
     """The metadata every ModelReplica of the deployment shares (memoized, read-only)."""
     user = (_template(template).get("metadata") or {}).get("labels") or {}
@@ -608,7 +608,7 @@ def _replica_meta(namespace: str, name: str, template: bytes) -> Struct:
     return st
 
 
-@lru_cache(maxsize=1024)
+@memo(1024, weight=4)
 def _replica_spec(name: str, template: bytes, pools: tuple[tuple[MemberKey, str], ...]) -> Struct:
     """The ModelReplica spec (``function.replica_spec``) with members on ``pools``,
     without index and cluster (memoized, read-only: callers copy it)."""
@@ -631,7 +631,7 @@ def _replica_spec(name: str, template: bytes, pools: tuple[tuple[MemberKey, str]
     return st
 
 
-@lru_cache(maxsize=4096)
+@memo(4096, weight=4)
 def _replica_body(
     namespace: str,
     name: str,

@@ -91,7 +91,6 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
 from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
@@ -102,6 +101,7 @@ from function.errors import SpecError
 from function.inputs import UNRESOLVED, Inputs, Resolved
 from function.manifests import storage
 from function.manifests.objects import remote_object
+from function.memo import memo
 from function.naming import (
     LABEL_CACHE,
     LABEL_CLUSTER,
@@ -261,7 +261,7 @@ class _Spec(NamedTuple):
     identity: str
 
 
-@lru_cache(maxsize=8192)
+@memo(8192, weight=4)
 def _parse_spec(raw: bytes) -> _Spec:
     """Validate a serialized ``spec`` Struct (memoized: the spec rarely changes).
 
@@ -329,7 +329,7 @@ def rbac_name(namespace: str, cache: str) -> str:
     return child_name("modelcache-rbac", namespace, cache)
 
 
-@lru_cache(maxsize=16384)
+@memo(16384, weight=4)
 def _lasting_objects(
     ns: str,
     xr_name: str,
@@ -382,7 +382,7 @@ def _lasting_objects(
     )
 
 
-@lru_cache(maxsize=2048)
+@memo(2048, weight=4)
 def _token_object(
     ns: str,
     xr_name: str,
@@ -410,7 +410,7 @@ def _token_object(
     )
 
 
-@lru_cache(maxsize=2048)
+@memo(2048, weight=4)
 def _download_objects(
     ns: str,
     xr_name: str,
@@ -478,7 +478,7 @@ def _download_objects(
     return tuple(out)
 
 
-@lru_cache(maxsize=1024)
+@memo(1024, weight=4)
 def _source_status(repo: str, revision: str, identity: str) -> Struct:
     """``status.source`` (memoized and shared: never mutate it; the runner copies it)."""
     s = Struct()
@@ -518,7 +518,7 @@ def _parse_evidence(raw: str, identity: str) -> tuple[str, str, str] | None:
 
 
 _EVIDENCE_MEMO_MAX = 4096
-_evidence_memo = lru_cache(maxsize=4096)(_parse_evidence)
+_evidence_memo = memo(4096)(_parse_evidence)
 
 
 class _Composer:

@@ -27,7 +27,6 @@ Rules (issue "ModelCache: fan out and roll up"):
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Struct
@@ -37,6 +36,7 @@ from function.cache_spec import parse_source
 from function.encoding import state_entry
 from function.errors import SpecError
 from function.inputs import UNRESOLVED, Inputs, ObservedView, Resolved
+from function.memo import memo
 from function.naming import (
     LABEL_CACHE,
     LABEL_CLUSTER,
@@ -73,7 +73,7 @@ def _hostable(cluster: Struct) -> str | None:
     return None
 
 
-@lru_cache(maxsize=16384)
+@memo(16384, weight=4)
 def _hydration_body(namespace: str, cache: str, source_json: str, cluster: str) -> Struct:
     """The desired ModelCacheHydration of ``cache`` on ``cluster`` (memoized).
 
@@ -103,7 +103,7 @@ def _hydration_body(namespace: str, cache: str, source_json: str, cluster: str) 
     return body
 
 
-@lru_cache(maxsize=32768)
+@memo(32768, weight=4)
 def _hydration_entry(
     namespace: str, cache: str, source_json: str, cluster: str, ready: bool
 ) -> bytes:

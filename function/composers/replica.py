@@ -78,7 +78,6 @@ import datetime
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import lru_cache
 from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Struct, Value
@@ -108,6 +107,7 @@ from function.manifests.objects import (
     remote_object,
     sync_error,
 )
+from function.memo import memo
 from function.outcome import Outcome, Result
 from function.replica_checks import check_spec
 from function.replica_spec import Engine, Member, ModelReplicaSpec
@@ -340,7 +340,7 @@ def _plain(key: bytes) -> Any:
     return structs.value_to_py(Value.FromString(key))
 
 
-@lru_cache(maxsize=32)
+@memo(32, weight=4)
 def _parse(spec_key: bytes) -> ModelReplicaSpec:
     """The validated spec from its canonical form (memoized: only the last few, since
     a parsed spec is tens of KiB; :func:`_head` and :func:`_plan` keep what they need).
@@ -363,7 +363,7 @@ class _Head:
     shm: str | None
 
 
-@lru_cache(maxsize=CACHE_SIZE)
+@memo(CACHE_SIZE, weight=4)
 def _head(spec_key: bytes) -> _Head:
     """Validate the spec (:func:`parse_spec`) and keep its cluster, cache and shm override.
 
@@ -394,13 +394,13 @@ class _Defaults:
         )
 
 
-@lru_cache(maxsize=256)
+@memo(256, weight=4)
 def _shm(defaults: _Defaults, value: str | None) -> str:
     """``resolve_shm`` memoized (a pure function of the defaults and the override)."""
     return resolve_shm(defaults.settings, value)
 
 
-@lru_cache(maxsize=1024)
+@memo(1024, weight=4)
 def _flash(defaults: _Defaults, cache_key: bytes, own_key: bytes, cache_level: str) -> FlashLoader:
     """The effective flash loader (memoized): defaults, the ModelCache's, the replica's.
 
@@ -579,7 +579,7 @@ class _Plan:
     url: str = ""
 
 
-@lru_cache(maxsize=CACHE_SIZE)
+@memo(CACHE_SIZE, weight=4)
 def _plan(
     name: str,
     ns: str,
