@@ -294,8 +294,9 @@ def _tree_rss_mib(pid: int) -> float:
                 for line in f:
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1]) / 1024
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                todo += [int(c) for c in f.read().split()]
+            for task in os.listdir(f"/proc/{p}/task"):  # children of every thread
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
         except OSError:
             continue
     return round(total, 1)

@@ -7,10 +7,10 @@ bytes and hands it to one of ``processes`` compute processes (spawned, each with
 response bytes back over a pipe. So every core works for the one connection, and a slow
 call holds one process, not the event loop.
 
-Routing: calls for the same XR (kind, namespace, name, read from the request's first
-bytes without decoding the rest) go to the same process so its memos keep hitting,
-unless that process has more calls queued than the least loaded one; then the least
-loaded one takes the call.
+Routing: calls wait in one queue. Calls for the same XR (kind, namespace, name, read
+from the request's first bytes without decoding the rest) have a home process, which
+takes them first so its memos keep hitting; a free process takes a call whose home is
+busy, so no call waits behind a slow one while a process is free.
 
 Deadlines: each call carries its compute budget in seconds (the gRPC deadline capped by
 ``MODELPLANE_CALL_DEADLINE_SECONDS``). The compute process enforces it itself
@@ -21,7 +21,7 @@ fatal result, and replaces it. A process that dies is replaced too; the call it 
 gets a fatal result, and the calls queued behind it are served by the replacement.
 
 Wire between acceptor and process (``multiprocessing`` pipe): the acceptor sends
-``(budget_seconds, metadata, request_bytes)``; the process answers with one byte
+``(budget_seconds, metadata)`` and then the request bytes; the process answers with one byte
 (``0``: keep going, ``1``: this process exits now) followed by the response bytes.
 """
 
@@ -32,8 +32,9 @@ import multiprocessing
 import os
 import signal
 import zlib
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -67,7 +68,8 @@ def _child(conn: Any, debug: bool) -> None:  # pragma: no cover - runs in a chil
     try:
         while True:
             try:
-                budget, metadata, data = conn.recv()
+                budget, metadata = conn.recv()
+                data = conn.recv_bytes()
             except (EOFError, OSError):
                 return
             out = runner.run_bytes(data, metadata, budget)
@@ -96,13 +98,13 @@ class _Job:
     metadata: dict[str, str]
     budget: float | None
     future: asyncio.Future[bytes]
+    home: int
 
 
 @dataclass
 class _Slot:
     index: int
-    queue: asyncio.Queue[_Job | None] = field(default_factory=asyncio.Queue)
-    load: int = 0
+    busy: bool = False
     proc: Any = None
     conn: Any = None
     io: ThreadPoolExecutor | None = None
@@ -128,6 +130,8 @@ class ComputePool:
         self.replaced = 0
         self._ctx = multiprocessing.get_context("spawn")
         self._slots = [_Slot(i) for i in range(processes)]
+        self._pending: deque[_Job] = deque()
+        self._ready = asyncio.Condition()
         self._closing = False
 
     def pids(self) -> list[int]:
@@ -155,16 +159,19 @@ class ComputePool:
         for s in self._slots:
             s.task = asyncio.create_task(self._feed(s))
 
-    def _route(self, data: bytes) -> _Slot:
+    def _home(self, data: bytes) -> int:
         if self.processes == 1:
-            return self._slots[0]
+            return 0
         _, kind, namespace, name = peek(data)
-        home = self._slots[zlib.crc32(f"{kind}/{namespace}/{name}".encode()) % self.processes]
-        least = min(self._slots, key=lambda s: s.load)
-        return home if home.load <= least.load else least
+        return zlib.crc32(f"{kind}/{namespace}/{name}".encode()) % self.processes
 
     async def call(self, data: bytes, metadata: dict[str, str], budget: float | None) -> bytes:
         """Compose the serialized request ``data`` in a compute process.
+
+        Calls wait in one queue. A process that is free takes the first call whose XR
+        is at home there (same XR, same process: its memos hit), else the first call
+        whose home process is busy; so a call never waits behind a slow call while
+        another process is free.
 
         Args:
             data: A serialized RunFunctionRequest.
@@ -175,18 +182,40 @@ class ComputePool:
             The serialized response (a fatal result when the process passed its
             deadline, or died, while composing it).
         """
-        slot = self._route(data)
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        slot.load += 1
-        await slot.queue.put(_Job(data, metadata, budget, fut))
+        self._pending.append(_Job(data, metadata, budget, fut, self._home(data)))
+        async with self._ready:
+            self._ready.notify_all()
         return await fut
+
+    def _take(self, slot: _Slot) -> _Job | None:
+        pending = self._pending
+        chosen = None
+        for job in pending:
+            if job.home == slot.index:
+                chosen = job
+                break
+        if chosen is None:
+            for job in pending:
+                if self._slots[job.home].busy:
+                    chosen = job
+                    break
+        if chosen is not None:
+            pending.remove(chosen)
+        return chosen
 
     async def _feed(self, slot: _Slot) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            job = await slot.queue.get()
-            if job is None:
-                return
+            async with self._ready:
+                job = None
+                while job is None:
+                    job = self._take(slot)
+                    if job is None:
+                        if self._closing and not self._pending:
+                            return
+                        await self._ready.wait()
+                slot.busy = True
             try:
                 if job.future.done():  # the caller went away while queued
                     continue
@@ -198,13 +227,15 @@ class ComputePool:
                 if not job.future.done():
                     job.future.set_result(fatal_for(job.data, f"internal error: {e}"))
             finally:
-                slot.load -= 1
+                slot.busy = False
+                async with self._ready:
+                    self._ready.notify_all()
 
     async def _one(self, loop: asyncio.AbstractEventLoop, slot: _Slot, job: _Job) -> bytes:
         conn, io = slot.conn, slot.io
         wait = None if job.budget is None else job.budget + KILL_MARGIN_SECONDS
         try:
-            await loop.run_in_executor(io, conn.send, (job.budget, job.metadata, job.data))
+            await loop.run_in_executor(io, _send, conn, job)
             out = await asyncio.wait_for(loop.run_in_executor(io, conn.recv_bytes), wait)
         except TimeoutError:
             pid = slot.proc.pid
@@ -249,8 +280,8 @@ class ComputePool:
     async def close(self) -> None:
         """Let queued and running calls finish, then stop every process."""
         self._closing = True
-        for s in self._slots:
-            await s.queue.put(None)
+        async with self._ready:
+            self._ready.notify_all()
         await asyncio.gather(*(s.task for s in self._slots if s.task is not None))
         loop = asyncio.get_running_loop()
         for s in self._slots:
@@ -263,6 +294,11 @@ class ComputePool:
                 _mark_dead(s.proc.pid)
             if s.io is not None:
                 s.io.shutdown(wait=False)
+
+
+def _send(conn: Any, job: _Job) -> None:
+    conn.send((job.budget, job.metadata))
+    conn.send_bytes(job.data)
 
 
 def _mark_dead(pid: int | None) -> None:
