@@ -18,7 +18,9 @@ Deadlines: each call carries its compute budget in seconds (the gRPC deadline ca
 replaced. If it does not answer within the budget plus :data:`KILL_MARGIN_SECONDS` (a
 loop in C code that never returns to Python), the acceptor kills it, answers with a
 fatal result, and replaces it. A process that dies is replaced too; the call it held
-gets a fatal result, and the calls queued behind it are served by the replacement.
+gets a fatal result, and the calls queued behind it are served by the replacement. A
+request that ran past its deadline is answered with the same fatal result, without
+composing it again, for :data:`RUNAWAY_MEMO_SECONDS` (Crossplane retries it).
 
 Wire between acceptor and process (``multiprocessing`` pipe): the acceptor sends
 ``(budget_seconds, metadata)`` and then the request bytes; the process answers with one byte
@@ -28,11 +30,13 @@ Wire between acceptor and process (``multiprocessing`` pipe): the acceptor sends
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import multiprocessing
 import os
 import signal
+import time
 import zlib
-from collections import deque
+from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +51,10 @@ KILL_MARGIN_SECONDS = 2.0
 # How long a new compute process may take to import and start.
 START_SECONDS = 60.0
 _READY = b"ready"
+# How long, and for how many requests, a request that ran past its deadline is answered
+# with the same fatal result without being composed again.
+RUNAWAY_MEMO_SECONDS = 300.0
+RUNAWAY_MEMO_ENTRIES = 1024
 _log = structlog.get_logger("pool")
 
 
@@ -99,6 +107,7 @@ class _Job:
     budget: float | None
     future: asyncio.Future[bytes]
     home: int
+    digest: bytes
 
 
 @dataclass
@@ -131,6 +140,8 @@ class ComputePool:
         self._ctx = multiprocessing.get_context("spawn")
         self._slots = [_Slot(i) for i in range(processes)]
         self._pending: deque[_Job] = deque()
+        # Requests that ran past their deadline, by digest: (expiry, the fatal response).
+        self._runaways: OrderedDict[bytes, tuple[float, float, bytes]] = OrderedDict()
         self._ready = asyncio.Condition()
         self._closing = False
 
@@ -182,8 +193,16 @@ class ComputePool:
             The serialized response (a fatal result when the process passed its
             deadline, or died, while composing it).
         """
+        digest = hashlib.blake2b(data, digest_size=16).digest()
+        known = self._runaways.get(digest)
+        if known is not None:
+            expiry, failed_budget, response = known
+            if expiry <= time.monotonic():
+                del self._runaways[digest]
+            elif budget is not None and budget <= failed_budget:
+                return response  # it would run past this smaller budget again
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Job(data, metadata, budget, fut, self._home(data)))
+        self._pending.append(_Job(data, metadata, budget, fut, self._home(data), digest))
         async with self._ready:
             self._ready.notify_all()
         return await fut
@@ -241,12 +260,15 @@ class ComputePool:
             pid = slot.proc.pid
             await self._replace(slot, kill=True)
             _log.error("compute process killed past its deadline", pid=pid, seconds=job.budget)
-            return fatal_for(
-                job.data,
-                f"composing ran past the call's compute deadline of {job.budget:g} s and did "
-                "not stop; its compute process was replaced and nothing was changed this "
-                "reconcile (simplify the spec; MODELPLANE_CALL_DEADLINE_SECONDS caps the "
-                "deadline)",
+            return self._remember(
+                job,
+                fatal_for(
+                    job.data,
+                    f"composing ran past the call's compute deadline of {job.budget:g} s and did "
+                    "not stop; its compute process was replaced and nothing was changed this "
+                    "reconcile (simplify the spec; MODELPLANE_CALL_DEADLINE_SECONDS caps the "
+                    "deadline)",
+                ),
             )
         except (EOFError, OSError) as e:
             code = slot.proc.exitcode if slot.proc is not None else None
@@ -257,9 +279,23 @@ class ComputePool:
                 f"its compute process exited (code {code}) while composing; it was replaced "
                 "and nothing was changed this reconcile",
             )
-        if out[:1] == b"\x01":
+        if out[:1] == b"\x01":  # past its deadline: the process exits and is replaced
             await self._replace(slot, kill=False)
+            return self._remember(job, out[1:])
         return out[1:]
+
+    def _remember(self, job: _Job, response: bytes) -> bytes:
+        """Answer the same request with ``response`` for :data:`RUNAWAY_MEMO_SECONDS`
+        without composing it again, when its budget is no larger than the one it ran
+        past (Crossplane retries a fatal result; identical requests, tag included, are
+        identical work)."""
+        if job.budget is None:
+            return response
+        expiry = time.monotonic() + RUNAWAY_MEMO_SECONDS
+        self._runaways[job.digest] = (expiry, job.budget, response)
+        while len(self._runaways) > RUNAWAY_MEMO_ENTRIES:
+            self._runaways.popitem(last=False)
+        return response
 
     async def _replace(self, slot: _Slot, *, kill: bool) -> None:
         old, conn, io = slot.proc, slot.conn, slot.io

@@ -122,6 +122,8 @@ def test_a_call_past_its_deadline_gets_a_fatal_result_and_others_are_served(
         assert "compute deadline of 2 s" in msgs[0], msgs
         assert SELECTOR_PATH in msgs[0], msgs
         assert rsp.meta.tag == "runaway"
+        # The same request again: the same fatal result (remembered, not composed again).
+        assert fatal(call(runaway_request(), timeout=120)) == msgs
         # The process that ran it was replaced: the server keeps serving every call.
         again = [call.future(small_request(f"again-{i}"), timeout=120) for i in range(6)]
         for f in again:
