@@ -9,7 +9,8 @@ the length of strings and bytes, the serialized size of protobuf messages times
 fixed overhead per object). An entry larger than the memo's whole budget is not kept.
 
 Like ``functools.lru_cache``: positional and keyword arguments must be hashable, an
-exception is never cached, ``cache_clear()`` and ``cache_info()`` exist. Not
+exception is never cached, and the decorated function has ``cache_clear()`` and
+``cache_info()`` (and ``memo``, its :class:`ByteLRU`). Not
 thread-safe beyond the GIL: a memo is only used by one composing thread at a time.
 """
 
@@ -63,7 +64,11 @@ def size_of(value: Any, depth: int = 0) -> int:
 
 
 class ByteLRU:
-    """A memo of ``fn`` bounded by entries and bytes (see the module docstring)."""
+    """A memo of ``fn`` bounded by entries and bytes (see the module docstring).
+
+    Calling it calls a closure built once (:meth:`_build`): a hit is one dictionary
+    lookup and one move to the most recent end, with no attribute lookups.
+    """
 
     def __init__(self, fn: Callable[..., Any], maxsize: int, weight: float) -> None:
         functools.update_wrapper(self, fn)
@@ -72,24 +77,47 @@ class ByteLRU:
         self.weight = weight
         self.budget = DEFAULT_BUDGET_BYTES
         self.bytes = 0
-        self.hits = 0
         self.misses = 0
         self.evictions = 0
         self._entries: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._hits = [0]
+        self._call = self._build()
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        key = (args, tuple(sorted(kwargs.items()))) if kwargs else args
-        entries = self._entries
-        got = entries.get(key)
+    def _build(self) -> Callable[..., Any]:
+        entries, hits, fn = self._entries, self._hits, self.fn
+        get, to_end = entries.get, entries.move_to_end
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if kwargs:
+                return self._keyword_call(args, kwargs)
+            got = get(args)
+            if got is not None:
+                to_end(args)
+                hits[0] += 1
+                return got[0]
+            return self._miss(args, fn(*args))
+
+        functools.update_wrapper(call, self.fn)
+        call.cache_info = self.cache_info  # type: ignore[attr-defined]
+        call.cache_clear = self.cache_clear  # type: ignore[attr-defined]
+        call.memo = self  # type: ignore[attr-defined]
+        return call
+
+    def _keyword_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        key = (*args, _KW, *sorted(kwargs.items()))
+        got = self._entries.get(key)
         if got is not None:
-            entries.move_to_end(key)
-            self.hits += 1
+            self._entries.move_to_end(key)
+            self._hits[0] += 1
             return got[0]
+        return self._miss(key, self.fn(*args, **kwargs))
+
+    def _miss(self, key: Any, value: Any) -> Any:
         self.misses += 1
-        value = self.fn(*args, **kwargs)
         size = _OBJECT * 3 + size_of(key) + size_of(value)
         if size > self.budget:
             return value
+        entries = self._entries
         entries[key] = (value, size)
         self.bytes += size
         while self.bytes > self.budget or len(entries) > self.maxsize:
@@ -98,17 +126,26 @@ class ByteLRU:
             self.evictions += 1
         return value
 
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:  # used as a method
-        return self if obj is None else functools.partial(self, obj)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)
+
+    @property
+    def hits(self) -> int:
+        """Calls answered from the memo."""
+        return self._hits[0]
 
     def cache_clear(self) -> None:
         """Forget every entry (and the counters)."""
         self._entries.clear()
-        self.bytes = self.hits = self.misses = self.evictions = 0
+        self.bytes = self.misses = self.evictions = 0
+        self._hits[0] = 0
 
     def cache_info(self) -> CacheInfo:
         """Hits, misses, the entry bound and the entries kept (like ``lru_cache``)."""
         return CacheInfo(self.hits, self.misses, self.maxsize, len(self._entries))
+
+
+_KW = object()  # separates positional from keyword arguments in a key
 
 
 REGISTRY: list[ByteLRU] = []
@@ -127,7 +164,7 @@ def memo(maxsize: int, weight: float = 1.0) -> Callable[[F], F]:
         m = ByteLRU(fn, maxsize, weight)
         REGISTRY.append(m)
         _split()
-        return m  # type: ignore[return-value]
+        return m._call  # type: ignore[return-value]
 
     return wrap
 
