@@ -420,8 +420,29 @@ def exposition_registry(multiproc_dir: str | None = None) -> CollectorRegistry:
     if not path:
         return REGISTRY
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=path)
+    registry.register(_Catalogue(MultiProcessCollector(None, path=path)))
     return registry
+
+
+class _Catalogue:
+    """The multiprocess aggregate, plus every :data:`CATALOGUE` family that no process
+    has written a sample of yet (HELP and TYPE, no samples): every family is listed
+    from start-up, as a single process's registry lists them."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.metrics_core import Metric
+
+        seen = set()
+        for family in self.inner.collect():
+            seen.add(family.name)
+            yield family
+        for spec in CATALOGUE:
+            name = spec.name.removesuffix("_total") if spec.type == "counter" else spec.name
+            if name not in seen:
+                yield Metric(name, spec.help, spec.type)
 
 
 def clear_multiprocess_dir(path: str) -> int:

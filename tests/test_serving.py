@@ -218,3 +218,45 @@ def test_sigterm_refuses_new_calls_and_connections_at_once_and_finishes_calls_in
         assert rsp.meta.tag == "in-flight"
         assert "compute deadline" in fatal(rsp)[0]
     assert proc.wait(timeout=60) == 0
+
+
+def test_metrics_of_every_process_on_one_endpoint_with_every_family_from_start_up(
+    tmp_path: Path,
+) -> None:
+    import socket
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from function.metrics import CATALOGUE
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"PROMETHEUS_MULTIPROC_DIR": "", "METRICS_ADDRESS": ""}
+    proc, address = start_process(
+        tmp_path / "stderr", "--processes", "2", "--metrics-address", f"127.0.0.1:{port}", env=env
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def scrape() -> dict[str, Any]:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+
+    try:
+        before = scrape()
+        for spec in CATALOGUE:
+            name = spec.name.removesuffix("_total")
+            assert name in before, f"{spec.name} is not listed before the first call"
+        with grpc.insecure_channel(address) as ch:
+            call = _stub(ch)
+            futures = [call.future(small_request(f"m-{i}"), timeout=60) for i in range(12)]
+            for f in futures:
+                assert not fatal(f.result())
+        after = scrape()
+        runs = after["modelplane_function_run_seconds"]
+        counts = [s.value for s in runs.samples if s.name.endswith("_count")]
+        assert sum(counts) == 12  # every call, whichever process composed it
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
