@@ -150,6 +150,7 @@ def fuzz(cases: int, processes: int = 2, seed: int = 14) -> dict[str, Any]:
     rng = random.Random(seed)
     bases = [b for k in SCENARIOS for b in SCENARIOS[k](10)]
     counts: collections.Counter[str] = collections.Counter()
+    examples: list[str] = []
     lock = threading.Lock()
     proc, address = start_function({"PYTHONHASHSEED": "0"}, workers=processes)
     try:
@@ -178,6 +179,8 @@ def fuzz(cases: int, processes: int = 2, seed: int = 14) -> dict[str, Any]:
                         counts["calls"] += 1
                         if any("internal error" in m for m in fatal):
                             counts["internal_error"] += 1
+                            if len(examples) < 5:
+                                examples.append(next(m for m in fatal if "internal error" in m))
                         if any("compute process exited" in m for m in fatal):
                             counts["process_deaths"] += 1
                         if fatal:
@@ -203,6 +206,8 @@ def fuzz(cases: int, processes: int = 2, seed: int = 14) -> dict[str, Any]:
         "dropped_children_on_invalid_input": 0,
         **counts,
     }
+    if examples:
+        out["internal_error_examples"] = examples
     return out
 
 

@@ -16,7 +16,8 @@ child observed and ready). It reports, per case:
   composed resources (``response.to`` + ``resource.update`` from dicts); ``vs_sdk`` = ratio;
 - ``grpc``: the same request sent as bytes over gRPC to ``python -m function`` on 127.0.0.1;
 - ``growth``: median at 1,000 clusters / median at 100;
-- ``peak_rss_mib``: the server process's peak resident memory after the case.
+- ``peak_rss_mib``: the server's peak resident memory after the case (the acceptor's
+  plus each compute process's).
 
 ``--throughput`` measures calls per second of 16 concurrent gRPC clients (mixed kinds,
 steady state at 1,000 clusters)
@@ -93,11 +94,9 @@ def _sdk_baseline(data: bytes, rsp: fnv1.RunFunctionResponse) -> Callable[[], by
 
 
 def _rss_hwm_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    """Peak resident memory of ``pid`` plus that of each of its descendants, MiB (the
+    acceptor and its compute processes: an upper bound of the tree's peak)."""
+    return _tree_mib(pid, "VmHWM:")
 
 
 def _rss_mib() -> float:
@@ -286,13 +285,17 @@ _BIG = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_l
 
 def _tree_rss_mib(pid: int) -> float:
     """Resident memory of ``pid`` and every descendant, MiB."""
+    return _tree_mib(pid, "VmRSS:")
+
+
+def _tree_mib(pid: int, field: str) -> float:
     total, todo = 0.0, [pid]
     while todo:
         p = todo.pop()
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
+                    if line.startswith(field):
                         total += int(line.split()[1]) / 1024
             for task in os.listdir(f"/proc/{p}/task"):  # children of every thread
                 with open(f"/proc/{p}/task/{task}/children") as f:

@@ -301,12 +301,14 @@ class ComputePool:
         old, conn, io = slot.proc, slot.conn, slot.io
         if kill and old is not None and old.is_alive():
             old.kill()
-        if conn is not None:
-            conn.close()
         loop = asyncio.get_running_loop()
         if old is not None:
             await loop.run_in_executor(None, old.join, 5)
             _mark_dead(old.pid)
+        # Closed only once the process is gone: a thread still blocked reading from it
+        # has then had its end-of-file.
+        if conn is not None:
+            conn.close()
         if io is not None:
             io.shutdown(wait=False)
         self.replaced += 1

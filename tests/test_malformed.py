@@ -4,15 +4,18 @@ Single-point mutations of every field under ``spec`` and ``status`` of the XR, o
 first item of every resolved requirement (a CronJob template, an InferenceCluster, a
 ModelCache ...) and of observed children, each replaced by a value of every wrong type
 (null, a number, a huge number, a string, an empty string, a list, an object), for
-the example seeds of InferenceCluster,
-ModelReplica and ModelBackfill. For every mutated request:
+the example seeds of every kind. For every mutated request:
 
 - no "internal error" (an exception in a composer);
 - a fatal result names a field (``spec.``, ``status.``, ``metadata.``).
 
 Found by it, and fixed: a CronJob template whose ``containers``, ``initContainers`` or
 ``env`` entries have the wrong shape, and ``spec.idleFor``/``spec.repeatAfter`` past
-the longest duration, raised inside the ModelBackfill composer.
+the longest duration, raised inside the ModelBackfill composer; so did a pod template
+whose ``metadata`` is null and an empty member ``pool`` (ModelReplica), an
+InferenceCluster whose ``status.gpuPools[].devices`` is not a list (ModelDeployment),
+and a ModelCache whose ``status.clusters`` is not a list or whose
+``metadata.generation`` is a string (ModelExperiment's artifact gate).
 """
 
 from __future__ import annotations
@@ -28,7 +31,15 @@ from function.render import build_request
 from tests.harness import fatal, run
 from tests.reliability import available_kinds, seeds, settle
 
-KINDS = ("InferenceCluster", "ModelReplica", "ModelBackfill")
+KINDS = (
+    "InferenceCluster",
+    "ModelReplica",
+    "ModelBackfill",
+    "ModelDeployment",
+    "ModelExperiment",
+    "ModelCache",
+    "ModelCacheHydration",
+)
 WRONG = (None, 1.5, 10**12, "x", "", [], {"a": 1})
 
 

@@ -73,7 +73,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf.struct_pb2 import Struct
+from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import API_VERSION, events, structs
 from function.errors import SpecError
@@ -381,6 +381,13 @@ class Gate:
     record: dict[str, Any] = field(default_factory=dict)
 
 
+def _count_of(v: Any) -> int:
+    """``v`` as a whole number when it is a finite number (not a bool), else 0."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or abs(v) == float("inf"):
+        return 0
+    return int(v)
+
+
 def _names(names: Sequence[str], limit: int = 5) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
@@ -443,8 +450,10 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
             "to report the current source",
         )
     entries = structs.get(cache, "status", "clusters")
+    if not isinstance(entries, ListValue):  # absent, or another type: no clusters reported
+        entries = ()
     footprint: list[Any] = []
-    for e in entries or ():
+    for e in entries:
         if structs.get(e, "retained") is True:
             continue
         if structs.get_str(e, "phase") in FOOTPRINT_PHASES and structs.get_str(e, "name"):
@@ -519,9 +528,7 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
     record: dict[str, Any] = {
         "cache": gate.modelCacheRef.name,
         "uid": structs.get_str(cache, "metadata", "uid"),
-        "generation": int(generation)
-        if isinstance(generation, (int, float)) and not isinstance(generation, bool)
-        else 0,
+        "generation": _count_of(structs.get(cache, "metadata", "generation")),
     }
     if len(set(commits.values())) == 1 and COMMIT.match(next(iter(commits.values()), "")):
         record["commit"] = next(iter(commits.values()))

@@ -219,7 +219,7 @@ def _entries(rows: list[Row]) -> ListValue:
     return out
 
 
-@lru_cache(maxsize=4096)
+@memo(4096, weight=4)
 def _source_status(repo: str, revision: str, identity: str) -> Struct:
     """``status.source {repo, revision, identity}``: the source the roll-up describes
     (shared, read-only; the runner copies it)."""
