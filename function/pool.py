@@ -44,7 +44,7 @@ from typing import Any
 import structlog
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.runner import peek, serialize
+from function.runner import peek, peek_composite, serialize
 
 # How long past its budget the acceptor waits for a compute process before killing it.
 KILL_MARGIN_SECONDS = 2.0
@@ -170,12 +170,6 @@ class ComputePool:
         for s in self._slots:
             s.task = asyncio.create_task(self._feed(s))
 
-    def _home(self, data: bytes) -> int:
-        if self.processes == 1:
-            return 0
-        _, kind, namespace, name = peek(data)
-        return zlib.crc32(f"{kind}/{namespace}/{name}".encode()) % self.processes
-
     async def call(self, data: bytes, metadata: dict[str, str], budget: float | None) -> bytes:
         """Compose the serialized request ``data`` in a compute process.
 
@@ -193,7 +187,12 @@ class ComputePool:
             The serialized response (a fatal result when the process passed its
             deadline, or died, while composing it).
         """
-        digest = hashlib.blake2b(data, digest_size=16).digest()
+        (tag, kind, namespace, name), composite = peek_composite(data)
+        # Identifies the request without hashing all of it (megabytes at fleet scale):
+        # Crossplane's tag, the XR as observed, and the request's length.
+        digest = hashlib.blake2b(
+            b"%d\0%s\0" % (len(data), tag.encode()) + composite, digest_size=16
+        ).digest()
         known = self._runaways.get(digest)
         if known is not None:
             expiry, failed_budget, response = known
@@ -202,7 +201,8 @@ class ComputePool:
             elif budget is not None and budget <= failed_budget:
                 return response  # it would run past this smaller budget again
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Job(data, metadata, budget, fut, self._home(data), digest))
+        home = zlib.crc32(f"{kind}/{namespace}/{name}".encode()) % self.processes
+        self._pending.append(_Job(data, metadata, budget, fut, home, digest))
         async with self._ready:
             self._ready.notify_all()
         return await fut

@@ -473,18 +473,25 @@ def peek(data: bytes) -> tuple[str, str, str, str]:
     """The tag and the XR's kind, namespace and name of a serialized request, cheaply.
 
     Walks the wire format to ``meta`` (field 1) and ``observed.composite`` (field 2,
-    then 1) and parses only those; skips everything else by its length. Any field it
-    cannot read is ``""`` (never raises).
+    then 1) and parses only those; skips everything else by its length, copying
+    nothing. Any field it cannot read is ``""`` (never raises).
 
     Returns:
         (tag, kind, namespace, name).
     """
+    return peek_composite(data)[0]
+
+
+def peek_composite(data: bytes) -> tuple[tuple[str, str, str, str], bytes]:
+    """Like :func:`peek`, and also the serialized observed composite (``b""`` if none)."""
     tag = kind = namespace = name = ""
+    composite: Any = None
     try:
-        meta = _field(data, 1)
+        view = memoryview(data)
+        meta = _field(view, 1)
         if meta is not None:
-            tag = fnv1.RequestMeta.FromString(meta).tag
-        observed = _field(data, 2)
+            tag = fnv1.RequestMeta.FromString(bytes(meta)).tag
+        observed = _field(view, 2)
         composite = _field(observed, 1) if observed is not None else None
         xr = _field(composite, 1) if composite is not None else None  # Resource.resource
         if xr is not None:
@@ -498,10 +505,10 @@ def peek(data: bytes) -> tuple[str, str, str, str]:
                 namespace = _string_value(m.get("namespace"))
     except Exception:  # a malformed request: whatever could be read
         pass
-    return tag, kind, namespace, name
+    return (tag, kind, namespace, name), bytes(composite) if composite is not None else b""
 
 
-def _struct_fields(data: bytes, keys: tuple[str, ...]) -> dict[str, bytes]:
+def _struct_fields(data: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     """The ``Value`` bytes of the entries ``keys`` of a serialized ``Struct`` (wire walk:
     nothing nested is parsed, so any depth is fine)."""
     out: dict[str, bytes] = {}
@@ -517,19 +524,19 @@ def _struct_fields(data: bytes, keys: tuple[str, ...]) -> dict[str, bytes]:
             continue
         k = _field(entry, 1)
         if k is not None:
-            name = k.decode("utf-8", "replace")
+            name = bytes(k).decode("utf-8", "replace")
             if name in keys:
                 out[name] = _field(entry, 2) or b""
     return out
 
 
-def _string_value(value: bytes | None) -> str:
+def _string_value(value: Any) -> str:
     """The ``string_value`` (field 3) of a serialized ``Value``, or ``""``."""
-    s = _field(value, 3) if value else None
-    return s.decode("utf-8", "replace") if s is not None else ""
+    s = _field(value, 3) if value is not None and len(value) else None
+    return bytes(s).decode("utf-8", "replace") if s is not None else ""
 
 
-def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+def _read_varint(data: Any, i: int) -> tuple[int, int]:
     n = shift = 0
     while True:
         b = data[i]
@@ -542,8 +549,9 @@ def _read_varint(data: bytes, i: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
-def _field(data: bytes, number: int) -> bytes | None:
-    """The bytes of the first length-delimited field ``number`` of a message, or None."""
+def _field(data: Any, number: int) -> Any:
+    """The bytes (a slice of ``data``: a memoryview for a memoryview) of the first
+    length-delimited field ``number`` of a message, or None."""
     i, end = 0, len(data)
     while i < end:
         key, i = _read_varint(data, i)
