@@ -174,6 +174,49 @@ def foreign_reason(asked: Requirement, item: Struct) -> str | None:
 _NO_FIELDS: Mapping[str, Any] = {}
 
 
+def admits(asked: Requirement) -> Any:
+    """A fast test of "``item`` is what ``asked`` selects" (``item -> bool``), the same
+    verdict as :func:`foreign_reason` (which says why not), for checking thousands of
+    items: only the fields ``asked`` constrains are read, each once."""
+    kind, api_version = asked.kind, asked.api_version
+    group = _group(api_version)
+    namespace, match_name, labels = asked.namespace, asked.match_name, asked.match_labels
+
+    def ok(item: Struct) -> bool:
+        f = item.fields
+        v = f.get("kind")
+        if v is None or v.string_value != kind:
+            return False
+        v = f.get("apiVersion")
+        if v is None:
+            return False
+        av = v.string_value
+        if av != api_version and _group(av) != group:
+            return False
+        v = f.get("metadata")
+        meta = v.struct_value.fields if v is not None else _NO_FIELDS
+        if namespace is not None or match_name is not None:
+            v = meta.get("namespace")
+            ns = v.string_value if v is not None else ""
+            if ns != (namespace or ""):
+                return False
+        if match_name is not None:
+            v = meta.get("name")
+            return v is not None and v.string_value == match_name
+        if labels:
+            v = meta.get("labels")
+            if v is None:
+                return False
+            have = v.struct_value.fields
+            for k, want in labels:
+                v = have.get(k)
+                if v is None or v.string_value != want or not v.HasField("string_value"):
+                    return False
+        return True
+
+    return ok
+
+
 class RequiredView(Mapping[str, tuple[Struct, ...]]):
     """A read-only view of the request's ``required_resources`` map.
 
@@ -206,11 +249,12 @@ class RequiredView(Mapping[str, tuple[Struct, ...]]):
             asked = self._asked.get(key) if self._asked is not None else None
             if asked is not None:
                 kept = []
+                ok = admits(asked)
                 for item in got:
-                    why = foreign_reason(asked, item)
-                    if why is None:
+                    if ok(item):
                         kept.append(item)
                     else:
+                        why = foreign_reason(asked, item)
                         _log.debug(
                             "ignoring a required resource that was not asked for",
                             requirement=key,
@@ -232,8 +276,11 @@ class RequiredView(Mapping[str, tuple[Struct, ...]]):
         """
         for key, items in self._cache.items():
             q = asked.get(key)
-            if q is not None and any(foreign_reason(q, i) is not None for i in items):
-                return True
+            if q is not None:
+                ok = admits(q)
+                for i in items:
+                    if not ok(i):
+                        return True
         return False
 
     def __contains__(self, key: object) -> bool:

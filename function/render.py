@@ -260,16 +260,26 @@ def crossplane_documents(
     for res in rsp.results:
         if res.severity not in _SEVERITY_NAME:
             continue
-        doc = {"apiVersion": RESULT_API_VERSION, "kind": "Result",
-               "severity": _SEVERITY_NAME[res.severity], "message": prefix + res.message}
+        doc = {
+            "apiVersion": RESULT_API_VERSION,
+            "kind": "Result",
+            "severity": _SEVERITY_NAME[res.severity],
+            "message": prefix + res.message,
+        }
         if res.reason:
             doc["reason"] = res.reason
         out.append(doc)
     for name, r in resources:
         if r.ready != fnv1.READY_TRUE:
-            out.append({"apiVersion": RESULT_API_VERSION, "kind": "Result", "severity": "Normal",
-                        "reason": "ComposeResources",
-                        "message": f'Composed resource "{name}" is not yet ready'})
+            out.append(
+                {
+                    "apiVersion": RESULT_API_VERSION,
+                    "kind": "Result",
+                    "severity": "Normal",
+                    "reason": "ComposeResources",
+                    "message": f'Composed resource "{name}" is not yet ready',
+                }
+            )
     return [tidy(d) for d in out]
 
 
@@ -398,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--step",
-        help='the pipeline step name Crossplane prefixes results with ("Pipeline step ...")'
+        help='the pipeline step name Crossplane prefixes results with ("Pipeline step ...")',
     )
     args = p.parse_args(argv)
     try:

@@ -449,9 +449,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 # reconcile. Where the composer did not decide, the resource is ready when
                 # what observes it (provider-kubernetes for an Object, Crossplane for a
                 # composed XR) reports Ready=True, as function-auto-ready decides.
-                ready = name in observed and structs.condition_is(
-                    observed[name].resource, "Ready"
-                )
+                ready = name in observed and structs.condition_is(observed[name].resource, "Ready")
             target.ready = fnv1.READY_TRUE if ready else fnv1.READY_FALSE
         for rname in sorted(out.requirements):
             q = out.requirements[rname]

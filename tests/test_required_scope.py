@@ -139,6 +139,7 @@ def _obj(kind: str = "ModelCache", name: str = "c", ns: str | None = "ml", **lab
     ],
 )
 def test_foreign_reason(asked: Requirement, item: Any, why: str | None) -> None:
-    from function.inputs import foreign_reason
+    from function.inputs import admits, foreign_reason
 
     assert foreign_reason(asked, item) == why
+    assert admits(asked)(item) is (why is None)  # the fast test agrees
