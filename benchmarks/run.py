@@ -373,7 +373,7 @@ def serving(
       observed children.
     """
     _quiet()
-    out: dict[str, Any] = {"processes": processes}
+    out: dict[str, Any] = {"processes": processes, "load_average_at_start": os.getloadavg()}
     cache_steady = SCENARIOS["ModelCache"](1000)[1]
     small = SCENARIOS["ModelReplica"](10)[1]
     runner = FunctionRunner()
@@ -476,6 +476,9 @@ def serving(
 
         out["fuzz"] = fuzz(fuzz_cases, processes)
         print(f"serving: fuzz {out['fuzz']}")
+    # The machine is shared: how busy it was says how far the figures can be trusted.
+    out["load_average_at_end"] = os.getloadavg()
+    print(f"serving: load average {out['load_average_at_start']} -> {out['load_average_at_end']}")
     return out
 
 

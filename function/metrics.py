@@ -47,9 +47,10 @@ With ``PROMETHEUS_MULTIPROC_DIR`` set (to an empty, writable directory, an
 value in memory-mapped files in that directory and :func:`serve` exposes the sum
 over all processes (``MultiProcessCollector``). Only one process serves the
 metrics address; it calls :func:`clear_multiprocess_dir` once at start, before
-workers start. ``python -m function --workers N`` (N > 1) does this, creating a
-temporary directory when the variable is unset. Process metrics (``process_*``)
-are not available in that mode.
+workers start. ``python -m function`` does this (its calls are composed in compute
+processes, ``function.pool``), creating a temporary directory when the variable is
+unset; :func:`exposition_registry` lists every catalogue family from start-up.
+Process metrics (``process_*``) are not available in that mode.
 See https://prometheus.github.io/client_python/multiprocess/.
 """
 

@@ -72,6 +72,7 @@ def _child(conn: Any, debug: bool) -> None:  # pragma: no cover - runs in a chil
     settings = load_settings()
     traces = tracing.configure(settings)
     runner = FunctionRunner(settings=settings, tracing=traces)
+    _warm()
     conn.send_bytes(_READY)
     try:
         while True:
@@ -86,6 +87,18 @@ def _child(conn: Any, debug: bool) -> None:  # pragma: no cover - runs in a chil
                 return
     finally:
         traces.shutdown()
+
+
+def _warm() -> None:  # pragma: no cover - runs in a child process
+    """Import every composer and build the CEL parser before taking calls: the first
+    call must not spend its compute budget on start-up (nor be interrupted half-way
+    through an import)."""
+    from function import API_VERSION, devices
+    from function.composers import KINDS, composer_for
+
+    for kind in KINDS:
+        composer_for(API_VERSION, kind)
+    devices.compile_selector('device.driver == "warm"')
 
 
 def fatal_for(data: bytes, message: str) -> bytes:
