@@ -479,7 +479,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "insecure": ("--insecure",),
     "debug": ("--debug", "-d"),
     "max_recv_message_size": ("--max-recv-message-size",),
-    "workers": ("--processes", "--workers"),
+    "workers": ("--workers", "--processes"),
     "grace_seconds": ("--grace-seconds",),
     "metrics_address": ("--metrics-address",),
 }
