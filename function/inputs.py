@@ -261,7 +261,7 @@ class RequiredView(Mapping[str, tuple[Struct, ...]]):
                             kind=structs.get_str(item, "kind"),
                             namespace=structs.get_str(item, "metadata", "namespace"),
                             name=structs.get_str(item, "metadata", "name"),
-                            reason=why,
+                            because=why,
                         )
                 got = tuple(kept)
             self._cache[key] = got
