@@ -33,9 +33,10 @@ them) does not match when the expression fails on it; on a real cluster the
 DeviceClass of those drivers would never offer it (Modelplane's AMD recipe beside an
 NVIDIA cluster relies on this).
 
-Hot path: compiled programs are cached by expression string, and results are
-cached by (expression, device) because every cluster of a fleet usually carries
-the same few InferenceClass devices.
+Hot path: compiled programs are cached by normalized expression (:func:`normalize`)
+and cost limit, and results by (normalized expression, device), because every cluster
+of a fleet usually carries the same few InferenceClass devices. Selectors whose
+estimated cost (:func:`estimate_cost`) is over the limit are refused before they run.
 """
 
 from __future__ import annotations
@@ -441,7 +442,9 @@ def path_of(expression: str | None) -> str | None:
 
 def forget_paths() -> None:
     """Forget the paths of the previous call (the runner calls this before each call)."""
+    global _evaluating
     _paths.clear()
+    _evaluating = None
 
 
 def compile_selector(expression: str, path: str | None = None) -> Any:
@@ -462,7 +465,7 @@ def compile_selector(expression: str, path: str | None = None) -> Any:
         _paths[normalize(expression)] = path
     p = _compile(expression)
     if isinstance(p, InvalidSelector):
-        raise p
+        raise InvalidSelector(expression, p.reason)  # named as the user wrote it
     return p
 
 
