@@ -65,12 +65,11 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.naming import hydration_name
-from function.render import load_yaml, start_function
+from function.render import COMPOSITION_RESOURCE_NAME, load_yaml, split_documents, start_function
 
 MIB = 1024 * 1024
 CROSSPLANE_LIMIT = 4 * MIB
 BUDGET = 2 * MIB
-COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
 NAMESPACE = "ml-team"
 CACHE = "qwen-cache"
 DEPLOYMENT = "qwen-chat"
@@ -328,19 +327,7 @@ class Engine:
 def parse_output(code: int, stdout: str, stderr: str, seconds: float) -> Output:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     docs = [d for d in yaml.load_all(stdout, Loader=loader) if isinstance(d, dict)]
-    xr: dict[str, Any] = {}
-    composed: dict[str, dict[str, Any]] = {}
-    results = []
-    for i, doc in enumerate(docs):
-        if doc.get("kind") == "Result" and str(doc.get("apiVersion", "")).startswith(
-            "render.crossplane.io/"
-        ):
-            results.append(doc)
-        elif i == 0:
-            xr = doc
-        else:
-            ann = (doc.get("metadata") or {}).get("annotations") or {}
-            composed[ann.get(COMPOSITION_RESOURCE_NAME, f"<unnamed-{i}>")] = doc
+    xr, composed, results = split_documents(docs)
     xr_bytes = len(json.dumps(xr, separators=(",", ":"))) if xr else 0
     return Output(code, xr, composed, stderr, seconds, xr_bytes, results)
 

@@ -283,6 +283,32 @@ def crossplane_documents(
     return [tidy(d) for d in out]
 
 
+def split_documents(
+    docs: Iterable[Mapping[str, Any]],
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Split a ``crossplane render`` stream (or :func:`crossplane_documents`) into parts.
+
+    Returns:
+        ``(xr, composed, results)``: the first document (the XR; {} when there is none),
+        the composed resources by their composition-resource-name annotation, and the
+        ``render.crossplane.io`` ``Result`` documents, in order.
+    """
+    xr: dict[str, Any] = {}
+    composed: dict[str, dict[str, Any]] = {}
+    results: list[dict[str, Any]] = []
+    for i, doc in enumerate(docs):
+        if doc.get("kind") == "Result" and str(doc.get("apiVersion", "")).startswith(
+            "render.crossplane.io/"
+        ):
+            results.append(dict(doc))
+        elif i == 0:
+            xr = dict(doc)
+        else:
+            ann = (doc.get("metadata") or {}).get("annotations") or {}
+            composed[ann.get(COMPOSITION_RESOURCE_NAME, f"<unnamed-{i}>")] = dict(doc)
+    return xr, composed, results
+
+
 def load_yaml(paths: Iterable[str]) -> list[dict[str, Any]]:
     """Every YAML document in the given files and directories (``*.yaml``, ``*.yml``).
 

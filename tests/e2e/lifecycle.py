@@ -93,6 +93,18 @@ class XR:
     def status(self) -> dict[str, Any]:
         return self.xr.get("status") or {}
 
+    def world(self, **state: Any) -> None:
+        """Apply what the last render composed, as its owners would (per kind of XR)."""
+        raise NotImplementedError(f"{type(self).__name__} simulates no composed resources")
+
+    def settle(self, **state: Any) -> Rendered:
+        """Reconcile, apply the world's state to what was composed, reconcile again."""
+        self.reconcile()
+        self.world(**state)
+        out = self.reconcile()
+        self.world(**state)
+        return out
+
 
 class Hydration(XR):
     """A ModelCacheHydration whose Objects a simulated provider and cluster apply."""
@@ -130,13 +142,6 @@ class Hydration(XR):
                 obs = world.observed_object(doc)
             self.observed[name] = obs
 
-    def settle(self, **state: Any) -> Rendered:
-        """Reconcile, apply the world's state to what was composed, reconcile again."""
-        self.reconcile()
-        self.world(**state)
-        out = self.reconcile()
-        self.world(**state)
-        return out
 
 
 class Replica(XR):
@@ -164,9 +169,3 @@ class Replica(XR):
                 obs = world.observed_object(doc)
             self.observed[name] = obs
 
-    def settle(self, **state: Any) -> Rendered:
-        self.reconcile()
-        self.world(**state)
-        out = self.reconcile()
-        self.world(**state)
-        return out

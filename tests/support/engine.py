@@ -31,10 +31,13 @@ from typing import Any
 
 import yaml
 
+from function.render import (
+    COMPOSITION_RESOURCE_NAME,
+    split_documents,
+)
 from tests.secret_guard import leaks
 from tests.support.crossplane import ROOT, Tools
 
-COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
 FUNCTION_NAME = "function-modelplane"
 
 # Kind -> (XRD, Composition) under compositions/.
@@ -197,17 +200,5 @@ def render(
 def parse(exit_code: int, stdout: str, stderr: str = "") -> Rendered:
     """Split ``crossplane render``'s YAML stream into XR, composed resources and results."""
     docs = [d for d in yaml.safe_load_all(stdout) if isinstance(d, dict)] if stdout else []
-    xr: dict[str, Any] = {}
-    composed: dict[str, dict[str, Any]] = {}
-    results: list[dict[str, Any]] = []
-    for i, doc in enumerate(docs):
-        if doc.get("kind") == "Result" and str(doc.get("apiVersion", "")).startswith(
-            "render.crossplane.io/"
-        ):
-            results.append(doc)
-        elif i == 0:
-            xr = doc
-        else:
-            ann = (doc.get("metadata") or {}).get("annotations") or {}
-            composed[ann.get(COMPOSITION_RESOURCE_NAME, f"<unnamed-{i}>")] = doc
+    xr, composed, results = split_documents(docs)
     return Rendered(exit_code, xr, composed, results, stdout, stderr, docs)
