@@ -2,7 +2,7 @@
 
 Crossplane sends every resource as a ``google.protobuf.Struct``. Converting a
 whole request to dicts (``MessageToDict``) costs 5-10x the cost of parsing it
-(see ``shared/design/performance.md``), so the hot path reads only the fields it
+(measured in the README's Performance section), so the hot path reads only the fields it
 needs with these helpers and converts only small subtrees (an XR's ``spec``).
 
 Bracket access on a Struct never inserts keys (only ``get_or_create_*`` does),

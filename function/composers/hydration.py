@@ -80,7 +80,7 @@ never passes through the function's output: only the Secret's key names are
 read, never its values, a kept Secret Object is stripped of any ``data``, and the
 token Secret's apply errors are referred to by Object name, not quoted.
 
-Hot path (``shared/design/performance.md``): observed Objects and the XR's status
+Hot path (see the README's Performance section): observed Objects and the XR's status
 are read field by field from their Structs; the spec is validated once per distinct
 spec; the desired Objects are built once per distinct input by bounded, memoized
 builders and kept serialized (see ``_wire``), so a call parses them back instead
