@@ -1,4 +1,6 @@
-"""ModelCacheHydration: phases, requirements, token handling (the team's cases C2, C8, C9: unresolved auth Secret, Job failure, token sealing).
+"""ModelCacheHydration: phases, requirements, token handling.
+
+The team's cases C2, C8, C9: an unresolved auth Secret, Job failure, token sealing.
 
 Each test builds the observed state the way Crossplane and provider-kubernetes
 report it: composed Objects echo the remote object under

@@ -1,4 +1,7 @@
-"""ModelCache: footprint, fan-out, roll-up (the team's cases C1, C3, C4, C6, C7: long names, selectors, stale conditions, partial failure)."""
+"""ModelCache: footprint, fan-out, roll-up.
+
+The team's cases C1, C3, C4, C6, C7: long names, selectors, stale conditions, partial failure.
+"""
 
 from __future__ import annotations
 
