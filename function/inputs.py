@@ -25,6 +25,7 @@ import structlog
 from google.protobuf.struct_pb2 import Struct
 
 from function import structs
+from function.errors import SpecError
 
 if TYPE_CHECKING:
     from function.outcome import Requirement
@@ -347,9 +348,18 @@ class Inputs:
 
     @cached_property
     def spec(self) -> dict[str, Any]:
-        """The XR's spec as plain Python (small; converted once)."""
+        """The XR's spec as plain Python (small; converted once); {} when it has none.
+
+        Raises:
+            SpecError: ``spec`` is present but not an object (``spec: 5``), which every
+                kind's XRD rejects; named here rather than read as an empty spec.
+        """
         s = structs.to_py(structs.get(self.xr, "spec"))
-        return s if isinstance(s, dict) else {}
+        if s is None:
+            return {}
+        if not isinstance(s, dict):
+            raise SpecError("spec", f"expected an object, got {_json_type(s)}")
+        return s
 
     @cached_property
     def labels(self) -> dict[str, str]:
@@ -382,3 +392,16 @@ class Inputs:
             return self.observed.body(name)
         child = self.observed.get(name)
         return child.resource if child is not None else None
+
+
+def _json_type(v: Any) -> str:
+    """The JSON type of a Struct value converted to Python, for an error message."""
+    if isinstance(v, bool):
+        return "true or false"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "a list"
+    return "null"

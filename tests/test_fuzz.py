@@ -66,7 +66,7 @@ MIN_CASES_PER_KIND = min(1_000, TOTAL_CASES)
 AVAILABLE = [k for k in KINDS if missing_reason(k) is None]
 CASES_PER_KIND = max(MIN_CASES_PER_KIND, math.ceil(TOTAL_CASES / max(1, len(AVAILABLE))))
 
-FIELD = re.compile(r"\b(spec|status|metadata|data|stringData)(\.[A-Za-z_$]|\[)")
+FIELD = re.compile(r"\b(spec|status|metadata|data|stringData)(\.[A-Za-z_$]|\[|: )")
 RESERVED = {"Ready", "Synced", "Healthy", "UpToDate", "Responsive"}
 
 RAN: dict[str, int] = {}
