@@ -120,7 +120,10 @@ def test_a_call_past_its_deadline_gets_a_fatal_result_and_others_are_served(
         assert len(msgs) == 1, rsp
         assert "ModelDeployment" in msgs[0] and "qwen-chat" in msgs[0], msgs
         assert "compute deadline of 2 s" in msgs[0], msgs
-        assert SELECTOR_PATH in msgs[0], msgs
+        # The process stops itself at the deadline and names the selector it was
+        # evaluating; on a starved machine it may not get the CPU within the kill margin,
+        # and the acceptor kills it instead (then the path is not known, only the XR).
+        assert SELECTOR_PATH in msgs[0] or "did not stop" in msgs[0], msgs
         assert rsp.meta.tag == "runaway"
         # The same request again: the same fatal result (remembered, not composed again).
         assert fatal(call(runaway_request(), timeout=120)) == msgs
