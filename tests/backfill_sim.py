@@ -26,6 +26,7 @@ from function.naming import (
 from function.timeutil import format_time
 from tests import fixtures
 from tests.harness import NAMESPACE, Clock, GrpcFunction, World, desired, fatal, status, xr
+from tests.support import world
 from tests.validation import validate_object, validate_xr
 
 DEPLOYMENT = "chat"
@@ -153,17 +154,9 @@ def job_status(state: str, at: datetime.datetime) -> dict[str, Any]:
     if state == "pending":
         return {}
     if state == "active":
-        return {"active": 1, "startTime": t}
+        return world.job_running(t)
     if state == "complete":
-        return {
-            "succeeded": 1,
-            "startTime": t,
-            "completionTime": t,
-            "conditions": [
-                {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": t},
-                {"type": "Complete", "status": "True", "lastTransitionTime": t},
-            ],
-        }
+        return world.job_complete(t)
     if state == "failed":
         return {
             "failed": 2,

@@ -96,8 +96,9 @@ def pvc(phase: str) -> dict[str, Any]:
     return {"phase": phase, **({"accessModes": ["ReadWriteMany"]} if phase == "Bound" else {})}
 
 
-def job_running() -> dict[str, Any]:
-    return {"active": 1, "startTime": NOW}
+def job_running(at: str = NOW) -> dict[str, Any]:
+    """A Job whose pod runs since ``at``."""
+    return {"active": 1, "startTime": at}
 
 
 def job_complete(at: str = NOW) -> dict[str, Any]:
