@@ -51,7 +51,7 @@ _UNION_TAG = re.compile(
 )
 
 
-def _written_as(value: object) -> str:
+def written_as(value: object) -> str:
     """What a YAML author wrote, in words: ``a string``, ``an object``, ..."""
     if value is None:
         return "null"
@@ -127,7 +127,7 @@ def pydantic_errors(
         if expected is None:
             parts.append(f"{loc}: {err.get('msg', 'invalid')}")
             continue
-        got = _written_as(err.get("input"))
+        got = written_as(err.get("input"))
         shape = (shapes or {}).get(_generic(loc))
         if loc in shape_at:
             if shape is None:

@@ -25,7 +25,7 @@ import structlog
 from google.protobuf.struct_pb2 import Struct
 
 from function import structs
-from function.errors import SpecError
+from function.errors import SpecError, written_as
 
 if TYPE_CHECKING:
     from function.outcome import Requirement
@@ -358,7 +358,7 @@ class Inputs:
         if s is None:
             return {}
         if not isinstance(s, dict):
-            raise SpecError("spec", f"expected an object, got {_json_type(s)}")
+            raise SpecError("spec", f"expected an object, got {written_as(s)}")
         return s
 
     @cached_property
@@ -392,16 +392,3 @@ class Inputs:
             return self.observed.body(name)
         child = self.observed.get(name)
         return child.resource if child is not None else None
-
-
-def _json_type(v: Any) -> str:
-    """The JSON type of a Struct value converted to Python, for an error message."""
-    if isinstance(v, bool):
-        return "true or false"
-    if isinstance(v, (int, float)):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, list):
-        return "a list"
-    return "null"

@@ -16,7 +16,7 @@ from tests.harness import fatal, request, run
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize(
-    "spec, named", [(5, "a number"), ("x", "a string"), ([1], "a list"), (True, "true or false")]
+    "spec, named", [(5, "a number"), ("x", "a string"), ([1], "a list"), (True, "a boolean")]
 )
 def test_a_spec_that_is_not_an_object_is_named(kind: str, spec, named: str) -> None:
     xr = {"apiVersion": API_VERSION, "kind": kind,
