@@ -50,8 +50,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 
 from benchmarks.scenarios import SCENARIOS, parse
+from function.edge.runner import FunctionRunner
 from function.render import start_function
-from function.runner import FunctionRunner
 
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
 PER_CLUSTER_KINDS = ("ModelCacheHydration", "ModelReplica")

@@ -14,9 +14,9 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function.edge.runner import FunctionRunner
 from function.naming import hydration_name
 from function.render import World, build_request, drive, load_yaml, observed_by_name
-from function.runner import FunctionRunner
 
 NAMESPACE = "ml-team"
 REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "ap-south-1")

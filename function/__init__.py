@@ -2,7 +2,7 @@
 
 The package turns namespaced Modelplane XRs (ModelCache, ModelCacheHydration,
 ModelDeployment, ModelReplica, ModelExperiment, ModelBackfill) into composed
-resources. See ``function.runner`` for the protocol edge and
+resources. See ``function.edge.runner`` for the protocol edge and
 ``function.composers`` for one pure composer per XR kind.
 """
 

@@ -4,12 +4,12 @@ Flags and environment variables are those Crossplane's function runtime passes
 (``--address``/``ADDRESS``, ``--tls-certs-dir``/``TLS_SERVER_CERTS_DIR``,
 ``--insecure``/``INSECURE``, ``--debug``/``DEBUG``, ``--max-recv-message-size``/
 ``MAX_RECV_MESSAGE_SIZE`` in MiB), plus ``--processes`` (alias ``--workers``: compute
-processes behind the one gRPC acceptor, ``function.pool``), ``--grace-seconds`` and
+processes behind the one gRPC acceptor, ``function.edge.pool``), ``--grace-seconds`` and
 ``--metrics-address``. A flag wins over its variable. Every other setting comes from
-the environment. All of them are defined once, in ``function.settings`` (type, unit,
+the environment. All of them are defined once, in ``function.ops.settings`` (type, unit,
 default, bounds, description): ``--help`` and ``config`` print those descriptions,
 and a bad value stops start-up (and ``config``) with exit code 2 and a message naming
-the variable or flag. Tracing is opt-in (``function.tracing``).
+the variable or flag. Tracing is opt-in (``function.ops.tracing``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import os
 import sys
 from typing import Any
 
-from function import logs
-from function.server import ServerConfig, serve
-from function.settings import (
+from function.edge.server import ServerConfig, serve
+from function.ops import logs
+from function.ops.settings import (
     FLAGS,
     Settings,
     SettingsError,
@@ -35,7 +35,7 @@ from function.settings import (
 def parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests).
 
-    Each flag's help is its setting's one-line description (``function.settings``); a
+    Each flag's help is its setting's one-line description (``function.ops.settings``); a
     flag that is not given is absent from the parsed namespace, so the variable or the
     default applies.
     """
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"function-modelplane: {e}", file=sys.stderr)
         return 2
     if args.command == "config":
-        from function.config_report import report
+        from function.ops.config_report import report
 
         print(report(settings, flags=flags))
         return 0
@@ -99,19 +99,19 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from function.server import check_serving_config
+    from function.edge.server import check_serving_config
 
     problem = check_serving_config(cfg)
     if problem:
         print(f"function-modelplane: {problem}", file=sys.stderr)
         return 2
-    from function import metrics
-    from function.server import default_processes
+    from function.edge.server import default_processes
+    from function.ops import metrics
 
     processes = settings.workers if settings.workers is not None else default_processes()
     multiproc_dir = settings.prometheus_multiproc_dir
     if not multiproc_dir:
-        # Calls are composed in compute processes (function.pool): aggregate their
+        # Calls are composed in compute processes (function.edge.pool): aggregate their
         # metrics with prometheus-client's multiprocess mode. They are spawned, so they
         # see this variable at import.
         import tempfile

@@ -1,7 +1,7 @@
 """``python -m function.hydrate``: download a Hugging Face model into the cache PVC.
 
 This is the program the ModelCacheHydration Job runs (see
-``function.manifests.storage.hydration_job``), from the function's own image,
+``function.manifests.hydration.hydration_job``), from the function's own image,
 which already contains ``huggingface_hub``: nothing is installed at run time.
 
     python -m function.hydrate --repo Qwen/Qwen2.5-0.5B-Instruct --revision main \\
@@ -66,7 +66,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from function.manifests.storage import EXIT_PERMANENT, MARKER_FILE
+from function.manifests.hydration import EXIT_PERMANENT, MARKER_FILE
 
 if TYPE_CHECKING:
     from kubernetes.client import Configuration

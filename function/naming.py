@@ -22,7 +22,7 @@ import hashlib
 import re
 
 from function import API_GROUP
-from function.memo import memo
+from function.core.memo import memo
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

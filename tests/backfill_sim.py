@@ -16,6 +16,7 @@ import copy
 import datetime
 from typing import Any
 
+from function.core.timeutil import format_time
 from function.naming import (
     ANNOTATION_LAST_FOREGROUND,
     LABEL_CLUSTER,
@@ -23,7 +24,6 @@ from function.naming import (
     LABEL_REPLICA_INDEX,
     replica_name,
 )
-from function.timeutil import format_time
 from tests import fixtures
 from tests.harness import NAMESPACE, Clock, GrpcFunction, World, desired, fatal, status, xr
 from tests.support import world

@@ -24,10 +24,10 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import json_format
 
 from function import API_VERSION
+from function.edge.runner import FunctionRunner
+from function.edge.server import ServerConfig, build_server
+from function.ops.settings import Settings, default_settings
 from function.render import World, build_request, drive
-from function.runner import FunctionRunner
-from function.server import ServerConfig, build_server
-from function.settings import Settings, default_settings
 
 NOW = datetime.datetime(2026, 11, 29, 9, 0, 0, tzinfo=datetime.UTC)
 NAMESPACE = "ml-team"

@@ -1,4 +1,4 @@
-"""Check PromQL queries against the function's metric catalogue (``function.metrics``).
+"""Check PromQL queries against the function's metric catalogue (``function.ops.metrics``).
 
 Used by the dashboard and alert-rule tests (issue 16): every metric a query selects must be
 one the function exports, under its exposition name (a histogram as ``_bucket``, ``_sum``
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import promql_parser as pp
 
-from function.metrics import CATALOGUE, OTHER, MetricSpec
+from function.ops.metrics import CATALOGUE, OTHER, MetricSpec
 
 # Grafana's built-in range variables, replaced by a duration before parsing.
 _GRAFANA_RANGES = re.compile(

@@ -38,8 +38,8 @@ EVENT_CALLS = frozenset(
     {"warning", "normal", "fatal", "transition", "changed", "observe", "_observe"}
 )
 # Modules that write no status (the metric catalogue names its label vocabularies).
-# (function.outcome is the plumbing of condition() itself: its call sites are the sinks.)
-NOT_STATUS = frozenset({"function.metrics", "function.outcome"})
+# (function.core.outcome is the plumbing of condition() itself: its call sites are the sinks.)
+NOT_STATUS = frozenset({"function.ops.metrics", "function.core.outcome"})
 TYPES = frozenset({"str", "bool", "int", "float", "dict", "list"})
 FIELDS = ("phase", "reason")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from function.runner import FunctionRunner
+from function.edge.runner import FunctionRunner
 from tests.fixtures import FAKE_TOKEN
 
 _ATTR = "_modelplane_secret_leaks"

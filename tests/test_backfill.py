@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from function import metrics as metrics_mod
-from function.backfill_spec import accelerator_uses, is_accelerator, parse, spec_hash
+from function.api.modelbackfill import accelerator_uses, is_accelerator, parse, spec_hash
 from function.composers.backfill import JOB_PREFIX
+from function.core.timeutil import format_time, parse_time
 from function.naming import replica_name
+from function.ops import metrics as metrics_mod
 from function.render import World, drive, load_yaml, observed_by_name
-from function.timeutil import format_time, parse_time
 from tests import fixtures
 from tests.backfill_sim import (
     BACKFILL,

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from function import API_VERSION
+from function.api.modelreplica import ModelReplicaSpec
 from function.naming import hydration_name, replica_name
-from function.replica_spec import ModelReplicaSpec
 from tests import harness as h
 from tests.fixtures import inference_cluster
 from tests.validation import validate_manifest, validate_xr

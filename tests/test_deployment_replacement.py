@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from function import metrics
 from function.composers.deployment import MAX_DISPLACED
+from function.ops import metrics
 from tests import harness as h
 from tests.test_deployment import cache, deployment, hydration, ic, observe, placed
 from tests.validation import validate_xr

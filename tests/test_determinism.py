@@ -25,7 +25,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.composers import KINDS
-from function.runner import FunctionRunner
+from function.edge.runner import FunctionRunner
 from tests.harness import Clock, run
 from tests.reliability import evolve, missing_reason, seeds, settle, start_process
 from tests.secret_guard import leaks

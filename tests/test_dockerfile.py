@@ -334,7 +334,7 @@ def _runtime_uid() -> int:
 
 def test_runtime_uid_is_the_uid_the_hydration_pod_runs_as():
     """The hydration Job runs this image with runAsUser and fsGroup; they must agree."""
-    from function.manifests import storage
+    from function.manifests import hydration as storage
 
     assert _runtime_uid() == storage.HYDRATION_UID
 

@@ -6,7 +6,9 @@ import copy
 
 import pytest
 
-from function.envinject import (
+from function.core.errors import SpecError
+from function.manifests import workloads as wl
+from function.serving.env import (
     CACHE_MOUNT_PATH,
     check_reserved,
     gang_env,
@@ -15,8 +17,6 @@ from function.envinject import (
     references,
     unresolved,
 )
-from function.errors import SpecError
-from function.manifests import workloads as wl
 
 # Kubernetes' expansion rules (third_party/forked/golang/expansion): $$ escapes a
 # $, $( without ) is literal, an unknown $(X) stays as written.

@@ -1,13 +1,13 @@
-"""Events say what changed, once (function.events)."""
+"""Events say what changed, once (function.core.events)."""
 
 from __future__ import annotations
 
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import events
-from function.outcome import Outcome, Result
-from function.runner import FunctionRunner
+from function.core import events
+from function.core.outcome import Outcome, Result
+from function.edge.runner import FunctionRunner
 from tests.harness import request, xr
 
 

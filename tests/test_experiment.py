@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from function import API_VERSION
+from function.api.modelexperiment import parse_spec, spec_hash
 from function.composers import experiment as exp
-from function.errors import SpecError
-from function.experiment_model import parse_spec, spec_hash
+from function.core.errors import SpecError
 from function.naming import (
     LABEL_CLUSTER,
     LABEL_DEPLOYMENT,
@@ -529,7 +529,7 @@ def test_pass_full_lifecycle(sim_factory, clock: Clock) -> None:
 
 def test_verdict_is_counted_once(sim_factory, clock: Clock) -> None:
     """The verdict metric is observed only in the call that records the verdict."""
-    from function.runner import FunctionRunner
+    from function.edge.runner import FunctionRunner
 
     sim = sim_factory()
     sim.to_evaluating()

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from function.composers import hydration as hyd
-from function.timeutil import elapsed, format_time, parse_time
+from function.core.timeutil import elapsed, format_time, parse_time
 from tests.fixtures import inference_cluster
 from tests.harness import (
     NOW,

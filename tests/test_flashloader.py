@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from function.errors import SpecError
-from function.flashloader import resolve_flash_loader, resolve_shm
-from function.settings import Settings
+from function.core.errors import SpecError
+from function.ops.settings import Settings
+from function.serving.flashloader import resolve_flash_loader, resolve_shm
 
 ENV = {
     "DEFAULT_FLASH_LOADER_ENABLED": "false",

@@ -647,7 +647,7 @@ def test_backfill_status_phase_of_wrong_type_does_not_crash() -> None:
 
 
 def test_cache_spec_types_are_strict() -> None:
-    """sizeGiB "2" or true is named, not coerced (fixed in function/cache_spec.py)."""
+    """sizeGiB "2" or true is named, not coerced (fixed in function/api/modelcache.py)."""
     for bad in ("2", True):
         body = copy.deepcopy(_seed("ModelCache", "builder-selector").xr)
         body["spec"]["huggingFace"]["sizeGiB"] = bad

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from function import hydrate
-from function.manifests.storage import EXIT_PERMANENT, MARKER_FILE
+from function.manifests.hydration import EXIT_PERMANENT, MARKER_FILE
 from function.naming import source_identity
 from tests.fake_hf_hub import FakeHub, Repo
 from tests.fake_kube_api import FakeKubeAPI

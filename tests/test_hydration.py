@@ -21,7 +21,7 @@ import structlog
 from google.protobuf import json_format
 
 from function.composers import hydration
-from function.manifests.storage import JOB_COMPLETE_CEL, PVC_BOUND_CEL
+from function.manifests.hydration import JOB_COMPLETE_CEL, PVC_BOUND_CEL
 from function.naming import (
     DNS1123_LABEL,
     REMOTE_NAMESPACE,
@@ -30,7 +30,7 @@ from function.naming import (
     hydration_job_name,
     source_identity,
 )
-from function.settings import default_settings
+from function.ops.settings import default_settings
 from tests import fixtures
 from tests.fixtures import inference_cluster
 from tests.harness import (
@@ -1087,7 +1087,7 @@ def test_readiness_cel(query: str, obj: dict, want: bool) -> None:
 
 
 def test_hydration_duration_is_observed_once_when_ready_is_recorded() -> None:
-    from function.runner import FunctionRunner
+    from function.edge.runner import FunctionRunner
 
     def observations(composite: dict, observed: dict) -> list:
         runner = FunctionRunner(settings=SETTINGS, clock=Clock(NOW))
@@ -1110,7 +1110,7 @@ def test_hydration_duration_is_observed_once_when_ready_is_recorded() -> None:
 
 def test_phase_transitions_and_failures_are_counted_with_the_event() -> None:
     """Issue 16: the dashboard's hydration phases and failed clusters come from these."""
-    from function.runner import FunctionRunner
+    from function.edge.runner import FunctionRunner
 
     def observed_metrics(composite: dict, observed: dict) -> dict[str, dict[str, str]]:
         runner = FunctionRunner(settings=SETTINGS, clock=Clock(NOW))

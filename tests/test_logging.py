@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from function import composers, logs
-from function.runner import FunctionRunner
-from function.settings import default_settings
+from function import composers
+from function.edge.runner import FunctionRunner
+from function.ops import logs
+from function.ops.settings import default_settings
 from tests.fixtures import cache_spec, inference_cluster
 from tests.harness import NAMESPACE, Clock, request, xr
 

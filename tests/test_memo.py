@@ -1,4 +1,4 @@
-"""Memos bounded in bytes (issue 14): ``function.memo``."""
+"""Memos bounded in bytes (issue 14): ``function.core.memo``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import function.composers.deployment
 import function.composers.hydration
 import function.composers.modelcache
 import function.composers.replica  # noqa: F401 - registers their memos
-from function import memo
+from function.core import memo
 
 
 def test_a_memo_keeps_its_byte_budget_and_evicts_least_recently_used() -> None:

@@ -13,11 +13,12 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from function import composers, metrics
-from function.errors import SpecError
-from function.outcome import Observation, Outcome
-from function.runner import FunctionRunner
-from function.settings import default_settings
+from function import composers
+from function.core.errors import SpecError
+from function.core.outcome import Observation, Outcome
+from function.edge.runner import FunctionRunner
+from function.ops import metrics
+from function.ops.settings import default_settings
 from tests.fixtures import cache_spec, inference_cluster
 from tests.harness import NAMESPACE, Clock, GrpcFunction, World, request, xr
 
@@ -433,10 +434,10 @@ def test_serving_off_for_empty_address():
 
 CHILD = """
 import sys
-from function import metrics
+from function.ops import metrics
 m = metrics.default()
 m.record_run("ModelCache", "success", 0.002, ["Normal", "Warning"])
-from function.outcome import Outcome
+from function.core.outcome import Outcome
 o = Outcome()
 o.observe("model_backfill_useful_running_seconds_total",
           {"backfill": "evals", "namespace": "ml", "model": "qwen"}, float(sys.argv[1]))
@@ -444,7 +445,7 @@ m.apply(o.observations)
 """
 EXPOSE = """
 from prometheus_client import generate_latest
-from function import metrics
+from function.ops import metrics
 print(generate_latest(metrics.exposition_registry()).decode())
 """
 

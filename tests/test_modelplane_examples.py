@@ -22,7 +22,7 @@ import pytest
 
 from function.composers.inferencecluster import gpu_pools
 from function.naming import hydration_name
-from function.selectors import LabelSelector
+from function.scheduling.selectors import LabelSelector
 from tests import harness as h
 from tests.validation import load_documents, validate_xr
 

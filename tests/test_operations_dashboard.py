@@ -4,7 +4,7 @@ No Grafana dashboard linter installs from PyPI or npm (Grafana's ``dashboard-lin
 Go program), so this is the structural check the issue asks for instead: the JSON is a
 dashboard Grafana imports as is (no ``__inputs`` to fill, the data source a template
 variable), a row per concern, panels on the 24-column grid without overlaps, and every
-query, legend and variable checked against ``function.metrics.CATALOGUE``.
+query, legend and variable checked against ``function.ops.metrics.CATALOGUE``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from function.metrics import CATALOGUE
+from function.ops.metrics import CATALOGUE
 from tests.promql_catalogue import check_expr, check_label_values, check_legend
 
 ROOT = Path(__file__).resolve().parent.parent

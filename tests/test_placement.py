@@ -1,7 +1,7 @@
 """Placement as a pure function: tables of (fleet, deployment) -> where replicas run.
 
-Also the pieces it rests on: DRA-style CEL device selectors (function.devices)
-and Kubernetes taint/toleration matching (function.tolerations).
+Also the pieces it rests on: DRA-style CEL device selectors (function.scheduling.devices)
+and Kubernetes taint/toleration matching (function.scheduling.tolerations).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from function.devices import (
+from function.scheduling.devices import (
     Device,
     DeviceRequest,
     InvalidSelector,
@@ -20,7 +20,7 @@ from function.devices import (
     parse_quantity,
     selector_matches,
 )
-from function.placement import (
+from function.scheduling.placement import (
     CACHE_NOT_FOUND,
     INSUFFICIENT_CAPACITY,
     NO_CLUSTER_IN_FOOTPRINT,
@@ -34,8 +34,14 @@ from function.placement import (
     Request,
     place,
 )
-from function.selectors import LabelSelector
-from function.tolerations import Taint, Toleration, parse_taints, parse_tolerations, untolerated
+from function.scheduling.selectors import LabelSelector
+from function.scheduling.tolerations import (
+    Taint,
+    Toleration,
+    parse_taints,
+    parse_tolerations,
+    untolerated,
+)
 
 assert CACHE_NOT_FOUND  # the composer, not placement, decides CacheNotFound
 

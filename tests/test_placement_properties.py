@@ -11,10 +11,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from function.devices import Device, DeviceRequest
-from function.placement import Cluster, Engine, Existing, Member, Pool, Request, place
-from function.selectors import LabelSelector
-from function.tolerations import Taint
+from function.scheduling.devices import Device, DeviceRequest
+from function.scheduling.placement import Cluster, Engine, Existing, Member, Pool, Request, place
+from function.scheduling.selectors import LabelSelector
+from function.scheduling.tolerations import Taint
 
 BIG = Device("gpu", "gpu.nvidia.com", 8, "DRA", (), (("memory", "80Gi"),))
 SMALL = Device("gpu", "gpu.nvidia.com", 1, "DRA", (), (("memory", "24Gi"),))

@@ -17,9 +17,9 @@ import pytest
 
 from function import naming
 from function.composers.replica import CONDITION
-from function.envinject import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
 from function.manifests import workloads as wl
-from function.settings import Settings
+from function.ops.settings import Settings
+from function.serving.env import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
 from tests import harness as h
 from tests.replica_fixtures import (
     CACHE,

@@ -1,6 +1,6 @@
 """ModelReplica cold start: status timestamps and one ``model_cold_start_duration_seconds``.
 
-The function is stateless (``function.metrics``): the replica records ``createdAt``,
+The function is stateless (``function.ops.metrics``): the replica records ``createdAt``,
 ``hydrationReadyAt`` (when it waited for its cache) and ``servingSince`` in its status,
 and observes the cold start only in the call that writes ``servingSince``.
 
@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from function import metrics
 from function.composers import replica as composer
 from function.composers.replica import CONDITION
-from function.inputs import Inputs
-from function.runner import FunctionRunner
-from function.settings import default_settings
-from function.timeutil import format_time
+from function.core.inputs import Inputs
+from function.core.timeutil import format_time
+from function.edge.runner import FunctionRunner
+from function.ops import metrics
+from function.ops.settings import default_settings
 from tests import harness as h
 from tests.replica_fixtures import (
     CACHE,
@@ -330,7 +330,7 @@ def test_after_serving_gates_and_unresolved_calls_keep_the_record(fn: Any):
 
 
 def test_a_failed_status_write_counts_the_sample_twice(fn: Any):
-    """Documented in function.metrics: the next call sees no record and records again."""
+    """Documented in function.ops.metrics: the next call sees no record and records again."""
     sim = Sim(fn, single_spec(cache=False), hydration_phase=None)
     rsp = sim.reconcile(0)
     sim.workload(True, rsp)

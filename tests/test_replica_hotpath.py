@@ -19,8 +19,8 @@ import pytest
 
 from function.composers import replica
 from function.composers.replica import CONDITION
-from function.flashloader import SETTINGS_ATTRS, resolve_flash_loader, resolve_shm
-from function.settings import Settings, default_settings
+from function.ops.settings import Settings, default_settings
+from function.serving.flashloader import SETTINGS_ATTRS, resolve_flash_loader, resolve_shm
 from tests import harness as h
 from tests.replica_fixtures import (
     H100_POOL,

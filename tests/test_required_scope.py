@@ -25,7 +25,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 
-from function.outcome import Requirement
+from function.core.outcome import Requirement
 from function.render import build_request
 from tests.harness import run
 from tests.reliability import available_kinds, seeds, settle
@@ -139,7 +139,7 @@ def _obj(kind: str = "ModelCache", name: str = "c", ns: str | None = "ml", **lab
     ],
 )
 def test_foreign_reason(asked: Requirement, item: Any, why: str | None) -> None:
-    from function.inputs import admits, foreign_reason
+    from function.core.inputs import admits, foreign_reason
 
     assert foreign_reason(asked, item) == why
     assert admits(asked)(item) is (why is None)  # the fast test agrees

@@ -64,7 +64,7 @@ GUARDED = textwrap.dedent(
     import base64, logging, sys
     import structlog
     from function.composers import _loaded
-    from function.outcome import Outcome
+    from function.core.outcome import Outcome
     from tests.fixtures import FAKE_TOKEN, cache_spec
     from tests.harness import request, run, xr
 

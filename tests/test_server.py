@@ -12,9 +12,9 @@ from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from function import runner as runner_mod
+from function.edge import runner as runner_mod
+from function.edge.server import default_processes
 from function.render import start_function
-from function.server import default_processes
 from tests.fixtures import cache_spec, inference_cluster
 from tests.harness import fatal, request, results, run, xr
 
@@ -77,9 +77,9 @@ def test_spliced_wire_entries_equal_copied_bodies():
     """The runner's two ways of encoding a desired child give the same response."""
     import datetime
 
-    from function.encoding import state_entry
-    from function.outcome import Desired, Outcome
-    from function.runner import FunctionRunner
+    from function.core.outcome import Desired, Outcome
+    from function.edge.runner import FunctionRunner
+    from function.edge.wire import state_entry
 
     out_a, out_b = Outcome(), Outcome()
     for i in range(3):
@@ -100,7 +100,7 @@ def test_spliced_wire_entries_equal_copied_bodies():
 def test_wire_bytes_parse_to_the_same_response_as_the_message():
     """run_wire appends pre-encoded children as a second ``desired`` field; a protobuf
     parser (Crossplane's included) merges it: the same response as run()."""
-    from function import runner as r
+    from function.edge import runner as r
 
     req = _cache_request(50)
     fn = r.FunctionRunner()

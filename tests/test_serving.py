@@ -1,7 +1,7 @@
 """Serving the way Crossplane calls: one connection, many calls, untrusted specs (issue 14).
 
 Every test here starts ``python -m function`` (one acceptor and its compute processes,
-``function.pool``) on 127.0.0.1 and talks to it over ONE gRPC channel, as Crossplane does:
+``function.edge.pool``) on 127.0.0.1 and talks to it over ONE gRPC channel, as Crossplane does:
 
 - a call past its compute deadline (a runaway device selector, with the selector cost
   limit lifted so that only the deadline can stop it) gets a fatal result naming the
@@ -231,7 +231,7 @@ def test_metrics_of_every_process_on_one_endpoint_with_every_family_from_start_u
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from function.metrics import CATALOGUE
+    from function.ops.metrics import CATALOGUE
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from function.config_report import report, rows, variable
-from function.settings import Settings, SettingsError, describe, load_settings
+from function.ops.config_report import report, rows, variable
+from function.ops.settings import Settings, SettingsError, describe, load_settings
 from tests.validation import load_documents, validate_manifest
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,9 +20,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from function.__main__ import parser
-from function.errors import SpecError
-from function.flashloader import resolve_flash_loader, resolve_shm
-from function.settings import (
+from function.core.errors import SpecError
+from function.ops.settings import (
     FLAGS,
     Settings,
     SettingsError,
@@ -32,6 +31,7 @@ from function.settings import (
     unit,
     variable,
 )
+from function.serving.flashloader import resolve_flash_loader, resolve_shm
 from tests.test_settings import clean_environ, env  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent

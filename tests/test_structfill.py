@@ -1,4 +1,4 @@
-"""function.structfill: the same Struct as ``Struct.update``, for every JSON shape."""
+"""function.core.structfill: the same Struct as ``Struct.update``, for every JSON shape."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from google.protobuf.struct_pb2 import Struct
 
-from function.structfill import fill, struct_from
+from function.core.structfill import fill, struct_from
 
 
 class Color(enum.StrEnum):

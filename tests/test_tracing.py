@@ -23,10 +23,11 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from prometheus_client import CollectorRegistry
 
-from function import composers, tracing
-from function.metrics import Metrics
-from function.runner import FunctionRunner
-from function.settings import Settings, load_settings
+from function import composers
+from function.edge.runner import FunctionRunner
+from function.ops import tracing
+from function.ops.metrics import Metrics
+from function.ops.settings import Settings, load_settings
 from tests.fixtures import cache_spec, inference_cluster
 from tests.harness import NAMESPACE, Clock, GrpcFunction, request, xr
 

@@ -12,8 +12,8 @@ import importlib
 from collections.abc import Callable
 
 from function import API_VERSION
-from function.inputs import Inputs
-from function.outcome import Outcome
+from function.core.inputs import Inputs
+from function.core.outcome import Outcome
 
 Composer = Callable[[Inputs], Outcome]
 

@@ -60,8 +60,8 @@ from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Struct
 
-from function import API_VERSION, events, structs
-from function.backfill_spec import (
+from function import API_VERSION
+from function.api.modelbackfill import (
     ENDPOINT_ENV,
     Blocked,
     Parsed,
@@ -69,8 +69,10 @@ from function.backfill_spec import (
     parse,
     spec_hash,
 )
-from function.envinject import inject_env
-from function.inputs import UNRESOLVED, Inputs, Resolved
+from function.core import events, structs
+from function.core.inputs import UNRESOLVED, Inputs, Resolved
+from function.core.outcome import Outcome
+from function.core.timeutil import elapsed, format_time, parse_time
 from function.manifests.jobs import job_from_cronjob
 from function.manifests.objects import (
     OBJECT_API_VERSION,
@@ -96,8 +98,7 @@ from function.naming import (
     label_value,
     labels_with_full,
 )
-from function.outcome import Outcome
-from function.timeutil import elapsed, format_time, parse_time
+from function.serving.env import inject_env
 
 KIND = "ModelBackfill"
 REQ_DEPLOYMENT = "deployment"

@@ -26,7 +26,7 @@ Until every requirement is resolved, existing children are kept as they are
 and nothing new is placed ("not known" is never "empty").
 
 Composed resources: ``replica-<index>`` ModelReplicas (spec as
-``function.replica_spec``), and with a cache a ``cache-usage`` Crossplane
+``function.api.modelreplica``), and with a cache a ``cache-usage`` Crossplane
 Usage (``protection.crossplane.io/v1beta1``) so the ModelCache cannot be deleted
 while this deployment uses it. The Usage names the cache (``spec.of``) and a
 ``reason``, not a ``spec.by``: it lives exactly as long as this deployment
@@ -36,7 +36,7 @@ the deployment the way a Usage ``by`` the deployment itself would (the Usage
 would wait for the deployment, which waits for its composed Usage).
 ``replayDeletion`` re-issues a deletion of the cache attempted while it was in use.
 
-Placement is :func:`function.placement.place` (rules in its docstring).
+Placement is :func:`function.scheduling.placement.place` (rules in its docstring).
 
 Status: ``replicas.total`` (observed ModelReplicas that are still wanted),
 ``replicas.ready`` (those whose ``ModelReady`` is True), ``placement[]`` (index,
@@ -75,19 +75,16 @@ from typing import Any, Literal, TypeGuard
 from google.protobuf.struct_pb2 import ListValue, Struct
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from function import API_VERSION, structs
+from function import API_VERSION
+from function.api.modelreplica import Engine as EngineSpec
+from function.api.modelreplica import FlashLoader, Ref
 from function.composers.modelcache import retained_clusters
-from function.devices import (
-    Device,
-    DeviceRequest,
-    InvalidSelector,
-    SelectorEvaluationError,
-    compile_selector,
-)
-from function.envinject import check_reserved
-from function.errors import SpecError, pydantic_errors
-from function.inputs import UNRESOLVED, Inputs, Resolved
-from function.memo import memo
+from function.core import structs
+from function.core.errors import SpecError, pydantic_errors
+from function.core.inputs import UNRESOLVED, Inputs, Resolved
+from function.core.memo import memo
+from function.core.outcome import Outcome
+from function.core.timeutil import elapsed, format_time, parse_time
 from function.naming import (
     LABEL_CACHE,
     LABEL_CLUSTER,
@@ -101,8 +98,14 @@ from function.naming import (
     labels_with_full,
     replica_name,
 )
-from function.outcome import Outcome
-from function.placement import (
+from function.scheduling.devices import (
+    Device,
+    DeviceRequest,
+    InvalidSelector,
+    SelectorEvaluationError,
+    compile_selector,
+)
+from function.scheduling.placement import (
     FAILED,
     READY,
     Cluster,
@@ -115,11 +118,9 @@ from function.placement import (
     Request,
     place,
 )
-from function.replica_spec import Engine as EngineSpec
-from function.replica_spec import FlashLoader, Ref
-from function.selectors import LabelSelector
-from function.timeutil import elapsed, format_time, parse_time
-from function.tolerations import parse_taints, parse_tolerations
+from function.scheduling.selectors import LabelSelector
+from function.scheduling.tolerations import parse_taints, parse_tolerations
+from function.serving.env import check_reserved
 
 REQ_CLUSTERS = "clusters"
 REQ_REPLICAS = "replicas"
@@ -610,7 +611,7 @@ def _replica_meta(namespace: str, name: str, template: bytes) -> Struct:
 
 @memo(1024, weight=4)
 def _replica_spec(name: str, template: bytes, pools: tuple[tuple[MemberKey, str], ...]) -> Struct:
-    """The ModelReplica spec (``function.replica_spec``) with members on ``pools``,
+    """The ModelReplica spec (``function.api.modelreplica``) with members on ``pools``,
     without index and cluster (memoized, read-only: callers copy it)."""
     raw_ts = _template(template).get("spec") or {}
     chosen = dict(pools)
@@ -920,7 +921,7 @@ def _track_displaced(
     scale-down) to its replacement serving (its ``ModelReady`` condition True, what
     ``status.replicas.ready`` counts). The function is stateless, so the start is written
     in status (``at``, ``inputs.now``) in the call that displaces the replica, and the
-    sample is observed in the call that removes the record (see ``function.metrics``).
+    sample is observed in the call that removes the record (see ``function.ops.metrics``).
 
     Per record, oldest first:
 

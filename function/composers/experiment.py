@@ -75,9 +75,8 @@ from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Struct
 
-from function import API_VERSION, events, structs
-from function.errors import SpecError
-from function.experiment_model import (
+from function import API_VERSION
+from function.api.modelexperiment import (
     ENGINE_CONTAINER,
     ENV_ENDPOINT,
     ENV_MODELS,
@@ -90,7 +89,11 @@ from function.experiment_model import (
     parse_spec,
     spec_hash,
 )
-from function.inputs import UNRESOLVED, Inputs, Resolved
+from function.core import events, structs
+from function.core.errors import SpecError
+from function.core.inputs import UNRESOLVED, Inputs, Resolved
+from function.core.outcome import Outcome
+from function.core.timeutil import format_time, parse_time
 from function.manifests.jobs import job_from_cronjob
 from function.manifests.objects import (
     observed_manifest,
@@ -113,8 +116,6 @@ from function.naming import (
     short_name,
     source_identity,
 )
-from function.outcome import Outcome
-from function.timeutil import format_time, parse_time
 
 REQ_TEMPLATE = "gauntlet-template"
 REQ_CACHE = "artifact-cache"
@@ -1390,7 +1391,7 @@ def compose(inputs: Inputs) -> Outcome:
 
     Args:
         inputs: The request view; ``inputs.spec`` is validated by
-            ``function.experiment_model.parse_spec``.
+            ``function.api.modelexperiment.parse_spec``.
 
     Returns:
         The outcome: the candidate (``candidate-r<N>``) and gauntlet Job Object

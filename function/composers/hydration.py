@@ -69,7 +69,7 @@ carried over while the identity stays the same). Condition ``Hydrated`` (reason 
 phase), and the XR's readiness (True only when Ready).
 
 Events: a Normal one on each phase transition (Warning for Failed, see
-``function.events``) and a Warning once when a warning is first recorded in the
+``function.core.events``) and a Warning once when a warning is first recorded in the
 status message. The ``cache_hydration_duration_seconds`` metric is observed when
 Ready is recorded; ``cache_hydration_transitions_total{phase}`` with each phase event,
 and ``cache_hydration_failures_total{cluster,reason}`` when Failed is recorded. The
@@ -95,13 +95,16 @@ from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
-from function import API_VERSION, events, structs
-from function.cache_spec import CacheSource, parse_source
-from function.errors import SpecError
-from function.inputs import UNRESOLVED, Inputs, Resolved
-from function.manifests import storage
+from function import API_VERSION
+from function.api.modelcache import CacheSource, parse_source
+from function.core import events, structs
+from function.core.errors import SpecError
+from function.core.inputs import UNRESOLVED, Inputs, Resolved
+from function.core.memo import memo
+from function.core.outcome import Outcome
+from function.core.timeutil import elapsed, format_time, parse_time
+from function.manifests import hydration as storage
 from function.manifests.objects import remote_object
-from function.memo import memo
 from function.naming import (
     LABEL_CACHE,
     LABEL_CLUSTER,
@@ -116,8 +119,6 @@ from function.naming import (
     labels_with_full,
     source_identity,
 )
-from function.outcome import Outcome
-from function.timeutil import elapsed, format_time, parse_time
 
 PENDING, HYDRATING, READY, FAILED = "Pending", "Hydrating", "Ready", "Failed"
 PHASES = (PENDING, HYDRATING, READY, FAILED)
@@ -861,7 +862,7 @@ class _Composer:
             st.message = f"hydration is {st.phase}"
         for reason, msg in st.warnings:
             # Every warning is in the status message; its event is emitted once, in
-            # the call that first records it there (function.events: a result on
+            # the call that first records it there (function.core.events: a result on
             # every call floods the XR's events).
             if msg not in st.message:
                 st.message = f"{st.message}; {msg}"

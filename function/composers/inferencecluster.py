@@ -39,10 +39,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from function import API_VERSION, structs
-from function.inputs import UNRESOLVED, Inputs, Resolved
+from function import API_VERSION
+from function.core import structs
+from function.core.inputs import UNRESOLVED, Inputs, Resolved
+from function.core.outcome import Outcome
 from function.naming import LABEL_MANAGED_BY, MANAGED_BY, child_name
-from function.outcome import Outcome
 
 CONDITION = "PoolsResolved"
 PROVIDER_CONFIG_KEY = "provider-config"

@@ -1,7 +1,7 @@
 """ModelCache: fan out one ModelCacheHydration per cluster of the footprint, roll up status.
 
 The footprint is every InferenceCluster that ``spec.clusterSelector`` selects,
-with full Kubernetes label-selector semantics (``function.selectors``). The
+with full Kubernetes label-selector semantics (``function.scheduling.selectors``). The
 requirement sent to Crossplane carries only the ``matchLabels`` part (all that a
 required-resources selector can express); the rest is applied here.
 
@@ -31,12 +31,14 @@ from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Struct
 
-from function import API_VERSION, structs
-from function.cache_spec import parse_source
-from function.encoding import state_entry
-from function.errors import SpecError
-from function.inputs import UNRESOLVED, Inputs, ObservedView, Resolved
-from function.memo import memo
+from function import API_VERSION
+from function.api.modelcache import parse_source
+from function.core import structs
+from function.core.errors import SpecError
+from function.core.inputs import UNRESOLVED, Inputs, ObservedView, Resolved
+from function.core.memo import memo
+from function.core.outcome import Desired, Outcome
+from function.edge.wire import state_entry
 from function.naming import (
     LABEL_CACHE,
     LABEL_CLUSTER,
@@ -46,8 +48,7 @@ from function.naming import (
     labels_with_full,
     source_identity,
 )
-from function.outcome import Desired, Outcome
-from function.selectors import LabelSelector
+from function.scheduling.selectors import LabelSelector
 
 REQ_CLUSTERS = "clusters"
 REQ_REPLICAS = "replicas"

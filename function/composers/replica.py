@@ -1,6 +1,6 @@
 """ModelReplica: compose the serving workload of one model copy on one cluster.
 
-Inputs: the replica's spec (``function.replica_spec``, written by the
+Inputs: the replica's spec (``function.api.modelreplica``, written by the
 ModelDeployment composer) and three requirements, asked on every call:
 
 - ``cluster``: the InferenceCluster ``spec.clusterName`` (its provider config and
@@ -15,7 +15,7 @@ ResourceClaimTemplate per member that claims devices, and one Service; status
 ``phase``, ``message``, ``engines[]``, ``hydration`` and, once every engine serves,
 ``endpoint`` (the Service's in-cluster URL); condition ``ModelReady``.
 
-Cold start (``modelplane_model_cold_start_duration_seconds``, see ``function.metrics``
+Cold start (``modelplane_model_cold_start_duration_seconds``, see ``function.ops.metrics``
 for why a stateless function counts through status): status ``createdAt`` (the XR's
 ``metadata.creationTimestamp``), ``hydrationReadyAt`` (when the hydration gate lifted
 for a replica that waited for its cache: the hydration's ``status.readyAt``) and
@@ -83,8 +83,24 @@ from typing import Any
 from google.protobuf.struct_pb2 import ListValue, Struct, Value
 from pydantic import ValidationError
 
-from function import API_VERSION, naming, structs
-from function.devices import (
+from function import API_VERSION, naming
+from function.api.modelreplica import Engine, Member, ModelReplicaSpec
+from function.api.modelreplica_checks import check_spec
+from function.core import structs
+from function.core.errors import SpecError, pydantic_errors
+from function.core.inputs import UNRESOLVED, Inputs, Resolved
+from function.core.memo import memo
+from function.core.outcome import Outcome, Result
+from function.core.structfill import struct_from
+from function.core.timeutil import elapsed, format_time, parse_time
+from function.manifests import workloads as wl
+from function.manifests.objects import (
+    provider_config_ref,
+    remote_object,
+    sync_error,
+)
+from function.ops.settings import Settings
+from function.scheduling.devices import (
     Device,
     DeviceRequest,
     InvalidSelector,
@@ -92,28 +108,13 @@ from function.devices import (
     compile_selector,
     parse_quantity,
 )
-from function.envinject import unresolved
-from function.errors import SpecError, pydantic_errors
-from function.flashloader import (
+from function.serving.env import unresolved
+from function.serving.flashloader import (
     SETTINGS_ATTRS,
     FlashLoader,
     resolve_flash_loader,
     resolve_shm,
 )
-from function.inputs import UNRESOLVED, Inputs, Resolved
-from function.manifests import workloads as wl
-from function.manifests.objects import (
-    provider_config_ref,
-    remote_object,
-    sync_error,
-)
-from function.memo import memo
-from function.outcome import Outcome, Result
-from function.replica_checks import check_spec
-from function.replica_spec import Engine, Member, ModelReplicaSpec
-from function.settings import Settings
-from function.structfill import struct_from
-from function.timeutil import elapsed, format_time, parse_time
 
 CONDITION = "ModelReady"
 REQ_CLUSTER = "cluster"
@@ -328,7 +329,7 @@ def _key(node: Struct | None, name: str) -> bytes:
 
 
 def _from_key(key: bytes) -> Any:
-    """The value whose canonical form is ``key``, as :func:`function.structs.get` reads it:
+    """The value whose canonical form is ``key``, as :func:`function.core.structs.get` reads it:
     a str, float, bool, Struct or ListValue; None when absent or null."""
     holder = Struct()
     holder.fields["v"].MergeFromString(key)
@@ -409,7 +410,7 @@ def _flash(defaults: _Defaults, cache_key: bytes, own_key: bytes, cache_level: s
 
     Raises:
         SpecError: the ModelCache's ``spec.flashLoader`` is not an object, or a level
-            holds an invalid value (``function.flashloader.resolve_flash_loader``).
+            holds an invalid value (``function.serving.flashloader.resolve_flash_loader``).
     """
     cache_fl = _plain(cache_key)
     if cache_fl is not None and not isinstance(cache_fl, dict):
@@ -475,7 +476,7 @@ def _device_requests(
     """DRA DeviceRequests of a member from its ``nodeSelector.devices`` and the pool's devices.
 
     Each request is matched again against the pool the placement chose
-    (``function.devices``, DRA CEL semantics): the first claimable (``claim:
+    (``function.scheduling.devices``, DRA CEL semantics): the first claimable (``claim:
     DRA``) device that has ``count`` units and satisfies every selector gives the
     request's ``deviceClassName``; its selectors travel verbatim into the claim so
     the node's DRA driver enforces them. A request met only by a ``Synthetic``
@@ -957,7 +958,7 @@ _CANONICAL_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9
 
 
 def _time(value: str) -> str | None:
-    """``value`` normalized by ``function.timeutil`` (UTC, whole seconds), None when invalid."""
+    """``value`` normalized by ``core.timeutil`` (UTC, whole seconds), None when invalid."""
     if not value:
         return None
     if _CANONICAL_TIME.fullmatch(value):
@@ -974,7 +975,7 @@ def _time(value: str) -> str | None:
 class _Times:
     """The replica's lifecycle timestamps (RFC 3339), carried in its status.
 
-    The function is stateless (``function.metrics``): the cold start is computed from
+    The function is stateless (``function.ops.metrics``): the cold start is computed from
     these, and observed only in the call that first writes ``servingSince``.
 
     Attributes:

@@ -14,8 +14,8 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from function import structs
-from function.errors import SpecError
+from function.core import structs
+from function.core.errors import SpecError
 
 
 def _obj(value: Any, field: str) -> dict[str, Any]:

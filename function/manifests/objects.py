@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from function import structs
+from function.core import structs
 from function.naming import LABEL_MANAGED_BY, MANAGED_BY
 
 OBJECT_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"

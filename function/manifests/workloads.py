@@ -34,8 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from function import API_GROUP, structs
-from function.envinject import (
+from function import API_GROUP
+from function.core import structs
+from function.core.errors import SpecError
+from function.serving.env import (
     CACHE_MOUNT_PATH,
     FLASH_MOUNT_PATH,
     SHM_MOUNT_PATH,
@@ -45,8 +47,7 @@ from function.envinject import (
     model_env,
     set_by_name,
 )
-from function.errors import SpecError
-from function.flashloader import FlashLoader
+from function.serving.flashloader import FlashLoader
 
 ENGINE_CONTAINER = "engine"
 DEFAULT_ENGINE_PORT = 8000

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from function.core.timeutil import format_time
 from function.render import load_yaml
-from function.timeutil import format_time
 from tests.e2e.lifecycle import XR, Replica
 from tests.modelplane_examples_paths import KIND_LOCAL_CPU
 from tests.support import world

@@ -1,7 +1,7 @@
 """A typed view of a RunFunctionRequest for composers.
 
 Composers never see gRPC types: they get an :class:`Inputs` with the observed XR
-(as a protobuf Struct, read with ``function.structs``), its ``spec`` as plain
+(as a protobuf Struct, read with ``function.core.structs``), its ``spec`` as plain
 Python, the observed composed resources by composition-resource name, required
 resources as :class:`Resolved` or :data:`UNRESOLVED`, the clock and the
 effective settings.
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import structlog
 from google.protobuf.struct_pb2 import Struct
 
-from function import structs
-from function.errors import SpecError, written_as
+from function.core import structs
+from function.core.errors import SpecError, written_as
 
 if TYPE_CHECKING:
-    from function.outcome import Requirement
-    from function.settings import Settings
+    from function.core.outcome import Requirement
+    from function.ops.settings import Settings
 
 _log = structlog.get_logger("inputs")
 
@@ -304,7 +304,7 @@ class Inputs:
         required_resources: The request's ``required_resources`` map (name to a
             sequence of Structs); read it through :meth:`required`.
         now: The current time (timezone-aware UTC); an input so tests control it.
-        settings: The effective settings (see ``function.settings``).
+        settings: The effective settings (see ``function.ops.settings``).
         tag: The request tag (``meta.tag``), for logs.
     """
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from function.errors import SpecError
+from function.core.errors import SpecError
 from function.naming import LABEL_VALUE
 
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")

@@ -1,8 +1,8 @@
 """``python -m function config``: the effective settings and where each came from.
 
-Every field of :class:`~function.settings.Settings` is listed with the environment
+Every field of :class:`~function.ops.settings.Settings` is listed with the environment
 variable it reads, its effective value, its source and its description (one line with
-the unit and the default, :func:`function.settings.describe`, the text ``--help``
+the unit and the default, :func:`function.ops.settings.describe`, the text ``--help``
 shows too). The source is ``flag`` when a command-line flag set it, ``environment``
 when the variable is set in the process environment, ``default`` otherwise. Variables
 are matched the way pydantic-settings matches them (case-insensitively), so the source
@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from function.settings import Settings, describe
-from function.settings import variable as variable
+from function.ops.settings import Settings, describe
+from function.ops.settings import variable as variable
 
 __all__ = ["report", "rows", "variable"]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from function.errors import SpecError
+from function.core.errors import SpecError
 
 ENV_MODEL = "MODELPLANE_MODEL"
 ENV_LEADER_ADDRESS = "MODELPLANE_LEADER_ADDRESS"

@@ -20,11 +20,11 @@ Valid values: ``enabled`` a boolean; ``image`` a non-empty image reference
 without whitespace; ``concurrency`` a whole number from 1 to
 :data:`MAX_CONCURRENCY`; size limits a Kubernetes quantity greater than zero
 (https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/).
-Each rule is defined once, in :mod:`function.settings` (:func:`image_rule`,
+Each rule is defined once, in :mod:`function.ops.settings` (:func:`image_rule`,
 :func:`flash_loader_concurrency_rule`, :func:`positive_quantity_rule`), and applies at
 every level: the function's own defaults are checked by the same rule at start-up, so
 only the ModelCache's and the deployment's levels can fail here. An invalid value
-raises :class:`~function.errors.SpecError` naming the field and its level.
+raises :class:`~function.core.errors.SpecError` naming the field and its level.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from function.errors import SpecError
-from function.settings import (
+from function.core.errors import SpecError
+from function.ops.settings import (
     MAX_FLASH_LOADER_CONCURRENCY,
     Settings,
     flash_loader_concurrency_rule,

@@ -53,7 +53,7 @@ import celpy
 from celpy import celtypes
 from celpy.evaluation import base_functions as ev_base_functions
 
-from function.memo import memo
+from function.core.memo import memo
 
 # celpy logs every evaluation error at ERROR level; a non-matching device is not an error.
 logging.getLogger("celpy").setLevel(logging.CRITICAL)

@@ -15,7 +15,7 @@ Usage in a composer::
     out.status["phase"] = new
     events.transition(out, old, new, "hydration finished on gpu-a", reason="HydrationReady")
 
-Like the lifecycle metrics (``function.metrics``), this rests on the status write:
+Like the lifecycle metrics (``function.ops.metrics``), this rests on the status write:
 if Crossplane fails to write the status, the next call sees the old value and the
 event is emitted again. Crossplane's requirements loop may call the function
 several times in one reconcile with the same observed XR; only the last response is
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from function.outcome import Outcome
+from function.core.outcome import Outcome
 
 # Phases after which an event is a warning rather than a normal event.
 WARNING_PHASES: frozenset[str] = frozenset({"Failed", "Blocked", "Lost"})

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from google.protobuf.struct_pb2 import Struct
 
-from function import structs
+from function.core import structs
 
 Severity = Literal["Normal", "Warning", "Fatal"]
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -69,7 +69,7 @@ class Requirement:
 class Observation:
     """A lifecycle metric sample a composer asks the runner to record.
 
-    ``metric`` is a short name from ``function.metrics.CATALOGUE`` (the full name
+    ``metric`` is a short name from ``function.ops.metrics.CATALOGUE`` (the full name
     without ``modelplane_``), ``labels`` sorted (name, value) pairs, ``value`` the
     histogram sample (seconds) or counter increment.
     """
@@ -84,7 +84,7 @@ class Desired:
     """A desired composed resource: a body (dict, or a Struct to copy) and readiness.
 
     ``wire``, when set, is this entry already encoded as protobuf wire bytes of a
-    ``State.resources`` map entry (see :func:`function.encoding.state_entry`); the runner
+    ``State.resources`` map entry (see :func:`function.edge.wire.state_entry`); the runner
     then splices the bytes instead of copying ``body``. Both must describe the same thing.
     """
 
@@ -193,7 +193,7 @@ class Outcome:
         Call it only in the call that records the transition in the XR's status (the
         same outcome writes the transition's timestamp), so later calls, which see the
         timestamp, do not count it again. A failed status write can count it twice.
-        See ``function.metrics`` for the catalogue, labels and rules.
+        See ``function.ops.metrics`` for the catalogue, labels and rules.
 
         Args:
             metric: Short name, e.g. ``cache_hydration_duration_seconds`` or
@@ -210,7 +210,7 @@ class Outcome:
             ValueError: unknown metric, wrong labels, or a negative value (a defect of
                 the caller, not of the input).
         """
-        from function.metrics import UnboundedLabel, check  # lazy: importable alone
+        from function.ops.metrics import UnboundedLabel, check  # lazy: importable alone
 
         try:
             pairs = check(metric, labels, value)

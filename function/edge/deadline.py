@@ -9,7 +9,7 @@ result that names the XR and, for a device selector, the selector.
 
 Only the main thread of a process can receive the signal: elsewhere (an in-process
 server's worker thread, tests) :func:`armed` does nothing and the compute process pool
-(``function.pool``) is the only bound, by replacing a process past its deadline.
+(``function.edge.pool``) is the only bound, by replacing a process past its deadline.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Strict checks of a ModelReplica spec, as the XRD's structural schema states it.
 
-``function.replica_spec`` is the typed contract both composers share; its models
+``function.api.modelreplica`` is the typed contract both composers share; its models
 are lenient on purpose (pydantic's lax mode turns ``"3"`` into ``3`` and
 ``"yes"`` into ``True``, and pod templates are plain dicts). The API server would
 reject such values, and a composer called with them anyway (a stale XRD, a
@@ -8,7 +8,7 @@ hand-made request) must say which field is wrong instead of guessing or
 crashing. :func:`check_spec` applies the XRD's types
 (``compositions/modelreplica/definition.yaml``) and the parts of each member's pod
 template the function reads or extends, and raises a
-:class:`~function.errors.SpecError` naming the first wrong field.
+:class:`~function.core.errors.SpecError` naming the first wrong field.
 
 Numbers arrive as protobuf doubles, so an integer field accepts ``3.0`` but not
 ``3.5``, ``"3"`` or ``true``.
@@ -28,7 +28,7 @@ from pydantic import (
     ValidationError,
 )
 
-from function.errors import SpecError, pydantic_errors
+from function.core.errors import SpecError, pydantic_errors
 
 
 def _whole(v: Any) -> Any:

@@ -2,7 +2,7 @@
 
 Every memo of the function (``@memo(...)`` instead of ``functools.lru_cache``) keeps
 at most ``maxsize`` entries **and** at most its share of one byte budget per process:
-``MODELPLANE_CACHE_BUDGET_MIB`` (``function.settings``) split between the memos by
+``MODELPLANE_CACHE_BUDGET_MIB`` (``function.ops.settings``) split between the memos by
 their ``weight``. An entry's size is estimated from its key and value (:func:`size_of`:
 the length of strings and bytes, the serialized size of protobuf messages times
 :data:`MESSAGE_FACTOR`, containers and plain objects summed member by member, plus a

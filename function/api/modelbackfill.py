@@ -33,9 +33,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from function.errors import pydantic_errors
+from function.core.errors import pydantic_errors
+from function.core.timeutil import parse_duration
 from function.naming import WORKLOAD_CLASS_ENV
-from function.timeutil import parse_duration
 
 MAX_ENV = 32
 MIN_REPEAT_SECONDS = 60.0

@@ -47,11 +47,11 @@ from pydantic import (
     model_validator,
 )
 
-from function.envinject import check_reserved
-from function.errors import SpecError, pydantic_errors
+from function.core.errors import SpecError, pydantic_errors
+from function.core.timeutil import parse_duration
 from function.manifests.workloads import ENGINE_CONTAINER
-from function.selectors import LabelSelector
-from function.timeutil import parse_duration
+from function.scheduling.selectors import LabelSelector
+from function.serving.env import check_reserved
 
 
 def _whole_number(v: Any) -> Any:
@@ -228,7 +228,7 @@ class Candidate(_Model):
 
     @model_validator(mode="after")
     def _no_reserved_env(self) -> Candidate:
-        # The candidate's replicas would reject these (function.envinject): say so here.
+        # The candidate's replicas would reject these (function.serving.env): say so here.
         for ei, e in enumerate(self.engines):
             for mi, m in enumerate(e.members):
                 pod = m.template.get("spec")

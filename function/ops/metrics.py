@@ -4,7 +4,7 @@ Two families:
 
 - **Per call**, recorded by the runner: ``modelplane_function_run_seconds{kind,result}``
   (RunFunction time) and ``modelplane_function_results_total{kind,severity}``.
-- **Lifecycle**, recorded from :attr:`Outcome.observations <function.outcome.Outcome>`:
+- **Lifecycle**, recorded from :attr:`Outcome.observations <function.core.outcome.Outcome>`:
   cold start, cache hydration and replica replacement durations, cache hydration phase
   transitions and failures, ModelExperiment verdicts and the ModelBackfill counters.
 - **Levels** (gauges), set on every successful call from the state that call saw:
@@ -48,7 +48,7 @@ value in memory-mapped files in that directory and :func:`serve` exposes the sum
 over all processes (``MultiProcessCollector``). Only one process serves the
 metrics address; it calls :func:`clear_multiprocess_dir` once at start, before
 workers start. ``python -m function`` does this (its calls are composed in compute
-processes, ``function.pool``), creating a temporary directory when the variable is
+processes, ``function.edge.pool``), creating a temporary directory when the variable is
 unset; :func:`exposition_registry` lists every catalogue family from start-up.
 Process metrics (``process_*``) are not available in that mode.
 See https://prometheus.github.io/client_python/multiprocess/.
@@ -252,7 +252,7 @@ SPECS: dict[str, MetricSpec] = {s.short: s for s in CATALOGUE}
 
 
 class ObservationLike(Protocol):
-    """What :func:`apply` reads from an observation (see ``function.outcome.Observation``)."""
+    """What :func:`apply` reads from an observation (see ``function.core.outcome.Observation``)."""
 
     @property
     def metric(self) -> str: ...

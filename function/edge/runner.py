@@ -1,8 +1,8 @@
 """The protocol edge: RunFunctionRequest in, RunFunctionResponse out.
 
-``FunctionRunner.run`` decodes the request into :class:`~function.inputs.Inputs`,
+``FunctionRunner.run`` decodes the request into :class:`~function.core.inputs.Inputs`,
 picks the composer by the XR's apiVersion and kind, and encodes the
-:class:`~function.outcome.Outcome`. Any exception becomes a fatal result with a
+:class:`~function.core.outcome.Outcome`. Any exception becomes a fatal result with a
 clear message; the call never crashes. Crossplane's gRPC client receives at
 most 4 MiB, so a larger response is replaced by a fatal result that says how
 large it was.
@@ -22,16 +22,18 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import duration_pb2
 from google.protobuf.struct_pb2 import ListValue, Struct
 
-from function import deadline as deadline_mod
-from function import devices, logs, memo, structs
-from function import metrics as metrics_mod
-from function import tracing as tracing_mod
 from function.composers import composer_for, served
-from function.errors import SpecError
-from function.inputs import Inputs, ObservedView, RequiredView
-from function.outcome import Outcome, Requirement
-from function.settings import Settings, default_settings
-from function.tracing import Tracing
+from function.core import memo, structs
+from function.core.errors import SpecError
+from function.core.inputs import Inputs, ObservedView, RequiredView
+from function.core.outcome import Outcome, Requirement
+from function.edge import deadline as deadline_mod
+from function.ops import logs
+from function.ops import metrics as metrics_mod
+from function.ops import tracing as tracing_mod
+from function.ops.settings import Settings, default_settings
+from function.ops.tracing import Tracing
+from function.scheduling import devices
 
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 # How often a call is composed again without required items that were not asked for.
@@ -130,7 +132,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         self.tracing = tracing or tracing_mod.configure(self.settings)
         self.metrics = metrics or metrics_mod.default()
         # Set when a call passed its deadline: its process may hold half-built state
-        # and is replaced by the pool after replying (function.pool).
+        # and is replaced by the pool after replying (function.edge.pool).
         self.replace_me = False
         devices.set_cost_limit(self.settings.selector_cost_limit)
         memo.configure(self.settings.cache_budget_mib * 1024 * 1024)
@@ -157,8 +159,8 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         """Run the function on one request, synchronously.
 
         Every log line written meanwhile carries the request tag and the XR's kind,
-        namespace and name (``function.logs.CALL``). The call is recorded in
-        ``function.metrics`` and, when tracing is on, in a span whose parent is the
+        namespace and name (``function.ops.logs.CALL``). The call is recorded in
+        ``function.ops.metrics`` and, when tracing is on, in a span whose parent is the
         W3C trace context in ``metadata`` (the call's gRPC metadata, lower-case keys).
 
         Returns:
@@ -184,14 +186,14 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     ) -> bytes:
         """Run the function on a serialized request; return the serialized response.
 
-        What a compute process (``function.pool``) does with the bytes the gRPC acceptor
+        What a compute process (``function.edge.pool``) does with the bytes the gRPC acceptor
         hands it.
 
         Args:
             data: A serialized ``RunFunctionRequest`` (v1 or v1beta1: same wire format).
             metadata: The call's gRPC metadata (lower-case keys), for trace context.
             deadline_seconds: Compute budget of the call (wall clock); None for none.
-                Enforced in the main thread only (``function.deadline``).
+                Enforced in the main thread only (``function.edge.deadline``).
 
         Returns:
             The response's wire bytes. A request protobuf cannot parse (malformed, or
@@ -284,7 +286,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             )
         # Encode once, here: the size check needs the bytes, and the gRPC handler sends
         # them as they are. Pre-encoded children follow as a second ``desired`` field,
-        # which protobuf parsers merge into the first (function.encoding).
+        # which protobuf parsers merge into the first (function.edge.wire).
         data = bytes(rsp.SerializeToString(deterministic=True)) + desired_suffix(wires)
         size = len(data)
         if size > MAX_RESPONSE_BYTES:

@@ -1,9 +1,9 @@
 """Compute processes behind one gRPC acceptor.
 
 Crossplane keeps one gRPC connection per function pod and sends many calls on it at
-once. The acceptor (``function.server``) does no composing: it takes each request as
+once. The acceptor (``function.edge.server``) does no composing: it takes each request as
 bytes and hands it to one of ``processes`` compute processes (spawned, each with its own
-:class:`~function.runner.FunctionRunner`), which decodes, composes, encodes and sends the
+:class:`~function.edge.runner.FunctionRunner`), which decodes, composes, encodes and sends the
 response bytes back over a pipe. So every core works for the one connection, and a slow
 call holds one process, not the event loop.
 
@@ -14,7 +14,7 @@ busy, so no call waits behind a slow one while a process is free.
 
 Deadlines: each call carries its compute budget in seconds (the gRPC deadline capped by
 ``MODELPLANE_CALL_DEADLINE_SECONDS``). The compute process enforces it itself
-(``function.deadline``), answers with a fatal result naming the XR and exits, and is
+(``function.edge.deadline``), answers with a fatal result naming the XR and exits, and is
 replaced. If it does not answer within the budget plus :data:`KILL_MARGIN_SECONDS` (a
 loop in C code that never returns to Python), the acceptor kills it, answers with a
 fatal result, and replaces it. A process that dies is replaced too; the call it held
@@ -44,7 +44,7 @@ from typing import Any
 import structlog
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.runner import peek, peek_composite, serialize
+from function.edge.runner import peek, peek_composite, serialize
 
 # How long past its budget the acceptor waits for a compute process before killing it.
 KILL_MARGIN_SECONDS = 2.0
@@ -64,9 +64,9 @@ def _child(conn: Any, debug: bool) -> None:  # pragma: no cover - runs in a chil
     # the pipe (EOF ends this loop).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    from function import logs, tracing
-    from function.runner import FunctionRunner
-    from function.settings import load_settings
+    from function.edge.runner import FunctionRunner
+    from function.ops import logs, tracing
+    from function.ops.settings import load_settings
 
     logs.configure(debug=debug)
     settings = load_settings()
@@ -93,8 +93,9 @@ def _warm() -> None:  # pragma: no cover - runs in a child process
     """Import every composer and build the CEL parser before taking calls: the first
     call must not spend its compute budget on start-up (nor be interrupted half-way
     through an import)."""
-    from function import API_VERSION, devices
+    from function import API_VERSION
     from function.composers import KINDS, composer_for
+    from function.scheduling import devices
 
     for kind in KINDS:
         composer_for(API_VERSION, kind)

@@ -15,7 +15,7 @@ OpenTelemetry SDK variables apply, read by the SDK itself
 
 While tracing is off nothing is built (no provider, exporter or span objects), and
 the OTEL variables are neither read nor validated, so a broken exporter setting
-cannot stop a function that does not trace. While it is on, ``function.settings``
+cannot stop a function that does not trace. While it is on, ``function.ops.settings``
 validates them at start-up.
 
 Spans (one trace per RunFunction call):
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span
 
-    from function.settings import Settings
+    from function.ops.settings import Settings
 
 DEFAULT_SERVICE_NAME = "function-modelplane"
 SERVICE = "apiextensions.fn.proto.v1.FunctionRunnerService"

@@ -79,9 +79,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from function.devices import Device, DeviceRequest, claims_dra, pool_satisfies
-from function.selectors import LabelSelector
-from function.tolerations import (
+from function.scheduling.devices import Device, DeviceRequest, claims_dra, pool_satisfies
+from function.scheduling.selectors import LabelSelector
+from function.scheduling.tolerations import (
     EXECUTE_EFFECTS,
     SCHEDULE_EFFECTS,
     Taint,
@@ -404,7 +404,7 @@ def place(req: Request) -> Placement:
     """Decide where every replica of a deployment runs (see the module docstring).
 
     Raises:
-        function.devices.InvalidSelector: when a device selector does not compile.
+        function.scheduling.devices.InvalidSelector: when a device selector does not compile.
     """
     clusters: Mapping[str, Cluster] = (
         req.fleet if req.fleet is not None else {c.name: c for c in req.clusters}

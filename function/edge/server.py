@@ -11,7 +11,7 @@ reflection, on one address:
   both a TLS and a plaintext listener when given both, only one listener is ever
   opened here.
 - One acceptor (this process's event loop) that decodes nothing: request bytes go
-  to compute processes (``function.pool``) or, in-process, to a worker thread, and
+  to compute processes (``function.edge.pool``) or, in-process, to a worker thread, and
   their response bytes are sent as they are.
 - SIGTERM (and SIGINT) stop accepting calls and connections at once and let
   in-flight calls finish within ``grace_seconds``; the process then exits 0.
@@ -35,7 +35,7 @@ from crossplane.function import runtime as sdk_runtime
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from function.runner import FunctionRunner
+from function.edge.runner import FunctionRunner
 
 DEFAULT_ADDRESS = "0.0.0.0:9443"
 DEFAULT_MAX_RECV_MB = 256
@@ -74,7 +74,7 @@ def in_process(runner: FunctionRunner) -> Compute:
     """Compose in this process, on one worker thread (tests and tools).
 
     The event loop stays free to accept and match calls while a call composes; the
-    compute deadline is not enforced off the main thread (``function.deadline``).
+    compute deadline is not enforced off the main thread (``function.edge.deadline``).
     """
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compose")
 
@@ -126,7 +126,7 @@ def build_server(
     Args:
         runner: A :class:`FunctionRunner` (composes in this process, see
             :func:`in_process`) or a compute callable such as
-            :meth:`function.pool.ComputePool.call`.
+            :meth:`function.edge.pool.ComputePool.call`.
         cfg: Listener settings.
 
     Returns:
@@ -172,7 +172,7 @@ async def serve_async(
     Args:
         runner: Composes in this process when ``processes`` is 0.
         cfg: Listener settings.
-        processes: Compute processes (``function.pool``); 0 composes in this process.
+        processes: Compute processes (``function.edge.pool``); 0 composes in this process.
         debug: Debug-level logs in the compute processes.
 
     On the signal the server stops at once: the listener closes, new calls and
@@ -188,7 +188,7 @@ async def serve_async(
         loop.add_signal_handler(sig, stop.set)
     pool = None
     if processes > 0:
-        from function.pool import ComputePool
+        from function.edge.pool import ComputePool
 
         pool = ComputePool(processes, debug=debug)
         await pool.start()

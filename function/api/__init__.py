@@ -1,0 +1,1 @@
+"""One module per kind: its spec model and its status contract."""

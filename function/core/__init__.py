@@ -1,0 +1,1 @@
+"""What every composer shares: inputs, outcome, events, errors, memo, Struct access."""

@@ -1,0 +1,1 @@
+"""The protocol edge: the gRPC server, the compute pool, the runner, the wire."""

@@ -1,0 +1,1 @@
+"""Operating the function: settings, config report, logs, metrics, tracing."""

@@ -1,0 +1,1 @@
+"""Where replicas go: placement, device selectors, label selectors, tolerations."""

@@ -1,0 +1,1 @@
+"""What a serving pod gets: env injection and the flash loader's settings."""
