@@ -63,11 +63,13 @@ from function.composers.deployment.terms import (
     REPLICA_KIND,
     REQ_ON_CLUSTER,
     REQ_REPLICAS,
+    SCHEDULED,
 )
 from function.core import structs
 from function.core.inputs import Inputs, Resolved
 from function.core.outcome import Outcome
 from function.naming import LABEL_CLUSTER, label_value
+from function.scheduling.placement import INSUFFICIENT_CAPACITY
 
 
 def requirement_name(cluster: str) -> str:
@@ -173,14 +175,39 @@ def next_clusters_status(inputs: Inputs) -> list[str]:
     return out
 
 
-def upfront(inputs: Inputs, own_clusters: Iterable[str], over: bool) -> frozenset[str]:
-    """The clusters whose capacity is asked for before the fleet lists resolve:
-    ``status.nextClusters``, and this deployment's own clusters when it has more
-    replicas than wanted (``over``: a scale-down reads their load)."""
-    out = set(next_clusters_status(inputs))
-    if over:
+def short_last_time(inputs: Inputs) -> bool:
+    """Whether the observed XR says the last reconcile could not place every replica for
+    want of room (``ReplicasScheduled=False``, ``InsufficientCapacity``): then a walk
+    reads every candidate cluster, and the fleet-wide list is asked for up front."""
+    conds = structs.fields_of(inputs.xr, "status").get("conditions")
+    if conds is None or conds.WhichOneof("kind") != "list_value":
+        return False
+    for cv in conds.list_value.values:
+        c = cv.struct_value.fields
+        if "type" in c and c["type"].string_value == SCHEDULED:
+            return "reason" in c and c["reason"].string_value == INSUFFICIENT_CAPACITY
+    return False
+
+
+def upfront(
+    inputs: Inputs, own_clusters: Iterable[str], placed: int, wanted: int
+) -> tuple[frozenset[str], bool]:
+    """What capacity is asked for before the fleet lists resolve, from the spec and the
+    observed state alone (so every call of a reconcile computes the same): with more
+    replicas wanted than observed, the clusters ``status.nextClusters`` names; with fewer,
+    this deployment's own clusters (a scale-down reads their load); and the fleet-wide
+    list instead when the last reconcile was short of room (:func:`short_last_time`).
+
+    Returns:
+        The clusters, and whether the fleet-wide list is asked for.
+    """
+    out: set[str] = set()
+    if placed < wanted:
+        out.update(next_clusters_status(inputs))
+    elif placed > wanted:
         out.update(c for c in own_clusters if c)
-    return frozenset(out)
+    clusters = frozenset(out)
+    return clusters, short_last_time(inputs) or too_many(clusters)
 
 
 def too_many(clusters: frozenset[str] | set[str]) -> bool:

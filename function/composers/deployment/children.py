@@ -9,7 +9,7 @@ from typing import Any
 from google.protobuf.struct_pb2 import Struct
 
 from function import API_VERSION
-from function.composers.deployment.fleet import _replica_state
+from function.composers.deployment.status import _replica_state
 from function.composers.deployment.terms import REPLICA_KIND, USAGE_API_VERSION
 from function.core import structs
 from function.core.inputs import Inputs

@@ -140,11 +140,11 @@ def compose(inputs: Inputs) -> Outcome:
     obs_rows = [(v.index or 0, v.cluster, v.obj, None) for v in observed]
     placed_obs = [v for v in observed if v.cluster and v.index is not None]
     own_clusters = frozenset(v.cluster for v in placed_obs)
-    ahead = capacity.upfront(inputs, own_clusters, len(placed_obs) > spec.replicas)
+    ahead, fleet_ahead = capacity.upfront(inputs, own_clusters, len(placed_obs), spec.replicas)
 
     engines, bad = _engines(raw_ts.get("engines") or [])
     if bad:
-        capacity.require(out, ahead, capacity.too_many(ahead))
+        capacity.require(out, ahead, fleet_ahead)
         return _invalid_selector(inputs, out, "; ".join(bad[:3]), spec.replicas, obs_rows, cache)
 
     # The fleet lists: all must be resolved before anything is placed or removed.
@@ -152,7 +152,7 @@ def compose(inputs: Inputs) -> Outcome:
     got = {n: inputs.required(n) for n in names}
     pending = [n for n, v in got.items() if v is UNRESOLVED]
     if pending:
-        capacity.require(out, ahead, capacity.too_many(ahead))
+        capacity.require(out, ahead, fleet_ahead)
         return _pending(inputs, out, spec.replicas, obs_rows, cache, ", ".join(pending))
     clusters_r = got[REQ_CLUSTERS]
     assert isinstance(clusters_r, Resolved)
@@ -163,7 +163,7 @@ def compose(inputs: Inputs) -> Outcome:
         cache_r = got[REQ_CACHE]
         assert isinstance(cache_r, Resolved)
         if not cache_r.items:
-            capacity.require(out, ahead, capacity.too_many(ahead))
+            capacity.require(out, ahead, fleet_ahead)
             _keep_all(inputs, out)
             out.resources.pop(USAGE_KEY, None)
             msg = (
@@ -211,7 +211,11 @@ def compose(inputs: Inputs) -> Outcome:
             reads = ahead | exact.read
             # Keep the fallback while the exact walk reads beyond the up-front clusters
             # (without it the per-cluster walk would expand again).
-            capacity.require(out, reads, not exact.read <= ahead or capacity.too_many(reads))
+            capacity.require(
+                out,
+                reads,
+                fleet_ahead or not exact.read <= ahead or capacity.too_many(reads),
+            )
         else:
             placement = place(replace(request, used=known))
             reads = ahead | known.read
@@ -219,13 +223,15 @@ def compose(inputs: Inputs) -> Outcome:
             # the walk still reads unknown ones) asks for the fleet: bounded calls.
             expanded = bool(known.read - known.unknown - ahead - own_clusters)
             capacity.require(
-                out, reads, (bool(known.unknown) and expanded) or capacity.too_many(reads)
+                out,
+                reads,
+                fleet_ahead or (bool(known.unknown) and expanded) or capacity.too_many(reads),
             )
             if known.unknown:
                 placement = None
     except SelectorEvaluationError as err:
         # Like a selector that does not compile: nothing placed, nothing removed.
-        capacity.require(out, ahead, capacity.too_many(ahead))
+        capacity.require(out, ahead, fleet_ahead)
         fields = _selector_fields(raw_ts.get("engines") or []).get(err.expression)
         msg = f"{fields[0] if fields else 'spec.template.spec.engines'}: {err}"
         return _invalid_selector(inputs, out, msg, spec.replicas, obs_rows, cache)

@@ -11,7 +11,7 @@ from typing import Any
 
 from google.protobuf.struct_pb2 import Struct
 
-from function.composers.deployment.terms import MODEL_READY
+from function.composers.deployment.status import _replica_state
 from function.core import structs
 from function.naming import (
     hydration_name,
@@ -305,26 +305,3 @@ def _is_own(item: Struct, ns: str, name: str) -> bool:
         structs.sval(structs.sub(item, "metadata"), "namespace") == ns
         and structs.sval(structs.sub(item, "spec"), "deploymentName") == name
     )
-
-
-_CREATING = (False, "Creating", "not created yet")
-
-
-def _replica_state(obj: Struct | None) -> tuple[bool, str, str]:
-    """(ready, reason, message) of an observed ModelReplica from its ModelReady condition.
-
-    Hot path: scans ``status.conditions`` through the field maps, once per replica.
-    """
-    if obj is None:
-        return _CREATING
-    conds = structs.fields_of(obj, "status").get("conditions")
-    if conds is not None:
-        for cv in conds.list_value.values:
-            c = cv.struct_value.fields
-            if "type" in c and c["type"].string_value == MODEL_READY:
-                return (
-                    "status" in c and c["status"].string_value == "True",
-                    c["reason"].string_value if "reason" in c else "",
-                    c["message"].string_value if "message" in c else "",
-                )
-    return False, "Pending", "reports no ModelReady condition yet"

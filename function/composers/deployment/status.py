@@ -7,15 +7,15 @@ import datetime
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from google.protobuf.struct_pb2 import ListValue, Struct
 
-from function.composers.deployment.fleet import _Observed, _replica_state
 from function.composers.deployment.terms import (
     DISPLACED,
     HYDRATION_FAILED,
     MAX_DISPLACED,
+    MODEL_READY,
     READY_COND,
     REPLACEMENT_METRIC,
     WAITING_FOR_CACHE,
@@ -29,6 +29,31 @@ from function.scheduling.placement import (
     READY,
     Placement,
 )
+
+if TYPE_CHECKING:
+    from function.composers.deployment.fleet import _Observed
+
+_CREATING = (False, "Creating", "not created yet")
+
+
+def _replica_state(obj: Struct | None) -> tuple[bool, str, str]:
+    """(ready, reason, message) of an observed ModelReplica from its ModelReady condition.
+
+    Hot path: scans ``status.conditions`` through the field maps, once per replica.
+    """
+    if obj is None:
+        return _CREATING
+    conds = structs.fields_of(obj, "status").get("conditions")
+    if conds is not None:
+        for cv in conds.list_value.values:
+            c = cv.struct_value.fields
+            if "type" in c and c["type"].string_value == MODEL_READY:
+                return (
+                    "status" in c and c["status"].string_value == "True",
+                    c["reason"].string_value if "reason" in c else "",
+                    c["message"].string_value if "message" in c else "",
+                )
+    return False, "Pending", "reports no ModelReady condition yet"
 
 
 def _status_from(
