@@ -2,6 +2,8 @@
 
     python -m benchmarks.fleet [--sizes 100,1000,10000] [--deployments 1000]
                                [--replicas-per-deployment 2] [--scale 10:20]
+                               [--vary-replicas 1,8] [--vary-at N]
+                               [--scenarios ModelCache,ModelDeployment]
                                [--timeout 300] [--json benchmarks/results/fleet.json]
 
 For each fleet size N it generates N InferenceClusters (names of 19 characters,
@@ -25,8 +27,12 @@ their owners wrote):
   namespaces and the fleet): ``create`` at the lower replica count of ``--scale``,
   ``scale-up`` to the upper count (the lower count observed serving), ``settle``
   (every replica serving), ``steady``. Its requirements resolve from the N clusters,
-  the fleet's ModelReplicas, the ModelCache and the cache's N hydrations (Ready, with
-  evidence).
+  the ModelCache, the cache's N hydrations (Ready, with evidence) and the ModelReplicas
+  (the fleet's, the other deployments' and its own) that its per-cluster capacity
+  requirements select (``function.composers.deployment.capacity``). With
+  ``--vary-replicas K1,K2`` the scenario runs again at ``--vary-at`` clusters (default:
+  the largest size) with K ModelReplicas per other deployment, to show what a reconcile
+  fetches as the fleet's replicas grow at a fixed fleet (:func:`deployment_markdown`).
 
 Per reconcile it reports: function calls, of which unresolved (sent with no required
 resources), objects and MiB Crossplane sent as required resources (summed over the
