@@ -17,13 +17,18 @@ Requirements (Crossplane v2 required resources):
 
 - ``clusters``: InferenceClusters with the selector's ``matchLabels`` (the
   rest of the selector is applied locally).
-- ``replicas``: every ModelReplica of the fleet, in every namespace: capacity is
-  fleet-wide by design.
 - with ``modelCacheRef``: ``cache`` (the ModelCache by name in this namespace)
   and ``hydrations`` (its ModelCacheHydrations, label ``modelplane.ai/cache``).
+- ``replicas-on-<cluster>``: the ModelReplicas labelled ``modelplane.ai/cluster``
+  with that cluster, every namespace, for the clusters whose capacity placement
+  reads; ``replicas`` (every ModelReplica of the fleet) as a bounded fallback.
+  Capacity is fleet-wide; what is read is not (:mod:`.capacity`, which also gives
+  the calls per reconcile and why this cannot double-book a cluster).
 
-Until every requirement is resolved, existing children are kept as they are
-and nothing new is placed ("not known" is never "empty").
+No bootstrap requirement in the Composition: every selector comes from the spec or
+the observed state. Until every requirement is resolved, and the capacity of every
+cluster placement read, existing children are kept as they are and nothing new is
+placed ("not known" is never "empty").
 
 Composed resources: ``replica-<index>`` ModelReplicas (spec as
 ``function.api.modelreplica``), and with a cache a ``cache-usage`` Crossplane
@@ -39,13 +44,16 @@ would wait for the deployment, which waits for its composed Usage).
 Placement is :func:`function.scheduling.placement.place` (rules in its docstring).
 
 Modules: ``spec`` (validation, engines), ``fleet`` (reading clusters, the footprint and
-replica usage), ``compose`` (the decisions: requirements, placement, conditions),
+replica usage), ``capacity`` (which clusters' replicas to read, and the usage placement
+charges), ``compose`` (the decisions: requirements, placement, conditions),
 ``children`` (ModelReplica and Usage bodies, memoized), ``status`` (status rows,
 ``ReplicasReady``, displaced replicas), ``terms`` (the names this kind writes).
 
 Status: ``replicas.total`` (observed ModelReplicas that are still wanted),
 ``replicas.ready`` (those whose ``ModelReady`` is True), ``placement[]`` (index,
-cluster, ready, reason), ``displaced[]`` (index, fromCluster, at, replacement,
+cluster, ready, reason), ``nextClusters[]`` (the clusters whose capacity the next
+scale-up asks for up front, :func:`function.scheduling.placement.next_clusters`),
+``displaced[]`` (index, fromCluster, at, replacement,
 toCluster: replicas displaced from a cluster that stopped being eligible whose
 replacement does not serve yet; see :func:`_track_displaced`, which observes
 ``modelplane_replica_replacement_duration_seconds``) and conditions. Every call sets
