@@ -50,7 +50,7 @@ last reconcile and could double-book a cluster with a replica applied since.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from google.protobuf.struct_pb2 import Struct
 
@@ -80,23 +80,24 @@ def requirement_name(cluster: str) -> str:
 class Usage(Mapping[tuple[str, str], int]):
     """Nodes used per ``(cluster, pool)`` by other deployments' replicas (``Request.used``).
 
-    Built from per-cluster lists (``per_cluster``: cluster name to its resolved
-    ModelReplicas) or from every ModelReplica of the fleet (``fleet``). A cluster's
-    usage is summed when placement first reads it. ``read`` records every cluster
-    read; ``unknown`` those read whose ModelReplicas are not resolved (read as 0).
+    Built from per-cluster lists (``lookup(cluster)``: its resolved ModelReplicas, or
+    None when not resolved) or from every ModelReplica of the fleet (``fleet``). A
+    cluster's list is read and summed only when placement first reads its usage.
+    ``read`` records every cluster read; ``unknown`` those read whose ModelReplicas are
+    not resolved (read as 0).
     """
 
-    __slots__ = ("_by_cluster", "_fleet", "_name", "_ns", "_per", "read", "unknown")
+    __slots__ = ("_by_cluster", "_fleet", "_lookup", "_name", "_ns", "read", "unknown")
 
     def __init__(
         self,
         ns: str,
         name: str,
-        per_cluster: Mapping[str, Sequence[Struct]] | None = None,
+        lookup: Callable[[str], Sequence[Struct] | None] | None = None,
         fleet: Sequence[Struct] | None = None,
     ) -> None:
         self._ns, self._name = ns, name
-        self._per = per_cluster or {}
+        self._lookup = lookup
         self._fleet = fleet
         self._by_cluster: dict[str, dict[str, int]] = {}
         self.read: set[str] = set()
@@ -121,7 +122,7 @@ class Usage(Mapping[tuple[str, str], int]):
             return hit
         if self._fleet is not None:
             return {}
-        items = self._per.get(cluster)
+        items = self._lookup(cluster) if self._lookup is not None else None
         if items is None:
             return None
         self._by_cluster[cluster] = {}
@@ -150,16 +151,21 @@ class Usage(Mapping[tuple[str, str], int]):
         return sum(len(p) for p in self._by_cluster.values())
 
 
-def resolved(inputs: Inputs) -> tuple[dict[str, Sequence[Struct]], Sequence[Struct] | None]:
-    """The per-cluster ModelReplicas resolved in this request, and the fleet's (or None)."""
-    per: dict[str, Sequence[Struct]] = {}
-    for key in inputs.required_resources:
-        if key.startswith(REQ_ON_CLUSTER):
-            r = inputs.required(key)
-            if isinstance(r, Resolved):
-                per[key[len(REQ_ON_CLUSTER) :]] = r.items
+def per_cluster(inputs: Inputs) -> Callable[[str], Sequence[Struct] | None]:
+    """Look up the ModelReplicas resolved for one cluster in this request (None when its
+    requirement is not resolved); reads a requirement's items only when asked."""
+
+    def lookup(cluster: str) -> Sequence[Struct] | None:
+        r = inputs.required(requirement_name(cluster))
+        return r.items if isinstance(r, Resolved) else None
+
+    return lookup
+
+
+def fleet_wide(inputs: Inputs) -> Sequence[Struct] | None:
+    """Every ModelReplica of the fleet when the fallback is resolved, else None."""
     f = inputs.required(REQ_REPLICAS)
-    return per, (f.items if isinstance(f, Resolved) else None)
+    return f.items if isinstance(f, Resolved) else None
 
 
 def next_clusters_status(inputs: Inputs) -> list[str]:

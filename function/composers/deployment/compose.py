@@ -201,8 +201,8 @@ def compose(inputs: Inputs) -> Outcome:
 
     # Capacity: placement with the per-cluster usage resolved so far, and, when the
     # fleet-wide fallback is resolved, with every replica of the fleet (capacity module).
-    per, fleet_items = capacity.resolved(inputs)
-    known = capacity.Usage(ns, name, per_cluster=per)
+    fleet_items = capacity.fleet_wide(inputs)
+    known = capacity.Usage(ns, name, lookup=capacity.per_cluster(inputs))
     try:
         placement: Placement | None
         if fleet_items is not None:
