@@ -676,8 +676,12 @@ def next_clusters(req: Request, placement: Placement, k: int) -> list[str]:
     for name in _spread_order(clusters, req.footprint):
         if len(spread) >= k:
             break
-        if _eligible(req, clusters[name], {}, static_fit):
-            (packed if name in held else spread).append(name)
+        if name in held:
+            # Placement just kept or put a replica there: eligible as far as it reads.
+            if len(packed) < k:
+                packed.append(name)
+        elif _eligible(req, clusters[name], {}, static_fit):
+            spread.append(name)
     return (spread + packed)[:k]
 
 

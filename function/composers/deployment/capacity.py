@@ -133,7 +133,9 @@ class Usage(Mapping[tuple[str, str], int]):
     def get(self, key: tuple[str, str], default: int = 0) -> int:  # type: ignore[override]
         cluster, pool = key
         self.read.add(cluster)
-        pools = self._cluster(cluster)
+        pools = self._by_cluster.get(cluster)  # hot path: a cluster read before
+        if pools is None:
+            pools = self._cluster(cluster)
         if pools is None:
             self.unknown.add(cluster)
             return default
