@@ -677,8 +677,8 @@ def next_clusters(req: Request, placement: Placement, k: int) -> list[str]:
         if len(spread) >= k:
             break
         if name in held:
-            # Placement just kept or put a replica there: eligible as far as it reads.
-            if len(packed) < k:
+            # Needed only while fewer than k: past that, a held cluster is not checked.
+            if len(packed) < k and _eligible(req, clusters[name], {}, static_fit):
                 packed.append(name)
         elif _eligible(req, clusters[name], {}, static_fit):
             spread.append(name)
