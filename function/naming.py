@@ -40,6 +40,13 @@ LABEL_BACKFILL = f"{API_GROUP}/backfill"
 LABEL_RUN = f"{API_GROUP}/run"
 LABEL_GENERATION = f"{API_GROUP}/generation"
 LABEL_COMPONENT = f"{API_GROUP}/component"
+# Serving pods: the Service selects them by LABEL_SERVING; a workload's pods carry
+# LABEL_WORKLOAD, its selector.
+LABEL_SERVING = f"{API_GROUP}/serving"
+LABEL_WORKLOAD = f"{API_GROUP}/workload"
+# Node label of a GPU pool's nodes (Modelplane's convention), used when the
+# InferenceCluster's gpuPools[] entry declares no nodeSelector of its own.
+LABEL_POOL = f"{API_GROUP}/pool"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "function-modelplane"
 # Annotation prefix that keeps a label's full value when it had to be shortened:

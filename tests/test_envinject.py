@@ -6,10 +6,10 @@ import copy
 
 import pytest
 
+from function.api.modelcachehydration import CACHE_MOUNT_PATH
 from function.core.errors import SpecError
 from function.manifests import workloads as wl
 from function.serving.env import (
-    CACHE_MOUNT_PATH,
     check_reserved,
     gang_env,
     inject_env,

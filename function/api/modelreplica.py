@@ -36,6 +36,10 @@ A ModelReplica is composed, never authored. Its spec is the deployment's
 
 The models below validate it; unknown fields are kept (``extra="allow"``) so the
 deployment can pass Modelplane fields through verbatim.
+
+This module also owns the ModelReplica's status contract (written by
+:mod:`function.composers.replica`): the condition :data:`MODEL_READY` and its cache-gate
+reasons, which the ModelDeployment, ModelExperiment and ModelBackfill composers read.
 """
 
 from __future__ import annotations
@@ -101,3 +105,19 @@ class ModelReplicaSpec(_Model):
     shmSizeLimit: str | None = None
     flashLoader: FlashLoader | None = None
     engines: list[Engine] = Field(min_length=1)
+
+
+# ---- status contract (written by function.composers.replica; read by ModelDeployment,
+# ModelExperiment and ModelBackfill) ---------------------------------------------------
+
+# The ModelReplica's own condition: True when every engine serves.
+MODEL_READY = "ModelReady"
+# Reasons of ModelReady=False while the model cache gates the replica.
+REASON_CACHE_NOT_FOUND = "CacheNotFound"
+REASON_HYDRATION_NOT_FOUND = "HydrationNotFound"
+REASON_HYDRATING = "Hydrating"
+REASON_HYDRATION_FAILED = "HydrationFailed"
+# Every reason that means "waiting on (or failed by) the cache", not the workload.
+CACHE_GATE_REASONS = frozenset(
+    {REASON_CACHE_NOT_FOUND, REASON_HYDRATION_NOT_FOUND, REASON_HYDRATING, REASON_HYDRATION_FAILED}
+)

@@ -76,8 +76,18 @@ from google.protobuf.struct_pb2 import ListValue, Struct
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from function import API_VERSION
+from function.api import inferencecluster
+from function.api.modelcachehydration import FAILED, PENDING, READY
+from function.api.modeldeployment import (
+    CACHE_NOT_FOUND,
+    HYDRATION_FAILED,
+    INVALID_DEVICE_SELECTOR,
+    SCHEDULED,
+    WAITING_FOR_CACHE,
+)
+from function.api.modeldeployment import REPLICAS_READY as READY_COND
+from function.api.modelreplica import MODEL_READY, REASON_HYDRATING, FlashLoader, Ref
 from function.api.modelreplica import Engine as EngineSpec
-from function.api.modelreplica import FlashLoader, Ref
 from function.composers.modelcache import retained_clusters
 from function.core import structs
 from function.core.errors import SpecError, pydantic_errors
@@ -106,8 +116,6 @@ from function.scheduling.devices import (
     compile_selector,
 )
 from function.scheduling.placement import (
-    FAILED,
-    READY,
     Cluster,
     Engine,
     Existing,
@@ -132,13 +140,6 @@ USAGE_API_VERSION = "protection.crossplane.io/v1beta1"
 USAGE_KEY = "cache-usage"
 REPLICA_PREFIX = "replica-"
 
-SCHEDULED = "ReplicasScheduled"
-READY_COND = "ReplicasReady"
-MODEL_READY = "ModelReady"  # the ModelReplica's own condition (function.composers.replica)
-HYDRATION_FAILED = "HydrationFailed"
-WAITING_FOR_CACHE = "WaitingForCache"
-INVALID_DEVICE_SELECTOR = "InvalidDeviceSelector"
-CACHE_NOT_FOUND = "CacheNotFound"
 
 DISPLACED = "displaced"  # status.displaced[]
 MAX_DISPLACED = 100  # records kept; the oldest are dropped (without a sample) past this
@@ -305,7 +306,7 @@ _POOL_CACHE: dict[bytes, tuple[Pool, ...]] = {}
 
 def _pools(cluster: Struct) -> tuple[Pool, ...]:
     """``status.gpuPools`` as Pools; cached by the serialized subtree (fleets repeat)."""
-    v = structs.fields_of(cluster, "status").get("gpuPools")
+    v = inferencecluster.gpu_pools_value(cluster)
     if v is None or v.WhichOneof("kind") != "list_value":
         return ()
     raw = v.list_value
@@ -342,14 +343,7 @@ def _cluster(item: Struct) -> Cluster:
         if labels_v is not None
         else {}
     )
-    ready = False
-    conds = structs.fields_of(item, "status").get("conditions")
-    if conds is not None:
-        for cv in conds.list_value.values:
-            c = cv.struct_value.fields
-            if "type" in c and c["type"].string_value == "Ready":
-                ready = "status" in c and c["status"].string_value == "True"
-                break
+    ready = inferencecluster.is_ready(item)
     taints_v = structs.fields_of(item, "spec").get("taints")
     taints = (
         parse_taints(structs.to_py(taints_v.list_value))
@@ -439,7 +433,7 @@ def _footprint(hydrations: Sequence[Struct], ns: str, cache: str) -> dict[str, s
             continue  # another cache whose shortened label collides
         v = f.get("status")
         x = v.struct_value.fields.get("phase") if v is not None else None
-        out[cl] = (x.string_value if x is not None else "") or "Pending"
+        out[cl] = (x.string_value if x is not None else "") or PENDING
     return out
 
 
@@ -797,7 +791,7 @@ def _status_from(
                 + (message or f"hydration of ModelCache {cache} on {cluster} Failed")
             )
             reason = HYDRATION_FAILED
-        elif reason == "Hydrating" or (phase is not None and phase != READY):
+        elif reason == REASON_HYDRATING or (phase is not None and phase != READY):
             waiting.append(f"replica {index} on {cluster} ({phase or 'Hydrating'})")
             reason = reason or WAITING_FOR_CACHE
         else:

@@ -467,7 +467,7 @@ def _node_selector(pool_name: str, pool: Any) -> dict[str, str]:
     ``modelplane.ai/pool: <pool name>``.
     """
     sel = structs.get_map(pool, "nodeSelector")
-    return sel or {wl.LABEL_POOL: pool_name}
+    return sel or {naming.LABEL_POOL: pool_name}
 
 
 def _device_requests(

@@ -29,8 +29,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# Where the hydration Job mounts the cache PVC; the weights land at the PVC's root.
-HYDRATION_MOUNT = "/mnt/models"
+from function.api.modelcachehydration import CACHE_MOUNT_PATH
+
 # Key of the token in the remote Secret (whatever the control-plane key is).
 REMOTE_TOKEN_KEY = "HF_TOKEN"
 # Completion marker the download program writes last, at the PVC's root.
@@ -180,7 +180,7 @@ def hydration_job(
         revision: Branch, tag or commit.
         identity: The source identity (``naming.source_identity``); the program
             skips when the marker at the PVC's root records it.
-        pvc_name: The cache PVC, mounted at :data:`HYDRATION_MOUNT`.
+        pvc_name: The cache PVC, mounted at :data:`CACHE_MOUNT_PATH`.
         token_secret_name: The remote Secret holding ``HF_TOKEN``; None for a
             public model (no token env).
         backoff_limit: Pod retries before the Job fails (``BackoffLimitExceeded``).
@@ -238,7 +238,7 @@ def hydration_job(
             "--identity",
             identity,
             "--target",
-            HYDRATION_MOUNT,
+            CACHE_MOUNT_PATH,
         ],
         "env": env,
         "resources": {
@@ -252,7 +252,7 @@ def hydration_job(
         },
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
-            {"name": "cache", "mountPath": HYDRATION_MOUNT},
+            {"name": "cache", "mountPath": CACHE_MOUNT_PATH},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }

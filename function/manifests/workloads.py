@@ -34,11 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from function import API_GROUP
+from function.api.modelcachehydration import CACHE_MOUNT_PATH
 from function.core import structs
 from function.core.errors import SpecError
+from function.naming import LABEL_SERVING, LABEL_WORKLOAD
 from function.serving.env import (
-    CACHE_MOUNT_PATH,
     FLASH_MOUNT_PATH,
     SHM_MOUNT_PATH,
     check_reserved,
@@ -51,11 +51,6 @@ from function.serving.flashloader import FlashLoader
 
 ENGINE_CONTAINER = "engine"
 DEFAULT_ENGINE_PORT = 8000
-LABEL_SERVING = f"{API_GROUP}/serving"
-LABEL_WORKLOAD = f"{API_GROUP}/workload"
-# Node label of a GPU pool's nodes (Modelplane's convention), used when the
-# InferenceCluster's gpuPools[] entry declares no nodeSelector of its own.
-LABEL_POOL = f"{API_GROUP}/pool"
 
 # GPU node groups carry this taint so that pods without GPUs stay off them. The
 # ExtendedResourceToleration admission plugin adds the toleration only to pods that

@@ -74,6 +74,7 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from function.api.modelcachehydration import PHASES, REASON_PVC_BIND_TIMEOUT
 from function.composers import KINDS
 
 PREFIX = "modelplane_"
@@ -89,10 +90,10 @@ VERDICT_REASONS = frozenset(
 )
 BACKFILL_RESULTS = frozenset({"succeeded", "failed"})
 PREEMPTION_REASONS = frozenset({"foreground", "not_ready", "suspended", "spec_changed", "other"})
-HYDRATION_PHASES = frozenset({"Pending", "Hydrating", "Ready", "Failed"})
+HYDRATION_PHASES = frozenset(PHASES)
 # Why a hydration failed: the Job's Failed condition reason, or the PVC bind timeout.
 HYDRATION_FAILURE_REASONS = frozenset(
-    {"BackoffLimitExceeded", "DeadlineExceeded", "PodFailurePolicy", "PVCBindTimeout"}
+    {"BackoffLimitExceeded", "DeadlineExceeded", "PodFailurePolicy", REASON_PVC_BIND_TIMEOUT}
 )
 DEPLOYMENT_REPLICA_STATES = frozenset({"requested", "placed", "ready"})
 
