@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from function.core.errors import SpecError, pydantic_errors
+from function.core.numbers import WholeInt
 
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -59,7 +60,7 @@ class HuggingFace(BaseModel):
 
     repo: str = Field(min_length=1, max_length=200)
     revision: str = Field(default="main", min_length=1, max_length=200)
-    sizeGiB: float = Field(gt=0, le=100_000)
+    sizeGiB: WholeInt = Field(ge=1, le=100_000)
     authSecret: AuthSecret | None = None
 
     @field_validator("repo")

@@ -93,6 +93,7 @@ from function.core import structs
 from function.core.errors import SpecError, pydantic_errors
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.memo import memo
+from function.core.numbers import is_whole
 from function.core.outcome import Outcome
 from function.core.timeutil import elapsed, format_time, parse_time
 from function.naming import (
@@ -879,7 +880,7 @@ def _carry_displaced(inputs: Inputs, out: Outcome) -> None:
 
 def _whole(v: object) -> TypeGuard[float]:
     """Whether ``v`` (a Struct number, a double) is a whole number >= 0."""
-    return isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 and v == int(v)
+    return is_whole(v) and v >= 0
 
 
 def _read_displaced(prev: ListValue | None) -> list[_Displaced]:

@@ -84,7 +84,9 @@ from google.protobuf.struct_pb2 import ListValue, Struct, Value
 from pydantic import ValidationError
 
 from function import API_VERSION, naming
-from function.api.modelreplica import Engine, Member, ModelReplicaSpec
+from function.api.modelreplica import ModelReplicaSpec
+from function.api.modelreplica import ReplicaEngine as Engine
+from function.api.modelreplica import ReplicaMember as Member
 from function.api.modelreplica_checks import check_spec
 from function.core import structs
 from function.core.errors import SpecError, pydantic_errors
