@@ -75,9 +75,9 @@ __all__ = [
     "Member",
     "ModelReplicaSpec",
     "PodTemplate",
+    "Ref",
     "ReplicaEngine",
     "ReplicaMember",
-    "Ref",
     "Worker",
     "parse",
 ]

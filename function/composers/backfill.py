@@ -98,7 +98,7 @@ from function.naming import (
     label_value,
     labels_with_full,
 )
-from function.serving.env import inject_env
+from function.serving.env import set_env
 
 KIND = "ModelBackfill"
 REQ_DEPLOYMENT = "deployment"
@@ -871,7 +871,7 @@ class _Composer:
         for group in ("initContainers", "containers"):
             for c in pod_spec.get(group) or []:
                 if isinstance(c, dict):
-                    inject_env(c, injected)
+                    set_env(c, injected, first=True)
         obj_labels, obj_ann = labels_with_full(
             {
                 LABEL_BACKFILL: self.i.name,

@@ -152,8 +152,7 @@ def _invalid(inputs: Inputs, out: Outcome, message: str) -> Outcome:
     is observed; the spec error is in ``PoolsResolved``, not in a fleet-wide move of
     every replica off a working cluster.
     """
-    for key, child in sorted(inputs.observed.items()):
-        out.keep(key, child.resource, True)
+    out.keep_observed(inputs, True)
     out.ready = inputs.observed_body(PROVIDER_CONFIG_KEY) is not None
     for k in _ECHO:
         v = inputs.status(k)

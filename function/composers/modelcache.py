@@ -298,8 +298,7 @@ def compose(inputs: Inputs) -> Outcome:
 
     clusters = inputs.required(REQ_CLUSTERS)
     if clusters is UNRESOLVED:
-        for key, child in inputs.observed.items():
-            out.keep(key, child.resource)
+        out.keep_observed(inputs)
         msg = "waiting for Crossplane to resolve the InferenceClusters of spec.clusterSelector"
         out.condition(CLUSTERS_MATCHED, "Unknown", "ResolvingClusters", msg)
         out.condition(ARTIFACT_READY, "Unknown", "ResolvingClusters", msg)

@@ -43,9 +43,9 @@ from function.serving.env import (
     SHM_MOUNT_PATH,
     check_reserved,
     gang_env,
-    inject_env,
     model_env,
     set_by_name,
+    set_env,
 )
 from function.serving.flashloader import FlashLoader
 
@@ -263,7 +263,7 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
         injected.append(model_env(path))
     if plan.gang:
         injected.extend(gang_env())
-    inject_env(engine, injected)
+    set_env(engine, injected, first=True)
 
     if plan.serving is not None:
         if not engine.get("ports"):

@@ -215,18 +215,48 @@ def gang_env() -> list[dict[str, Any]]:
     ]
 
 
-def inject_env(container: dict[str, Any], injected: Sequence[dict[str, Any]]) -> None:
-    """Put ``injected`` first in ``container["env"]``, then the user's entries unchanged.
+def set_env(
+    container: dict[str, Any], entries: Sequence[dict[str, Any]], *, first: bool = False
+) -> None:
+    """Set env ``entries`` on ``container`` in place: the one env setter.
 
-    Idempotent: entries of the injected names are dropped from what follows, so
-    applying twice gives the same list. The user's entries keep their order and
-    their exact dicts. An empty ``injected`` leaves the container untouched.
+    Args:
+        container: A Kubernetes container (dict). A missing, null or malformed (not a
+            list) ``env`` counts as empty; entries that are not objects are kept.
+        entries: Env entries (``{"name", "value"}`` or ``{"name", "valueFrom"}``), in
+            the order they apply. None given leaves the container untouched.
+        first: True puts ``entries`` first, then the container's other entries in their
+            order (an entry of the same name is dropped): for what the function injects,
+            since Kubernetes expands ``$(VAR)`` in an env value only from entries defined
+            earlier. False replaces an entry of the same name where it stands and appends
+            the others: for a user's literal overrides of a template's env.
+
+    Idempotent either way: applying twice gives the same list. Entries are copied.
     """
-    if not injected:
+    if not entries:
         return
-    names = {e["name"] for e in injected}
-    rest = [e for e in container.get("env") or [] if e.get("name") not in names]
-    container["env"] = [dict(e) for e in injected] + rest
+    old = container.get("env")
+    env: list[Any] = old if isinstance(old, list) else []
+    if first:
+        names = {e["name"] for e in entries}
+        rest = [e for e in env if not (isinstance(e, dict) and e.get("name") in names)]
+        container["env"] = [dict(e) for e in entries] + rest
+        return
+    if not isinstance(old, list):
+        env = container["env"] = []
+    index = {e.get("name"): i for i, e in enumerate(env) if isinstance(e, dict)}
+    for entry in entries:
+        name = entry["name"]
+        if name in index:
+            env[index[name]] = dict(entry)
+        else:
+            index[name] = len(env)
+            env.append(dict(entry))
+
+
+def literal_env(pairs: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
+    """``(name, value)`` pairs as env entries ``{"name": name, "value": value}``."""
+    return [{"name": n, "value": v} for n, v in pairs]
 
 
 def set_by_name(items: list[dict[str, Any]], entry: dict[str, Any]) -> None:
