@@ -21,8 +21,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from function.composers import replica as composer
-from function.composers.replica import CONDITION
+from function.composers.replica import CONDITION, children, lifecycle
 from function.core.inputs import Inputs
 from function.core.timeutil import format_time
 from function.edge.runner import FunctionRunner
@@ -382,7 +381,7 @@ def test_replica_serving_before_the_record_existed_counts_nothing(fn: Any):
 def test_gate_lifted_at(ready_at: str | None, created: str, now: Any, want: str):
     status = {"phase": "Ready"} | ({"readyAt": ready_at} if ready_at else {})
     node = h.request(h.xr("X", "x", {}, status=status)).observed.composite.resource
-    assert composer._gate_lifted_at(node["status"], created, now) == want
+    assert lifecycle.gate_lifted_at(node["status"], created, now) == want
 
 
 @pytest.mark.parametrize(
@@ -398,7 +397,7 @@ def test_gate_lifted_at(ready_at: str | None, created: str, now: Any, want: str)
     ],
 )
 def test_carried_timestamps_are_normalized_or_dropped(value: str, want: str | None):
-    assert composer._time(value) == want
+    assert lifecycle.canonical_time(value) == want
 
 
 @pytest.mark.parametrize(
@@ -417,7 +416,7 @@ def test_carried_timestamps_are_normalized_or_dropped(value: str, want: str | No
 def test_was_gated(status: dict[str, Any], want: bool):
     req = h.request(replica(single_spec(), status=status), required=ready_required())
     inputs = Inputs(req.observed.composite.resource, {}, {}, T0, default_settings())
-    assert composer._was_gated(inputs) is want
+    assert lifecycle.was_gated(inputs) is want
 
 
 # ---- the memoized hot path ----------------------------------------------------------
@@ -443,9 +442,9 @@ def test_timestamps_never_enter_the_memoized_plan():
         "hydration": {"phase": "Hydrating"},
     }
     call(a, at(100))  # warm
-    misses = composer._plan.cache_info().misses
+    misses = children.plan.cache_info().misses
     warm_a, warm_b = call(a, at(100)), call(b, at(200))
-    assert composer._plan.cache_info().misses == misses  # both served from the memo
+    assert children.plan.cache_info().misses == misses  # both served from the memo
     assert h.desired(warm_a) == h.desired(warm_b)
     assert {k: h.status(warm_a).get(k) for k in ("createdAt", "servingSince")} == {
         "createdAt": rfc(0),
@@ -458,7 +457,7 @@ def test_timestamps_never_enter_the_memoized_plan():
         rfc(200),
     )
     for status, now, warm in ((a, at(100), warm_a), (b, at(200), warm_b)):
-        for fn_ in (composer._parse, composer._head, composer._plan):
+        for fn_ in (children.parsed, children.head, children.plan):
             fn_.cache_clear()
         cold = call(status, now)
         assert cold.SerializeToString(deterministic=True) == warm.SerializeToString(

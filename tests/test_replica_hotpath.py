@@ -1,6 +1,6 @@
 """ModelReplica hot path: memoized plans never go stale, observed workloads read leanly.
 
-The composer memoizes what it desires per distinct input (``replica._plan``, keyed by
+The composer memoizes what it desires per distinct input (``replica.children.plan``, keyed by
 the canonical form of the spec, the cluster's provider config and ``gpuPools``, the
 flash-loader and ``/dev/shm`` settings, and the XR's name). These tests change each
 input in turn after a warm call and check that the response is exactly what a cold
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from function.composers import replica
-from function.composers.replica import CONDITION
+from function.composers.replica import CONDITION, children
 from function.ops.settings import Settings, default_settings
 from function.serving.flashloader import SETTINGS_ATTRS, resolve_flash_loader, resolve_shm
 from tests import harness as h
@@ -37,7 +37,7 @@ from tests.replica_fixtures import (
 
 
 def clear_caches() -> None:
-    for fn in (replica._parse, replica._head, replica._plan, replica._flash, replica._shm):
+    for fn in (children.parsed, children.head, children.plan, children.flash, children.shm):
         fn.cache_clear()
 
 
@@ -182,18 +182,18 @@ def test_a_cache_flash_loader_that_is_not_an_object_is_fatal_every_time() -> Non
 def test_plans_are_bounded_and_keep_bodies_serialized(monkeypatch: pytest.MonkeyPatch) -> None:
     clear_caches()
     plans: list[Any] = []
-    real = replica._plan
+    real = children.plan
 
     def probe(*args: Any) -> Any:
         plans.append(real(*args))
         return plans[-1]
 
-    monkeypatch.setattr(replica, "_plan", probe)
+    monkeypatch.setattr(children, "plan", probe)
     run(single_spec(), ready_required())
     run(single_spec(), ready_required())
     assert real.cache_info().maxsize == replica.CACHE_SIZE
     assert real.cache_info().currsize == 1 and real.cache_info().hits == 1
-    assert (replica._parse.cache_info().maxsize or 0) <= 64  # parsed specs are large: few kept
+    assert (children.parsed.cache_info().maxsize or 0) <= 64  # parsed specs are large: few kept
     assert plans[0] is plans[1]
     assert {k for k, _ in plans[0].children} == {
         "claim-vllm-standalone",

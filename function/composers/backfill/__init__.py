@@ -1,0 +1,63 @@
+"""ModelBackfill: useful background work on a warm model, only while it is idle.
+
+A ModelBackfill runs a one-shot Job, copied from a CronJob's job template, on the
+cluster of one of its ModelDeployment's Ready replicas and pointed at that replica's
+endpoint, when the deployment has had no foreground request for ``idleFor``. It never
+reserves a GPU, never cold-starts, unloads or re-routes a model and never edits the
+ModelDeployment: foreground service always wins.
+
+Phases (``status.phase``) and what moves between them::
+
+    WaitingForIdle --(Ready, idle for the whole window, a free Ready replica)--> Starting
+    Starting --(the Job has active pods)--> Running
+    Starting|Running --(Job Complete)--> Succeeded --(repeatAfter elapsed)--> WaitingForIdle
+    Starting|Running --(Job Failed)--> Failed            (until the spec changes)
+    Starting|Running --(foreground request, model/replica not Ready, suspend,
+                        spec change, deletion, ...)--> Cancelling
+    Cancelling --(the Job Object is gone)--> WaitingForIdle | Suspended | Blocked
+    any idle phase --(suspend: true)--> Suspended; invalid spec or template --> Blocked
+
+An invalid spec (one the XRD's CEL rules reject) is bad input: the function then keeps
+every composed resource as it is and decides nothing (condition ``SpecValid=False``
+names the field) until the spec is valid again, which counts as a change of the spec.
+
+Rules and where they come from:
+
+- The foreground signal is the annotation ``modelplane.ai/last-foreground-request``
+  (``function.naming.ANNOTATION_LAST_FOREGROUND``) on the ModelDeployment, an RFC 3339
+  time. Missing or unparsable means "not known to be idle": nothing starts, and a
+  running Job is cancelled. The idle window starts at the latest of that time, the
+  last time this backfill saw the model not Ready or stopped a Job
+  (``status.notIdleBefore``) and the deployment's Ready transition.
+- The function is stateless: every timestamp lives in status, and time comes from
+  ``inputs.now``. It asks to be called again (response TTL) when the window ends, when
+  the cool-down ends, and every ``poll_seconds`` while a Job is active, since a change
+  of the ModelDeployment's annotation does not trigger a reconcile of the backfill.
+- One Job per attempt: attempt N has its own Object (composition-resource name
+  ``job-N``) and remote Job name, and only Starting and Running desire it. A Job with
+  an outcome is dropped (Crossplane deletes the Object and provider-kubernetes the
+  remote Job) and never desired again; once provider-kubernetes has created the Job,
+  the Object's management policies drop ``Create``, so a Job deleted behind the
+  function's back is not re-created either. The Job's ``ttlSecondsAfterFinished`` and
+  ``suspend`` are not copied (the function deletes the Job once it recorded the outcome,
+  and ``spec.suspend`` of the ModelBackfill is the only switch).
+- At most one active backfill Job per ModelReplica across all ModelBackfills of the
+  namespace (read from their ``status.phase`` and ``status.replica``). Two backfills that
+  started on the same replica at once (each reconciled before the other's status was
+  written) are resolved deterministically: the later ``(startedAt, name)`` yields.
+- Decisions (and so status transitions, events and metrics) are made only in the call
+  whose requirements are all resolved and equal to the ones the request carried, which
+  is the call Crossplane's requirements loop ends with. Earlier calls keep everything as
+  it is. Each transition is counted once, in the call that records it in status.
+
+Modules: :mod:`.status` (phases and the typed status), :mod:`.observed` (the
+requirements, resolved, and what the Job and replicas report), :mod:`.children` (the
+Job Object), :mod:`.call` (one call's context), :mod:`.admit` and :mod:`.attempt`
+(the decisions: admission; an attempt in progress) and :mod:`.compose` (the entry).
+"""
+
+from function.composers.backfill.children import JOB_PREFIX
+from function.composers.backfill.compose import compose
+from function.composers.backfill.observed import job_outcome, job_running, replica_ready
+
+__all__ = ["JOB_PREFIX", "compose", "job_outcome", "job_running", "replica_ready"]

@@ -1,0 +1,366 @@
+"""ModelBackfill: an attempt in progress (Starting, Running) and its cancellation.
+
+Foreground service always wins: a foreground request, the model or replica no longer
+Ready, suspend, a spec change, deletion, a replica conflict or a Job that is no longer
+observed cancels the attempt (``Cancelling`` until its Object is gone). A Job with an
+outcome is recorded once and dropped.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.struct_pb2 import Struct
+
+from function.api.modelbackfill import Parsed
+from function.composers.backfill.admit import (
+    admit,
+    dur,
+    emit_job,
+    provider_config,
+    require_cluster,
+    template_problem,
+)
+from function.composers.backfill.call import Call
+from function.composers.backfill.children import Attempt, job_key, keep_job
+from function.composers.backfill.observed import (
+    REQ_JOB,
+    JobOutcome,
+    Required,
+    foreground,
+    job_outcome,
+    job_running,
+    ready,
+    replica_ready,
+)
+from function.composers.backfill.status import (
+    ACTIVE,
+    CANCELLING,
+    FAILED,
+    RUNNING,
+    STARTING,
+    SUCCEEDED,
+)
+from function.core import structs
+from function.core.inputs import Resolved
+from function.core.timeutil import elapsed, format_time, parse_time
+from function.manifests.objects import (
+    OBJECT_API_VERSION,
+    OBJECT_KIND,
+    observed_manifest,
+    sync_error,
+)
+from function.naming import ANNOTATION_LAST_FOREGROUND, backfill_object_name
+
+# A Job still reported running this long after maxRunDuration (its activeDeadlineSeconds)
+# is not being observed any more (deleted behind the function's back, cluster gone).
+OVERDUE_GRACE_SECONDS = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Why an active attempt is cancelled: the metric reason, the status reason, a message."""
+
+    metric: str
+    reason: str
+    message: str
+
+
+def active(c: Call, p: Parsed, req: Required, phase: str) -> bool:
+    """Starting or Running: record an outcome, cancel, (re-)create, or keep the Job.
+
+    Returns:
+        False when a requirement is not resolved yet (decide nothing), else True.
+    """
+    attempt = c.st.attempts or 0
+    key = job_key(attempt)
+    obs = c.inputs.observed_body(key)
+    manifest = observed_manifest(obs) if obs is not None else None
+    if manifest is not None and (outcome := job_outcome(manifest)) is not None:
+        finish_attempt(c, p, outcome, manifest)
+        return True
+    cancel = cancel_reason(c, p, req, phase)
+    if cancel is not None and cancel.metric == "spec_changed":
+        problem = template_problem(c, p, req)
+        if problem is not None:
+            _keep_previous_spec(c, *problem)
+            return True
+    if cancel is not None:
+        return cancel_attempt(c, p, req, cancel, exists=obs is not None)
+    if obs is None and phase == RUNNING:
+        lost = Cancel("other", "JobLost", f"Job {c.st.job} disappeared before it finished")
+        return cancel_attempt(c, p, req, lost, exists=False)
+    if obs is None:
+        # Starting, and Crossplane has not created the Object yet: desire it again.
+        return create(c, p, req, attempt)
+    _progress(c, phase, key, obs, manifest)
+    return True
+
+
+def _keep_previous_spec(c: Call, reason: str, message: str) -> None:
+    """The edited spec cannot run (its template is unusable): the running attempt is not
+    given up for it. Bad input loses nothing."""
+    c.keep_all()
+    c.st.reason = reason
+    c.st.message = (
+        f"{message}; Job {c.st.job} keeps running under the previous "
+        f"spec until the new one can replace it"
+    )
+    c.out.warning(message, reason)
+    c.out.requeue_after(c.poll)
+
+
+def _progress(c: Call, phase: str, key: str, obs: Struct, manifest: Any) -> None:
+    """Keep the Job; Starting becomes Running once the Job has active pods."""
+    st = c.st
+    keep_job(c.out, key, obs, created=manifest is not None)
+    err = sync_error(obs)
+    if phase == STARTING and manifest is not None and job_running(manifest):
+        st.running_since = format_time(c.now)
+        st.set(RUNNING, "JobRunning", _running_message(c))
+    elif phase == STARTING:
+        msg = f"Job {st.job} on {st.cluster} is starting"
+        if err:
+            msg += f"; the cluster reports: {err}"
+        st.set(STARTING, "JobStarting" if not err else "JobNotSynced", msg)
+    else:
+        st.set(RUNNING, "JobRunning", _running_message(c))
+    c.out.requeue_after(c.poll)
+
+
+def _running_message(c: Call) -> str:
+    return (
+        f"Job {c.st.job} runs on {c.st.cluster} against replica "
+        f"{c.st.replica}; it is cancelled on the next foreground request"
+    )
+
+
+def cancel_reason(c: Call, p: Parsed, req: Required, phase: str) -> Cancel | None:
+    """Why the attempt in progress must stop now, or None (checked in this order)."""
+    return (
+        _own_reason(c, p)
+        or _serving_reason(c, req)
+        or _foreground_reason(c, req)
+        or _conflict_reason(c, req)
+        or _overdue_reason(c, p, phase)
+    )
+
+
+def _own_reason(c: Call, p: Parsed) -> Cancel | None:
+    """The ModelBackfill itself: deleted, its spec changed, or suspended."""
+    if c.deleting():
+        return Cancel("other", "Deleting", "the ModelBackfill is being deleted")
+    if c.hash != c.st.spec_hash:
+        return Cancel("spec_changed", "SpecChanged", "the spec changed")
+    if p.spec.suspend:
+        return Cancel("suspended", "Suspended", "spec.suspend is true")
+    return None
+
+
+def _serving_reason(c: Call, req: Required) -> Cancel | None:
+    """The model or the attempt's replica no longer serves."""
+    dep = req.deployment
+    if dep is None:
+        return Cancel("not_ready", "ModelNotFound", f"ModelDeployment {c.model} is gone")
+    if not ready(dep):
+        return Cancel("not_ready", "ModelNotReady", f"ModelDeployment {c.model} is not Ready")
+    rname = c.st.replica or ""
+    rep = req.replicas.get(rname)
+    if rep is None or not replica_ready(rep):
+        return Cancel("not_ready", "ReplicaNotReady", f"replica {rname} is not Ready")
+    return None
+
+
+def _foreground_reason(c: Call, req: Required) -> Cancel | None:
+    """A foreground request arrived since the attempt started (or none is known)."""
+    fg = foreground(req.deployment)
+    started = parse_time(c.st.started_at)
+    if fg is None:
+        return Cancel(
+            "other",
+            "ForegroundSignalUnknown",
+            f"the foreground signal ({ANNOTATION_LAST_FOREGROUND}) of ModelDeployment "
+            f"{c.model} is missing or not an RFC 3339 time",
+        )
+    if started is None or fg > started:
+        return Cancel(
+            "foreground",
+            "PreemptedByForeground",
+            f"a foreground request reached {c.model} at {format_time(fg)}",
+        )
+    return None
+
+
+def _conflict_reason(c: Call, req: Required) -> Cancel | None:
+    """Another backfill started on the same replica first (the later (startedAt, name)
+    yields)."""
+    rname = c.st.replica or ""
+    mine = (c.st.started_at or "", c.inputs.name)
+    for started_at, other, other_phase in req.holders.get(rname, []):
+        if other_phase in ACTIVE and (started_at, other) < mine:
+            return Cancel(
+                "other",
+                "ReplicaConflict",
+                f"ModelBackfill {other} started on replica {rname} first",
+            )
+    return None
+
+
+def _overdue_reason(c: Call, p: Parsed, phase: str) -> Cancel | None:
+    """The Job still reports running well past maxRunDuration: it is not observed any more."""
+    running = elapsed(parse_time(c.st.started_at), c.now)
+    if phase != RUNNING or running <= p.max_run_seconds + OVERDUE_GRACE_SECONDS:
+        return None
+    return Cancel(
+        "other",
+        "JobOverdue",
+        f"Job {c.st.job} still reports running {dur(running)} after it started, past "
+        f"maxRunDuration; its state is no longer observed",
+    )
+
+
+def cancel_attempt(c: Call, p: Parsed, req: Required, cancel: Cancel, *, exists: bool) -> bool:
+    """Stop the attempt: Cancelling while its Object exists, else admit again at once.
+
+    Returns:
+        False when a requirement is not resolved yet (decide nothing), else True.
+    """
+    st = c.st
+    c.observe("model_backfill_preemptions_total", reason=cancel.metric)
+    running = parse_time(st.running_since)
+    if running is not None:
+        c.observe("model_backfill_useful_running_seconds_total", elapsed(running, c.now))
+    st.running_since = None
+    st.preemptions = (st.preemptions or 0) + 1
+    c.mark_not_idle()
+    job = st.job
+    if exists:
+        st.set(
+            CANCELLING,
+            cancel.reason,
+            f"cancelling Job {job}: {cancel.message}; it retries after the next full idle window",
+        )
+        c.out.requeue_after(c.poll)
+        return True
+    if not admit(c, p, req):
+        return False
+    st.message = f"Job {job} cancelled ({cancel.message}); {st.message or ''}"
+    return True
+
+
+def require_job_object(c: Call) -> None:
+    """Cancelling, and the attempt's Object is no longer observed: ask whether it still
+    exists (Crossplane deletes it in the background)."""
+    attempt = c.st.attempts or 0
+    if job_key(attempt) not in c.inputs.observed:
+        c.out.require(
+            REQ_JOB,
+            OBJECT_API_VERSION,
+            OBJECT_KIND,
+            match_name=backfill_object_name(c.inputs.name, attempt),
+            namespace=c.inputs.namespace,
+        )
+
+
+def cancelling(c: Call, p: Parsed, req: Required) -> bool:
+    """Wait until the cancelled attempt's Object is gone, then admit again.
+
+    Returns:
+        False when a requirement is not resolved yet (decide nothing), else True.
+    """
+    st = c.st
+    job = st.job
+    if job_key(st.attempts or 0) not in c.inputs.observed:
+        objects = c.inputs.required(REQ_JOB)
+        assert isinstance(objects, Resolved)  # required by require_job_object, resolved
+        if not objects.items:
+            c.mark_not_idle()
+            if not admit(c, p, req):
+                return False
+            st.message = f"Job {job} was cancelled; {st.message or ''}"
+            return True
+    st.message = f"waiting for Job {job} to be deleted ({st.reason})"
+    c.out.requeue_after(c.poll)
+    return True
+
+
+def create(c: Call, p: Parsed, req: Required, attempt: int) -> bool:
+    """Desire attempt ``attempt``'s Object again (Starting, not created yet).
+
+    Returns:
+        False when a requirement is not resolved yet (decide nothing), else True.
+    """
+    tmpl = req.template
+    rep = req.replicas.get(c.st.replica or "")
+    cluster = c.st.cluster or ""
+    got = require_cluster(c, cluster)
+    if got is None:
+        return False
+    pc = provider_config(got)
+    if tmpl is None or rep is None or pc is None:
+        what = (
+            "its CronJob is gone"
+            if tmpl is None
+            else "its replica is gone"
+            if rep is None
+            else f"InferenceCluster {cluster} reports no provider config"
+        )
+        return cancel_attempt(
+            c,
+            p,
+            req,
+            Cancel("other", "CannotCreate", f"cannot create the Job: {what}"),
+            exists=False,
+        )
+    emit_job(
+        c,
+        p,
+        Attempt(c.inputs.name, c.inputs.namespace, c.model, attempt, rep, pc),
+        structs.to_py(tmpl),
+    )
+    c.st.set(
+        STARTING,
+        "JobCreated",
+        f"Job {c.st.job} (attempt {attempt}) on {cluster} is being created",
+    )
+    c.out.requeue_after(c.poll)
+    return True
+
+
+def finish_attempt(c: Call, p: Parsed, outcome: JobOutcome, manifest: Any) -> None:
+    """Record the Job's outcome (once) and its useful running time; drop the Job."""
+    st = c.st
+    started = parse_time(st.started_at)
+    when = outcome.time
+    end = when if when is not None and when <= c.now else c.now
+    if started is not None and end < started:
+        end = started
+    begin = (
+        parse_time(st.running_since)
+        or parse_time(structs.get(manifest, "status", "startTime"))
+        or started
+    )
+    c.observe("model_backfill_completions_total", result=outcome.phase.lower())
+    c.observe("model_backfill_useful_running_seconds_total", elapsed(begin, end))
+    st.running_since = None
+    st.last_result = outcome.phase
+    st.result_message = outcome.message
+    st.completion_time = format_time(end)
+    st.next_run_time = None
+    if outcome.phase != SUCCEEDED:
+        st.set(
+            FAILED,
+            "JobFailed",
+            f"Job {st.job} failed on {st.cluster}: {outcome.message}; it is not retried "
+            f"until the spec changes",
+        )
+        return
+    text = f"Job {st.job} completed on {st.cluster}"
+    if p.repeat_after > 0:
+        nxt = end + datetime.timedelta(seconds=p.repeat_after)
+        st.next_run_time = format_time(nxt)
+        text += f"; the next run is admitted from {format_time(nxt)}"
+        c.out.requeue_after(max(1.0, (nxt - c.now).total_seconds()))
+    st.set(SUCCEEDED, "JobSucceeded", text)

@@ -1,0 +1,61 @@
+"""One ModelBackfill call: the request, the outcome being built and the status being
+written, with the small helpers every decision uses."""
+
+from __future__ import annotations
+
+import datetime
+
+from function.api.modelbackfill import Parsed, parse, spec_hash
+from function.composers.backfill.status import WAITING, Status
+from function.core import structs
+from function.core.inputs import Inputs
+from function.core.outcome import Outcome
+from function.core.timeutil import format_time
+
+
+class Call:
+    """What one call decides with: ``inputs``, the ``out`` being built, the ``prior``
+    status and the status ``st`` being written (a copy of it), the parsed spec (or why
+    it is invalid) and its hash, and the model the backfill serves."""
+
+    def __init__(self, inputs: Inputs) -> None:
+        self.inputs = inputs
+        self.out = Outcome()
+        self.now: datetime.datetime = inputs.now
+        self.parsed = parse(inputs.spec)
+        self.hash = spec_hash(inputs.spec, self.parsed if isinstance(self.parsed, Parsed) else None)
+        self.prior = Status.read(inputs)
+        self.st = self.prior.copy()
+        if isinstance(self.parsed, Parsed):
+            self.model = self.parsed.spec.modelRef.name
+        else:  # an invalid spec: the model of the attempt in progress, if any
+            self.model = self.prior.model or ""
+        self.poll = float(max(1, inputs.settings.poll_seconds))
+
+    def resolved(self) -> bool:
+        """Every requirement made so far is resolved."""
+        return all(n in self.inputs.required_resources for n in self.out.requirements)
+
+    def final(self) -> bool:
+        """This call's requirements are exactly the resolved ones the request carried."""
+        return set(self.out.requirements) == set(self.inputs.required_resources)
+
+    def deleting(self) -> bool:
+        return bool(structs.get_str(self.inputs.xr, "metadata", "deletionTimestamp"))
+
+    def observe(self, metric: str, value: float = 1.0, **extra: str) -> None:
+        labels = {"backfill": self.inputs.name, "namespace": self.inputs.namespace}
+        self.out.observe(metric, {**labels, "model": self.model, **extra}, value)
+
+    def wait(self, reason: str, message: str, *, ttl: float | None = None) -> None:
+        self.st.set(WAITING, reason, message)
+        self.out.requeue_after(ttl if ttl is not None else self.poll)
+
+    def mark_not_idle(self) -> None:
+        """The idle window starts over now."""
+        self.st.not_idle_before = format_time(self.now)
+
+    def keep_all(self) -> None:
+        for key, child in self.inputs.observed.items():
+            if key not in self.out.resources:
+                self.out.keep(key, child.resource, ready=True)

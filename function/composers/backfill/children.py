@@ -1,0 +1,128 @@
+"""ModelBackfill's composed resource: one attempt's Job, as a provider-kubernetes Object.
+
+Attempt N has its own Object (composition-resource name ``job-N``) and remote Job name.
+The Job is the CronJob's ``jobTemplate`` with ``spec.env`` set, ``activeDeadlineSeconds``
+from ``maxRunDuration``, no ``ttlSecondsAfterFinished`` or ``suspend``, and the
+background workload class, the replica's endpoint and no visible GPU forced first into
+every container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.struct_pb2 import Struct
+
+from function.api.modelbackfill import ENDPOINT_ENV, Parsed
+from function.core import structs
+from function.core.outcome import Outcome
+from function.manifests.jobs import job_from_cronjob
+from function.manifests.objects import remote_object
+from function.naming import (
+    LABEL_BACKFILL,
+    LABEL_CLUSTER,
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+    LABEL_RUN,
+    LABEL_WORKLOAD_CLASS,
+    REMOTE_NAMESPACE,
+    WORKLOAD_CLASS_BACKGROUND,
+    WORKLOAD_CLASS_ENV,
+    backfill_job_name,
+    backfill_object_name,
+    labels_with_full,
+)
+from function.serving.env import set_env
+
+JOB_PREFIX = "job-"
+# Object management once provider-kubernetes created the Job: everything but Create.
+NO_CREATE_POLICIES = ["Observe", "Update", "LateInitialize", "Delete"]
+
+
+def job_key(attempt: int) -> str:
+    """Composition-resource name of attempt ``attempt``'s Job Object: ``job-<N>``."""
+    return f"{JOB_PREFIX}{attempt}"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of backfill ``backfill`` (in ``namespace``) on a replica of ``model``."""
+
+    backfill: str
+    namespace: str
+    model: str
+    number: int
+    replica: Struct
+    provider_config: Mapping[str, str]
+
+
+def job_object(a: Attempt, p: Parsed, cronjob: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The remote Job's name and the Object that creates it on the replica's cluster."""
+    job_name = backfill_job_name(a.namespace, a.backfill, a.number)
+    cluster = structs.get_str(a.replica, "spec", "clusterName")
+    endpoint = structs.get_str(a.replica, "status", "endpoint")
+    labels, ann = labels_with_full(
+        {
+            LABEL_BACKFILL: a.backfill,
+            LABEL_DEPLOYMENT: a.model,
+            LABEL_COMPONENT: "backfill",
+            LABEL_RUN: str(a.number),
+            LABEL_WORKLOAD_CLASS: WORKLOAD_CLASS_BACKGROUND,
+        }
+    )
+    job = job_from_cronjob(
+        cronjob,
+        name=job_name,
+        namespace=REMOTE_NAMESPACE,
+        labels=labels,
+        env=p.env,
+        active_deadline_seconds=p.max_run_seconds,
+        annotations=ann or None,
+    )
+    job["spec"].pop("ttlSecondsAfterFinished", None)
+    job["spec"].pop("suspend", None)
+    # First in every container (init and regular), so that the template's own
+    # entries can use $(MODELPLANE_ENDPOINT): Kubernetes expands $(VAR) in an env
+    # value only from entries defined earlier.
+    injected = [
+        {"name": WORKLOAD_CLASS_ENV, "value": WORKLOAD_CLASS_BACKGROUND},
+        {"name": ENDPOINT_ENV, "value": endpoint},
+        # Hide every GPU from the NVIDIA container runtime even where a node's default
+        # runtime would expose them to a pod without a device request.
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+    ]
+    pod_spec = job["spec"]["template"]["spec"]
+    for group in ("initContainers", "containers"):
+        for c in pod_spec.get(group) or []:
+            if isinstance(c, dict):
+                set_env(c, injected, first=True)
+    obj_labels, obj_ann = labels_with_full(
+        {
+            LABEL_BACKFILL: a.backfill,
+            LABEL_DEPLOYMENT: a.model,
+            LABEL_CLUSTER: cluster,
+            LABEL_COMPONENT: "backfill",
+        }
+    )
+    obj = remote_object(
+        backfill_object_name(a.backfill, a.number),
+        a.namespace,
+        dict(a.provider_config),
+        job,
+        labels=obj_labels,
+        annotations=obj_ann or None,
+        deletion_policy="Foreground",
+    )
+    return job_name, obj
+
+
+def keep_job(out: Outcome, key: str, obs: Struct, *, created: bool) -> None:
+    """Keep the observed Job Object; once the Job exists, its Object no longer allows
+    Create (a Job deleted behind the function's back is not re-created)."""
+    out.keep(key, obs, ready=True)
+    body = out.resources[key].body
+    assert isinstance(body, Struct)
+    if created:
+        body.get_or_create_struct("spec")["managementPolicies"] = NO_CREATE_POLICIES

@@ -1,0 +1,298 @@
+"""The ModelExperiment composer: decisions only (see the package docstring)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from function.api.modelexperiment import ExperimentSpec, parse_spec, spec_hash
+from function.composers.experiment.children import evidence_body, served_name_overrides
+from function.composers.experiment.names import (
+    FAILED,
+    PASSED,
+    REQ_CLUSTER,
+    REQ_REPLICAS,
+    REQ_TEMPLATE,
+    candidate_key,
+    job_key,
+)
+from function.composers.experiment.run import active
+from function.composers.experiment.state import RunState, next_run
+from function.core import events, structs
+from function.core.errors import SpecError
+from function.core.inputs import Inputs
+from function.core.outcome import Outcome
+from function.core.timeutil import format_time
+
+# Phases of a run in progress (not Blocked, Suspended or decided).
+ACTIVE_PHASES = frozenset({"Deploying", "Serving", "Evaluating"})
+
+
+class _Composer:
+    def __init__(self, inputs: Inputs) -> None:
+        self.inputs = inputs
+        self.out = Outcome()
+        self.now = inputs.now
+        self.poll = float(inputs.settings.poll_seconds or 30)
+        self.prev_phase = structs.get_str(inputs.xr, "status", "phase")
+
+    # -- helpers
+    def set_phase(self, phase: str, reason: str, message: str) -> None:
+        out = self.out
+        out.status["phase"] = phase
+        warn = phase in ("Failed", "Blocked")
+        events.changed(
+            out,
+            (self.prev_phase, structs.get_str(self.inputs.xr, "status", "reason")),
+            (phase, reason),
+            f"{phase}: {message}",
+            reason=reason,
+            warning=warn,
+        )
+        out.status["reason"] = reason
+
+    def keep_evidence(self, number: int) -> None:
+        obs = self.inputs.observed_body(job_key(number))
+        if obs is not None:
+            self.out.add(job_key(number), evidence_body(obs))
+
+    def require_template(self, spec: ExperimentSpec) -> Any:
+        self.out.require(
+            REQ_TEMPLATE,
+            "batch/v1",
+            "CronJob",
+            match_name=spec.gauntlet.templateRef.name,
+            namespace=self.inputs.namespace,
+        )
+        return self.inputs.required(REQ_TEMPLATE)
+
+    # -- entry point
+    def compose(self) -> Outcome:
+        inputs, out = self.inputs, self.out
+        st = RunState.read(inputs)
+        try:
+            spec = parse_spec(inputs.spec)
+        except SpecError as e:
+            return self.invalid(st, e)
+
+        self.advance(spec, st)
+        self.prune_history(spec, st)
+
+        if st.verdict:
+            self.finished(spec, st)
+        elif spec.suspend:
+            self.suspended(st)
+        else:
+            active(self, spec, st)
+
+        out.status.update(st.to_status())
+        self.keep_while_unresolved()
+        phase = out.status.get("phase")
+        last = st.verdict or (st.history[-1] if st.history else {})
+        # Ready: the last verdict passed and nothing needs attention (a later run in
+        # progress or a suspension does not un-certify; Blocked or Failed does).
+        out.ready = phase == "Succeeded" or (
+            phase in (*ACTIVE_PHASES, "Suspended") and last.get("pass") is True
+        )
+        return out
+
+    def advance(self, spec: ExperimentSpec, st: RunState) -> None:
+        """Start run 1, or the next run on a spec change or when a passed run is due again."""
+        inputs, out = self.inputs, self.out
+        h = spec_hash(spec)
+        if st.number == 0:
+            st.start(inputs.name, 1, h, inputs.generation)
+        elif st.spec_hash != h:
+            was = st.name
+            st.archive()
+            st.start(inputs.name, st.number + 1, h, inputs.generation)
+            out.normal(
+                f"spec changed: run {was} ends; run {st.name} starts", "ExperimentSpecChanged"
+            )
+        elif not spec.suspend and (due := next_run(spec, st)) is not None and self.now >= due:
+            was = st.name
+            st.archive()
+            st.start(inputs.name, st.number + 1, h, inputs.generation)
+            out.normal(f"cool-down after run {was} ended; run {st.name} starts", "RunStarted")
+
+    def prune_history(self, spec: ExperimentSpec, st: RunState) -> None:
+        """Earlier runs: at most historyLimit records; a dropped record takes its Job."""
+        out = self.out
+        limit = spec.history_limit
+        while len(st.history) > limit:
+            dropped = st.history.pop(0)
+            out.normal(
+                f"run {dropped.get('run')} left the history (historyLimit {limit}); "
+                "its evidence Job is deleted",
+                "RunPruned",
+            )
+        for rec in st.history:
+            n = rec.get("number")
+            if isinstance(n, (int, float)):
+                self.keep_evidence(int(n))
+
+    def keep_while_unresolved(self) -> None:
+        """A requirement not resolved yet is "not known": keep every observed child.
+
+        Crossplane calls again with it resolved (its requirements loop), and only
+        that last response is applied; until then nothing may be dropped.
+        """
+        if all(n in self.inputs.required_resources for n in self.out.requirements):
+            return
+        for key, child in self.inputs.observed.items():
+            if key not in self.out.resources:
+                self.out.keep(key, child.resource)
+
+    # -- bad input: say so, change nothing
+    def invalid(self, st: RunState, e: SpecError) -> Outcome:
+        out = self.out
+        for key, child in self.inputs.observed.items():
+            out.keep(key, child.resource)
+        msg = f"invalid spec: {e}"
+        self.set_phase("Blocked", "InvalidSpec", msg)
+        out.condition("Runnable", "False", "InvalidSpec", msg)
+        out.condition("Verdict", "Unknown", "InvalidSpec", "no run while the spec is invalid")
+        if st.number:
+            out.status.update(st.to_status())
+        out.ready = False
+        return out
+
+    # -- a run with a verdict: evidence only
+    def finished(self, spec: ExperimentSpec, st: RunState) -> None:
+        out, v = self.out, st.verdict
+        self.keep_evidence(st.number)
+        summary = str(v.get("summary") or v.get("reason") or "verdict recorded")
+        if v.get("pass") is True:
+            out.condition("Verdict", "True", str(v.get("reason", PASSED)), summary)
+        else:
+            out.condition("Verdict", "False", str(v.get("reason", FAILED)), summary)
+        if spec.suspend:
+            self.set_phase("Suspended", "Suspended", "spec.suspend is true; no new run starts")
+            out.condition("Runnable", "False", "Suspended", "spec.suspend is true")
+            return
+        due = next_run(spec, st)
+        if due is not None:
+            st.next_run_at = format_time(due)
+            out.requeue_after(max(1.0, (due - self.now).total_seconds()))
+            self.set_phase(
+                "Succeeded", PASSED, f"run {st.name} passed; next run at {st.next_run_at}"
+            )
+            out.condition("Runnable", "True", "CoolingDown", f"next run at {st.next_run_at}")
+            return
+        st.next_run_at = ""
+        if v.get("pass") is True:
+            self.set_phase("Succeeded", PASSED, f"run {st.name} passed: {summary}")
+            out.condition("Runnable", "True", "Finished", f"run {st.name} finished")
+        else:
+            reason = str(v.get("reason") or FAILED)
+            self.set_phase("Failed", reason, f"run {st.name} failed: {summary}")
+            out.condition(
+                "Runnable",
+                "False",
+                "Finished",
+                f"run {st.name} failed; a failed run is terminal (change the spec to run again)",
+            )
+
+    # -- suspended: no candidate, no running Job
+    def suspended(self, st: RunState) -> None:
+        out = self.out
+        if st.candidate or st.gauntlet:
+            out.normal(
+                f"spec.suspend: run {st.name} released its candidate and Job; "
+                "it starts over on resume",
+                "RunSuspended",
+            )
+        st.candidate, st.gauntlet, st.gate = {}, {}, {}
+        self.set_phase("Suspended", "Suspended", "spec.suspend is true")
+        out.condition("Runnable", "False", "Suspended", "spec.suspend is true")
+        out.condition("Verdict", "Unknown", "Suspended", f"run {st.name} has no verdict yet")
+
+    def blocked(self, st: RunState, reason: str, message: str) -> None:
+        out = self.out
+        if st.candidate:
+            out.warning(f"run {st.name} released its candidate: {message}", "CandidateReleased")
+        st.candidate, st.gauntlet, st.gate = {}, {}, {}
+        self.set_phase("Blocked", reason, message)
+        out.condition("Runnable", "False", reason, message)
+        out.condition("Verdict", "Unknown", "Blocked", f"run {st.name} is blocked: {reason}")
+        out.requeue_after(self.poll)
+
+    def waiting(self, st: RunState, message: str) -> None:
+        """A requirement is not resolved yet: keep what exists, decide nothing."""
+        out = self.out
+        for key, child in self.inputs.observed.items():
+            if key not in out.resources:
+                out.keep(key, child.resource)
+        out.status["phase"] = self.prev_phase or "Deploying"
+        if structs.get_str(self.inputs.xr, "status", "reason"):
+            out.status["reason"] = structs.get_str(self.inputs.xr, "status", "reason")
+        out.condition("Runnable", "Unknown", "Resolving", message)
+        out.condition("Verdict", "Unknown", "Pending", f"run {st.name} has no verdict yet")
+
+    def admitted_message(self, st: RunState) -> str:
+        msg = f"run {st.name} admitted at {st.candidate.get('createdAt')}"
+        forced = served_name_overrides(self.inputs.spec)
+        if forced:
+            msg += f"; the candidate serves as {st.name}: " + "; ".join(forced[:3])
+        if st.gate:
+            msg += f"; artifact gate opened by ModelCache {st.gate.get('cache')}"
+            if st.gate.get("digest"):
+                msg += f" ({st.gate['digest']})"
+        return msg
+
+    def release_for_template(
+        self, spec: ExperimentSpec, st: RunState, invalid: str | None = None
+    ) -> None:
+        """The CronJob vanished (or is unusable) before the Job exists: release the GPU."""
+        out = self.out
+        out.resources.pop(candidate_key(st.number), None)
+        out.requirements.pop(REQ_CLUSTER, None)
+        out.requirements.pop(REQ_REPLICAS, None)
+        ref = f"{self.inputs.namespace}/{spec.gauntlet.templateRef.name}"
+        if invalid:
+            self.blocked(
+                st, "TemplateInvalid", f"CronJob {ref} (spec.gauntlet.templateRef): {invalid}"
+            )
+        else:
+            self.blocked(
+                st, "TemplateNotFound", f"CronJob {ref} (spec.gauntlet.templateRef) not found"
+            )
+
+    def verdict(
+        self, spec: ExperimentSpec, st: RunState, reason: str, summary: str, at: datetime.datetime
+    ) -> None:
+        """Record the run's verdict (it passed when ``reason`` is ``GauntletPassed``); the
+        candidate is released (not desired) from now on."""
+        inputs, out = self.inputs, self.out
+        st.verdict = {
+            "pass": reason == PASSED,
+            "reason": reason,
+            "summary": summary,
+            "completedAt": format_time(at),
+        }
+        st.candidate.pop("seen", None)
+        st.candidate["releasedAt"] = format_time(self.now)
+        out.requirements.pop(REQ_REPLICAS, None)
+        out.observe(
+            "model_experiment_verdicts_total",
+            {"namespace": inputs.namespace, "experiment": inputs.name, "reason": reason},
+        )
+        self.finished(spec, st)
+
+
+def compose(inputs: Inputs) -> Outcome:
+    """Compose a ModelExperiment (see the module docstring).
+
+    Args:
+        inputs: The request view; ``inputs.spec`` is validated by
+            ``function.api.modelexperiment.parse_spec``.
+
+    Returns:
+        The outcome: the candidate (``candidate-r<N>``) and gauntlet Job Object
+        (``gauntlet-r<N>``) of the current run, evidence Jobs of retained runs;
+        status ``phase``, ``reason``, ``run``, ``runNumber``, ``runGeneration``,
+        ``specHash``, ``candidate``, ``gauntlet``, ``gate``, ``verdict``,
+        ``nextRunAt``, ``history[]``; conditions ``Runnable``, ``Verdict`` and, with
+        an artifact gate, ``ArtifactGate``.
+    """
+    return _Composer(inputs).compose()

@@ -1,0 +1,55 @@
+"""ModelExperiment names: the run's candidate and gauntlet Job, composition-resource
+names, requirement names and the verdict reasons.
+
+Run 1's candidate is ``child_name("modelexperiment", <experiment>, "r1")``; composed
+resources are keyed ``candidate-r<N>`` and ``gauntlet-r<N>`` per run, so an object of
+one run is never renamed into another's slot.
+"""
+
+from __future__ import annotations
+
+from function.naming import MAX_LABEL, child_name, short_name
+
+REQ_TEMPLATE = "gauntlet-template"
+REQ_CACHE = "artifact-cache"
+REQ_REPLICAS = "candidate-replicas"
+REQ_CLUSTER = "candidate-cluster"
+
+# Verdict reasons (status.verdict.reason, the Verdict condition).
+PASSED = "GauntletPassed"
+FAILED = "GauntletFailed"
+TIMED_OUT = "TimedOut"
+CANDIDATE_FAILED = "CandidateFailed"
+CANDIDATE_LOST = "CandidateLost"
+VERDICT_REASONS = frozenset({PASSED, FAILED, TIMED_OUT, CANDIDATE_FAILED, CANDIDATE_LOST})
+
+
+def run_name(experiment: str, number: int) -> str:
+    """Name of run ``number``'s candidate ModelDeployment: ``child_name("modelexperiment",
+    <experiment>, "r<N>")``.
+
+    Hashed like every composed name, so it can collide neither with another run's
+    candidate (experiment ``a`` run 2 and experiment ``a-r2`` run 1) nor with a
+    ModelDeployment the user wrote. The candidate serves under this name (it is the
+    served model name the gauntlet addresses).
+    """
+    return child_name("modelexperiment", experiment, f"r{max(number, 1)}")
+
+
+def gauntlet_job_name(namespace: str, run: str) -> str:
+    """Name of the gauntlet Job of ``run`` (the remote Job and its Object).
+
+    Remote Jobs of every control-plane namespace share ``REMOTE_NAMESPACE`` on a
+    workload cluster, so the hash covers the namespace too.
+    """
+    return short_name(MAX_LABEL, (run, "gauntlet"), (namespace,))
+
+
+def candidate_key(number: int) -> str:
+    """Composition-resource name of the candidate of run ``number``."""
+    return f"candidate-r{number}"
+
+
+def job_key(number: int) -> str:
+    """Composition-resource name of the gauntlet Job Object of run ``number``."""
+    return f"gauntlet-r{number}"

@@ -1,0 +1,134 @@
+"""ModelExperiment's reading of observed state: the gauntlet Job's result, the
+candidate's readiness or failure, and the replica it serves from.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+from function.composers.experiment.state import RunState, whole_count
+from function.core import structs
+from function.core.inputs import Resolved
+from function.core.timeutil import parse_time
+from function.manifests.objects import observed_manifest
+from function.naming import LABEL_DEPLOYMENT, LABEL_EXPERIMENT, LABEL_RUN, label_value
+
+# ModelDeployment ReplicasScheduled reasons that waiting cannot fix.
+FATAL_SCHEDULING = frozenset({"InvalidDeviceSelector", "NoClusterInCacheFootprint"})
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A finished gauntlet Job: passed or not, when, and what it said."""
+
+    passed: bool
+    finished_at: datetime.datetime | None
+    summary: str
+
+
+def job_result(obj: Any, experiment: str, st: RunState) -> JobResult | None:
+    """The result of the observed gauntlet Object, or None while it has none.
+
+    Only a Job whose labels name this experiment and this run counts (fencing).
+    ``Complete=True`` passes (at ``status.completionTime``); ``Failed=True`` fails
+    (at the condition's ``lastTransitionTime``, with its reason and message).
+    """
+    job = observed_manifest(obj)
+    if job is None:
+        return None
+    labels = structs.get_map(job, "metadata", "labels")
+    if labels.get(LABEL_RUN) != str(st.number) or labels.get(LABEL_EXPERIMENT) != label_value(
+        experiment
+    ):
+        return None
+    conds = structs.conditions(job)
+    name = structs.get_str(job, "metadata", "name")
+    done = conds.get("Complete")
+    if done is not None and structs.get(done, "status") == "True":
+        at = parse_time(structs.get(job, "status", "completionTime")) or parse_time(
+            structs.get(done, "lastTransitionTime")
+        )
+        n = whole_count(structs.get(job, "status", "succeeded"))
+        return JobResult(True, at, f"gauntlet Job {name} completed ({n} pod(s) succeeded)")
+    failed = conds.get("Failed")
+    if failed is not None and structs.get(failed, "status") == "True":
+        at = parse_time(structs.get(failed, "lastTransitionTime"))
+        reason = structs.get_str(failed, "reason") or "Failed"
+        msg = structs.get_str(failed, "message")
+        return JobResult(
+            False, at, f"gauntlet Job {name} failed: {reason}" + (f": {msg}" if msg else "")
+        )
+    return None
+
+
+def candidate_ready(cand: Any) -> bool:
+    """The candidate serves: Crossplane's ``Ready``, or ``ReplicasReady`` with a ready replica.
+
+    The second form does not wait for composed resources that do not serve (the
+    deployment's cache Usage) to report ready; the gauntlet still starts only once
+    the replica reports an endpoint.
+    """
+    if cand is None:
+        return False
+    if structs.condition_is(cand, "Ready"):
+        return True
+    ready = whole_count(structs.get(cand, "status", "replicas", "ready"))
+    return ready >= 1 and structs.condition_is(cand, "ReplicasReady")
+
+
+def candidate_failure(cand: Any, replicas: Any) -> str | None:
+    """Why the candidate can never become ready, or None.
+
+    HydrationFailed on the deployment (``ReplicasReady``) or on any of its replicas
+    (``ModelReady``), or a ``ReplicasScheduled`` reason that waiting cannot fix.
+    """
+    conds = structs.conditions(cand)
+    rr = conds.get("ReplicasReady")
+    if rr is not None and structs.get_str(rr, "reason") == "HydrationFailed":
+        return "hydration failed: " + (structs.get_str(rr, "message") or "HydrationFailed")
+    if isinstance(replicas, Resolved):
+        for r in replicas.items:
+            c = structs.conditions(r).get("ModelReady")
+            if c is not None and structs.get_str(c, "reason") == "HydrationFailed":
+                cluster = structs.get_str(r, "spec", "clusterName")
+                return f"hydration failed on {cluster}: " + (
+                    structs.get_str(c, "message") or "HydrationFailed"
+                )
+    rs = conds.get("ReplicasScheduled")
+    if (
+        rs is not None
+        and structs.get(rs, "status") == "False"
+        and structs.get_str(rs, "reason") in FATAL_SCHEDULING
+    ):
+        return (
+            f"cannot be scheduled: {structs.get_str(rs, 'reason')}: "
+            f"{structs.get_str(rs, 'message')}"
+        )
+    return None
+
+
+def candidate_progress(cand: Any) -> str:
+    if cand is None:
+        return "created; waiting for Crossplane to report it"
+    ready = whole_count(structs.get(cand, "status", "replicas", "ready"))
+    total = whole_count(structs.get(cand, "status", "replicas", "total"))
+    parts = [f"{ready}/{total or 1} replicas ready"]
+    for typ in ("Synced", "ReplicasScheduled", "ReplicasReady"):
+        c = structs.conditions(cand).get(typ)
+        if c is not None and structs.get(c, "status") != "True":
+            parts.append(f"{typ}: {structs.get_str(c, 'reason')} {structs.get_str(c, 'message')}")
+    return "; ".join(p.strip() for p in parts)
+
+
+def serving_replica(replicas: Resolved, candidate: str) -> tuple[str, str] | None:
+    """``(cluster, endpoint)`` of the candidate's replica that serves, or None."""
+    for r in sorted(replicas.items, key=lambda r: structs.get_str(r, "metadata", "name")):
+        if structs.get_map(r, "metadata", "labels").get(LABEL_DEPLOYMENT) != label_value(candidate):
+            continue
+        endpoint = structs.get_str(r, "status", "endpoint")
+        cluster = structs.get_str(r, "spec", "clusterName")
+        if endpoint and cluster:
+            return cluster, endpoint
+    return None

@@ -1,0 +1,388 @@
+"""ModelExperiment: the current run while it has no verdict.
+
+Admission (the CronJob exists and the artifact gate is open), then ``Deploying``
+(the candidate is composed), ``Serving`` (it is Ready; its replica and cluster are
+found) and ``Evaluating`` (the gauntlet Job runs), until the Job's result, the
+deadline, or the candidate's loss or failure decides the verdict.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from function import API_VERSION
+from function.api.modelexperiment import ExperimentSpec
+from function.composers.experiment.children import candidate_body, gauntlet_object
+from function.composers.experiment.gate import evaluate_gate
+from function.composers.experiment.names import (
+    CANDIDATE_FAILED,
+    CANDIDATE_LOST,
+    FAILED,
+    PASSED,
+    REQ_CACHE,
+    REQ_CLUSTER,
+    REQ_REPLICAS,
+    TIMED_OUT,
+    candidate_key,
+    gauntlet_job_name,
+    job_key,
+)
+from function.composers.experiment.observed import (
+    candidate_failure,
+    candidate_progress,
+    candidate_ready,
+    job_result,
+    serving_replica,
+)
+from function.composers.experiment.state import RunState
+from function.core import structs
+from function.core.inputs import UNRESOLVED, Resolved
+from function.core.timeutil import format_time, parse_time
+from function.manifests.objects import provider_config_ref, sync_error
+from function.naming import LABEL_DEPLOYMENT, label_value
+
+if TYPE_CHECKING:
+    from function.composers.experiment.compose import _Composer
+
+
+def job_message(st: RunState) -> str:
+    g = st.gauntlet
+    return f"gauntlet Job {g['job']} on {g['cluster']} against {g['endpoint']}"
+
+
+def active(c: _Composer, spec: ExperimentSpec, st: RunState) -> None:
+    """The current run, not suspended, no verdict yet."""
+    admitted = parse_time(st.candidate.get("createdAt")) is not None
+    if not admitted and not admit(c, spec, st):
+        return
+    run = ActiveRun.observe(c, spec, st)
+    if not run.decided():
+        run.proceed()
+
+
+def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
+    """Check the CronJob and the artifact gate; create the candidate when both pass.
+
+    Returns:
+        True when the candidate was admitted in this call.
+    """
+    inputs, out = c.inputs, c.out
+    tmpl = c.require_template(spec)
+    cache: Any = None
+    if spec.artifactGate is not None:
+        out.require(
+            REQ_CACHE,
+            API_VERSION,
+            "ModelCache",
+            match_name=spec.artifactGate.modelCacheRef.name,
+            namespace=inputs.namespace,
+        )
+        cache = inputs.required(REQ_CACHE)
+    if tmpl is UNRESOLVED or cache is UNRESOLVED:
+        c.waiting(st, "waiting for Crossplane to resolve the CronJob and the ModelCache")
+        return False
+    assert isinstance(tmpl, Resolved)
+    if not _template_usable(c, spec, st, tmpl) or not _gate_open(c, spec, st, cache):
+        return False
+    deadline = c.now + datetime.timedelta(seconds=spec.timeout_seconds)
+    st.candidate = {
+        "name": st.name,
+        "createdAt": format_time(c.now),
+        "deadline": format_time(deadline),
+    }
+    return True
+
+
+def _template_usable(c: _Composer, spec: ExperimentSpec, st: RunState, tmpl: Resolved) -> bool:
+    """The gauntlet CronJob exists and has containers; else the run is Blocked."""
+    ref = f"{c.inputs.namespace}/{spec.gauntlet.templateRef.name}"
+    if not tmpl.items:
+        c.blocked(st, "TemplateNotFound", f"CronJob {ref} (spec.gauntlet.templateRef) not found")
+        return False
+    containers = structs.get(
+        tmpl.items[0], "spec", "jobTemplate", "spec", "template", "spec", "containers"
+    )
+    if not containers:
+        c.blocked(
+            st,
+            "TemplateInvalid",
+            f"CronJob {ref} (spec.gauntlet.templateRef) has no "
+            "spec.jobTemplate.spec.template.spec.containers",
+        )
+        return False
+    return True
+
+
+def _gate_open(c: _Composer, spec: ExperimentSpec, st: RunState, cache: Any) -> bool:
+    """No artifact gate, or an open one (recorded in ``st.gate``); else the run is Blocked."""
+    if spec.artifactGate is None:
+        return True
+    assert isinstance(cache, Resolved)
+    gate = evaluate_gate(spec, c.inputs.namespace, cache.items[0] if cache.items else None)
+    if gate.reason is not None:
+        c.out.condition("ArtifactGate", "False", gate.reason, gate.message)
+        c.blocked(st, gate.reason, gate.message)
+        return False
+    c.out.condition("ArtifactGate", "True", "ArtifactGateOpen", gate.message)
+    st.gate = gate.record
+    return True
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where the gauntlet runs: the candidate's serving replica and its cluster."""
+
+    cluster: str
+    endpoint: str
+    provider_config: dict[str, Any]
+    cronjob: Any
+
+
+@dataclass
+class ActiveRun:
+    """An admitted run and what Crossplane observed of it in this call."""
+
+    c: _Composer
+    spec: ExperimentSpec
+    st: RunState
+    deadline: datetime.datetime
+    cand_obs: Any
+    job_obs: Any
+    replicas: Any
+
+    @classmethod
+    def observe(cls, c: _Composer, spec: ExperimentSpec, st: RunState) -> ActiveRun:
+        inputs = c.inputs
+        created = parse_time(st.candidate.get("createdAt")) or c.now
+        deadline = parse_time(st.candidate.get("deadline")) or (
+            created + datetime.timedelta(seconds=spec.timeout_seconds)
+        )
+        cand_obs = inputs.observed_body(candidate_key(st.number))
+        job_obs = inputs.observed_body(job_key(st.number))
+        replicas: Any = UNRESOLVED
+        if cand_obs is not None:
+            c.out.require(
+                REQ_REPLICAS,
+                API_VERSION,
+                "ModelReplica",
+                match_labels={LABEL_DEPLOYMENT: label_value(st.name)},
+                namespace=inputs.namespace,
+            )
+            replicas = inputs.required(REQ_REPLICAS)
+        return cls(c, spec, st, deadline, cand_obs, job_obs, replicas)
+
+    def verdict(self, reason: str, summary: str, at: datetime.datetime) -> bool:
+        self.c.verdict(self.spec, self.st, reason, summary, at)
+        return True
+
+    # -- the verdict, when this call can decide it
+    def decided(self) -> bool:
+        """Record the verdict if the run is decided (in this order); True when it was."""
+        if (
+            self.job_finished()
+            or self.deadline_passed()
+            or self.candidate_lost()
+            or self.replica_left()
+            or self.candidate_failed()
+        ):
+            return True
+        if self.cand_obs is not None and not self.st.candidate.get("seen"):
+            self.st.candidate["seen"] = True
+        return False
+
+    def job_finished(self) -> bool:
+        """A finished Job decides, if it finished before the deadline."""
+        if self.job_obs is None:
+            return False
+        result = job_result(self.job_obs, self.c.inputs.name, self.st)
+        if result is None:
+            return False
+        if result.finished_at is not None and result.finished_at > self.deadline:
+            return self.verdict(
+                TIMED_OUT,
+                f"{result.summary}, after the deadline {format_time(self.deadline)}",
+                result.finished_at,
+            )
+        return self.verdict(
+            PASSED if result.passed else FAILED, result.summary, result.finished_at or self.c.now
+        )
+
+    def deadline_passed(self) -> bool:
+        if self.c.now < self.deadline:
+            return False
+        if self.st.gauntlet:
+            what = "the gauntlet did not finish"
+        elif candidate_ready(self.cand_obs):
+            what = "the candidate was Ready but its endpoint or cluster was never found"
+        else:
+            what = "the candidate never became Ready"
+        return self.verdict(
+            TIMED_OUT,
+            f"{what} within {self.spec.timeout} (deadline {format_time(self.deadline)})",
+            self.c.now,
+        )
+
+    def candidate_lost(self) -> bool:
+        """The candidate disappeared after it was seen."""
+        if self.cand_obs is not None or not self.st.candidate.get("seen"):
+            return False
+        return self.verdict(
+            CANDIDATE_LOST, f"candidate ModelDeployment {self.st.name} disappeared", self.c.now
+        )
+
+    def replica_left(self) -> bool:
+        """The replica the gauntlet runs against left its cluster (moved or deleted)."""
+        g = self.st.gauntlet
+        if not g or not isinstance(self.replicas, Resolved):
+            return False
+        on = [
+            r
+            for r in self.replicas.items
+            if structs.get_str(r, "spec", "clusterName") == g["cluster"]
+            and structs.get(r, "metadata", "deletionTimestamp") is None
+        ]
+        if on:
+            return False
+        return self.verdict(
+            CANDIDATE_LOST,
+            f"candidate {self.st.name} no longer has a replica on {g['cluster']}, "
+            f"where the gauntlet runs against {g['endpoint']}",
+            self.c.now,
+        )
+
+    def candidate_failed(self) -> bool:
+        """The candidate can never become ready."""
+        if self.cand_obs is None:
+            return False
+        why = candidate_failure(self.cand_obs, self.replicas)
+        if why is None:
+            return False
+        return self.verdict(CANDIDATE_FAILED, f"candidate {self.st.name} {why}", self.c.now)
+
+    # -- no verdict yet: compose the candidate, then the Job
+    def proceed(self) -> None:
+        c, out, st = self.c, self.c.out, self.st
+        out.requeue_after(min(c.poll, max(1.0, (self.deadline - c.now).total_seconds())))
+        out.condition("Runnable", "True", "Admitted", c.admitted_message(st))
+        out.add(candidate_key(st.number), candidate_body(c.inputs, c.inputs.spec, st))
+        if st.gauntlet:
+            self.evaluating()
+        elif not candidate_ready(self.cand_obs):
+            self.phase("Deploying", f"candidate {st.name}: {candidate_progress(self.cand_obs)}")
+        else:
+            self.serving()
+
+    @property
+    def left(self) -> str:
+        # The deadline, not the time left: a condition message that changes on every call
+        # would rewrite the XR's status on every reconcile.
+        return format_time(self.deadline)
+
+    def phase(self, phase: str, msg: str) -> None:
+        self.c.set_phase(phase, phase, msg)
+        self.c.out.condition("Verdict", "Unknown", phase, f"{msg}; deadline {self.left}")
+
+    def evaluating(self) -> None:
+        """The Job was composed; keep it as it was (a Job's pod template is immutable)."""
+        c, st = self.c, self.st
+        if self.job_obs is not None:
+            c.out.keep(job_key(st.number), self.job_obs)
+            err = sync_error(self.job_obs)
+            msg: str | None = job_message(st)
+            if err:
+                msg = f"{msg} (provider reports: {err})"
+        else:
+            tmpl = c.require_template(self.spec)
+            if tmpl is UNRESOLVED:
+                c.waiting(st, "waiting for Crossplane to resolve the gauntlet CronJob")
+                return
+            assert isinstance(tmpl, Resolved)
+            if not tmpl.items:
+                c.release_for_template(self.spec, st)
+                return
+            msg = self.add_job(tmpl.items[0])
+        if msg is not None:
+            self.phase("Evaluating", msg)
+
+    def add_job(self, cronjob: Any) -> str | None:
+        """Compose the gauntlet Job from ``st.gauntlet``; None when the CronJob is unusable
+        (the run is then Blocked)."""
+        c, st = self.c, self.st
+        try:
+            body = gauntlet_object(c.inputs, self.spec, st, cronjob)
+        except ValueError as e:
+            st.gauntlet = {}
+            c.release_for_template(self.spec, st, invalid=str(e))
+            return None
+        c.out.add(job_key(st.number), body)
+        return job_message(st)
+
+    def serving(self) -> None:
+        """Ready: find where it serves, then compose the Job."""
+        found = self.serving_replica()
+        target = self.target(*found) if isinstance(found, tuple) else found
+        if isinstance(target, str):
+            self.phase("Serving", target)
+        elif target is not None:
+            self.start_job(target)
+
+    def serving_replica(self) -> tuple[str, str] | str | None:
+        """``(cluster, endpoint)``, a message to wait with, or None when waiting for
+        Crossplane."""
+        if self.replicas is UNRESOLVED:
+            self.c.waiting(
+                self.st, "waiting for Crossplane to resolve the candidate's ModelReplicas"
+            )
+            return None
+        assert isinstance(self.replicas, Resolved)
+        found = serving_replica(self.replicas, self.st.name)
+        if found is None:
+            return (
+                f"candidate {self.st.name} is Ready; waiting for its replica to report an endpoint"
+            )
+        return found
+
+    def target(self, cluster_name: str, endpoint: str) -> _Target | str | None:
+        """The cluster's provider config and the CronJob; a message to wait with; or None
+        when waiting for Crossplane or Blocked."""
+        c, st, out = self.c, self.st, self.c.out
+        out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=cluster_name)
+        tmpl = c.require_template(self.spec)
+        cluster = c.inputs.required(REQ_CLUSTER)
+        if cluster is UNRESOLVED or tmpl is UNRESOLVED:
+            c.waiting(st, "waiting for Crossplane to resolve the candidate's cluster")
+            return None
+        assert isinstance(cluster, Resolved) and isinstance(tmpl, Resolved)
+        if not tmpl.items:
+            c.release_for_template(self.spec, st)
+            return None
+        if not cluster.items:
+            return f"candidate {st.name} serves on {cluster_name}: InferenceCluster not found"
+        pc = provider_config_ref(cluster.items[0])
+        if pc is None:
+            return f"candidate {st.name} serves on {cluster_name}: no status.providerConfigRef yet"
+        return _Target(cluster_name, endpoint, pc, tmpl.items[0])
+
+    def start_job(self, target: _Target) -> None:
+        c, st = self.c, self.st
+        # Time before the recorded start counts as zero: a clock behind createdAt (skew)
+        # never gives the Job more than the timeout.
+        created = parse_time(st.candidate.get("createdAt")) or c.now
+        remaining = min(
+            math.ceil((self.deadline - max(c.now, created)).total_seconds()),
+            math.ceil(self.spec.timeout_seconds),
+        )
+        st.gauntlet = {
+            "job": gauntlet_job_name(c.inputs.namespace, st.name),
+            "cluster": target.cluster,
+            "endpoint": target.endpoint,
+            "providerConfig": target.provider_config,
+            "activeDeadlineSeconds": max(1, remaining),
+            "startedAt": format_time(c.now),
+        }
+        msg = self.add_job(target.cronjob)
+        if msg is not None:
+            self.phase("Evaluating", msg)

@@ -1,0 +1,211 @@
+"""ModelExperiment run state: what the XR's status remembers between calls.
+
+The function is stateless; ``status.run``, ``runNumber``, ``runGeneration``,
+``specHash``, ``candidate``, ``gauntlet``, ``gate``, ``verdict``, ``nextRunAt`` and
+``history[]`` carry a run from one call to the next. Status is input like any other:
+a field of the wrong shape is treated as absent, never trusted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from function.api.modelexperiment import ExperimentSpec
+from function.composers.experiment.names import VERDICT_REASONS, run_name
+from function.core import structs
+from function.core.inputs import Inputs
+from function.core.timeutil import parse_time
+from function.naming import DNS1123_LABEL, MAX_LABEL
+
+
+def _whole(value: Any) -> Any:
+    """Turn whole floats back into ints (a Struct holds only doubles: 3 reads as 3.0)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
+
+
+CANDIDATE_FIELDS = {
+    "name": str,
+    "createdAt": str,
+    "deadline": str,
+    "seen": bool,
+    "releasedAt": str,
+}
+GATE_FIELDS = {"cache": str, "uid": str, "generation": int, "commit": str, "digest": str}
+MAX_COUNT = 10**9
+
+
+def whole_count(v: Any) -> int:
+    """A non-negative whole number from status, 0 when it is anything else."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return 0
+    if v != int(v) or not 0 <= v <= MAX_COUNT:
+        return 0
+    return int(v)
+
+
+def _shape(v: Any, fields: dict[str, type]) -> dict[str, Any]:
+    """The fields of ``v`` that have the expected type (others are dropped)."""
+    if not isinstance(v, dict):
+        return {}
+    return {
+        k: v[k]
+        for k, t in fields.items()
+        if k in v and isinstance(v[k], t) and not (t is int and isinstance(v[k], bool))
+    }
+
+
+def _gauntlet(v: Any) -> dict[str, Any]:
+    """The recorded gauntlet Job, or {} unless every field it is rebuilt from is sound."""
+    g = _shape(
+        v,
+        {
+            "job": str,
+            "cluster": str,
+            "endpoint": str,
+            "providerConfig": dict,
+            "activeDeadlineSeconds": int,
+            "startedAt": str,
+        },
+    )
+    pc = _shape(g.get("providerConfig"), {"kind": str, "name": str})
+    if not (g.get("job") and g.get("cluster") and g.get("endpoint") and pc.get("name")):
+        return {}
+    if not DNS1123_LABEL.match(g["job"]) or len(g["job"]) > MAX_LABEL:
+        return {}
+    g["providerConfig"] = {"kind": pc.get("kind") or "ClusterProviderConfig", "name": pc["name"]}
+    g["activeDeadlineSeconds"] = max(1, min(int(g.get("activeDeadlineSeconds", 1)), MAX_COUNT))
+    return g
+
+
+def _verdict(v: Any) -> dict[str, Any]:
+    """A recorded verdict, or {} when it is not one."""
+    out = _shape(v, {"pass": bool, "reason": str, "summary": str, "completedAt": str})
+    if "pass" not in out or out.get("reason") not in VERDICT_REASONS:
+        return {}
+    return out
+
+
+def _record(v: Any) -> dict[str, Any]:
+    """A history record, or {} when it is not one."""
+    rec = _verdict(v)
+    extra = _shape(v, {"run": str, "number": int, "job": str})
+    if not rec or not extra.get("run") or not 1 <= extra.get("number", 0) <= MAX_COUNT:
+        return {}
+    return {
+        "run": extra["run"],
+        "number": extra["number"],
+        **rec,
+        **({"job": extra["job"]} if extra.get("job") else {}),
+    }
+
+
+@dataclass
+class RunState:
+    """What the XR's status remembers between calls (the function is stateless)."""
+
+    number: int = 0
+    name: str = ""
+    spec_hash: str = ""
+    generation: int = 0
+    candidate: dict[str, Any] = field(default_factory=dict)
+    gauntlet: dict[str, Any] = field(default_factory=dict)
+    gate: dict[str, Any] = field(default_factory=dict)
+    verdict: dict[str, Any] = field(default_factory=dict)
+    next_run_at: str = ""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    phase: str = ""
+
+    @classmethod
+    def read(cls, inputs: Inputs) -> RunState:
+        """Read the run state from the XR's last written status.
+
+        Status is input like any other: a field of the wrong shape (an edit by hand,
+        an older version of the function) is treated as absent, never trusted.
+        """
+
+        def small(key: str) -> Any:
+            return _whole(structs.to_py(inputs.status(key)))
+
+        number = whole_count(inputs.status("runNumber"))
+        hist = small("history")
+        history = [h for h in (_record(x) for x in hist) if h] if isinstance(hist, list) else []
+        return cls(
+            number=number,
+            name=run_name(inputs.name, number) if number else "",
+            spec_hash=structs.get_str(inputs.xr, "status", "specHash"),
+            generation=whole_count(inputs.status("runGeneration")),
+            candidate=_shape(small("candidate"), CANDIDATE_FIELDS),
+            gauntlet=_gauntlet(small("gauntlet")),
+            gate=_shape(small("gate"), GATE_FIELDS),
+            verdict=_verdict(small("verdict")),
+            next_run_at=structs.get_str(inputs.xr, "status", "nextRunAt"),
+            history=history,
+            phase=structs.get_str(inputs.xr, "status", "phase"),
+        )
+
+    def start(self, experiment: str, number: int, hash_: str, generation: int) -> None:
+        """Begin run ``number`` with nothing admitted yet."""
+        self.number = number
+        self.name = run_name(experiment, number)
+        self.spec_hash = hash_
+        self.generation = generation
+        self.candidate = {}
+        self.gauntlet = {}
+        self.gate = {}
+        self.verdict = {}
+        self.next_run_at = ""
+
+    def archive(self) -> None:
+        """Move the current run's verdict into history (newest last)."""
+        if not self.verdict:
+            return
+        rec = {"run": self.name, "number": self.number, **self.verdict}
+        if self.gauntlet.get("job"):
+            rec["job"] = self.gauntlet["job"]
+        self.history.append(rec)
+
+    def to_status(self) -> dict[str, Any]:
+        """The status fields this composer owns (written in full on every call)."""
+        st: dict[str, Any] = {
+            "run": self.name,
+            "runNumber": self.number,
+            "runGeneration": self.generation,
+            "specHash": self.spec_hash,
+            "history": self.history,
+        }
+        for key, val in (
+            ("candidate", self.candidate),
+            ("gauntlet", self.gauntlet),
+            ("gate", self.gate),
+            ("verdict", self.verdict),
+        ):
+            if val:
+                st[key] = val
+        if self.next_run_at:
+            st["nextRunAt"] = self.next_run_at
+        return st
+
+
+def next_run(spec: ExperimentSpec, st: RunState) -> datetime.datetime | None:
+    """When the next run starts: ``repeatAfter`` after a passed run's ``completedAt``.
+
+    None for a one-shot experiment, a run without a verdict, or a failed run (failed
+    runs are terminal). Computed from the current spec, so a changed ``repeatAfter``
+    applies at once. A verdict without a readable time falls back to the recorded
+    ``nextRunAt``, else is due now.
+    """
+    if spec.repeat_seconds <= 0 or st.verdict.get("pass") is not True:
+        return None
+    done = parse_time(st.verdict.get("completedAt"))
+    if done is None:
+        return parse_time(st.next_run_at) or datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return done + datetime.timedelta(seconds=spec.repeat_seconds)

@@ -1,0 +1,351 @@
+"""The ModelReplica composer: decisions only (see the package docstring).
+
+Reads the requirements and the hydration gate, asks :mod:`.children` for the plan of
+this distinct input (memoized), and reports status from the observed workloads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.struct_pb2 import ListValue, Struct
+
+from function import API_VERSION, naming
+from function.composers.replica import children
+from function.composers.replica.children import Defaults, Head, PlanKey, canonical
+from function.composers.replica.lifecycle import Times, gate_lifted_at, record_serving, was_gated
+from function.composers.replica.names import (
+    CONDITION,
+    REQ_CACHE,
+    REQ_CLUSTER,
+    REQ_HYDRATION,
+    WORKLOAD_PREFIX,
+)
+from function.core import structs
+from function.core.inputs import UNRESOLVED, Inputs, Resolved
+from function.core.outcome import Outcome
+from function.manifests import workloads as wl
+from function.manifests.objects import provider_config_ref, sync_error
+from function.serving.flashloader import FlashLoader
+
+# Status fields this composer owns, with the type it writes (echoed while undecided).
+_STATUS_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "phase": str,
+    "message": str,
+    "endpoint": str,
+    "cluster": str,
+    "engines": (ListValue, list),
+    "hydration": (Struct, dict),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """Compose nothing new; keep what exists exactly; report ``reason``; not ready.
+
+    Attributes:
+        reason: The ``ModelReady`` reason.
+        message: Its message (and, with ``warn``, a Warning event's).
+        hydration: ``status.hydration`` to write, if any.
+        phase: ``status.phase``.
+        warn: Also emit a Warning.
+        cache_gate: The replica waits for its cache (``CacheNotFound``,
+            ``HydrationNotFound``, ``Hydrating``, ``HydrationFailed``). Before it first
+            served, that drops ``status.hydrationReadyAt``: its cold start counts from
+            the next time the gate lifts.
+    """
+
+    reason: str
+    message: str
+    hydration: dict[str, Any] | None = None
+    phase: str = "Pending"
+    warn: bool = False
+    cache_gate: bool = False
+
+
+@dataclass(slots=True)
+class _Call:
+    """One call: the request, the outcome being built, the valid spec's head and the
+    lifecycle timestamps carried in status."""
+
+    inputs: Inputs
+    out: Outcome
+    head: Head
+    times: Times
+
+
+def compose(inputs: Inputs) -> Outcome:
+    """Compose one ModelReplica (see the package docstring, "Hot path" for the memoization).
+
+    Raises:
+        SpecError: for an invalid spec, a user env entry that sets a reserved name,
+            or an invalid flash-loader or ``/dev/shm`` setting (named with its level).
+    """
+    out = Outcome()
+    spec_key = canonical(inputs.xr, "spec")
+    head = children.head(spec_key)
+    hyd_name = _require(inputs, out, head)
+    defaults = Defaults.of(inputs.settings)
+    shm = children.shm(defaults, head.shm)
+    c = _Call(inputs, out, head, Times.carried(inputs))
+
+    cluster_req = inputs.required(REQ_CLUSTER)
+    cache_req = inputs.required(REQ_CACHE) if head.cache is not None else None
+    hyd_req = inputs.required(REQ_HYDRATION) if head.cache is not None else None
+    if UNRESOLVED in (cluster_req, cache_req, hyd_req):
+        return _unresolved(c)
+    assert isinstance(cluster_req, Resolved)
+    cluster = _cluster(head, cluster_req)
+    if isinstance(cluster, Gate):
+        return _gate(c, cluster)
+    gpu_pools, pc = cluster
+
+    flash: FlashLoader | None = None
+    hydration: dict[str, Any] | None = None
+    if head.cache is not None:
+        assert isinstance(cache_req, Resolved) and isinstance(hyd_req, Resolved)
+        cached = _cache(c, defaults, cache_req, hyd_name, hyd_req)
+        if isinstance(cached, Gate):
+            return _gate(c, cached)
+        flash, hydration = cached
+
+    plan = children.plan(
+        PlanKey(
+            inputs.name, inputs.namespace, spec_key, pc["kind"], pc["name"], gpu_pools, shm, flash
+        )
+    )
+    return _apply(c, plan, hydration)
+
+
+def _require(inputs: Inputs, out: Outcome, head: Head) -> str:
+    """Ask for the cluster and, with a cache, the ModelCache and the hydration of (cache,
+    cluster); returns the hydration's name ("" without a cache)."""
+    ns = inputs.namespace
+    out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=head.clusterName)
+    if head.cache is None:
+        return ""
+    hyd_name = naming.hydration_name(ns, head.cache, head.clusterName)
+    out.require(REQ_CACHE, API_VERSION, "ModelCache", match_name=head.cache, namespace=ns)
+    out.require(
+        REQ_HYDRATION, API_VERSION, "ModelCacheHydration", match_name=hyd_name, namespace=ns
+    )
+    return hyd_name
+
+
+def _cluster(head: Head, cluster_req: Resolved) -> Gate | tuple[bytes, dict[str, str]]:
+    """The cluster's ``status.gpuPools`` (canonical form) and provider config, or a gate."""
+    if not cluster_req.items:
+        return Gate("ClusterNotFound", f"InferenceCluster {head.clusterName} not found", warn=True)
+    cluster = cluster_req.items[0]
+    pc = provider_config_ref(cluster)
+    if pc is None:
+        return Gate(
+            "ClusterNotReady",
+            f"InferenceCluster {head.clusterName} reports no status.providerConfigRef yet",
+        )
+    return canonical(structs.sub(cluster, "status"), "gpuPools"), pc
+
+
+def _cache(
+    c: _Call, defaults: Defaults, cache_req: Resolved, hyd_name: str, hyd_req: Resolved
+) -> Gate | tuple[FlashLoader | None, dict[str, Any]]:
+    """The effective flash loader and ``status.hydration`` once the hydration is Ready,
+    or the gate that holds the replica back."""
+    inputs, head = c.inputs, c.head
+    ref = f"{inputs.namespace}/{head.cache}"
+    if not cache_req.items:
+        return Gate("CacheNotFound", f"ModelCache {ref} not found", warn=True, cache_gate=True)
+    fl = children.flash(
+        defaults,
+        canonical(structs.sub(cache_req.items[0], "spec"), "flashLoader"),
+        canonical(structs.sub(inputs.xr, "spec"), "flashLoader"),
+        f"ModelCache {ref} spec.flashLoader",
+    )
+    flash = fl if fl.enabled else None
+    if flash is not None:
+        children.check_flash_fits(c.out, flash, cache_req.items[0], ref)
+    hydration = _hydration(c, hyd_name, hyd_req)
+    if isinstance(hydration, Gate):
+        return hydration
+    return flash, hydration
+
+
+def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, Any]:
+    """``status.hydration`` of a Ready hydration, or the gate (not found, failed, not
+    Ready yet). Records when the gate lifted for a replica that waited for it."""
+    cache, cluster = c.head.cache, c.head.clusterName
+    if not hyd_req.items:
+        return Gate(
+            "HydrationNotFound",
+            f"cache {cache} has no ModelCacheHydration {hyd_name} for cluster "
+            f"{cluster}; the cluster is outside the cache's footprint "
+            "or not staged yet",
+            hydration={"name": hyd_name, "phase": "NotFound", "message": "not found"},
+            cache_gate=True,
+        )
+    hyd_status = structs.sub(hyd_req.items[0], "status")
+    phase = structs.sval(hyd_status, "phase") or "Pending"
+    msg = structs.sval(hyd_status, "message")
+    hydration = {"name": hyd_name, "phase": phase, "message": msg or f"hydration is {phase}"}
+    if phase == "Failed":
+        return Gate(
+            "HydrationFailed",
+            f"hydration of cache {cache} failed on cluster {cluster}: {msg or 'no message'}",
+            hydration=hydration,
+            phase="Failed",
+            warn=True,
+            cache_gate=True,
+        )
+    if phase != "Ready":
+        return Gate(
+            "Hydrating",
+            f"waiting for cache {cache} on cluster {cluster}: hydration is {phase}"
+            + (f" ({msg})" if msg else ""),
+            hydration=hydration,
+            phase="Hydrating",
+            cache_gate=True,
+        )
+    times = c.times
+    if times.serving_since is None and times.hydration_ready is None and was_gated(c.inputs):
+        times.hydration_ready = gate_lifted_at(hyd_status, times.created, c.inputs.now)
+    return hydration
+
+
+def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> Outcome:
+    """Apply ``plan`` to this call: desire its children; status from the observed workloads.
+
+    In the call where every engine first serves, records ``status.servingSince`` and
+    observes the cold start (:func:`.lifecycle.record_serving`).
+    """
+    inputs, out, times = c.inputs, c.out, c.times
+    out.results.extend(plan.results)
+    if plan.gate is not None:
+        reason, message = plan.gate
+        return _gate(c, Gate(reason, message, hydration=hydration, warn=True))
+    for key, body in plan.bodies():
+        out.add(key, body)
+    engines_status = [_engine_status(inputs, e) for e in plan.engines]
+    status: dict[str, Any] = {"cluster": c.head.clusterName, "engines": engines_status}
+    if hydration is not None:
+        status["hydration"] = hydration
+    n = len(engines_status)
+    if all(e["ready"] for e in engines_status):
+        url = plan.url
+        status.update(phase="Serving", message=f"{n}/{n} engines serving at {url}", endpoint=url)
+        out.condition(CONDITION, "True", "Serving", status["message"])
+        out.ready = True
+        if times.serving_since is None:
+            kinds = {e.kind for e in plan.engines}
+            record_serving(inputs, out, kinds, times, c.head.cache)
+    else:
+        ready = sum(1 for e in engines_status if e["ready"])
+        waiting = ", ".join(
+            f"{e['name']} ({e['message']})" if e.get("message") else e["name"]
+            for e in engines_status
+            if not e["ready"]
+        )
+        msg = f"{ready}/{n} engines serving; waiting for {waiting}"
+        status.update(phase="Starting", message=msg)
+        out.condition(CONDITION, "False", "Starting", msg)
+        out.ready = False
+        out.requeue_after(inputs.settings.poll_seconds)
+    times.write(status)
+    out.status.update(status)
+    return out
+
+
+def _engine_status(inputs: Inputs, e: children.EnginePlan) -> dict[str, Any]:
+    """``status.engines[]`` entry of engine ``e``: whether its workload serves, and why not."""
+    serves, why = _serving(inputs, e.key, e.kind)
+    entry: dict[str, Any] = {"name": e.name, "kind": e.kind, "workload": e.workload}
+    entry["ready"] = serves
+    if why:
+        entry["message"] = why
+    return entry
+
+
+def _serving(inputs: Inputs, key: str, kind: str) -> tuple[bool, str]:
+    """Whether the observed workload Object serves, and why not."""
+    obj = inputs.observed_body(key)
+    if obj is None:
+        return False, "not created yet"
+    status = structs.sub(obj, "status")
+    # observed_manifest(obj), reading each level once
+    manifest = structs.get(structs.sub(status, "atProvider"), "manifest")
+    remote_status = structs.sub(manifest, "status") if isinstance(manifest, Struct) else None
+    if not _conditions_ok(status) or not _conditions_ok(remote_status):
+        return False, "reports malformed status.conditions"
+    err = sync_error(obj)
+    if err:
+        return False, f"not applied: {err}"
+    if manifest is None:
+        return False, "not observed yet"
+    if kind == "LeaderWorkerSet":
+        ok = wl.lws_serving(manifest)
+        have, unit = _count(manifest, "status", "readyReplicas"), "groups ready"
+    else:
+        ok = wl.deployment_serving(manifest)
+        have, unit = _count(manifest, "status", "availableReplicas"), "pods available"
+    if ok:
+        return True, ""
+    return False, f"{have}/{_count(manifest, 'spec', 'replicas')} {unit}"
+
+
+def _conditions_ok(status: Struct | None) -> bool:
+    """Whether ``status.conditions`` is absent, null or a list (``status`` may be None)."""
+    if status is None:
+        return True
+    c = status.fields.get("conditions")
+    return c is None or c.WhichOneof("kind") in (None, "null_value", "list_value")
+
+
+def _count(node: Any, *path: str) -> int:
+    v = structs.get(node, *path)
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+def _hold_observed(inputs: Inputs, out: Outcome) -> bool:
+    """Keep every observed child exactly; True when a workload is among them."""
+    has_workload = False
+    for key in sorted(inputs.observed):
+        out.keep(key, inputs.observed[key].resource)
+        has_workload = has_workload or key.startswith(WORKLOAD_PREFIX)
+    return has_workload
+
+
+def _unresolved(c: _Call) -> Outcome:
+    """A requirement is not resolved yet: keep everything, echo the last status."""
+    inputs, out = c.inputs, c.out
+    _hold_observed(inputs, out)
+    for key, kind in _STATUS_FIELDS.items():
+        v = inputs.status(key)
+        if isinstance(v, kind):
+            out.status[key] = v
+    c.times.write(out.status)
+    out.condition(CONDITION, "Unknown", "Resolving", "waiting for required resources")
+    return out
+
+
+def _gate(c: _Call, gate: Gate) -> Outcome:
+    """Apply ``gate``: compose nothing new, keep what exists exactly; not ready."""
+    inputs, out, times = c.inputs, c.out, c.times
+    if gate.cache_gate and times.serving_since is None:
+        times.hydration_ready = None
+    message = gate.message
+    if _hold_observed(inputs, out):
+        message = f"{message}; the existing workload is kept as it is"
+    status: dict[str, Any] = {"phase": gate.phase, "message": message}
+    cluster = structs.get_str(inputs.xr, "spec", "clusterName")
+    if cluster:
+        status["cluster"] = cluster
+    if gate.hydration is not None:
+        status["hydration"] = gate.hydration
+    times.write(status)
+    out.status.update(status)
+    out.condition(CONDITION, "False", gate.reason, message)
+    if gate.warn:
+        out.warning(message, gate.reason)
+    out.ready = False
+    out.requeue_after(inputs.settings.poll_seconds)
+    return out

@@ -1,0 +1,21 @@
+"""ModelReplica names: its condition, requirements and composition resources."""
+
+from __future__ import annotations
+
+# The replica's own condition (True while every engine serves).
+CONDITION = "ModelReady"
+REQ_CLUSTER = "cluster"
+REQ_CACHE = "cache"
+REQ_HYDRATION = "hydration"
+SERVICE_KEY = "service"
+WORKLOAD_PREFIX = "workload-"
+
+
+def workload_key(engine: str) -> str:
+    """Composition-resource name of an engine's workload Object."""
+    return f"{WORKLOAD_PREFIX}{engine}"
+
+
+def claim_key(engine: str, role: str) -> str:
+    """Composition-resource name of a member's ResourceClaimTemplate Object."""
+    return f"claim-{engine}-{role.lower()}"
