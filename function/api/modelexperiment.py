@@ -26,6 +26,10 @@ Shape (``modelplane.ai/v1alpha1`` ModelExperiment, namespaced)::
 The same rules are enforced at admission by the XRD's CEL rules
 (``compositions/modelexperiment/definition.yaml``); the function checks them again
 because an XR may reach it without admission (render, an older XRD).
+
+This module also owns the ModelExperiment's status contract (written by
+:mod:`function.composers.experiment`): the :data:`VERDICT` condition and its reasons
+(:data:`VERDICT_REASONS`), which the metrics labels read.
 """
 
 from __future__ import annotations
@@ -368,3 +372,17 @@ def spec_hash(spec: ExperimentSpec) -> str:
     doc["gauntlet"]["env"] = [list(p) for p in spec.gauntlet.sorted_env()]
     raw = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+# ---- status contract (written by function.composers.experiment; read by the metrics
+# labels, function.ops.metrics) ------------------------------------------------------
+
+# The experiment's verdict condition; its reason is one of VERDICT_REASONS once decided.
+VERDICT = "Verdict"
+# Verdict reasons (status.verdict.reason, the Verdict condition).
+PASSED = "GauntletPassed"
+FAILED = "GauntletFailed"
+TIMED_OUT = "TimedOut"
+CANDIDATE_FAILED = "CandidateFailed"
+CANDIDATE_LOST = "CandidateLost"
+VERDICT_REASONS = frozenset({PASSED, FAILED, TIMED_OUT, CANDIDATE_FAILED, CANDIDATE_LOST})

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from function.api.inferencecluster import provider_config_ref as provider_config_ref
 from function.core import structs
 from function.naming import LABEL_MANAGED_BY, MANAGED_BY
 

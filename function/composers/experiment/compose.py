@@ -5,11 +5,16 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from function.api.modelexperiment import ExperimentSpec, parse_spec, spec_hash
-from function.composers.experiment.children import evidence_body, served_name_overrides
-from function.composers.experiment.names import (
+from function.api.modelexperiment import (
     FAILED,
     PASSED,
+    VERDICT,
+    ExperimentSpec,
+    parse_spec,
+    spec_hash,
+)
+from function.composers.experiment.children import evidence_body, served_name_overrides
+from function.composers.experiment.names import (
     REQ_CLUSTER,
     REQ_REPLICAS,
     REQ_TEMPLATE,
@@ -151,7 +156,7 @@ class _Composer:
         msg = f"invalid spec: {e}"
         self.set_phase("Blocked", "InvalidSpec", msg)
         out.condition("Runnable", "False", "InvalidSpec", msg)
-        out.condition("Verdict", "Unknown", "InvalidSpec", "no run while the spec is invalid")
+        out.condition(VERDICT, "Unknown", "InvalidSpec", "no run while the spec is invalid")
         if st.number:
             out.status.update(st.to_status())
         out.ready = False
@@ -163,9 +168,9 @@ class _Composer:
         self.keep_evidence(st.number)
         summary = str(v.get("summary") or v.get("reason") or "verdict recorded")
         if v.get("pass") is True:
-            out.condition("Verdict", "True", str(v.get("reason", PASSED)), summary)
+            out.condition(VERDICT, "True", str(v.get("reason", PASSED)), summary)
         else:
-            out.condition("Verdict", "False", str(v.get("reason", FAILED)), summary)
+            out.condition(VERDICT, "False", str(v.get("reason", FAILED)), summary)
         if spec.suspend:
             self.set_phase("Suspended", "Suspended", "spec.suspend is true; no new run starts")
             out.condition("Runnable", "False", "Suspended", "spec.suspend is true")
@@ -205,7 +210,7 @@ class _Composer:
         st.candidate, st.gauntlet, st.gate = {}, {}, {}
         self.set_phase("Suspended", "Suspended", "spec.suspend is true")
         out.condition("Runnable", "False", "Suspended", "spec.suspend is true")
-        out.condition("Verdict", "Unknown", "Suspended", f"run {st.name} has no verdict yet")
+        out.condition(VERDICT, "Unknown", "Suspended", f"run {st.name} has no verdict yet")
 
     def blocked(self, st: RunState, reason: str, message: str) -> None:
         out = self.out
@@ -214,7 +219,7 @@ class _Composer:
         st.candidate, st.gauntlet, st.gate = {}, {}, {}
         self.set_phase("Blocked", reason, message)
         out.condition("Runnable", "False", reason, message)
-        out.condition("Verdict", "Unknown", "Blocked", f"run {st.name} is blocked: {reason}")
+        out.condition(VERDICT, "Unknown", "Blocked", f"run {st.name} is blocked: {reason}")
         out.requeue_after(self.poll)
 
     def waiting(self, st: RunState, message: str) -> None:
@@ -227,7 +232,7 @@ class _Composer:
         if structs.get_str(self.inputs.xr, "status", "reason"):
             out.status["reason"] = structs.get_str(self.inputs.xr, "status", "reason")
         out.condition("Runnable", "Unknown", "Resolving", message)
-        out.condition("Verdict", "Unknown", "Pending", f"run {st.name} has no verdict yet")
+        out.condition(VERDICT, "Unknown", "Pending", f"run {st.name} has no verdict yet")
 
     def admitted_message(self, st: RunState) -> str:
         msg = f"run {st.name} admitted at {st.candidate.get('createdAt')}"

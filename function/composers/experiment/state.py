@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from function.api.modelexperiment import ExperimentSpec
-from function.composers.experiment.names import VERDICT_REASONS, run_name
+from function.api.modelexperiment import VERDICT_REASONS, ExperimentSpec
+from function.composers.experiment.names import run_name
 from function.core import structs
 from function.core.inputs import Inputs
 from function.core.timeutil import parse_time
