@@ -351,8 +351,11 @@ def parse_spec(spec: dict[str, Any]) -> ExperimentSpec:
     return parsed
 
 
-def spec_hash(spec: ExperimentSpec) -> str:
+def definition_hash(spec: ExperimentSpec) -> str:
     """A canonical hash of what defines a run: candidate, gauntlet, timeout and gate.
+
+    The experiment's ``status.specHash``: a change of it is a new run (as the backfill's
+    ``function.api.modelbackfill.definition_hash`` is a new attempt).
 
     ``suspend``, ``repeatAfter`` and ``historyLimit`` are excluded: pausing or
     rescheduling is not a different experiment. Maps are hashed with sorted keys

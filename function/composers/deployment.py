@@ -75,7 +75,7 @@ from typing import Any, Literal, TypeGuard
 from google.protobuf.struct_pb2 import ListValue, Struct
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from function import API_VERSION
+from function import API_GROUP, API_VERSION
 from function.api import inferencecluster
 from function.api.modelcachehydration import FAILED, PENDING, READY
 from function.api.modeldeployment import (
@@ -253,7 +253,7 @@ def _parse(inputs: Inputs) -> tuple[DeploymentSpec, LabelSelector]:
                 except ValidationError as err:
                     raise pydantic_errors(f"{f}.members[{mi}].nodeSelector", err) from None
     for k in spec.template.metadata.labels if spec.template.metadata else {}:
-        if k.startswith("modelplane.ai/"):
+        if k.startswith(f"{API_GROUP}/"):
             raise SpecError("spec.template.metadata.labels", f"key {k} uses the reserved prefix")
     names = [e.name for e in ts.engines]
     if len(set(names)) != len(names):

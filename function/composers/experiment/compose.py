@@ -10,8 +10,8 @@ from function.api.modelexperiment import (
     PASSED,
     VERDICT,
     ExperimentSpec,
+    definition_hash,
     parse_spec,
-    spec_hash,
 )
 from function.composers.experiment.children import evidence_body, served_name_overrides
 from function.composers.experiment.names import (
@@ -104,7 +104,7 @@ class _Composer:
     def advance(self, spec: ExperimentSpec, st: RunState) -> None:
         """Start run 1, or the next run on a spec change or when a passed run is due again."""
         inputs, out = self.inputs, self.out
-        h = spec_hash(spec)
+        h = definition_hash(spec)
         if st.number == 0:
             st.start(inputs.name, 1, h, inputs.generation)
         elif st.spec_hash != h:
