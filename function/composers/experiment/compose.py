@@ -142,17 +142,13 @@ class _Composer:
         Crossplane calls again with it resolved (its requirements loop), and only
         that last response is applied; until then nothing may be dropped.
         """
-        if all(n in self.inputs.required_resources for n in self.out.requirements):
-            return
-        for key, child in self.inputs.observed.items():
-            if key not in self.out.resources:
-                self.out.keep(key, child.resource)
+        if not self.out.final_iteration(self.inputs):
+            self.out.keep_observed(self.inputs)
 
     # -- bad input: say so, change nothing
     def invalid(self, st: RunState, e: SpecError) -> Outcome:
         out = self.out
-        for key, child in self.inputs.observed.items():
-            out.keep(key, child.resource)
+        out.keep_observed(self.inputs)
         msg = f"invalid spec: {e}"
         self.set_phase("Blocked", "InvalidSpec", msg)
         out.condition("Runnable", "False", "InvalidSpec", msg)
@@ -225,9 +221,7 @@ class _Composer:
     def waiting(self, st: RunState, message: str) -> None:
         """A requirement is not resolved yet: keep what exists, decide nothing."""
         out = self.out
-        for key, child in self.inputs.observed.items():
-            if key not in out.resources:
-                out.keep(key, child.resource)
+        out.keep_observed(self.inputs)
         out.status["phase"] = self.prev_phase or "Deploying"
         if structs.get_str(self.inputs.xr, "status", "reason"):
             out.status["reason"] = structs.get_str(self.inputs.xr, "status", "reason")

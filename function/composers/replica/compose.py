@@ -316,11 +316,8 @@ def _count(node: Any, *path: str) -> int:
 
 def _hold_observed(inputs: Inputs, out: Outcome) -> bool:
     """Keep every observed child exactly; True when a workload is among them."""
-    has_workload = False
-    for key in sorted(inputs.observed):
-        out.keep(key, inputs.observed[key].resource)
-        has_workload = has_workload or key.startswith(WORKLOAD_PREFIX)
-    return has_workload
+    out.keep_observed(inputs)
+    return any(key.startswith(WORKLOAD_PREFIX) for key in inputs.observed)
 
 
 def _unresolved(c: _Call) -> Outcome:
