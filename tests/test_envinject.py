@@ -6,7 +6,6 @@ import copy
 
 import pytest
 
-from function.api.modelcachehydration import CACHE_MOUNT_PATH
 from function.core.errors import SpecError
 from function.manifests import workloads as wl
 from function.serving.env import (
@@ -17,6 +16,7 @@ from function.serving.env import (
     set_env,
     unresolved,
 )
+from jobs.contract import CACHE_MOUNT_PATH
 
 # Kubernetes' expansion rules (third_party/forked/golang/expansion): $$ escapes a
 # $, $( without ) is literal, an unknown $(X) stays as written.

@@ -16,11 +16,10 @@ import celpy
 import pytest
 
 from function import naming
-from function.api.modelcachehydration import CACHE_MOUNT_PATH
 from function.composers.replica import CONDITION
 from function.manifests import workloads as wl
 from function.ops.settings import Settings
-from function.serving.env import FLASH_MOUNT_PATH
+from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
 from tests import harness as h
 from tests.replica_fixtures import (
     CACHE,

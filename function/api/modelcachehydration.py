@@ -22,8 +22,10 @@ condition reason (``BackoffLimitExceeded``, ``DeadlineExceeded``,
 https://kubernetes.io/docs/concepts/workloads/controllers/job/#terminal-job-conditions).
 The condition :data:`CONDITION` carries the phase as its reason.
 
-The weights a hydration writes are read where :data:`CACHE_MOUNT_PATH` mounts the cache
-PVC: the download Job writes there and every engine container reads there.
+The weights a hydration writes are read where ``jobs.contract.CACHE_MOUNT_PATH`` mounts
+the cache PVC: the download Job (``python -m jobs.hydrate``) writes there and every
+engine container reads there; that path, the completion marker and the result
+ConfigMap's keys are the contract of :mod:`jobs.contract`.
 """
 
 from __future__ import annotations
@@ -51,7 +53,3 @@ REASON_HYDRATED = "Hydrated"
 REASON_PVC_BIND_TIMEOUT = "PVCBindTimeout"
 # Warning reason (status message and event) when the latched PVC is gone or re-created.
 REASON_PVC_LOST = "PVCLost"
-
-# Where the cache PVC is mounted, in the download Job (read-write) and in every engine
-# container (read-only); the weights sit at the PVC's root.
-CACHE_MOUNT_PATH = "/mnt/models"

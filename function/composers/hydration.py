@@ -136,6 +136,13 @@ from function.naming import (
     labels_with_full,
     source_identity,
 )
+from jobs.contract import (
+    RESULT_COMMIT,
+    RESULT_DATA_KEY,
+    RESULT_DIGEST,
+    RESULT_IDENTITY,
+    RESULT_VALIDATED_AT,
+)
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -501,10 +508,10 @@ def _parse_evidence(raw: str, identity: str) -> tuple[str, str, str] | None:
         result = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(result, dict) or result.get("identity") != identity:
+    if not isinstance(result, dict) or result.get(RESULT_IDENTITY) != identity:
         return None
-    commit, digest = result.get("commit"), result.get("digest")
-    validated = parse_time(result.get("validatedAt"))
+    commit, digest = result.get(RESULT_COMMIT), result.get(RESULT_DIGEST)
+    validated = parse_time(result.get(RESULT_VALIDATED_AT))
     if not (
         isinstance(commit, str)
         and _COMMIT.match(commit)
@@ -929,12 +936,12 @@ class _Composer:
         """``{commit, digest, validatedAt}`` the download program reported for this source.
 
         Read from ``data.result`` of the observed result ConfigMap (JSON written by
-        ``python -m function.hydrate``); only a result for the current source
+        ``python -m jobs.hydrate``, keys in ``jobs.contract``); only a result for the current source
         identity with a 40-hex commit, a ``sha256:<64 hex>`` digest and an RFC 3339
         ``validatedAt`` counts (anything else is ignored, never written to status).
         """
         body = self.inputs.observed_body(RESULT_KEY)
-        raw = structs.sval(structs.sub(_manifest(body), "data"), "result")
+        raw = structs.sval(structs.sub(_manifest(body), "data"), RESULT_DATA_KEY)
         found = _evidence(raw, self.identity) if raw else None
         if found is None:
             return None

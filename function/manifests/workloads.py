@@ -34,12 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from function.api.modelcachehydration import CACHE_MOUNT_PATH
 from function.core import structs
 from function.core.errors import SpecError
 from function.naming import LABEL_SERVING, LABEL_WORKLOAD
 from function.serving.env import (
-    FLASH_MOUNT_PATH,
     SHM_MOUNT_PATH,
     check_reserved,
     gang_env,
@@ -48,6 +46,7 @@ from function.serving.env import (
     set_env,
 )
 from function.serving.flashloader import FlashLoader
+from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH, FLASHLOAD_COMMAND
 
 ENGINE_CONTAINER = "engine"
 DEFAULT_ENGINE_PORT = 8000
@@ -301,13 +300,13 @@ def clone(v: Any) -> Any:
 def flash_container(fl: FlashLoader) -> dict[str, Any]:
     """The init container that copies the weights from the cache PVC to node-local memory.
 
-    It runs ``python -m function.flashload`` (the function's own image has it); a
-    custom ``image`` must accept the same command line.
+    It runs ``python -m jobs.flashload`` (the function's own image has it,
+    :mod:`jobs.contract`); a custom ``image`` must accept the same command line.
     """
     return {
         "name": FLASH_CONTAINER,
         "image": fl.image,
-        "command": ["python", "-m", "function.flashload"],
+        "command": list(FLASHLOAD_COMMAND),
         "args": [
             f"--source={CACHE_MOUNT_PATH}",
             f"--dest={FLASH_MOUNT_PATH}",

@@ -238,7 +238,7 @@ class Settings(BaseSettings):
         str,
         _env(
             "MODELPLANE_HYDRATION_IMAGE",
-            "image of the hydration Job (python -m function.hydrate)",
+            "image of the hydration Job (python -m jobs.hydrate)",
             "image",
         ),
     ] = "xpkg.crossplane.io/modelplane/function-modelplane:v0.1.0"

@@ -42,8 +42,6 @@ RESERVED = frozenset({ENV_MODEL, ENV_LEADER_ADDRESS, ENV_RANK})
 LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
-# Where the flash loader's node-local copy is mounted.
-FLASH_MOUNT_PATH = "/mnt/flash-models"
 SHM_MOUNT_PATH = "/dev/shm"
 
 
