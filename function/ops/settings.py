@@ -19,12 +19,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from function.core.memo import memo
 
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
 # The flash loader copies at most this many files at once (one thread each).
@@ -554,7 +555,7 @@ def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
         raise SettingsError("invalid settings: " + "; ".join(msgs)) from None
 
 
-@lru_cache(maxsize=1)
+@memo(1)
 def default_settings() -> Settings:
     """Settings with every default and no environment (for tests and tools)."""
     return Settings.model_construct()
