@@ -292,26 +292,77 @@ def test_foreground_cancels_and_retries_after_the_next_window(
     assert metric(registry, "useful_running_seconds_total") == 125
 
 
-def test_replica_not_ready_cancels(sim: Sim, clock: Clock, registry: CollectorRegistry) -> None:
-    start(sim, clock)
+def _replica_not_ready(sim: Sim, clock: Clock) -> None:
     sim.replicas[0] = replica(0, "gpu-a", ready=False)
     clock.advance(30)
+
+
+def _model_not_ready(sim: Sim, clock: Clock) -> None:
+    sim.deployment = deployment(ready=False, foreground=format_time(clock.now.replace(hour=8)))
+    clock.advance(30)
+
+
+def _deleted(sim: Sim, clock: Clock) -> None:
+    sim.backfills[BACKFILL]["metadata"]["deletionTimestamp"] = format_time(clock.now)
+
+
+def _signal_gone(sim: Sim, clock: Clock) -> None:
+    sim.deployment["metadata"]["annotations"] = {}
+    clock.advance(30)
+
+
+def _foreground(sim: Sim, clock: Clock) -> None:
+    clock.advance(120)
+    sim.foreground()
+    clock.advance(5)
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """The status reason of the cancellation and the ``reason`` label it is counted with
+    (``modelplane_model_backfill_preemptions_total``)."""
+
+    reason: str
+    metric: str
+
+
+CANCELS: list[Case[Any, Cancelled]] = [
+    Case("foreground request", "foreground service always wins", _foreground,
+         Cancelled("PreemptedByForeground", "foreground")),
+    Case("replica not ready", "the replica the Job runs against no longer serves",
+         _replica_not_ready, Cancelled("ReplicaNotReady", "not_ready")),
+    Case("model not ready", "backfill never runs on a model that is not Ready",
+         _model_not_ready, Cancelled("ModelNotReady", "not_ready")),
+    Case("deletion", "a ModelBackfill being deleted stops its Job", _deleted,
+         Cancelled("Deleting", "other")),
+    Case("foreground signal gone", "a missing signal means not known to be idle",
+         _signal_gone, Cancelled("ForegroundSignalUnknown", "other")),
+]  # fmt: skip
+
+
+@table(CANCELS)
+def test_what_cancels_a_running_job(
+    sim: Sim, clock: Clock, registry: CollectorRegistry, case: Case[Any, Cancelled]
+) -> None:
+    start(sim, clock)
+    case.inputs(sim, clock)
     st = sim.step()
-    assert (st["phase"], st["reason"]) == ("Cancelling", "ReplicaNotReady")
+    assert (st["phase"], st["reason"]) == ("Cancelling", case.want.reason), case.reason
+    assert sim.observed[BACKFILL] == {}  # no longer desired: Crossplane deletes the Object
+    assert st["preemptions"] == 1 and "runningSince" not in st
+    assert metric(registry, "preemptions_total", reason=case.want.metric) == 1
+
+
+def test_after_its_replica_stops_serving_another_waits_a_full_window(
+    sim: Sim, clock: Clock
+) -> None:
+    start(sim, clock)
+    _replica_not_ready(sim, clock)
+    assert sim.step()["reason"] == "ReplicaNotReady"
     clock.advance(30)
     st = sim.step()
     # The cancelled attempt's replica is not Ready, but another is: still a full window first.
     assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
-    assert metric(registry, "preemptions_total", reason="not_ready") == 1
-
-
-def test_model_not_ready_cancels(sim: Sim, clock: Clock, registry: CollectorRegistry) -> None:
-    start(sim, clock)
-    sim.deployment = deployment(ready=False, foreground=format_time(clock.now.replace(hour=8)))
-    clock.advance(30)
-    st = sim.step()
-    assert (st["phase"], st["reason"]) == ("Cancelling", "ModelNotReady")
-    assert metric(registry, "preemptions_total", reason="not_ready") == 1
 
 
 def test_suspend_cancels_then_resumes_with_a_new_window(
@@ -467,21 +518,10 @@ def test_an_invalid_spec_without_a_job_is_blocked(sim: Sim, clock: Clock) -> Non
     assert xr_ready(sim.last) == "READY_FALSE"
 
 
-def test_deletion_cancels(sim: Sim, clock: Clock, registry: CollectorRegistry) -> None:
+def test_without_a_signal_nothing_starts_again(sim: Sim, clock: Clock) -> None:
     start(sim, clock)
-    sim.backfills[BACKFILL]["metadata"]["deletionTimestamp"] = format_time(clock.now)
-    st = sim.step()
-    assert (st["phase"], st["reason"]) == ("Cancelling", "Deleting")
-    assert sim.observed[BACKFILL] == {}
-    assert metric(registry, "preemptions_total", reason="other") == 1
-
-
-def test_a_signal_that_disappears_cancels_a_running_job(sim: Sim, clock: Clock) -> None:
-    start(sim, clock)
-    sim.deployment["metadata"]["annotations"] = {}
-    clock.advance(30)
-    st = sim.step()
-    assert (st["phase"], st["reason"]) == ("Cancelling", "ForegroundSignalUnknown")
+    _signal_gone(sim, clock)
+    assert sim.step()["reason"] == "ForegroundSignalUnknown"
     clock.advance(3600)
     st = sim.step()
     assert (st["phase"], st["reason"]) == ("WaitingForIdle", "ForegroundSignalUnknown")
