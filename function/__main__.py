@@ -72,10 +72,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
+    argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     flags = {f: v for f, v in vars(args).items() if f in FLAGS}
     try:
-        settings = load_settings(flags)
+        settings = load_settings(flags, argv)
     except SettingsError as e:
         print(f"function-modelplane: {e}", file=sys.stderr)
         return 2

@@ -334,6 +334,33 @@ def load_yaml(paths: Iterable[str]) -> list[dict[str, Any]]:
     return docs
 
 
+def check_required(docs: Iterable[Mapping[str, Any]]) -> None:
+    """Refuse a required resource Crossplane could never return: one without kind or name.
+
+    Raises:
+        ValueError: naming the document (its position and what it has) and what to write.
+    """
+    for i, d in enumerate(docs, start=1):
+        meta: Mapping[str, Any] = d.get("metadata") or {}
+        if not isinstance(meta, Mapping):
+            meta = {}
+        missing = [
+            f
+            for f, v in (
+                ("apiVersion", d.get("apiVersion")),
+                ("kind", d.get("kind")),
+                ("metadata.name", meta.get("name")),
+            )
+            if not v
+        ]
+        if missing:
+            raise ValueError(
+                f"--required document {i} ({d.get('kind') or '?'} "
+                f"{meta.get('name') or '?'}) has no {', '.join(missing)}: every required "
+                "resource needs apiVersion, kind and metadata.name"
+            )
+
+
 def observed_by_name(docs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Index observed composed resources by their composition-resource-name annotation.
 
@@ -438,14 +465,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     try:
+        if Path(args.xr).is_dir():
+            raise ValueError(
+                f"{args.xr} is a directory; give the XR's file (for example {args.xr}/xr.yaml)"
+            )
         xrs = load_yaml([args.xr])
-        world = World(load_yaml(args.required))
+        required = load_yaml(args.required)
+        check_required(required)
+        world = World(required)
         observed = observed_by_name(load_yaml(args.observed))
+        if len(xrs) != 1:
+            raise ValueError(f"{args.xr}: want exactly one XR, found {len(xrs)}")
+        if not (xrs[0].get("metadata") or {}).get("name"):
+            raise ValueError(f"{args.xr}: the XR has no metadata.name (Crossplane always has one)")
     except (OSError, ValueError) as e:
         print(f"function.render: {e}", file=sys.stderr)
-        return 2
-    if len(xrs) != 1:
-        print(f"function.render: {args.xr}: want exactly one XR, found {len(xrs)}", file=sys.stderr)
         return 2
     proc = None
     address = args.address

@@ -432,23 +432,43 @@ class Inventory:
         if name in defaults:
             out.append(self.resolve(mod, defaults[name]))
         calls = 0
-        for node in ast.walk(mod.tree):
-            if not isinstance(node, ast.Call) or _callee(node) != func.name:
-                continue
-            calls += 1
-            kw = {k.arg: k.value for k in node.keywords if k.arg}
-            if name in kw:
-                out.append(self.resolve(mod, kw[name]))
-                continue
-            if name in positional:
-                i = positional.index(name) - (1 if method else 0)
-                if 0 <= i < len(node.args) and not any(
-                    isinstance(a, ast.Starred) for a in node.args[: i + 1]
-                ):
-                    out.append(self.resolve(mod, node.args[i]))
+        for site in self.siblings(mod):
+            for node in ast.walk(site.tree):
+                if not isinstance(node, ast.Call) or _callee(node) != func.name:
+                    continue
+                if method and isinstance(node.func, ast.Name):
+                    continue  # a method is called on an object; set(...) is the builtin
+                if site is not mod and _own_method_call(site, node):
+                    continue  # self.<name>() in another module calls that module's own method
+                if not args.vararg and len(node.args) > len(positional) - (1 if method else 0):
+                    continue  # more arguments than it takes: another function of that name
+                calls += 1
+                kw = {k.arg: k.value for k in node.keywords if k.arg}
+                if name in kw:
+                    out.append(self.resolve(site, kw[name]))
+                    continue
+                if name in positional:
+                    i = positional.index(name) - (1 if method else 0)
+                    if 0 <= i < len(node.args) and not any(
+                        isinstance(a, ast.Starred) for a in node.args[: i + 1]
+                    ):
+                        out.append(self.resolve(site, node.args[i]))
         if not calls:
             return None
         return _union(*out)
+
+    def siblings(self, mod: _Module) -> list[_Module]:
+        """``mod`` and, when it is in a composer's package, the package's other modules.
+
+        A composer split into a package (``function.composers.backfill.*``) calls its
+        helpers across modules: a parameter's arguments are found at those call sites too.
+        """
+        package = mod.name.rpartition(".")[0]
+        if package.count(".") < 2:  # function.<layer>: modules of a layer are not one unit
+            return [mod]
+        return [mod] + [
+            m for m in self.modules.values() if m is not mod and m.name.startswith(package + ".")
+        ]
 
     def field(self, name: str) -> set[str] | None:
         """Every value written to a ``name`` field by the sinks, in any module."""
@@ -525,6 +545,14 @@ def _reads_field(expr: ast.expr, name: str) -> bool:
         and isinstance(expr.slice, ast.Constant)
         and expr.slice.value == name
     )
+
+
+def _own_method_call(site: _Module, call: ast.Call) -> bool:
+    """Whether ``call`` is ``self.<name>(...)`` and ``site`` defines a ``<name>`` itself."""
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)):
+        return False
+    return f.value.id == "self" and f.attr in site.functions
 
 
 def inventory(package: Path = PACKAGE) -> Found:

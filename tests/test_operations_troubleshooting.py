@@ -77,17 +77,23 @@ def test_contents_links_the_section():
 
 
 def test_the_inventory_finds_a_new_reason(tmp_path):
-    """A reason added to the code is found, through a constant and a helper's parameter."""
+    """A reason added to the code is found, through a constant and a helper's parameter,
+    also when the helper is in another module of the composer's package."""
     copy = tmp_path / "function"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    extra = copy / "composers" / "replica.py"
-    extra.write_text(
-        extra.read_text()
+    package = copy / "composers" / "replica"
+    helper = package / "children.py"
+    helper.write_text(
+        helper.read_text()
+        + "\n\ndef _brand_new(out, why):\n"
+        + '    out.condition("ModelReady", "False", why, "m")\n'
+    )
+    caller = package / "compose.py"
+    caller.write_text(
+        caller.read_text()
         + '\n\nBRAND_NEW = "BrandNewReason"\n\n\n'
-        + "def _brand_new(out, why):\n"
-        + '    out.condition(CONDITION, "False", why, "m")\n\n\n'
         + "def _caller(out):\n"
-        + "    _brand_new(out, BRAND_NEW)\n"
+        + "    children._brand_new(out, BRAND_NEW)\n"
         + '    out.status["phase"] = "BrandNewPhase"\n'
     )
     got = inventory(copy)
@@ -99,10 +105,10 @@ def test_the_inventory_finds_a_new_reason(tmp_path):
 def test_the_inventory_reports_what_it_cannot_trace(tmp_path):
     copy = tmp_path / "function"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    extra = copy / "composers" / "modelcache.py"
+    extra = copy / "composers" / "inferencecluster.py"
     extra.write_text(
         extra.read_text()
         + "\n\ndef _opaque(out, obj):\n"
         + '    out.condition("X", "False", obj.compute_reason(), "m")\n'
     )
-    assert ("modelcache.py", "obj.compute_reason()") in inventory(copy).opaque
+    assert ("inferencecluster.py", "obj.compute_reason()") in inventory(copy).opaque

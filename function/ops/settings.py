@@ -480,7 +480,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "insecure": ("--insecure",),
     "debug": ("--debug", "-d"),
     "max_recv_message_size": ("--max-recv-message-size",),
-    "workers": ("--workers", "--processes"),
+    "workers": ("--processes", "--workers"),
     "grace_seconds": ("--grace-seconds",),
     "metrics_address": ("--metrics-address",),
 }
@@ -529,15 +529,30 @@ class SettingsError(Exception):
     """A setting holds an invalid value; names the variable (or the flag that set it)."""
 
 
-def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
+def flag_spelling(field: str, argv: list[str]) -> str:
+    """The spelling of ``field``'s flag that ``argv`` used (an alias too); the first if none."""
+    names = FLAGS[field]
+    for token in argv:
+        name = token.split("=", 1)[0]
+        if name in names:
+            return name
+    return names[0]
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None, argv: list[str] | None = None
+) -> Settings:
     """Read and validate the settings from the process environment and the flags.
 
     Args:
         flags: Field name to value for the settings given on the command line
             (they win over the environment); None or empty: the environment only.
+        argv: the command line the flags came from, so an error names the flag as the
+            user spelled it (``--workers`` or ``--processes``).
 
     Raises:
-        SettingsError: naming every invalid variable (or flag) and why.
+        SettingsError: naming every invalid variable (or flag) as it was written, the
+            value it holds and why.
     """
     given = dict(flags or {})
     try:
@@ -547,10 +562,14 @@ def load_settings(flags: Mapping[str, Any] | None = None) -> Settings:
         for err in e.errors(include_url=False):
             field = str(err["loc"][0]) if err.get("loc") else "?"
             if field in given and field in FLAGS:
-                name = FLAGS[field][0]
+                name = flag_spelling(field, argv or [])
             else:
                 name = variable(field) if field in Settings.model_fields else field
             msg = str(err["msg"]).removeprefix("Value error, ")
+            value = err.get("input")
+            scalar = isinstance(value, str | int | float) and not isinstance(value, bool)
+            if scalar and repr(value) not in msg:
+                msg += f" (got {value!r})"
             msgs.append(f"{name}: {msg}")
         raise SettingsError("invalid settings: " + "; ".join(msgs)) from None
 

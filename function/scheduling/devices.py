@@ -408,13 +408,31 @@ def normalize(expression: str) -> str:
     return "".join(out)
 
 
+def _parse_reason(expression: str, error: Exception) -> str:
+    """Why ``expression`` does not parse: the position and the text before it, whole words.
+
+    celpy's ``CELParseError`` carries ``line`` and ``column`` (1-based, of the normalized
+    expression) and a fixed-width excerpt that can start mid-word; the excerpt here starts
+    at a word boundary, at most 40 characters before the error.
+    """
+    column = getattr(error, "column", None)
+    if not isinstance(column, int) or column < 1:
+        return " ".join(str(error).split()) or type(error).__name__
+    at = min(column - 1, len(expression))
+    start = max(0, at - 40)
+    while 0 < start < at and _WORD.match(expression[start - 1]):
+        start += 1
+    before = ("..." if start else "") + expression[start:at]
+    where = "the end" if at >= len(expression) else f"column {column}"
+    return f"syntax error at {where}, after {before!r}"
+
+
 @memo(4096)
 def _compile_normalized(expression: str, limit: int) -> Any:
     try:
         ast = _ENV.compile(expression)
     except Exception as e:  # celpy raises CELParseError (and lark errors) for bad syntax
-        reason = " ".join(str(e).split()) or type(e).__name__
-        return InvalidSelector(expression, reason)
+        return InvalidSelector(expression, _parse_reason(expression, e))
     problem = _check(ast)
     if problem is not None:
         return InvalidSelector(expression, problem)

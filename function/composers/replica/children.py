@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from google.protobuf.struct_pb2 import Struct, Value
 
 from function.api.modelreplica import ModelReplicaSpec
-from function.composers.replica.desired import EnginePlan, Target, build
+from function.composers.replica.desired import EnginePlan, Stop, Target, build
 from function.composers.replica.pools import pools_by_name
 from function.composers.replica.spec import parse_spec
 from function.core import structs
@@ -198,7 +198,7 @@ class Plan:
     """What a replica desires for one distinct input (see :func:`plan`).
 
     Attributes:
-        gate: ``(reason, message)`` when nothing new may be composed
+        gate: a :class:`~.desired.Stop` when nothing new may be composed
             (``PoolNotFound``, ``DeviceNotFound``); the children are then empty.
         results: Warning results, in the order they arise.
         children: ``(composition-resource name, serialized Struct body)``.
@@ -206,7 +206,7 @@ class Plan:
         url: The Service's in-cluster URL.
     """
 
-    gate: tuple[str, str] | None
+    gate: Stop | None
     results: tuple[Result, ...] = ()
     children: tuple[tuple[str, bytes], ...] = ()
     engines: tuple[EnginePlan, ...] = ()

@@ -230,8 +230,8 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
     inputs, out, times = c.inputs, c.out, c.times
     out.results.extend(plan.results)
     if plan.gate is not None:
-        reason, message = plan.gate
-        return _gate(c, Gate(reason, message, hydration=hydration, warn=True))
+        stop = plan.gate
+        return _gate(c, Gate(stop.reason, stop.message, hydration=hydration, warn=True))
     for key, body in plan.bodies():
         out.add(key, body)
     engines_status = [_engine_status(inputs, e) for e in plan.engines]

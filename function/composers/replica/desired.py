@@ -10,7 +10,7 @@ keeps the bodies serialized.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from function import naming
 from function.api.modelreplica import ModelReplicaSpec
@@ -58,20 +58,27 @@ class EnginePlan:
     key: str
 
 
+class Stop(NamedTuple):
+    """Why nothing new may be composed for a replica: its condition reason and message."""
+
+    reason: str
+    message: str
+
+
 @dataclass(slots=True)
 class Desired:
     """What :func:`build` decided.
 
     Attributes:
-        gate: ``(reason, message)`` when nothing new may be composed
-            (``PoolNotFound``, ``DeviceNotFound``); the resources are then empty.
+        gate: a :class:`Stop` when nothing new may be composed (``PoolNotFound``,
+            ``DeviceNotFound``); the resources are then empty.
         results: Warning results, in the order they arise.
         resources: Composition-resource name -> Object body, in order.
         engines: The composed engines, in spec order.
         url: The Service's in-cluster URL.
     """
 
-    gate: tuple[str, str] | None
+    gate: Stop | None
     results: tuple[Result, ...] = ()
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     engines: tuple[EnginePlan, ...] = ()
@@ -90,7 +97,7 @@ def build(t: Target) -> Desired:
     )
     if missing:
         return Desired(
-            (
+            Stop(
                 "PoolNotFound",
                 f"InferenceCluster {t.spec.clusterName} has no gpuPools {', '.join(missing)} "
                 "in its status",
@@ -140,7 +147,7 @@ class _Builder:
         results = tuple(self.out.results)
         if self.problems:
             # Devices the placement chose cannot be claimed on this pool: decide nothing.
-            return Desired(("DeviceNotFound", "; ".join(self.problems)), results)
+            return Desired(Stop("DeviceNotFound", "; ".join(self.problems)), results)
         port = self.port or wl.DEFAULT_ENGINE_PORT
         remote_ns = naming.REMOTE_NAMESPACE
         self.add(
