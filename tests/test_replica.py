@@ -18,6 +18,7 @@ import pytest
 
 from function import naming
 from function.composers.replica import CONDITION
+from function.core.numbers import ints_from_doubles
 from function.manifests import workloads as wl
 from function.ops.settings import Settings
 from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
@@ -96,15 +97,8 @@ def run(
     )
 
 
-def ints(v: Any) -> Any:
-    """Struct numbers come back as floats: compare as plain JSON would."""
-    if isinstance(v, float) and v == int(v):
-        return int(v)
-    if isinstance(v, dict):
-        return {k: ints(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [ints(x) for x in v]
-    return v
+# Struct numbers come back as floats: compare as plain JSON would.
+ints = ints_from_doubles
 
 
 # ---- requirements -------------------------------------------------------------------

@@ -12,7 +12,7 @@ through this module:
 - ``status.cache.storageClassName``: the RWX storage class of cache PVCs
   (:func:`cache_storage_class`).
 - ``status.gpuPools[] {name, nodes, devices[], nodeSelector}``: the GPU pools
-  placement fills (:func:`gpu_pools`, :func:`gpu_pools_value`).
+  placement fills (:func:`gpu_pools_value`, :func:`pools_by_name`).
 - ``status.gateway``: how clients reach the cluster (echoed, not read here).
 - condition ``Ready`` (set by Crossplane from the composed resources' readiness,
   https://docs.crossplane.io/latest/composition/compositions/): placement and
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf.struct_pb2 import Struct, Value
+from google.protobuf.struct_pb2 import ListValue, Struct, Value
 
 from function.core import structs
 
@@ -98,10 +98,13 @@ def gpu_pools_value(cluster: Struct | None) -> Value | None:
     return v
 
 
-def gpu_pools(cluster: Any) -> dict[str, Any]:
-    """``status.gpuPools[]`` entries by ``name`` (entries without a name are ignored)."""
+def pools_by_name(gpu_pools: Any) -> dict[str, Any]:
+    """``status.gpuPools[]`` entries (a ListValue or list) by ``name``.
+
+    Entries without a name, and anything that is not a list, are ignored.
+    """
     out: dict[str, Any] = {}
-    for p in structs.items(cluster, "status", STATUS_GPU_POOLS):
+    for p in list(gpu_pools) if isinstance(gpu_pools, (ListValue, list)) else ():
         n = structs.get_str(p, "name")
         if n:
             out[n] = p

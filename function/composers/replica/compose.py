@@ -12,7 +12,7 @@ from typing import Any
 from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import API_VERSION, naming
-from function.api.inferencecluster import provider_config_ref
+from function.api.inferencecluster import STATUS_GPU_POOLS, provider_config_ref
 from function.api.modelcachehydration import FAILED, HYDRATING, PENDING, READY
 from function.api.modelreplica import (
     REASON_CACHE_NOT_FOUND,
@@ -152,7 +152,7 @@ def _cluster(head: Head, cluster_req: Resolved) -> Gate | tuple[bytes, dict[str,
             "ClusterNotReady",
             f"InferenceCluster {head.clusterName} reports no status.providerConfigRef yet",
         )
-    return canonical(structs.sub(cluster, "status"), "gpuPools"), pc
+    return canonical(structs.sub(cluster, "status"), STATUS_GPU_POOLS), pc
 
 
 def _cache(

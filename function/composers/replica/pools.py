@@ -24,16 +24,6 @@ from function.scheduling.devices import (
 Devices = list[tuple[dict[str, Any], Device]]
 
 
-def pools_by_name(gpu_pools: Any) -> dict[str, Any]:
-    """``status.gpuPools[]`` entries by name (entries without a name are ignored)."""
-    out: dict[str, Any] = {}
-    for p in _list(gpu_pools):
-        n = structs.get_str(p, "name")
-        if n:
-            out[n] = p
-    return out
-
-
 def _list(v: Any) -> list[Any]:
     """``v`` as a list when it is one (a ListValue or list), else empty."""
     return list(v) if isinstance(v, (ListValue, list)) else []
