@@ -168,15 +168,19 @@ class Outcome:
                 self.keep(key, body, ready(body) if callable(ready) else ready)
 
     def final_iteration(self, inputs: Inputs) -> bool:
-        """True when this is the last iteration of Crossplane's requirements loop.
+        """True when this call's decisions can be the applied ones: every requirement it
+        asks for is resolved in the request.
 
         Crossplane calls a function again while the requirements it returns differ from
         the ones the request's ``required_resources`` were resolved for (at most five
-        times), and applies only the response of the call whose requirements are stable
-        (``internal/xfn/required_resources.go``, ``FetchingFunctionRunner``). So a call
-        is the last one when it asks for exactly the requirements the request carries.
+        times), and applies only the response whose requirements are stable
+        (``internal/xfn/required_resources.go``, ``FetchingFunctionRunner``). A call
+        that asks for something not resolved yet is never that one; a call whose every
+        requirement is resolved decides as the applied call will (it reads nothing
+        else), so it may decide, and need not keep what a decision drops.
         """
-        return set(self.requirements) == set(inputs.required_resources)
+        have = inputs.required_resources
+        return all(name in have for name in self.requirements)
 
     def condition(self, typ: str, status: ConditionStatus, reason: str, message: str) -> None:
         """Set an XR condition; replaces an earlier one of the same type.

@@ -30,8 +30,8 @@ class Call:
         self.poll = float(max(1, inputs.settings.poll_seconds))
 
     def resolved(self) -> bool:
-        """Every requirement made so far is resolved."""
-        return all(n in self.inputs.required_resources for n in self.out.requirements)
+        """Every requirement made so far is resolved (``Outcome.final_iteration``'s rule)."""
+        return self.out.final_iteration(self.inputs)
 
     def deleting(self) -> bool:
         return bool(structs.get_str(self.inputs.xr, "metadata", "deletionTimestamp"))
