@@ -12,14 +12,16 @@ from __future__ import annotations
 import copy
 import datetime
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from function.api.modelbackfill import accelerator_uses, is_accelerator, parse, spec_hash
+from function.api.modelbackfill import accelerator_uses, definition_hash, is_accelerator, parse
 from function.composers.backfill import JOB_PREFIX
+from function.core.errors import SpecError
 from function.core.timeutil import format_time, parse_time
 from function.naming import replica_name
 from function.ops import metrics as metrics_mod
@@ -41,6 +43,7 @@ from tests.harness import (
     GrpcFunction,
     conditions,
     desired,
+    fatal,
     requirements,
     run,
     status,
@@ -48,6 +51,7 @@ from tests.harness import (
     xr_ready,
 )
 from tests.harness import request as build
+from tests.support.table import Case, table
 from tests.validation import validate_k8s, validate_object, validate_xr, xr_cel_errors
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -290,26 +294,77 @@ def test_foreground_cancels_and_retries_after_the_next_window(
     assert metric(registry, "useful_running_seconds_total") == 125
 
 
-def test_replica_not_ready_cancels(sim: Sim, clock: Clock, registry: CollectorRegistry) -> None:
-    start(sim, clock)
+def _replica_not_ready(sim: Sim, clock: Clock) -> None:
     sim.replicas[0] = replica(0, "gpu-a", ready=False)
     clock.advance(30)
+
+
+def _model_not_ready(sim: Sim, clock: Clock) -> None:
+    sim.deployment = deployment(ready=False, foreground=format_time(clock.now.replace(hour=8)))
+    clock.advance(30)
+
+
+def _deleted(sim: Sim, clock: Clock) -> None:
+    sim.backfills[BACKFILL]["metadata"]["deletionTimestamp"] = format_time(clock.now)
+
+
+def _signal_gone(sim: Sim, clock: Clock) -> None:
+    sim.deployment["metadata"]["annotations"] = {}
+    clock.advance(30)
+
+
+def _foreground(sim: Sim, clock: Clock) -> None:
+    clock.advance(120)
+    sim.foreground()
+    clock.advance(5)
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """The status reason of the cancellation and the ``reason`` label it is counted with
+    (``modelplane_model_backfill_preemptions_total``)."""
+
+    reason: str
+    metric: str
+
+
+CANCELS: list[Case[Any, Cancelled]] = [
+    Case("foreground request", "foreground service always wins", _foreground,
+         Cancelled("PreemptedByForeground", "foreground")),
+    Case("replica not ready", "the replica the Job runs against no longer serves",
+         _replica_not_ready, Cancelled("ReplicaNotReady", "not_ready")),
+    Case("model not ready", "backfill never runs on a model that is not Ready",
+         _model_not_ready, Cancelled("ModelNotReady", "not_ready")),
+    Case("deletion", "a ModelBackfill being deleted stops its Job", _deleted,
+         Cancelled("Deleting", "other")),
+    Case("foreground signal gone", "a missing signal means not known to be idle",
+         _signal_gone, Cancelled("ForegroundSignalUnknown", "other")),
+]  # fmt: skip
+
+
+@table(CANCELS)
+def test_what_cancels_a_running_job(
+    sim: Sim, clock: Clock, registry: CollectorRegistry, case: Case[Any, Cancelled]
+) -> None:
+    start(sim, clock)
+    case.inputs(sim, clock)
     st = sim.step()
-    assert (st["phase"], st["reason"]) == ("Cancelling", "ReplicaNotReady")
+    assert (st["phase"], st["reason"]) == ("Cancelling", case.want.reason), case.reason
+    assert sim.observed[BACKFILL] == {}  # no longer desired: Crossplane deletes the Object
+    assert st["preemptions"] == 1 and "runningSince" not in st
+    assert metric(registry, "preemptions_total", reason=case.want.metric) == 1
+
+
+def test_after_its_replica_stops_serving_another_waits_a_full_window(
+    sim: Sim, clock: Clock
+) -> None:
+    start(sim, clock)
+    _replica_not_ready(sim, clock)
+    assert sim.step()["reason"] == "ReplicaNotReady"
     clock.advance(30)
     st = sim.step()
     # The cancelled attempt's replica is not Ready, but another is: still a full window first.
     assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
-    assert metric(registry, "preemptions_total", reason="not_ready") == 1
-
-
-def test_model_not_ready_cancels(sim: Sim, clock: Clock, registry: CollectorRegistry) -> None:
-    start(sim, clock)
-    sim.deployment = deployment(ready=False, foreground=format_time(clock.now.replace(hour=8)))
-    clock.advance(30)
-    st = sim.step()
-    assert (st["phase"], st["reason"]) == ("Cancelling", "ModelNotReady")
-    assert metric(registry, "preemptions_total", reason="not_ready") == 1
 
 
 def test_suspend_cancels_then_resumes_with_a_new_window(
@@ -340,22 +395,25 @@ def test_suspend_cancels_then_resumes_with_a_new_window(
 # way never cancels a running Job (the sim runs over gRPC).
 ENV_A = {"name": "SUITE", "value": "mmlu"}
 ENV_B = {"name": "LIMIT", "value": "100"}
-RESPELLED = [
-    ("15m as 900s", {"maxRunDuration": "15m"}, {"maxRunDuration": "900s"}, False),
-    ("1h as 60m", {"idleFor": "1h"}, {"idleFor": "60m"}, False),
-    ("defaults spelled out", {}, {"idleFor": "10m", "maxRunDuration": "30m"}, False),
-    ("0 as 0s", {"repeatAfter": "0"}, {"repeatAfter": "0s"}, False),
-    ("env reordered", {"env": [ENV_A, ENV_B]}, {"env": [ENV_B, ENV_A]}, False),
-    ("a real change", {"maxRunDuration": "15m"}, {"maxRunDuration": "16m"}, True),
-]
+SAME = "the spec hash is of the canonical spec: a respelling is no change"
+
+RESPELLED: list[Case[tuple[dict[str, Any], dict[str, Any]], bool]] = [
+    Case("15m as 900s", SAME, ({"maxRunDuration": "15m"}, {"maxRunDuration": "900s"}), False),
+    Case("1h as 60m", SAME, ({"idleFor": "1h"}, {"idleFor": "60m"}), False),
+    Case("defaults spelled out", SAME, ({}, {"idleFor": "10m", "maxRunDuration": "30m"}), False),
+    Case("0 as 0s", SAME, ({"repeatAfter": "0"}, {"repeatAfter": "0s"}), False),
+    Case("env reordered", "env is a set of names: its order is no change",
+         ({"env": [ENV_A, ENV_B]}, {"env": [ENV_B, ENV_A]}), False),
+    Case("a real change", "a longer maxRunDuration is a new spec: the attempt restarts",
+         ({"maxRunDuration": "15m"}, {"maxRunDuration": "16m"}), True),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("case", "before", "after", "cancels"), RESPELLED, ids=[c[0] for c in RESPELLED]
-)
+@table(RESPELLED)
 def test_respelling_the_spec_never_cancels_a_running_job(
-    sim: Sim, clock: Clock, case: str, before: Any, after: Any, cancels: bool
+    sim: Sim, clock: Clock, case: Case[tuple[dict[str, Any], dict[str, Any]], bool]
 ) -> None:
+    before, after = case.inputs
     if "idleFor" in before:
         sim.add(spec(**before))
         sim.step()
@@ -370,10 +428,10 @@ def test_respelling_the_spec_never_cancels_a_running_job(
     sim.backfills[BACKFILL]["spec"] = {**spec(**before), **after}
     clock.advance(30)
     st = sim.step()
-    if cancels:
-        assert (st["phase"], st["reason"]) == ("Cancelling", "SpecChanged"), case
+    if case.want:
+        assert (st["phase"], st["reason"]) == ("Cancelling", "SpecChanged"), case.reason
     else:
-        assert (st["phase"], st["reason"]) == ("Running", "JobRunning"), (case, st)
+        assert (st["phase"], st["reason"]) == ("Running", "JobRunning"), (case.reason, st)
         assert st["specHash"] == hash_before
 
 
@@ -405,10 +463,9 @@ def test_a_wrong_shape_says_what_to_write(
     # The XRD rejects these shapes; the function still says what to write (a spec that
     # reaches it unvalidated, or a render), never "Input should be a valid dictionary".
     rsp = grpc_function.call(build(xr("ModelBackfill", BACKFILL, spec_)))
-    st = status(rsp)
-    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidSpec")
-    assert message in st["message"], st["message"]
-    assert "Input should be" not in st["message"]
+    [msg] = fatal(rsp)
+    assert message in msg, msg
+    assert "Input should be" not in msg
 
 
 def test_a_spec_change_cancels_and_restarts(
@@ -434,17 +491,17 @@ def test_an_invalid_spec_touches_nothing_until_it_is_valid_again(
 ) -> None:
     start(sim, clock)
     job = sim.job()
+    before = copy.deepcopy(sim.backfills[BACKFILL]["status"])
     sim.backfills[BACKFILL]["spec"]["repeatAfter"] = "30s"  # not admitted by CEL
     sim.foreground()
     clock.advance(30)
-    st = sim.step()
-    # Bad input never deletes children: the Job is kept as it is (bounded by its
-    # activeDeadlineSeconds), and the conditions name the field.
-    assert (st["phase"], st["reason"]) == ("Running", "InvalidRepeatAfter")
-    assert "spec.repeatAfter" in st["message"] and sim.job() == job
-    assert conditions(sim.last)["SpecValid"]["status"] == "False"
-    assert "spec.repeatAfter" in conditions(sim.last)["SpecValid"]["message"]
-    assert requirements(sim.last) == {}
+    # Bad input is a fatal result naming the field, as for every kind: Crossplane applies
+    # nothing, so the Job is kept as it is (bounded by its activeDeadlineSeconds).
+    rsp = grpc_call(sim)
+    [msg] = fatal(rsp)
+    assert "spec.repeatAfter" in msg, msg
+    assert not rsp.desired.resources and not status(rsp)
+    assert sim.job() == job and sim.backfills[BACKFILL]["status"] == before
     sim.backfills[BACKFILL]["spec"]["repeatAfter"] = "1h"  # valid again: a change of spec
     clock.advance(30)
     st = sim.step()
@@ -453,30 +510,58 @@ def test_an_invalid_spec_touches_nothing_until_it_is_valid_again(
     assert metric(registry, "preemptions_total", reason="spec_changed") == 1
 
 
-def test_an_invalid_spec_without_a_job_is_blocked(sim: Sim, clock: Clock) -> None:
+def grpc_call(sim: Sim) -> Any:
+    """One call with the backfill as it stands, over gRPC, without applying the response."""
+    return sim.fn.call(build(sim.backfills[BACKFILL], observed=sim.observed[BACKFILL]))
+
+
+ENV_RULE = "env names are C identifiers (serving.env, the XRD's rule), each set once"
+SPEC_ERROR = "bad input is a SpecError naming the field, as for every kind"
+
+# Specs the XRD's CEL rules reject at admission: a fatal result naming the field.
+INVALID: list[Case[dict[str, Any], str]] = [
+    Case("bad env name", ENV_RULE, {"env": [{"name": "1BAD", "value": "x"}]}, "spec.env[0].name"),
+    Case("env name with dash", ENV_RULE, {"env": [{"name": "A-B", "value": "x"}]},
+         "spec.env[0].name"),
+    Case("env declared twice", ENV_RULE,
+         {"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, "spec.env[1].name"),
+    Case("reserved name", "the function sets MODELPLANE_WORKLOAD_CLASS itself",
+         {"env": [{"name": "MODELPLANE_WORKLOAD_CLASS", "value": "foreground"}]},
+         "spec.env[0].name"),
+    Case("valueFrom", "only literal variables are copied",
+         {"env": [{"name": "A", "valueFrom": {"fieldRef": {}}}]}, "spec.env[0].valueFrom"),
+    Case("33 env entries", "at most 32 literal variables (the XRD's bound)",
+         {"env": [{"name": f"V{i}", "value": "x"} for i in range(33)]}, "spec.env"),
+    Case("repeatAfter 30s", "repeatAfter is 0 or at least 1m (the XRD's rule)",
+         {"repeatAfter": "30s"}, "spec.repeatAfter"),
+    Case("idleFor 0", "the idle window is longer than 0", {"idleFor": "0"}, "spec.idleFor"),
+    Case("maxRunDuration 0.5s", "a run may take at least 1s", {"maxRunDuration": "500ms"},
+         "spec.maxRunDuration"),
+    Case("idleFor a number", f"{SPEC_ERROR}: durations are strings (the XRD's type)",
+         {"idleFor": 600}, "spec.idleFor"),
+    Case("suspend a string", f"{SPEC_ERROR}: suspend is a boolean, never coerced",
+         {"suspend": "yes"}, "spec.suspend"),
+]  # fmt: skip
+
+
+@table(INVALID)
+def test_an_invalid_spec_is_a_fatal_error_naming_the_field(
+    sim: Sim, clock: Clock, case: Case[dict[str, Any], str]
+) -> None:
     sim.add(spec())
     sim.step()
-    sim.backfills[BACKFILL]["spec"]["env"] = [{"name": "MODELPLANE_ENDPOINT", "value": "x"}]
-    st = sim.step()
-    assert (st["phase"], st["reason"]) == ("Blocked", "ReservedEnvName")
-    assert xr_ready(sim.last) == "READY_FALSE"
+    sim.backfills[BACKFILL]["spec"] = spec(**case.inputs)  # not admitted by CEL
+    rsp = grpc_call(sim)
+    [msg] = fatal(rsp)
+    prefix = f"invalid ModelBackfill {NAMESPACE}/{BACKFILL}: {case.want}: "
+    assert msg.startswith(prefix), (case.reason, msg)
+    assert not rsp.desired.resources
 
 
-def test_deletion_cancels(sim: Sim, clock: Clock, registry: CollectorRegistry) -> None:
+def test_without_a_signal_nothing_starts_again(sim: Sim, clock: Clock) -> None:
     start(sim, clock)
-    sim.backfills[BACKFILL]["metadata"]["deletionTimestamp"] = format_time(clock.now)
-    st = sim.step()
-    assert (st["phase"], st["reason"]) == ("Cancelling", "Deleting")
-    assert sim.observed[BACKFILL] == {}
-    assert metric(registry, "preemptions_total", reason="other") == 1
-
-
-def test_a_signal_that_disappears_cancels_a_running_job(sim: Sim, clock: Clock) -> None:
-    start(sim, clock)
-    sim.deployment["metadata"]["annotations"] = {}
-    clock.advance(30)
-    st = sim.step()
-    assert (st["phase"], st["reason"]) == ("Cancelling", "ForegroundSignalUnknown")
+    _signal_gone(sim, clock)
+    assert sim.step()["reason"] == "ForegroundSignalUnknown"
     clock.advance(3600)
     st = sim.step()
     assert (st["phase"], st["reason"]) == ("WaitingForIdle", "ForegroundSignalUnknown")
@@ -611,41 +696,49 @@ def _gpu(key: str) -> dict[str, Any]:
     return {"limits": {key: "1"}}
 
 
-BLOCKED_CASES = [
-    ("template missing", {"templateRef": {"name": "nope"}}, None, "TemplateNotFound"),
-    ("nvidia gpu", {}, eval_cronjob(resources=_gpu("nvidia.com/gpu")), "GPURequestForbidden"),
-    ("amd gpu request", {}, eval_cronjob(resources={"requests": {"amd.com/gpu": "1"}}),
-     "GPURequestForbidden"),
-    ("intel gpu", {}, eval_cronjob(resources=_gpu("gpu.intel.com/i915")), "GPURequestForbidden"),
-    ("mig in init", {}, eval_cronjob(init_resources=_gpu("nvidia.com/mig-1g.10gb")),
-     "GPURequestForbidden"),
-    ("DRA pod claim", {}, eval_cronjob(pod_extra={"resourceClaims": [
-        {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}), "GPURequestForbidden"),
-    ("DRA container claim", {}, eval_cronjob(resources={"claims": [{"name": "gpu"}]}),
-     "GPURequestForbidden"),
-    ("bad env name", {"env": [{"name": "1BAD", "value": "x"}]}, None, "InvalidEnvName"),
-    ("env name with dash", {"env": [{"name": "A-B", "value": "x"}]}, None, "InvalidEnvName"),
-    ("reserved name", {"env": [{"name": "MODELPLANE_WORKLOAD_CLASS", "value": "foreground"}]},
-     None, "ReservedEnvName"),
-    ("33 env entries", {"env": [{"name": f"V{i}", "value": "x"} for i in range(33)]}, None,
-     "TooManyEnvVars"),
-    ("repeatAfter 30s", {"repeatAfter": "30s"}, None, "InvalidRepeatAfter"),
+@dataclass(frozen=True)
+class Bad:
+    """A spec (``spec(**extra)``) and, when not the default one, the CronJob it references."""
+
+    extra: dict[str, Any]
+    cronjob: dict[str, Any] | None = None
+
+
+FORBIDDEN = "a backfill shares the serving process and never reserves a device"
+
+BLOCKED: list[Case[Bad, str]] = [
+    Case("template missing", "the CronJob of spec.templateRef must exist",
+         Bad({"templateRef": {"name": "nope"}}), "TemplateNotFound"),
+    Case("nvidia gpu", FORBIDDEN, Bad({}, eval_cronjob(resources=_gpu("nvidia.com/gpu"))),
+         "GPURequestForbidden"),
+    Case("amd gpu request", FORBIDDEN,
+         Bad({}, eval_cronjob(resources={"requests": {"amd.com/gpu": "1"}})),
+         "GPURequestForbidden"),
+    Case("intel gpu", FORBIDDEN, Bad({}, eval_cronjob(resources=_gpu("gpu.intel.com/i915"))),
+         "GPURequestForbidden"),
+    Case("mig in init", f"{FORBIDDEN}, init containers included",
+         Bad({}, eval_cronjob(init_resources=_gpu("nvidia.com/mig-1g.10gb"))),
+         "GPURequestForbidden"),
+    Case("DRA pod claim", f"{FORBIDDEN}: no DRA claim either",
+         Bad({}, eval_cronjob(pod_extra={"resourceClaims": [
+             {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]})),
+         "GPURequestForbidden"),
+    Case("DRA container claim", f"{FORBIDDEN}: no DRA claim either",
+         Bad({}, eval_cronjob(resources={"claims": [{"name": "gpu"}]})), "GPURequestForbidden"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("extra", "cronjob", "reason"),
-    [c[1:] for c in BLOCKED_CASES],
-    ids=[c[0] for c in BLOCKED_CASES],
-)
-def test_blocked(sim: Sim, clock: Clock, extra: dict, cronjob: dict | None, reason: str) -> None:
-    if cronjob is not None:
-        sim.cronjobs = [cronjob]
-    sim.backfills[BACKFILL] = xr("ModelBackfill", BACKFILL, spec(**extra))  # not admitted by CEL
+@table(BLOCKED)
+def test_blocked(sim: Sim, clock: Clock, case: Case[Bad, str]) -> None:
+    reason = case.want
+    if case.inputs.cronjob is not None:
+        sim.cronjobs = [case.inputs.cronjob]
+    # Not admitted by the XRD's CEL rules; the function still blocks it.
+    sim.backfills[BACKFILL] = xr("ModelBackfill", BACKFILL, spec(**case.inputs.extra))
     sim.observed[BACKFILL] = {}
     clock.advance(3600)
     st = sim.step()
-    assert (st["phase"], st["reason"]) == ("Blocked", reason), st
+    assert (st["phase"], st["reason"]) == ("Blocked", reason), (case.reason, st)
     assert sim.observed[BACKFILL] == {}
     cond = conditions(sim.last)["Backfilling"]
     assert cond["status"] == "False" and cond["reason"] == reason and cond["message"]
@@ -791,59 +884,118 @@ def _ago(minutes: float) -> str:
 _RUNNING = {
     "phase": "Running", "reason": "JobRunning", "message": "m", "cluster": "gpu-a",
     "replica": R0, "job": "j", "startedAt": _ago(5), "runningSince": _ago(4), "attempts": 1,
-    "specHash": spec_hash(spec()),
+    "specHash": definition_hash(parse(spec())),
 }  # fmt: skip
 
-# (id, prior status, minutes since the last foreground request, remote Job state or None,
-#  expected phase, expected reason, expected desired keys)
-TABLE = [
-    ("fresh, idle long enough", None, 30, None, "Starting", "JobCreated", {"job-1"}),
-    ("fresh, not idle", None, 3, None, "WaitingForIdle", "NotIdle", set()),
-    ("running, quiet", _RUNNING, 30, "active", "Running", "JobRunning", {"job-1"}),
-    ("running, foreground", _RUNNING, 1, "active", "Cancelling", "PreemptedByForeground", set()),
-    ("running, completed", _RUNNING, 1, "complete", "Succeeded", "JobSucceeded", set()),
-    ("running, failed", _RUNNING, 30, "failed", "Failed", "JobFailed", set()),
-    ("cancelling, gone", {**_RUNNING, "phase": "Cancelling"}, 30, None, "WaitingForIdle",
-     "NotIdle", set()),
-    ("failed stays", {**_RUNNING, "phase": "Failed", "lastResult": "Failed"}, 300, None,
-     "Failed", "JobFailed", set()),
-    ("succeeded one-shot stays", {**_RUNNING, "phase": "Succeeded", "lastResult": "Succeeded"},
-     300, None, "Succeeded", "JobSucceeded", set()),
-]  # fmt: skip
+
+@dataclass(frozen=True)
+class Situation:
+    """One call's world: the last written status (None: a new backfill), minutes since the
+    deployment's last foreground request, and the remote Job's state (None: no Job)."""
+
+    prior: dict[str, Any] | None
+    foreground_minutes: float
+    job: str | None = None
 
 
-def _table_inputs(prior: dict | None, fg_minutes: float, job: str | None):
+@dataclass(frozen=True)
+class Decided:
+    """What the call decides: the phase and reason in status, and the desired children."""
+
+    phase: str
+    reason: str
+    desired: frozenset[str] = frozenset()
+
+
+DECISIONS: list[Case[Situation, Decided]] = [
+    Case(
+        "fresh, idle long enough",
+        "idle for the whole window (10m) with a free Ready replica: the Job starts",
+        Situation(None, 30),
+        Decided("Starting", "JobCreated", frozenset({"job-1"})),
+    ),
+    Case(
+        "fresh, not idle",
+        "a foreground request 3 minutes ago: the window has not elapsed",
+        Situation(None, 3),
+        Decided("WaitingForIdle", "NotIdle"),
+    ),
+    Case(
+        "running, quiet",
+        "no foreground request since the Job started: it keeps running",
+        Situation(_RUNNING, 30, "active"),
+        Decided("Running", "JobRunning", frozenset({"job-1"})),
+    ),
+    Case(
+        "running, foreground",
+        "a foreground request after the start preempts the Job (foreground always wins)",
+        Situation(_RUNNING, 1, "active"),
+        Decided("Cancelling", "PreemptedByForeground"),
+    ),
+    Case(
+        "running, completed",
+        "an outcome is recorded even when a foreground request arrived since",
+        Situation(_RUNNING, 1, "complete"),
+        Decided("Succeeded", "JobSucceeded"),
+    ),
+    Case(
+        "running, failed",
+        "a Failed Job ends the attempt; its Object is dropped",
+        Situation(_RUNNING, 30, "failed"),
+        Decided("Failed", "JobFailed"),
+    ),
+    Case(
+        "cancelling, gone",
+        "the cancelled Job's Object is gone: back to waiting for a full window",
+        Situation({**_RUNNING, "phase": "Cancelling"}, 30),
+        Decided("WaitingForIdle", "NotIdle"),
+    ),
+    Case(
+        "failed stays",
+        "a failed run is terminal until the spec changes",
+        Situation({**_RUNNING, "phase": "Failed", "lastResult": "Failed"}, 300),
+        Decided("Failed", "JobFailed"),
+    ),
+    Case(
+        "succeeded one-shot stays",
+        "repeatAfter 0: one run only",
+        Situation({**_RUNNING, "phase": "Succeeded", "lastResult": "Succeeded"}, 300),
+        Decided("Succeeded", "JobSucceeded"),
+    ),
+]
+
+
+def _table_inputs(w: Situation):
+    prior = w.prior
     body = xr("ModelBackfill", BACKFILL, spec(), status=dict(prior) if prior else None)
     rest = [replica(0, "gpu-a"), eval_cronjob(), fixtures.inference_cluster("gpu-a"), body]
-    world = World([deployment(foreground=_ago(fg_minutes)), *rest])
+    world = World([deployment(foreground=_ago(w.foreground_minutes)), *rest])
     observed = {}
-    if job is not None:
+    if w.job is not None:
         # The Object the function composed when it started this attempt, 5 minutes ago.
         then = World([deployment(foreground=_ago(60)), *rest])
         with GrpcFunction(clock=Clock(T - datetime.timedelta(minutes=5))) as fn:
             first, _ = fn.drive(xr("ModelBackfill", BACKFILL, spec()), then, None)
         obj = desired(first)["job-1"]
         manifest = copy.deepcopy(obj["spec"]["forProvider"]["manifest"])
-        manifest["status"] = job_status(job, T - datetime.timedelta(minutes=1))
+        manifest["status"] = job_status(w.job, T - datetime.timedelta(minutes=1))
         obj["status"] = {"atProvider": {"manifest": manifest}}
         observed["job-1"] = obj
     return body, world, observed
 
 
-@pytest.mark.parametrize(("prior", "fg", "job", "phase", "reason", "keys"),
-                         [r[1:] for r in TABLE], ids=[r[0] for r in TABLE])  # fmt: skip
-def test_decision_table_in_process_and_over_grpc(
-    prior: dict | None, fg: float, job: str | None, phase: str, reason: str, keys: set
-) -> None:
-    body, world, observed = _table_inputs(prior, fg, job)
+@table(DECISIONS)
+def test_decision_table_in_process_and_over_grpc(case: Case[Situation, Decided]) -> None:
+    body, world, observed = _table_inputs(case.inputs)
 
     def in_process(req):
         return run(req, now=T)
 
     rsp, _ = drive(in_process, body, observed, world)
     st = status(rsp)
-    assert (st["phase"], st["reason"]) == (phase, reason), st
-    assert set(desired(rsp)) == keys
+    want = case.want
+    assert (st["phase"], st["reason"]) == (want.phase, want.reason), (case.reason, st)
+    assert set(desired(rsp)) == want.desired, case.reason
     with GrpcFunction(clock=Clock(T)) as fn:
         over_grpc, _ = fn.drive(body, world, observed)
     assert over_grpc.SerializeToString(deterministic=True) == rsp.SerializeToString(
@@ -887,14 +1039,17 @@ def test_spec_parse_defaults_and_hash() -> None:
     p = parse(spec())
     assert not hasattr(p, "reason")
     assert (p.idle_for, p.max_run_seconds, p.repeat_after) == (600.0, 1800, 0.0)
-    assert spec_hash(spec(suspend=True)) == spec_hash(spec())
-    assert spec_hash({**spec(), "crossplane": {"resourceRefs": [1]}}) == spec_hash(spec())
-    assert spec_hash(spec(env=[{"name": "A", "value": "1"}])) != spec_hash(spec())
-    assert parse(spec(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])).reason == (
-        "InvalidEnvName"
-    )
-    assert parse({"templateRef": {"name": "x"}}).field == "spec.modelRef"
-    assert parse(spec(idleFor="soon")).reason == "InvalidSpec"
+    h = definition_hash(p)
+    assert definition_hash(parse(spec(suspend=True))) == h
+    assert definition_hash(parse({**spec(), "crossplane": {"resourceRefs": [1]}})) == h
+    assert definition_hash(parse(spec(idleFor="600s"))) == h  # canonical: seconds
+    assert definition_hash(parse(spec(env=[{"name": "A", "value": "1"}]))) != h
+    with pytest.raises(SpecError) as err:
+        parse({"templateRef": {"name": "x"}})
+    assert err.value.field == "spec.modelRef"
+    with pytest.raises(SpecError) as err:
+        parse(spec(idleFor="soon"))
+    assert err.value.field == "spec.idleFor"
 
 
 # ---- XRD and example -------------------------------------------------------------------------

@@ -14,13 +14,14 @@ import copy
 import datetime
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from function import API_VERSION
-from function.api.modelexperiment import parse_spec, spec_hash
+from function.api.modelexperiment import definition_hash, parse_spec
 from function.composers import experiment as exp
 from function.core.errors import SpecError
 from function.naming import (
@@ -48,6 +49,7 @@ from tests.harness import (
     xr,
     xr_ready,
 )
+from tests.support.table import Case, table
 from tests.validation import (
     SchemaError,
     find_xrd,
@@ -551,36 +553,50 @@ def test_verdict_is_counted_once(sim_factory, clock: Clock) -> None:
     assert observations() == []
 
 
-# Issue 13: (clock moves between candidate creation and the gauntlet, want
-# activeDeadlineSeconds of a 30m run). Time before the recorded start counts as zero.
-SKEW = [
-    ("no skew, 3m later", 180, 27 * 60),
-    ("clock 1h behind createdAt", -3600, 30 * 60),
-    ("clock 1s behind createdAt", -1, 30 * 60),
+SKEW_RULE = "issue 13: time before the recorded start counts as zero"
+
+# The clock moves by ``inputs`` seconds between candidate creation and the gauntlet; the
+# Job's activeDeadlineSeconds in a 30m run.
+SKEW: list[Case[float, int]] = [
+    Case("no skew, 3m later", "the Job gets the time left before the deadline", 180, 27 * 60),
+    Case("clock 1h behind createdAt", SKEW_RULE, -3600, 30 * 60),
+    Case("clock 1s behind createdAt", SKEW_RULE, -1, 30 * 60),
 ]
 
 
-@pytest.mark.parametrize(("case", "shift", "want"), SKEW, ids=[c[0] for c in SKEW])
+@table(SKEW)
 def test_a_skewed_clock_never_gives_the_job_more_than_the_timeout(
-    sim_factory, clock: Clock, case: str, shift: float, want: int
+    sim_factory, clock: Clock, case: Case[float, int]
 ) -> None:
     sim = sim_factory()
     sim.reconcile()
     assert sim.phase == "Deploying"
-    clock.advance(shift)
+    clock.advance(case.inputs)
     sim.reconcile()
     sim.candidate_ready(1)
     sim.reconcile()
     assert sim.phase == "Evaluating", sim.status
-    assert sim.status["gauntlet"]["activeDeadlineSeconds"] == want, case
-    assert sim.job()["spec"]["activeDeadlineSeconds"] == want, case
+    assert sim.status["gauntlet"]["activeDeadlineSeconds"] == case.want, case.reason
+    assert sim.job()["spec"]["activeDeadlineSeconds"] == case.want, case.reason
 
 
-@pytest.mark.parametrize(("own", "want"), [(600, 600), (7200, 1800), (None, 1800)])
-def test_job_deadline_is_capped_by_the_run_deadline(sim_factory, own, want) -> None:
-    sim = sim_factory(world=[cronjob(deadline=own), inference_cluster(CLUSTER)])
+CAPPED = "the Job's activeDeadlineSeconds is capped at the time left before the run's deadline"
+
+# The CronJob's own activeDeadlineSeconds (None: unset); the gauntlet Job's, in a 30m run.
+JOB_DEADLINES: list[Case[int | None, int]] = [
+    Case("shorter than the run", "the template's own shorter deadline is kept", 600, 600),
+    Case("longer than the run", CAPPED, 7200, 1800),
+    Case("unset", CAPPED, None, 1800),
+]
+
+
+@table(JOB_DEADLINES)
+def test_job_deadline_is_capped_by_the_run_deadline(
+    sim_factory, case: Case[int | None, int]
+) -> None:
+    sim = sim_factory(world=[cronjob(deadline=case.inputs), inference_cluster(CLUSTER)])
     sim.to_evaluating()
-    assert sim.job()["spec"]["activeDeadlineSeconds"] == want
+    assert sim.job()["spec"]["activeDeadlineSeconds"] == case.want, case.reason
 
 
 def test_serving_waits_for_endpoint_and_provider_config(sim_factory, clock: Clock) -> None:
@@ -788,118 +804,92 @@ def stale_cache() -> dict[str, Any]:
     return c
 
 
-GATE_CASES = [
-    pytest.param(
-        {"requireSourceMatch": True},
-        candidate(modelCacheRef={"name": "other-cache"}),
-        [cache(evidence={"gpu-a": full_evidence(), "gpu-b": full_evidence()})],
-        "ArtifactSourceMismatch",
-        "ml-team/other-cache",
-        id="source-mismatch",
-    ),
-    pytest.param(
-        {}, candidate(), [], "ArtifactCacheNotFound", "ml-team/qwen-cache", id="not-found"
-    ),
-    pytest.param(
-        {},
-        candidate(),
-        [cache({"gpu-a": "Ready", "gpu-b": "Failed", "gpu-c": "Ready"})],
-        "ArtifactCacheFailed",
-        "gpu-b (hydration is Failed); 2/3 clusters ready",
-        id="failed",
-    ),
-    pytest.param(
-        {},
-        candidate(),
-        [cache({"gpu-a": "Ready", "gpu-b": "Hydrating", "gpu-c": "Ready"})],
-        "ArtifactCacheNotReady",
-        "2/3 clusters ready; waiting for gpu-b",
-        id="not-ready",
-    ),
-    pytest.param({}, candidate(), [cache({})], "ArtifactCacheNotReady", "0/0 clusters", id="empty"),
-    pytest.param(
-        {},
-        candidate(),
-        [stale_cache()],
-        "ArtifactCacheNotReady",
-        "status is for generation 2, the cache is at generation 3",
-        id="stale-status",
-    ),
-    pytest.param(
-        {"requireValidation": True},
-        candidate(),
-        [cache(evidence={"gpu-a": full_evidence(), "gpu-b": full_evidence(validatedAt="")})],
-        "ArtifactValidationMissing",
-        "on gpu-b",
-        id="validation-missing",
-    ),
-    pytest.param(
-        {"requirePublishedDigest": True},
-        candidate(),
-        [cache(evidence={"gpu-a": full_evidence(), "gpu-b": {"commit": COMMIT}})],
-        "ArtifactDigestMissing",
-        "on gpu-b",
-        id="digest-missing",
-    ),
-    pytest.param(
-        {"requirePublishedDigest": True},
-        candidate(),
-        [cache(evidence={"gpu-a": full_evidence(), "gpu-b": full_evidence(commit="main")})],
-        "ArtifactDigestMissing",
-        "on gpu-b",
-        id="commit-not-resolved",
-    ),
-    pytest.param(
-        {"requirePublishedDigest": True},
-        candidate(),
-        [
-            cache(
-                evidence={
-                    "gpu-a": full_evidence(),
-                    "gpu-b": full_evidence(digest="sha256:" + "cd" * 32),
-                }
-            )
-        ],
-        "ArtifactDigestMissing",
-        "recorded different artifacts",
-        id="digests-disagree",
-    ),
-    # Issue 13: a revision edit never opens the gate on the old hydrations' Ready.
-    pytest.param(
-        {},
-        candidate(),
-        [cache(revision="v2", reported_revision="main", evidence={"gpu-a": full_evidence()})],
-        "ArtifactCacheNotReady",
-        "not Qwen/Qwen2.5-0.5B-Instruct@v2",
-        id="revision-edited-status-for-old-source",
-    ),
-    pytest.param(
-        {},
-        candidate(),
-        [cache(reported_revision=None)],
-        "ArtifactCacheNotReady",
-        "status describes no source",
-        id="status-names-no-source",
-    ),
-]
+@dataclass(frozen=True)
+class GateInputs:
+    """``spec.artifactGate`` beyond its modelCacheRef, the candidate, the ModelCaches."""
+
+    gate: dict[str, Any]
+    candidate: dict[str, Any]
+    caches: list[dict[str, Any]]
 
 
-@pytest.mark.parametrize(("gate", "cand", "caches", "reason", "fragment"), GATE_CASES)
-def test_gate_closed_blocks_without_candidate(
-    sim_factory, gate, cand, caches, reason, fragment
-) -> None:
-    s = spec(candidate=cand, artifactGate={"modelCacheRef": {"name": "qwen-cache"}, **gate})
-    sim = sim_factory(s, [cronjob(), inference_cluster(CLUSTER), *caches])
+@dataclass(frozen=True)
+class Closed:
+    """The reason the gate stays closed and a fragment its message must contain."""
+
+    reason: str
+    fragment: str
+
+
+NEW_SOURCE = "issue 13: a revision edit never opens the gate on the old hydrations' Ready"
+
+GATE_CASES: list[Case[GateInputs, Closed]] = [
+    Case("source-mismatch", "requireSourceMatch: the candidate must load from the gated cache",
+         GateInputs({"requireSourceMatch": True}, candidate(modelCacheRef={"name": "other-cache"}),
+                    [cache(evidence={"gpu-a": full_evidence(), "gpu-b": full_evidence()})]),
+         Closed("ArtifactSourceMismatch", "ml-team/other-cache")),
+    Case("not-found", "the gated ModelCache must exist", GateInputs({}, candidate(), []),
+         Closed("ArtifactCacheNotFound", "ml-team/qwen-cache")),
+    Case("failed", "a failed cluster closes the gate, named with the progress",
+         GateInputs({}, candidate(), [cache({"gpu-a": "Ready", "gpu-b": "Failed",
+                                             "gpu-c": "Ready"})]),
+         Closed("ArtifactCacheFailed", "gpu-b (hydration is Failed); 2/3 clusters ready")),
+    Case("not-ready", "every cluster of the footprint must be Ready",
+         GateInputs({}, candidate(), [cache({"gpu-a": "Ready", "gpu-b": "Hydrating",
+                                             "gpu-c": "Ready"})]),
+         Closed("ArtifactCacheNotReady", "2/3 clusters ready; waiting for gpu-b")),
+    Case("empty", "an empty footprint is not ready", GateInputs({}, candidate(), [cache({})]),
+         Closed("ArtifactCacheNotReady", "0/0 clusters")),
+    Case("stale-status", "a status for an older generation describes an older spec",
+         GateInputs({}, candidate(), [stale_cache()]),
+         Closed("ArtifactCacheNotReady",
+                "status is for generation 2, the cache is at generation 3")),
+    Case("validation-missing", "requireValidation: every cluster recorded evidence.validatedAt",
+         GateInputs({"requireValidation": True}, candidate(),
+                    [cache(evidence={"gpu-a": full_evidence(),
+                                     "gpu-b": full_evidence(validatedAt="")})]),
+         Closed("ArtifactValidationMissing", "on gpu-b")),
+    Case("digest-missing", "requirePublishedDigest: every cluster recorded commit and digest",
+         GateInputs({"requirePublishedDigest": True}, candidate(),
+                    [cache(evidence={"gpu-a": full_evidence(), "gpu-b": {"commit": COMMIT}})]),
+         Closed("ArtifactDigestMissing", "on gpu-b")),
+    Case("commit-not-resolved", "requirePublishedDigest: a commit is 40 hex, not a branch",
+         GateInputs({"requirePublishedDigest": True}, candidate(),
+                    [cache(evidence={"gpu-a": full_evidence(),
+                                     "gpu-b": full_evidence(commit="main")})]),
+         Closed("ArtifactDigestMissing", "on gpu-b")),
+    Case("digests-disagree", "requirePublishedDigest: one artifact to certify, not two",
+         GateInputs({"requirePublishedDigest": True}, candidate(),
+                    [cache(evidence={"gpu-a": full_evidence(),
+                                     "gpu-b": full_evidence(digest="sha256:" + "cd" * 32)})]),
+         Closed("ArtifactDigestMissing", "recorded different artifacts")),
+    Case("revision-edited-status-for-old-source", NEW_SOURCE,
+         GateInputs({}, candidate(), [cache(revision="v2", reported_revision="main",
+                                            evidence={"gpu-a": full_evidence()})]),
+         Closed("ArtifactCacheNotReady", "not Qwen/Qwen2.5-0.5B-Instruct@v2")),
+    Case("status-names-no-source", "a status that names no source is not known to describe it",
+         GateInputs({}, candidate(), [cache(reported_revision=None)]),
+         Closed("ArtifactCacheNotReady", "status describes no source")),
+]  # fmt: skip
+
+
+@table(GATE_CASES)
+def test_gate_closed_blocks_without_candidate(sim_factory, case: Case[GateInputs, Closed]) -> None:
+    g, want = case.inputs, case.want
+    s = spec(
+        candidate=g.candidate, artifactGate={"modelCacheRef": {"name": "qwen-cache"}, **g.gate}
+    )
+    sim = sim_factory(s, [cronjob(), inference_cluster(CLUSTER), *g.caches])
     sim.reconcile()
-    assert sim.phase == "Blocked"
-    assert sim.status["reason"] == reason
+    assert sim.phase == "Blocked", case.reason
+    assert sim.status["reason"] == want.reason
     c = sim.conditions()
-    assert c["Runnable"]["status"] == "False" and c["Runnable"]["reason"] == reason
-    assert fragment in c["Runnable"]["message"], c["Runnable"]["message"]
+    assert c["Runnable"]["status"] == "False" and c["Runnable"]["reason"] == want.reason
+    assert want.fragment in c["Runnable"]["message"], c["Runnable"]["message"]
     assert not sim.observed
     assert "candidate" not in sim.status
     assert sim.rsp.meta.ttl.seconds <= 60
-    assert any(s_ == "Warning" and fragment in m for s_, m in results(sim.rsp))
+    assert any(s_ == "Warning" and want.fragment in m for s_, m in results(sim.rsp))
 
 
 def test_gate_open_annotates_candidate(sim_factory) -> None:
@@ -1022,33 +1012,38 @@ def test_template_without_containers_is_invalid(sim_factory) -> None:
     assert not sim.observed
 
 
-@pytest.mark.parametrize(
-    ("mutate", "field"),
-    [
-        (
-            lambda s: s["gauntlet"]["env"].append({"name": "MODELS", "value": "chat=vllm"}),
-            "spec.gauntlet.env[2].name",
-        ),
-        (
-            lambda s: s["gauntlet"]["env"].extend(
-                {"name": f"V{i}", "value": "x"} for i in range(31)
-            ),
-            "spec.gauntlet.env",
-        ),
-        (lambda s: s["gauntlet"]["env"].append({"name": "1BAD"}), "spec.gauntlet.env[2].name"),
-        (lambda s: s.update(repeatAfter="30s"), "spec.repeatAfter"),
-        (lambda s: s.update(historyLimit=3), "spec"),
-        (lambda s: s.update(repeatAfter="1h", historyLimit=21), "spec.historyLimit"),
-        (lambda s: s.update(timeout="soon"), "spec.timeout"),
-        (lambda s: s["candidate"].pop("backend"), "spec.candidate.backend"),
-    ],
-)
-def test_invalid_spec_blocks_and_names_field(mutate, field) -> None:
+def _gauntlet_env(*entries: dict[str, str]) -> Any:
+    return lambda s: s["gauntlet"]["env"].extend(entries)
+
+
+INVALID_SPECS: list[Case[Any, str]] = [
+    Case("MODELS in the gauntlet env", "the function sets MODELS itself",
+         _gauntlet_env({"name": "MODELS", "value": "chat=vllm"}), "spec.gauntlet.env[2].name"),
+    Case("33 gauntlet env entries", "at most 32 entries",
+         _gauntlet_env(*({"name": f"V{i}", "value": "x"} for i in range(31))), "spec.gauntlet.env"),
+    Case("env name not an identifier", "env names are C identifiers",
+         _gauntlet_env({"name": "1BAD"}), "spec.gauntlet.env[2].name"),
+    Case("repeatAfter 30s", "repeatAfter is at least 1m",
+         lambda s: s.update(repeatAfter="30s"), "spec.repeatAfter"),
+    Case("history without repeat", "historyLimit needs repeatAfter",
+         lambda s: s.update(historyLimit=3), "spec"),
+    Case("historyLimit 21", "historyLimit is at most 20",
+         lambda s: s.update(repeatAfter="1h", historyLimit=21), "spec.historyLimit"),
+    Case("timeout not a duration", "timeout is a Go duration",
+         lambda s: s.update(timeout="soon"), "spec.timeout"),
+    Case("no backend", "the candidate names its backend (the gauntlet's MODELS)",
+         lambda s: s["candidate"].pop("backend"), "spec.candidate.backend"),
+]  # fmt: skip
+
+
+@table(INVALID_SPECS)
+def test_invalid_spec_blocks_and_names_field(case: Case[Any, str]) -> None:
     s = spec()
-    mutate(s)
+    case.inputs(s)
+    field = case.want
     with pytest.raises(SpecError) as e:
         parse_spec(s)
-    assert e.value.field == field
+    assert e.value.field == field, case.reason
     x = xr("ModelExperiment", NAME, s)
     rsp = run(request(x, required={}))
     st = status(rsp)
@@ -1136,10 +1131,10 @@ def test_reordered_spec_is_no_change() -> None:
     b = dict(reversed(list(b.items())))
     b["timeout"] = "1800s"
     b["suspend"] = True
-    assert spec_hash(parse_spec(a)) == spec_hash(parse_spec(b))
+    assert definition_hash(parse_spec(a)) == definition_hash(parse_spec(b))
     c = spec()
     c["gauntlet"]["env"][0]["value"] = "arc_easy"
-    assert spec_hash(parse_spec(a)) != spec_hash(parse_spec(c))
+    assert definition_hash(parse_spec(a)) != definition_hash(parse_spec(c))
 
 
 def test_crossplane_machinery_in_spec_is_no_change(sim_factory, clock: Clock) -> None:
@@ -1327,26 +1322,31 @@ def test_deterministic_over_grpc(sim_factory) -> None:
     assert a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
 
 
-@pytest.mark.parametrize(
-    ("status_", "want"),
-    [
-        ({"conditions": [cond("Ready")]}, True),
-        ({"replicas": {"total": 1, "ready": 1}, "conditions": [cond("ReplicasReady")]}, True),
-        ({"replicas": {"total": 1, "ready": 0}, "conditions": [cond("ReplicasReady")]}, False),
-        (
-            {"replicas": {"total": 1, "ready": 1}, "conditions": [cond("ReplicasReady", "False")]},
-            False,
-        ),
-        ({"conditions": [cond("Ready", "False")]}, False),
-        ({}, False),
-    ],
-)
-def test_candidate_ready(status_: dict[str, Any], want: bool) -> None:
+SERVES = "ReplicasReady with a ready replica serves before the cache Usage reports ready"
+
+CANDIDATE_READY: list[Case[dict[str, Any], bool]] = [
+    Case("Ready", "Crossplane's Ready: every composed resource is ready",
+         {"conditions": [cond("Ready")]}, True),
+    Case("ReplicasReady, 1/1", SERVES,
+         {"replicas": {"total": 1, "ready": 1}, "conditions": [cond("ReplicasReady")]}, True),
+    Case("ReplicasReady, 0/1", "no replica is ready",
+         {"replicas": {"total": 1, "ready": 0}, "conditions": [cond("ReplicasReady")]}, False),
+    Case("ReplicasReady False", "the deployment says its replicas are not ready",
+         {"replicas": {"total": 1, "ready": 1}, "conditions": [cond("ReplicasReady", "False")]},
+         False),
+    Case("Ready False", "Crossplane says not ready", {"conditions": [cond("Ready", "False")]},
+         False),
+    Case("no status", "nothing reported yet", {}, False),
+]  # fmt: skip
+
+
+@table(CANDIDATE_READY)
+def test_candidate_ready(case: Case[dict[str, Any], bool]) -> None:
     from google.protobuf.struct_pb2 import Struct
 
     body = Struct()
-    body.update({"status": status_})
-    assert exp.candidate_ready(body) is want
+    body.update({"status": case.inputs})
+    assert exp.candidate_ready(body) is case.want, case.reason
     assert exp.candidate_ready(None) is False
 
 
@@ -1560,15 +1560,31 @@ def test_reserved_env_in_the_candidate_blocks_before_any_gpu_is_claimed() -> Non
 # ---- issue 13: the candidate serves under the candidate's name ----------------------------
 
 REF = "$(MODELPLANE_SERVED_MODEL_NAME)"
-# (case, engine args as written, args the candidate gets, what the Runnable message says)
-FORCED = [
-    ("already the candidate", ["--model=$(MODELPLANE_MODEL)", f"--served-model-name={REF}"],
-     ["--model=$(MODELPLANE_MODEL)", f"--served-model-name={REF}"], None),
-    ("--served-model-name=chat", ["--model=$(MODELPLANE_MODEL)", "--served-model-name=chat"],
-     ["--model=$(MODELPLANE_MODEL)", f"--served-model-name={REF}"], "args[1] served 'chat'"),
-    ("--served-model-name chat alias", ["--served-model-name", "chat", "alias", "--port=8000"],
-     ["--served-model-name", REF, "alias", "--port=8000"], "args[1] served 'chat'"),
-    ("no flag", ["--model=$(MODELPLANE_MODEL)"], ["--model=$(MODELPLANE_MODEL)"], None),
+FORCE = "issue 13: the candidate serves under its own name, whatever the template says"
+
+
+@dataclass(frozen=True)
+class Served:
+    """The args the candidate gets, and what the Runnable message says (None: nothing)."""
+
+    args: list[str]
+    note: str | None
+
+
+# Inputs: the engine's args as written.
+FORCED: list[Case[list[str], Served]] = [
+    Case("already the candidate", "the flag already names the variable: nothing to say",
+         ["--model=$(MODELPLANE_MODEL)", f"--served-model-name={REF}"],
+         Served(["--model=$(MODELPLANE_MODEL)", f"--served-model-name={REF}"], None)),
+    Case("--served-model-name=chat", FORCE,
+         ["--model=$(MODELPLANE_MODEL)", "--served-model-name=chat"],
+         Served(["--model=$(MODELPLANE_MODEL)", f"--served-model-name={REF}"],
+                "args[1] served 'chat'")),
+    Case("--served-model-name chat alias", f"{FORCE}; every alias goes too",
+         ["--served-model-name", "chat", "alias", "--port=8000"],
+         Served(["--served-model-name", REF, "alias", "--port=8000"], "args[1] served 'chat'")),
+    Case("no flag", "the engine serves under MODELPLANE_SERVED_MODEL_NAME's default",
+         ["--model=$(MODELPLANE_MODEL)"], Served(["--model=$(MODELPLANE_MODEL)"], None)),
 ]  # fmt: skip
 
 
@@ -1580,41 +1596,47 @@ def _with_args(args: list[str], key: str = "args") -> dict[str, Any]:
     return s
 
 
-@pytest.mark.parametrize(("case", "args", "want", "note"), FORCED, ids=[c[0] for c in FORCED])
+@table(FORCED)
 def test_the_candidate_serves_under_its_own_name(
-    sim_factory, case: str, args: list[str], want: list[str], note: str | None
+    sim_factory, case: Case[list[str], Served]
 ) -> None:
-    sim = sim_factory(_with_args(args))
+    sim = sim_factory(_with_args(case.inputs))
     sim.reconcile()
     assert sim.phase == "Deploying", sim.status
     cand = sim.observed["candidate-r1"]
     engine = cand["spec"]["template"]["spec"]["engines"][0]["members"][0]["template"]["spec"][
         "containers"
     ][0]
-    assert engine["args"] == want, case
+    assert engine["args"] == case.want.args, case.reason
     assert {"name": "MODELPLANE_SERVED_MODEL_NAME", "value": RUN1} in engine["env"]
     msg = sim.conditions()["Runnable"]["message"]
-    if note:
-        assert f"the candidate serves as {RUN1}" in msg and note in msg, msg
+    if case.want.note:
+        assert f"the candidate serves as {RUN1}" in msg and case.want.note in msg, msg
     else:
         assert "serves as" not in msg
 
 
-BLOCKED = [
-    ("shell string", "command", ["sh", "-c", "vllm serve --served-model-name chat"], "command[2]"),
-    ("shell string with =", "args", ["-c", "vllm serve --served-model-name='chat'"], "args[1]"),
+SHELL = "a --served-model-name inside a shell string cannot be forced: the spec is blocked"
+
+# Inputs: (the container field, its words); want: where the message points.
+BLOCKED: list[Case[tuple[str, list[str]], str]] = [
+    Case("shell string", SHELL,
+         ("command", ["sh", "-c", "vllm serve --served-model-name chat"]), "command[2]"),
+    Case("shell string with =", SHELL,
+         ("args", ["-c", "vllm serve --served-model-name='chat'"]), "args[1]"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("case", "key", "words", "where"), BLOCKED, ids=[c[0] for c in BLOCKED])
+@table(BLOCKED)
 def test_a_served_name_that_cannot_be_forced_blocks_naming_the_field(
-    grpc_function: GrpcFunction, case: str, key: str, words: list[str], where: str
+    grpc_function: GrpcFunction, case: Case[tuple[str, list[str]], str]
 ) -> None:
+    key, words = case.inputs
     rsp = grpc_function.call(request(xr("ModelExperiment", NAME, _with_args(words, key))))
     st = status(rsp)
-    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidSpec"), case
+    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidSpec"), case.reason
     msg = conditions(rsp)["Runnable"]["message"]
-    assert f"engines[0].members[0].template.spec.containers[0].{where}" in msg, msg
+    assert f"engines[0].members[0].template.spec.containers[0].{case.want}" in msg, msg
     assert "'chat'" in msg and "--served-model-name=$(MODELPLANE_SERVED_MODEL_NAME)" in msg
     assert not desired(rsp)
 

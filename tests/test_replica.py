@@ -10,6 +10,7 @@ against the LWS CRD, plus the API server's pod-spec checks.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 import celpy
@@ -17,9 +18,10 @@ import pytest
 
 from function import naming
 from function.composers.replica import CONDITION
+from function.core.numbers import ints_from_doubles
 from function.manifests import workloads as wl
 from function.ops.settings import Settings
-from function.serving.env import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
+from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
 from tests import harness as h
 from tests.replica_fixtures import (
     CACHE,
@@ -39,6 +41,7 @@ from tests.replica_fixtures import (
     required,
     single_spec,
 )
+from tests.support.table import Case, table
 from tests.validation import (
     LWS_CRD,
     OBJECT_CRD,
@@ -94,15 +97,8 @@ def run(
     )
 
 
-def ints(v: Any) -> Any:
-    """Struct numbers come back as floats: compare as plain JSON would."""
-    if isinstance(v, float) and v == int(v):
-        return int(v)
-    if isinstance(v, dict):
-        return {k: ints(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [ints(x) for x in v]
-    return v
+# Struct numbers come back as floats: compare as plain JSON would.
+ints = ints_from_doubles
 
 
 # ---- requirements -------------------------------------------------------------------
@@ -156,10 +152,10 @@ def test_single_node_with_cache_composes_deployment_service_and_claim():
     assert dep["spec"]["replicas"] == 2
     pod = dep["spec"]["template"]
     assert dep["spec"]["selector"]["matchLabels"] == {
-        wl.LABEL_WORKLOAD: pod["metadata"]["labels"][wl.LABEL_WORKLOAD]
+        naming.LABEL_WORKLOAD: pod["metadata"]["labels"][naming.LABEL_WORKLOAD]
     }
     spec = pod["spec"]
-    assert spec["nodeSelector"] == {wl.LABEL_POOL: POOL}
+    assert spec["nodeSelector"] == {naming.LABEL_POOL: POOL}
     assert spec["tolerations"] == [*TOLERATIONS, wl.GPU_TOLERATION]
     claim_name = manifest(d, "claim-vllm-standalone")["metadata"]["name"]
     assert spec["resourceClaims"] == [
@@ -199,8 +195,8 @@ def test_single_node_with_cache_composes_deployment_service_and_claim():
         }
     ]
     svc = manifest(d, "service")
-    assert svc["spec"]["selector"] == {wl.LABEL_SERVING: svc["metadata"]["name"]}
-    assert pod["metadata"]["labels"][wl.LABEL_SERVING] == svc["metadata"]["name"]
+    assert svc["spec"]["selector"] == {naming.LABEL_SERVING: svc["metadata"]["name"]}
+    assert pod["metadata"]["labels"][naming.LABEL_SERVING] == svc["metadata"]["name"]
     assert ints(svc["spec"]["ports"]) == [
         {"name": "http", "port": 8000, "targetPort": 8000, "protocol": "TCP"}
     ]
@@ -307,9 +303,9 @@ def test_multi_node_composes_a_leader_worker_set(cache: bool):
         )
         vols = {v["name"] for v in pod["spec"]["volumes"]}
         assert (wl.VOLUME_CACHE in vols) is cache
-        assert pod["spec"]["nodeSelector"] == {wl.LABEL_POOL: POOL}
+        assert pod["spec"]["nodeSelector"] == {naming.LABEL_POOL: POOL}
         assert pod["spec"]["tolerations"] == [*TOLERATIONS, wl.GPU_TOLERATION]
-        serving = pod["metadata"]["labels"].get(wl.LABEL_SERVING)
+        serving = pod["metadata"]["labels"].get(naming.LABEL_SERVING)
         # Only the leader serves the OpenAI API; the Service never routes to workers.
         assert serving == (svc if key == "leaderTemplate" else None)
     assert not [m for s, m in h.results(rsp) if s == "Warning" and "MODELPLANE_RANK" in m]
@@ -324,7 +320,7 @@ def test_coordinator_only_leader_claims_nothing_and_rides_the_worker_pool():
     assert "claim-kimi-leader" not in d and "claim-kimi-worker" in d
     lt = manifest(d, "workload-kimi")["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
     assert "resourceClaims" not in lt["spec"]
-    assert lt["spec"]["nodeSelector"] == {wl.LABEL_POOL: POOL}
+    assert lt["spec"]["nodeSelector"] == {naming.LABEL_POOL: POOL}
 
 
 def test_synthetic_device_is_placement_only():
@@ -377,36 +373,85 @@ def test_compose_is_deterministic_and_idempotent():
 # ---- hydration gating -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("phase", ["Pending", "Hydrating"])
-@pytest.mark.parametrize("make", [single_spec, multi_spec])
-def test_pending_or_hydrating_composes_no_workload(phase: str, make: Any):
-    rsp = run(make(), ready_required(phase))
-    assert h.desired(rsp) == {}
+@dataclass(frozen=True)
+class Request:
+    """A replica's spec and its ``required`` map (see :func:`tests.replica_fixtures.required`)."""
+
+    spec: dict[str, Any]
+    required: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Gated:
+    """A gated call: the ``ModelReady`` reason, ``status.phase``, whether a Warning is
+    emitted, what the message names, and ``status.hydration.phase`` (None: not written)."""
+
+    reason: str
+    phase: str
+    warns: bool
+    names: tuple[str, ...] = ()
+    hydration: str | None = None
+
+
+def _needs_16_devices() -> dict[str, Any]:
+    spec = single_spec()
+    spec["engines"][0]["members"][0]["nodeSelector"]["devices"][0]["count"] = 16
+    return spec
+
+
+WAIT = "pods must not start on a half-filled volume: nothing is composed until it is Ready"
+
+GATES: list[Case[Request, Gated]] = [
+    Case("hydration pending", WAIT, Request(single_spec(), ready_required("Pending")),
+         Gated("Hydrating", "Hydrating", False, ("gpu-a", "Pending"), "Pending")),
+    Case("hydrating", WAIT, Request(single_spec(), ready_required("Hydrating")),
+         Gated("Hydrating", "Hydrating", False, ("gpu-a", "Hydrating"), "Hydrating")),
+    Case("hydration pending, multi-node", WAIT, Request(multi_spec(), ready_required("Pending")),
+         Gated("Hydrating", "Hydrating", False, ("gpu-a", "Pending"), "Pending")),
+    Case("hydrating, multi-node", WAIT, Request(multi_spec(), ready_required("Hydrating")),
+         Gated("Hydrating", "Hydrating", False, ("gpu-a", "Hydrating"), "Hydrating")),
+    Case("hydration failed",
+         "a failed hydration fails the replica, naming the cluster and the hydration's message",
+         Request(single_spec(), ready_required("Failed", message="Job DeadlineExceeded")),
+         Gated("HydrationFailed", "Failed", True, ("gpu-a", "Job DeadlineExceeded"), "Failed")),
+    Case("hydration not found", "the cluster is outside the cache's footprint or not staged yet",
+         Request(single_spec(), required(cluster_items=[cluster()], cache_items=[model_cache()],
+                                         hydration_items=[])),
+         Gated("HydrationNotFound", "Pending", False, ("gpu-a",), "NotFound")),
+    Case("cluster not found", "the placed InferenceCluster is gone",
+         Request(single_spec(), required(cluster_items=[], cache_items=[], hydration_items=[])),
+         Gated("ClusterNotFound", "Pending", True, ("gpu-a",))),
+    Case("cluster without provider config", "no status.providerConfigRef: nowhere to apply",
+         Request(single_spec(cache=False), required(cluster_items=[cluster(provider_config=None)])),
+         Gated("ClusterNotReady", "Pending", False, ("providerConfigRef",))),
+    Case("cache not found", "the referenced ModelCache is gone",
+         Request(single_spec(), required(cluster_items=[cluster()], cache_items=[],
+                                         hydration_items=[hydration("gpu-a", "Ready")])),
+         Gated("CacheNotFound", "Pending", True, (CACHE,))),
+    Case("pool not in the cluster's status", "the placed pool left status.gpuPools",
+         Request(single_spec(), {**ready_required(), "cluster": [
+             cluster(pools=[{"name": "a100-pool", "nodes": 2, "devices": []}])]}),
+         Gated("PoolNotFound", "Pending", True, (POOL,), "Ready")),
+    Case("device no longer met", "no device of the pool has 16 units any more",
+         Request(_needs_16_devices(), ready_required()),
+         Gated("DeviceNotFound", "Pending", True, ("count 16",), "Ready")),
+]  # fmt: skip
+
+
+@table(GATES)
+def test_a_gate_composes_nothing_and_says_why(case: Case[Request, Gated]):
+    rsp = run(case.inputs.spec, case.inputs.required)
+    want = case.want
+    assert h.desired(rsp) == {}, case.reason
     cond = h.conditions(rsp)[CONDITION]
-    assert (cond["status"], cond["reason"]) == ("False", "Hydrating")
-    assert "gpu-a" in cond["message"] and phase in cond["message"]
+    assert (cond["status"], cond["reason"]) == ("False", want.reason), case.reason
+    assert all(n in cond["message"] for n in want.names), cond["message"]
+    st = h.status(rsp)
+    assert st["phase"] == want.phase
+    assert st.get("hydration", {}).get("phase") == want.hydration
+    assert any(s == "Warning" for s, _ in h.results(rsp)) is want.warns
     assert h.xr_ready(rsp) == "READY_FALSE"
     assert rsp.meta.ttl.seconds == POLL
-    assert h.status(rsp)["hydration"]["phase"] == phase
-
-
-def test_failed_hydration_fails_the_replica_with_cluster_and_message():
-    rsp = run(single_spec(), ready_required("Failed", message="Job DeadlineExceeded"))
-    assert h.desired(rsp) == {}
-    cond = h.conditions(rsp)[CONDITION]
-    assert (cond["status"], cond["reason"]) == ("False", "HydrationFailed")
-    assert "gpu-a" in cond["message"] and "Job DeadlineExceeded" in cond["message"]
-    assert h.status(rsp)["phase"] == "Failed"
-    assert h.xr_ready(rsp) == "READY_FALSE"
-    assert any(s == "Warning" for s, _ in h.results(rsp))
-
-
-def test_missing_hydration_composes_nothing():
-    req = required(cluster_items=[cluster()], cache_items=[model_cache()], hydration_items=[])
-    rsp = run(single_spec(), req)
-    assert h.desired(rsp) == {}
-    assert h.conditions(rsp)[CONDITION]["reason"] == "HydrationNotFound"
-    assert h.xr_ready(rsp) == "READY_FALSE"
 
 
 @pytest.mark.parametrize(
@@ -428,43 +473,33 @@ def test_unresolved_requirement_keeps_existing_children_exactly(which: str):
     assert not h.fatal(rsp)
 
 
-@pytest.mark.parametrize(
-    ("phase", "reason"),
-    [("Hydrating", "Hydrating"), ("Pending", "Hydrating"), ("Failed", "HydrationFailed")],
-)
-def test_existing_workload_is_kept_when_hydration_regresses(phase: str, reason: str):
+KEPT = "a workload composed before is kept exactly: nothing rolls onto a volume being rewritten"
+
+REGRESSIONS: list[Case[str, str]] = [
+    Case("hydrating again", KEPT, "Hydrating", "Hydrating"),
+    Case("pending again", KEPT, "Pending", "Hydrating"),
+    Case("failed after serving",
+         "the loaded weights keep serving; the failure is reported, not acted on", "Failed",
+         "HydrationFailed"),
+]  # fmt: skip
+
+
+@table(REGRESSIONS)
+def test_existing_workload_is_kept_when_hydration_regresses(case: Case[str, str]):
     spec = single_spec()
     first = h.desired(run(spec, ready_required()))
     observed = {k: observed_object(v, {}) for k, v in first.items()}
     # The deployment changes the image meanwhile: nothing rolls onto the volume.
     spec2 = copy.deepcopy(spec)
     spec2["engines"][0]["members"][0]["template"]["spec"]["containers"][0]["image"] = "vllm:new"
-    rsp = run(spec2, ready_required(phase, message="re-hydrating"), observed=observed)
+    rsp = run(spec2, ready_required(case.inputs, message="re-hydrating"), observed=observed)
     kept = h.desired(rsp)
     assert set(kept) == set(first)
     for k in first:
-        assert kept[k]["spec"] == first[k]["spec"]
+        assert kept[k]["spec"] == first[k]["spec"], case.reason
     cond = h.conditions(rsp)[CONDITION]
-    assert cond["reason"] == reason and "kept" in cond["message"]
+    assert cond["reason"] == case.want and "kept" in cond["message"]
     assert h.xr_ready(rsp) == "READY_FALSE"
-
-
-def test_cluster_not_found_and_without_provider_config():
-    rsp = run(single_spec(), required(cluster_items=[], cache_items=[], hydration_items=[]))
-    assert h.conditions(rsp)[CONDITION]["reason"] == "ClusterNotFound"
-    assert h.desired(rsp) == {}
-    rsp = run(single_spec(cache=False), required(cluster_items=[cluster(provider_config=None)]))
-    assert h.conditions(rsp)[CONDITION]["reason"] == "ClusterNotReady"
-    assert h.xr_ready(rsp) == "READY_FALSE"
-
-
-def test_cache_not_found_composes_nothing():
-    req = required(
-        cluster_items=[cluster()], cache_items=[], hydration_items=[hydration("gpu-a", "Ready")]
-    )
-    rsp = run(single_spec(), req)
-    assert h.conditions(rsp)[CONDITION]["reason"] == "CacheNotFound"
-    assert h.desired(rsp) == {}
 
 
 def test_pool_missing_from_cluster_status_keeps_what_exists():
@@ -477,15 +512,6 @@ def test_pool_missing_from_cluster_status_keeps_what_exists():
     assert set(h.desired(rsp)) == set(first)
     cond = h.conditions(rsp)[CONDITION]
     assert cond["reason"] == "PoolNotFound" and POOL in cond["message"]
-
-
-def test_device_no_longer_met_is_reported_not_deleted():
-    spec = single_spec()
-    spec["engines"][0]["members"][0]["nodeSelector"]["devices"][0]["count"] = 16
-    rsp = run(spec, ready_required())
-    cond = h.conditions(rsp)[CONDITION]
-    assert cond["reason"] == "DeviceNotFound" and "count 16" in cond["message"]
-    assert h.desired(rsp) == {}
 
 
 @pytest.mark.parametrize(
@@ -515,49 +541,63 @@ def test_invalid_device_selector_is_fatal_naming_it():
     assert "spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel" in msg
 
 
-@pytest.mark.parametrize(
-    ("mutate", "field"),
-    [
-        (lambda s: s.pop("clusterName"), "spec.clusterName"),
-        (lambda s: s["engines"][0].update(copies=0), "spec.engines[0].copies"),
-        (
-            lambda s: s["engines"][0]["members"][0]["template"]["spec"]["containers"][0].update(
-                name="vllm"
-            ),
-            "spec.engines[0].members[0].template.spec.containers",
-        ),
-        (
-            lambda s: s["engines"][0]["members"].append(
-                copy.deepcopy(s["engines"][0]["members"][0])
-            ),
-            "spec.engines[0].members",
-        ),
-        (lambda s: s["engines"][0]["members"][0].pop("pool"), "spec.engines[0].members[0].pool"),
-        # Types the XRD states, which pydantic's lax mode alone would coerce.
-        (lambda s: s.update(index="0"), "spec.index"),
-        (lambda s: s.update(flashLoader={"enabled": "yes"}), "spec.flashLoader.enabled"),
-        (lambda s: s["tolerations"][0].update(key=7), "spec.tolerations[0].key"),
-        (lambda s: s.update(serving={"mode": "Split"}), "spec.serving.mode"),
-        (lambda s: s["engines"][0].update(copies=1.5), "spec.engines[0].copies"),
-        (
-            lambda s: s["engines"][0]["members"][0]["nodeSelector"]["devices"][0].update(
-                selectors=3
-            ),
-            "spec.engines[0].members[0].nodeSelector.devices[0].selectors",
-        ),
-        (
-            lambda s: s["engines"][0]["members"][0]["template"]["spec"]["containers"][0].update(
-                args=["--x", 5]
-            ),
-            "spec.engines[0].members[0].template.spec.containers[0].args[1]",
-        ),
-    ],
-)
-def test_invalid_spec_is_fatal_naming_the_field(mutate: Any, field: str):
+def _edit(path: str, **fields: Any) -> Any:
+    """An edit of the single-node spec: ``fields`` set on the object at ``path``
+    (``"."`` the spec, ``"engine"``, ``"member"``, ``"container"``, ``"device"``)."""
+
+    def apply(s: dict[str, Any]) -> None:
+        member = s["engines"][0]["members"][0]
+        at = {
+            ".": s,
+            "engine": s["engines"][0],
+            "member": member,
+            "container": member["template"]["spec"]["containers"][0],
+            "device": member["nodeSelector"]["devices"][0],
+        }[path]
+        at.update(fields)
+
+    return apply
+
+
+def _second_standalone(s: dict[str, Any]) -> None:
+    s["engines"][0]["members"].append(copy.deepcopy(s["engines"][0]["members"][0]))
+
+
+STRICT = "a type the XRD states, which pydantic's lax mode alone would coerce"
+M0 = "spec.engines[0].members[0]"
+
+INVALID: list[Case[Any, str]] = [
+    Case("no cluster", "spec.clusterName is required", lambda s: s.pop("clusterName"),
+         "spec.clusterName"),
+    Case("zero copies", "an engine runs at least one copy", _edit("engine", copies=0),
+         "spec.engines[0].copies"),
+    Case("no engine container", "the pod template must name the engine container",
+         _edit("container", name="vllm"), f"{M0}.template.spec.containers"),
+    Case("two standalone members", "an engine is one Standalone member, or a Leader and a Worker",
+         _second_standalone, "spec.engines[0].members"),
+    Case("no pool", "placement chose no pool for the member",
+         lambda s: s["engines"][0]["members"][0].pop("pool"), f"{M0}.pool"),
+    Case("index as a string", STRICT, _edit(".", index="0"), "spec.index"),
+    Case("flashLoader.enabled as a string", STRICT, _edit(".", flashLoader={"enabled": "yes"}),
+         "spec.flashLoader.enabled"),
+    Case("toleration key as a number", STRICT, lambda s: s["tolerations"][0].update(key=7),
+         "spec.tolerations[0].key"),
+    Case("unknown serving mode", "serving.mode is an enum", _edit(".", serving={"mode": "Split"}),
+         "spec.serving.mode"),
+    Case("fractional copies", STRICT, _edit("engine", copies=1.5), "spec.engines[0].copies"),
+    Case("selectors not a list", STRICT, _edit("device", selectors=3),
+         f"{M0}.nodeSelector.devices[0].selectors"),
+    Case("a number among the args", "container args are strings (Kubernetes)",
+         _edit("container", args=["--x", 5]), f"{M0}.template.spec.containers[0].args[1]"),
+]  # fmt: skip
+
+
+@table(INVALID)
+def test_invalid_spec_is_fatal_naming_the_field(case: Case[Any, str]):
     spec = single_spec()
-    mutate(spec)
+    case.inputs(spec)
     [msg] = h.fatal(run(spec, ready_required()))
-    assert field in msg
+    assert case.want in msg, case.reason
 
 
 # ---- flash loader and /dev/shm --------------------------------------------------------
@@ -597,23 +637,26 @@ def test_invalid_flash_loader_at_cache_level_names_field_and_level():
     assert "level" in msg
 
 
-@pytest.mark.parametrize(
-    ("settings", "override", "want"),
-    [
-        ({}, None, "8Gi"),
-        ({"DEFAULT_SHM_SIZE_LIMIT": "32Gi"}, None, "32Gi"),
-        ({"DEFAULT_SHM_SIZE_LIMIT": "32Gi"}, "64Gi", "64Gi"),
-        ({}, "1Gi", "1Gi"),
-    ],
-)
-def test_shm_size_limit_precedence_in_the_pod(settings: dict, override: str | None, want: str):
+SHM: list[Case[tuple[dict[str, str], str | None], str]] = [
+    Case("default", "8Gi unless the operator or the spec says otherwise", ({}, None), "8Gi"),
+    Case("operator default", "MODELPLANE_DEFAULT_SHM_SIZE_LIMIT applies to every replica",
+         ({"DEFAULT_SHM_SIZE_LIMIT": "32Gi"}, None), "32Gi"),
+    Case("spec over operator", "spec.shmSizeLimit wins over the operator's default",
+         ({"DEFAULT_SHM_SIZE_LIMIT": "32Gi"}, "64Gi"), "64Gi"),
+    Case("spec smaller", "a smaller override is honoured too", ({}, "1Gi"), "1Gi"),
+]  # fmt: skip
+
+
+@table(SHM)
+def test_shm_size_limit_precedence_in_the_pod(case: Case[tuple[dict[str, str], str | None], str]):
+    settings, override = case.inputs
     s = Settings(**settings)
     extra = {"shmSizeLimit": override} if override else {}
     d = validate_all(run(single_spec(**extra), ready_required(), settings=s))
     vols = {
         v["name"]: v for v in manifest(d, "workload-vllm")["spec"]["template"]["spec"]["volumes"]
     }
-    assert vols[wl.VOLUME_SHM]["emptyDir"] == {"medium": "Memory", "sizeLimit": want}
+    assert vols[wl.VOLUME_SHM]["emptyDir"] == {"medium": "Memory", "sizeLimit": case.want}
 
 
 def test_invalid_shm_override_is_fatal():
@@ -623,20 +666,29 @@ def test_invalid_shm_override_is_fatal():
 
 # ---- readiness CEL agrees with the composer's own reading ------------------------------
 
-_DEPLOYMENTS = [
-    ({}, False),
-    ({"observedGeneration": 1, "updatedReplicas": 2, "availableReplicas": 2}, True),
-    ({"observedGeneration": 1, "updatedReplicas": 2, "availableReplicas": 1}, False),
-    ({"observedGeneration": 0, "updatedReplicas": 2, "availableReplicas": 2}, False),
-    ({"observedGeneration": 1, "updatedReplicas": 1, "availableReplicas": 2}, False),
-]
-_LWS = [
-    ({}, False),
-    ({"readyReplicas": 2, "conditions": [{"type": "Available", "status": "True"}]}, True),
-    ({"readyReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}, False),
-    ({"readyReplicas": 2, "conditions": [{"type": "Available", "status": "False"}]}, False),
-    ({"readyReplicas": 2}, False),
-]
+ROLLED = "every replica updated and available at the observed generation (kubectl rollout status)"
+
+DEPLOYMENT_READY: list[Case[dict[str, Any], bool]] = [
+    Case("no status", "nothing reported yet", {}, False),
+    Case("rolled out", ROLLED,
+         {"observedGeneration": 1, "updatedReplicas": 2, "availableReplicas": 2}, True),
+    Case("one available", ROLLED,
+         {"observedGeneration": 1, "updatedReplicas": 2, "availableReplicas": 1}, False),
+    Case("old generation", "the status describes an older spec",
+         {"observedGeneration": 0, "updatedReplicas": 2, "availableReplicas": 2}, False),
+    Case("one updated", ROLLED,
+         {"observedGeneration": 1, "updatedReplicas": 1, "availableReplicas": 2}, False),
+]  # fmt: skip
+LWS_READY: list[Case[dict[str, Any], bool]] = [
+    Case("no status", "nothing reported yet", {}, False),
+    Case("available, all groups ready", "Available=True and every group ready",
+         {"readyReplicas": 2, "conditions": [{"type": "Available", "status": "True"}]}, True),
+    Case("one group ready", "every group must be ready",
+         {"readyReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}, False),
+    Case("not available", "Available=False",
+         {"readyReplicas": 2, "conditions": [{"type": "Available", "status": "False"}]}, False),
+    Case("no Available condition", "Available must be reported", {"readyReplicas": 2}, False),
+]  # fmt: skip
 
 
 def _cel(expr: str, obj: dict[str, Any]) -> bool:
@@ -645,18 +697,18 @@ def _cel(expr: str, obj: dict[str, Any]) -> bool:
     return bool(prog.evaluate({"object": celpy.json_to_cel(obj)}))
 
 
-@pytest.mark.parametrize(("status", "want"), _DEPLOYMENTS)
-def test_deployment_readiness_cel_matches_python(status: dict, want: bool):
-    obj = {"metadata": {"generation": 1}, "spec": {"replicas": 2}, "status": status}
-    assert _cel(wl.DEPLOYMENT_READY_CEL, obj) is want
-    assert wl.deployment_serving(obj) is want
+@table(DEPLOYMENT_READY)
+def test_deployment_readiness_cel_matches_python(case: Case[dict[str, Any], bool]):
+    obj = {"metadata": {"generation": 1}, "spec": {"replicas": 2}, "status": case.inputs}
+    assert _cel(wl.DEPLOYMENT_READY_CEL, obj) is case.want, case.reason
+    assert wl.deployment_serving(obj) is case.want
 
 
-@pytest.mark.parametrize(("status", "want"), _LWS)
-def test_lws_readiness_cel_matches_python(status: dict, want: bool):
-    obj = {"metadata": {"generation": 1}, "spec": {"replicas": 2}, "status": status}
-    assert _cel(wl.LWS_READY_CEL, obj) is want
-    assert wl.lws_serving(obj) is want
+@table(LWS_READY)
+def test_lws_readiness_cel_matches_python(case: Case[dict[str, Any], bool]):
+    obj = {"metadata": {"generation": 1}, "spec": {"replicas": 2}, "status": case.inputs}
+    assert _cel(wl.LWS_READY_CEL, obj) is case.want, case.reason
+    assert wl.lws_serving(obj) is case.want
 
 
 # ---- cases C5 and C7 (the replica half) ----------------------------------------------

@@ -40,6 +40,7 @@ from tests.replica_fixtures import (
     replica,
     single_spec,
 )
+from tests.support.table import Case, table
 from tests.validation import validate_xr
 
 NS = h.NAMESPACE
@@ -367,56 +368,71 @@ def test_replica_serving_before_the_record_existed_counts_nothing(fn: Any):
 # ---- in-process: the start-time rules -------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("ready_at", "created", "now", "want"),
-    [
-        (rfc(100), rfc(0), at(130), rfc(100)),  # the hydration's readyAt
-        (None, rfc(0), at(130), rfc(130)),  # no readyAt: the call that saw it
-        ("yesterday", rfc(0), at(130), rfc(130)),  # invalid: the call
-        (rfc(500), rfc(0), at(130), rfc(130)),  # in the future (skew): the call
-        (rfc(-60), rfc(0), at(130), rfc(130)),  # before the replica: not what held it back
-        ("2026-11-29T10:01:40+01:00", rfc(0), at(130), rfc(100)),  # an offset, normalized
-    ],
-)
-def test_gate_lifted_at(ready_at: str | None, created: str, now: Any, want: str):
-    status = {"phase": "Ready"} | ({"readyAt": ready_at} if ready_at else {})
+CALL = "the call that sees the gate lifted"
+
+# Inputs: the hydration's status.readyAt (None: absent); the replica was created at 0 and
+# the call is made at 130 s.
+GATE_LIFTED: list[Case[str | None, str]] = [
+    Case("readyAt", "the hydration's readyAt, between the replica's creation and now",
+         rfc(100), rfc(100)),
+    Case("no readyAt", CALL, None, rfc(130)),
+    Case("invalid readyAt", CALL, "yesterday", rfc(130)),
+    Case("readyAt in the future", f"{CALL} (clock skew)", rfc(500), rfc(130)),
+    Case("readyAt before the replica", f"{CALL}: it is not what held the replica back",
+         rfc(-60), rfc(130)),
+    Case("readyAt with an offset", "normalized to UTC", "2026-11-29T10:01:40+01:00", rfc(100)),
+]  # fmt: skip
+
+
+@table(GATE_LIFTED)
+def test_gate_lifted_at(case: Case[str | None, str]):
+    status = {"phase": "Ready"} | ({"readyAt": case.inputs} if case.inputs else {})
     node = h.request(h.xr("X", "x", {}, status=status)).observed.composite.resource
-    assert lifecycle.gate_lifted_at(node["status"], created, now) == want
+    assert lifecycle.gate_lifted_at(node["status"], rfc(0), at(130)) == case.want, case.reason
 
 
-@pytest.mark.parametrize(
-    ("value", "want"),
-    [
-        ("2026-11-29T09:00:00Z", "2026-11-29T09:00:00Z"),
-        ("2026-11-29T10:00:00+01:00", "2026-11-29T09:00:00Z"),
-        ("2026-11-29T09:00:00.750Z", "2026-11-29T09:00:00Z"),
-        ("2026-02-30T09:00:00Z", None),
-        ("2026-11-29T24:00:00Z", None),
-        ("2026-11-29 09:00:00", None),
-        ("", None),
-    ],
-)
-def test_carried_timestamps_are_normalized_or_dropped(value: str, want: str | None):
-    assert lifecycle.canonical_time(value) == want
+INVALID_TIME = "not an RFC 3339 time: dropped, never trusted"
+
+CARRIED: list[Case[str, str | None]] = [
+    Case("canonical", "what format_time writes is kept", "2026-11-29T09:00:00Z",
+         "2026-11-29T09:00:00Z"),
+    Case("offset", "normalized to UTC", "2026-11-29T10:00:00+01:00", "2026-11-29T09:00:00Z"),
+    Case("fraction", "whole seconds", "2026-11-29T09:00:00.750Z", "2026-11-29T09:00:00Z"),
+    Case("February 30", INVALID_TIME, "2026-02-30T09:00:00Z", None),
+    Case("hour 24", INVALID_TIME, "2026-11-29T24:00:00Z", None),
+    Case("space separator", INVALID_TIME, "2026-11-29 09:00:00", None),
+    Case("empty", "absent", "", None),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("status", "want"),
-    [
-        ({"hydration": {"phase": "Hydrating"}}, True),
-        ({"hydration": {"phase": "NotFound"}}, True),
-        ({"hydration": {"phase": "Failed"}}, True),
-        ({"hydration": {"phase": "Ready"}}, False),
-        ({"conditions": [{"type": CONDITION, "reason": "CacheNotFound"}]}, True),
-        ({"conditions": [{"type": CONDITION, "reason": "ClusterNotFound"}]}, False),
-        ({"conditions": [{"type": "Other", "reason": "CacheNotFound"}]}, False),
-        ({}, False),
-    ],
-)
-def test_was_gated(status: dict[str, Any], want: bool):
-    req = h.request(replica(single_spec(), status=status), required=ready_required())
+@table(CARRIED)
+def test_carried_timestamps_are_normalized_or_dropped(case: Case[str, str | None]):
+    assert lifecycle.canonical_time(case.inputs) == case.want, case.reason
+
+
+WAITED = "the last status shows the replica waiting for its cache"
+
+WAS_GATED: list[Case[dict[str, Any], bool]] = [
+    Case("hydrating", WAITED, {"hydration": {"phase": "Hydrating"}}, True),
+    Case("hydration not found", WAITED, {"hydration": {"phase": "NotFound"}}, True),
+    Case("hydration failed", WAITED, {"hydration": {"phase": "Failed"}}, True),
+    Case("hydration ready", "a Ready hydration held nothing back",
+         {"hydration": {"phase": "Ready"}}, False),
+    Case("cache not found", f"{WAITED} (CacheNotFound writes no status.hydration)",
+         {"conditions": [{"type": CONDITION, "reason": "CacheNotFound"}]}, True),
+    Case("cluster not found", "not a cache gate",
+         {"conditions": [{"type": CONDITION, "reason": "ClusterNotFound"}]}, False),
+    Case("another condition", "only ModelReady's reason counts",
+         {"conditions": [{"type": "Other", "reason": "CacheNotFound"}]}, False),
+    Case("no status", "nothing recorded", {}, False),
+]  # fmt: skip
+
+
+@table(WAS_GATED)
+def test_was_gated(case: Case[dict[str, Any], bool]):
+    req = h.request(replica(single_spec(), status=case.inputs), required=ready_required())
     inputs = Inputs(req.observed.composite.resource, {}, {}, T0, default_settings())
-    assert lifecycle.was_gated(inputs) is want
+    assert lifecycle.was_gated(inputs) is case.want, case.reason
 
 
 # ---- the memoized hot path ----------------------------------------------------------

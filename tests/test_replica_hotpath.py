@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ from tests.replica_fixtures import (
 from tests.replica_fixtures import (
     replica as replica_xr,
 )
+from tests.support.table import Case, table
 
 
 def clear_caches() -> None:
@@ -92,41 +94,54 @@ def _spec(**changes: Any) -> dict[str, Any]:
     return single_spec(**changes)
 
 
-# name -> (spec, required, settings, xr name, what must show in the response's wire form)
-CHANGES: dict[str, tuple[dict[str, Any], dict[str, Any], Settings | None, str | None, bytes]] = {
-    "copies": (_spec(copies=3), ready_required(), None, None, b""),
-    "shm override": (_spec(shmSizeLimit="24Gi"), ready_required(), None, None, b"24Gi"),
-    "shm setting": (
-        _spec(),
-        ready_required(),
-        Settings.model_construct(default_shm_size_limit="12Gi"),
-        None,
-        b"12Gi",
-    ),
-    "provider config": (_spec(), _other_provider_config(), None, None, b"gpu-a-other"),
-    "pool node selector": (_spec(), _pools_with_selector(), None, None, b"example.com/pool"),
-    "pool device class gone": (_spec(), _no_dra_class(), None, None, b"DeviceNotFound"),
-    "cache flash loader": (_spec(), _flash_on(), None, None, b"modelplane-flash-loader"),
-    "flash setting": (
-        _spec(),
-        ready_required(),
-        Settings.model_construct(default_flash_loader_enabled=True),
-        None,
-        b"modelplane-flash-loader",
-    ),
-    "xr name": (_spec(), ready_required(), None, "modelreplica-ml-team-chat-0-other", b"other"),
-    "multi-node": (multi_spec(), ready_required(), None, None, b"LeaderWorkerSet"),
-}
+@dataclass(frozen=True)
+class Call:
+    """One call's inputs: the spec, the ``required`` map, the settings (None: the
+    defaults) and the XR's name (None: the fixture's)."""
+
+    spec: dict[str, Any]
+    required: dict[str, Any]
+    settings: Settings | None = None
+    name: str | None = None
+
+    def run(self) -> Any:
+        return run(self.spec, self.required, settings=self.settings, name=self.name)
 
 
-@pytest.mark.parametrize("change", sorted(CHANGES))
-def test_a_changed_input_gives_what_a_cold_process_gives(change: str) -> None:
-    spec, req, settings, name, marker = CHANGES[change]
+PLAN_INPUT = "an input of the memoized plan: a change gives what a cold process gives"
+
+# want: what must show in the response's wire form.
+CHANGES: list[Case[Call, bytes]] = [
+    Case("copies", PLAN_INPUT, Call(_spec(copies=3), ready_required()), b""),
+    Case("shm override", PLAN_INPUT, Call(_spec(shmSizeLimit="24Gi"), ready_required()),
+         b"24Gi"),
+    Case("shm setting", "the operator's /dev/shm default is part of the plan's key",
+         Call(_spec(), ready_required(),
+              Settings.model_construct(default_shm_size_limit="12Gi")), b"12Gi"),
+    Case("provider config", PLAN_INPUT, Call(_spec(), _other_provider_config()), b"gpu-a-other"),
+    Case("pool node selector", "status.gpuPools is part of the plan's key",
+         Call(_spec(), _pools_with_selector()), b"example.com/pool"),
+    Case("pool device class gone", "status.gpuPools is part of the plan's key",
+         Call(_spec(), _no_dra_class()), b"DeviceNotFound"),
+    Case("cache flash loader", "the ModelCache's flash loader is part of the plan's key",
+         Call(_spec(), _flash_on()), b"modelplane-flash-loader"),
+    Case("flash setting", "the operator's flash-loader default is part of the plan's key",
+         Call(_spec(), ready_required(),
+              Settings.model_construct(default_flash_loader_enabled=True)),
+         b"modelplane-flash-loader"),
+    Case("xr name", "the XR's name is part of the plan's key",
+         Call(_spec(), ready_required(), None, "modelreplica-ml-team-chat-0-other"), b"other"),
+    Case("multi-node", PLAN_INPUT, Call(multi_spec(), ready_required()), b"LeaderWorkerSet"),
+]  # fmt: skip
+
+
+@table(CHANGES)
+def test_a_changed_input_gives_what_a_cold_process_gives(case: Case[Call, bytes]) -> None:
     base = wire(run(single_spec(), ready_required()))  # warms every cache
-    warm = wire(run(spec, req, settings=settings, name=name))
-    assert warm == cold(lambda: run(spec, req, settings=settings, name=name))
+    warm = wire(case.inputs.run())
+    assert warm == cold(case.inputs.run), case.reason
     assert warm != base
-    assert marker in warm
+    assert case.want in warm
     # ...and going back gives the base response again.
     assert wire(run(single_spec(), ready_required())) == base
 
@@ -148,26 +163,30 @@ def test_response_bodies_are_independent_copies() -> None:
     assert wire(run(single_spec(), ready_required())) == want
 
 
-@pytest.mark.parametrize(
-    ("mutate", "field"),
-    [
-        (lambda s: s.update(index=-1), "spec.index"),
-        (
-            lambda s: s["engines"][0]["members"][0]["template"]["spec"]["containers"][0].update(
-                env=[{"name": "MODELPLANE_MODEL", "value": "/x"}]
-            ),
-            "spec.engines[0].members[0].template.spec.containers[0].env[0].name",
-        ),
-        (lambda s: s.update(shmSizeLimit="lots"), "spec.shmSizeLimit"),
-        (lambda s: s.update(flashLoader={"concurrency": 0}), "spec.flashLoader.concurrency"),
-    ],
-)
-def test_invalid_input_is_fatal_on_every_call(mutate: Callable[[dict[str, Any]], Any], field: str):
+NEVER_MEMOIZED = "invalid input is never memoized: it is rejected on every call"
+
+INVALID: list[Case[Callable[[dict[str, Any]], Any], str]] = [
+    Case("negative index", NEVER_MEMOIZED, lambda s: s.update(index=-1), "spec.index"),
+    Case("reserved env name", f"{NEVER_MEMOIZED} (MODELPLANE_MODEL is the function's)",
+         lambda s: s["engines"][0]["members"][0]["template"]["spec"]["containers"][0].update(
+             env=[{"name": "MODELPLANE_MODEL", "value": "/x"}]),
+         "spec.engines[0].members[0].template.spec.containers[0].env[0].name"),
+    Case("shm not a quantity", NEVER_MEMOIZED, lambda s: s.update(shmSizeLimit="lots"),
+         "spec.shmSizeLimit"),
+    Case("flash concurrency 0", NEVER_MEMOIZED,
+         lambda s: s.update(flashLoader={"concurrency": 0}), "spec.flashLoader.concurrency"),
+]  # fmt: skip
+
+
+@table(INVALID)
+def test_invalid_input_is_fatal_on_every_call(
+    case: Case[Callable[[dict[str, Any]], Any], str],
+) -> None:
     spec = single_spec()
-    mutate(spec)
+    case.inputs(spec)
     for _ in range(3):
         fatal = h.fatal(run(spec, ready_required()))
-        assert len(fatal) == 1 and field in fatal[0]
+        assert len(fatal) == 1 and case.want in fatal[0], case.reason
 
 
 def test_a_cache_flash_loader_that_is_not_an_object_is_fatal_every_time() -> None:
@@ -228,106 +247,146 @@ def _set(path: tuple[str, ...], value: Any) -> Callable[[dict[str, Any]], None]:
 
 _AVAILABLE = {"observedGeneration": 1, "updatedReplicas": 2, "availableReplicas": 2}
 
-# case -> (multi-node?, observed builder or None, ready, engines[0].message or None)
-SERVING: dict[str, tuple[bool, Any, bool, str | None]] = {
-    "not created": (False, None, False, "not created yet"),
-    "available": (False, _observed("workload-vllm", _AVAILABLE, None), True, None),
-    "one of two available": (
-        False,
-        _observed("workload-vllm", {**_AVAILABLE, "availableReplicas": 1}, None),
-        False,
-        "1/2 pods available",
+
+@dataclass(frozen=True)
+class Observed:
+    """A two-copy replica (multi-node or not) and what is observed of its children (a
+    builder from the desired children, None: nothing)."""
+
+    multi: bool
+    build: Any
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """``status.engines[0]``: ready, and its message (None: none)."""
+
+    ready: bool
+    message: str | None
+
+
+SERVING: list[Case[Observed, EngineState]] = [
+    Case(
+        "not created",
+        "no Object observed yet",
+        Observed(False, None),
+        EngineState(False, "not created yet"),
     ),
-    "old generation": (
-        False,
-        _observed("workload-vllm", {**_AVAILABLE, "observedGeneration": 0}, None),
-        False,
-        "2/2 pods available",
+    Case(
+        "available",
+        "every pod updated and available at the observed generation",
+        Observed(False, _observed("workload-vllm", _AVAILABLE, None)),
+        EngineState(True, None),
     ),
-    "object conditions not a list": (
-        False,
-        _observed("workload-vllm", _AVAILABLE, _set(("status", "conditions"), "Ready")),
-        False,
-        "reports malformed status.conditions",
+    Case(
+        "one of two available",
+        "not every pod is available",
+        Observed(False, _observed("workload-vllm", {**_AVAILABLE, "availableReplicas": 1}, None)),
+        EngineState(False, "1/2 pods available"),
     ),
-    "remote conditions not a list": (
-        False,
-        _observed("workload-vllm", {**_AVAILABLE, "conditions": 3}, None),
-        False,
-        "reports malformed status.conditions",
+    Case(
+        "old generation",
+        "the status describes an older spec",
+        Observed(False, _observed("workload-vllm", {**_AVAILABLE, "observedGeneration": 0}, None)),
+        EngineState(False, "2/2 pods available"),
     ),
-    "object conditions null": (
-        False,
-        _observed("workload-vllm", _AVAILABLE, _set(("status", "conditions"), None)),
-        True,
-        None,
+    Case(
+        "object conditions not a list",
+        "a malformed status is reported, not trusted",
+        Observed(
+            False, _observed("workload-vllm", _AVAILABLE, _set(("status", "conditions"), "Ready"))
+        ),
+        EngineState(False, "reports malformed status.conditions"),
     ),
-    "not synced": (
-        False,
-        _observed(
-            "workload-vllm",
-            _AVAILABLE,
-            _set(
-                ("status", "conditions"),
-                [{"type": "Synced", "status": "False", "reason": "X", "message": "forbidden"}],
+    Case(
+        "remote conditions not a list",
+        "a malformed status is reported, not trusted",
+        Observed(False, _observed("workload-vllm", {**_AVAILABLE, "conditions": 3}, None)),
+        EngineState(False, "reports malformed status.conditions"),
+    ),
+    Case(
+        "object conditions null",
+        "null conditions are absent conditions",
+        Observed(
+            False, _observed("workload-vllm", _AVAILABLE, _set(("status", "conditions"), None))
+        ),
+        EngineState(True, None),
+    ),
+    Case(
+        "not synced",
+        "provider-kubernetes could not apply it",
+        Observed(
+            False,
+            _observed(
+                "workload-vllm",
+                _AVAILABLE,
+                _set(
+                    ("status", "conditions"),
+                    [{"type": "Synced", "status": "False", "reason": "X", "message": "forbidden"}],
+                ),
             ),
         ),
-        False,
-        "not applied: forbidden",
+        EngineState(False, "not applied: forbidden"),
     ),
-    "no atProvider": (
-        False,
-        _observed("workload-vllm", _AVAILABLE, _set(("status", "atProvider"), {})),
-        False,
-        "not observed yet",
+    Case(
+        "no atProvider",
+        "the remote object is not observed yet",
+        Observed(False, _observed("workload-vllm", _AVAILABLE, _set(("status", "atProvider"), {}))),
+        EngineState(False, "not observed yet"),
     ),
-    "status a list": (
-        False,
-        _observed("workload-vllm", _AVAILABLE, _set(("status",), [1, 2])),
-        False,
-        "not observed yet",
+    Case(
+        "status a list",
+        "a malformed status reads as not observed",
+        Observed(False, _observed("workload-vllm", _AVAILABLE, _set(("status",), [1, 2]))),
+        EngineState(False, "not observed yet"),
     ),
-    "manifest a string": (
-        False,
-        _observed("workload-vllm", _AVAILABLE, _set(("status", "atProvider", "manifest"), "x")),
-        False,
-        "0/0 pods available",
-    ),
-    "groups not ready": (
-        True,
-        _observed("workload-kimi", {"readyReplicas": 1}, None),
-        False,
-        "1/2 groups ready",
-    ),
-    "groups ready, not Available": (
-        True,
-        _observed("workload-kimi", {"readyReplicas": 2}, None),
-        False,
-        "2/2 groups ready",
-    ),
-    "groups serving": (
-        True,
-        _observed(
-            "workload-kimi",
-            {"readyReplicas": 2, "conditions": [{"type": "Available", "status": "True"}]},
-            None,
+    Case(
+        "manifest a string",
+        "a malformed manifest reads as empty",
+        Observed(
+            False,
+            _observed("workload-vllm", _AVAILABLE, _set(("status", "atProvider", "manifest"), "x")),
         ),
-        True,
-        None,
+        EngineState(False, "0/0 pods available"),
     ),
-}
+    Case(
+        "groups not ready",
+        "every LeaderWorkerSet group must be ready",
+        Observed(True, _observed("workload-kimi", {"readyReplicas": 1}, None)),
+        EngineState(False, "1/2 groups ready"),
+    ),
+    Case(
+        "groups ready, not Available",
+        "a LeaderWorkerSet must report Available",
+        Observed(True, _observed("workload-kimi", {"readyReplicas": 2}, None)),
+        EngineState(False, "2/2 groups ready"),
+    ),
+    Case(
+        "groups serving",
+        "Available and every group ready",
+        Observed(
+            True,
+            _observed(
+                "workload-kimi",
+                {"readyReplicas": 2, "conditions": [{"type": "Available", "status": "True"}]},
+                None,
+            ),
+        ),
+        EngineState(True, None),
+    ),
+]
 
 
-def _serving_request(case: str) -> Any:
-    multi, build, _, _ = SERVING[case]
+def _serving_request(case: Case[Observed, EngineState]) -> Any:
+    multi, build = case.inputs.multi, case.inputs.build
     spec = multi_spec(copies=2) if multi else single_spec(copies=2)
     first = h.desired(run(spec, ready_required()))
     observed = build(first) if build is not None else None
     return h.request(replica_xr(spec), observed=observed, required=ready_required())
 
 
-def _check_serving(case: str, rsp: Any) -> None:
-    _, _, ready, message = SERVING[case]
+def _check_serving(case: Case[Observed, EngineState], rsp: Any) -> None:
+    ready, message = case.want.ready, case.want.message
     (engine,) = h.status(rsp)["engines"]
     assert engine["ready"] is ready
     assert engine.get("message") == message
@@ -338,13 +397,15 @@ def _check_serving(case: str, rsp: Any) -> None:
         assert message in cond["message"]
 
 
-@pytest.mark.parametrize("case", sorted(SERVING))
-def test_observed_workload_state(case: str) -> None:
+@table(SERVING)
+def test_observed_workload_state(case: Case[Observed, EngineState]) -> None:
     _check_serving(case, h.run(_serving_request(case), settings=default_settings()))
 
 
-@pytest.mark.parametrize("case", sorted(SERVING))
-def test_observed_workload_state_over_grpc(grpc_function: Any, case: str) -> None:
+@table(SERVING)
+def test_observed_workload_state_over_grpc(
+    grpc_function: Any, case: Case[Observed, EngineState]
+) -> None:
     req = _serving_request(case)
     rsp = grpc_function.call(req)
     _check_serving(case, rsp)

@@ -4,11 +4,12 @@ ModelDeployment, its ModelReplicas and the Job report."""
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
+from function.api.modelreplica import MODEL_READY
 from function.composers.backfill.status import FAILED, HOLDING, SUCCEEDED
 from function.core import structs
 from function.core.inputs import Inputs, Resolved
@@ -29,30 +30,42 @@ BASE = (REQ_TEMPLATE, REQ_DEPLOYMENT, REQ_REPLICAS, REQ_BACKFILLS)
 Holder = tuple[str, str, str]
 
 
-@dataclass(frozen=True)
 class Required:
     """The base requirements, resolved: the ModelDeployment and the CronJob (None when
     not found), the deployment's ModelReplicas by name, and the other ModelBackfills of
-    the namespace that hold a replica (replica -> holders, sorted)."""
+    the namespace that hold a replica (replica -> holders, sorted). Each is read when a
+    decision first needs it (a cooling-down backfill reads none)."""
 
-    deployment: Struct | None
-    template: Struct | None
-    replicas: dict[str, Struct]
-    holders: dict[str, list[Holder]]
+    def __init__(self, inputs: Inputs, resolved: dict[str, Resolved]) -> None:
+        self._name = inputs.name
+        self._resolved = resolved
 
     @classmethod
     def read(cls, inputs: Inputs) -> Required | None:
         """The base requirements, or None while one is not resolved yet."""
-        got = {name: inputs.required(name) for name in BASE}
-        resolved = {n: r for n, r in got.items() if isinstance(r, Resolved)}
-        if len(resolved) != len(got):
-            return None
-        return cls(
-            deployment=_first(resolved[REQ_DEPLOYMENT]),
-            template=_first(resolved[REQ_TEMPLATE]),
-            replicas=resolved[REQ_REPLICAS].by_name(),
-            holders=_holders(resolved[REQ_BACKFILLS], inputs.name),
-        )
+        resolved = {}
+        for name in BASE:
+            r = inputs.required(name)
+            if not isinstance(r, Resolved):
+                return None
+            resolved[name] = r
+        return cls(inputs, resolved)
+
+    @property
+    def deployment(self) -> Struct | None:
+        return _first(self._resolved[REQ_DEPLOYMENT])
+
+    @property
+    def template(self) -> Struct | None:
+        return _first(self._resolved[REQ_TEMPLATE])
+
+    @cached_property
+    def replicas(self) -> dict[str, Struct]:
+        return self._resolved[REQ_REPLICAS].by_name()
+
+    @cached_property
+    def holders(self) -> dict[str, list[Holder]]:
+        return _holders(self._resolved[REQ_BACKFILLS], self._name)
 
 
 def _first(r: Resolved) -> Struct | None:
@@ -82,7 +95,7 @@ def ready(obj: Any) -> bool:
 
 def replica_ready(replica: Any) -> bool:
     """A ModelReplica serves: ``Ready=True``, ``ModelReady`` not False, an endpoint, a cluster."""
-    if not ready(replica) or structs.condition_is(replica, "ModelReady", "False"):
+    if not ready(replica) or structs.condition_is(replica, MODEL_READY, "False"):
         return False
     return bool(
         structs.get_str(replica, "status", "endpoint")

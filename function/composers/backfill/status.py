@@ -72,17 +72,17 @@ class Status:
     def read(cls, inputs: Inputs) -> Status:
         """The XR's last written status; a field of the wrong type reads as absent."""
         values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            v = inputs.status(_status_key(f.name))
+        for attr, key in _KEYS:
+            v = inputs.status(key)
             if v is None or v == "":
                 continue
-            if f.name in _INT_FIELDS:
+            if attr in _INT_FIELDS:
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 2**31:
                     continue
                 v = int(v)
             elif not isinstance(v, str):
                 continue  # a status this function did not write: ignore the field
-            values[f.name] = v
+            values[attr] = v
         return cls(**values)
 
     def copy(self) -> Status:
@@ -103,8 +103,12 @@ class Status:
     def to_status(self) -> dict[str, Any]:
         """The fields that are set, under their status names, in order."""
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
+        for attr, key in _KEYS:
+            v = getattr(self, attr)
             if v is not None and v != "":
-                out[_status_key(f.name)] = v
+                out[key] = v
         return out
+
+
+# (attribute, status field) of every Status field, in order.
+_KEYS = tuple((f.name, _status_key(f.name)) for f in dataclasses.fields(Status))

@@ -15,14 +15,9 @@ ResourceClaimTemplate per member that claims devices, and one Service; status
 ``phase``, ``message``, ``engines[]``, ``hydration`` and, once every engine serves,
 ``endpoint`` (the Service's in-cluster URL); condition ``ModelReady``.
 
-Cold start (``modelplane_model_cold_start_duration_seconds``, see ``function.ops.metrics``
-for why a stateless function counts through status): status ``createdAt`` (the XR's
-``metadata.creationTimestamp``), ``hydrationReadyAt`` (when the hydration gate lifted
-for a replica that waited for its cache: the hydration's ``status.readyAt``) and
-``servingSince`` (the call in which every engine first served). That call, and only
-it, observes ``servingSince`` minus ``hydrationReadyAt`` (or ``createdAt``); later
-calls carry the timestamps and observe nothing. The timestamps come from the observed
-XR on every call and never enter the memoized plan (below).
+Cold start: status ``createdAt``, ``hydrationReadyAt`` and ``servingSince`` carry the
+replica's lifecycle, and the call in which every engine first serves observes
+``modelplane_model_cold_start_duration_seconds`` once (:mod:`.lifecycle`).
 
 Hydration gates the workload (pods must not start on a half-filled volume):
 
