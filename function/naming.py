@@ -32,6 +32,7 @@ MAX_LABEL = 63
 # Labels that tie children to their parents.
 LABEL_CACHE = f"{API_GROUP}/cache"
 LABEL_CLUSTER = f"{API_GROUP}/cluster"
+LABEL_SHARD = f"{API_GROUP}/shard"
 LABEL_DEPLOYMENT = f"{API_GROUP}/deployment"
 LABEL_REPLICA = f"{API_GROUP}/replica"
 LABEL_REPLICA_INDEX = f"{API_GROUP}/replica-index"
@@ -146,6 +147,31 @@ def labels_with_full(labels: dict[str, str]) -> tuple[dict[str, str], dict[str, 
 def hydration_name(namespace: str, cache: str, cluster: str) -> str:
     """Name of the ModelCacheHydration XR of ``cache`` on ``cluster``."""
     return child_name("modelcache-hydration", namespace, cache, cluster)
+
+
+# The number of shards a ModelCache's footprint is split into. Fixed forever: a
+# cluster's shard must never change (Crossplane deletes a composed resource its parent
+# stops desiring, so a hydration that moved to another shard would lose its PVC).
+CACHE_SHARDS = 64
+_SHARD_SCHEME = b"modelplane-shard-v1\x00"
+
+
+@memo(65536)
+def cache_shard(cluster: str) -> int:
+    """The shard (``0 .. CACHE_SHARDS-1``) that holds the hydration on ``cluster``.
+
+    ``int(sha256("modelplane-shard-v1\\0" + encode_parts((cluster,)))[:8]) % 64``:
+    a pure function of the cluster's name alone, the same for every cache, fleet size
+    and release (README, Names). Uniform enough that 10,000 clusters put about 156 in
+    each shard.
+    """
+    digest = hashlib.sha256(_SHARD_SCHEME + encode_parts((cluster,))).digest()
+    return int.from_bytes(digest[:8], "big") % CACHE_SHARDS
+
+
+def shard_name(namespace: str, cache: str, shard: int) -> str:
+    """Name of the ModelCacheShard XR of ``cache`` for shard number ``shard``."""
+    return child_name("modelcache-shard", namespace, cache, str(shard))
 
 
 def cache_pvc_name(namespace: str, cache: str) -> str:
