@@ -159,6 +159,7 @@ class CacheRollup(BaseModel):
 
 def read_rollup(cache: Any) -> CacheRollup:
     """Read :class:`CacheRollup` from a ModelCache (Struct or dict); absent fields are 0."""
+
     def count(*path: str) -> int:
         v = structs.get(cache, "status", *path)
         return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 0
@@ -176,9 +177,7 @@ def read_rollup(cache: Any) -> CacheRollup:
         )
         for e in structs.items(cache, "status", "evidence")
     ]
-    waiting = [
-        v for v in structs.items(cache, "status", "waiting") if isinstance(v, str) and v
-    ]
+    waiting = [v for v in structs.items(cache, "status", "waiting") if isinstance(v, str) and v]
     return CacheRollup(
         total=count("summary", "total"),
         ready=count("summary", "phases", "Ready"),

@@ -27,8 +27,9 @@ from typing import Any
 from google.protobuf.struct_pb2 import ListValue, Struct
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from function.api.modelreplica_checks import Whole
 from function.core import structs
-from function.core.errors import SpecError, pydantic_errors
+from function.core.errors import pydantic_errors
 from function.naming import CACHE_SHARDS, name_hash
 
 KIND = "ModelCacheShard"
@@ -55,7 +56,7 @@ class ShardSpec(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
     cacheName: str = Field(min_length=1, max_length=253)
-    shard: int = Field(ge=0, lt=CACHE_SHARDS)
+    shard: Whole = Field(ge=0, lt=CACHE_SHARDS)
     clusters: list[ShardCluster] = Field(default_factory=list, max_length=100_000)
 
 
@@ -108,7 +109,10 @@ def _pairs(st: Struct, key: str) -> list[tuple[str, str]]:
     for e in v.list_value.values:
         if e.HasField("struct_value"):
             out.append(
-                (structs.get_str(e.struct_value, "name"), structs.get_str(e.struct_value, "message"))
+                (
+                    structs.get_str(e.struct_value, "name"),
+                    structs.get_str(e.struct_value, "message"),
+                )
             )
     return out
 

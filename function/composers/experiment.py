@@ -73,9 +73,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf.struct_pb2 import ListValue, Struct
+from google.protobuf.struct_pb2 import Struct
 
 from function import API_VERSION
+from function.api.modelcache import read_rollup
 from function.api.modelexperiment import (
     ENGINE_CONTAINER,
     ENV_ENDPOINT,
@@ -419,11 +420,11 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
     keeps the gate closed (``ArtifactCacheNotReady``), so a revision edit never opens
     the gate on the old hydrations' Ready. So does a status whose ``ArtifactReady``
     condition reports an ``observedGeneration`` older than the cache's
-    ``metadata.generation``. The footprint is every ``status.clusters[]`` entry of
-    the cache that is not ``retained`` and whose phase is Pending, Hydrating, Ready
-    or Failed. Evidence
-    is each entry's ``evidence {commit, digest, validatedAt}``: ``commit`` 40
-    lowercase hex, ``digest`` ``sha256:<64 hex>``, ``validatedAt`` RFC 3339.
+    ``metadata.generation``. The footprint and its evidence are the cache's roll-up
+    (``function.api.modelcache.read_rollup``: ``summary.total``, ``summary.phases``,
+    ``failed[]``, ``evidence[] {commit, digest, clusters, validated}``): ``commit`` 40
+    lowercase hex, ``digest`` ``sha256:<64 hex>``, ``validated`` the clusters that
+    recorded a checksum validation time.
     """
     gate = spec.artifactGate
     assert gate is not None
@@ -450,26 +451,15 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
             f"ModelCache {ref} status describes {says}, not {wants}; waiting for it "
             "to report the current source",
         )
-    entries = structs.get(cache, "status", "clusters")
-    if not isinstance(entries, ListValue):  # absent, or another type: no clusters reported
-        entries = ()
-    footprint: list[Any] = []
-    for e in entries:
-        if structs.get(e, "retained") is True:
-            continue
-        if structs.get_str(e, "phase") in FOOTPRINT_PHASES and structs.get_str(e, "name"):
-            footprint.append(e)
-    total = len(footprint)
-    ready = [e for e in footprint if structs.get_str(e, "phase") == "Ready"]
-    failed = [e for e in footprint if structs.get_str(e, "phase") == "Failed"]
-    progress = f"{len(ready)}/{total} clusters ready"
-    if failed:
-        detail = [
-            f"{structs.get_str(e, 'name')} ({structs.get_str(e, 'message') or 'Failed'})"
-            for e in failed
-        ]
+    roll = read_rollup(cache)  # the ModelCache's status contract (function.api.modelcache)
+    total, ready = roll.total, roll.ready
+    progress = f"{ready}/{total} clusters ready"
+    if roll.failed_count:
+        detail = [f"{n} ({m or 'Failed'})" for n, m in roll.failed]
         return Gate(
-            "ArtifactCacheFailed", f"ModelCache {ref} failed on {_names(detail)}; {progress}"
+            "ArtifactCacheFailed",
+            f"ModelCache {ref} failed on {roll.failed_count} cluster(s): {_names(detail)}; "
+            f"{progress}",
         )
     generation = structs.get(cache, "metadata", "generation")
     artifact_ready = structs.conditions(cache).get("ArtifactReady")
@@ -487,11 +477,10 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
             f"generation {int(generation)}; waiting for it to catch up",
         )
     cond_false = artifact_ready is not None and structs.get(artifact_ready, "status") != "True"
-    if total == 0 or len(ready) < total or cond_false:
-        waiting = [structs.get_str(e, "name") for e in footprint if e not in ready]
+    if total == 0 or ready < total or cond_false:
         msg = f"ModelCache {ref} is not ready: {progress}"
-        if waiting:
-            msg += f"; waiting for {_names(waiting)}"
+        if roll.waiting:
+            msg += f"; waiting for {_names(roll.waiting)}"
         elif total == 0:
             msg += "; it has no cluster in its footprint yet"
         elif cond_false:
@@ -499,28 +488,25 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
                 structs.get_str(artifact_ready, "message") or "not True"
             )
         return Gate("ArtifactCacheNotReady", msg)
-    names = [structs.get_str(e, "name") for e in footprint]
-    evidence = {structs.get_str(e, "name"): structs.get(e, "evidence") for e in footprint}
+    groups = [(c, _digest(d), n, v) for c, d, n, v in roll.evidence]
     if gate.requireValidation:
-        missing = [n for n in names if parse_time(structs.get(evidence[n], "validatedAt")) is None]
-        if missing:
+        validated = sum(v for _, _, _, v in groups)
+        if not roll.evidence_complete or validated < total:
             return Gate(
                 "ArtifactValidationMissing",
                 f"requireValidation: no recorded checksum validation (evidence.validatedAt) "
-                f"on {_names(missing)} of ModelCache {ref}",
+                f"on {total - validated} of {total} clusters of ModelCache {ref}",
             )
-    commits = {n: structs.get_str(evidence[n], "commit") for n in names}
-    digests = {n: _digest(structs.get_str(evidence[n], "digest")) for n in names}
     if gate.requirePublishedDigest:
-        missing = [n for n in names if not COMMIT.match(commits[n]) or not DIGEST.match(digests[n])]
-        if missing:
+        missing = sum(n for c, d, n, _ in groups if not COMMIT.match(c) or not DIGEST.match(d))
+        if missing or not roll.evidence_complete or sum(n for *_, n, _ in groups) < total:
             return Gate(
                 "ArtifactDigestMissing",
                 f"requirePublishedDigest: no commit (40 hex) and sha256 digest recorded on "
-                f"{_names(missing)} of ModelCache {ref}",
+                f"{missing or total} of {total} clusters of ModelCache {ref}",
             )
-        if len({(commits[n], digests[n]) for n in names}) > 1:
-            pairs = [f"{n}={commits[n][:12]}/{digests[n][7:19]}" for n in names]
+        if len(groups) > 1:
+            pairs = [f"{n} cluster(s) {c[:12]}/{d[7:19]}" for c, d, n, _ in groups]
             return Gate(
                 "ArtifactDigestMissing",
                 f"requirePublishedDigest: clusters of ModelCache {ref} recorded different "
@@ -531,10 +517,10 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
         "uid": structs.get_str(cache, "metadata", "uid"),
         "generation": _count_of(structs.get(cache, "metadata", "generation")),
     }
-    if len(set(commits.values())) == 1 and COMMIT.match(next(iter(commits.values()), "")):
-        record["commit"] = next(iter(commits.values()))
-    if len(set(digests.values())) == 1 and DIGEST.match(next(iter(digests.values()), "")):
-        record["digest"] = next(iter(digests.values()))
+    if len(groups) == 1 and COMMIT.match(groups[0][0]):
+        record["commit"] = groups[0][0]
+    if len(groups) == 1 and DIGEST.match(groups[0][1]):
+        record["digest"] = groups[0][1]
     checks = [
         n
         for n, on in (

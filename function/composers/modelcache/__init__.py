@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import json
 
+from google.protobuf.struct_pb2 import Struct
+
 from function import API_VERSION
 from function.api.modelcache import parse_source, retained_clusters
 from function.api.modelcacheshard import (
@@ -58,7 +60,7 @@ def _names(names: list[str], limit: int = 5) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def _observed_shards(inputs: Inputs) -> dict[int, object]:
+def _observed_shards(inputs: Inputs) -> dict[int, Struct]:
     """Observed shards by number (composition-resource name ``shard-<n>``)."""
     observed = inputs.observed
     pairs = (
@@ -66,7 +68,7 @@ def _observed_shards(inputs: Inputs) -> dict[int, object]:
         if isinstance(observed, ObservedView)
         else ((k, c.resource) for k, c in observed.items())
     )
-    out: dict[int, object] = {}
+    out: dict[int, Struct] = {}
     for key, body in pairs:
         if key.startswith(CHILD_PREFIX) and key[len(CHILD_PREFIX) :].isdigit():
             out[int(key[len(CHILD_PREFIX) :])] = body
@@ -120,14 +122,13 @@ def compose(inputs: Inputs) -> Outcome:
     for n, obs in observed.items():
         if n in desired:
             continue
-        report = read_report(obs)  # type: ignore[arg-type]
-        if footprint.keep_draining(obs, report):  # type: ignore[arg-type]
+        if footprint.keep_draining(obs, read_report(obs)):
             desired[n] = ()
     new = [n for n in desired if n not in observed]
     for n in sorted(desired):
         entries = desired[n]
         obs = observed.get(n)
-        report: ShardReport | None = read_report(obs) if obs is not None else None  # type: ignore[arg-type]
+        report: ShardReport | None = read_report(obs) if obs is not None else None
         current = roll.add(n, entries, identity, report)
         ready = (
             current
@@ -227,4 +228,3 @@ def compose(inputs: Inputs) -> Outcome:
         out.requeue_after(inputs.settings.poll_seconds)
     out.ready = bool(total) and ready_n == total and not failed_n and not roll.stale
     return out
-

@@ -78,7 +78,9 @@ class Rollup:
         )
         return groups[:MAX_EVIDENCE]
 
-    def lists(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]], list[str]]:
+    def lists(
+        self,
+    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]], list[str]]:
         """failed, unavailable, retained and waiting as written (sorted, bounded)."""
         return (
             sorted(self.failed)[:MAX_LISTED],

@@ -33,7 +33,9 @@ def child_key(shard: int) -> str:
 
 
 @memo(4096, weight=4)
-def shard_body(namespace: str, cache: str, source_json: str, shard: int, entries: Entries) -> Struct:
+def shard_body(
+    namespace: str, cache: str, source_json: str, shard: int, entries: Entries
+) -> Struct:
     """The desired ModelCacheShard ``shard`` of ``cache`` (memoized, shared, read-only).
 
     ``spec {cacheName, shard, source, huggingFace, clusters[] {name, unavailable?}}``;
@@ -72,4 +74,6 @@ def shard_entry(
     namespace: str, cache: str, source_json: str, shard: int, entries: Entries, ready: bool
 ) -> bytes:
     """The shard as a pre-encoded desired-resources entry (memoized)."""
-    return state_entry(child_key(shard), shard_body(namespace, cache, source_json, shard, entries), ready)
+    return state_entry(
+        child_key(shard), shard_body(namespace, cache, source_json, shard, entries), ready
+    )

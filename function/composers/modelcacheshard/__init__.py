@@ -164,7 +164,9 @@ def compose(inputs: Inputs) -> Outcome:
     ready = counts["Ready"]
     same = prev_list is not None and wire.same_rows(rows, prev_rows)
     st = out.status
-    st["specHash"] = spec_hash(identity, spec.shard, [(c.name, c.unavailable or "") for c in spec.clusters])
+    st["specHash"] = spec_hash(
+        identity, spec.shard, [(c.name, c.unavailable or "") for c in spec.clusters]
+    )
     st["source"] = wire.source_status(repo, revision, identity)
     st["summary"] = {
         "ready": f"{ready}/{total}",

@@ -36,9 +36,7 @@ def replica_clusters(replicas: Resolved, cache: str) -> dict[str, list[str]]:
     return out
 
 
-def retention(
-    leaving: list[str], replicas: Resolved | None, cache: str
-) -> dict[str, str]:
+def retention(leaving: list[str], replicas: Resolved | None, cache: str) -> dict[str, str]:
     """Which hydrations on clusters that left the shard are kept, and why.
 
     ``replicas`` None means Crossplane has not resolved the ModelReplicas yet: every
@@ -46,7 +44,9 @@ def retention(
     kept while a live (not deleting) ModelReplica of ``cache`` runs on its cluster.
     """
     if replicas is None:
-        return dict.fromkeys(leaving, "no longer matches spec.clusterSelector; checking for replicas")
+        return dict.fromkeys(
+            leaving, "no longer matches spec.clusterSelector; checking for replicas"
+        )
     users = replica_clusters(replicas, cache)
     return {
         c: (
