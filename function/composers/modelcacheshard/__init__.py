@@ -101,6 +101,11 @@ def compose(inputs: Inputs) -> Outcome:
     retained = decide.retention(leaving, replicas, cache)
     for cluster in retained:
         out.keep(wire.child_key(cluster), by_cluster[cluster])
+    if leaving and replicas is None:
+        # Not resolved yet: every observed child stays as it was ("not known").
+        for key, child in inputs.observed.items():
+            if not key.startswith(CHILD_PREFIX):
+                out.keep(key, child.resource)
 
     prev_rows, prev_list = wire.previous_rows(inputs)
     prev = {r[0]: r[1] for r in prev_rows}
