@@ -117,3 +117,24 @@ class Tree:
             if c in phases:
                 phase, msg = phases[c]
                 self.hydrations[c] = observed_hydration(body, phase, msg, **extra)
+
+
+def shard_clusters(n: int, shard: int = 0) -> list[str]:
+    """``n`` cluster names (``gpu-00042``...) that all belong to ``shard``."""
+    out: list[str] = []
+    i = 0
+    while len(out) < n:
+        name = f"gpu-{i:05d}"
+        if cache_shard(name) == shard:
+            out.append(name)
+        i += 1
+    return out
+
+
+def shard_request(n: int, tag: str = "test") -> Any:
+    """A ModelCacheShard of cache ``c`` holding ``n`` clusters: ``n`` hydrations desired
+    (the per-cluster fan-out that the ModelCache itself no longer does)."""
+    spec = {**cache_spec({}), "cacheName": "c", "shard": 0}
+    spec.pop("clusterSelector")
+    spec["clusters"] = [{"name": c} for c in shard_clusters(n)]
+    return request(xr("ModelCacheShard", "c-0", spec), tag=tag)

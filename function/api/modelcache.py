@@ -160,9 +160,10 @@ class CacheRollup(BaseModel):
 def read_rollup(cache: Any) -> CacheRollup:
     """Read :class:`CacheRollup` from a ModelCache (Struct or dict); absent fields are 0."""
 
-    def count(*path: str) -> int:
-        v = structs.get(cache, "status", *path)
-        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 0
+    def count(*path: str | int, node: Any = None) -> int:
+        v = structs.get(cache if node is None else node, *path)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e15
+        return int(v) if ok else 0
 
     failed = [
         (structs.get_str(e, "name"), structs.get_str(e, "message"))
@@ -172,18 +173,18 @@ def read_rollup(cache: Any) -> CacheRollup:
         (
             structs.get_str(e, "commit"),
             structs.get_str(e, "digest"),
-            int(structs.get(e, "clusters") or 0),
-            int(structs.get(e, "validated") or 0),
+            count("clusters", node=e),
+            count("validated", node=e),
         )
         for e in structs.items(cache, "status", "evidence")
     ]
     waiting = [v for v in structs.items(cache, "status", "waiting") if isinstance(v, str) and v]
     return CacheRollup(
-        total=count("summary", "total"),
-        ready=count("summary", "phases", "Ready"),
-        failed_count=count("summary", "phases", "Failed"),
+        total=count("status", "summary", "total"),
+        ready=count("status", "summary", "phases", "Ready"),
+        failed_count=count("status", "summary", "phases", "Failed"),
         failed=failed,
         waiting=waiting,
         evidence=evidence,
-        evidence_complete=len(evidence) >= count("summary", "artifacts"),
+        evidence_complete=len(evidence) >= count("status", "summary", "artifacts"),
     )
