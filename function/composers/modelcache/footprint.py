@@ -3,6 +3,8 @@ the shard of each, and which shards stay desired (no wire bytes here)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf.struct_pb2 import Struct
 
 from function.api.modelcacheshard import ShardReport
@@ -16,13 +18,40 @@ _NO_LABELS = Struct().fields
 Entries = tuple[tuple[str, str], ...]
 
 
+def _str_at(fields: Any, *path: str) -> str:
+    """The string at ``path`` under a Struct's fields ("" when absent or not a string)."""
+    for key in path[:-1]:
+        v = fields.get(key)
+        if v is None or not v.HasField("struct_value"):
+            return ""
+        fields = v.struct_value.fields
+    v = fields.get(path[-1])
+    return v.string_value if v is not None and v.HasField("string_value") else ""
+
+
 def hostable(cluster: Struct) -> str | None:
-    """Why ``cluster`` cannot host a cache, or None when it can."""
-    if not structs.condition_is(cluster, "Ready"):
+    """Why ``cluster`` cannot host a cache, or None when it can.
+
+    It can when its ``Ready`` condition (the last of that type, as
+    ``structs.conditions`` reads it) is True and it reports ``status.providerConfigRef
+    .name`` and ``status.cache.storageClassName``. Read field by field: the cache checks
+    every matched cluster on every reconcile (the hot path at fleet scale).
+    """
+    sv = cluster.fields.get("status")
+    st = sv.struct_value.fields if sv is not None and sv.HasField("struct_value") else _NO_LABELS
+    ready = False
+    cv = st.get("conditions")
+    if cv is not None and cv.HasField("list_value"):
+        for c in cv.list_value.values:
+            if c.HasField("struct_value"):
+                f = c.struct_value.fields
+                if _str_at(f, "type") == "Ready":
+                    ready = _str_at(f, "status") == "True"
+    if not ready:
         return "cluster is not Ready"
-    if not structs.get_str(cluster, "status", "providerConfigRef", "name"):
+    if not _str_at(st, "providerConfigRef", "name"):
         return "cluster reports no status.providerConfigRef"
-    if not structs.get_str(cluster, "status", "cache", "storageClassName"):
+    if not _str_at(st, "cache", "storageClassName"):
         return "cluster reports no status.cache.storageClassName"
     return None
 
