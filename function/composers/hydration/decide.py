@@ -1,149 +1,56 @@
-"""ModelCacheHydration: stage one model's weights on one InferenceCluster.
-
-A ModelCacheHydration is composed by the ModelCache composer, never authored::
-
-    spec:
-      clusterName: gpu-a          # pinned
-      cacheName: qwen-cache
-      source: HuggingFace
-      huggingFace:
-        repo: Qwen/Qwen2.5-0.5B-Instruct
-        revision: main            # default
-        sizeGiB: 2
-        authSecret: {name: hf-token, key: HF_TOKEN}   # a reference, never the value
-
-It requires its InferenceCluster by name (requirement ``cluster``) and, when
-``authSecret`` is set, that Secret by name in the XR's own namespace (requirement
-``auth-secret``), and composes three provider-kubernetes Objects applied with
-the cluster's provider config (``status.providerConfigRef``):
-
-- ``pvc``: a ReadWriteMany PVC of ``sizeGiB`` with the cluster's
-  ``status.cache.storageClassName``, named ``naming.cache_pvc_name`` (the name
-  the serving side mounts and Modelplane already uses, so an existing PVC is
-  adopted, not downloaded again);
-- ``token-secret``: the remote token Secret (only with ``authSecret``); its
-  manifest has no data, the token is copied from the control-plane Secret by
-  provider-kubernetes through ``spec.references[].patchesFrom``;
-- ``job-<identity>``: the download Job, named ``naming.hydration_job_name`` (it
-  carries the source identity: a Job's pod template is immutable, so a new
-  repo/revision gets a new Job instead of colliding with the old one).
-
-Phases come from observed state (``status.atProvider.manifest`` of the Objects):
-
-- ``Pending``: the PVC is not bound yet, or the auth Secret is missing (a warning
-  names ``<namespace>/<secret>``; creating the Secret recovers), or a requirement
-  is not resolved yet (existing children are kept as they are, no warning).
-- ``Hydrating``: the PVC is bound and the Job is running.
-- ``Ready``: the Job has condition ``Complete=True``. Latched in status together
-  with the source identity (``status.source``) and the PVC's uid (``status.pvcUID``);
-  the Job and the token Secret are then dropped and never re-created while the latch
-  holds. A new repo or revision is a new identity and hydrates again. The latch holds
-  only while the PVC it describes exists and is Bound: a PVC Object that is no longer
-  observed (deleted), a PVC whose phase is not ``Bound`` (``Lost``, ``Pending``) or
-  one with another uid (re-created, so empty) breaks it: a warning (``PVCLost``) says
-  why, and the hydration goes back to the download (Pending/Hydrating, a fresh
-  ``startedAt``). A PVC whose state provider-kubernetes has not reported yet is "not
-  known" and keeps the latch.
-- ``Failed``: the Job has condition ``Failed=True`` (its reason, for example
-  ``BackoffLimitExceeded`` or ``DeadlineExceeded``, and message are reported;
-  ``status.failed`` counts are never used), or the PVC did not bind within
-  ``settings.pvc_bind_timeout_seconds`` of ``status.pendingSince``. The failed Job
-  is kept, so Kubernetes does not run it again.
-
-Two more children report what the download did (issue 5's artifact evidence):
-``result``, an empty ConfigMap the Job merge-patches with its marker JSON (kept
-for the life of the hydration), and ``hydrate-sa``/``hydrate-role``/
-``hydrate-rolebinding``, the least RBAC for that (``get``/``patch`` of that one
-ConfigMap; dropped with the Job once Ready).
-
-Status (declared in ``compositions/modelcachehydration/definition.yaml``):
-``phase``; ``reason`` (CamelCase: ``WaitingForRequirements``, ``AuthSecretMissing``,
-``AuthSecretKeyMissing``, ``ClusterUnavailable``, ``PVCNotBound``, ``WaitingForJob``,
-``JobRunning``, ``Hydrated``, the Job's failure reason, ``PVCBindTimeout``);
-``message`` (also carries every warning); ``source {repo, revision, identity}``;
-``pvcName``; ``jobName`` (until Ready); ``pendingSince`` (RFC 3339, while the PVC
-waits to bind with the Job desired); ``startedAt`` (the current source's Job first
-desired), ``readyAt``, ``failedAt``; ``evidence {commit, digest, validatedAt}``
-from the result ConfigMap when it reports the current identity (validated;
-carried over while the identity stays the same). Condition ``Hydrated`` (reason =
-phase), and the XR's readiness (True only when Ready).
-
-Events: a Normal one on each phase transition (Warning for Failed, see
-``function.core.events``) and a Warning once when a warning is first recorded in the
-status message. The ``cache_hydration_duration_seconds`` metric is observed when
-Ready is recorded; ``cache_hydration_transitions_total{phase}`` with each phase event,
-and ``cache_hydration_failures_total{cluster,reason}`` when Failed is recorded. The
-function asks to be called again (``meta.ttl``) every ``settings.poll_seconds`` while
-Pending or Hydrating, sooner when the PVC bind deadline is closer.
-Once Ready the auth Secret is no longer required. The token
-never passes through the function's output: only the Secret's key names are
-read, never its values, a kept Secret Object is stripped of any ``data``, and the
-token Secret's apply errors are referred to by Object name, not quoted.
-
-Hot path (see the README's Performance section): observed Objects and the XR's status
-are read field by field from their Structs; the spec is validated once per distinct
-spec; the desired Objects are built once per distinct input by bounded, memoized
-builders and kept serialized (see ``_wire``), so a call parses them back instead
-of building them from dicts.
-"""
+"""ModelCacheHydration decisions: phase, latch, what to compose and keep, status and
+events, from the observed state and the memoized builders."""
 
 from __future__ import annotations
 
-import json
-import re
-from typing import Any, NamedTuple
+from typing import Any
 
 from google.protobuf.struct_pb2 import Struct
 
 from function import API_VERSION
-from function.api.modelcache import CacheSource, parse_source
+from function.api.modelcache import CacheSource
+from function.composers.hydration.keys import (
+    CONDITION,
+    FAILED,
+    HYDRATING,
+    LASTING_KEYS,
+    PENDING,
+    PHASES,
+    PVC_KEY,
+    PVC_TIMEOUT,
+    RBAC_KEYS,
+    READY,
+    REQ_CLUSTER,
+    REQ_SECRET,
+    RESULT_KEY,
+    SECRET_KEY,
+    job_key,
+)
+from function.composers.hydration.observed import (
+    _job_result,
+    _manifest,
+    _provider_config,
+    _pvc_phase,
+    _secret_has_key,
+    _sync_error,
+)
+from function.composers.hydration.wire import (
+    _download_objects,
+    _evidence,
+    _from_wire,
+    _lasting_objects,
+    _parse_spec,
+    _source_status,
+    _token_object,
+)
 from function.core import events, structs
-from function.core.errors import SpecError
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
-from function.core.memo import memo
 from function.core.outcome import Outcome
 from function.core.timeutil import elapsed, format_time, parse_time
-from function.manifests import hydration as storage
-from function.manifests.objects import remote_object
 from function.naming import (
-    LABEL_CACHE,
-    LABEL_CLUSTER,
-    LABEL_COMPONENT,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
-    REMOTE_NAMESPACE,
     cache_pvc_name,
-    cache_secret_name,
-    child_name,
     hydration_job_name,
-    labels_with_full,
-    source_identity,
 )
-
-PENDING, HYDRATING, READY, FAILED = "Pending", "Hydrating", "Ready", "Failed"
-PHASES = (PENDING, HYDRATING, READY, FAILED)
-CONDITION = "Hydrated"
-
-PVC_TIMEOUT = "PVCBindTimeout"
-
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-REQ_CLUSTER = "cluster"
-REQ_SECRET = "auth-secret"
-
-PVC_KEY = "pvc"
-SECRET_KEY = "token-secret"
-RESULT_KEY = "result"
-RBAC_KEYS = ("hydrate-sa", "hydrate-role", "hydrate-rolebinding")
-# Children that outlive the download: the weights and the record of what they are.
-LASTING_KEYS = frozenset({PVC_KEY, RESULT_KEY})
-JOB_PREFIX = "job-"
-
-
-def job_key(identity: str) -> str:
-    """Composition-resource name of the download Job Object of source ``identity``."""
-    return JOB_PREFIX + identity
 
 
 class _State:
@@ -170,356 +77,6 @@ def _keep_sanitized(out: Outcome, name: str, observed: Struct) -> None:
         for field in ("data", "stringData"):
             if field in manifest:
                 del manifest[field]
-
-
-# ---- reading observed state (hot path: straight from the Structs) ------------------
-
-
-def _manifest(obj: Struct | None) -> Struct | None:
-    """The remote object as provider-kubernetes last saw it (``status.atProvider.manifest``)."""
-    return structs.sub(structs.sub(structs.sub(obj, "status"), "atProvider"), "manifest")
-
-
-def _condition(node: Struct | None, typ: str) -> Struct | None:
-    """The condition of type ``typ`` in ``node.status.conditions`` (the last one wins), or None."""
-    conds = structs.fields_of(node, "status").get("conditions")
-    if conds is None:
-        return None
-    found = None
-    for c in conds.list_value.values:
-        cond = c.struct_value
-        if structs.sval(cond, "type") == typ:
-            found = cond
-    return found
-
-
-def _sync_error(obj: Struct | None) -> str | None:
-    """The remote error when an Object reports ``Synced=False``, else None.
-
-    Same rule as ``function.manifests.objects.sync_error``, read without copies.
-    """
-    c = _condition(obj, "Synced")
-    if c is not None and structs.sval(c, "status") == "False":
-        return structs.sval(c, "message") or structs.sval(c, "reason") or "not synced"
-    return None
-
-
-def _job_result(job_obj: Struct | None) -> tuple[str, str, str] | None:
-    """The terminal state of an observed Job Object: ``(phase, reason, message)`` or None.
-
-    Reads only the Job conditions ``Complete`` and ``Failed``
-    (https://kubernetes.io/docs/concepts/workloads/controllers/job/#terminal-job-conditions);
-    never counts ``status.failed``.
-    """
-    manifest = _manifest(job_obj)
-    if manifest is None:
-        return None
-    done = _condition(manifest, "Complete")
-    if done is not None and structs.sval(done, "status") == "True":
-        return READY, "Complete", structs.sval(done, "message")
-    failed = _condition(manifest, "Failed")
-    if failed is not None and structs.sval(failed, "status") == "True":
-        return (
-            FAILED,
-            structs.sval(failed, "reason") or "Failed",
-            structs.sval(failed, "message"),
-        )
-    return None
-
-
-def _pvc_phase(pvc_obj: Struct | None) -> str:
-    """The observed PVC's ``status.phase`` (``Bound``, ``Pending``, ``Lost``), or ``""``."""
-    return structs.sval(structs.sub(_manifest(pvc_obj), "status"), "phase")
-
-
-def _secret_has_key(secret: Struct, key: str) -> bool:
-    """True when the Secret's ``data`` (or ``stringData``) has ``key``; values are never read."""
-    return any(key in structs.fields_of(secret, field) for field in ("data", "stringData"))
-
-
-def _provider_config(cluster: Struct) -> tuple[str, str] | None:
-    """``(kind, name)`` of the InferenceCluster's ``status.providerConfigRef``, or None.
-
-    Same rule as ``function.manifests.objects.provider_config_ref`` (kind defaults to
-    ``ClusterProviderConfig``), as a hashable key for the memoized builders below.
-    """
-    ref = structs.sub(structs.sub(cluster, "status"), "providerConfigRef")
-    name = structs.sval(ref, "name")
-    if not name:
-        return None
-    return structs.sval(ref, "kind") or "ClusterProviderConfig", name
-
-
-# ---- the spec (validated once per distinct spec) ------------------------------------
-
-
-class _Spec(NamedTuple):
-    """The validated spec of a ModelCacheHydration (shared between calls: read only)."""
-
-    cluster: str
-    cache: str
-    source: CacheSource
-    identity: str
-
-
-@memo(8192, weight=4)
-def _parse_spec(raw: bytes) -> _Spec:
-    """Validate a serialized ``spec`` Struct (memoized: the spec rarely changes).
-
-    Keyed by the Struct's deterministic serialization, so an equal spec is validated
-    once (pydantic validation of the source is the costly part); an invalid spec
-    raises every time (``lru_cache`` does not keep exceptions).
-
-    Raises:
-        SpecError: for a missing ``spec.clusterName``/``spec.cacheName`` or an
-            invalid source.
-    """
-    spec = structs.to_py(Struct.FromString(raw))
-    cluster = spec.get("clusterName")
-    if not isinstance(cluster, str) or not cluster:
-        raise SpecError("spec.clusterName", "is required")
-    cache = spec.get("cacheName")
-    if not isinstance(cache, str) or not cache:
-        raise SpecError("spec.cacheName", "is required")
-    source = parse_source(spec)
-    hf = source.huggingFace
-    return _Spec(cluster, cache, source, source_identity(hf.repo, hf.revision))
-
-
-# ---- desired Objects (memoized pure builders) -------------------------------------
-#
-# Each builds its Objects once per distinct input (names, the provider config, settings
-# values: one entry per hydration and source) and keeps them serialized: a Struct held
-# in memory costs about 6 times its wire size (about 80 KiB per hydration against 10
-# KiB), and parsing the bytes back (``_from_wire``) is a small part of a call. Building
-# from dicts (``Struct.update``) is what would cost: it was most of a call's time.
-# The caches are bounded; a Ready hydration needs only ``_lasting_objects``, so that
-# one is sized for a large fleet and the others for the hydrations running at once.
-
-
-def _wire(d: dict[str, Any]) -> bytes:
-    """``d`` as a serialized Struct (deterministic)."""
-    s = Struct()
-    s.update(d)
-    return s.SerializeToString(deterministic=True)
-
-
-def _from_wire(data: bytes) -> Struct:
-    """A new Struct parsed from :func:`_wire` output (the caller owns it)."""
-    return Struct.FromString(data)
-
-
-def _labels(cache: str, cluster: str, component: str) -> tuple[dict[str, str], dict[str, str]]:
-    return labels_with_full(
-        {
-            LABEL_CACHE: cache,
-            LABEL_CLUSTER: cluster,
-            LABEL_COMPONENT: component,
-            LABEL_MANAGED_BY: MANAGED_BY,
-        }
-    )
-
-
-def result_configmap_name(namespace: str, cache: str) -> str:
-    """The remote ConfigMap the download Job reports its result to."""
-    return child_name("modelcache-result", namespace, cache)
-
-
-def rbac_name(namespace: str, cache: str) -> str:
-    """The remote ServiceAccount, Role and RoleBinding that let the Job report."""
-    return child_name("modelcache-rbac", namespace, cache)
-
-
-@memo(16384, weight=4)
-def _lasting_objects(
-    ns: str,
-    xr_name: str,
-    cache: str,
-    cluster: str,
-    pc: tuple[str, str],
-    storage_class: str,
-    size: str,
-) -> tuple[bytes, bytes]:
-    """The ``pvc`` and ``result`` Objects, serialized (memoized)."""
-    pc_ref = {"kind": pc[0], "name": pc[1]}
-    labels, ann = _labels(cache, cluster, "cache")
-    pvc = storage.cache_pvc(
-        cache_pvc_name(ns, cache),
-        REMOTE_NAMESPACE,
-        size=size,
-        storage_class=storage_class,
-        labels=labels,
-        annotations=ann,
-    )
-    result_labels, result_ann = _labels(cache, cluster, "hydration-result")
-    result = storage.result_configmap(
-        result_configmap_name(ns, cache),
-        REMOTE_NAMESPACE,
-        labels=result_labels,
-        annotations=result_ann,
-    )
-    return (
-        _wire(
-            remote_object(
-                child_name(xr_name, "pvc"),
-                ns,
-                pc_ref,
-                pvc,
-                labels=labels,
-                annotations=ann,
-                readiness_cel=storage.PVC_BOUND_CEL,
-            )
-        ),
-        _wire(
-            remote_object(
-                child_name(xr_name, "result"),
-                ns,
-                pc_ref,
-                result,
-                labels=result_labels,
-                annotations=result_ann,
-            )
-        ),
-    )
-
-
-@memo(2048, weight=4)
-def _token_object(
-    ns: str,
-    xr_name: str,
-    cache: str,
-    cluster: str,
-    pc: tuple[str, str],
-    auth_name: str,
-    auth_key: str,
-) -> bytes:
-    """The ``token-secret`` Object, serialized (memoized); no token in it."""
-    labels, ann = _labels(cache, cluster, "hydration-token")
-    manifest = storage.token_secret(
-        cache_secret_name(ns, cache), REMOTE_NAMESPACE, labels=labels, annotations=ann
-    )
-    return _wire(
-        remote_object(
-            child_name(xr_name, "token"),
-            ns,
-            {"kind": pc[0], "name": pc[1]},
-            manifest,
-            labels=labels,
-            annotations=ann,
-            references=[storage.token_reference(auth_name, ns, auth_key)],
-        )
-    )
-
-
-@memo(2048, weight=4)
-def _download_objects(
-    ns: str,
-    xr_name: str,
-    cache: str,
-    cluster: str,
-    pc: tuple[str, str],
-    repo: str,
-    revision: str,
-    with_token: bool,
-    image: str,
-    backoff_limit: int,
-    deadline_seconds: int,
-) -> tuple[tuple[str, bytes], ...]:
-    """``(key, serialized Object)`` of the RBAC children and the download Job (memoized)."""
-    pc_ref = {"kind": pc[0], "name": pc[1]}
-    labels, ann = _labels(cache, cluster, "hydration")
-    identity = source_identity(repo, revision)
-    sa = rbac_name(ns, cache)
-    result = result_configmap_name(ns, cache)
-    job = storage.hydration_job(
-        hydration_job_name(ns, cache, repo, revision),
-        REMOTE_NAMESPACE,
-        image=image,
-        repo=repo,
-        revision=revision,
-        identity=identity,
-        pvc_name=cache_pvc_name(ns, cache),
-        token_secret_name=cache_secret_name(ns, cache) if with_token else None,
-        backoff_limit=backoff_limit,
-        active_deadline_seconds=deadline_seconds,
-        labels=labels,
-        annotations=ann,
-        result_configmap=result,
-        service_account=sa,
-    )
-    rbac = storage.result_rbac(sa, REMOTE_NAMESPACE, result, labels=labels, annotations=ann)
-    out = [
-        (
-            key,
-            _wire(
-                remote_object(
-                    child_name(xr_name, key), ns, pc_ref, manifest, labels=labels, annotations=ann
-                )
-            ),
-        )
-        for key, manifest in zip(RBAC_KEYS, rbac, strict=True)
-    ]
-    out.append(
-        (
-            job_key(identity),
-            _wire(
-                remote_object(
-                    child_name(xr_name, "job", identity),
-                    ns,
-                    pc_ref,
-                    job,
-                    labels=labels,
-                    annotations=ann,
-                    readiness_cel=storage.JOB_COMPLETE_CEL,
-                    deletion_policy="Background",
-                )
-            ),
-        )
-    )
-    return tuple(out)
-
-
-@memo(1024, weight=4)
-def _source_status(repo: str, revision: str, identity: str) -> Struct:
-    """``status.source`` (memoized and shared: never mutate it; the runner copies it)."""
-    s = Struct()
-    s.update({"repo": repo, "revision": revision, "identity": identity})
-    return s
-
-
-def _evidence(raw: str, identity: str) -> tuple[str, str, str] | None:
-    """``(commit, digest, validatedAt)`` of a result JSON for ``identity``, or None.
-
-    Memoized for results of the size the download program writes (under 4 KiB); a
-    larger ``data.result`` is parsed every time rather than kept in memory.
-    """
-    if len(raw) <= _EVIDENCE_MEMO_MAX:
-        return _evidence_memo(raw, identity)
-    return _parse_evidence(raw, identity)
-
-
-def _parse_evidence(raw: str, identity: str) -> tuple[str, str, str] | None:
-    try:
-        result = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(result, dict) or result.get("identity") != identity:
-        return None
-    commit, digest = result.get("commit"), result.get("digest")
-    validated = parse_time(result.get("validatedAt"))
-    if not (
-        isinstance(commit, str)
-        and _COMMIT.match(commit)
-        and isinstance(digest, str)
-        and _DIGEST.match(digest)
-        and validated is not None
-    ):
-        return None
-    return commit, digest, format_time(validated)
-
-
-_EVIDENCE_MEMO_MAX = 4096
-_evidence_memo = memo(4096)(_parse_evidence)
 
 
 class _Composer:
@@ -950,21 +507,3 @@ class _Composer:
             return None
         value = structs.sval(self.prev, field)
         return format_time(t) if (t := parse_time(value)) is not None else None
-
-
-def compose(inputs: Inputs) -> Outcome:
-    """Compose a ModelCacheHydration (see the module docstring).
-
-    Args:
-        inputs: The request view; ``inputs.spec`` holds ``clusterName``,
-            ``cacheName``, ``source`` and ``huggingFace``.
-
-    Returns:
-        The outcome: Objects ``pvc``, ``token-secret`` and ``job-<identity>``,
-        status, condition ``Hydrated``, results and requirements.
-
-    Raises:
-        SpecError: for a missing ``spec.clusterName``/``spec.cacheName`` or an
-            invalid source (``spec.huggingFace.repo`` ...).
-    """
-    return _Composer(inputs).compose()
