@@ -62,6 +62,17 @@ def fleet(n: int) -> list[dict[str, Any]]:
     return out
 
 
+SOURCE: dict[str, Any] = {
+    "source": "HuggingFace",
+    "huggingFace": {
+        "repo": "Qwen/Qwen2.5-0.5B-Instruct",
+        "revision": "main",
+        "sizeGiB": 2,
+        "authSecret": {"name": "hf-token", "key": "HF_TOKEN"},
+    },
+}
+
+
 def modelcache(n: int) -> tuple[bytes, bytes]:
     """A ModelCache selecting ``{}`` (every cluster) over a fleet of ``n``."""
     xr = {
@@ -69,13 +80,7 @@ def modelcache(n: int) -> tuple[bytes, bytes]:
         "kind": "ModelCache",
         "metadata": {"name": "qwen-cache", "namespace": NAMESPACE, "uid": "u1", "generation": 1},
         "spec": {
-            "source": "HuggingFace",
-            "huggingFace": {
-                "repo": "Qwen/Qwen2.5-0.5B-Instruct",
-                "revision": "main",
-                "sizeGiB": 2,
-                "authSecret": {"name": "hf-token", "key": "HF_TOKEN"},
-            },
+            **SOURCE,
             "clusterSelector": {
                 "matchLabels": {"modelplane.ai/tier": "prod"},
                 "matchExpressions": [
@@ -140,13 +145,7 @@ def modelcacheshard(n: int) -> tuple[bytes, bytes]:
         "spec": {
             "cacheName": "qwen-cache",
             "shard": 0,
-            "source": "HuggingFace",
-            "huggingFace": {
-                "repo": "Qwen/Qwen2.5-0.5B-Instruct",
-                "revision": "main",
-                "sizeGiB": 2,
-                "authSecret": {"name": "hf-token", "key": "HF_TOKEN"},
-            },
+            **SOURCE,
             "clusters": [{"name": c} for c in names],
         },
     }
@@ -213,13 +212,7 @@ def hydration(n: int) -> tuple[bytes, bytes]:
         "spec": {
             "clusterName": cluster["metadata"]["name"],
             "cacheName": "qwen-cache",
-            "source": "HuggingFace",
-            "huggingFace": {
-                "repo": "Qwen/Qwen2.5-0.5B-Instruct",
-                "revision": "main",
-                "sizeGiB": 2,
-                "authSecret": {"name": "hf-token", "key": "HF_TOKEN"},
-            },
+            **SOURCE,
         },
     }
     secret = {

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 from function import API_GROUP
 from function.core.memo import memo
@@ -139,6 +140,16 @@ def labels_with_full(labels: dict[str, str]) -> tuple[dict[str, str], dict[str, 
         if lv != v:
             ann[ANNOTATION_FULL_PREFIX + k.rsplit("/", 1)[-1]] = v
     return out, ann
+
+
+def composed_metadata(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """``metadata {name, namespace, labels[, annotations]}`` of a composed resource:
+    label values shortened by :func:`labels_with_full`, full values kept in annotations."""
+    short, ann = labels_with_full(labels)
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": short}
+    if ann:
+        meta["annotations"] = ann
+    return meta
 
 
 # ---- Names shared between kinds (the contracts) -----------------------------

@@ -92,20 +92,9 @@ from __future__ import annotations
 from function.composers.hydration.decide import _Composer
 from function.composers.hydration.keys import (
     CONDITION,
-    FAILED,
-    HYDRATING,
-    JOB_PREFIX,
-    LASTING_KEYS,
-    PENDING,
-    PHASES,
-    PVC_KEY,
-    PVC_TIMEOUT,
     RBAC_KEYS,
-    READY,
     REQ_CLUSTER,
     REQ_SECRET,
-    RESULT_KEY,
-    SECRET_KEY,
     job_key,
 )
 from function.composers.hydration.wire import (
@@ -123,20 +112,9 @@ from function.core.outcome import Outcome
 
 __all__ = [
     "CONDITION",
-    "FAILED",
-    "HYDRATING",
-    "JOB_PREFIX",
-    "LASTING_KEYS",
-    "PENDING",
-    "PHASES",
-    "PVC_KEY",
-    "PVC_TIMEOUT",
     "RBAC_KEYS",
-    "READY",
     "REQ_CLUSTER",
     "REQ_SECRET",
-    "RESULT_KEY",
-    "SECRET_KEY",
     "_download_objects",
     "_evidence_memo",
     "_lasting_objects",

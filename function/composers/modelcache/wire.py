@@ -4,7 +4,6 @@ decisions here; see ``footprint`` and ``rollup``)."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from google.protobuf.struct_pb2 import Struct
 
@@ -17,7 +16,7 @@ from function.naming import (
     LABEL_MANAGED_BY,
     LABEL_SHARD,
     MANAGED_BY,
-    labels_with_full,
+    composed_metadata,
     shard_name,
 )
 
@@ -41,16 +40,11 @@ def shard_body(
     ``spec {cacheName, shard, source, huggingFace, clusters[] {name, unavailable?}}``;
     labels ``LABEL_CACHE``, ``LABEL_SHARD`` and managed-by.
     """
-    labels, ann = labels_with_full(
-        {LABEL_CACHE: cache, LABEL_SHARD: str(shard), LABEL_MANAGED_BY: MANAGED_BY}
+    meta = composed_metadata(
+        shard_name(namespace, cache, shard),
+        namespace,
+        {LABEL_CACHE: cache, LABEL_SHARD: str(shard), LABEL_MANAGED_BY: MANAGED_BY},
     )
-    meta: dict[str, Any] = {
-        "name": shard_name(namespace, cache, shard),
-        "namespace": namespace,
-        "labels": labels,
-    }
-    if ann:
-        meta["annotations"] = ann
     clusters = [{"name": n, "unavailable": why} if why else {"name": n} for n, why in entries]
     body = Struct()
     body.update(

@@ -77,6 +77,16 @@ def _stale_message(repo: str, revision: str, identity: str, got: str, phase: str
     return f"{want}; its status ({phase}) is for source identity {got}"
 
 
+def _phase_message(st: Any) -> tuple[str, str]:
+    """(phase, message) from a hydration's status fields; an unknown phase is Pending."""
+    v = st.get("phase")
+    phase = v.string_value if v is not None else ""
+    if phase not in PHASES:
+        phase = "Pending"
+    v = st.get("message")
+    return phase, (v.string_value if v is not None else "") or f"hydration is {phase}"
+
+
 def hydration_state(
     obs: Struct | None, repo: str, revision: str, identity: str
 ) -> tuple[str, str, Struct | None]:
@@ -90,12 +100,7 @@ def hydration_state(
         return "Pending", JUST_CREATED, None
     sv = obs.fields.get("status")
     st = sv.struct_value.fields if sv is not None else _NO_FIELDS
-    v = st.get("phase")
-    phase = v.string_value if v is not None else ""
-    if phase not in PHASES:
-        phase = "Pending"
-    v = st.get("message")
-    msg = (v.string_value if v is not None else "") or f"hydration is {phase}"
+    phase, msg = _phase_message(st)
     v = st.get("evidence")
     evidence = v.struct_value if v is not None and v.HasField("struct_value") else None
     got = _reported_identity(st)
@@ -106,13 +111,7 @@ def hydration_state(
 
 def retained_state(obs: Struct, why: str) -> tuple[str, str]:
     """(phase, message) of a retained hydration: its own phase, and why it is kept."""
-    st = structs.fields_of(obs, "status")
-    v = st.get("phase")
-    phase = v.string_value if v is not None else ""
-    if phase not in PHASES:
-        phase = "Pending"
-    v = st.get("message")
-    msg = (v.string_value if v is not None else "") or f"hydration is {phase}"
+    phase, msg = _phase_message(structs.fields_of(obs, "status"))
     state = msg if msg.startswith("hydration") else f"hydration {msg}"
     return phase, f"{why}; {state}"
 

@@ -4,7 +4,6 @@ unchanged ``status.clusters[]`` (no decisions here; see ``rows``)."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Struct
 
@@ -18,8 +17,8 @@ from function.naming import (
     LABEL_CLUSTER,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    composed_metadata,
     hydration_name,
-    labels_with_full,
 )
 
 CHILD_PREFIX = "hydration-"
@@ -43,16 +42,11 @@ def hydration_body(namespace: str, cache: str, source_json: str, cluster: str) -
     labels are the contract the ModelDeployment and ModelReplica read
     (``naming.hydration_name``, ``LABEL_CACHE``, ``LABEL_CLUSTER``).
     """
-    labels, ann = labels_with_full(
-        {LABEL_CACHE: cache, LABEL_CLUSTER: cluster, LABEL_MANAGED_BY: MANAGED_BY}
+    meta = composed_metadata(
+        hydration_name(namespace, cache, cluster),
+        namespace,
+        {LABEL_CACHE: cache, LABEL_CLUSTER: cluster, LABEL_MANAGED_BY: MANAGED_BY},
     )
-    meta: dict[str, Any] = {
-        "name": hydration_name(namespace, cache, cluster),
-        "namespace": namespace,
-        "labels": labels,
-    }
-    if ann:
-        meta["annotations"] = ann
     body = Struct()
     body.update(
         {
