@@ -1,4 +1,5 @@
-"""The model source of a ModelCache, shared by ModelCache and ModelCacheHydration.
+"""ModelCache: its model source (shared with ModelCacheShard and ModelCacheHydration)
+and its status contract (the roll-up other kinds read; at the end of this module).
 
 Field names follow Modelplane v0.3 (``spec.source: HuggingFace`` with
 ``spec.huggingFace``). The auth Secret is a *reference* (name and key in the XR's
