@@ -3,6 +3,7 @@
     python -m benchmarks.fleet [--sizes 100,1000,10000] [--deployments 1000]
                                [--replicas-per-deployment 2] [--scale 10:20]
                                [--timeout 300] [--json benchmarks/results/fleet.json]
+                               [--scenarios ModelCache,ModelDeployment]
 
 For each fleet size N it generates N InferenceClusters (names of 19 characters,
 ``gpu-us-east-1-00042``) and drives XRs through the real engine: ``crossplane render``
@@ -15,11 +16,13 @@ Scenarios, each reconcile rendered once and fed back the way a control plane wou
 (the XR's status as Crossplane wrote it, composed resources observed with the status
 their owners wrote):
 
-- ``ModelCache`` selecting all N clusters: ``create`` (nothing observed), ``pending``
-  (every hydration observed, no status yet), ``ready`` (every hydration observed
-  Ready with its evidence: the status one hydration reached when it was rendered
-  through the engine to Ready, copied per cluster rather than rendering N
-  hydrations) and ``steady`` (the same again).
+- ``ModelCache`` selecting all N clusters, the whole tree through the engine:
+  ``create`` (the cache composes its ModelCacheShards; each shard, rendered as its own
+  XR, composes its hydrations), ``pending`` (every hydration observed, no status yet:
+  the shards, then the cache reading them), ``ready`` (every hydration observed Ready
+  with its evidence: the status one hydration reached when it was rendered through the
+  engine to Ready, copied per cluster rather than rendering N hydrations) and
+  ``steady`` (the same again). A ``ModelCacheShard`` row sums a step's shard renders.
 - ``ModelDeployment`` with a cache, in a fleet holding ``--deployments`` other
   deployments' ModelReplicas (``--replicas-per-deployment`` each, spread over 50
   namespaces and the fleet): ``create`` at the lower replica count of ``--scale``,
@@ -35,11 +38,6 @@ proxy, summed), the render's wall time, the XR as Crossplane would write it, and
 outcome. A response over 4 MiB never reaches Crossplane: the function's own guard
 turns it into a fatal result (``would be X MiB``), which ``crossplane render`` reports
 with exit code 3; the table shows that size.
-
-When a ModelCache reconcile fails before composing its hydrations (a fatal result), the
-next steps observe the hydrations the function would have composed (the same names and
-bodies, built from a one-cluster render), as if the fleet had grown under an existing
-cache; the row says ``synthesized``.
 """
 
 from __future__ import annotations
@@ -64,7 +62,6 @@ import grpc
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.naming import hydration_name
 from function.render import COMPOSITION_RESOURCE_NAME, load_yaml, split_documents, start_function
 
 MIB = 1024 * 1024
@@ -476,11 +473,6 @@ class Templates:
     hydration: dict[str, Any]  # a composed ModelCacheHydration (as the cache's render printed)
     hydration_ready: dict[str, Any]  # its status once rendered to Ready (with evidence)
     replica: dict[str, Any]  # a composed ModelReplica (as the deployment's render printed)
-
-    def hydration_for(self, cluster: str) -> dict[str, Any]:
-        body = json.loads(json.dumps(self.hydration).replace(self.cluster, cluster))
-        body["metadata"]["name"] = hydration_name(NAMESPACE, CACHE, cluster)
-        return body
 
     def ready_status_for(self, cluster: str) -> dict[str, Any]:
         return dict(json.loads(json.dumps(self.hydration_ready).replace(self.cluster, cluster)))
