@@ -645,7 +645,7 @@ def test_invalid_flash_loader_at_cache_level_names_field_and_level():
 
 SHM: list[Case[tuple[dict[str, str], str | None], str]] = [
     Case("default", "8Gi unless the operator or the spec says otherwise", ({}, None), "8Gi"),
-    Case("operator default", "MODELPLANE_DEFAULT_SHM_SIZE_LIMIT applies to every replica",
+    Case("operator default", "DEFAULT_SHM_SIZE_LIMIT applies to every replica",
          ({"DEFAULT_SHM_SIZE_LIMIT": "32Gi"}, None), "32Gi"),
     Case("spec over operator", "spec.shmSizeLimit wins over the operator's default",
          ({"DEFAULT_SHM_SIZE_LIMIT": "32Gi"}, "64Gi"), "64Gi"),
