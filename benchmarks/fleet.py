@@ -2,6 +2,8 @@
 
     python -m benchmarks.fleet [--sizes 100,1000,10000] [--deployments 1000]
                                [--replicas-per-deployment 2] [--scale 10:20]
+                               [--vary-replicas 1,8] [--vary-at N]
+                               [--scenarios ModelCache,ModelDeployment]
                                [--timeout 300] [--json benchmarks/results/fleet.json]
 
 For each fleet size N it generates N InferenceClusters (names of 19 characters,
@@ -25,8 +27,12 @@ their owners wrote):
   namespaces and the fleet): ``create`` at the lower replica count of ``--scale``,
   ``scale-up`` to the upper count (the lower count observed serving), ``settle``
   (every replica serving), ``steady``. Its requirements resolve from the N clusters,
-  the fleet's ModelReplicas, the ModelCache and the cache's N hydrations (Ready, with
-  evidence).
+  the ModelCache, the cache's N hydrations (Ready, with evidence) and the ModelReplicas
+  (the fleet's, the other deployments' and its own) that its per-cluster capacity
+  requirements select (``function.composers.deployment.capacity``). With
+  ``--vary-replicas K1,K2`` the scenario runs again at ``--vary-at`` clusters (default:
+  the largest size) with K ModelReplicas per other deployment, to show what a reconcile
+  fetches as the fleet's replicas grow at a fixed fleet (:func:`deployment_markdown`).
 
 Per reconcile it reports: function calls, of which unresolved (sent with no required
 resources), objects and MiB Crossplane sent as required resources (summed over the
@@ -751,6 +757,41 @@ def markdown(report: dict[str, Any]) -> str:
     return intro + head + "\n".join(lines) + tail + "\n"
 
 
+def _replica_reads(row: dict[str, Any]) -> tuple[int, int]:
+    """ModelReplicas Crossplane sent for a reconcile (objects, bytes), summed over its calls:
+    the per-cluster requirements (``replicas-on-<cluster>``) and the fleet-wide one."""
+    objs = nbytes = 0
+    for call in row["per_call"]:
+        for name, (n, b) in call["required_by_name"].items():
+            if name == "replicas" or name.startswith("replicas-on-"):
+                objs += n
+                nbytes += b
+    return objs, nbytes
+
+
+def deployment_markdown(report: dict[str, Any]) -> str:
+    """The ModelDeployment rows: what a reconcile fetched, and how much of it ModelReplicas."""
+    head = (
+        "| N | fleet ModelReplicas | reconcile | calls (unresolved) | required objects "
+        "| required MiB | of which ModelReplicas | largest request KiB "
+        "| largest response KiB | function ms | outcome |\n"
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n"
+    )
+    lines = []
+    for r in report["rows"]:
+        if r["scenario"] != "ModelDeployment":
+            continue
+        objs, nbytes = _replica_reads(r)
+        lines.append(
+            f"| {r['clusters']:,} | {r['fleet_replicas']:,} | {r['step']} "
+            f"| {r['calls']} ({r['unresolved_calls']}) | {r['required_objects']:,} "
+            f"| {r['required_bytes'] / MIB:.2f} | {objs:,} ({_kib(nbytes)} KiB) "
+            f"| {_kib(r['largest_request_bytes'])} | {_kib(r['largest_response_bytes'])} "
+            f"| {r['function_seconds'] * 1e3:,.0f} | {_outcome(r)} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
 def run(
     sizes: list[int],
     deployments: int,
@@ -758,8 +799,15 @@ def run(
     scale: tuple[int, int],
     timeout: float,
     scenarios: tuple[str, ...] = ("ModelCache", "ModelDeployment"),
+    vary: tuple[int, ...] = (),
+    vary_at: int | None = None,
 ) -> dict[str, Any]:
-    """Run the fleet benchmark; returns the report."""
+    """Run the fleet benchmark; returns the report.
+
+    ``vary``: more ModelDeployment runs at ``vary_at`` clusters (default: the largest
+    size), one per number of ModelReplicas per other deployment, so the table shows
+    what a reconcile fetches as the fleet's replicas grow at a fixed fleet.
+    """
     from tests.support import crossplane
 
     tools = crossplane.find()
@@ -773,6 +821,8 @@ def run(
             "deployments": deployments,
             "replicas_per_deployment": per,
             "scale": list(scale),
+            "vary_replicas_per_deployment": list(vary),
+            "vary_at": vary_at,
             "timeout_seconds": timeout,
             "crossplane_cli": str(tools.cli),
             "crossplane_core": str(tools.core),
@@ -795,6 +845,12 @@ def run(
                 report["rows"] += run_deployment(
                     engine, proxy, n, clusters, cache_obj, hydrations, others, scale
                 )
+                at = vary_at if vary_at is not None else max(sizes)
+                for k in vary if n == at else ():
+                    more = other_replicas(templates, n, deployments, k)
+                    report["rows"] += run_deployment(
+                        engine, proxy, n, clusters, cache_obj, hydrations, more, scale
+                    )
     finally:
         proxy.stop()
         proc.terminate()
@@ -823,23 +879,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deployments", type=int, default=1000)
     p.add_argument("--replicas-per-deployment", type=int, default=2)
     p.add_argument("--scale", default="10:20", help="ModelDeployment replicas FROM:TO")
+    p.add_argument(
+        "--vary-replicas",
+        default="",
+        help="ModelDeployment again with K ModelReplicas per other deployment, e.g. 1,8",
+    )
+    p.add_argument("--vary-at", type=int, help="the fleet size for --vary-replicas")
+    p.add_argument("--scenarios", default="ModelCache,ModelDeployment", help="rows to report")
     p.add_argument("--timeout", type=float, default=300, help="seconds per render")
     p.add_argument("--json", default="benchmarks/results/fleet.json")
     p.add_argument("--from-json", help="print the table of an earlier run's JSON and exit")
     args = p.parse_args(argv)
     if args.from_json:
-        print(markdown(json.loads(Path(args.from_json).read_text())))
+        earlier = json.loads(Path(args.from_json).read_text())
+        print(markdown(earlier))
+        if any(r["scenario"] == "ModelDeployment" for r in earlier["rows"]):
+            print(deployment_markdown(earlier))
         return 0
     sizes = [int(x) for x in args.sizes.split(",") if x]
     lo, _, hi = args.scale.partition(":")
     report = run(
-        sizes, args.deployments, args.replicas_per_deployment, (int(lo), int(hi)), args.timeout
+        sizes,
+        args.deployments,
+        args.replicas_per_deployment,
+        (int(lo), int(hi)),
+        args.timeout,
+        tuple(x for x in args.scenarios.split(",") if x),
+        tuple(int(x) for x in args.vary_replicas.split(",") if x),
+        args.vary_at,
     )
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, sort_keys=True))
     print()
     print(markdown(report))
+    if any(r["scenario"] == "ModelDeployment" for r in report["rows"]):
+        print(deployment_markdown(report))
     s = report["summary"]
     print(
         f"largest response: {_kib(s['largest_response_bytes'])} KiB; any over 2 MiB: "

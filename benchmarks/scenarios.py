@@ -216,6 +216,23 @@ def _synthetic_fleet(
     return out
 
 
+def _example_docs(
+    example: str,
+    n: int,
+    grow_fleet: bool = True,
+    world: Callable[[list[dict[str, Any]], int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """The resources Crossplane resolves ``examples/<example>``'s requirements from, the
+    fleet grown to ``n`` InferenceClusters when ``grow_fleet`` (see :func:`from_example`)."""
+    docs = load_yaml([str(EXAMPLES / example / "required")])
+    clusters = [d for d in docs if d.get("kind") == "InferenceCluster"]
+    if grow_fleet and clusters and n > len(clusters):
+        docs += _synthetic_fleet(n - len(clusters), clusters[0], docs)
+    if world is not None:
+        world(docs, n)
+    return docs
+
+
 def from_example(
     example: str,
     xr_file: str = "xr.yaml",
@@ -241,13 +258,7 @@ def from_example(
         xr = load_yaml([str(base / xr_file)])[0]
         if patch is not None:
             patch(xr, n)
-        docs = load_yaml([str(base / "required")])
-        clusters = [d for d in docs if d.get("kind") == "InferenceCluster"]
-        if grow_fleet and clusters and n > len(clusters):
-            docs += _synthetic_fleet(n - len(clusters), clusters[0], docs)
-        if world is not None:
-            world(docs, n)
-        resolver = World(docs)
+        resolver = World(_example_docs(example, n, grow_fleet, world))
         seen = (
             observed_by_name(load_yaml([str(base / observed)]))
             if observed and (base / observed).exists()
@@ -292,7 +303,8 @@ def _scale_deployment(xr: dict[str, Any], n: int) -> None:
 def _deployment_world(docs: list[dict[str, Any]], n: int) -> None:
     """The fleet as a busy one looks: every tenth synthetic cluster's hydration still
     Hydrating, and one replica of another team's deployment per ten clusters (one node
-    each), all in the fleet-wide ModelReplica requirement (the capacity ledger)."""
+    each), labelled with their cluster as the deployment composer labels them (the
+    capacity ledger reads them per cluster)."""
     synthetic = [
         d
         for d in docs
@@ -349,9 +361,17 @@ def deployment_scale_up(n: int) -> tuple[bytes, bytes]:
     replicas observed and serving, the other half to place), then its steady state."""
     _, half = _DEPLOYMENT_HALF(n)
     req = fnv1.RunFunctionRequest.FromString(half)
-    spec = req.observed.composite.resource.fields["spec"].struct_value
-    spec.fields["replicas"].number_value = 100 if n >= 100 else n
-    return req.SerializeToString(), SCENARIOS["ModelDeployment"](n)[1]
+    xr = _to_dict(req.observed.composite.resource)
+    xr["spec"]["replicas"] = 100 if n >= 100 else n
+    observed = {k: _to_dict(v.resource) for k, v in req.observed.resources.items()}
+    # The reconcile's last call, as Crossplane's loop resolves it: the capacity of the
+    # clusters the half's status.nextClusters names is asked for up front, and of any
+    # further cluster the walk reads on the way.
+    resolver = World(_example_docs("modeldeployment", n, True, _deployment_world))
+    rsp, _ = drive(FunctionRunner().run, xr, observed, resolver)
+    required = {k: resolver.resolve(sel) for k, sel in rsp.requirements.resources.items()}
+    first = build_request(xr, observed, required, tag="bench")
+    return first.SerializeToString(), SCENARIOS["ModelDeployment"](n)[1]
 
 
 SCENARIOS: dict[str, Callable[[int], tuple[bytes, bytes]]] = {

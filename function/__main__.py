@@ -70,22 +70,19 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit code."""
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser().parse_args(argv)
-    flags = {f: v for f, v in vars(args).items() if f in FLAGS}
-    try:
-        settings = load_settings(flags, argv)
-    except SettingsError as e:
-        print(f"function-modelplane: {e}", file=sys.stderr)
-        return 2
-    if args.command == "config":
-        from function.ops.config_report import report
+class StartupError(Exception):
+    """The function cannot start as configured; the message says what to give instead."""
 
-        print(report(settings, flags=flags))
-        return 0
-    logs.configure(debug=settings.debug)
+
+def _server_config(settings: Settings) -> ServerConfig:
+    """The gRPC server's configuration, checked before anything binds.
+
+    Raises:
+        StartupError: neither TLS certificates nor ``--insecure``, or a serving setting
+            the server cannot use (``function.edge.server.check_serving_config``).
+    """
+    from function.edge.server import check_serving_config
+
     cfg = ServerConfig(
         address=settings.address,
         tls_certs_dir=settings.tls_server_certs_dir,
@@ -95,26 +92,31 @@ def main(argv: list[str] | None = None) -> int:
         deadline_cap_seconds=settings.call_deadline_seconds,
     )
     if not cfg.insecure and not cfg.tls_certs_dir:
-        print(
-            "function-modelplane: give --tls-certs-dir (or TLS_SERVER_CERTS_DIR) or --insecure",
-            file=sys.stderr,
-        )
-        return 2
-    from function.edge.server import check_serving_config
-
+        raise StartupError("give --tls-certs-dir (or TLS_SERVER_CERTS_DIR) or --insecure")
     problem = check_serving_config(cfg)
     if problem:
-        print(f"function-modelplane: {problem}", file=sys.stderr)
-        return 2
-    from function.edge.server import default_processes
+        raise StartupError(problem)
+    return cfg
+
+
+def _metrics_server(settings: Settings) -> Any:
+    """Start the Prometheus endpoint that serves every compute process's metrics.
+
+    Calls are composed in compute processes (``function.edge.pool``): their metrics are
+    aggregated with prometheus-client's multiprocess mode. They are spawned, so they see
+    ``PROMETHEUS_MULTIPROC_DIR`` at import; a fresh directory is made when none is set,
+    and stale files of a previous run are cleared (they would be summed in).
+
+    Returns:
+        The running metrics server, or None when ``--metrics-address`` is empty.
+
+    Raises:
+        StartupError: the address is not ``host:port`` or cannot be bound.
+    """
     from function.ops import metrics
 
-    processes = settings.workers if settings.workers is not None else default_processes()
     multiproc_dir = settings.prometheus_multiproc_dir
     if not multiproc_dir:
-        # Calls are composed in compute processes (function.edge.pool): aggregate their
-        # metrics with prometheus-client's multiprocess mode. They are spawned, so they
-        # see this variable at import.
         import tempfile
 
         multiproc_dir = tempfile.mkdtemp(prefix="function-modelplane-metrics-")
@@ -123,16 +125,34 @@ def main(argv: list[str] | None = None) -> int:
     try:
         metrics.parse_address(address)
     except ValueError as e:
-        print(f"function-modelplane: --metrics-address: {e}", file=sys.stderr)
-        return 2
-    if multiproc_dir:
-        # This process serves the metrics of every worker; stale files of a previous
-        # run would be summed in (prometheus-client multiprocess mode).
-        metrics.clear_multiprocess_dir(multiproc_dir)
+        raise StartupError(f"--metrics-address: {e}") from None
+    metrics.clear_multiprocess_dir(multiproc_dir)
     try:
-        metrics_server = metrics.serve(address, multiproc_dir)
+        return metrics.serve(address, multiproc_dir)
     except OSError as e:
-        print(f"function-modelplane: --metrics-address {address}: {e}", file=sys.stderr)
+        raise StartupError(f"--metrics-address {address}: {e}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code (0, or 2 for a configuration error)."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(argv)
+    flags = {f: v for f, v in vars(args).items() if f in FLAGS}
+    try:
+        settings = load_settings(flags, argv)
+        if args.command == "config":
+            from function.ops.config_report import report
+
+            print(report(settings, flags=flags))
+            return 0
+        logs.configure(debug=settings.debug)
+        cfg = _server_config(settings)
+        from function.edge.server import default_processes
+
+        processes = settings.workers if settings.workers is not None else default_processes()
+        metrics_server = _metrics_server(settings)
+    except (SettingsError, StartupError) as e:
+        print(f"function-modelplane: {e}", file=sys.stderr)
         return 2
     try:
         serve(None, cfg, processes=processes, debug=settings.debug)

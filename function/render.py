@@ -443,11 +443,66 @@ def start_function(
     raise RuntimeError("function did not serve within 20 seconds")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point: print ``crossplane render``'s YAML stream; exit 1 on a fatal result."""
+def _inputs(
+    xr_path: str, required_paths: list[str], observed_paths: list[str]
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], World]:
+    """The XR, the observed composed resources and the world, read and checked.
+
+    Raises:
+        OSError, ValueError: naming the file or document and what to write instead.
+    """
+    if Path(xr_path).is_dir():
+        raise ValueError(
+            f"{xr_path} is a directory; give the XR's file (for example {xr_path}/xr.yaml)"
+        )
+    xrs = load_yaml([xr_path])
+    required = load_yaml(required_paths)
+    check_required(required)
+    observed = observed_by_name(load_yaml(observed_paths))
+    if len(xrs) != 1:
+        raise ValueError(f"{xr_path}: want exactly one XR, found {len(xrs)}")
+    if not (xrs[0].get("metadata") or {}).get("name"):
+        raise ValueError(f"{xr_path}: the XR has no metadata.name (Crossplane always has one)")
+    return xrs[0], observed, World(required)
+
+
+class _Unreachable(Exception):
+    """The function could not be started or called."""
+
+
+def _drive(
+    address: str | None,
+    xr: Mapping[str, Any],
+    observed: Mapping[str, Mapping[str, Any]],
+    world: World,
+) -> tuple[fnv1.RunFunctionResponse, int]:
+    """Run the requirements loop against the function at ``address`` (started here when
+    None, and stopped after).
+
+    Raises:
+        _Unreachable: the function could not be started or answered with a gRPC error.
+    """
     import grpc
     from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
+    proc = None
+    try:
+        if address is None:
+            proc, address = start_function()
+        with grpc.insecure_channel(address) as ch:
+            stub = grpcv1.FunctionRunnerServiceStub(ch)
+            return drive(lambda r: stub.RunFunction(r, timeout=30), xr, observed, world)
+    except (RuntimeError, grpc.RpcError) as e:
+        detail = e.details() if isinstance(e, grpc.RpcError) else str(e)  # type: ignore[attr-defined]
+        raise _Unreachable(f"cannot run the function at {address}: {detail}") from None
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point: print ``crossplane render``'s YAML stream; exit 1 on a fatal result."""
     p = argparse.ArgumentParser(prog="python -m function.render", description=__doc__)
     p.add_argument("xr", help="the XR (YAML)")
     p.add_argument("--required", action="append", default=[], help="file or directory")
@@ -465,38 +520,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     try:
-        if Path(args.xr).is_dir():
-            raise ValueError(
-                f"{args.xr} is a directory; give the XR's file (for example {args.xr}/xr.yaml)"
-            )
-        xrs = load_yaml([args.xr])
-        required = load_yaml(args.required)
-        check_required(required)
-        world = World(required)
-        observed = observed_by_name(load_yaml(args.observed))
-        if len(xrs) != 1:
-            raise ValueError(f"{args.xr}: want exactly one XR, found {len(xrs)}")
-        if not (xrs[0].get("metadata") or {}).get("name"):
-            raise ValueError(f"{args.xr}: the XR has no metadata.name (Crossplane always has one)")
+        xr, observed, world = _inputs(args.xr, args.required, args.observed)
     except (OSError, ValueError) as e:
         print(f"function.render: {e}", file=sys.stderr)
         return 2
-    proc = None
-    address = args.address
     try:
-        if address is None:
-            proc, address = start_function()
-        with grpc.insecure_channel(address) as ch:
-            stub = grpcv1.FunctionRunnerServiceStub(ch)
-            rsp, calls = drive(lambda r: stub.RunFunction(r, timeout=30), xrs[0], observed, world)
-    except (RuntimeError, grpc.RpcError) as e:
-        detail = e.details() if isinstance(e, grpc.RpcError) else str(e)  # type: ignore[attr-defined]
-        print(f"function.render: cannot run the function at {address}: {detail}", file=sys.stderr)
+        rsp, calls = _drive(args.address, xr, observed, world)
+    except _Unreachable as e:
+        print(f"function.render: {e}", file=sys.stderr)
         return 2
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
     fatal = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
     if fatal:
         # As crossplane render: nothing on stdout, the fatal result on stderr, exit 1.
@@ -506,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    docs = crossplane_documents(xrs[0], rsp, step=args.step)
+    docs = crossplane_documents(xr, rsp, step=args.step)
     if not args.include_function_results:
         docs = [d for d in docs if d.get("kind") != "Result"]
     print(f"# {calls} RunFunction call(s) in Crossplane's requirements loop", file=sys.stderr)

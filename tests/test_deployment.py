@@ -141,13 +141,18 @@ def deployment(
 
 
 def other_replica(cluster: str, nodes: int = 1, namespace: str = "other-team") -> dict[str, Any]:
-    """A ModelReplica of another deployment, using ``nodes`` nodes of pool h100."""
+    """A ModelReplica of another deployment, using ``nodes`` nodes of pool h100, labelled
+    with its cluster as the deployment composer labels every ModelReplica."""
     e = engine(copies=nodes)
     e["members"][0]["pool"] = "h100"
     return {
         "apiVersion": API_VERSION,
         "kind": "ModelReplica",
-        "metadata": {"name": f"other-{cluster}", "namespace": namespace},
+        "metadata": {
+            "name": f"other-{cluster}",
+            "namespace": namespace,
+            "labels": {"modelplane.ai/cluster": cluster, "modelplane.ai/deployment": "other"},
+        },
         "spec": {"deploymentName": "other", "index": 0, "clusterName": cluster, "engines": [e]},
     }
 
@@ -210,7 +215,9 @@ def test_first_call_asks_for_everything_and_composes_nothing() -> None:
         "kind": "InferenceCluster",
         "matchLabels": {"labels": {"gpu": "h100"}},
     }
-    assert req["replicas"]["kind"] == "ModelReplica" and "namespace" not in req["replicas"]
+    # Capacity is read per cluster, once placement knows which clusters it tries
+    # (function.composers.deployment.capacity): nothing of the fleet's replicas yet.
+    assert not [n for n in req if n == "replicas" or n.startswith("replicas-on-")]
     assert req["cache"] == {
         "apiVersion": API_VERSION,
         "kind": "ModelCache",
@@ -223,7 +230,7 @@ def test_first_call_asks_for_everything_and_composes_nothing() -> None:
     assert not [m for s, m in h.results(rsp) if s == "Warning"]
 
 
-@pytest.mark.parametrize("missing", ["clusters", "replicas", "cache", "hydrations"])
+@pytest.mark.parametrize("missing", ["clusters", "cache", "hydrations"])
 def test_unresolved_requirement_keeps_existing_replicas(missing: str) -> None:
     first = drive(deployment(2), world())
     observed = observe(first)
@@ -243,6 +250,39 @@ def test_unresolved_requirement_keeps_existing_replicas(missing: str) -> None:
     c = h.conditions(rsp)["ReplicasScheduled"]
     assert (c["status"], c["reason"]) == ("Unknown", "ResolvingRequirements")
     assert missing in c["message"]
+
+
+def test_capacity_not_yet_resolved_is_not_known_and_keeps_everything() -> None:
+    first = drive(deployment(2), world())
+    observed = observe(first)
+    w = world(ic("gpu-d"), hydration("gpu-d", "Ready"), hydration("gpu-c", "Ready"))
+    # The fleet lists resolved, no capacity yet: a scale-up walks to gpu-c and gpu-d,
+    # whose ModelReplicas it has not seen. Nothing is placed on them as if they were
+    # empty, and nothing existing moves: it asks for them.
+    lists = {
+        n: list(w.resolve(s))
+        for n, s in h.run(h.request(deployment(4))).requirements.resources.items()
+        if not n.startswith("replicas-on-")
+    }
+    rsp = h.run(h.request(deployment(4), observed=observed, required=lists))
+    assert h.desired(rsp) == {
+        k: {x: y for x, y in v.items() if x != "status"} for k, v in observed.items()
+    }
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert (c["status"], c["reason"]) == ("Unknown", "ResolvingRequirements")
+    assert "ModelReplicas on gpu-c, gpu-d" in c["message"]
+    req = h.requirements(rsp)
+    assert req["replicas-on-gpu-c"] == {
+        "apiVersion": API_VERSION,
+        "kind": "ModelReplica",
+        "matchLabels": {"labels": {"modelplane.ai/cluster": "gpu-c"}},
+    }
+    assert "replicas" not in req  # one expansion is per cluster, not the fleet
+    # Resolved: placed, and the requirements repeat, so Crossplane's loop ends here.
+    full = {n: list(w.resolve(s)) for n, s in rsp.requirements.resources.items()}
+    done = h.run(h.request(deployment(4), observed=observed, required=full))
+    assert placed(done) == [(0, "gpu-a"), (1, "gpu-b"), (2, "gpu-c"), (3, "gpu-d")]
+    assert dict(done.requirements.resources) == dict(rsp.requirements.resources)
 
 
 # ---- C5 ------------------------------------------------------------------------------

@@ -53,24 +53,35 @@ def test_modelcache_from_nothing_to_ready_and_steady(report: dict):
     assert rows["steady"]["per_call"][0]["desired_resources"] == N
 
 
-def test_modeldeployment_scale_up_reads_the_whole_fleet(report: dict):
+def test_modeldeployment_reads_capacity_only_where_placement_looks(report: dict):
     rows = _rows(report, "ModelDeployment")
     assert list(rows) == ["create", "scale-up", "settle", "steady"]
     others = DEPLOYMENTS * PER
+    lists = ["cache", "clusters", "hydrations"]
     for step, r in rows.items():
         assert r["exit_code"] == 0, r["render_error"]
-        assert (r["calls"], r["unresolved_calls"]) == (2, 1), step
-        names = r["per_call"][1]["required_names"]
-        assert names == ["cache", "clusters", "hydrations", "replicas"]
-        # Every cluster, the cache, its N hydrations and every ModelReplica of the fleet.
-        assert r["required_objects"] == N + 1 + N + r["fleet_replicas"]
+        assert r["unresolved_calls"] == 1, step
+        for call in r["per_call"][1:]:
+            names = call["required_names"]
+            assert names[:3] == lists, step
+            # Never every ModelReplica of the fleet: only those on the clusters read.
+            assert "replicas" not in names, step
+            assert all(n.startswith("replicas-on-") for n in names[3:]), step
         assert r["fleet_replicas"] >= others
-    assert rows["create"]["fleet_replicas"] == others
-    assert rows["scale-up"]["fleet_replicas"] == others + 2
-    assert rows["settle"]["fleet_replicas"] == others + 4
+    # Create: nothing known up front, so one expansion for the clusters the walk tries.
+    assert rows["create"]["calls"] == 3
+    assert len(rows["create"]["per_call"][2]["required_names"]) == 3 + 2
+    # Scale-up 2 -> 4: status.nextClusters named them up front, so one resolved call.
+    assert rows["scale-up"]["calls"] == 2
+    assert len(rows["scale-up"]["per_call"][1]["required_names"]) == 3 + 4
+    # Settled: nothing to place or remove, no capacity read at all.
+    for step in ("settle", "steady"):
+        assert rows[step]["calls"] == 2
+        assert rows[step]["required_objects"] == N + 1 + N
     assert rows["create"]["composed"] == 2 + 1  # replicas and the cache Usage
     assert rows["scale-up"]["composed"] == 4 + 1
     assert rows["steady"]["xr_ready"]
+    assert "| fleet ModelReplicas |" in fleet.deployment_markdown(report)
 
 
 def test_markdown_table(report: dict):

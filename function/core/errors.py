@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 
 class SpecError(ValueError):
@@ -51,20 +52,22 @@ _UNION_TAG = re.compile(
 )
 
 
+# The words for what a YAML author wrote, by Python type (bool before int: a bool is one).
+_WRITTEN: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (type(None), "null"),
+    (bool, "a boolean"),
+    ((int, float), "a number"),
+    (str, "a string"),
+    (dict, "an object"),
+    ((list, tuple), "a list"),
+)
+
+
 def written_as(value: object) -> str:
     """What a YAML author wrote, in words: ``a string``, ``an object``, ..."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, (list, tuple)):
-        return "a list"
+    for types, words in _WRITTEN:
+        if isinstance(value, types):
+            return words
     return type(value).__name__
 
 
@@ -81,6 +84,22 @@ def _generic(path: str) -> str:
         elif depth == 0:
             out.append(ch)
     return "".join(out)
+
+
+def _location(prefix: str, loc_parts: list[Any], *, union: bool) -> str:
+    """A pydantic error location as a spec path: ``spec.env[3].name``.
+
+    For a wrong-type error (``union``), each member of a union (``str | int``) reports
+    under its own tag: the tags are dropped, so the union gets one message naming every
+    accepted type.
+    """
+    if union:
+        while loc_parts and isinstance(loc_parts[-1], str) and _UNION_TAG.match(loc_parts[-1]):
+            loc_parts.pop()
+    loc = prefix
+    for part in loc_parts:
+        loc = f"{loc}[{part}]" if isinstance(part, int) else f"{loc}.{part}"
+    return loc
 
 
 def pydantic_errors(
@@ -105,38 +124,27 @@ def pydantic_errors(
     errors = getattr(exc, "errors", None)
     if errors is None:
         return SpecError(prefix, str(exc))
-    items = errors(include_url=False, include_input=True)
     parts: list[str] = []
     first = prefix
     shape_at: dict[str, int] = {}  # a wrong-shape path -> its index in parts
-    for err in items:
+    for err in errors(include_url=False, include_input=True):
         if len(parts) >= 5:
             break
         expected = _EXPECTED.get(str(err.get("type")))
-        loc_parts = list(err.get("loc", ()))
-        if expected is not None:
-            # Each member of a union (``str | int``) reports under its own tag: one
-            # message for the field, naming every accepted type.
-            while loc_parts and isinstance(loc_parts[-1], str) and _UNION_TAG.match(loc_parts[-1]):
-                loc_parts.pop()
-        loc = prefix
-        for part in loc_parts:
-            loc = f"{loc}[{part}]" if isinstance(part, int) else f"{loc}.{part}"
+        loc = _location(prefix, list(err.get("loc", ())), union=expected is not None)
         if not parts:
             first = loc
         if expected is None:
             parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-            continue
-        got = written_as(err.get("input"))
-        shape = (shapes or {}).get(_generic(loc))
-        if loc in shape_at:
-            if shape is None:
-                i = shape_at[loc]
-                head, _, tail = parts[i].rpartition(", got ")
-                parts[i] = f"{head} or {expected}, got {tail}"
-            continue
-        shape_at[loc] = len(parts)
-        parts.append(f"{loc}: expected {shape or expected}, got {got}")
+        elif loc not in shape_at:
+            shape_at[loc] = len(parts)
+            shape = (shapes or {}).get(_generic(loc))
+            parts.append(f"{loc}: expected {shape or expected}, got {written_as(err.get('input'))}")
+        elif (shapes or {}).get(_generic(loc)) is None:
+            # Another member of the same union: name it beside the others.
+            i = shape_at[loc]
+            head, _, tail = parts[i].rpartition(", got ")
+            parts[i] = f"{head} or {expected}, got {tail}"
     err = SpecError(first, "; ".join(parts))
     err.args = ("; ".join(parts),)
     return err

@@ -149,6 +149,11 @@ def foreign_reason(asked: Requirement, item: Struct) -> str | None:
         return f"API group is {group or '<core>'}, not {_group(asked.api_version) or '<core>'}"
     v = f.get("metadata")
     meta = v.struct_value.fields if v is not None else _NO_FIELDS
+    return _namespace_reason(asked, meta) or _match_reason(asked, meta)
+
+
+def _namespace_reason(asked: Requirement, meta: Mapping[str, Any]) -> str | None:
+    """Why an item's namespace (``metadata`` fields ``meta``) is not the one asked for."""
     v = meta.get("namespace")
     namespace = v.string_value if v is not None else ""
     if asked.namespace is not None:
@@ -156,26 +161,33 @@ def foreign_reason(asked: Requirement, item: Struct) -> str | None:
             return f"namespace is {namespace or '<none>'}, not {asked.namespace}"
     elif asked.match_name is not None and namespace:
         return f"namespace is {namespace}, but a cluster-scoped object was asked for"
+    return None
+
+
+def _match_reason(asked: Requirement, meta: Mapping[str, Any]) -> str | None:
+    """Why an item's name or labels (``metadata`` fields ``meta``) do not match."""
     if asked.match_name is not None:
         v = meta.get("name")
         name = v.string_value if v is not None else ""
-        if name != asked.match_name:
-            return f"name is {name or '<none>'}, not {asked.match_name}"
-    elif asked.match_labels:
-        v = meta.get("labels")
-        labels = v.struct_value.fields if v is not None else _NO_FIELDS
-        for k, want in asked.match_labels:
-            v = labels.get(k)
-            got = v.string_value if v is not None and v.HasField("string_value") else None
-            if got != want:
-                return f"label {k} is {got!r}, not {want!r}"
+        return (
+            None
+            if name == asked.match_name
+            else (f"name is {name or '<none>'}, not {asked.match_name}")
+        )
+    v = meta.get("labels")
+    labels = v.struct_value.fields if v is not None else _NO_FIELDS
+    for k, want in asked.match_labels or ():
+        v = labels.get(k)
+        got = v.string_value if v is not None and v.HasField("string_value") else None
+        if got != want:
+            return f"label {k} is {got!r}, not {want!r}"
     return None
 
 
 _NO_FIELDS: Mapping[str, Any] = {}
 
 
-def admits(asked: Requirement) -> Any:
+def admits(asked: Requirement) -> Any:  # noqa: C901 - one flat closure, see below
     """A fast test of "``item`` is what ``asked`` selects" (``item -> bool``), the same
     verdict as :func:`foreign_reason` (which says why not), for checking thousands of
     items: only the fields ``asked`` constrains are read, each once."""
@@ -183,7 +195,10 @@ def admits(asked: Requirement) -> Any:
     group = _group(api_version)
     namespace, match_name, labels = asked.namespace, asked.match_name, asked.match_labels
 
-    def ok(item: Struct) -> bool:
+    # Hot path (every required item of every call: thousands at fleet scale): the test is
+    # one closure with the constraints bound and each field read once, measured faster
+    # than composing smaller checks; foreign_reason says the same in small steps.
+    def ok(item: Struct) -> bool:  # noqa: C901, PLR0911
         f = item.fields
         v = f.get("kind")
         if v is None or v.string_value != kind:
@@ -292,6 +307,30 @@ class RequiredView(Mapping[str, tuple[Struct, ...]]):
 
     def __len__(self) -> int:
         return len(self._resources)
+
+
+class XRRef(NamedTuple):
+    """Which XR a call is for, read from ``observed.composite`` (``""`` where absent)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, xr: Struct) -> XRRef:
+        """The reference of XR ``xr``."""
+        return cls(
+            structs.get_str(xr, "apiVersion"),
+            structs.get_str(xr, "kind"),
+            structs.get_str(xr, "metadata", "namespace"),
+            structs.get_str(xr, "metadata", "name"),
+        )
+
+    @property
+    def where(self) -> str:
+        """``namespace/name``, as messages name the XR."""
+        return f"{self.namespace}/{self.name}"
 
 
 @dataclass

@@ -45,21 +45,31 @@ def size_of(value: Any, depth: int = 0) -> int:
         return _OBJECT + MESSAGE_FACTOR * value.ByteSize()
     if depth >= _MAX_DEPTH:
         return sys.getsizeof(value)
+    return _size_of_container(value, depth + 1)
+
+
+def _size_of_container(value: Any, depth: int) -> int:
+    """:func:`size_of` for a tuple, list, set or dict; its items at ``depth``."""
     if isinstance(value, (tuple, list, set, frozenset)):
-        return _OBJECT + 8 * len(value) + sum(size_of(v, depth + 1) for v in value)
+        return _OBJECT + 8 * len(value) + sum(size_of(v, depth) for v in value)
     if isinstance(value, dict):
         return (
             _OBJECT
             + 32 * len(value)
-            + sum(size_of(k, depth + 1) + size_of(v, depth + 1) for k, v in value.items())
+            + sum(size_of(k, depth) + size_of(v, depth) for k, v in value.items())
         )
+    return _size_of_object(value, depth)
+
+
+def _size_of_object(value: Any, depth: int) -> int:
+    """:func:`size_of` for an object: its ``__dict__`` or ``__slots__`` at ``depth``."""
     fields = getattr(value, "__dict__", None)
     if isinstance(fields, dict):
-        return _OBJECT + size_of(fields, depth + 1)
+        return _OBJECT + size_of(fields, depth)
     slots = getattr(type(value), "__slots__", None)
     if slots:
         names = (slots,) if isinstance(slots, str) else slots
-        return _OBJECT + sum(size_of(getattr(value, n, None), depth + 1) for n in names)
+        return _OBJECT + sum(size_of(getattr(value, n, None), depth) for n in names)
     return sys.getsizeof(value)
 
 

@@ -44,54 +44,39 @@ def _fill_new(fields: Any, data: Mapping[str, Any]) -> None:
     for k, v in data.items():
         if not isinstance(k, str):
             raise ValueError(f"Struct keys must be strings, not {type(k).__name__}")
-        t = type(v)
-        if t is str:
-            fields[k].string_value = v
-        elif t is dict:
-            if v:
-                _fill_new(fields[k].struct_value.fields, v)
-            else:
-                fields[k].struct_value.SetInParent()
-        elif t is list or t is tuple:
-            if v:
-                extend(fields[k].list_value.values, v)
-            else:
-                fields[k].list_value.SetInParent()
-        elif t is bool:
-            fields[k].bool_value = v
-        elif t is int or t is float:
-            fields[k].number_value = v
-        elif v is None:
-            fields[k].null_value = 0
-        else:
-            _other(fields[k], v)
+        _set(fields[k], v)
 
 
 def extend(values: Any, items: Any) -> None:
     """Append every element of ``items`` to a ListValue's ``values``."""
     for v in items:
-        t = type(v)
-        e = values.add()
-        if t is str:
-            e.string_value = v
-        elif t is dict:
-            if v:
-                _fill_new(e.struct_value.fields, v)
-            else:
-                e.struct_value.SetInParent()
-        elif t is list or t is tuple:
-            if v:
-                extend(e.list_value.values, v)
-            else:
-                e.list_value.SetInParent()
-        elif t is bool:
-            e.bool_value = v
-        elif t is int or t is float:
-            e.number_value = v
-        elif v is None:
-            e.null_value = 0
+        _set(values.add(), v)
+
+
+def _set(target: Any, v: Any) -> None:
+    """Write ``v`` into the new protobuf ``Value`` ``target``, dispatching on its exact type
+    once (subclasses of the JSON types go through :func:`_other`)."""
+    t = type(v)
+    if t is str:
+        target.string_value = v
+    elif t is dict:
+        if v:
+            _fill_new(target.struct_value.fields, v)
         else:
-            _other(e, v)
+            target.struct_value.SetInParent()
+    elif t is list or t is tuple:
+        if v:
+            extend(target.list_value.values, v)
+        else:
+            target.list_value.SetInParent()
+    elif t is bool:
+        target.bool_value = v
+    elif t is int or t is float:
+        target.number_value = v
+    elif v is None:
+        target.null_value = 0
+    else:
+        _other(target, v)
 
 
 def _other(target: Any, v: Any) -> None:

@@ -36,7 +36,7 @@ def _unwrap(v: Value) -> Any:
     return None
 
 
-def get(node: Any, *path: str | int, default: Any = None) -> Any:
+def get(node: Any, *path: str | int, default: Any = None) -> Any:  # noqa: C901, PLR0911
     """Walk ``path`` from ``node`` and return what is there.
 
     Reads the underlying ``fields`` map and ``values`` list of Struct/ListValue
@@ -51,6 +51,8 @@ def get(node: Any, *path: str | int, default: Any = None) -> Any:
         A scalar (str, float, bool), a Struct, a ListValue (or dict/list when
         ``node`` was plain Python), or ``default`` (also for JSON null).
     """
+    # Hot path (every field a composer reads): one flat loop over the four container
+    # types, measured faster than a dispatch per step.
     cur = node
     for step in path:
         if isinstance(cur, Struct):

@@ -25,7 +25,7 @@ from google.protobuf.struct_pb2 import ListValue, Struct
 from function.composers import composer_for, served
 from function.core import memo, structs
 from function.core.errors import SpecError
-from function.core.inputs import Inputs, ObservedView, RequiredView
+from function.core.inputs import Inputs, ObservedView, RequiredView, XRRef
 from function.core.outcome import Outcome, Requirement
 from function.edge import deadline as deadline_mod
 from function.ops import logs
@@ -217,39 +217,30 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         complete: bool,
         deadline_seconds: float | None = None,
     ) -> tuple[fnv1.RunFunctionResponse, bytes]:
-        xr = req.observed.composite.resource
-        api_version = structs.get_str(xr, "apiVersion")
-        kind = structs.get_str(xr, "kind")
-        name = structs.get_str(xr, "metadata", "name")
-        namespace = structs.get_str(xr, "metadata", "namespace")
-        call = {"tag": req.meta.tag, "xr_kind": kind, "xr_namespace": namespace, "xr_name": name}
+        ref = XRRef.of(req.observed.composite.resource)
+        call = {
+            "tag": req.meta.tag,
+            "xr_kind": ref.kind,
+            "xr_namespace": ref.namespace,
+            "xr_name": ref.name,
+        }
         token = logs.CALL.set(call)
         try:
             if not self.tracing.enabled:  # hot path: no span objects at all
-                return self._serve(
-                    req, api_version, kind, namespace, name, None, complete, deadline_seconds
-                )
-            with self.tracing.run_span(
-                kind, api_version, namespace, name, req.meta.tag, metadata
-            ) as span:
-                return self._serve(
-                    req, api_version, kind, namespace, name, span, complete, deadline_seconds
-                )
+                return self._serve(req, ref, None, complete, deadline_seconds)
+            with self.tracing.run_span(ref, req.meta.tag, metadata) as span:
+                return self._serve(req, ref, span, complete, deadline_seconds)
         finally:
             logs.CALL.reset(token)
 
     def _serve(
         self,
         req: fnv1.RunFunctionRequest,
-        api_version: str,
-        kind: str,
-        namespace: str,
-        name: str,
+        ref: XRRef,
         span: Any,
         complete: bool,
         deadline_seconds: float | None = None,
     ) -> tuple[fnv1.RunFunctionResponse, bytes]:
-        log = self.log
         started = time.perf_counter()
         outcome: Outcome | None = None
         error: BaseException | None = None
@@ -258,42 +249,70 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         devices.forget_paths()
         try:
             with deadline_mod.armed(deadline_seconds):
-                rsp, wires, outcome = self._run(req, api_version, kind, log)
+                rsp, wires, outcome = self._run(req, ref.api_version, ref.kind, self.log)
         except deadline_mod.CallDeadline as e:
             error, result = e, "deadline"
             self.replace_me = True
-            expression = devices.evaluating()
-            path = devices.path_of(expression)
-            where = ""
-            if expression is not None:
-                where = f" while evaluating the device selector {path or repr(expression[:200])}"
-            log.warning("compute deadline passed", seconds=e.seconds, selector=path)
-            rsp = self._fatal(
-                req,
-                f"{kind or 'XR'} {namespace}/{name}: composing ran past the call's compute "
-                f"deadline of {e.seconds:g} s{where}; nothing was changed this reconcile "
-                f"(simplify the spec; MODELPLANE_CALL_DEADLINE_SECONDS caps the deadline)",
-            )
+            rsp = self._fatal(req, self._past_deadline(ref, e))
         except SpecError as e:
             error = e
-            log.info("invalid input", error=str(e))
-            rsp = self._fatal(req, f"invalid {kind or 'XR'} {namespace}/{name}: {e}")
+            self.log.info("invalid input", error=str(e))
+            rsp = self._fatal(req, f"invalid {ref.kind or 'XR'} {ref.where}: {e}")
         except Exception as e:  # the call must never crash
             error, result = e, "error"
-            log.exception("composer failed")
+            self.log.exception("composer failed")
             rsp = self._fatal(
-                req, f"internal error composing {kind} {namespace}/{name}: {type(e).__name__}: {e}"
+                req, f"internal error composing {ref.kind} {ref.where}: {type(e).__name__}: {e}"
             )
-        # Encode once, here: the size check needs the bytes, and the gRPC handler sends
-        # them as they are. Pre-encoded children follow as a second ``desired`` field,
-        # which protobuf parsers merge into the first (function.edge.wire).
+        rsp, data = self._bytes(req, ref, rsp, wires, complete)
+        seconds = time.perf_counter() - started
+        severities = [_SEVERITY_NAME.get(r.severity, "Unspecified") for r in rsp.results]
+        fatal = next((r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL), None)
+        if fatal is not None and result == "success":
+            result = "fatal"
+        self.metrics.record_run(ref.kind, result, seconds, severities)
+        if outcome is not None and outcome.observations and fatal is None and _stable(req, rsp):
+            self.metrics.apply(outcome.observations)
+        if span is not None:
+            Tracing.finish(span, severities, fatal, error)
+        self.log.debug("composed", seconds=round(seconds, 6))
+        return rsp, data
+
+    def _past_deadline(self, ref: XRRef, e: deadline_mod.CallDeadline) -> str:
+        """The fatal message of a call past its compute deadline (and a warning log line)."""
+        expression = devices.evaluating()
+        path = devices.path_of(expression)
+        where = ""
+        if expression is not None:
+            where = f" while evaluating the device selector {path or repr(expression[:200])}"
+        self.log.warning("compute deadline passed", seconds=e.seconds, selector=path)
+        return (
+            f"{ref.kind or 'XR'} {ref.where}: composing ran past the call's compute "
+            f"deadline of {e.seconds:g} s{where}; nothing was changed this reconcile "
+            f"(simplify the spec; MODELPLANE_CALL_DEADLINE_SECONDS caps the deadline)"
+        )
+
+    def _bytes(
+        self,
+        req: fnv1.RunFunctionRequest,
+        ref: XRRef,
+        rsp: fnv1.RunFunctionResponse,
+        wires: list[bytes],
+        complete: bool,
+    ) -> tuple[fnv1.RunFunctionResponse, bytes]:
+        """Encode the response once (the size check needs the bytes, and the gRPC handler
+        sends them as they are); pre-encoded children follow as a second ``desired``
+        field, which protobuf parsers merge into the first (``function.edge.wire``). A
+        response over Crossplane's 4 MiB becomes a fatal result saying so. With
+        ``complete``, the children are merged into ``rsp`` too (for in-process callers).
+        """
         data = bytes(rsp.SerializeToString(deterministic=True)) + desired_suffix(wires)
         size = len(data)
         if size > MAX_RESPONSE_BYTES:
             rsp, wires = (
                 self._fatal(
                     req,
-                    f"response for {kind} {namespace}/{name} would be {size / 1048576:.1f} "
+                    f"response for {ref.kind} {ref.where} would be {size / 1048576:.1f} "
                     f"MiB, over the 4 MiB Crossplane accepts; narrow the selector or split "
                     f"the XR into smaller ones",
                 ),
@@ -302,17 +321,6 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             data = bytes(rsp.SerializeToString(deterministic=True))
         if complete and wires:
             rsp.desired.MergeFromString(b"".join(wires))
-        seconds = time.perf_counter() - started
-        severities = [_SEVERITY_NAME.get(r.severity, "Unspecified") for r in rsp.results]
-        fatal = next((r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL), None)
-        if fatal is not None and result == "success":
-            result = "fatal"
-        self.metrics.record_run(kind, result, seconds, severities)
-        if outcome is not None and outcome.observations and fatal is None and _stable(req, rsp):
-            self.metrics.apply(outcome.observations)
-        if span is not None:
-            Tracing.finish(span, severities, fatal, error)
-        log.debug("composed", seconds=round(seconds, 6))
         return rsp, data
 
     def _fatal(self, req: fnv1.RunFunctionRequest, message: str) -> fnv1.RunFunctionResponse:
@@ -404,70 +412,96 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         rsp.desired.CopyFrom(req.desired)
         if req.HasField("context"):
             rsp.context.CopyFrom(req.context)
-        for r in out.results:
-            res = rsp.results.add(severity=_SEVERITY[r.severity], message=r.message)
-            if r.reason:
-                res.reason = r.reason
-            if r.severity != "Fatal":
-                res.target = fnv1.TARGET_COMPOSITE
+        _encode_results(rsp, out)
         if any(r.severity == "Fatal" for r in out.results):
             return rsp, []
-        for c in out.conditions:
-            rsp.conditions.add(
-                type=c.type,
-                status=_STATUS[c.status],
-                reason=c.reason,
-                message=c.message,
-                target=fnv1.TARGET_COMPOSITE,
-            )
-        composite = rsp.desired.composite
-        if out.status:
-            status = composite.resource.get_or_create_struct("status")
-            for k in sorted(out.status):
-                _set_struct(status, k, out.status[k])
-        if out.ready is not None:
-            composite.ready = fnv1.READY_TRUE if out.ready else fnv1.READY_FALSE
-        elif any(name not in req.required_resources for name in out.requirements):
-            # Not the last iteration of Crossplane's requirements loop (it asks for what
-            # Crossplane has not resolved yet): whether the work is done is not known, so
-            # not ready. Crossplane applies only the last iteration's response.
-            composite.ready = fnv1.READY_FALSE
-        resources = rsp.desired.resources
-        observed = req.observed.resources
-        wires: list[bytes] = []
-        for name in sorted(out.resources):
-            d = out.resources[name]
-            if d.wire is not None:
-                wires.append(d.wire)
-                continue
-            target = resources[name]
-            if isinstance(d.body, Struct):
-                target.resource.CopyFrom(d.body)
-            else:
-                target.resource.update(d.body)
-            ready = d.ready
-            if ready is None:
-                # Every composed resource gets explicit readiness: Crossplane counts only
-                # READY_TRUE, and each unready one costs a requeue and an event per
-                # reconcile. Where the composer did not decide, the resource is ready when
-                # what observes it (provider-kubernetes for an Object, Crossplane for a
-                # composed XR) reports Ready=True, as function-auto-ready decides.
-                ready = name in observed and structs.condition_is(observed[name].resource, "Ready")
-            target.ready = fnv1.READY_TRUE if ready else fnv1.READY_FALSE
-        for rname in sorted(out.requirements):
-            q = out.requirements[rname]
-            sel = rsp.requirements.resources[rname]
-            sel.api_version = q.api_version
-            sel.kind = q.kind
-            if q.match_name is not None:
-                sel.match_name = q.match_name
-            elif q.match_labels is not None:
-                sel.match_labels.SetInParent()
-                for k, v in q.match_labels:
-                    sel.match_labels.labels[k] = v
-            if q.namespace is not None:
-                sel.namespace = q.namespace
+        _encode_composite(rsp, req, out)
+        wires = _encode_resources(rsp, req, out)
+        _encode_requirements(rsp, out)
         return rsp, wires
+
+
+def _encode_results(rsp: fnv1.RunFunctionResponse, out: Outcome) -> None:
+    """The results (events; a fatal one ends the call), targeted at the XR."""
+    for r in out.results:
+        res = rsp.results.add(severity=_SEVERITY[r.severity], message=r.message)
+        if r.reason:
+            res.reason = r.reason
+        if r.severity != "Fatal":
+            res.target = fnv1.TARGET_COMPOSITE
+
+
+def _encode_composite(
+    rsp: fnv1.RunFunctionResponse, req: fnv1.RunFunctionRequest, out: Outcome
+) -> None:
+    """The XR's conditions, desired status and readiness."""
+    for c in out.conditions:
+        rsp.conditions.add(
+            type=c.type,
+            status=_STATUS[c.status],
+            reason=c.reason,
+            message=c.message,
+            target=fnv1.TARGET_COMPOSITE,
+        )
+    composite = rsp.desired.composite
+    if out.status:
+        status = composite.resource.get_or_create_struct("status")
+        for k in sorted(out.status):
+            _set_struct(status, k, out.status[k])
+    if out.ready is not None:
+        composite.ready = fnv1.READY_TRUE if out.ready else fnv1.READY_FALSE
+    elif any(name not in req.required_resources for name in out.requirements):
+        # Not the last iteration of Crossplane's requirements loop (it asks for what
+        # Crossplane has not resolved yet): whether the work is done is not known, so
+        # not ready. Crossplane applies only the last iteration's response.
+        composite.ready = fnv1.READY_FALSE
+
+
+def _encode_resources(
+    rsp: fnv1.RunFunctionResponse, req: fnv1.RunFunctionRequest, out: Outcome
+) -> list[bytes]:
+    """The desired composed resources, each with explicit readiness; pre-encoded children
+    (``Desired.wire``) are returned as wire bytes instead of being merged."""
+    resources = rsp.desired.resources
+    observed = req.observed.resources
+    wires: list[bytes] = []
+    for name in sorted(out.resources):
+        d = out.resources[name]
+        if d.wire is not None:
+            wires.append(d.wire)
+            continue
+        target = resources[name]
+        if isinstance(d.body, Struct):
+            target.resource.CopyFrom(d.body)
+        else:
+            target.resource.update(d.body)
+        ready = d.ready
+        if ready is None:
+            # Every composed resource gets explicit readiness: Crossplane counts only
+            # READY_TRUE, and each unready one costs a requeue and an event per
+            # reconcile. Where the composer did not decide, the resource is ready when
+            # what observes it (provider-kubernetes for an Object, Crossplane for a
+            # composed XR) reports Ready=True, as function-auto-ready decides.
+            ready = name in observed and structs.condition_is(observed[name].resource, "Ready")
+        target.ready = fnv1.READY_TRUE if ready else fnv1.READY_FALSE
+    return wires
+
+
+def _encode_requirements(rsp: fnv1.RunFunctionResponse, out: Outcome) -> None:
+    """The requirements, as Crossplane's ``ResourceSelector``s."""
+    for rname in sorted(out.requirements):
+        q = out.requirements[rname]
+        sel = rsp.requirements.resources[rname]
+        sel.api_version = q.api_version
+        sel.kind = q.kind
+        if q.match_name is not None:
+            sel.match_name = q.match_name
+        elif q.match_labels is not None:
+            sel.match_labels.SetInParent()
+            for k, v in q.match_labels:
+                sel.match_labels.labels[k] = v
+        if q.namespace is not None:
+            sel.namespace = q.namespace
 
 
 def peek(data: bytes) -> tuple[str, str, str, str]:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span
 
+    from function.core.inputs import XRRef
     from function.ops.settings import Settings
 
 DEFAULT_SERVICE_NAME = "function-modelplane"
@@ -81,15 +82,7 @@ class Tracing:
         return out
 
     @contextlib.contextmanager
-    def run_span(
-        self,
-        kind: str,
-        api_version: str,
-        namespace: str,
-        name: str,
-        tag: str,
-        metadata: Mapping[str, str] | None,
-    ) -> Iterator[Span]:
+    def run_span(self, ref: XRRef, tag: str, metadata: Mapping[str, str] | None) -> Iterator[Span]:
         """The server span of one call, current while the block runs.
 
         The parent comes from a W3C ``traceparent`` in ``metadata``. Only call this
@@ -100,17 +93,17 @@ class Tracing:
 
         parent = self._propagator.extract(metadata or {})
         attributes = {
-            "modelplane.xr.api_version": api_version,
-            "modelplane.xr.kind": kind,
-            "modelplane.xr.namespace": namespace,
-            "modelplane.xr.name": name,
+            "modelplane.xr.api_version": ref.api_version,
+            "modelplane.xr.kind": ref.kind,
+            "modelplane.xr.namespace": ref.namespace,
+            "modelplane.xr.name": ref.name,
             "modelplane.request.tag": tag,
             "rpc.system": "grpc",
             "rpc.service": SERVICE,
             "rpc.method": "RunFunction",
         }
         with self._tracer.start_as_current_span(
-            kind or "RunFunction",
+            ref.kind or "RunFunction",
             context=parent,
             kind=SpanKind.SERVER,
             attributes=attributes,

@@ -263,25 +263,7 @@ def _check(tree: Any) -> str | None:
     so unknown functions and undeclared variables are found here (otherwise
     they would fail at every evaluation and silently match nothing).
     """
-    from lark import Token, Tree
-
-    bound: set[str] = set()
-    calls: list[str] = []
-    idents: list[str] = []
-    for node in tree.iter_subtrees():
-        if node.data == "member_dot_arg":
-            name = str(node.children[1])
-            calls.append(name)
-            if name in _MACROS and len(node.children) > 2:
-                args = node.children[2]
-                if isinstance(args, Tree) and args.children:
-                    first = next(args.children[0].scan_values(lambda t: isinstance(t, Token)), None)
-                    if first is not None:
-                        bound.add(str(first))
-        elif node.data == "ident_arg":
-            calls.append(str(node.children[0]))
-        elif node.data == "ident":
-            idents.append(str(node.children[0]))
+    calls, idents, bound = _names(tree)
     for name in calls:
         if name not in _KNOWN:
             return f"unknown function {name}"
@@ -289,6 +271,37 @@ def _check(tree: Any) -> str | None:
         if name not in _VARIABLES and name not in bound:
             return f"undeclared reference to {name} (the only variable is device)"
     return None
+
+
+def _names(tree: Any) -> tuple[list[str], list[str], set[str]]:
+    """The functions a parse tree calls, the identifiers it reads, and the variables its
+    macros bind (``x`` in ``list.all(x, ...)``)."""
+    calls: list[str] = []
+    idents: list[str] = []
+    bound: set[str] = set()
+    for node in tree.iter_subtrees():
+        if node.data == "member_dot_arg":
+            name = str(node.children[1])
+            calls.append(name)
+            if name in _MACROS and len(node.children) > 2:
+                variable = _macro_variable(node.children[2])
+                if variable is not None:
+                    bound.add(variable)
+        elif node.data == "ident_arg":
+            calls.append(str(node.children[0]))
+        elif node.data == "ident":
+            idents.append(str(node.children[0]))
+    return calls, idents, bound
+
+
+def _macro_variable(args: Any) -> str | None:
+    """The variable a macro's first argument binds, or None."""
+    from lark import Token, Tree
+
+    if not (isinstance(args, Tree) and args.children):
+        return None
+    first = next(args.children[0].scan_values(lambda t: isinstance(t, Token)), None)
+    return None if first is None else str(first)
 
 
 # Estimated cost of one selector, in evaluation steps (one step: one node of the parse

@@ -225,7 +225,10 @@ class Request:
         clusters: Every InferenceCluster matching the selector's equality part
             (placement applies the whole selector again).
         used: Nodes used per ``(cluster, pool)`` by replicas of *other*
-            deployments.
+            deployments. Read only with ``.get((cluster, pool), 0)``, and only for the
+            clusters placement looks at (an existing replica's cluster for scale-down,
+            the clusters the new replicas' walk reaches), so it may be a mapping that
+            reads each cluster's usage when first asked and records what was asked.
         existing: This deployment's replicas that exist.
         footprint: With a cache: cluster name to its hydration phase (every
             hydration, Failed too); None without a cache.
@@ -254,26 +257,37 @@ class Request:
 
 
 class _Ledger:
-    """Free nodes per (cluster, pool), updated as replicas are kept, placed, removed."""
+    """Free nodes per (cluster, pool), updated as replicas are kept, placed, removed.
+
+    ``used`` (``Request.used``) is read with ``.get`` only, one (cluster, pool) at a
+    time and only for the clusters placement looks at, so a caller may pass a mapping
+    that learns which clusters' capacity was read (and reads them lazily); the charges
+    of this placement are kept apart in ``delta``.
+    """
 
     def __init__(self, clusters: Mapping[str, Cluster], used: Mapping[tuple[str, str], int]):
-        self.used: dict[tuple[str, str], int] = {k: int(v) for k, v in used.items() if v}
+        self.base = used
+        self.delta: dict[tuple[str, str], int] = {}
         self.clusters = clusters
+
+    def used(self, cluster: str, pool: str) -> int:
+        key = (cluster, pool)
+        return int(self.base.get(key, 0) or 0) + self.delta.get(key, 0)
 
     def free(self, cluster: str, pool: str) -> int:
         c = self.clusters.get(cluster)
         p = c.pool(pool) if c else None
-        return (p.nodes if p else 0) - self.used.get((cluster, pool), 0)
+        return (p.nodes if p else 0) - self.used(cluster, pool)
 
     def charge(self, cluster: str, charges: Mapping[str, int], sign: int = 1) -> None:
         for pool, n in charges.items():
             key = (cluster, pool)
-            self.used[key] = self.used.get(key, 0) + sign * n
+            self.delta[key] = self.delta.get(key, 0) + sign * n
 
     def load(self, cluster: str) -> float:
         c = self.clusters.get(cluster)
         total = sum(p.nodes for p in c.pools) if c else 0
-        used = sum(self.used.get((cluster, p.name), 0) for p in c.pools) if c else 0
+        used = sum(self.used(cluster, p.name) for p in c.pools) if c else 0
         return used / total if total > 0 else 1.0
 
 
@@ -630,6 +644,45 @@ def place(req: Request) -> Placement:
     reason, detail = _shortfall(req, clusters, checked)
     msg = f"{placed} of {req.replicas} replicas placed: {detail}{retire_note}"
     return Placement(replicas, removed, reason, msg)
+
+
+def next_clusters(req: Request, placement: Placement, k: int) -> list[str]:
+    """The first ``k`` clusters a further new replica would be tried on, capacity aside.
+
+    In the order :func:`place` tries clusters for a new replica (spread order: hydration
+    tier, then name), those eligible for it by every rule but free nodes (selector,
+    footprint, not retained, Ready, taints, device fit) that hold no replica of this
+    deployment after ``placement``; then, when fewer than ``k``, eligible clusters that
+    hold one (where packing would go). Reads no usage (``Request.used``): a caller uses
+    it to ask for these clusters' capacity before a scale-up needs it.
+
+    Raises:
+        SelectorEvaluationError: as :func:`place` does, for a CEL selector that fails.
+    """
+    clusters: Mapping[str, Cluster] = (
+        req.fleet if req.fleet is not None else {c.name: c for c in req.clusters}
+    )
+    held = {p.cluster for p in placement.replicas}
+    memo: dict[int, tuple[dict[MemberKey, str] | None, str]] = {}
+
+    def static_fit(c: Cluster) -> tuple[dict[MemberKey, str] | None, str]:
+        hit = memo.get(id(c.pools))
+        if hit is None:
+            hit = memo[id(c.pools)] = _fit(c, req.engines, None)
+        return hit
+
+    spread: list[str] = []
+    packed: list[str] = []
+    for name in _spread_order(clusters, req.footprint):
+        if len(spread) >= k:
+            break
+        if name in held:
+            # Needed only while fewer than k: past that, a held cluster is not checked.
+            if len(packed) < k and _eligible(req, clusters[name], {}, static_fit):
+                packed.append(name)
+        elif _eligible(req, clusters[name], {}, static_fit):
+            spread.append(name)
+    return (spread + packed)[:k]
 
 
 def _counts(placed: Sequence[Placed]) -> dict[str, int]:

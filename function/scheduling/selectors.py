@@ -53,14 +53,57 @@ class Requirement:
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """True when ``labels`` satisfies this requirement."""
+        return self.matches_value(labels.get(self.key))
+
+    def matches_value(self, value: str | None) -> bool:
+        """True when a label whose value is ``value`` (None: no such label) satisfies this
+        requirement (Kubernetes ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``)."""
         op = self.operator
         if op == "In":
-            return self.key in labels and labels[self.key] in self.values
+            return value is not None and value in self.values
         if op == "NotIn":
-            return self.key not in labels or labels[self.key] not in self.values
+            return value is None or value not in self.values
         if op == "Exists":
-            return self.key in labels
-        return self.key not in labels
+            return value is not None
+        return value is None
+
+
+def _match_labels(ml: Any, field: str) -> tuple[tuple[str, str], ...]:
+    """``matchLabels`` at ``field``, validated, sorted by key."""
+    if not isinstance(ml, Mapping):
+        raise SpecError(field, "must be a map of strings")
+    labels: list[tuple[str, str]] = []
+    for k in sorted(ml):
+        v = ml[k]
+        _check_key(k, field)
+        if not isinstance(v, str) or len(v) > 63 or not LABEL_VALUE.match(v):
+            raise SpecError(f"{field}.{k}", f"invalid label value {v!r}")
+        labels.append((k, v))
+    return tuple(labels)
+
+
+def _expression(e: Any, f: str) -> Requirement:
+    """One ``matchExpressions`` entry at path ``f``, validated."""
+    if not isinstance(e, Mapping):
+        raise SpecError(f, "must be an object with key, operator and values")
+    key = _check_key(e.get("key"), f"{f}.key")
+    op = e.get("operator")
+    if op not in _OPERATORS:
+        raise SpecError(
+            f"{f}.operator",
+            f"unknown operator {op!r} (want one of {', '.join(_OPERATORS)})",
+        )
+    values = e.get("values") or []
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise SpecError(f"{f}.values", "must be a list of strings")
+    if op in ("In", "NotIn") and not values:
+        raise SpecError(f"{f}.values", f"must be non-empty for operator {op}")
+    if op in ("Exists", "DoesNotExist") and values:
+        raise SpecError(f"{f}.values", f"must be empty for operator {op}")
+    for j, v in enumerate(values):
+        if len(v) > 63 or not LABEL_VALUE.match(v):
+            raise SpecError(f"{f}.values[{j}]", f"invalid label value {v!r}")
+    return Requirement(key, op, frozenset(values))
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,43 +136,12 @@ class LabelSelector:
         unknown = set(raw) - {"matchLabels", "matchExpressions"}
         if unknown:
             raise SpecError(f"{field}.{sorted(unknown)[0]}", "unknown field")
-        ml = raw.get("matchLabels") or {}
-        if not isinstance(ml, Mapping):
-            raise SpecError(f"{field}.matchLabels", "must be a map of strings")
-        labels: list[tuple[str, str]] = []
-        for k in sorted(ml):
-            v = ml[k]
-            _check_key(k, f"{field}.matchLabels")
-            if not isinstance(v, str) or len(v) > 63 or not LABEL_VALUE.match(v):
-                raise SpecError(f"{field}.matchLabels.{k}", f"invalid label value {v!r}")
-            labels.append((k, v))
+        labels = _match_labels(raw.get("matchLabels") or {}, f"{field}.matchLabels")
         me = raw.get("matchExpressions") or []
         if not isinstance(me, list):
             raise SpecError(f"{field}.matchExpressions", "must be a list")
-        reqs: list[Requirement] = []
-        for i, e in enumerate(me):
-            f = f"{field}.matchExpressions[{i}]"
-            if not isinstance(e, Mapping):
-                raise SpecError(f, "must be an object with key, operator and values")
-            key = _check_key(e.get("key"), f"{f}.key")
-            op = e.get("operator")
-            if op not in _OPERATORS:
-                raise SpecError(
-                    f"{f}.operator",
-                    f"unknown operator {op!r} (want one of {', '.join(_OPERATORS)})",
-                )
-            values = e.get("values") or []
-            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-                raise SpecError(f"{f}.values", "must be a list of strings")
-            if op in ("In", "NotIn") and not values:
-                raise SpecError(f"{f}.values", f"must be non-empty for operator {op}")
-            if op in ("Exists", "DoesNotExist") and values:
-                raise SpecError(f"{f}.values", f"must be empty for operator {op}")
-            for j, v in enumerate(values):
-                if len(v) > 63 or not LABEL_VALUE.match(v):
-                    raise SpecError(f"{f}.values[{j}]", f"invalid label value {v!r}")
-            reqs.append(Requirement(key, op, frozenset(values)))
-        return cls(tuple(labels), tuple(reqs))
+        reqs = [_expression(e, f"{field}.matchExpressions[{i}]") for i, e in enumerate(me)]
+        return cls(labels, tuple(reqs))
 
     def requirement_labels(self) -> dict[str, str]:
         """The equality part Crossplane can resolve server-side (``matchLabels``)."""
@@ -153,17 +165,7 @@ class LabelSelector:
                 return False
         for r in self.expressions:
             x = labels.get(r.key)
-            op = r.operator
-            if op == "In":
-                if x is None or x.string_value not in r.values:
-                    return False
-            elif op == "NotIn":
-                if x is not None and x.string_value in r.values:
-                    return False
-            elif op == "Exists":
-                if x is None:
-                    return False
-            elif x is not None:
+            if not r.matches_value(None if x is None else x.string_value):
                 return False
         return True
 

@@ -1,0 +1,159 @@
+"""The composed resources: ModelReplica bodies (memoized by template bytes: the wire
+side), the cache Usage, and keeping observed children as they are."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from google.protobuf.struct_pb2 import Struct
+
+from function import API_VERSION
+from function.composers.deployment.status import _replica_state
+from function.composers.deployment.terms import REPLICA_KIND, USAGE_API_VERSION
+from function.core import structs
+from function.core.inputs import Inputs
+from function.core.memo import memo
+from function.core.outcome import Outcome
+from function.naming import (
+    LABEL_CACHE,
+    LABEL_CLUSTER,
+    LABEL_DEPLOYMENT,
+    LABEL_MANAGED_BY,
+    LABEL_REPLICA_INDEX,
+    MANAGED_BY,
+    child_name,
+    labels_with_full,
+    replica_name,
+)
+from function.scheduling.placement import (
+    MemberKey,
+)
+
+# ---- composing ----------------------------------------------------------------
+
+
+def _template_key(inputs: Inputs) -> bytes:
+    """``spec.template`` of the XR, serialized deterministically: the memo key of the
+    replica bodies (one C-level call per reconcile)."""
+    tv = structs.fields_of(inputs.xr, "spec").get("template")
+    return tv.struct_value.SerializeToString(deterministic=True) if tv is not None else b""
+
+
+@memo(256, weight=4)
+def _template(template: bytes) -> dict[str, Any]:
+    """``spec.template`` as plain Python, from :func:`_template_key`'s bytes."""
+    out = structs.to_py(Struct.FromString(template))
+    return out if isinstance(out, dict) else {}
+
+
+@memo(256, weight=4)
+def _replica_meta(namespace: str, name: str, template: bytes) -> Struct:
+    """The metadata every ModelReplica of the deployment shares (memoized, read-only)."""
+    user = (_template(template).get("metadata") or {}).get("labels") or {}
+    labels, ann = labels_with_full({**user, LABEL_DEPLOYMENT: name, LABEL_MANAGED_BY: MANAGED_BY})
+    meta: dict[str, Any] = {"namespace": namespace, "labels": labels}
+    if ann:
+        meta["annotations"] = ann
+    st = Struct()
+    st.update(meta)
+    return st
+
+
+@memo(1024, weight=4)
+def _replica_spec(name: str, template: bytes, pools: tuple[tuple[MemberKey, str], ...]) -> Struct:
+    """The ModelReplica spec (``function.api.modelreplica``) with members on ``pools``,
+    without index and cluster (memoized, read-only: callers copy it)."""
+    raw_ts = _template(template).get("spec") or {}
+    chosen = dict(pools)
+    engines = []
+    for e in raw_ts.get("engines") or []:
+        e2 = copy.deepcopy(e)
+        for mi, m in enumerate(e2.get("members") or []):
+            pool = chosen.get((e2.get("name"), mi))
+            if pool is not None:
+                m["pool"] = pool
+        engines.append(e2)
+    rspec: dict[str, Any] = {"deploymentName": name, "engines": engines}
+    for k in ("modelCacheRef", "tolerations", "serving", "shmSizeLimit", "flashLoader"):
+        if raw_ts.get(k) is not None:
+            rspec[k] = raw_ts[k]
+    st = Struct()
+    st.update(rspec)
+    return st
+
+
+@memo(4096, weight=4)
+def _replica_body(
+    namespace: str,
+    name: str,
+    template: bytes,
+    index: int,
+    cluster: str,
+    pools: tuple[tuple[MemberKey, str], ...],
+) -> Struct:
+    """The desired ModelReplica ``index`` of deployment ``namespace/name`` on ``cluster``.
+
+    A pure function of its arguments (``template`` is :func:`_template_key`), memoized
+    because a steady deployment desires the same bodies on every reconcile. The
+    returned Struct is shared: callers only read it (the runner copies it into the
+    response).
+    """
+    out = Struct()
+    f = out.fields
+    f["apiVersion"].string_value = API_VERSION
+    f["kind"].string_value = REPLICA_KIND
+    meta = f["metadata"].struct_value
+    meta.CopyFrom(_replica_meta(namespace, name, template))
+    meta.fields["name"].string_value = replica_name(namespace, name, index)
+    labels, ann = labels_with_full({LABEL_CLUSTER: cluster, LABEL_REPLICA_INDEX: str(index)})
+    lf = meta.fields["labels"].struct_value.fields
+    for k, v in labels.items():
+        lf[k].string_value = v
+    for k, v in ann.items():
+        meta.fields["annotations"].struct_value.fields[k].string_value = v
+    spec = f["spec"].struct_value
+    spec.CopyFrom(_replica_spec(name, template, pools))
+    spec.fields["index"].number_value = index
+    spec.fields["clusterName"].string_value = cluster
+    return out
+
+
+def _usage_body(inputs: Inputs, cache: str) -> dict[str, Any]:
+    labels, ann = labels_with_full(
+        {LABEL_DEPLOYMENT: inputs.name, LABEL_CACHE: cache, LABEL_MANAGED_BY: MANAGED_BY}
+    )
+    meta: dict[str, Any] = {
+        "name": child_name("modeldeployment", inputs.namespace, inputs.name, "cache-usage"),
+        "namespace": inputs.namespace,
+        "labels": labels,
+    }
+    if ann:
+        meta["annotations"] = ann
+    return {
+        "apiVersion": USAGE_API_VERSION,
+        "kind": "Usage",
+        "metadata": meta,
+        "spec": {
+            "of": {"apiVersion": API_VERSION, "kind": "ModelCache", "resourceRef": {"name": cache}},
+            "reason": f"ModelDeployment {inputs.name} serves from this ModelCache",
+            "replayDeletion": True,
+        },
+    }
+
+
+def _observed_replicas(inputs: Inputs) -> dict[str, Struct]:
+    """Observed ModelReplica children by composition-resource name."""
+    return {
+        k: c.resource
+        for k, c in sorted(inputs.observed.items())
+        if structs.sval(c.resource, "kind") == REPLICA_KIND
+    }
+
+
+def _keep_all(inputs: Inputs, out: Outcome) -> None:
+    for k, c in sorted(inputs.observed.items()):
+        ready = True  # the Usage: it exists
+        if structs.get_str(c.resource, "kind") == REPLICA_KIND:
+            ready = _replica_state(c.resource)[0]
+        out.keep(k, c.resource, ready)

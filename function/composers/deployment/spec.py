@@ -1,0 +1,192 @@
+"""The ModelDeployment spec: validation (field-named errors) and the placement engines
+compiled from it (CEL selectors checked here, where the user wrote them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from function.api.modelreplica import Engine as EngineSpec
+from function.api.modelreplica import FlashLoader, Ref
+from function.core.errors import SpecError, pydantic_errors
+from function.core.inputs import Inputs
+from function.scheduling.devices import (
+    DeviceRequest,
+    InvalidSelector,
+    compile_selector,
+)
+from function.scheduling.placement import (
+    Engine,
+    Member,
+)
+from function.scheduling.selectors import LabelSelector
+from function.serving.env import check_reserved
+
+# ---- the spec ---------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "NoExecute", "PreferNoSchedule"] | None = None
+
+
+class Serving(_Model):
+    mode: Literal["Unified", "PrefillDecode"] = "Unified"
+
+
+class TemplateSpec(_Model):
+    clusterSelector: dict[str, Any] | None = None
+    modelCacheRef: Ref | None = None
+    tolerations: list[Toleration] = Field(default_factory=list)
+    serving: Serving | None = None
+    shmSizeLimit: str | None = None
+    flashLoader: FlashLoader | None = None
+    engines: list[EngineSpec] = Field(min_length=1)
+
+
+class CelSelector(_Model):
+    cel: str = Field(min_length=1, max_length=8192)
+
+
+class DeviceRequestSpec(_Model):
+    name: str = Field(min_length=1, max_length=63)
+    count: int = Field(default=1, ge=1, le=64)
+    selectors: list[CelSelector] = Field(min_length=1, max_length=8)
+
+
+class NodeSelector(_Model):
+    devices: list[DeviceRequestSpec] = Field(min_length=1, max_length=16)
+
+
+class TemplateMeta(_Model):
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Template(_Model):
+    metadata: TemplateMeta | None = None
+    spec: TemplateSpec
+
+
+class DeploymentSpec(_Model):
+    replicas: int = Field(ge=0)
+    template: Template
+
+    @field_validator("replicas", mode="before")
+    @classmethod
+    def _a_number(cls, v: Any) -> Any:
+        # Lax int would take "3" (and true); the XRD says integer, so the API server
+        # rejects those: name the field instead of guessing.
+        if isinstance(v, (str, bool)):
+            raise ValueError(f"expected a whole number such as 3, got {type(v).__name__}")
+        return v
+
+
+def _parse(inputs: Inputs) -> tuple[DeploymentSpec, LabelSelector]:
+    """Validate the spec; raises SpecError naming the field."""
+    try:
+        spec = DeploymentSpec.model_validate(inputs.spec)
+    except ValidationError as err:
+        raise pydantic_errors("spec", err) from None
+    ts = spec.template.spec
+    selector = LabelSelector.parse(ts.clusterSelector or {}, "spec.template.spec.clusterSelector")
+    for ei, e in enumerate(ts.engines):
+        f = f"spec.template.spec.engines[{ei}]"
+        roles = [m.role for m in e.members]
+        gang = "Leader" in roles or "Worker" in roles
+        if gang:
+            if roles.count("Leader") != 1 or "Worker" not in roles or "Standalone" in roles:
+                raise SpecError(f"{f}.members", "a gang needs exactly one Leader and Workers")
+            if ts.modelCacheRef is None:
+                raise SpecError(
+                    "spec.template.spec.modelCacheRef",
+                    f"engine {e.name} spans several nodes (Leader and Workers): every pod of "
+                    f"the gang mounts the cache, so a modelCacheRef is required",
+                )
+        elif roles != ["Standalone"]:
+            raise SpecError(f"{f}.members", "an engine is one Standalone member or a gang")
+        for mi, m in enumerate(e.members):
+            if m.worker is not None and m.role != "Worker":
+                raise SpecError(f"{f}.members[{mi}].worker", "only a Worker member has worker")
+            # The replicas would reject these: say so here, where the user wrote them.
+            pod = m.template.get("spec") if isinstance(m.template, dict) else None
+            for group in ("initContainers", "containers"):
+                cs = pod.get(group) if isinstance(pod, dict) else None
+                for ci, c in enumerate(cs if isinstance(cs, list) else []):
+                    if isinstance(c, dict):
+                        check_reserved(
+                            c.get("env"), f"{f}.members[{mi}].template.spec.{group}[{ci}].env"
+                        )
+            if m.nodeSelector is not None:
+                try:
+                    NodeSelector.model_validate(m.nodeSelector)
+                except ValidationError as err:
+                    raise pydantic_errors(f"{f}.members[{mi}].nodeSelector", err) from None
+    for k in spec.template.metadata.labels if spec.template.metadata else {}:
+        if k.startswith("modelplane.ai/"):
+            raise SpecError("spec.template.metadata.labels", f"key {k} uses the reserved prefix")
+    names = [e.name for e in ts.engines]
+    if len(set(names)) != len(names):
+        raise SpecError("spec.template.spec.engines", "engine names must be unique")
+    return spec, selector
+
+
+def _engines(raw_engines: list[dict[str, Any]]) -> tuple[tuple[Engine, ...], list[str]]:
+    """Placement engines from the template, compiling every CEL selector.
+
+    Returns:
+        The engines and, for selectors that do not compile, messages naming them.
+    """
+    out: list[Engine] = []
+    bad: list[str] = []
+    for ei, e in enumerate(raw_engines):
+        members: list[Member] = []
+        for mi, m in enumerate(e.get("members") or []):
+            role = m.get("role") or "Standalone"
+            pods = int((m.get("worker") or {}).get("nodes") or 1) if role == "Worker" else 1
+            reqs: list[DeviceRequest] = []
+            for di, d in enumerate(((m.get("nodeSelector") or {}).get("devices")) or []):
+                sels: list[str] = []
+                for si, s in enumerate(d.get("selectors") or []):
+                    expr = s.get("cel") if isinstance(s, Mapping) else None
+                    if not isinstance(expr, str):
+                        continue
+                    where = (
+                        f"spec.template.spec.engines[{ei}].members[{mi}].nodeSelector."
+                        f"devices[{di}].selectors[{si}].cel"
+                    )
+                    try:
+                        compile_selector(expr, where)
+                    except InvalidSelector as err:
+                        bad.append(f"{where}: {err}")
+                        continue
+                    sels.append(expr)
+                reqs.append(
+                    DeviceRequest(str(d.get("name", "")), int(d.get("count") or 1), tuple(sels))
+                )
+            members.append(Member(role, pods, tuple(reqs)))
+        out.append(Engine(str(e.get("name")), int(e.get("copies") or 1), tuple(members)))
+    return tuple(out), bad
+
+
+def _selector_fields(raw_engines: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """CEL expression -> the field paths that hold it (error path only)."""
+    out: dict[str, list[str]] = {}
+    for ei, e in enumerate(raw_engines):
+        for mi, m in enumerate(e.get("members") or []):
+            for di, d in enumerate(((m.get("nodeSelector") or {}).get("devices")) or []):
+                for si, s in enumerate(d.get("selectors") or []):
+                    expr = s.get("cel") if isinstance(s, Mapping) else None
+                    if isinstance(expr, str):
+                        out.setdefault(expr, []).append(
+                            f"spec.template.spec.engines[{ei}].members[{mi}].nodeSelector."
+                            f"devices[{di}].selectors[{si}].cel"
+                        )
+    return out

@@ -1,0 +1,266 @@
+"""Status: ``replicas``, ``placement[]``, ``ReplicasReady`` and ``status.displaced[]``
+(the replacement-duration metric)."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+from google.protobuf.struct_pb2 import ListValue, Struct
+
+from function.composers.deployment.terms import (
+    DISPLACED,
+    HYDRATION_FAILED,
+    MAX_DISPLACED,
+    MODEL_READY,
+    READY_COND,
+    REPLACEMENT_METRIC,
+    WAITING_FOR_CACHE,
+)
+from function.core import structs
+from function.core.inputs import Inputs
+from function.core.outcome import Outcome
+from function.core.timeutil import elapsed, format_time, parse_time
+from function.scheduling.placement import (
+    FAILED,
+    READY,
+    Placement,
+)
+
+if TYPE_CHECKING:
+    from function.composers.deployment.fleet import _Observed
+
+_CREATING = (False, "Creating", "not created yet")
+
+
+def _replica_state(obj: Struct | None) -> tuple[bool, str, str]:
+    """(ready, reason, message) of an observed ModelReplica from its ModelReady condition.
+
+    Hot path: scans ``status.conditions`` through the field maps, once per replica.
+    """
+    if obj is None:
+        return _CREATING
+    conds = structs.fields_of(obj, "status").get("conditions")
+    if conds is not None:
+        for cv in conds.list_value.values:
+            c = cv.struct_value.fields
+            if "type" in c and c["type"].string_value == MODEL_READY:
+                return (
+                    "status" in c and c["status"].string_value == "True",
+                    c["reason"].string_value if "reason" in c else "",
+                    c["message"].string_value if "message" in c else "",
+                )
+    return False, "Pending", "reports no ModelReady condition yet"
+
+
+def _status_from(
+    inputs: Inputs,
+    out: Outcome,
+    wanted: int,
+    rows: Sequence[tuple[int, str, Struct | None, str | None]],
+    cache: str | None,
+) -> bool:
+    """Status and ReplicasReady from (index, cluster, observed replica, hydration phase).
+
+    Returns:
+        True only when the work is done: every one of the ``wanted`` replicas is placed
+        and serving (``ReplicasReady=True``). A partial placement, a replica waiting on
+        its cache or any replica not serving is False.
+    """
+    total = ready = 0
+    placement = ListValue()  # built in place: 100s of rows, no dict-to-Struct round trip
+    failed: list[str] = []
+    waiting: list[str] = []
+    other: list[str] = []
+    for index, cluster, obj, phase in sorted(rows, key=lambda r: r[0]):
+        ok, reason, message = _replica_state(obj)
+        if obj is not None:
+            total += 1
+        if ok:
+            ready += 1
+        elif reason == HYDRATION_FAILED or phase == FAILED:
+            failed.append(
+                f"replica {index} on {cluster}: "
+                + (message or f"hydration of ModelCache {cache} on {cluster} Failed")
+            )
+            reason = HYDRATION_FAILED
+        elif reason == "Hydrating" or (phase is not None and phase != READY):
+            waiting.append(f"replica {index} on {cluster} ({phase or 'Hydrating'})")
+            reason = reason or WAITING_FOR_CACHE
+        else:
+            other.append(f"replica {index} on {cluster}: {reason or 'not ready'}")
+        row = placement.values.add().struct_value.fields
+        row["index"].number_value = index
+        row["cluster"].string_value = cluster
+        row["ready"].bool_value = ok
+        if reason:
+            row["reason"].string_value = reason
+    out.status["replicas"] = {"total": total, "ready": ready}
+    out.status["placement"] = placement
+    # Levels, set on every call (a gauge: idempotent, no transition record needed).
+    labels = {"namespace": inputs.namespace, "model": inputs.name}
+    for state, n in (("requested", wanted), ("placed", len(rows)), ("ready", ready)):
+        out.observe("model_deployment_replicas", {**labels, "state": state}, n)
+    summary = f"{ready}/{wanted} replicas ready"
+    done = False
+    if failed:
+        out.condition(READY_COND, "False", HYDRATION_FAILED, f"{summary}; " + "; ".join(failed[:5]))
+    elif wanted > 0 and ready >= wanted and not other and not waiting:
+        out.condition(READY_COND, "True", "Ready", summary)
+        done = True
+    elif wanted == 0 and not rows:
+        out.condition(READY_COND, "True", "ScaledToZero", "0 replicas wanted")
+        done = True
+    elif waiting and not other:
+        out.condition(
+            READY_COND,
+            "False",
+            WAITING_FOR_CACHE,
+            f"{summary}; waiting for ModelCache {cache}: " + ", ".join(waiting[:5]),
+        )
+    else:
+        detail = "; ".join((other + waiting)[:5]) or "replicas not placed"
+        out.condition(READY_COND, "False", "ReplicasNotReady", f"{summary}; {detail}")
+    # Crossplane derives the XR's readiness from its composed resources unless the
+    # function states it; "every placed replica ready" is not "the work is done".
+    out.ready = done
+    return done
+
+
+# ---- displaced replicas: the replacement-duration metric ---------------------------
+
+
+@dataclass(slots=True)
+class _Displaced:
+    """One ``status.displaced[]`` record: a replica displaced from its cluster at ``at``.
+
+    ``replacement`` is the index of the replica placed in its stead (None until one is
+    placed) and ``to_cluster`` that replica's cluster.
+    """
+
+    index: int
+    from_cluster: str
+    at: str
+    since: datetime.datetime
+    replacement: int | None = None
+    to_cluster: str = ""
+
+    def to_status(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"index": self.index, "fromCluster": self.from_cluster, "at": self.at}
+        if self.replacement is not None:
+            row["replacement"] = self.replacement
+            row["toCluster"] = self.to_cluster
+        return row
+
+
+def _displaced_status(inputs: Inputs) -> ListValue | None:
+    """The observed XR's ``status.displaced`` (one field lookup), or None."""
+    v = structs.fields_of(inputs.xr, "status").get(DISPLACED)
+    return v.list_value if v is not None and v.WhichOneof("kind") == "list_value" else None
+
+
+def _carry_displaced(inputs: Inputs, out: Outcome) -> None:
+    """Keep ``status.displaced`` as it is in a call that does not place replicas.
+
+    Crossplane applies the XR status a function returns, so a record left out would be
+    lost, and with it the start of the replacement it measures.
+    """
+    prev = _displaced_status(inputs)
+    if prev is not None and prev.values:
+        out.status[DISPLACED] = prev
+
+
+def _whole(v: object) -> TypeGuard[float]:
+    """Whether ``v`` (a Struct number, a double) is a whole number >= 0."""
+    return isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 and v == int(v)
+
+
+def _read_displaced(prev: ListValue | None) -> list[_Displaced]:
+    """The well-formed records of ``status.displaced``; a malformed one is skipped."""
+    out: list[_Displaced] = []
+    for item in structs.to_py(prev) if prev is not None else ():
+        if not isinstance(item, dict):
+            continue
+        index, cluster, at = item.get("index"), item.get("fromCluster"), item.get("at")
+        since = parse_time(at)
+        if not _whole(index) or not isinstance(cluster, str) or since is None:
+            continue
+        rec = _Displaced(int(index), cluster, str(at), since)
+        repl, to = item.get("replacement"), item.get("toCluster")
+        if _whole(repl) and isinstance(to, str):
+            rec.replacement, rec.to_cluster = int(repl), to
+        out.append(rec)
+    return out
+
+
+def _track_displaced(
+    inputs: Inputs,
+    out: Outcome,
+    placement: Placement,
+    by_index: Mapping[int, _Observed],
+    prev: ListValue | None,
+) -> None:
+    """Record displaced replicas in ``status.displaced`` and observe each replacement once.
+
+    Issue 7's ``modelplane_replica_replacement_duration_seconds{namespace,model}``: from a
+    replica being displaced (removed by placement because its cluster stopped being
+    eligible, or moved off a cluster that is not Ready or whose hydration Failed; never a
+    scale-down) to its replacement serving (its ``ModelReady`` condition True, what
+    ``status.replicas.ready`` counts). The function is stateless, so the start is written
+    in status (``at``, ``inputs.now``) in the call that displaces the replica, and the
+    sample is observed in the call that removes the record (see ``function.ops.metrics``).
+
+    Per record, oldest first:
+
+    - a replica placed new in this call (lowest index first) becomes its replacement
+      when it has none; a replacement that is no longer placed on the cluster recorded
+      is forgotten, and the next new replica takes its place;
+    - when its replacement is observed serving: observe ``now - at``, drop the record;
+    - without a replacement while every wanted replica is placed (scaled down since,
+      or the displaced replica was one too many), the fleet is not short: drop it
+      without a sample.
+
+    At most :data:`MAX_DISPLACED` records are kept (the newest). Cost: O(records) plus,
+    only while a record exists, one pass over the placed replicas.
+    """
+    records = _read_displaced(prev)
+    now = format_time(inputs.now)
+    since = parse_time(now) or inputs.now  # what later calls read back from ``at``
+    for r in placement.removed:
+        if not r.scaled_down:
+            records.append(_Displaced(r.index, r.cluster, now, since))
+    records.sort(key=lambda d: (d.since, d.index, d.from_cluster))
+    placed = {p.index: p for p in placement.replicas}
+    taken: set[int] = set()
+    for rec in records:
+        if rec.replacement is None:
+            continue
+        p = placed.get(rec.replacement)
+        if p is None or p.cluster != rec.to_cluster or rec.replacement in taken:
+            rec.replacement, rec.to_cluster = None, ""
+        else:
+            taken.add(rec.replacement)
+    fresh = iter([p for p in placement.replicas if not p.existing and p.index not in taken])
+    keep: list[_Displaced] = []
+    for rec in records:
+        if rec.replacement is None:
+            nxt = next(fresh, None)
+            if nxt is not None:
+                rec.replacement, rec.to_cluster = nxt.index, nxt.cluster
+            elif placement.reason is None:
+                continue  # nothing is short: no replacement to wait for
+        elif placed[rec.replacement].existing:
+            view = by_index.get(rec.replacement)
+            if view is not None and view.cluster == rec.to_cluster and view.state[0]:
+                out.observe(
+                    REPLACEMENT_METRIC,
+                    {"namespace": inputs.namespace, "model": inputs.name},
+                    elapsed(rec.since, inputs.now),
+                )
+                continue
+        keep.append(rec)
+    if keep:
+        out.status[DISPLACED] = [rec.to_status() for rec in keep[-MAX_DISPLACED:]]
