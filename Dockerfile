@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 #
 # function-modelplane: the composition function's image, also the image of the
-# cache hydration Job (`python -m function.hydrate`; huggingface_hub is a
-# dependency, so nothing is installed at run time).
+# cache hydration Job (`python -m jobs.hydrate`) and of the flash loader
+# (`python -m jobs.flashload`): the `jobs` extra (huggingface_hub, kubernetes) is
+# installed with the dependencies, so nothing is installed at run time.
 #
 # Both stages use the same Python base image: the virtual environment built in
 # the first stage links to that interpreter, so the runtime stage must have the
@@ -17,15 +18,17 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /venv
 
 WORKDIR /src
-# The dependencies first, from pyproject.toml alone: this layer is reused for as long as
-# the dependency list stays the same, whatever happens to the code.
+# The dependencies first, from pyproject.toml alone (the server's and the `jobs` extra):
+# this layer is reused for as long as the dependency lists stay the same, whatever
+# happens to the code.
 COPY pyproject.toml ./
-RUN /venv/bin/python -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
+RUN /venv/bin/python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\\n'.join(p['dependencies'] + p['optional-dependencies']['jobs']))" > requirements.txt \
  && /venv/bin/pip install --no-compile -r requirements.txt
 # Then the code, installed without resolving dependencies again.
 COPY README.md ./
 COPY function ./function
-RUN /venv/bin/pip install --no-compile --no-deps . \
+COPY jobs ./jobs
+RUN /venv/bin/pip install --no-compile --no-deps '.[jobs]' \
  && /venv/bin/python -m compileall -q /venv/lib
 
 

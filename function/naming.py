@@ -40,8 +40,27 @@ LABEL_BACKFILL = f"{API_GROUP}/backfill"
 LABEL_RUN = f"{API_GROUP}/run"
 LABEL_GENERATION = f"{API_GROUP}/generation"
 LABEL_COMPONENT = f"{API_GROUP}/component"
+# Serving pods: the Service selects them by LABEL_SERVING; a workload's pods carry
+# LABEL_WORKLOAD, its selector.
+LABEL_SERVING = f"{API_GROUP}/serving"
+LABEL_WORKLOAD = f"{API_GROUP}/workload"
+# Node label of a GPU pool's nodes (Modelplane's convention), used when the
+# InferenceCluster's gpuPools[] entry declares no nodeSelector of its own.
+LABEL_POOL = f"{API_GROUP}/pool"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "function-modelplane"
+# ModelExperiment: annotations on the candidate that record what opened the artifact
+# gate, and the experiment a gauntlet Job belongs to (``<namespace>/<name>``).
+ANNOTATION_GATE_CACHE = f"{API_GROUP}/gate-cache"
+ANNOTATION_GATE_CACHE_UID = f"{API_GROUP}/gate-cache-uid"
+ANNOTATION_GATE_CACHE_GENERATION = f"{API_GROUP}/gate-cache-generation"
+ANNOTATION_GATE_COMMIT = f"{API_GROUP}/gate-commit"
+ANNOTATION_GATE_DIGEST = f"{API_GROUP}/gate-digest"
+ANNOTATION_EXPERIMENT = f"{API_GROUP}/experiment"
+# Labels of a candidate's replica and pod templates. The ModelDeployment XRD reserves
+# the ``modelplane.ai/`` prefix in template labels for the function's own bookkeeping,
+# so the experiment's own template labels live under a sub-domain of it.
+EXPERIMENT_TEMPLATE_LABEL_PREFIX = f"experiment.{API_GROUP}/"
 # Annotation prefix that keeps a label's full value when it had to be shortened:
 # ``modelplane.ai/full-<label name part>``.
 ANNOTATION_FULL_PREFIX = f"{API_GROUP}/full-"

@@ -1,6 +1,6 @@
 """A stand-in for the Kubernetes API server's ConfigMap endpoints, on 127.0.0.1.
 
-It serves what ``python -m function.hydrate`` uses to report its result:
+It serves what ``python -m jobs.hydrate`` uses to report its result:
 ``PATCH``/``GET`` of ``/api/v1/namespaces/<ns>/configmaps/<name>`` (and ``POST`` to
 the collection, so a client that creates is seen too). Each request is recorded
 (method, path, query, ``Authorization``, ``Content-Type``, JSON body). A PATCH

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from function.api.modelbackfill import accelerator_uses, is_accelerator, parse, spec_hash
+from function.api.modelbackfill import accelerator_uses, definition_hash, is_accelerator, parse
 from function.composers.backfill import JOB_PREFIX
+from function.core.errors import SpecError
 from function.core.timeutil import format_time, parse_time
 from function.naming import replica_name
 from function.ops import metrics as metrics_mod
@@ -42,6 +43,7 @@ from tests.harness import (
     GrpcFunction,
     conditions,
     desired,
+    fatal,
     requirements,
     run,
     status,
@@ -461,10 +463,9 @@ def test_a_wrong_shape_says_what_to_write(
     # The XRD rejects these shapes; the function still says what to write (a spec that
     # reaches it unvalidated, or a render), never "Input should be a valid dictionary".
     rsp = grpc_function.call(build(xr("ModelBackfill", BACKFILL, spec_)))
-    st = status(rsp)
-    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidSpec")
-    assert message in st["message"], st["message"]
-    assert "Input should be" not in st["message"]
+    [msg] = fatal(rsp)
+    assert message in msg, msg
+    assert "Input should be" not in msg
 
 
 def test_a_spec_change_cancels_and_restarts(
@@ -490,17 +491,17 @@ def test_an_invalid_spec_touches_nothing_until_it_is_valid_again(
 ) -> None:
     start(sim, clock)
     job = sim.job()
+    before = copy.deepcopy(sim.backfills[BACKFILL]["status"])
     sim.backfills[BACKFILL]["spec"]["repeatAfter"] = "30s"  # not admitted by CEL
     sim.foreground()
     clock.advance(30)
-    st = sim.step()
-    # Bad input never deletes children: the Job is kept as it is (bounded by its
-    # activeDeadlineSeconds), and the conditions name the field.
-    assert (st["phase"], st["reason"]) == ("Running", "InvalidRepeatAfter")
-    assert "spec.repeatAfter" in st["message"] and sim.job() == job
-    assert conditions(sim.last)["SpecValid"]["status"] == "False"
-    assert "spec.repeatAfter" in conditions(sim.last)["SpecValid"]["message"]
-    assert requirements(sim.last) == {}
+    # Bad input is a fatal result naming the field, as for every kind: Crossplane applies
+    # nothing, so the Job is kept as it is (bounded by its activeDeadlineSeconds).
+    rsp = grpc_call(sim)
+    [msg] = fatal(rsp)
+    assert "spec.repeatAfter" in msg, msg
+    assert not rsp.desired.resources and not status(rsp)
+    assert sim.job() == job and sim.backfills[BACKFILL]["status"] == before
     sim.backfills[BACKFILL]["spec"]["repeatAfter"] = "1h"  # valid again: a change of spec
     clock.advance(30)
     st = sim.step()
@@ -509,13 +510,52 @@ def test_an_invalid_spec_touches_nothing_until_it_is_valid_again(
     assert metric(registry, "preemptions_total", reason="spec_changed") == 1
 
 
-def test_an_invalid_spec_without_a_job_is_blocked(sim: Sim, clock: Clock) -> None:
+def grpc_call(sim: Sim) -> Any:
+    """One call with the backfill as it stands, over gRPC, without applying the response."""
+    return sim.fn.call(build(sim.backfills[BACKFILL], observed=sim.observed[BACKFILL]))
+
+
+ENV_RULE = "env names are C identifiers (serving.env, the XRD's rule), each set once"
+SPEC_ERROR = "bad input is a SpecError naming the field, as for every kind"
+
+# Specs the XRD's CEL rules reject at admission: a fatal result naming the field.
+INVALID: list[Case[dict[str, Any], str]] = [
+    Case("bad env name", ENV_RULE, {"env": [{"name": "1BAD", "value": "x"}]}, "spec.env[0].name"),
+    Case("env name with dash", ENV_RULE, {"env": [{"name": "A-B", "value": "x"}]},
+         "spec.env[0].name"),
+    Case("env declared twice", ENV_RULE,
+         {"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, "spec.env[1].name"),
+    Case("reserved name", "the function sets MODELPLANE_WORKLOAD_CLASS itself",
+         {"env": [{"name": "MODELPLANE_WORKLOAD_CLASS", "value": "foreground"}]},
+         "spec.env[0].name"),
+    Case("valueFrom", "only literal variables are copied",
+         {"env": [{"name": "A", "valueFrom": {"fieldRef": {}}}]}, "spec.env[0].valueFrom"),
+    Case("33 env entries", "at most 32 literal variables (the XRD's bound)",
+         {"env": [{"name": f"V{i}", "value": "x"} for i in range(33)]}, "spec.env"),
+    Case("repeatAfter 30s", "repeatAfter is 0 or at least 1m (the XRD's rule)",
+         {"repeatAfter": "30s"}, "spec.repeatAfter"),
+    Case("idleFor 0", "the idle window is longer than 0", {"idleFor": "0"}, "spec.idleFor"),
+    Case("maxRunDuration 0.5s", "a run may take at least 1s", {"maxRunDuration": "500ms"},
+         "spec.maxRunDuration"),
+    Case("idleFor a number", f"{SPEC_ERROR}: durations are strings (the XRD's type)",
+         {"idleFor": 600}, "spec.idleFor"),
+    Case("suspend a string", f"{SPEC_ERROR}: suspend is a boolean, never coerced",
+         {"suspend": "yes"}, "spec.suspend"),
+]  # fmt: skip
+
+
+@table(INVALID)
+def test_an_invalid_spec_is_a_fatal_error_naming_the_field(
+    sim: Sim, clock: Clock, case: Case[dict[str, Any], str]
+) -> None:
     sim.add(spec())
     sim.step()
-    sim.backfills[BACKFILL]["spec"]["env"] = [{"name": "MODELPLANE_ENDPOINT", "value": "x"}]
-    st = sim.step()
-    assert (st["phase"], st["reason"]) == ("Blocked", "ReservedEnvName")
-    assert xr_ready(sim.last) == "READY_FALSE"
+    sim.backfills[BACKFILL]["spec"] = spec(**case.inputs)  # not admitted by CEL
+    rsp = grpc_call(sim)
+    [msg] = fatal(rsp)
+    prefix = f"invalid ModelBackfill {NAMESPACE}/{BACKFILL}: {case.want}: "
+    assert msg.startswith(prefix), (case.reason, msg)
+    assert not rsp.desired.resources
 
 
 def test_without_a_signal_nothing_starts_again(sim: Sim, clock: Clock) -> None:
@@ -665,7 +705,6 @@ class Bad:
 
 
 FORBIDDEN = "a backfill shares the serving process and never reserves a device"
-ENV_RULE = "env names are C identifiers (the XRD's rule), each set once"
 
 BLOCKED: list[Case[Bad, str]] = [
     Case("template missing", "the CronJob of spec.templateRef must exist",
@@ -686,17 +725,6 @@ BLOCKED: list[Case[Bad, str]] = [
          "GPURequestForbidden"),
     Case("DRA container claim", f"{FORBIDDEN}: no DRA claim either",
          Bad({}, eval_cronjob(resources={"claims": [{"name": "gpu"}]})), "GPURequestForbidden"),
-    Case("bad env name", ENV_RULE, Bad({"env": [{"name": "1BAD", "value": "x"}]}),
-         "InvalidEnvName"),
-    Case("env name with dash", ENV_RULE, Bad({"env": [{"name": "A-B", "value": "x"}]}),
-         "InvalidEnvName"),
-    Case("reserved name", "the function sets MODELPLANE_WORKLOAD_CLASS itself",
-         Bad({"env": [{"name": "MODELPLANE_WORKLOAD_CLASS", "value": "foreground"}]}),
-         "ReservedEnvName"),
-    Case("33 env entries", "at most 32 literal variables (the XRD's bound)",
-         Bad({"env": [{"name": f"V{i}", "value": "x"} for i in range(33)]}), "TooManyEnvVars"),
-    Case("repeatAfter 30s", "repeatAfter is 0 or at least 1m (the XRD's rule)",
-         Bad({"repeatAfter": "30s"}), "InvalidRepeatAfter"),
 ]  # fmt: skip
 
 
@@ -856,7 +884,7 @@ def _ago(minutes: float) -> str:
 _RUNNING = {
     "phase": "Running", "reason": "JobRunning", "message": "m", "cluster": "gpu-a",
     "replica": R0, "job": "j", "startedAt": _ago(5), "runningSince": _ago(4), "attempts": 1,
-    "specHash": spec_hash(spec()),
+    "specHash": definition_hash(parse(spec())),
 }  # fmt: skip
 
 
@@ -1011,14 +1039,17 @@ def test_spec_parse_defaults_and_hash() -> None:
     p = parse(spec())
     assert not hasattr(p, "reason")
     assert (p.idle_for, p.max_run_seconds, p.repeat_after) == (600.0, 1800, 0.0)
-    assert spec_hash(spec(suspend=True)) == spec_hash(spec())
-    assert spec_hash({**spec(), "crossplane": {"resourceRefs": [1]}}) == spec_hash(spec())
-    assert spec_hash(spec(env=[{"name": "A", "value": "1"}])) != spec_hash(spec())
-    assert parse(spec(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])).reason == (
-        "InvalidEnvName"
-    )
-    assert parse({"templateRef": {"name": "x"}}).field == "spec.modelRef"
-    assert parse(spec(idleFor="soon")).reason == "InvalidSpec"
+    h = definition_hash(p)
+    assert definition_hash(parse(spec(suspend=True))) == h
+    assert definition_hash(parse({**spec(), "crossplane": {"resourceRefs": [1]}})) == h
+    assert definition_hash(parse(spec(idleFor="600s"))) == h  # canonical: seconds
+    assert definition_hash(parse(spec(env=[{"name": "A", "value": "1"}]))) != h
+    with pytest.raises(SpecError) as err:
+        parse({"templateRef": {"name": "x"}})
+    assert err.value.field == "spec.modelRef"
+    with pytest.raises(SpecError) as err:
+        parse(spec(idleFor="soon"))
+    assert err.value.field == "spec.idleFor"
 
 
 # ---- XRD and example -------------------------------------------------------------------------

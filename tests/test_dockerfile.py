@@ -135,7 +135,7 @@ def problems(text: str) -> list[str]:
             out.append(f"runtime PATH does not start with {bin_dir}: `python` is not the venv's")
         if not any(a.split()[1:] == [venv.group(2), venv.group(2)] for a in runtime.args("COPY")):
             out.append(f"runtime stage does not copy the venv {venv.group(2)} to the same path")
-    if not re.search(r"pip install[^&;]*\s\.(\s|$)", runs):
+    if not re.search(r"pip install[^&;]*\s['\"]?\.(\[[\w,]+\])?['\"]?(\s|$)", runs):
         out.append("build stage does not install the project (pip install .)")
     # The dependency layer: dependencies installed from pyproject.toml alone, before any
     # code is copied, so a code change reuses it.
@@ -251,7 +251,7 @@ MUTATIONS = {
     ),
     "project not installed": (
         lambda: _mutate(
-            "/venv/bin/pip install --no-compile --no-deps .", "/venv/bin/pip install grpcio"
+            "/venv/bin/pip install --no-compile --no-deps '.[jobs]'", "/venv/bin/pip install grpcio"
         ),
         "pip install .",
     ),
@@ -305,7 +305,7 @@ def test_dockerignore_keeps_the_local_venv_out_of_the_build_context():
     # Everything is ignored first, then only the sources the build copies are let back in.
     assert lines[0] == "*"
     allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "function"}
+    assert allowed == {"pyproject.toml", "README.md", "function", "jobs"}
     copied: set[str] = set()
     for stage in parse(DOCKERFILE.read_text()):
         for args in stage.args("COPY"):
@@ -315,14 +315,17 @@ def test_dockerignore_keeps_the_local_venv_out_of_the_build_context():
 
 
 def test_every_function_package_is_installed_by_pip():
-    """``pip install .`` ships every package under function/ (composers, manifests, ...)."""
+    """``pip install .`` ships every package under function/ (composers, manifests, ...)
+    and jobs/ (the programs that run in pods)."""
     from setuptools import find_packages
 
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     include = data["tool"]["setuptools"]["packages"]["find"]["include"]
     found = set(find_packages(where=str(ROOT), include=include))
     on_disk = {
-        ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "function").rglob("__init__.py")
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("function", "jobs")
+        for p in (ROOT / top).rglob("__init__.py")
     }
     assert on_disk and on_disk <= found
 
@@ -340,13 +343,37 @@ def test_runtime_uid_is_the_uid_the_hydration_pod_runs_as():
 
 
 def test_every_python_module_a_composed_pod_runs_is_in_the_image():
-    """Commands like ["python", "-m", "function.hydrate"] in composed pods must resolve."""
+    """The commands composed pods run (``jobs.contract``) resolve to installed modules, and
+    no composed pod names a module any other way."""
     import importlib.util
 
-    pattern = re.compile(r'"python",\s*"-m",\s*"(function(?:\.\w+)*)"')
-    modules = set()
-    for path in (ROOT / "function").rglob("*.py"):
-        modules |= set(pattern.findall(path.read_text()))
-    assert "function.hydrate" in modules
+    from jobs import contract
+
+    commands = [v for k, v in vars(contract).items() if k.endswith("_COMMAND")]
+    modules = {c[2] for c in commands}
+    assert {c[:2] for c in commands} == {("python", "-m")}
+    assert modules == {"jobs.hydrate", "jobs.flashload"}
     for module in sorted(modules):
         assert importlib.util.find_spec(module) is not None, f"{module} is not in the package"
+    literal = re.compile(r'"python",\s*"-m",\s*"')
+    for path in (ROOT / "function").rglob("*.py"):
+        assert not literal.search(path.read_text()), f"{path}: use jobs.contract's commands"
+
+
+def test_the_server_never_imports_the_jobs_dependencies():
+    """Serving needs neither huggingface_hub nor kubernetes (the ``jobs`` extra)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, sys, function.__main__, function.edge.server\n"
+        "from function.composers import KINDS\n"
+        "for m in KINDS.values(): importlib.import_module('function.composers.' + m)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('huggingface_hub', 'kubernetes', 'jobs.hydrate', 'jobs.flashload'))\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout

@@ -9,14 +9,14 @@ import pytest
 from function.core.errors import SpecError
 from function.manifests import workloads as wl
 from function.serving.env import (
-    CACHE_MOUNT_PATH,
     check_reserved,
     gang_env,
-    inject_env,
     model_env,
     references,
+    set_env,
     unresolved,
 )
+from jobs.contract import CACHE_MOUNT_PATH
 
 # Kubernetes' expansion rules (third_party/forked/golang/expansion): $$ escapes a
 # $, $( without ) is literal, an unknown $(X) stays as written.
@@ -45,7 +45,7 @@ def test_injected_first_and_user_entries_unchanged_and_idempotent():
     ]
     c = {"name": "engine", "env": copy.deepcopy(user), "args": ["--model=$(MODELPLANE_MODEL)"]}
     injected = [model_env(CACHE_MOUNT_PATH), *gang_env()]
-    inject_env(c, injected)
+    set_env(c, injected, first=True)
     assert [e["name"] for e in c["env"][:3]] == [
         "MODELPLANE_MODEL",
         "MODELPLANE_LEADER_ADDRESS",
@@ -54,13 +54,13 @@ def test_injected_first_and_user_entries_unchanged_and_idempotent():
     assert c["env"][3:] == user
     assert c["args"] == ["--model=$(MODELPLANE_MODEL)"]
     once = copy.deepcopy(c)
-    inject_env(c, injected)
+    set_env(c, injected, first=True)
     assert c == once
 
 
 def test_nothing_injected_leaves_container_alone():
     c = {"name": "engine", "args": ["x"]}
-    inject_env(c, [])
+    set_env(c, [], first=True)
     assert c == {"name": "engine", "args": ["x"]}
 
 

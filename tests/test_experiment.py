@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from function import API_VERSION
-from function.api.modelexperiment import parse_spec, spec_hash
+from function.api.modelexperiment import definition_hash, parse_spec
 from function.composers import experiment as exp
 from function.core.errors import SpecError
 from function.naming import (
@@ -1131,10 +1131,10 @@ def test_reordered_spec_is_no_change() -> None:
     b = dict(reversed(list(b.items())))
     b["timeout"] = "1800s"
     b["suspend"] = True
-    assert spec_hash(parse_spec(a)) == spec_hash(parse_spec(b))
+    assert definition_hash(parse_spec(a)) == definition_hash(parse_spec(b))
     c = spec()
     c["gauntlet"]["env"][0]["value"] = "arc_easy"
-    assert spec_hash(parse_spec(a)) != spec_hash(parse_spec(c))
+    assert definition_hash(parse_spec(a)) != definition_hash(parse_spec(c))
 
 
 def test_crossplane_machinery_in_spec_is_no_change(sim_factory, clock: Clock) -> None:

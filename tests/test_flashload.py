@@ -1,4 +1,4 @@
-"""The flash loader program (``python -m function.flashload``) on real directories."""
+"""The flash loader program (``python -m jobs.flashload``) on real directories."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from function.flashload import DONE_FILE, flash_load, main
+from jobs.flashload import DONE_FILE, flash_load, main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def test_runs_as_a_module(tmp_path: Path):
         [
             sys.executable,
             "-m",
-            "function.flashload",
+            "jobs.flashload",
             f"--source={src}",
             f"--dest={dst}",
             "--concurrency=8",

@@ -1,6 +1,6 @@
-"""``python -m function.hydrate`` against a local stand-in for the Hugging Face Hub.
+"""``python -m jobs.hydrate`` against a local stand-in for the Hugging Face Hub.
 
-The program runs as the Job runs it (a subprocess, ``python -m function.hydrate``)
+The program runs as the Job runs it (a subprocess, ``python -m jobs.hydrate``)
 with ``HF_ENDPOINT`` pointing at :class:`tests.fake_hf_hub.FakeHub` on 127.0.0.1.
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from function import hydrate
-from function.manifests.hydration import EXIT_PERMANENT, MARKER_FILE
 from function.naming import source_identity
+from jobs import hydrate
+from jobs.contract import EXIT_PERMANENT, MARKER_FILE
 from tests.fake_hf_hub import FakeHub, Repo
 from tests.fake_kube_api import FakeKubeAPI
 
@@ -121,7 +121,7 @@ def run_program(
     )
     if token is not None:
         env["HF_TOKEN"] = token
-    args = [sys.executable, "-m", "function.hydrate", "--repo", repo, "--revision", revision]
+    args = [sys.executable, "-m", "jobs.hydrate", "--repo", repo, "--revision", revision]
     args += ["--target", str(target)]
     if identity is not None:
         args += ["--identity", identity]

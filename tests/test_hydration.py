@@ -602,7 +602,7 @@ def test_c8_job_shape() -> None:
     assert claim["claimName"] == cache_pvc_name(NAMESPACE, CACHE)
     (container,) = pod["containers"]
     assert container["image"] == SETTINGS.hydration_image
-    assert container["command"] == ["python", "-m", "function.hydrate"]
+    assert container["command"] == ["python", "-m", "jobs.hydrate"]
     args = container["args"]
     assert args[args.index("--repo") + 1] == REPO
     assert args[args.index("--revision") + 1] == "main"

@@ -10,6 +10,13 @@ from decimal import Decimal
 
 import pytest
 
+from function.api.modeldeployment import (
+    CACHE_NOT_FOUND,
+    INSUFFICIENT_CAPACITY,
+    NO_CLUSTER_IN_FOOTPRINT,
+    NO_MATCHING_CLUSTERS,
+    WAITING_FOR_CACHE,
+)
 from function.scheduling.devices import (
     Device,
     DeviceRequest,
@@ -21,11 +28,6 @@ from function.scheduling.devices import (
     selector_matches,
 )
 from function.scheduling.placement import (
-    CACHE_NOT_FOUND,
-    INSUFFICIENT_CAPACITY,
-    NO_CLUSTER_IN_FOOTPRINT,
-    NO_MATCHING_CLUSTERS,
-    WAITING_FOR_CACHE,
     Cluster,
     Engine,
     Existing,

@@ -18,9 +18,10 @@ import pytest
 
 from function import naming
 from function.composers.replica import CONDITION
+from function.core.numbers import ints_from_doubles
 from function.manifests import workloads as wl
 from function.ops.settings import Settings
-from function.serving.env import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
+from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
 from tests import harness as h
 from tests.replica_fixtures import (
     CACHE,
@@ -96,15 +97,8 @@ def run(
     )
 
 
-def ints(v: Any) -> Any:
-    """Struct numbers come back as floats: compare as plain JSON would."""
-    if isinstance(v, float) and v == int(v):
-        return int(v)
-    if isinstance(v, dict):
-        return {k: ints(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [ints(x) for x in v]
-    return v
+# Struct numbers come back as floats: compare as plain JSON would.
+ints = ints_from_doubles
 
 
 # ---- requirements -------------------------------------------------------------------
@@ -158,10 +152,10 @@ def test_single_node_with_cache_composes_deployment_service_and_claim():
     assert dep["spec"]["replicas"] == 2
     pod = dep["spec"]["template"]
     assert dep["spec"]["selector"]["matchLabels"] == {
-        wl.LABEL_WORKLOAD: pod["metadata"]["labels"][wl.LABEL_WORKLOAD]
+        naming.LABEL_WORKLOAD: pod["metadata"]["labels"][naming.LABEL_WORKLOAD]
     }
     spec = pod["spec"]
-    assert spec["nodeSelector"] == {wl.LABEL_POOL: POOL}
+    assert spec["nodeSelector"] == {naming.LABEL_POOL: POOL}
     assert spec["tolerations"] == [*TOLERATIONS, wl.GPU_TOLERATION]
     claim_name = manifest(d, "claim-vllm-standalone")["metadata"]["name"]
     assert spec["resourceClaims"] == [
@@ -201,8 +195,8 @@ def test_single_node_with_cache_composes_deployment_service_and_claim():
         }
     ]
     svc = manifest(d, "service")
-    assert svc["spec"]["selector"] == {wl.LABEL_SERVING: svc["metadata"]["name"]}
-    assert pod["metadata"]["labels"][wl.LABEL_SERVING] == svc["metadata"]["name"]
+    assert svc["spec"]["selector"] == {naming.LABEL_SERVING: svc["metadata"]["name"]}
+    assert pod["metadata"]["labels"][naming.LABEL_SERVING] == svc["metadata"]["name"]
     assert ints(svc["spec"]["ports"]) == [
         {"name": "http", "port": 8000, "targetPort": 8000, "protocol": "TCP"}
     ]
@@ -309,9 +303,9 @@ def test_multi_node_composes_a_leader_worker_set(cache: bool):
         )
         vols = {v["name"] for v in pod["spec"]["volumes"]}
         assert (wl.VOLUME_CACHE in vols) is cache
-        assert pod["spec"]["nodeSelector"] == {wl.LABEL_POOL: POOL}
+        assert pod["spec"]["nodeSelector"] == {naming.LABEL_POOL: POOL}
         assert pod["spec"]["tolerations"] == [*TOLERATIONS, wl.GPU_TOLERATION]
-        serving = pod["metadata"]["labels"].get(wl.LABEL_SERVING)
+        serving = pod["metadata"]["labels"].get(naming.LABEL_SERVING)
         # Only the leader serves the OpenAI API; the Service never routes to workers.
         assert serving == (svc if key == "leaderTemplate" else None)
     assert not [m for s, m in h.results(rsp) if s == "Warning" and "MODELPLANE_RANK" in m]
@@ -326,7 +320,7 @@ def test_coordinator_only_leader_claims_nothing_and_rides_the_worker_pool():
     assert "claim-kimi-leader" not in d and "claim-kimi-worker" in d
     lt = manifest(d, "workload-kimi")["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
     assert "resourceClaims" not in lt["spec"]
-    assert lt["spec"]["nodeSelector"] == {wl.LABEL_POOL: POOL}
+    assert lt["spec"]["nodeSelector"] == {naming.LABEL_POOL: POOL}
 
 
 def test_synthetic_device_is_placement_only():

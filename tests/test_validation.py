@@ -46,7 +46,7 @@ def job(**pod: Any) -> dict[str, Any]:
             {
                 "name": "download",
                 "image": "xpkg.crossplane.io/modelplane/function-modelplane:v0.1.0",
-                "command": ["python", "-m", "function.hydrate"],
+                "command": ["python", "-m", "jobs.hydrate"],
                 "env": [
                     {
                         "name": "HF_TOKEN",

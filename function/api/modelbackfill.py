@@ -1,4 +1,4 @@
-"""The ModelBackfill spec, and the checks that put a backfill in phase ``Blocked``.
+"""The ModelBackfill spec, validated with pydantic, and its definition hash.
 
 Shape (``modelplane.ai/v1alpha1``, namespaced; see
 ``compositions/modelbackfill/definition.yaml``)::
@@ -12,14 +12,15 @@ Shape (``modelplane.ai/v1alpha1``, namespaced; see
       env: [{name: SUITE, value: mmlu}] # <= 32 literal variables
       suspend: false
 
-Every violation is reported as a :class:`Blocked` (reason, field, message) rather than
-raised: a ModelBackfill that the XRD's CEL rules would have rejected still gets a clear
-phase, and any Job it runs is cancelled (a change of spec), instead of a fatal result
-that would leave a running Job alone.
+An invalid spec (one the XRD's CEL rules reject at admission) is a
+:class:`~function.core.errors.SpecError` naming the field, as for every other kind:
+the runner returns a fatal result, so Crossplane applies nothing and every composed
+resource (a running Job included, bounded by its ``activeDeadlineSeconds``) stays as
+it is until the spec is valid again.
 
-Env names follow the portable C-identifier rule (``[A-Za-z_][A-Za-z0-9_]*``): every
-shell and every Kubernetes version accept it (Kubernetes relaxed its own rule in 1.32,
-https://kubernetes.io/docs/tasks/inject-data-application/define-environment-variable-container/).
+Env names follow the one rule of :mod:`function.serving.env` (a C identifier);
+``MODELPLANE_WORKLOAD_CLASS``, ``MODELPLANE_ENDPOINT`` and ``NVIDIA_VISIBLE_DEVICES``
+are reserved: the function sets them in every container of a backfill Job.
 """
 
 from __future__ import annotations
@@ -31,23 +32,29 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
 
-from function.core.errors import pydantic_errors
+from function.api.fields import Ref
+from function.core.errors import SpecError, pydantic_errors
 from function.core.timeutil import parse_duration
 from function.naming import WORKLOAD_CLASS_ENV
+from function.serving.env import MAX_LITERAL_ENV, LiteralEnvVar, check_literal_env
 
-MAX_ENV = 32
+MAX_ENV = MAX_LITERAL_ENV
 MIN_REPEAT_SECONDS = 60.0
 DEFAULT_IDLE_FOR = "10m"
 DEFAULT_MAX_RUN_DURATION = "30m"
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Env the function injects into every container of a backfill Job; users may not set them.
 ENDPOINT_ENV = "MODELPLANE_ENDPOINT"
 RESERVED_ENV = frozenset({WORKLOAD_CLASS_ENV, ENDPOINT_ENV, "NVIDIA_VISIBLE_DEVICES"})
-# Spec fields that do not define the work: toggling them is not a "change of the spec".
-# ``crossplane`` is where Crossplane v2 keeps compositionRef and resourceRefs.
-_NOT_HASHED = frozenset({"suspend", "crossplane"})
 
 
 # What to write where a value of the wrong shape is easy to give (the error says it).
@@ -64,42 +71,32 @@ SHAPES = {
 }
 
 
-class _Model(BaseModel):
+class BackfillSpec(BaseModel):
+    """The ModelBackfill spec as authored (durations are Go duration strings).
+
+    Unknown fields are ignored: Crossplane keeps its own machinery in every XR's
+    ``spec.crossplane``, and the API server prunes any other unknown field.
+    """
+
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-
-class Ref(_Model):
-    """A reference by name in the ModelBackfill's namespace."""
-
-    name: str = Field(min_length=1, max_length=253)
-
-
-class EnvVar(_Model):
-    """A literal env variable (no ``valueFrom``)."""
-
-    name: str
-    value: str = ""
-
-
-class BackfillSpec(_Model):
-    """The ModelBackfill spec as authored (durations are Go duration strings)."""
 
     modelRef: Ref
     templateRef: Ref
-    idleFor: str | int = DEFAULT_IDLE_FOR
-    maxRunDuration: str | int = DEFAULT_MAX_RUN_DURATION
-    repeatAfter: str | int = "0"
-    env: list[EnvVar] = Field(default_factory=list)
-    suspend: bool = False
+    idleFor: StrictStr = DEFAULT_IDLE_FOR
+    maxRunDuration: StrictStr = DEFAULT_MAX_RUN_DURATION
+    repeatAfter: StrictStr = "0"
+    env: list[LiteralEnvVar] = Field(default_factory=list, max_length=MAX_ENV)
+    suspend: StrictBool = False
 
-
-@dataclass(frozen=True, slots=True)
-class Blocked:
-    """Why a backfill cannot run: a CamelCase ``reason``, the ``field`` and a message."""
-
-    reason: str
-    field: str
-    message: str
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: list[LiteralEnvVar]) -> list[LiteralEnvVar]:
+        check_literal_env(
+            v,
+            RESERVED_ENV,
+            f"the function sets {', '.join(sorted(RESERVED_ENV))} in every backfill container",
+        )
+        return v
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,47 +114,28 @@ class Parsed:
         return [(e.name, e.value) for e in self.spec.env]
 
 
-def spec_hash(spec: dict[str, Any], parsed: Parsed | None = None) -> str:
-    """A stable digest of the fields that define the work (all but ``suspend``).
+def definition_hash(parsed: Parsed) -> str:
+    """A stable digest of what defines the work (every field but ``suspend``).
 
-    Args:
-        spec: The XR's spec as plain Python.
-        parsed: :func:`parse` of ``spec`` when the caller has it (parsed here otherwise).
+    Taken over canonical values, as the experiment's is
+    (``function.api.modelexperiment.definition_hash``): durations in seconds (``15m``
+    and ``900s``, or an omitted default and the default spelled out, hash alike), env
+    sorted by name (names are unique), refs by name. A change of it cancels the
+    attempt in progress (``status.specHash``).
 
     Returns:
-        16 hex characters of sha256. For a valid spec it is taken over canonical
-        values, as the experiment's is: durations in seconds (``15m`` and ``900s``,
-        or an omitted default and the default spelled out, hash alike), env sorted
-        by name (names are unique), refs by name. For an invalid spec, over its
-        canonical JSON (numbers normalised so that ``3`` and ``3.0`` hash alike).
+        16 hex characters of sha256.
     """
-    if parsed is None:
-        p = parse(spec)
-        parsed = p if isinstance(p, Parsed) else None
-    if parsed is not None:
-        doc = {
-            "modelRef": parsed.spec.modelRef.name,
-            "templateRef": parsed.spec.templateRef.name,
-            "idleFor": parsed.idle_for,
-            "maxRunDuration": parsed.max_run_seconds,
-            "repeatAfter": parsed.repeat_after,
-            "env": sorted(parsed.env),
-        }
-        data = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(b"canonical\x00" + data.encode()).hexdigest()[:16]
-
-    def norm(v: Any) -> Any:
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        if isinstance(v, dict):
-            return {k: norm(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [norm(x) for x in v]
-        return v
-
-    body = {k: norm(v) for k, v in spec.items() if k not in _NOT_HASHED}
-    data = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(data.encode()).hexdigest()[:16]
+    doc = {
+        "modelRef": parsed.spec.modelRef.name,
+        "templateRef": parsed.spec.templateRef.name,
+        "idleFor": parsed.idle_for,
+        "maxRunDuration": parsed.max_run_seconds,
+        "repeatAfter": parsed.repeat_after,
+        "env": sorted(parsed.env),
+    }
+    data = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(b"canonical\x00" + data.encode()).hexdigest()[:16]
 
 
 # Go's longest time.Duration (2^63 - 1 ns), in seconds: what Kubernetes could store.
@@ -165,88 +143,44 @@ MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
 
 
 def _duration(spec: BackfillSpec, field: str) -> float:
+    where = f"spec.{field}"
     try:
         seconds = parse_duration(getattr(spec, field))
     except ValueError as e:
-        raise _Fail(Blocked("InvalidSpec", f"spec.{field}", f"spec.{field}: {e}")) from None
+        raise SpecError(where, str(e)) from None
     if seconds > MAX_DURATION_SECONDS:
-        raise _Fail(
-            Blocked(
-                "InvalidSpec",
-                f"spec.{field}",
-                f"spec.{field}: {getattr(spec, field)!r} is longer than the longest duration "
-                "(about 292 years)",
-            )
+        raise SpecError(
+            where,
+            f"{getattr(spec, field)!r} is longer than the longest duration (about 292 years)",
         )
     return seconds
 
 
-class _Fail(Exception):
-    def __init__(self, blocked: Blocked) -> None:
-        super().__init__(blocked.message)
-        self.blocked = blocked
-
-
-def parse(raw: dict[str, Any]) -> Parsed | Blocked:
+def parse(raw: object) -> Parsed:
     """Validate ``raw`` (the XR's spec as plain Python).
 
-    Returns:
-        :class:`Parsed`, or the first :class:`Blocked` found, checked in this order:
-        structure (``InvalidSpec``), durations (``InvalidSpec``), ``repeatAfter``
-        (``InvalidRepeatAfter``), the number of env entries (``TooManyEnvVars``), env
-        names (``InvalidEnvName``, including duplicates), reserved names
-        (``ReservedEnvName``).
+    Raises:
+        SpecError: naming the first invalid field: the structure and the env (names,
+            duplicates, reserved names, at most 32), then the durations (``idleFor``
+            more than 0, ``maxRunDuration`` at least 1s, ``repeatAfter`` 0 or at
+            least 1m).
     """
     try:
         spec = BackfillSpec.model_validate(raw)
     except ValidationError as exc:
-        err = pydantic_errors("spec", exc, SHAPES)
-        return Blocked("InvalidSpec", err.field, str(err))
-    try:
-        idle = _duration(spec, "idleFor")
-        run = _duration(spec, "maxRunDuration")
-        repeat = _duration(spec, "repeatAfter")
-    except _Fail as f:
-        return f.blocked
+        raise pydantic_errors("spec", exc, SHAPES) from None
+    idle = _duration(spec, "idleFor")
+    run = _duration(spec, "maxRunDuration")
+    repeat = _duration(spec, "repeatAfter")
     if idle <= 0:
-        return Blocked("InvalidSpec", "spec.idleFor", "spec.idleFor must be longer than 0")
+        raise SpecError("spec.idleFor", "must be longer than 0")
     if run < 1:
-        return Blocked(
-            "InvalidSpec", "spec.maxRunDuration", "spec.maxRunDuration must be at least 1s"
-        )
+        raise SpecError("spec.maxRunDuration", "must be at least 1s")
     if 0 < repeat < MIN_REPEAT_SECONDS:
-        return Blocked(
-            "InvalidRepeatAfter",
+        raise SpecError(
             "spec.repeatAfter",
-            f"spec.repeatAfter is {spec.repeatAfter}: use 0 for a one-shot backfill or at "
-            f"least 1m between runs",
+            f"is {spec.repeatAfter}: use 0 for a one-shot backfill or at least 1m between runs",
         )
-    if len(spec.env) > MAX_ENV:
-        return Blocked(
-            "TooManyEnvVars",
-            "spec.env",
-            f"spec.env has {len(spec.env)} entries; at most {MAX_ENV} are allowed",
-        )
-    seen: set[str] = set()
-    for i, var in enumerate(spec.env):
-        where = f"spec.env[{i}].name"
-        if not ENV_NAME.match(var.name):
-            return Blocked(
-                "InvalidEnvName",
-                where,
-                f"{where} {var.name!r} is not a valid env variable name "
-                f"(letters, digits and _, not starting with a digit)",
-            )
-        if var.name in seen:
-            return Blocked("InvalidEnvName", where, f"{where} {var.name!r} is declared twice")
-        seen.add(var.name)
-        if var.name in RESERVED_ENV:
-            return Blocked(
-                "ReservedEnvName",
-                where,
-                f"{where} {var.name!r} is reserved: the function sets "
-                f"{', '.join(sorted(RESERVED_ENV))} in every backfill container",
-            )
     return Parsed(spec, idle, max(1, math.ceil(run)), repeat)
 
 

@@ -7,6 +7,12 @@ own namespace); its value never passes through the function.
 The models are strict (pydantic strict mode): a value of the wrong JSON type, such
 as ``sizeGiB: "2"`` or ``sizeGiB: true``, is an error naming the field, as the XRD's
 structural schema makes it for the API server, instead of being coerced.
+
+This module also owns the ModelCache's status contract (written by
+:mod:`function.composers.modelcache`): conditions :data:`CLUSTERS_MATCHED` and
+:data:`ARTIFACT_READY` with their reasons, and ``status.clusters[].phase`` (a
+ModelCacheHydration phase, :mod:`function.api.modelcachehydration`, or
+:data:`UNAVAILABLE`), which the ModelExperiment artifact gate reads.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from function.core.errors import SpecError, pydantic_errors
+from function.core.numbers import WholeInt
 
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -53,7 +60,7 @@ class HuggingFace(BaseModel):
 
     repo: str = Field(min_length=1, max_length=200)
     revision: str = Field(default="main", min_length=1, max_length=200)
-    sizeGiB: float = Field(gt=0, le=100_000)
+    sizeGiB: WholeInt = Field(ge=1, le=100_000)
     authSecret: AuthSecret | None = None
 
     @field_validator("repo")
@@ -102,3 +109,20 @@ def parse_source(spec: dict[str, Any]) -> CacheSource:
         return CacheSource.model_validate(spec)
     except ValidationError as e:
         raise pydantic_errors("spec", e) from None
+
+
+# ---- status contract (written by function.composers.modelcache; read by the
+# ModelExperiment artifact gate) -------------------------------------------------------
+
+# Conditions of a ModelCache.
+CLUSTERS_MATCHED = "ClustersMatched"
+ARTIFACT_READY = "ArtifactReady"
+# ArtifactReady reasons.
+REASON_HYDRATED = "Hydrated"
+REASON_HYDRATING = "Hydrating"
+REASON_HYDRATION_FAILED = "HydrationFailed"
+REASON_NO_MATCHING_CLUSTERS = "NoMatchingClusters"
+REASON_NO_HOSTABLE_CLUSTERS = "NoHostableClusters"
+# ``status.clusters[].phase``: a hydration phase (function.api.modelcachehydration.PHASES)
+# for clusters of the footprint, or this one for a matched cluster that cannot host a cache.
+UNAVAILABLE = "Unavailable"

@@ -26,6 +26,10 @@ Shape (``modelplane.ai/v1alpha1`` ModelExperiment, namespaced)::
 The same rules are enforced at admission by the XRD's CEL rules
 (``compositions/modelexperiment/definition.yaml``); the function checks them again
 because an XR may reach it without admission (render, an older XRD).
+
+This module also owns the ModelExperiment's status contract (written by
+:mod:`function.composers.experiment`): the :data:`VERDICT` condition and its reasons
+(:data:`VERDICT_REASONS`), which the metrics labels read.
 """
 
 from __future__ import annotations
@@ -33,11 +37,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -47,33 +50,20 @@ from pydantic import (
     model_validator,
 )
 
+from function.api.fields import Ref, WholeInt
+from function.api.modelreplica import Engine
 from function.core.errors import SpecError, pydantic_errors
 from function.core.timeutil import parse_duration
 from function.manifests.workloads import ENGINE_CONTAINER
 from function.scheduling.selectors import LabelSelector
-from function.serving.env import check_reserved
+from function.serving.env import (
+    MAX_LITERAL_ENV,
+    LiteralEnvVar,
+    check_literal_env,
+    check_reserved,
+)
 
-
-def _whole_number(v: Any) -> Any:
-    """Accept an int or a whole float (a protobuf Struct holds only doubles), nothing else.
-
-    Strings and booleans are rejected, as the XRD's ``type: integer`` does.
-    """
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError("must be an integer")
-    if isinstance(v, float) and not v.is_integer():
-        raise ValueError("must be a whole number")
-    return int(v)
-
-
-WholeInt = Annotated[int, BeforeValidator(_whole_number)]
-
-# Environment variable names as Kubernetes validates them for a container's env
-# (apimachinery validation.IsEnvVarName: "a valid environment variable name must
-# consist of alphabetic characters, digits, '_', '-', or '.', and must not start
-# with a digit").
-ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-MAX_ENV = 32
+MAX_ENV = MAX_LITERAL_ENV
 # Variables the function forces into every gauntlet container; a user may not set them.
 ENV_MODELS = "MODELS"
 ENV_ENDPOINT = "MODELPLANE_ENDPOINT"
@@ -168,36 +158,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class Ref(_Model):
-    """A reference by name in the experiment's own namespace."""
-
-    name: StrictStr = Field(min_length=1)
-
-
-class Worker(_Model):
-    """Worker sizing of a multi-node engine."""
-
-    nodes: WholeInt = Field(default=1, ge=1)
-
-
-class Member(_Model):
-    """One member of a candidate engine (checked further by the ModelDeployment)."""
-
-    role: Literal["Standalone", "Leader", "Worker"] = "Standalone"
-    worker: Worker | None = None
-    nodeSelector: dict[str, Any] | None = None
-    template: dict[str, Any]
-
-
-class Engine(_Model):
-    """One engine of the candidate, as in a ModelDeployment."""
-
-    name: StrictStr = Field(min_length=1, max_length=63)
-    copies: WholeInt = Field(default=1, ge=1)
-    phase: Literal["Prefill", "Decode"] | None = None
-    members: list[Member] = Field(min_length=1)
-
-
 BACKEND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -268,42 +228,21 @@ class Candidate(_Model):
         return self
 
 
-class EnvVar(_Strict):
-    """A literal environment variable (``valueFrom`` is not allowed)."""
-
-    name: StrictStr = Field(min_length=1)
-    value: StrictStr = ""
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not ENV_NAME.match(v):
-            raise ValueError(
-                f"{v!r} is not a valid environment variable name (letters, digits, '_', '-', "
-                "'.'; not starting with a digit)"
-            )
-        if v in RESERVED_ENV:
-            raise ValueError(
-                f"{v} is reserved: the function sets it to the candidate, so a production "
-                "lane can never be evaluated and recorded as the candidate's verdict"
-            )
-        return v
-
-
 class Gauntlet(_Strict):
     """The evaluation: a CronJob to copy and literal env to apply."""
 
     templateRef: Ref
-    env: list[EnvVar] = Field(default_factory=list, max_length=MAX_ENV)
+    env: list[LiteralEnvVar] = Field(default_factory=list, max_length=MAX_ENV)
 
     @field_validator("env")
     @classmethod
-    def _unique(cls, v: list[EnvVar]) -> list[EnvVar]:
-        seen: set[str] = set()
-        for e in v:
-            if e.name in seen:
-                raise ValueError(f"variable {e.name} is set more than once")
-            seen.add(e.name)
+    def _unique(cls, v: list[LiteralEnvVar]) -> list[LiteralEnvVar]:
+        check_literal_env(
+            v,
+            RESERVED_ENV,
+            "the function sets it to the candidate, so a production lane can never be "
+            "evaluated and recorded as the candidate's verdict",
+        )
         return v
 
     def sorted_env(self) -> list[tuple[str, str]]:
@@ -412,8 +351,11 @@ def parse_spec(spec: dict[str, Any]) -> ExperimentSpec:
     return parsed
 
 
-def spec_hash(spec: ExperimentSpec) -> str:
+def definition_hash(spec: ExperimentSpec) -> str:
     """A canonical hash of what defines a run: candidate, gauntlet, timeout and gate.
+
+    The experiment's ``status.specHash``: a change of it is a new run (as the backfill's
+    ``function.api.modelbackfill.definition_hash`` is a new attempt).
 
     ``suspend``, ``repeatAfter`` and ``historyLimit`` are excluded: pausing or
     rescheduling is not a different experiment. Maps are hashed with sorted keys
@@ -433,3 +375,17 @@ def spec_hash(spec: ExperimentSpec) -> str:
     doc["gauntlet"]["env"] = [list(p) for p in spec.gauntlet.sorted_env()]
     raw = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+# ---- status contract (written by function.composers.experiment; read by the metrics
+# labels, function.ops.metrics) ------------------------------------------------------
+
+# The experiment's verdict condition; its reason is one of VERDICT_REASONS once decided.
+VERDICT = "Verdict"
+# Verdict reasons (status.verdict.reason, the Verdict condition).
+PASSED = "GauntletPassed"
+FAILED = "GauntletFailed"
+TIMED_OUT = "TimedOut"
+CANDIDATE_FAILED = "CandidateFailed"
+CANDIDATE_LOST = "CandidateLost"
+VERDICT_REASONS = frozenset({PASSED, FAILED, TIMED_OUT, CANDIDATE_FAILED, CANDIDATE_LOST})

@@ -34,39 +34,149 @@ A ModelReplica is composed, never authored. Its spec is the deployment's
           nodeSelector: {devices: [...]} # verbatim (devices with name, count, selectors)
           template: {metadata: ..., spec: {containers: [{name: engine, ...}]}}
 
-The models below validate it; unknown fields are kept (``extra="allow"``) so the
-deployment can pass Modelplane fields through verbatim.
+One model, one strictness policy: the XRD's types (``compositions/modelreplica/
+definition.yaml``) with pydantic strict types, so ``"3"``, ``true`` for a number or
+``3.5`` for an integer are errors naming the field, as the API server makes them, never
+coerced (numbers arrive as doubles, so an integer field takes ``3.0``). Unknown fields
+are kept (``extra="allow"``) so the deployment can pass Modelplane fields through
+verbatim. Pod templates stay the dicts the author wrote; the parts the function reads
+or extends (containers, env, ports, mounts, volumes, tolerations, claims) are checked
+against :class:`PodTemplate`.
+
+:class:`Engine`, :class:`Member` and :class:`Worker` are declared here once: the
+ModelDeployment's ``template.spec.engines`` and the ModelExperiment's
+``candidate.engines`` use them too (a ModelReplica's engines are the deployment's,
+with ``pool`` filled in by placement).
+
+This module also owns the ModelReplica's status contract (written by
+:mod:`function.composers.replica`): the condition :data:`MODEL_READY` and its cache-gate
+reasons, which the ModelDeployment, ModelExperiment and ModelBackfill composers read.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+
+from function.api.fields import Ref, WholeInt, checked
+from function.core.errors import SpecError, pydantic_errors
+from function.serving.env import EnvVar
+
+__all__ = [
+    "CACHE_GATE_REASONS",
+    "MODEL_READY",
+    "REASON_CACHE_NOT_FOUND",
+    "REASON_HYDRATING",
+    "REASON_HYDRATION_FAILED",
+    "REASON_HYDRATION_NOT_FOUND",
+    "Engine",
+    "FlashLoader",
+    "Member",
+    "ModelReplicaSpec",
+    "PodTemplate",
+    "Ref",
+    "ReplicaEngine",
+    "ReplicaMember",
+    "Worker",
+    "parse",
+]
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
-class Ref(_Model):
-    """A reference by name in the XR's own namespace."""
+# ---- the parts of a pod template the function reads or extends --------------------
 
-    name: str = Field(min_length=1)
+
+class Toleration(_Model):
+    """A Kubernetes toleration (``operator`` and ``effect`` as the API server takes them)."""
+
+    key: StrictStr | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: StrictStr | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: WholeInt | None = None
+
+
+class _Port(_Model):
+    containerPort: WholeInt = Field(ge=1, le=65535)
+    name: StrictStr | None = None
+
+
+class _Mount(_Model):
+    name: StrictStr = Field(min_length=1)
+    mountPath: StrictStr = Field(min_length=1)
+
+
+class _Container(_Model):
+    name: StrictStr = Field(min_length=1)
+    image: StrictStr | None = None
+    command: list[StrictStr] | None = None
+    args: list[StrictStr] | None = None
+    env: list[EnvVar] | None = None
+    ports: list[_Port] | None = None
+    volumeMounts: list[_Mount] | None = None
+    resources: dict[str, Any] | None = None
+
+
+class _Named(_Model):
+    name: StrictStr = Field(min_length=1)
+
+
+class _PodSpec(_Model):
+    containers: list[_Container] = Field(min_length=1)
+    initContainers: list[_Container] | None = None
+    volumes: list[_Named] | None = None
+    tolerations: list[Toleration] | None = None
+    nodeSelector: dict[str, StrictStr] | None = None
+    resourceClaims: list[_Named] | None = None
+
+
+class _PodMeta(_Model):
+    labels: dict[str, StrictStr] | None = None
+    annotations: dict[str, StrictStr] | None = None
+
+
+class PodTemplate(_Model):
+    """A member's pod template, as far as the function reads or extends it."""
+
+    metadata: _PodMeta | None = None
+    spec: _PodSpec
+
+
+class _Selector(_Model):
+    cel: StrictStr = Field(min_length=1)
+
+
+class _DeviceRequest(_Model):
+    name: StrictStr = Field(min_length=1, max_length=63)
+    count: WholeInt = Field(default=1, ge=1)
+    selectors: list[_Selector] = Field(default_factory=list)
+    deviceClassName: StrictStr | None = None
+
+
+class NodeSelector(_Model):
+    """A member's ``nodeSelector``: the devices each of its pods claims."""
+
+    devices: list[_DeviceRequest] = Field(min_length=1)
+
+
+# ---- engines (shared with ModelDeployment and ModelExperiment) ----------------------
 
 
 class Worker(_Model):
     """Worker sizing of a multi-node engine."""
 
-    nodes: int = Field(default=1, ge=1)
+    nodes: WholeInt = Field(ge=1)
 
 
 class Member(_Model):
-    """One member of an engine, placed on ``pool``."""
+    """One member of an engine; ``template`` is a pod template."""
 
     role: Literal["Standalone", "Leader", "Worker"] = "Standalone"
     worker: Worker | None = None
-    pool: str | None = None
     nodeSelector: dict[str, Any] | None = None
     template: dict[str, Any]
 
@@ -74,8 +184,8 @@ class Member(_Model):
 class Engine(_Model):
     """One serving unit: a Standalone pod, or a Leader with Workers."""
 
-    name: str = Field(min_length=1, max_length=63)
-    copies: int = Field(default=1, ge=1)
+    name: StrictStr = Field(min_length=1, max_length=63)
+    copies: WholeInt = Field(default=1, ge=1)
     phase: Literal["Prefill", "Decode"] | None = None
     members: list[Member] = Field(min_length=1)
 
@@ -83,21 +193,72 @@ class Engine(_Model):
 class FlashLoader(_Model):
     """Flash-loader settings at one level; ``None`` inherits from the level below."""
 
-    enabled: bool | None = None
-    image: str | None = None
-    concurrency: int | None = None
-    tmpfsSizeLimit: str | None = None
+    enabled: StrictBool | None = None
+    image: StrictStr | None = None
+    concurrency: WholeInt | None = None
+    tmpfsSizeLimit: StrictStr | None = None
+
+
+class _Serving(_Model):
+    mode: Literal["Unified", "PrefillDecode"] = "Unified"
+
+
+class ReplicaMember(Member):
+    """A member as a ModelReplica holds it: placed on ``pool``; template and devices checked."""
+
+    pool: StrictStr | None = None
+    nodeSelector: Annotated[dict[str, Any] | None, checked(NodeSelector)] = None
+    template: Annotated[dict[str, Any], checked(PodTemplate)]
+
+
+class ReplicaEngine(Engine):
+    """An engine as a ModelReplica holds it (members checked, see :class:`ReplicaMember`)."""
+
+    members: list[ReplicaMember] = Field(min_length=1)  # type: ignore[assignment]  # narrower: read only
 
 
 class ModelReplicaSpec(_Model):
     """The spec of a ModelReplica (see the module docstring)."""
 
-    deploymentName: str = Field(min_length=1)
-    index: int = Field(ge=0)
-    clusterName: str = Field(min_length=1)
+    deploymentName: StrictStr = Field(min_length=1)
+    index: WholeInt = Field(ge=0)
+    clusterName: StrictStr = Field(min_length=1)
     modelCacheRef: Ref | None = None
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
-    serving: dict[str, Any] | None = None
-    shmSizeLimit: str | None = None
+    tolerations: list[Annotated[dict[str, Any], checked(Toleration)]] = Field(
+        default_factory=list
+    )
+    serving: Annotated[dict[str, Any] | None, checked(_Serving)] = None
+    shmSizeLimit: StrictStr | None = None
     flashLoader: FlashLoader | None = None
-    engines: list[Engine] = Field(min_length=1)
+    engines: list[ReplicaEngine] = Field(min_length=1)
+
+
+def parse(spec: Any) -> ModelReplicaSpec:
+    """Validate a ModelReplica ``spec`` (plain Python) in one pass.
+
+    Raises:
+        SpecError: naming the first wrong field (``spec.engines[0].copies`` ...) and
+            listing up to five problems.
+    """
+    if not isinstance(spec, dict):
+        raise SpecError("spec", "must be an object")
+    try:
+        return ModelReplicaSpec.model_validate(spec)
+    except ValidationError as e:
+        raise pydantic_errors("spec", e) from None
+
+
+# ---- status contract (written by function.composers.replica; read by ModelDeployment,
+# ModelExperiment and ModelBackfill) ---------------------------------------------------
+
+# The ModelReplica's own condition: True when every engine serves.
+MODEL_READY = "ModelReady"
+# Reasons of ModelReady=False while the model cache gates the replica.
+REASON_CACHE_NOT_FOUND = "CacheNotFound"
+REASON_HYDRATION_NOT_FOUND = "HydrationNotFound"
+REASON_HYDRATING = "Hydrating"
+REASON_HYDRATION_FAILED = "HydrationFailed"
+# Every reason that means "waiting on (or failed by) the cache", not the workload.
+CACHE_GATE_REASONS = frozenset(
+    {REASON_CACHE_NOT_FOUND, REASON_HYDRATION_NOT_FOUND, REASON_HYDRATING, REASON_HYDRATION_FAILED}
+)

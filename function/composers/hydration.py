@@ -96,7 +96,24 @@ from typing import Any, NamedTuple
 from google.protobuf.struct_pb2 import Struct
 
 from function import API_VERSION
+from function.api import inferencecluster
 from function.api.modelcache import CacheSource, parse_source
+from function.api.modelcachehydration import (
+    CONDITION,
+    FAILED,
+    HYDRATING,
+    PENDING,
+    PHASES,
+    READY,
+    REASON_AUTH_SECRET_KEY_MISSING,
+    REASON_CLUSTER_UNAVAILABLE,
+    REASON_HYDRATED,
+    REASON_JOB_RUNNING,
+    REASON_PVC_NOT_BOUND,
+    REASON_WAITING_FOR_JOB,
+    REASON_WAITING_FOR_REQUIREMENTS,
+)
+from function.api.modelcachehydration import REASON_PVC_BIND_TIMEOUT as PVC_TIMEOUT
 from function.core import events, structs
 from function.core.errors import SpecError
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
@@ -119,12 +136,13 @@ from function.naming import (
     labels_with_full,
     source_identity,
 )
-
-PENDING, HYDRATING, READY, FAILED = "Pending", "Hydrating", "Ready", "Failed"
-PHASES = (PENDING, HYDRATING, READY, FAILED)
-CONDITION = "Hydrated"
-
-PVC_TIMEOUT = "PVCBindTimeout"
+from jobs.contract import (
+    RESULT_COMMIT,
+    RESULT_DATA_KEY,
+    RESULT_DIGEST,
+    RESULT_IDENTITY,
+    RESULT_VALIDATED_AT,
+)
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -235,19 +253,6 @@ def _pvc_phase(pvc_obj: Struct | None) -> str:
 def _secret_has_key(secret: Struct, key: str) -> bool:
     """True when the Secret's ``data`` (or ``stringData``) has ``key``; values are never read."""
     return any(key in structs.fields_of(secret, field) for field in ("data", "stringData"))
-
-
-def _provider_config(cluster: Struct) -> tuple[str, str] | None:
-    """``(kind, name)`` of the InferenceCluster's ``status.providerConfigRef``, or None.
-
-    Same rule as ``function.manifests.objects.provider_config_ref`` (kind defaults to
-    ``ClusterProviderConfig``), as a hashable key for the memoized builders below.
-    """
-    ref = structs.sub(structs.sub(cluster, "status"), "providerConfigRef")
-    name = structs.sval(ref, "name")
-    if not name:
-        return None
-    return structs.sval(ref, "kind") or "ClusterProviderConfig", name
 
 
 # ---- the spec (validated once per distinct spec) ------------------------------------
@@ -503,10 +508,10 @@ def _parse_evidence(raw: str, identity: str) -> tuple[str, str, str] | None:
         result = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(result, dict) or result.get("identity") != identity:
+    if not isinstance(result, dict) or result.get(RESULT_IDENTITY) != identity:
         return None
-    commit, digest = result.get("commit"), result.get("digest")
-    validated = parse_time(result.get("validatedAt"))
+    commit, digest = result.get(RESULT_COMMIT), result.get(RESULT_DIGEST)
+    validated = parse_time(result.get(RESULT_VALIDATED_AT))
     if not (
         isinstance(commit, str)
         and _COMMIT.match(commit)
@@ -576,10 +581,8 @@ class _Composer:
                 self.state.reason, self.state.message = self.state.warnings[-1]
             return self._finish()
         cluster = cluster_req.by_name().get(self.cluster_name)
-        pc = _provider_config(cluster) if cluster is not None else None
-        storage_class = structs.sval(
-            structs.sub(structs.sub(cluster, "status"), "cache"), "storageClassName"
-        )
+        pc = inferencecluster.provider_config(cluster) if cluster is not None else None
+        storage_class = inferencecluster.cache_storage_class(cluster)
         if cluster is None or pc is None or not storage_class:
             why = (
                 f"InferenceCluster {self.cluster_name} not found"
@@ -634,7 +637,7 @@ class _Composer:
         if not _secret_has_key(secret, self.auth.key):
             self.state.warnings.append(
                 (
-                    "AuthSecretKeyMissing",
+                    REASON_AUTH_SECRET_KEY_MISSING,
                     f"auth Secret {ref} has no key {self.auth.key}; add it to start hydration",
                 )
             )
@@ -710,7 +713,7 @@ class _Composer:
             phase, reason, msg = result
             st.phase = phase
             if phase == READY:
-                st.reason = "Hydrated"
+                st.reason = REASON_HYDRATED
                 st.message = f"{self.repo}@{self.revision} hydrated on {self.cluster_name}"
                 # Latched from now on: drop the Job and the token Secret.
                 for key in (job_key(self.identity), SECRET_KEY, *RBAC_KEYS):
@@ -735,13 +738,13 @@ class _Composer:
         pvc_phase = _pvc_phase(pvc_obj)
         if pvc_phase == "Bound":
             st.phase = HYDRATING if (job_desired or job_obj is not None) else PENDING
-            st.reason = "JobRunning" if st.phase == HYDRATING else "WaitingForJob"
+            st.reason = REASON_JOB_RUNNING if st.phase == HYDRATING else REASON_WAITING_FOR_JOB
             st.message = f"downloading {self.repo}@{self.revision} on {self.cluster_name}"
             st.message += self._sync_problems(job_obj)
             self.out.requeue_after(settings.poll_seconds)
             return
         st.phase = PENDING
-        st.reason = "PVCNotBound"
+        st.reason = REASON_PVC_NOT_BOUND
         pvc = cache_pvc_name(self.ns, self.cache)
         err = _sync_error(pvc_obj)
         detail = f"waiting for PVC {pvc} to bind ({pvc_phase or 'not created yet'})" + (
@@ -811,7 +814,7 @@ class _Composer:
     def _ready_latched(self) -> None:
         st = self.state
         st.phase = READY
-        st.reason = self.prev_reason or "Hydrated"
+        st.reason = self.prev_reason or REASON_HYDRATED
         st.message = self.prev_message or (
             f"{self.repo}@{self.revision} hydrated on {self.cluster_name}"
         )
@@ -835,7 +838,7 @@ class _Composer:
                 self.pending_since = since
         else:
             st.phase = PENDING
-            st.reason = "WaitingForRequirements"
+            st.reason = REASON_WAITING_FOR_REQUIREMENTS
             st.message = f"waiting for Crossplane to resolve {what}"
         if st.phase in (PENDING, HYDRATING):
             self.out.requeue_after(self.inputs.settings.poll_seconds)
@@ -848,9 +851,9 @@ class _Composer:
             # Staged or failed weights stay what they are; only a hydration that
             # cannot proceed says why (the InferenceCluster reports its own state).
             st.phase = PENDING
-            st.reason = "ClusterUnavailable"
+            st.reason = REASON_CLUSTER_UNAVAILABLE
             st.message = why
-            st.warnings.append(("ClusterUnavailable", why))
+            st.warnings.append((REASON_CLUSTER_UNAVAILABLE, why))
 
     # ---- status ----------------------------------------------------------
 
@@ -933,12 +936,12 @@ class _Composer:
         """``{commit, digest, validatedAt}`` the download program reported for this source.
 
         Read from ``data.result`` of the observed result ConfigMap (JSON written by
-        ``python -m function.hydrate``); only a result for the current source
+        ``python -m jobs.hydrate``, keys in ``jobs.contract``); only a result for the current source
         identity with a 40-hex commit, a ``sha256:<64 hex>`` digest and an RFC 3339
         ``validatedAt`` counts (anything else is ignored, never written to status).
         """
         body = self.inputs.observed_body(RESULT_KEY)
-        raw = structs.sval(structs.sub(_manifest(body), "data"), "result")
+        raw = structs.sval(structs.sub(_manifest(body), "data"), RESULT_DATA_KEY)
         found = _evidence(raw, self.identity) if raw else None
         if found is None:
             return None

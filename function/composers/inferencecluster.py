@@ -1,5 +1,8 @@
 """InferenceCluster (bring your own): compose the status placement reads.
 
+The status contract (field names, and the one reader other kinds use) is
+:mod:`function.api.inferencecluster`.
+
 So the project runs without Modelplane, an InferenceCluster with
 ``spec.cluster.source: Existing`` gets the status Modelplane would give it:
 
@@ -40,6 +43,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from function import API_VERSION
+from function.api.inferencecluster import (
+    DEFAULT_PROVIDER_CONFIG_KIND,
+    STATUS_CACHE,
+    STATUS_GATEWAY,
+    STATUS_GPU_POOLS,
+    STATUS_PROVIDER_CONFIG_REF,
+    STATUS_STORAGE_CLASS,
+)
 from function.core import structs
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
@@ -49,7 +60,7 @@ CONDITION = "PoolsResolved"
 PROVIDER_CONFIG_KEY = "provider-config"
 PROVIDER_CONFIG_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
 SECRET_NAMESPACE = "modelplane-system"
-_ECHO = ("gpuPools", "providerConfigRef", "cache", "gateway")
+_ECHO = (STATUS_GPU_POOLS, STATUS_PROVIDER_CONFIG_REF, STATUS_CACHE, STATUS_GATEWAY)
 # spec.cluster.source values of the InferenceCluster XRD (compositions/inferencecluster).
 SOURCES = ("Existing", "GKE", "EKS", "AKS", "Nebius", "Vultr")
 INVALID_SPEC = "InvalidSpec"
@@ -141,8 +152,7 @@ def _invalid(inputs: Inputs, out: Outcome, message: str) -> Outcome:
     is observed; the spec error is in ``PoolsResolved``, not in a fleet-wide move of
     every replica off a working cluster.
     """
-    for key, child in sorted(inputs.observed.items()):
-        out.keep(key, child.resource, True)
+    out.keep_observed(inputs, True)
     out.ready = inputs.observed_body(PROVIDER_CONFIG_KEY) is not None
     for k in _ECHO:
         v = inputs.status(k)
@@ -223,17 +233,17 @@ def compose(inputs: Inputs) -> Outcome:
 
     classes = {c: r.items[0] for c, r in resolved.items() if isinstance(r, Resolved) and r.items}
     pools, missing = gpu_pools(node_pools, classes)
-    out.status["gpuPools"] = pools
-    out.status["providerConfigRef"] = {
+    out.status[STATUS_GPU_POOLS] = pools
+    out.status[STATUS_PROVIDER_CONFIG_REF] = {
         "name": pc["metadata"]["name"],
-        "kind": "ClusterProviderConfig",
+        "kind": DEFAULT_PROVIDER_CONFIG_KIND,
     }
-    sc = (existing.get("cache") or {}).get("storageClassName")
+    sc = (existing.get("cache") or {}).get(STATUS_STORAGE_CLASS)
     if sc:
-        out.status["cache"] = {"storageClassName": sc}
+        out.status[STATUS_CACHE] = {STATUS_STORAGE_CLASS: sc}
     host = (spec.get("gateway") or {}).get("hostname")
     if host:
-        out.status["gateway"] = {"hostname": host}
+        out.status[STATUS_GATEWAY] = {"hostname": host}
     nodes = sum(p["nodes"] for p in pools)
     if missing:
         out.condition(

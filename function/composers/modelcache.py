@@ -32,7 +32,19 @@ from typing import Any
 from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import API_VERSION
-from function.api.modelcache import parse_source
+from function.api import inferencecluster
+from function.api.modelcache import (
+    ARTIFACT_READY,
+    CLUSTERS_MATCHED,
+    REASON_HYDRATED,
+    REASON_HYDRATING,
+    REASON_HYDRATION_FAILED,
+    REASON_NO_HOSTABLE_CLUSTERS,
+    REASON_NO_MATCHING_CLUSTERS,
+    UNAVAILABLE,
+    parse_source,
+)
+from function.api.modelcachehydration import FAILED, PENDING, PHASES, READY
 from function.core import structs
 from function.core.errors import SpecError
 from function.core.inputs import UNRESOLVED, Inputs, ObservedView, Resolved
@@ -55,23 +67,11 @@ REQ_REPLICAS = "replicas"
 CHILD_PREFIX = "hydration-"
 _NO_LABELS = Struct().fields
 _JUST_CREATED = "hydration created; waiting for its first status"
-PHASES = ("Pending", "Hydrating", "Ready", "Failed")
 
 
 def child_key(cluster: str) -> str:
     """The composition-resource name of the hydration on ``cluster``."""
     return CHILD_PREFIX + cluster
-
-
-def _hostable(cluster: Struct) -> str | None:
-    """Why ``cluster`` cannot host a cache, or None when it can."""
-    if not structs.condition_is(cluster, "Ready"):
-        return "cluster is not Ready"
-    if not structs.get_str(cluster, "status", "providerConfigRef", "name"):
-        return "cluster reports no status.providerConfigRef"
-    if not structs.get_str(cluster, "status", "cache", "storageClassName"):
-        return "cluster reports no status.cache.storageClassName"
-    return None
 
 
 @memo(16384, weight=4)
@@ -147,12 +147,12 @@ def _stale_message(repo: str, revision: str, identity: str, got: str, phase: str
 def _hydration_state(obs: Struct | None) -> tuple[str, str, Struct | None]:
     """(phase, message, evidence) of an observed hydration; Pending when not observed yet."""
     if obs is None:
-        return "Pending", _JUST_CREATED, None
+        return PENDING, _JUST_CREATED, None
     st = structs.fields_of(obs, "status")
     v = st.get("phase")
     phase = v.string_value if v is not None else ""
     if phase not in PHASES:
-        phase = "Pending"
+        phase = PENDING
     v = st.get("message")
     msg = (v.string_value if v is not None else "") or f"hydration is {phase}"
     v = st.get("evidence")
@@ -298,11 +298,10 @@ def compose(inputs: Inputs) -> Outcome:
 
     clusters = inputs.required(REQ_CLUSTERS)
     if clusters is UNRESOLVED:
-        for key, child in inputs.observed.items():
-            out.keep(key, child.resource)
+        out.keep_observed(inputs)
         msg = "waiting for Crossplane to resolve the InferenceClusters of spec.clusterSelector"
-        out.condition("ClustersMatched", "Unknown", "ResolvingClusters", msg)
-        out.condition("ArtifactReady", "Unknown", "ResolvingClusters", msg)
+        out.condition(CLUSTERS_MATCHED, "Unknown", "ResolvingClusters", msg)
+        out.condition(ARTIFACT_READY, "Unknown", "ResolvingClusters", msg)
         out.ready = False
         return out
     assert isinstance(clusters, Resolved)
@@ -327,7 +326,7 @@ def compose(inputs: Inputs) -> Outcome:
             continue
         matched.append(name)
         if name not in observed_by_cluster:
-            why = _hostable(c)
+            why = inferencecluster.cache_host_problem(c)
             if why is not None:
                 unhostable[name] = why
     matched.sort()
@@ -368,14 +367,14 @@ def compose(inputs: Inputs) -> Outcome:
         obs = observed_by_cluster.get(name)
         evidence = None
         if obs is None:
-            phase, msg = "Pending", _JUST_CREATED
+            phase, msg = PENDING, _JUST_CREATED
         else:
             sv = obs.fields.get("status")
             st = sv.struct_value.fields if sv is not None else _NO_LABELS
             v = st.get("phase")
             phase = v.string_value if v is not None else ""
             if phase not in counts:
-                phase = "Pending"
+                phase = PENDING
             v = st.get("message")
             msg = (v.string_value if v is not None else "") or f"hydration is {phase}"
             v = st.get("evidence")
@@ -385,24 +384,24 @@ def compose(inputs: Inputs) -> Outcome:
             if got != identity and sv is not None:
                 # Status for another source (or none yet): not evidence of this one.
                 msg = _stale_message(repo, revision, identity, got, phase)
-                phase, evidence = "Pending", None
+                phase, evidence = PENDING, None
         counts[phase] += 1
-        is_ready = phase == "Ready"
+        is_ready = phase == READY
         resources[CHILD_PREFIX + name] = Desired(
             _hydration_body(ns, cache, source_json, name),
             is_ready,
             _hydration_entry(ns, cache, source_json, name, is_ready),
         )
         rows.append((name, phase, msg, evidence, False))
-        if phase == "Failed":
+        if phase == FAILED:
             failed.append(f"{name} ({msg})")
-        elif phase != "Ready":
+        elif phase != READY:
             waiting.append(name)
         if name in prev:
             if prev[name] != phase:
-                if phase == "Failed":
+                if phase == FAILED:
                     newly_failed.append(f"{name}: {msg}")
-                elif phase == "Ready":
+                elif phase == READY:
                     newly_ready.append(name)
         elif obs is None:
             started.append(name)
@@ -413,16 +412,16 @@ def compose(inputs: Inputs) -> Outcome:
     if newly_ready:
         out.normal(f"hydration finished on {_names(newly_ready)}", "HydrationReady")
     if newly_failed:
-        out.warning(f"hydration failed on {_names(newly_failed)}", "HydrationFailed")
+        out.warning(f"hydration failed on {_names(newly_failed)}", REASON_HYDRATION_FAILED)
     for name in sorted(unhostable):
-        rows.append((name, "Unavailable", f"cannot host a cache: {unhostable[name]}", None, False))
+        rows.append((name, UNAVAILABLE, f"cannot host a cache: {unhostable[name]}", None, False))
     for name, why in retained.items():
         phase, msg, _ = _hydration_state(observed_by_cluster[name])
         state = msg if msg.startswith("hydration") else f"hydration {msg}"
         rows.append((name, phase, f"{why}; {state}", None, True))
 
     total = len(footprint)
-    ready = counts["Ready"]
+    ready = counts[READY]
     # Steady state: the same rows as last time; hand back the list from the request
     # instead of building it again (the runner copies it into the response).
     same = prev_list is not None and _same_rows(rows, prev_rows)
@@ -432,15 +431,15 @@ def compose(inputs: Inputs) -> Outcome:
 
     if not matched:
         out.condition(
-            "ClustersMatched",
+            CLUSTERS_MATCHED,
             "False",
-            "NoMatchingClusters",
+            REASON_NO_MATCHING_CLUSTERS,
             "no InferenceCluster matches spec.clusterSelector",
         )
         out.condition(
-            "ArtifactReady",
+            ARTIFACT_READY,
             "False",
-            "NoMatchingClusters",
+            REASON_NO_MATCHING_CLUSTERS,
             "no cluster to hydrate: no InferenceCluster matches spec.clusterSelector",
         )
         out.ready = False
@@ -451,28 +450,28 @@ def compose(inputs: Inputs) -> Outcome:
         matched_msg += f"; {len(unhostable)} cannot host a cache: " + _names(
             [f"{n} ({unhostable[n]})" for n in sorted(unhostable)]
         )
-    out.condition("ClustersMatched", "True", "ClustersMatched", matched_msg)
+    out.condition(CLUSTERS_MATCHED, "True", "ClustersMatched", matched_msg)
 
     progress = f"{ready}/{total} clusters ready"
     if failed:
         out.condition(
-            "ArtifactReady",
+            ARTIFACT_READY,
             "False",
-            "HydrationFailed",
+            REASON_HYDRATION_FAILED,
             f"hydration failed on {_names(failed)}; {progress}",
         )
     elif total == 0:
         out.condition(
-            "ArtifactReady",
+            ARTIFACT_READY,
             "False",
-            "NoHostableClusters",
+            REASON_NO_HOSTABLE_CLUSTERS,
             "no matched cluster can host a cache: " + _names(sorted(unhostable)),
         )
     elif ready == total:
-        out.condition("ArtifactReady", "True", "Hydrated", progress)
+        out.condition(ARTIFACT_READY, "True", REASON_HYDRATED, progress)
     else:
         out.condition(
-            "ArtifactReady", "False", "Hydrating", f"{progress}; waiting for {_names(waiting)}"
+            ARTIFACT_READY, "False", REASON_HYDRATING, f"{progress}; waiting for {_names(waiting)}"
         )
         out.requeue_after(inputs.settings.poll_seconds)
     out.ready = bool(total) and ready == total and not failed

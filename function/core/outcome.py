@@ -23,12 +23,16 @@ RunFunctionResponse. Crossplane facts it encodes (Crossplane v2):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from google.protobuf.struct_pb2 import Struct
 
 from function.core import structs
+
+if TYPE_CHECKING:
+    from function.core.inputs import Inputs
 
 Severity = Literal["Normal", "Warning", "Fatal"]
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -141,6 +145,42 @@ class Outcome:
                 if key in meta:
                     out[key] = meta[key]
         self.resources[name] = Desired(body, ready)
+
+    def keep_observed(
+        self,
+        inputs: Inputs,
+        ready: bool | Callable[[Struct], bool | None] | None = None,
+    ) -> None:
+        """Keep every observed child this outcome does not desire yet, as it was desired.
+
+        The rule for a call that cannot decide: a requirement Crossplane has not resolved
+        yet is "not known", not "empty", and Crossplane deletes every observed composed
+        resource missing from the desired state, so everything observed is kept.
+
+        Args:
+            inputs: The call's inputs (their observed composed resources).
+            ready: The readiness of each kept child: a value, or a function of its
+                observed body (None: as observed, see :class:`Desired`).
+        """
+        for key, child in inputs.observed.items():
+            if key not in self.resources:
+                body = child.resource
+                self.keep(key, body, ready(body) if callable(ready) else ready)
+
+    def final_iteration(self, inputs: Inputs) -> bool:
+        """True when this call's decisions can be the applied ones: every requirement it
+        asks for is resolved in the request.
+
+        Crossplane calls a function again while the requirements it returns differ from
+        the ones the request's ``required_resources`` were resolved for (at most five
+        times), and applies only the response whose requirements are stable
+        (``internal/xfn/required_resources.go``, ``FetchingFunctionRunner``). A call
+        that asks for something not resolved yet is never that one; a call whose every
+        requirement is resolved decides as the applied call will (it reads nothing
+        else), so it may decide, and need not keep what a decision drops.
+        """
+        have = inputs.required_resources
+        return all(name in have for name in self.requirements)
 
     def condition(self, typ: str, status: ConditionStatus, reason: str, message: str) -> None:
         """Set an XR condition; replaces an earlier one of the same type.

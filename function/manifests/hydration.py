@@ -19,9 +19,10 @@ Kubernetes rules they follow (Kubernetes 1.30 API):
   ``Failed=True`` (reason ``BackoffLimitExceeded`` or ``DeadlineExceeded``)
   instead of retrying forever
   (https://kubernetes.io/docs/concepts/workloads/controllers/job/#job-termination-and-cleanup).
-  The pod runs ``python -m function.hydrate`` from the function's own image, which
-  already contains ``huggingface_hub`` and the ``kubernetes`` client it reports its
-  result with (no package install at run time).
+  The pod runs ``python -m jobs.hydrate`` from the function's own image, which
+  installs the ``jobs`` extra (``huggingface_hub`` and the ``kubernetes`` client it
+  reports its result with; no package install at run time). Command, mount path,
+  marker, exit codes and environment are the contract in :mod:`jobs.contract`.
 """
 
 from __future__ import annotations
@@ -29,14 +30,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# Where the hydration Job mounts the cache PVC; the weights land at the PVC's root.
-HYDRATION_MOUNT = "/mnt/models"
+from jobs.contract import (
+    CACHE_MOUNT_PATH,
+    ENV_HF_TOKEN,
+    ENV_POD_NAMESPACE,
+    ENV_RESULT_CONFIGMAP,
+    EXIT_PERMANENT,
+    HYDRATE_COMMAND,
+)
+
 # Key of the token in the remote Secret (whatever the control-plane key is).
 REMOTE_TOKEN_KEY = "HF_TOKEN"
-# Completion marker the download program writes last, at the PVC's root.
-MARKER_FILE = ".modelplane-hydrated"
-# Exit code of ``python -m function.hydrate`` for a permanent failure.
-EXIT_PERMANENT = 3
 # Non-root user of the hydration pod; ``fsGroup`` makes the PVC writable for it.
 HYDRATION_UID = 65532
 
@@ -170,7 +174,7 @@ def hydration_job(
     result_configmap: str | None = None,
     service_account: str | None = None,
 ) -> dict[str, Any]:
-    """The download Job: ``python -m function.hydrate`` writing into the cache PVC.
+    """The download Job: ``python -m jobs.hydrate`` writing into the cache PVC.
 
     Args:
         name: The Job name (``naming.hydration_job_name``; carries the source identity).
@@ -180,7 +184,7 @@ def hydration_job(
         revision: Branch, tag or commit.
         identity: The source identity (``naming.source_identity``); the program
             skips when the marker at the PVC's root records it.
-        pvc_name: The cache PVC, mounted at :data:`HYDRATION_MOUNT`.
+        pvc_name: The cache PVC, mounted at :data:`CACHE_MOUNT_PATH`.
         token_secret_name: The remote Secret holding ``HF_TOKEN``; None for a
             public model (no token env).
         backoff_limit: Pod retries before the Job fails (``BackoffLimitExceeded``).
@@ -207,15 +211,15 @@ def hydration_job(
     if token_secret_name:
         env.append(
             {
-                "name": "HF_TOKEN",
+                "name": ENV_HF_TOKEN,
                 "valueFrom": {"secretKeyRef": {"name": token_secret_name, "key": REMOTE_TOKEN_KEY}},
             }
         )
     if result_configmap and service_account:  # see ``reports`` below
-        env.append({"name": "MODELPLANE_RESULT_CONFIGMAP", "value": result_configmap})
+        env.append({"name": ENV_RESULT_CONFIGMAP, "value": result_configmap})
         env.append(
             {
-                "name": "POD_NAMESPACE",
+                "name": ENV_POD_NAMESPACE,
                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
             }
         )
@@ -229,7 +233,7 @@ def hydration_job(
     container: dict[str, Any] = {
         "name": "hydrate",
         "image": image,
-        "command": ["python", "-m", "function.hydrate"],
+        "command": list(HYDRATE_COMMAND),
         "args": [
             "--repo",
             repo,
@@ -238,7 +242,7 @@ def hydration_job(
             "--identity",
             identity,
             "--target",
-            HYDRATION_MOUNT,
+            CACHE_MOUNT_PATH,
         ],
         "env": env,
         "resources": {
@@ -252,7 +256,7 @@ def hydration_job(
         },
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
-            {"name": "cache", "mountPath": HYDRATION_MOUNT},
+            {"name": "cache", "mountPath": CACHE_MOUNT_PATH},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }

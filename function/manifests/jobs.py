@@ -16,6 +16,7 @@ from typing import Any
 
 from function.core import structs
 from function.core.errors import SpecError
+from function.serving.env import literal_env, set_env
 
 
 def _obj(value: Any, field: str) -> dict[str, Any]:
@@ -57,26 +58,6 @@ def check_pod_spec(pod_spec: dict[str, Any], field: str) -> None:
                     raise SpecError(
                         f"{field}.{group}[{i}].env[{j}]", "must be an object with a string name"
                     )
-
-
-def set_env(container: dict[str, Any], env: Sequence[tuple[str, str]]) -> None:
-    """Set literal env entries on ``container`` in place (replace by name, else append).
-
-    Args:
-        container: A Kubernetes container (dict); ``env`` is created when absent.
-        env: ``(name, value)`` pairs, applied in the given order.
-    """
-    entries: list[dict[str, Any]] | None = container.get("env")
-    if entries is None:  # absent or null
-        entries = container["env"] = []
-    index = {e.get("name"): i for i, e in enumerate(entries) if isinstance(e, dict)}
-    for name, value in env:
-        entry = {"name": name, "value": value}
-        if name in index:
-            entries[index[name]] = entry
-        else:
-            index[name] = len(entries)
-            entries.append(entry)
 
 
 def job_from_cronjob(
@@ -136,7 +117,7 @@ def job_from_cronjob(
     pod_meta["labels"] = {**pod_labels, **labels}
     for c in containers:
         if isinstance(c, dict):
-            set_env(c, env)
+            set_env(c, literal_env(env))
     if active_deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = int(active_deadline_seconds)
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": job_labels}

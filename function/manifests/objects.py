@@ -20,25 +20,6 @@ OBJECT_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
 OBJECT_KIND = "Object"
 
 
-def provider_config_ref(cluster: Any) -> dict[str, str] | None:
-    """The provider config of an InferenceCluster, from its ``status.providerConfigRef``.
-
-    Args:
-        cluster: The InferenceCluster (Struct or dict).
-
-    Returns:
-        ``{"name": ..., "kind": "ProviderConfig"|"ClusterProviderConfig"}``, or None
-        when the cluster does not report one yet.
-    """
-    name = structs.get_str(cluster, "status", "providerConfigRef", "name")
-    if not name:
-        return None
-    kind = (
-        structs.get_str(cluster, "status", "providerConfigRef", "kind") or "ClusterProviderConfig"
-    )
-    return {"kind": kind, "name": name}
-
-
 def remote_object(
     name: str,
     namespace: str,
@@ -57,7 +38,7 @@ def remote_object(
     Args:
         name: The Object's name (a DNS-1123 label, see ``function.naming``).
         namespace: The XR's namespace (the Object lives beside it).
-        provider_config: From :func:`provider_config_ref`.
+        provider_config: From :func:`function.api.inferencecluster.provider_config_ref`.
         manifest: The remote Kubernetes object.
         labels: Labels for the Object (``app.kubernetes.io/managed-by`` is added).
         annotations: Annotations for the Object.

@@ -34,28 +34,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from function import API_GROUP
 from function.core import structs
 from function.core.errors import SpecError
+from function.naming import LABEL_SERVING, LABEL_WORKLOAD
 from function.serving.env import (
-    CACHE_MOUNT_PATH,
-    FLASH_MOUNT_PATH,
     SHM_MOUNT_PATH,
     check_reserved,
     gang_env,
-    inject_env,
     model_env,
     set_by_name,
+    set_env,
 )
 from function.serving.flashloader import FlashLoader
+from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH, FLASHLOAD_COMMAND
 
 ENGINE_CONTAINER = "engine"
 DEFAULT_ENGINE_PORT = 8000
-LABEL_SERVING = f"{API_GROUP}/serving"
-LABEL_WORKLOAD = f"{API_GROUP}/workload"
-# Node label of a GPU pool's nodes (Modelplane's convention), used when the
-# InferenceCluster's gpuPools[] entry declares no nodeSelector of its own.
-LABEL_POOL = f"{API_GROUP}/pool"
 
 # GPU node groups carry this taint so that pods without GPUs stay off them. The
 # ExtendedResourceToleration admission plugin adds the toleration only to pods that
@@ -268,7 +262,7 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
         injected.append(model_env(path))
     if plan.gang:
         injected.extend(gang_env())
-    inject_env(engine, injected)
+    set_env(engine, injected, first=True)
 
     if plan.serving is not None:
         if not engine.get("ports"):
@@ -306,13 +300,13 @@ def clone(v: Any) -> Any:
 def flash_container(fl: FlashLoader) -> dict[str, Any]:
     """The init container that copies the weights from the cache PVC to node-local memory.
 
-    It runs ``python -m function.flashload`` (the function's own image has it); a
-    custom ``image`` must accept the same command line.
+    It runs ``python -m jobs.flashload`` (the function's own image has it,
+    :mod:`jobs.contract`); a custom ``image`` must accept the same command line.
     """
     return {
         "name": FLASH_CONTAINER,
         "image": fl.image,
-        "command": ["python", "-m", "function.flashload"],
+        "command": list(FLASHLOAD_COMMAND),
         "args": [
             f"--source={CACHE_MOUNT_PATH}",
             f"--dest={FLASH_MOUNT_PATH}",

@@ -74,6 +74,8 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from function.api.modelcachehydration import PHASES, REASON_PVC_BIND_TIMEOUT
+from function.api.modelexperiment import VERDICT_REASONS
 from function.composers import KINDS
 
 PREFIX = "modelplane_"
@@ -84,15 +86,12 @@ _KINDS = frozenset(KINDS)
 UNKNOWN_KIND = "unknown"
 RUN_RESULTS = frozenset({"success", "fatal", "error", "deadline"})
 SEVERITIES = frozenset({"Normal", "Warning", "Fatal"})
-VERDICT_REASONS = frozenset(
-    {"GauntletPassed", "GauntletFailed", "TimedOut", "CandidateFailed", "CandidateLost"}
-)
 BACKFILL_RESULTS = frozenset({"succeeded", "failed"})
 PREEMPTION_REASONS = frozenset({"foreground", "not_ready", "suspended", "spec_changed", "other"})
-HYDRATION_PHASES = frozenset({"Pending", "Hydrating", "Ready", "Failed"})
+HYDRATION_PHASES = frozenset(PHASES)
 # Why a hydration failed: the Job's Failed condition reason, or the PVC bind timeout.
 HYDRATION_FAILURE_REASONS = frozenset(
-    {"BackoffLimitExceeded", "DeadlineExceeded", "PodFailurePolicy", "PVCBindTimeout"}
+    {"BackoffLimitExceeded", "DeadlineExceeded", "PodFailurePolicy", REASON_PVC_BIND_TIMEOUT}
 )
 DEPLOYMENT_REPLICA_STATES = frozenset({"requested", "placed", "ready"})
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from function.core.memo import memo
 
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
 # The flash loader copies at most this many files at once (one thread each).
@@ -238,7 +239,7 @@ class Settings(BaseSettings):
         str,
         _env(
             "MODELPLANE_HYDRATION_IMAGE",
-            "image of the hydration Job (python -m function.hydrate)",
+            "image of the hydration Job (python -m jobs.hydrate)",
             "image",
         ),
     ] = "xpkg.crossplane.io/modelplane/function-modelplane:v0.1.0"
@@ -573,7 +574,7 @@ def load_settings(
         raise SettingsError("invalid settings: " + "; ".join(msgs)) from None
 
 
-@lru_cache(maxsize=1)
+@memo(1)
 def default_settings() -> Settings:
     """Settings with every default and no environment (for tests and tools)."""
     return Settings.model_construct()

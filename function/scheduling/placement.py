@@ -79,6 +79,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from function.api.modelcachehydration import FAILED, READY
+from function.api.modeldeployment import (
+    INSUFFICIENT_CAPACITY,
+    NO_CLUSTER_IN_FOOTPRINT,
+    NO_MATCHING_CLUSTERS,
+    WAITING_FOR_CACHE,
+)
 from function.scheduling.devices import Device, DeviceRequest, claims_dra, pool_satisfies
 from function.scheduling.selectors import LabelSelector
 from function.scheduling.tolerations import (
@@ -88,17 +95,6 @@ from function.scheduling.tolerations import (
     Toleration,
     untolerated,
 )
-
-# Hydration phases (ModelCacheHydration status.phase).
-READY = "Ready"
-FAILED = "Failed"
-
-# Reasons of ReplicasScheduled=False.
-CACHE_NOT_FOUND = "CacheNotFound"
-WAITING_FOR_CACHE = "WaitingForCache"
-NO_CLUSTER_IN_FOOTPRINT = "NoClusterInCacheFootprint"
-NO_MATCHING_CLUSTERS = "NoMatchingClusters"
-INSUFFICIENT_CAPACITY = "InsufficientCapacity"
 
 _MAX_NAMED = 5  # clusters named per reason in a message (fleets have thousands)
 

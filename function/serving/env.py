@@ -24,8 +24,12 @@ Kubernetes facts this rests on
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
+from pydantic_core import InitErrorDetails
 
 from function.core.errors import SpecError
 
@@ -38,12 +42,95 @@ RESERVED = frozenset({ENV_MODEL, ENV_LEADER_ADDRESS, ENV_RANK})
 LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
-# Where the cache PVC is mounted (read-only) in every engine container; the
-# hydration Job writes the weights at the PVC's root.
-CACHE_MOUNT_PATH = "/mnt/models"
-# Where the flash loader's node-local copy is mounted.
-FLASH_MOUNT_PATH = "/mnt/flash-models"
 SHM_MOUNT_PATH = "/dev/shm"
+
+
+# The one rule for env names a spec may set (ModelBackfill ``spec.env``, ModelExperiment
+# ``spec.gauntlet.env``): a portable C identifier. Every Kubernetes version accepts it
+# (apimachinery ``IsEnvVarName`` before 1.32; any printable ASCII but ``=`` from 1.32,
+# https://kubernetes.io/docs/tasks/inject-data-application/define-environment-variable-container/)
+# and every shell can reference it as ``$NAME``, which evaluation scripts do.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Most literal variables a spec may set.
+MAX_LITERAL_ENV = 32
+
+
+def env_name_problem(name: str) -> str | None:
+    """Why ``name`` is not an env name a spec may set (:data:`ENV_NAME`), or None."""
+    if ENV_NAME.match(name):
+        return None
+    return (
+        f"{name!r} is not a valid env variable name "
+        "(letters, digits and _, not starting with a digit)"
+    )
+
+
+class EnvVar(BaseModel):
+    """A container's ``env[]`` entry (Kubernetes ``EnvVar``) as a pod template holds it.
+
+    Only the shape is checked (``name`` a non-empty string, ``value`` a string,
+    ``valueFrom`` an object); the entry is passed through as written.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    name: StrictStr = Field(min_length=1)
+    value: StrictStr | None = None
+    valueFrom: dict[str, Any] | None = None
+
+
+class LiteralEnvVar(BaseModel):
+    """A literal variable a spec sets in every container of a Job: ``name`` and ``value``.
+
+    ``valueFrom`` (or any other field) is rejected: the function copies only literals.
+    The name follows :data:`ENV_NAME`; which names are reserved is the kind's rule.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: StrictStr = Field(min_length=1)
+    value: StrictStr = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        problem = env_name_problem(v)
+        if problem is not None:
+            raise ValueError(problem)
+        return v
+
+
+def check_literal_env(env: Sequence[LiteralEnvVar], reserved: Iterable[str], why: str) -> None:
+    """Reject duplicate names and ``reserved`` ones in a list of literal variables.
+
+    For a pydantic field validator of the list: the errors are located at
+    ``[i].name`` of the list (pydantic prefixes the field's own path).
+
+    Raises:
+        pydantic.ValidationError: naming the variable; ``why`` says who sets a
+            reserved name.
+    """
+    taken = frozenset(reserved)
+    seen: set[str] = set()
+    errors: list[InitErrorDetails] = []
+    for i, e in enumerate(env):
+        problem = None
+        if e.name in seen:
+            problem = f"variable {e.name} is set more than once"
+        elif e.name in taken:
+            problem = f"{e.name} is reserved: {why}"
+        seen.add(e.name)
+        if problem is not None:
+            errors.append(
+                {
+                    "type": "value_error",
+                    "loc": (i, "name"),
+                    "input": e.name,
+                    "ctx": {"error": ValueError(problem)},
+                }
+            )
+    if errors:
+        raise ValidationError.from_exception_data("env", errors)
 
 
 def references(text: str) -> list[str]:
@@ -126,18 +213,48 @@ def gang_env() -> list[dict[str, Any]]:
     ]
 
 
-def inject_env(container: dict[str, Any], injected: Sequence[dict[str, Any]]) -> None:
-    """Put ``injected`` first in ``container["env"]``, then the user's entries unchanged.
+def set_env(
+    container: dict[str, Any], entries: Sequence[dict[str, Any]], *, first: bool = False
+) -> None:
+    """Set env ``entries`` on ``container`` in place: the one env setter.
 
-    Idempotent: entries of the injected names are dropped from what follows, so
-    applying twice gives the same list. The user's entries keep their order and
-    their exact dicts. An empty ``injected`` leaves the container untouched.
+    Args:
+        container: A Kubernetes container (dict). A missing, null or malformed (not a
+            list) ``env`` counts as empty; entries that are not objects are kept.
+        entries: Env entries (``{"name", "value"}`` or ``{"name", "valueFrom"}``), in
+            the order they apply. None given leaves the container untouched.
+        first: True puts ``entries`` first, then the container's other entries in their
+            order (an entry of the same name is dropped): for what the function injects,
+            since Kubernetes expands ``$(VAR)`` in an env value only from entries defined
+            earlier. False replaces an entry of the same name where it stands and appends
+            the others: for a user's literal overrides of a template's env.
+
+    Idempotent either way: applying twice gives the same list. Entries are copied.
     """
-    if not injected:
+    if not entries:
         return
-    names = {e["name"] for e in injected}
-    rest = [e for e in container.get("env") or [] if e.get("name") not in names]
-    container["env"] = [dict(e) for e in injected] + rest
+    old = container.get("env")
+    env: list[Any] = old if isinstance(old, list) else []
+    if first:
+        names = {e["name"] for e in entries}
+        rest = [e for e in env if not (isinstance(e, dict) and e.get("name") in names)]
+        container["env"] = [dict(e) for e in entries] + rest
+        return
+    if not isinstance(old, list):
+        env = container["env"] = []
+    index = {e.get("name"): i for i, e in enumerate(env) if isinstance(e, dict)}
+    for entry in entries:
+        name = entry["name"]
+        if name in index:
+            env[index[name]] = dict(entry)
+        else:
+            index[name] = len(env)
+            env.append(dict(entry))
+
+
+def literal_env(pairs: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
+    """``(name, value)`` pairs as env entries ``{"name": name, "value": value}``."""
+    return [{"name": n, "value": v} for n, v in pairs]
 
 
 def set_by_name(items: list[dict[str, Any]], entry: dict[str, Any]) -> None:

@@ -147,7 +147,7 @@ def deployment_available(replicas: int = 1) -> dict[str, Any]:
 
 
 def hydration_result(identity: str, repo: str, revision: str) -> dict[str, str]:
-    """``data`` of the result ConfigMap after ``python -m function.hydrate`` succeeded."""
+    """``data`` of the result ConfigMap after ``python -m jobs.hydrate`` succeeded."""
     result = {
         "repo": repo,
         "revision": revision,

@@ -15,11 +15,13 @@ Phases (``status.phase``) and what moves between them::
     Starting|Running --(foreground request, model/replica not Ready, suspend,
                         spec change, deletion, ...)--> Cancelling
     Cancelling --(the Job Object is gone)--> WaitingForIdle | Suspended | Blocked
-    any idle phase --(suspend: true)--> Suspended; invalid spec or template --> Blocked
+    any idle phase --(suspend: true)--> Suspended; unusable template --> Blocked
 
-An invalid spec (one the XRD's CEL rules reject) is bad input: the function then keeps
-every composed resource as it is and decides nothing (condition ``SpecValid=False``
-names the field) until the spec is valid again, which counts as a change of the spec.
+An invalid spec (one the XRD's CEL rules reject) is bad input, as for every kind: a
+:class:`~function.core.errors.SpecError` naming the field, which the runner returns as
+a fatal result, so Crossplane applies nothing and every composed resource (a running
+Job, bounded by its ``activeDeadlineSeconds``) stays as it is until the spec is valid
+again, which counts as a change of the spec.
 
 Rules and where they come from:
 

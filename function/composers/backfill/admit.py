@@ -15,6 +15,7 @@ import datetime
 from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import API_VERSION
+from function.api.inferencecluster import provider_config_ref
 from function.api.modelbackfill import Parsed, accelerator_uses
 from function.composers.backfill.call import Call
 from function.composers.backfill.children import Attempt, job_key, job_object
@@ -38,7 +39,6 @@ from function.composers.backfill.status import (
 from function.core import structs
 from function.core.inputs import Resolved
 from function.core.timeutil import elapsed, format_time, parse_time
-from function.manifests.objects import provider_config_ref
 from function.naming import ANNOTATION_LAST_FOREGROUND
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 
-from function.api.modelbackfill import Parsed, parse, spec_hash
+from function.api.modelbackfill import definition_hash, parse
 from function.composers.backfill.status import WAITING, Status
 from function.core import structs
 from function.core.inputs import Inputs
@@ -22,23 +22,16 @@ class Call:
         self.inputs = inputs
         self.out = Outcome()
         self.now: datetime.datetime = inputs.now
-        self.parsed = parse(inputs.spec)
-        self.hash = spec_hash(inputs.spec, self.parsed if isinstance(self.parsed, Parsed) else None)
+        self.parsed = parse(inputs.spec)  # SpecError: nothing is applied (see the package)
+        self.hash = definition_hash(self.parsed)
         self.prior = Status.read(inputs)
         self.st = self.prior.copy()
-        if isinstance(self.parsed, Parsed):
-            self.model = self.parsed.spec.modelRef.name
-        else:  # an invalid spec: the model of the attempt in progress, if any
-            self.model = self.prior.model or ""
+        self.model = self.parsed.spec.modelRef.name
         self.poll = float(max(1, inputs.settings.poll_seconds))
 
     def resolved(self) -> bool:
-        """Every requirement made so far is resolved."""
-        return all(n in self.inputs.required_resources for n in self.out.requirements)
-
-    def final(self) -> bool:
-        """This call's requirements are exactly the resolved ones the request carried."""
-        return set(self.out.requirements) == set(self.inputs.required_resources)
+        """Every requirement made so far is resolved (``Outcome.final_iteration``'s rule)."""
+        return self.out.final_iteration(self.inputs)
 
     def deleting(self) -> bool:
         return bool(structs.get_str(self.inputs.xr, "metadata", "deletionTimestamp"))
@@ -56,6 +49,4 @@ class Call:
         self.st.not_idle_before = format_time(self.now)
 
     def keep_all(self) -> None:
-        for key, child in self.inputs.observed.items():
-            if key not in self.out.resources:
-                self.out.keep(key, child.resource, ready=True)
+        self.out.keep_observed(self.inputs, ready=True)

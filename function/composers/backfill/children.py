@@ -34,7 +34,7 @@ from function.naming import (
     backfill_object_name,
     labels_with_full,
 )
-from function.serving.env import inject_env
+from function.serving.env import set_env
 
 JOB_PREFIX = "job-"
 # Object management once provider-kubernetes created the Job: everything but Create.
@@ -97,7 +97,7 @@ def job_object(a: Attempt, p: Parsed, cronjob: dict[str, Any]) -> tuple[str, dic
     for group in ("initContainers", "containers"):
         for c in pod_spec.get(group) or []:
             if isinstance(c, dict):
-                inject_env(c, injected)
+                set_env(c, injected, first=True)
     obj_labels, obj_ann = labels_with_full(
         {
             LABEL_BACKFILL: a.backfill,

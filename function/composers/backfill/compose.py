@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from function import API_VERSION
-from function.api.modelbackfill import Blocked, Parsed
+from function.api.modelbackfill import Parsed
 from function.composers.backfill.admit import admit
 from function.composers.backfill.attempt import active, cancelling, require_job_object
 from function.composers.backfill.call import Call
@@ -21,7 +21,6 @@ from function.composers.backfill.status import (
     CANCELLING,
     CONDITION,
     FAILED,
-    HOLDING,
     SPEC_CONDITION,
     WAITING,
 )
@@ -49,7 +48,7 @@ def compose(inputs: Inputs) -> Outcome:
         ``SpecValid``, and lifecycle metric observations for the transitions recorded.
     """
     c = Call(inputs)
-    if not decide(c) or not c.final():
+    if not decide(c) or not c.out.final_iteration(c.inputs):
         return pending(c)
     return finish(c)
 
@@ -60,9 +59,6 @@ def decide(c: Call) -> bool:
     Returns:
         False when a requirement is not resolved yet: decide nothing in this call.
     """
-    if isinstance(c.parsed, Blocked):
-        invalid(c, c.parsed)
-        return True
     p = c.parsed
     require_base(c, p)
     phase = c.prior.phase or ""
@@ -96,27 +92,6 @@ def require_base(c: Call, p: Parsed) -> None:
     out.require(REQ_BACKFILLS, API_VERSION, KIND, match_labels={}, namespace=ns)
 
 
-def invalid(c: Call, b: Blocked) -> None:
-    """An invalid spec (one the XRD's CEL rules reject): decide nothing, delete nothing.
-
-    Every observed child is kept as it is (a Job already created keeps running, up to
-    its activeDeadlineSeconds, and is never re-created: its Object no longer allows
-    Create); outcomes and cancellations wait until the spec is valid again. With no
-    attempt in progress the phase is ``Blocked``.
-    """
-    c.keep_all()
-    phase = c.prior.phase or ""
-    if phase in HOLDING:
-        c.st.set(
-            phase,
-            b.reason,
-            f"{b.message}; Job {c.st.job} is left as it is until the spec is valid again",
-        )
-        c.out.requeue_after(c.poll)
-        return
-    c.st.set(BLOCKED, b.reason, b.message)
-
-
 def finish(c: Call) -> Outcome:
     """The decided outcome: status, conditions, readiness and the transition's event."""
     out, st = c.out, c.st
@@ -128,10 +103,9 @@ def finish(c: Call) -> Outcome:
         st.reason = phase
     out.status.update(st.to_status())
     out.condition(CONDITION, "True" if phase in ACTIVE else "False", st.reason, st.message)
-    if isinstance(c.parsed, Blocked):
-        out.condition(SPEC_CONDITION, "False", c.parsed.reason, c.parsed.message)
-    else:
-        out.condition(SPEC_CONDITION, "True", "Valid", "the spec is valid")
+    # An invalid spec never gets here (a SpecError: nothing is applied), so the
+    # condition says True once the spec is valid again.
+    out.condition(SPEC_CONDITION, "True", "Valid", "the spec is valid")
     out.ready = phase not in (BLOCKED, FAILED)
     old = c.prior.phase
     if old != phase or (phase == BLOCKED and c.prior.reason != st.reason):
@@ -148,8 +122,7 @@ def finish(c: Call) -> Outcome:
 def pending(c: Call) -> Outcome:
     """Decide nothing: keep what exists, repeat the last status, ask for requirements."""
     out = Outcome(requirements=dict(c.out.requirements))
-    for key, child in c.inputs.observed.items():  # not known is not empty: keep all
-        out.keep(key, child.resource, ready=True)
+    out.keep_observed(c.inputs, ready=True)
     out.status.update(c.prior.to_status())
     out.requeue_after(c.poll)
     return out

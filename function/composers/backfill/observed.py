@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
+from function.api.modelreplica import MODEL_READY
 from function.composers.backfill.status import FAILED, HOLDING, SUCCEEDED
 from function.core import structs
 from function.core.inputs import Inputs, Resolved
@@ -94,7 +95,7 @@ def ready(obj: Any) -> bool:
 
 def replica_ready(replica: Any) -> bool:
     """A ModelReplica serves: ``Ready=True``, ``ModelReady`` not False, an endpoint, a cluster."""
-    if not ready(replica) or structs.condition_is(replica, "ModelReady", "False"):
+    if not ready(replica) or structs.condition_is(replica, MODEL_READY, "False"):
         return False
     return bool(
         structs.get_str(replica, "status", "endpoint")

@@ -152,8 +152,9 @@ def _observed_replicas(inputs: Inputs) -> dict[str, Struct]:
 
 
 def _keep_all(inputs: Inputs, out: Outcome) -> None:
-    for k, c in sorted(inputs.observed.items()):
-        ready = True  # the Usage: it exists
-        if structs.get_str(c.resource, "kind") == REPLICA_KIND:
-            ready = _replica_state(c.resource)[0]
-        out.keep(k, c.resource, ready)
+    out.keep_observed(inputs, _kept_ready)
+
+
+def _kept_ready(body: Struct) -> bool:
+    """A kept replica is ready as its ModelReady says; the Usage once it exists."""
+    return _replica_state(body)[0] if structs.get_str(body, "kind") == REPLICA_KIND else True

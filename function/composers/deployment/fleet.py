@@ -11,6 +11,8 @@ from typing import Any
 
 from google.protobuf.struct_pb2 import Struct
 
+from function.api import inferencecluster
+from function.api.modelcachehydration import PENDING
 from function.composers.deployment.status import _replica_state
 from function.core import structs
 from function.naming import (
@@ -33,7 +35,7 @@ _POOL_CACHE: dict[bytes, tuple[Pool, ...]] = {}
 
 def _pools(cluster: Struct) -> tuple[Pool, ...]:
     """``status.gpuPools`` as Pools; cached by the serialized subtree (fleets repeat)."""
-    v = structs.fields_of(cluster, "status").get("gpuPools")
+    v = inferencecluster.gpu_pools_value(cluster)
     if v is None or v.WhichOneof("kind") != "list_value":
         return ()
     raw = v.list_value
@@ -70,14 +72,7 @@ def _cluster(item: Struct) -> Cluster:
         if labels_v is not None
         else {}
     )
-    ready = False
-    conds = structs.fields_of(item, "status").get("conditions")
-    if conds is not None:
-        for cv in conds.list_value.values:
-            c = cv.struct_value.fields
-            if "type" in c and c["type"].string_value == "Ready":
-                ready = "status" in c and c["status"].string_value == "True"
-                break
+    ready = inferencecluster.is_ready(item)
     taints_v = structs.fields_of(item, "spec").get("taints")
     taints = (
         parse_taints(structs.to_py(taints_v.list_value))
@@ -167,7 +162,7 @@ def _footprint(hydrations: Sequence[Struct], ns: str, cache: str) -> dict[str, s
             continue  # another cache whose shortened label collides
         v = f.get("status")
         x = v.struct_value.fields.get("phase") if v is not None else None
-        out[cl] = (x.string_value if x is not None else "") or "Pending"
+        out[cl] = (x.string_value if x is not None else "") or PENDING
     return out
 
 

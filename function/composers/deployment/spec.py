@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from function import API_GROUP
 from function.api.modelreplica import Engine as EngineSpec
 from function.api.modelreplica import FlashLoader, Ref
 from function.core.errors import SpecError, pydantic_errors
@@ -130,7 +131,7 @@ def _parse(inputs: Inputs) -> tuple[DeploymentSpec, LabelSelector]:
                 except ValidationError as err:
                     raise pydantic_errors(f"{f}.members[{mi}].nodeSelector", err) from None
     for k in spec.template.metadata.labels if spec.template.metadata else {}:
-        if k.startswith("modelplane.ai/"):
+        if k.startswith(f"{API_GROUP}/"):
             raise SpecError("spec.template.metadata.labels", f"key {k} uses the reserved prefix")
     names = [e.name for e in ts.engines]
     if len(set(names)) != len(names):

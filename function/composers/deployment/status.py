@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import datetime
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from google.protobuf.struct_pb2 import ListValue, Struct
 
+from function.api.modelcachehydration import FAILED, READY
+from function.api.modelreplica import REASON_HYDRATING
 from function.composers.deployment.terms import (
     DISPLACED,
     HYDRATION_FAILED,
@@ -22,13 +23,10 @@ from function.composers.deployment.terms import (
 )
 from function.core import structs
 from function.core.inputs import Inputs
+from function.core.numbers import is_whole
 from function.core.outcome import Outcome
 from function.core.timeutil import elapsed, format_time, parse_time
-from function.scheduling.placement import (
-    FAILED,
-    READY,
-    Placement,
-)
+from function.scheduling.placement import Placement
 
 if TYPE_CHECKING:
     from function.composers.deployment.fleet import _Observed
@@ -87,7 +85,7 @@ def _status_from(
                 + (message or f"hydration of ModelCache {cache} on {cluster} Failed")
             )
             reason = HYDRATION_FAILED
-        elif reason == "Hydrating" or (phase is not None and phase != READY):
+        elif reason == REASON_HYDRATING or (phase is not None and phase != READY):
             waiting.append(f"replica {index} on {cluster} ({phase or 'Hydrating'})")
             reason = reason or WAITING_FOR_CACHE
         else:
@@ -175,7 +173,7 @@ def _carry_displaced(inputs: Inputs, out: Outcome) -> None:
 
 def _whole(v: object) -> TypeGuard[float]:
     """Whether ``v`` (a Struct number, a double) is a whole number >= 0."""
-    return isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 and v == int(v)
+    return is_whole(v) and v >= 0
 
 
 def _read_displaced(prev: ListValue | None) -> list[_Displaced]:

@@ -3,23 +3,27 @@ types and reasons, status fields. Defined once here; the other modules import th
 
 from __future__ import annotations
 
+# Condition types and reasons are owned by function.api.modeldeployment (ModelReady by
+# function.api.modelreplica); re-exported here for the package's modules.
+from function.api import modeldeployment
+from function.api.modeldeployment import CACHE_NOT_FOUND as CACHE_NOT_FOUND
+from function.api.modeldeployment import HYDRATION_FAILED as HYDRATION_FAILED
+from function.api.modeldeployment import INVALID_DEVICE_SELECTOR as INVALID_DEVICE_SELECTOR
+from function.api.modeldeployment import SCHEDULED as SCHEDULED
+from function.api.modeldeployment import WAITING_FOR_CACHE as WAITING_FOR_CACHE
+from function.api.modelreplica import MODEL_READY as MODEL_READY
+
 REQ_CLUSTERS = "clusters"
 REQ_REPLICAS = "replicas"  # every ModelReplica of the fleet (the fallback)
 REQ_CACHE = "cache"
 REQ_HYDRATIONS = "hydrations"
 
+READY_COND = modeldeployment.REPLICAS_READY
+
 REPLICA_KIND = "ModelReplica"
 USAGE_API_VERSION = "protection.crossplane.io/v1beta1"
 USAGE_KEY = "cache-usage"
 REPLICA_PREFIX = "replica-"
-
-SCHEDULED = "ReplicasScheduled"
-READY_COND = "ReplicasReady"
-MODEL_READY = "ModelReady"  # the ModelReplica's own condition (function.composers.replica)
-HYDRATION_FAILED = "HydrationFailed"
-WAITING_FOR_CACHE = "WaitingForCache"
-INVALID_DEVICE_SELECTOR = "InvalidDeviceSelector"
-CACHE_NOT_FOUND = "CacheNotFound"
 
 DISPLACED = "displaced"  # status.displaced[]
 MAX_DISPLACED = 100  # records kept; the oldest are dropped (without a sample) past this

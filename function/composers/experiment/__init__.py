@@ -48,7 +48,7 @@ Lifecycle of one run (``status.phase``):
   starts over, with a new clock, on resume); verdicts and evidence are kept.
 
 Runs: ``status.run`` names the current or last run, ``status.runNumber`` counts
-them. A change of the spec's canonical hash (``experiment_model.spec_hash``)
+them. A change of the spec's canonical hash (``function.api.modelexperiment.definition_hash``)
 discards the current run's children (a finished run goes to history) and starts a
 new run. With ``repeatAfter``, a passed run is repeated at ``status.nextRunAt``
 (the response TTL brings the function back); a failed run is terminal (only a spec

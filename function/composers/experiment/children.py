@@ -8,7 +8,6 @@ state into bodies that are the same on every call.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf.struct_pb2 import Struct
@@ -31,6 +30,13 @@ from function.core.inputs import Inputs
 from function.manifests.jobs import job_from_cronjob
 from function.manifests.objects import remote_object
 from function.naming import (
+    ANNOTATION_EXPERIMENT,
+    ANNOTATION_GATE_CACHE,
+    ANNOTATION_GATE_CACHE_GENERATION,
+    ANNOTATION_GATE_CACHE_UID,
+    ANNOTATION_GATE_COMMIT,
+    ANNOTATION_GATE_DIGEST,
+    EXPERIMENT_TEMPLATE_LABEL_PREFIX,
     LABEL_COMPONENT,
     LABEL_EXPERIMENT,
     LABEL_GENERATION,
@@ -38,16 +44,9 @@ from function.naming import (
     REMOTE_NAMESPACE,
     labels_with_full,
 )
+from function.serving.env import literal_env, set_env
 
 ENV_SERVED_MODEL_NAME = SERVED_NAME_ENV
-
-# Annotations on the candidate that record what opened the artifact gate.
-ANN_GATE_CACHE = "modelplane.ai/gate-cache"
-ANN_GATE_CACHE_UID = "modelplane.ai/gate-cache-uid"
-ANN_GATE_CACHE_GENERATION = "modelplane.ai/gate-cache-generation"
-ANN_GATE_COMMIT = "modelplane.ai/gate-commit"
-ANN_GATE_DIGEST = "modelplane.ai/gate-digest"
-ANN_EXPERIMENT = "modelplane.ai/experiment"
 
 # Job finished: the terminal conditions of a batch/v1 Job
 # (https://kubernetes.io/docs/concepts/workloads/controllers/job/#terminal-job-conditions).
@@ -70,37 +69,16 @@ def child_labels(experiment: str, st: RunState) -> tuple[dict[str, str], dict[st
     )
 
 
-# Labels of the candidate's replica and pod templates. The ModelDeployment XRD reserves
-# the ``modelplane.ai/`` prefix in template labels for the function's own bookkeeping,
-# so the experiment's own template labels live under a sub-domain of it.
-TEMPLATE_LABEL_PREFIX = "experiment.modelplane.ai/"
-
-
 def template_labels(experiment: str, st: RunState) -> dict[str, str]:
     """The only labels the candidate's replica and pod templates carry."""
     labels, _ = labels_with_full(
         {
-            TEMPLATE_LABEL_PREFIX + "name": experiment,
-            TEMPLATE_LABEL_PREFIX + "run": str(st.number),
-            TEMPLATE_LABEL_PREFIX + "generation": str(st.generation),
+            EXPERIMENT_TEMPLATE_LABEL_PREFIX + "name": experiment,
+            EXPERIMENT_TEMPLATE_LABEL_PREFIX + "run": str(st.number),
+            EXPERIMENT_TEMPLATE_LABEL_PREFIX + "generation": str(st.generation),
         }
     )
     return labels
-
-
-def inject_first(container: dict[str, Any], pairs: Sequence[tuple[str, str]]) -> None:
-    """Put literal env ``pairs`` first in ``container["env"]``, then its other entries.
-
-    First, because Kubernetes expands ``$(VAR)`` in an env value only from entries
-    defined earlier (command and args may reference any entry); an entry of the same
-    name elsewhere in the list is dropped, so applying twice gives the same list.
-    (Like ``envinject.inject_env``, but tolerant of a malformed env list.)
-    """
-    names = {n for n, _ in pairs}
-    old = container.get("env")
-    env = old if isinstance(old, list) else []
-    rest = [e for e in env if not (isinstance(e, dict) and e.get("name") in names)]
-    container["env"] = [{"name": n, "value": v} for n, v in pairs] + rest
 
 
 def served_name_overrides(spec_dict: dict[str, Any]) -> list[str]:
@@ -151,21 +129,21 @@ def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> d
             containers = [c for c in containers if isinstance(c, dict)]
             engines = [c for c in containers if c.get("name") == ENGINE_CONTAINER] or containers
             for c in engines:
-                inject_first(c, [(ENV_SERVED_MODEL_NAME, st.name)])
+                set_env(c, literal_env([(ENV_SERVED_MODEL_NAME, st.name)]), first=True)
             # The candidate serves under its own name: a --served-model-name in the
             # engine's command or args is forced to it (one inside a shell string
             # blocks at parse time: experiment_model.Candidate).
             for _path, words in engine_words(tmpl, ""):
                 force_served_name(words)
-    annotations = {**ann, ANN_EXPERIMENT: f"{inputs.namespace}/{inputs.name}"}
+    annotations = {**ann, ANNOTATION_EXPERIMENT: f"{inputs.namespace}/{inputs.name}"}
     if st.gate:
-        annotations[ANN_GATE_CACHE] = str(st.gate.get("cache", ""))
-        annotations[ANN_GATE_CACHE_UID] = str(st.gate.get("uid", ""))
-        annotations[ANN_GATE_CACHE_GENERATION] = str(st.gate.get("generation", ""))
+        annotations[ANNOTATION_GATE_CACHE] = str(st.gate.get("cache", ""))
+        annotations[ANNOTATION_GATE_CACHE_UID] = str(st.gate.get("uid", ""))
+        annotations[ANNOTATION_GATE_CACHE_GENERATION] = str(st.gate.get("generation", ""))
         if st.gate.get("commit"):
-            annotations[ANN_GATE_COMMIT] = str(st.gate["commit"])
+            annotations[ANNOTATION_GATE_COMMIT] = str(st.gate["commit"])
         if st.gate.get("digest"):
-            annotations[ANN_GATE_DIGEST] = str(st.gate["digest"])
+            annotations[ANNOTATION_GATE_DIGEST] = str(st.gate["digest"])
     return {
         "apiVersion": API_VERSION,
         "kind": "ModelDeployment",
@@ -205,7 +183,7 @@ def gauntlet_object(
         namespace=REMOTE_NAMESPACE,
         labels={**labels, LABEL_COMPONENT: "gauntlet"},
         env=spec.gauntlet.sorted_env(),
-        annotations={**ann, ANN_EXPERIMENT: f"{inputs.namespace}/{inputs.name}"},
+        annotations={**ann, ANNOTATION_EXPERIMENT: f"{inputs.namespace}/{inputs.name}"},
     )
     js = job["spec"]
     js.pop("ttlSecondsAfterFinished", None)
@@ -217,7 +195,7 @@ def gauntlet_object(
     for group in ("initContainers", "containers"):
         for c in pod.get(group) or ():
             if isinstance(c, dict):
-                inject_first(c, forced)
+                set_env(c, literal_env(forced), first=True)
     return remote_object(
         g["job"],
         inputs.namespace,

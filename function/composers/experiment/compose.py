@@ -5,11 +5,16 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from function.api.modelexperiment import ExperimentSpec, parse_spec, spec_hash
-from function.composers.experiment.children import evidence_body, served_name_overrides
-from function.composers.experiment.names import (
+from function.api.modelexperiment import (
     FAILED,
     PASSED,
+    VERDICT,
+    ExperimentSpec,
+    definition_hash,
+    parse_spec,
+)
+from function.composers.experiment.children import evidence_body, served_name_overrides
+from function.composers.experiment.names import (
     REQ_CLUSTER,
     REQ_REPLICAS,
     REQ_TEMPLATE,
@@ -99,7 +104,7 @@ class _Composer:
     def advance(self, spec: ExperimentSpec, st: RunState) -> None:
         """Start run 1, or the next run on a spec change or when a passed run is due again."""
         inputs, out = self.inputs, self.out
-        h = spec_hash(spec)
+        h = definition_hash(spec)
         if st.number == 0:
             st.start(inputs.name, 1, h, inputs.generation)
         elif st.spec_hash != h:
@@ -137,21 +142,17 @@ class _Composer:
         Crossplane calls again with it resolved (its requirements loop), and only
         that last response is applied; until then nothing may be dropped.
         """
-        if all(n in self.inputs.required_resources for n in self.out.requirements):
-            return
-        for key, child in self.inputs.observed.items():
-            if key not in self.out.resources:
-                self.out.keep(key, child.resource)
+        if not self.out.final_iteration(self.inputs):
+            self.out.keep_observed(self.inputs)
 
     # -- bad input: say so, change nothing
     def invalid(self, st: RunState, e: SpecError) -> Outcome:
         out = self.out
-        for key, child in self.inputs.observed.items():
-            out.keep(key, child.resource)
+        out.keep_observed(self.inputs)
         msg = f"invalid spec: {e}"
         self.set_phase("Blocked", "InvalidSpec", msg)
         out.condition("Runnable", "False", "InvalidSpec", msg)
-        out.condition("Verdict", "Unknown", "InvalidSpec", "no run while the spec is invalid")
+        out.condition(VERDICT, "Unknown", "InvalidSpec", "no run while the spec is invalid")
         if st.number:
             out.status.update(st.to_status())
         out.ready = False
@@ -163,9 +164,9 @@ class _Composer:
         self.keep_evidence(st.number)
         summary = str(v.get("summary") or v.get("reason") or "verdict recorded")
         if v.get("pass") is True:
-            out.condition("Verdict", "True", str(v.get("reason", PASSED)), summary)
+            out.condition(VERDICT, "True", str(v.get("reason", PASSED)), summary)
         else:
-            out.condition("Verdict", "False", str(v.get("reason", FAILED)), summary)
+            out.condition(VERDICT, "False", str(v.get("reason", FAILED)), summary)
         if spec.suspend:
             self.set_phase("Suspended", "Suspended", "spec.suspend is true; no new run starts")
             out.condition("Runnable", "False", "Suspended", "spec.suspend is true")
@@ -205,7 +206,7 @@ class _Composer:
         st.candidate, st.gauntlet, st.gate = {}, {}, {}
         self.set_phase("Suspended", "Suspended", "spec.suspend is true")
         out.condition("Runnable", "False", "Suspended", "spec.suspend is true")
-        out.condition("Verdict", "Unknown", "Suspended", f"run {st.name} has no verdict yet")
+        out.condition(VERDICT, "Unknown", "Suspended", f"run {st.name} has no verdict yet")
 
     def blocked(self, st: RunState, reason: str, message: str) -> None:
         out = self.out
@@ -214,20 +215,18 @@ class _Composer:
         st.candidate, st.gauntlet, st.gate = {}, {}, {}
         self.set_phase("Blocked", reason, message)
         out.condition("Runnable", "False", reason, message)
-        out.condition("Verdict", "Unknown", "Blocked", f"run {st.name} is blocked: {reason}")
+        out.condition(VERDICT, "Unknown", "Blocked", f"run {st.name} is blocked: {reason}")
         out.requeue_after(self.poll)
 
     def waiting(self, st: RunState, message: str) -> None:
         """A requirement is not resolved yet: keep what exists, decide nothing."""
         out = self.out
-        for key, child in self.inputs.observed.items():
-            if key not in out.resources:
-                out.keep(key, child.resource)
+        out.keep_observed(self.inputs)
         out.status["phase"] = self.prev_phase or "Deploying"
         if structs.get_str(self.inputs.xr, "status", "reason"):
             out.status["reason"] = structs.get_str(self.inputs.xr, "status", "reason")
         out.condition("Runnable", "Unknown", "Resolving", message)
-        out.condition("Verdict", "Unknown", "Pending", f"run {st.name} has no verdict yet")
+        out.condition(VERDICT, "Unknown", "Pending", f"run {st.name} has no verdict yet")
 
     def admitted_message(self, st: RunState) -> str:
         msg = f"run {st.name} admitted at {st.candidate.get('createdAt')}"

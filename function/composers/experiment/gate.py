@@ -14,6 +14,8 @@ from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue
 
+from function.api.modelcache import ARTIFACT_READY
+from function.api.modelcachehydration import FAILED, PHASES, READY
 from function.api.modelexperiment import ArtifactGate, ExperimentSpec
 from function.core import structs
 from function.core.timeutil import parse_time
@@ -24,7 +26,7 @@ COMMIT = re.compile(r"^[0-9a-f]{40}$")
 DIGEST = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
 # Cache clusters that belong to the footprint (modelcache: Unavailable clusters cannot
 # host a cache; retained entries are outside the selector).
-FOOTPRINT_PHASES = frozenset({"Pending", "Hydrating", "Ready", "Failed"})
+FOOTPRINT_PHASES = frozenset(PHASES)
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,7 @@ def _not_ready(cache: Any, ref: str, footprint: _Footprint) -> Gate | None:
     """Closed while a cluster failed, the status is for an older generation, or not every
     cluster of the footprint is Ready."""
     progress = footprint.progress
-    failed = footprint.phase("Failed")
+    failed = footprint.phase(FAILED)
     if failed:
         detail = [
             f"{structs.get_str(e, 'name')} ({structs.get_str(e, 'message') or 'Failed'})"
@@ -193,7 +195,7 @@ def _not_ready(cache: Any, ref: str, footprint: _Footprint) -> Gate | None:
             "ArtifactCacheFailed", f"ModelCache {ref} failed on {_names(detail)}; {progress}"
         )
     generation = structs.get(cache, "metadata", "generation")
-    artifact_ready = structs.conditions(cache).get("ArtifactReady")
+    artifact_ready = structs.conditions(cache).get(ARTIFACT_READY)
     seen = structs.get(artifact_ready, "observedGeneration")
     if (
         isinstance(seen, (int, float))
@@ -207,7 +209,7 @@ def _not_ready(cache: Any, ref: str, footprint: _Footprint) -> Gate | None:
             f"ModelCache {ref} status is for generation {int(seen)}, the cache is at "
             f"generation {int(generation)}; waiting for it to catch up",
         )
-    ready = footprint.phase("Ready")
+    ready = footprint.phase(READY)
     total = len(footprint.entries)
     cond_false = artifact_ready is not None and structs.get(artifact_ready, "status") != "True"
     if total and len(ready) == total and not cond_false:

@@ -1,5 +1,5 @@
 """ModelExperiment names: the run's candidate and gauntlet Job, composition-resource
-names, requirement names and the verdict reasons.
+names and requirement names (the verdict reasons are in ``function.api.modelexperiment``).
 
 Run 1's candidate is ``child_name("modelexperiment", <experiment>, "r1")``; composed
 resources are keyed ``candidate-r<N>`` and ``gauntlet-r<N>`` per run, so an object of
@@ -15,13 +15,6 @@ REQ_CACHE = "artifact-cache"
 REQ_REPLICAS = "candidate-replicas"
 REQ_CLUSTER = "candidate-cluster"
 
-# Verdict reasons (status.verdict.reason, the Verdict condition).
-PASSED = "GauntletPassed"
-FAILED = "GauntletFailed"
-TIMED_OUT = "TimedOut"
-CANDIDATE_FAILED = "CandidateFailed"
-CANDIDATE_LOST = "CandidateLost"
-VERDICT_REASONS = frozenset({PASSED, FAILED, TIMED_OUT, CANDIDATE_FAILED, CANDIDATE_LOST})
 
 
 def run_name(experiment: str, number: int) -> str:

@@ -8,15 +8,19 @@ import datetime
 from dataclasses import dataclass
 from typing import Any
 
+from function.api.modeldeployment import (
+    FATAL_SCHEDULING,
+    HYDRATION_FAILED,
+    REPLICAS_READY,
+    SCHEDULED,
+)
+from function.api.modelreplica import MODEL_READY, REASON_HYDRATION_FAILED
 from function.composers.experiment.state import RunState, whole_count
 from function.core import structs
 from function.core.inputs import Resolved
 from function.core.timeutil import parse_time
 from function.manifests.objects import observed_manifest
 from function.naming import LABEL_DEPLOYMENT, LABEL_EXPERIMENT, LABEL_RUN, label_value
-
-# ModelDeployment ReplicasScheduled reasons that waiting cannot fix.
-FATAL_SCHEDULING = frozenset({"InvalidDeviceSelector", "NoClusterInCacheFootprint"})
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,7 @@ def candidate_ready(cand: Any) -> bool:
     if structs.condition_is(cand, "Ready"):
         return True
     ready = whole_count(structs.get(cand, "status", "replicas", "ready"))
-    return ready >= 1 and structs.condition_is(cand, "ReplicasReady")
+    return ready >= 1 and structs.condition_is(cand, REPLICAS_READY)
 
 
 def candidate_failure(cand: Any, replicas: Any) -> str | None:
@@ -85,18 +89,18 @@ def candidate_failure(cand: Any, replicas: Any) -> str | None:
     (``ModelReady``), or a ``ReplicasScheduled`` reason that waiting cannot fix.
     """
     conds = structs.conditions(cand)
-    rr = conds.get("ReplicasReady")
-    if rr is not None and structs.get_str(rr, "reason") == "HydrationFailed":
-        return "hydration failed: " + (structs.get_str(rr, "message") or "HydrationFailed")
+    rr = conds.get(REPLICAS_READY)
+    if rr is not None and structs.get_str(rr, "reason") == HYDRATION_FAILED:
+        return "hydration failed: " + (structs.get_str(rr, "message") or HYDRATION_FAILED)
     if isinstance(replicas, Resolved):
         for r in replicas.items:
-            c = structs.conditions(r).get("ModelReady")
-            if c is not None and structs.get_str(c, "reason") == "HydrationFailed":
+            c = structs.conditions(r).get(MODEL_READY)
+            if c is not None and structs.get_str(c, "reason") == REASON_HYDRATION_FAILED:
                 cluster = structs.get_str(r, "spec", "clusterName")
                 return f"hydration failed on {cluster}: " + (
-                    structs.get_str(c, "message") or "HydrationFailed"
+                    structs.get_str(c, "message") or REASON_HYDRATION_FAILED
                 )
-    rs = conds.get("ReplicasScheduled")
+    rs = conds.get(SCHEDULED)
     if (
         rs is not None
         and structs.get(rs, "status") == "False"
@@ -115,7 +119,7 @@ def candidate_progress(cand: Any) -> str:
     ready = whole_count(structs.get(cand, "status", "replicas", "ready"))
     total = whole_count(structs.get(cand, "status", "replicas", "total"))
     parts = [f"{ready}/{total or 1} replicas ready"]
-    for typ in ("Synced", "ReplicasScheduled", "ReplicasReady"):
+    for typ in ("Synced", SCHEDULED, REPLICAS_READY):
         c = structs.conditions(cand).get(typ)
         if c is not None and structs.get(c, "status") != "True":
             parts.append(f"{typ}: {structs.get_str(c, 'reason')} {structs.get_str(c, 'message')}")

@@ -14,18 +14,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from function import API_VERSION
-from function.api.modelexperiment import ExperimentSpec
-from function.composers.experiment.children import candidate_body, gauntlet_object
-from function.composers.experiment.gate import evaluate_gate
-from function.composers.experiment.names import (
+from function.api.inferencecluster import provider_config_ref
+from function.api.modelexperiment import (
     CANDIDATE_FAILED,
     CANDIDATE_LOST,
     FAILED,
     PASSED,
+    TIMED_OUT,
+    VERDICT,
+    ExperimentSpec,
+)
+from function.composers.experiment.children import candidate_body, gauntlet_object
+from function.composers.experiment.gate import evaluate_gate
+from function.composers.experiment.names import (
     REQ_CACHE,
     REQ_CLUSTER,
     REQ_REPLICAS,
-    TIMED_OUT,
     candidate_key,
     gauntlet_job_name,
     job_key,
@@ -41,7 +45,7 @@ from function.composers.experiment.state import RunState
 from function.core import structs
 from function.core.inputs import UNRESOLVED, Resolved
 from function.core.timeutil import format_time, parse_time
-from function.manifests.objects import provider_config_ref, sync_error
+from function.manifests.objects import sync_error
 from function.naming import LABEL_DEPLOYMENT, label_value
 
 if TYPE_CHECKING:
@@ -283,7 +287,7 @@ class ActiveRun:
 
     def phase(self, phase: str, msg: str) -> None:
         self.c.set_phase(phase, phase, msg)
-        self.c.out.condition("Verdict", "Unknown", phase, f"{msg}; deadline {self.left}")
+        self.c.out.condition(VERDICT, "Unknown", phase, f"{msg}; deadline {self.left}")
 
     def evaluating(self) -> None:
         """The Job was composed; keep it as it was (a Job's pod template is immutable)."""

@@ -9,28 +9,16 @@ a field of the wrong shape is treated as absent, never trusted.
 from __future__ import annotations
 
 import datetime
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from function.api.modelexperiment import ExperimentSpec
-from function.composers.experiment.names import VERDICT_REASONS, run_name
+from function.api.modelexperiment import VERDICT_REASONS, ExperimentSpec
+from function.composers.experiment.names import run_name
 from function.core import structs
 from function.core.inputs import Inputs
+from function.core.numbers import ints_from_doubles, is_whole
 from function.core.timeutil import parse_time
 from function.naming import DNS1123_LABEL, MAX_LABEL
-
-
-def _whole(value: Any) -> Any:
-    """Turn whole floats back into ints (a Struct holds only doubles: 3 reads as 3.0)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole(v) for v in value]
-    return value
-
 
 CANDIDATE_FIELDS = {
     "name": str,
@@ -45,11 +33,7 @@ MAX_COUNT = 10**9
 
 def whole_count(v: Any) -> int:
     """A non-negative whole number from status, 0 when it is anything else."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return 0
-    if v != int(v) or not 0 <= v <= MAX_COUNT:
-        return 0
-    return int(v)
+    return int(v) if is_whole(v) and 0 <= v <= MAX_COUNT else 0
 
 
 def _shape(v: Any, fields: dict[str, type]) -> dict[str, Any]:
@@ -133,7 +117,7 @@ class RunState:
         """
 
         def small(key: str) -> Any:
-            return _whole(structs.to_py(inputs.status(key)))
+            return ints_from_doubles(structs.to_py(inputs.status(key)))
 
         number = whole_count(inputs.status("runNumber"))
         hist = small("history")

@@ -18,9 +18,9 @@ from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct, Value
 
+from function.api.inferencecluster import pools_by_name
 from function.api.modelreplica import ModelReplicaSpec
 from function.composers.replica.desired import EnginePlan, Stop, Target, build
-from function.composers.replica.pools import pools_by_name
 from function.composers.replica.spec import parse_spec
 from function.core import structs
 from function.core.errors import SpecError

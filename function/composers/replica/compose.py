@@ -12,6 +12,14 @@ from typing import Any
 from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import API_VERSION, naming
+from function.api.inferencecluster import STATUS_GPU_POOLS, provider_config_ref
+from function.api.modelcachehydration import FAILED, HYDRATING, PENDING, READY
+from function.api.modelreplica import (
+    REASON_CACHE_NOT_FOUND,
+    REASON_HYDRATING,
+    REASON_HYDRATION_FAILED,
+    REASON_HYDRATION_NOT_FOUND,
+)
 from function.composers.replica import children
 from function.composers.replica.children import Defaults, Head, PlanKey, canonical
 from function.composers.replica.lifecycle import Times, gate_lifted_at, record_serving, was_gated
@@ -26,7 +34,7 @@ from function.core import structs
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
 from function.manifests import workloads as wl
-from function.manifests.objects import provider_config_ref, sync_error
+from function.manifests.objects import sync_error
 from function.serving.flashloader import FlashLoader
 
 # Status fields this composer owns, with the type it writes (echoed while undecided).
@@ -59,7 +67,7 @@ class Gate:
     reason: str
     message: str
     hydration: dict[str, Any] | None = None
-    phase: str = "Pending"
+    phase: str = PENDING
     warn: bool = False
     cache_gate: bool = False
 
@@ -144,7 +152,7 @@ def _cluster(head: Head, cluster_req: Resolved) -> Gate | tuple[bytes, dict[str,
             "ClusterNotReady",
             f"InferenceCluster {head.clusterName} reports no status.providerConfigRef yet",
         )
-    return canonical(structs.sub(cluster, "status"), "gpuPools"), pc
+    return canonical(structs.sub(cluster, "status"), STATUS_GPU_POOLS), pc
 
 
 def _cache(
@@ -155,7 +163,8 @@ def _cache(
     inputs, head = c.inputs, c.head
     ref = f"{inputs.namespace}/{head.cache}"
     if not cache_req.items:
-        return Gate("CacheNotFound", f"ModelCache {ref} not found", warn=True, cache_gate=True)
+        msg = f"ModelCache {ref} not found"
+        return Gate(REASON_CACHE_NOT_FOUND, msg, warn=True, cache_gate=True)
     fl = children.flash(
         defaults,
         canonical(structs.sub(cache_req.items[0], "spec"), "flashLoader"),
@@ -177,7 +186,7 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
     cache, cluster = c.head.cache, c.head.clusterName
     if not hyd_req.items:
         return Gate(
-            "HydrationNotFound",
+            REASON_HYDRATION_NOT_FOUND,
             f"cache {cache} has no ModelCacheHydration {hyd_name} for cluster "
             f"{cluster}; the cluster is outside the cache's footprint "
             "or not staged yet",
@@ -185,25 +194,25 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
             cache_gate=True,
         )
     hyd_status = structs.sub(hyd_req.items[0], "status")
-    phase = structs.sval(hyd_status, "phase") or "Pending"
+    phase = structs.sval(hyd_status, "phase") or PENDING
     msg = structs.sval(hyd_status, "message")
     hydration = {"name": hyd_name, "phase": phase, "message": msg or f"hydration is {phase}"}
-    if phase == "Failed":
+    if phase == FAILED:
         return Gate(
-            "HydrationFailed",
+            REASON_HYDRATION_FAILED,
             f"hydration of cache {cache} failed on cluster {cluster}: {msg or 'no message'}",
             hydration=hydration,
-            phase="Failed",
+            phase=FAILED,
             warn=True,
             cache_gate=True,
         )
-    if phase != "Ready":
+    if phase != READY:
         return Gate(
-            "Hydrating",
+            REASON_HYDRATING,
             f"waiting for cache {cache} on cluster {cluster}: hydration is {phase}"
             + (f" ({msg})" if msg else ""),
             hydration=hydration,
-            phase="Hydrating",
+            phase=HYDRATING,
             cache_gate=True,
         )
     times = c.times
@@ -307,11 +316,8 @@ def _count(node: Any, *path: str) -> int:
 
 def _hold_observed(inputs: Inputs, out: Outcome) -> bool:
     """Keep every observed child exactly; True when a workload is among them."""
-    has_workload = False
-    for key in sorted(inputs.observed):
-        out.keep(key, inputs.observed[key].resource)
-        has_workload = has_workload or key.startswith(WORKLOAD_PREFIX)
-    return has_workload
+    out.keep_observed(inputs)
+    return any(key.startswith(WORKLOAD_PREFIX) for key in inputs.observed)
 
 
 def _unresolved(c: _Call) -> Outcome:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from function import naming
-from function.api.modelreplica import Engine, ModelReplicaSpec
+from function.api.modelreplica import ModelReplicaSpec
+from function.api.modelreplica import ReplicaEngine as Engine
 from function.composers.replica.names import SERVICE_KEY, claim_key, workload_key
 from function.composers.replica.pools import device_requests, node_selector
 from function.composers.replica.spec import member_of, pool_of

@@ -19,6 +19,8 @@ from typing import Any
 
 from google.protobuf.struct_pb2 import Struct
 
+from function.api.modelcachehydration import READY
+from function.api.modelreplica import CACHE_GATE_REASONS
 from function.composers.replica.names import CONDITION
 from function.core import structs
 from function.core.inputs import Inputs
@@ -31,7 +33,7 @@ SERVING_SINCE = "servingSince"
 COLD_START = "model_cold_start_duration_seconds"
 NO_CACHE = "none"
 # ModelReady reasons of a replica waiting for its cache (the hydration gate).
-CACHE_GATES = frozenset({"CacheNotFound", "HydrationNotFound", "Hydrating", "HydrationFailed"})
+CACHE_GATES = CACHE_GATE_REASONS
 
 
 # What format_time writes: checked first, since nearly every carried timestamp is one.
@@ -105,7 +107,7 @@ def was_gated(inputs: Inputs) -> bool:
     """
     prev = structs.sub(inputs.xr, "status")
     phase = structs.sval(structs.sub(prev, "hydration"), "phase")
-    if phase and phase != "Ready":
+    if phase and phase != READY:
         return True
     for c in structs.items(prev, "conditions"):
         if structs.get(c, "type") == CONDITION:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-# The replica's own condition (True while every engine serves).
-CONDITION = "ModelReady"
+from function.api.modelreplica import MODEL_READY
+
+# The replica's own condition (True while every engine serves); its contract is
+# function.api.modelreplica.
+CONDITION = MODEL_READY
 REQ_CLUSTER = "cluster"
 REQ_CACHE = "cache"
 REQ_HYDRATION = "hydration"

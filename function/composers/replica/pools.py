@@ -7,7 +7,8 @@ from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue
 
-from function.api.modelreplica import Member
+from function import naming
+from function.api.modelreplica import ReplicaMember as Member
 from function.core import structs
 from function.core.errors import SpecError
 from function.manifests import workloads as wl
@@ -21,16 +22,6 @@ from function.scheduling.devices import (
 
 # A pool's devices: each ``status.gpuPools[].devices[]`` entry as written and as parsed.
 Devices = list[tuple[dict[str, Any], Device]]
-
-
-def pools_by_name(gpu_pools: Any) -> dict[str, Any]:
-    """``status.gpuPools[]`` entries by name (entries without a name are ignored)."""
-    out: dict[str, Any] = {}
-    for p in _list(gpu_pools):
-        n = structs.get_str(p, "name")
-        if n:
-            out[n] = p
-    return out
 
 
 def _list(v: Any) -> list[Any]:
@@ -47,7 +38,7 @@ def node_selector(pool_name: str, pool: Any) -> dict[str, str]:
     ``modelplane.ai/pool: <pool name>``.
     """
     sel = structs.get_map(pool, "nodeSelector")
-    return sel or {wl.LABEL_POOL: pool_name}
+    return sel or {naming.LABEL_POOL: pool_name}
 
 
 def device_requests(

@@ -1,16 +1,16 @@
-"""The ModelReplica spec, validated: ``function.api.modelreplica`` plus the shape of each
-engine (one Standalone member, or one Leader and one Worker; a pool for every member)."""
+"""The ModelReplica spec, validated: ``function.api.modelreplica`` (one strict pass) plus
+the shape of each engine (one Standalone member, or one Leader and one Worker; a pool
+for every member)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
 from function import naming
-from function.api.modelreplica import Engine, Member, ModelReplicaSpec
-from function.api.modelreplica_checks import check_spec
-from function.core.errors import SpecError, pydantic_errors
+from function.api.modelreplica import ModelReplicaSpec, parse
+from function.api.modelreplica import ReplicaEngine as Engine
+from function.api.modelreplica import ReplicaMember as Member
+from function.core.errors import SpecError
 from function.manifests import workloads as wl
 
 
@@ -20,11 +20,7 @@ def parse_spec(spec: dict[str, Any]) -> ModelReplicaSpec:
     Raises:
         SpecError: naming the first invalid field.
     """
-    check_spec(spec)
-    try:
-        parsed = ModelReplicaSpec.model_validate(spec)
-    except ValidationError as e:
-        raise pydantic_errors("spec", e) from None
+    parsed = parse(spec)
     seen: set[str] = set()
     for ei, engine in enumerate(parsed.engines):
         if engine.name in seen:

@@ -1,10 +1,11 @@
-"""``python -m function.hydrate``: download a Hugging Face model into the cache PVC.
+"""``python -m jobs.hydrate``: download a Hugging Face model into the cache PVC.
 
 This is the program the ModelCacheHydration Job runs (see
 ``function.manifests.hydration.hydration_job``), from the function's own image,
-which already contains ``huggingface_hub``: nothing is installed at run time.
+which installs the ``jobs`` extra (``huggingface_hub``, ``kubernetes``): nothing is
+installed at run time. Names it shares with the function are in :mod:`jobs.contract`.
 
-    python -m function.hydrate --repo Qwen/Qwen2.5-0.5B-Instruct --revision main \\
+    python -m jobs.hydrate --repo Qwen/Qwen2.5-0.5B-Instruct --revision main \\
         --identity <naming.source_identity(repo, revision)> --target /mnt/models
 
 Environment:
@@ -66,14 +67,28 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from function.manifests.hydration import EXIT_PERMANENT, MARKER_FILE
+from jobs.contract import (
+    ENV_HF_ENDPOINT,
+    ENV_HF_TOKEN,
+    ENV_POD_NAMESPACE,
+    ENV_RESULT_CONFIGMAP,
+    EXIT_OK,
+    EXIT_PERMANENT,
+    EXIT_RETRY,
+    EXIT_USAGE,
+    MARKER_FILE,
+    RESULT_COMMIT,
+    RESULT_DATA_KEY,
+    RESULT_DIGEST,
+    RESULT_IDENTITY,
+    RESULT_VALIDATED_AT,
+)
 
 if TYPE_CHECKING:
     from kubernetes.client import Configuration
 
 # Directories at the target's root that are not part of the model.
 KEEP_DIRS = frozenset({".cache", "lost+found"})
-EXIT_OK, EXIT_RETRY, EXIT_USAGE = 0, 1, 2
 _CHUNK = 8 * 1024 * 1024
 
 log = logging.getLogger("modelplane.hydrate")
@@ -335,7 +350,7 @@ def report_result(
             every attempt.
         kubernetes.config.ConfigException: no in-cluster configuration.
     """
-    name = os.environ.get("MODELPLANE_RESULT_CONFIGMAP")
+    name = os.environ.get(ENV_RESULT_CONFIGMAP)
     if not name:
         return False
     import urllib3
@@ -343,7 +358,7 @@ def report_result(
     from kubernetes.client.exceptions import ApiException
 
     sa_dir = Path(os.environ.get("MODELPLANE_SA_DIR") or SERVICE_ACCOUNT_DIR)
-    namespace = os.environ.get("POD_NAMESPACE") or (sa_dir / "namespace").read_text().strip()
+    namespace = os.environ.get(ENV_POD_NAMESPACE) or (sa_dir / "namespace").read_text().strip()
     if configuration is None:
         configuration = in_cluster_configuration()
     for key in ("BearerToken", "authorization"):
@@ -351,7 +366,7 @@ def report_result(
         if token:
             REDACTOR.add(token.split(" ", 1)[-1].strip())
     api = client.CoreV1Api(client.ApiClient(configuration))
-    body = {"data": {"result": json.dumps(result, sort_keys=True)}}
+    body = {"data": {RESULT_DATA_KEY: json.dumps(result, sort_keys=True)}}
     for attempt in range(1, attempts + 1):
         try:
             api.patch_namespaced_config_map(
@@ -450,12 +465,12 @@ def hydrate(
     result = {
         "repo": repo,
         "revision": revision,
-        "identity": identity,
-        "commit": commit,
-        "digest": digest,
+        RESULT_IDENTITY: identity,
+        RESULT_COMMIT: commit,
+        RESULT_DIGEST: digest,
         "files": len(published),
         "bytes": total,
-        "validatedAt": when,
+        RESULT_VALIDATED_AT: when,
         "completedAt": when,
     }
     write_atomically(target / MARKER_FILE, json.dumps(result, sort_keys=True).encode() + b"\n")
@@ -466,14 +481,14 @@ def hydrate(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m function.hydrate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m jobs.hydrate", description=__doc__)
     parser.add_argument("--repo", required=True, help="Hugging Face repo id (org/name)")
     parser.add_argument("--revision", default="main", help="branch, tag or commit")
     parser.add_argument("--identity", help="source identity (default: computed)")
     parser.add_argument("--target", required=True, type=Path, help="directory to fill")
     args = parser.parse_args(argv)
 
-    token = os.environ.get("HF_TOKEN") or None
+    token = os.environ.get(ENV_HF_TOKEN) or None
     logging.basicConfig(
         stream=sys.stderr,
         level=logging.INFO,
@@ -491,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     if identity != expected:
         log.error("--identity %s does not match %s@%s", identity, args.repo, args.revision)
         return EXIT_USAGE
-    endpoint = os.environ.get("HF_ENDPOINT") or None
+    endpoint = os.environ.get(ENV_HF_ENDPOINT) or None
     log.info(
         "hydrating %s@%s into %s (token %s)",
         args.repo,

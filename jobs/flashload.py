@@ -1,9 +1,10 @@
 """The flash loader: copy model weights from the cache PVC to node-local memory.
 
-Runs as the engine pod's init container (``python -m function.flashload``, see
-``function.manifests.workloads.flash_container``)::
+Runs as the engine pod's init container (``python -m jobs.flashload``, see
+``function.manifests.workloads.flash_container``; the names it shares with the function
+are in :mod:`jobs.contract`)::
 
-    python -m function.flashload --source=/mnt/models --dest=/mnt/flash-models --concurrency=8
+    python -m jobs.flashload --source=/mnt/models --dest=/mnt/flash-models --concurrency=8
 
 It copies every regular file under ``--source`` to the same relative path under
 ``--dest`` with ``--concurrency`` files in flight (network volumes deliver far
@@ -26,7 +27,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-DONE_FILE = ".modelplane-flash-loaded"
+from jobs.contract import FLASH_DONE_FILE
+
+DONE_FILE = FLASH_DONE_FILE
 _BUFFER = 16 * 1024 * 1024
 
 
@@ -96,7 +99,7 @@ def flash_load(source: Path, dest: Path, concurrency: int) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
-    p = argparse.ArgumentParser(prog="python -m function.flashload", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m jobs.flashload", description=__doc__)
     p.add_argument("--source", required=True, type=Path)
     p.add_argument("--dest", required=True, type=Path)
     p.add_argument("--concurrency", type=int, default=8)

@@ -1,0 +1,125 @@
+"""InferenceCluster status: the one reader (and the field names its writer uses).
+
+An InferenceCluster's status is written by Modelplane's own compositions for the
+cloud sources and by :mod:`function.composers.inferencecluster` for ``source:
+Existing`` (the writer of record in this package); it is declared in
+``compositions/inferencecluster/definition.yaml``. Every other kind reads it only
+through this module:
+
+- ``status.providerConfigRef {kind, name}``: the provider-kubernetes provider config
+  composed resources on the cluster are applied with; ``kind`` defaults to
+  ``ClusterProviderConfig`` (:func:`provider_config`, :func:`provider_config_ref`).
+- ``status.cache.storageClassName``: the RWX storage class of cache PVCs
+  (:func:`cache_storage_class`).
+- ``status.gpuPools[] {name, nodes, devices[], nodeSelector}``: the GPU pools
+  placement fills (:func:`gpu_pools_value`, :func:`pools_by_name`).
+- ``status.gateway``: how clients reach the cluster (echoed, not read here).
+- condition ``Ready`` (set by Crossplane from the composed resources' readiness,
+  https://docs.crossplane.io/latest/composition/compositions/): placement and
+  hydration use only Ready clusters (:func:`is_ready`).
+
+Readers take the XR as a protobuf ``Struct`` (or a plain dict where noted) and never
+raise on malformed status: what is missing or of the wrong type reads as absent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf.struct_pb2 import ListValue, Struct, Value
+
+from function.core import structs
+
+KIND = "InferenceCluster"
+
+# status field names (the writer, function.composers.inferencecluster, uses these too).
+STATUS_GPU_POOLS = "gpuPools"
+STATUS_PROVIDER_CONFIG_REF = "providerConfigRef"
+STATUS_CACHE = "cache"
+STATUS_STORAGE_CLASS = "storageClassName"
+STATUS_GATEWAY = "gateway"
+# The condition placement and hydration require (Crossplane's own readiness condition).
+READY = "Ready"
+# ``status.providerConfigRef.kind`` when the cluster does not say.
+DEFAULT_PROVIDER_CONFIG_KIND = "ClusterProviderConfig"
+
+
+def is_ready(cluster: Struct | None) -> bool:
+    """True when ``cluster`` has condition ``Ready`` with status ``True``.
+
+    Hot path (placement reads every cluster of a fleet): scans ``status.conditions``
+    through the field maps; the first ``Ready`` entry decides.
+    """
+    conds = structs.fields_of(cluster, "status").get("conditions")
+    if conds is None:
+        return False
+    for cv in conds.list_value.values:
+        c = cv.struct_value.fields
+        if "type" in c and c["type"].string_value == READY:
+            return "status" in c and c["status"].string_value == "True"
+    return False
+
+
+def provider_config(cluster: Any) -> tuple[str, str] | None:
+    """``(kind, name)`` of ``status.providerConfigRef``, or None when it names none.
+
+    Args:
+        cluster: The InferenceCluster (Struct or dict).
+
+    Returns:
+        A hashable key (memoized builders take it); ``kind`` is
+        :data:`DEFAULT_PROVIDER_CONFIG_KIND` when not reported.
+    """
+    name = structs.get_str(cluster, "status", STATUS_PROVIDER_CONFIG_REF, "name")
+    if not name:
+        return None
+    kind = structs.get_str(cluster, "status", STATUS_PROVIDER_CONFIG_REF, "kind")
+    return kind or DEFAULT_PROVIDER_CONFIG_KIND, name
+
+
+def provider_config_ref(cluster: Any) -> dict[str, str] | None:
+    """:func:`provider_config` as the ``providerConfigRef`` of a provider-kubernetes Object.
+
+    Returns:
+        ``{"kind": ..., "name": ...}`` or None when the cluster reports none yet.
+    """
+    pc = provider_config(cluster)
+    return None if pc is None else {"kind": pc[0], "name": pc[1]}
+
+
+def cache_storage_class(cluster: Any) -> str:
+    """``status.cache.storageClassName`` (``""`` when not reported)."""
+    return structs.get_str(cluster, "status", STATUS_CACHE, STATUS_STORAGE_CLASS)
+
+
+def gpu_pools_value(cluster: Struct | None) -> Value | None:
+    """The raw ``status.gpuPools`` Value (None when absent), for readers that key on it."""
+    v: Value | None = structs.fields_of(cluster, "status").get(STATUS_GPU_POOLS)
+    return v
+
+
+def pools_by_name(gpu_pools: Any) -> dict[str, Any]:
+    """``status.gpuPools[]`` entries (a ListValue or list) by ``name``.
+
+    Entries without a name, and anything that is not a list, are ignored.
+    """
+    out: dict[str, Any] = {}
+    for p in list(gpu_pools) if isinstance(gpu_pools, (ListValue, list)) else ():
+        n = structs.get_str(p, "name")
+        if n:
+            out[n] = p
+    return out
+
+
+def cache_host_problem(cluster: Struct) -> str | None:
+    """Why ``cluster`` cannot host a model cache, or None when it can.
+
+    A cache needs a Ready cluster with a provider config and a cache storage class.
+    """
+    if not is_ready(cluster):
+        return "cluster is not Ready"
+    if provider_config(cluster) is None:
+        return "cluster reports no status.providerConfigRef"
+    if not cache_storage_class(cluster):
+        return "cluster reports no status.cache.storageClassName"
+    return None

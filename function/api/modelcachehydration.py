@@ -1,0 +1,55 @@
+"""ModelCacheHydration status contract: phases, condition type and reasons.
+
+Written by :mod:`function.composers.hydration` (the owner; declared in
+``compositions/modelcachehydration/definition.yaml``) and read by the ModelCache
+roll-up (:mod:`function.composers.modelcache`), placement
+(:mod:`function.scheduling.placement` through the ModelDeployment composer), the
+ModelReplica cache gate, the ModelExperiment gate and the metrics labels
+(:mod:`function.ops.metrics`). Those readers import the names from here, never
+write them as literals.
+
+``status.phase`` is one of :data:`PHASES`:
+
+- :data:`PENDING`: nothing downloaded yet (PVC not bound, auth Secret missing, a
+  requirement not resolved, or no status at all yet: readers treat a missing or
+  unknown phase as Pending).
+- :data:`HYDRATING`: the download Job runs.
+- :data:`READY`: the weights of ``status.source.identity`` are on the PVC.
+- :data:`FAILED`: the Job failed, or the PVC did not bind in time.
+
+``status.reason`` is one of the ``REASON_*`` names below, or the failed Job's own
+condition reason (``BackoffLimitExceeded``, ``DeadlineExceeded``,
+https://kubernetes.io/docs/concepts/workloads/controllers/job/#terminal-job-conditions).
+The condition :data:`CONDITION` carries the phase as its reason.
+
+The weights a hydration writes are read where ``jobs.contract.CACHE_MOUNT_PATH`` mounts
+the cache PVC: the download Job (``python -m jobs.hydrate``) writes there and every
+engine container reads there; that path, the completion marker and the result
+ConfigMap's keys are the contract of :mod:`jobs.contract`.
+"""
+
+from __future__ import annotations
+
+KIND = "ModelCacheHydration"
+
+PENDING = "Pending"
+HYDRATING = "Hydrating"
+READY = "Ready"
+FAILED = "Failed"
+PHASES = (PENDING, HYDRATING, READY, FAILED)
+
+# Condition type; its reason is the phase, its status True only when Ready.
+CONDITION = "Hydrated"
+
+# status.reason values.
+REASON_WAITING_FOR_REQUIREMENTS = "WaitingForRequirements"
+REASON_AUTH_SECRET_MISSING = "AuthSecretMissing"
+REASON_AUTH_SECRET_KEY_MISSING = "AuthSecretKeyMissing"
+REASON_CLUSTER_UNAVAILABLE = "ClusterUnavailable"
+REASON_PVC_NOT_BOUND = "PVCNotBound"
+REASON_WAITING_FOR_JOB = "WaitingForJob"
+REASON_JOB_RUNNING = "JobRunning"
+REASON_HYDRATED = "Hydrated"
+REASON_PVC_BIND_TIMEOUT = "PVCBindTimeout"
+# Warning reason (status message and event) when the latched PVC is gone or re-created.
+REASON_PVC_LOST = "PVCLost"

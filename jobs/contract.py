@@ -1,0 +1,58 @@
+"""The contract between the function and the programs that run in pods.
+
+The function builds the download Job (:mod:`function.manifests.hydration`) and the
+flash loader init container (:mod:`function.manifests.workloads`) from these names, and
+reads the download's result back (:mod:`function.composers.hydration`); the programs
+(:mod:`jobs.hydrate`, :mod:`jobs.flashload`) take their arguments, environment and
+files by the same names. Plain constants only: the server imports this module without
+the programs' dependencies.
+"""
+
+from __future__ import annotations
+
+# ---- commands (the image's ``python`` is the virtual environment's) -----------------
+
+HYDRATE_COMMAND = ("python", "-m", "jobs.hydrate")
+FLASHLOAD_COMMAND = ("python", "-m", "jobs.flashload")
+
+# ---- mount paths ---------------------------------------------------------------------
+
+# Where the cache PVC is mounted: read-write in the download Job (the weights land at
+# the PVC's root), read-only in every engine container and in the flash loader.
+CACHE_MOUNT_PATH = "/mnt/models"
+# Where the flash loader's node-local copy (a memory-backed emptyDir) is mounted.
+FLASH_MOUNT_PATH = "/mnt/flash-models"
+
+# ---- markers -------------------------------------------------------------------------
+
+# Written last by jobs.hydrate at the PVC's root: JSON {repo, revision, identity, commit,
+# digest, files, bytes, validatedAt, completedAt}.
+MARKER_FILE = ".modelplane-hydrated"
+# Written last by jobs.flashload in the destination once every file is copied.
+FLASH_DONE_FILE = ".modelplane-flash-loaded"
+
+# ---- exit codes of jobs.hydrate ------------------------------------------------------
+
+EXIT_OK = 0
+EXIT_RETRY = 1  # worth retrying: network, hub 5xx, disk
+EXIT_USAGE = 2  # bad arguments
+# Permanent (repository or revision not found, access denied): the Job's
+# podFailurePolicy turns it into Failed at once instead of retrying.
+EXIT_PERMANENT = 3
+
+# ---- environment of the download Job -------------------------------------------------
+
+ENV_HF_TOKEN = "HF_TOKEN"  # the hub token, from the remote Secret by secretKeyRef
+ENV_HF_ENDPOINT = "HF_ENDPOINT"  # the hub's base URL (tests point it at a stand-in)
+ENV_RESULT_CONFIGMAP = "MODELPLANE_RESULT_CONFIGMAP"  # the ConfigMap to report to
+ENV_POD_NAMESPACE = "POD_NAMESPACE"  # that ConfigMap's namespace (downward API)
+
+# ---- the result ConfigMap ------------------------------------------------------------
+
+# jobs.hydrate merge-patches ``data[RESULT_DATA_KEY]`` with the marker's JSON; the
+# hydration composer reads these fields of it back into ``status.evidence``.
+RESULT_DATA_KEY = "result"
+RESULT_IDENTITY = "identity"
+RESULT_COMMIT = "commit"
+RESULT_DIGEST = "digest"
+RESULT_VALIDATED_AT = "validatedAt"
