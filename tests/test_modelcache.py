@@ -10,8 +10,8 @@ import copy
 import pytest
 
 from function.naming import DNS1123_LABEL, LABEL_VALUE, hydration_name, source_identity
-from tests.fixtures import cache_spec, inference_cluster, observed_hydration
-from tests.harness import (
+from tests.support.fixtures import cache_spec, inference_cluster, observed_hydration
+from tests.support.harness import (
     NAMESPACE,
     World,
     conditions,

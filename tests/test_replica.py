@@ -22,8 +22,8 @@ from function.core.numbers import ints_from_doubles
 from function.manifests import workloads as wl
 from function.ops.settings import Settings
 from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
-from tests import harness as h
-from tests.replica_fixtures import (
+from tests.support import harness as h
+from tests.support.replica_fixtures import (
     CACHE,
     MULTI_COMMAND,
     POOL,
@@ -42,7 +42,7 @@ from tests.replica_fixtures import (
     single_spec,
 )
 from tests.support.table import Case, table
-from tests.validation import (
+from tests.support.validation import (
     LWS_CRD,
     OBJECT_CRD,
     _pod_templates,
@@ -375,7 +375,8 @@ def test_compose_is_deterministic_and_idempotent():
 
 @dataclass(frozen=True)
 class Request:
-    """A replica's spec and its ``required`` map (see :func:`tests.replica_fixtures.required`)."""
+    """A replica's spec and its ``required`` map (see
+    :func:`tests.support.replica_fixtures.required`)."""
 
     spec: dict[str, Any]
     required: dict[str, Any]

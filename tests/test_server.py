@@ -15,8 +15,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from function.edge import runner as runner_mod
 from function.edge.server import default_processes
 from function.render import start_function
-from tests.fixtures import cache_spec, inference_cluster
-from tests.harness import fatal, request, results, run, xr
+from tests.support.fixtures import cache_spec, inference_cluster
+from tests.support.harness import fatal, request, results, run, xr
 
 
 def _cache_request(n: int) -> fnv1.RunFunctionRequest:
