@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import Clock, GrpcFunction
+from tests.support.harness import Clock, GrpcFunction
 
 # Suite-wide check that the fake token never leaves the function (issue 9).
-pytest_plugins = ["tests.secret_guard"]
+pytest_plugins = ["tests.support.secret_guard"]
 
 
 @pytest.fixture

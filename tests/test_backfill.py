@@ -2,7 +2,7 @@
 
 Every lifecycle test goes through a real gRPC channel with a controlled clock: each
 ``Sim.step`` runs Crossplane's requirements loop (``function.render.drive``) and applies
-the response like Crossplane and provider-kubernetes would (see ``tests.backfill_sim``).
+the response like Crossplane and provider-kubernetes would (see ``tests.support.backfill_sim``).
 Emitted Objects and their Jobs are validated against the Object CRD and Kubernetes'
 schemas on every step. Metrics are read from a fresh prometheus-client registry.
 """
@@ -26,8 +26,8 @@ from function.core.timeutil import format_time, parse_time
 from function.naming import replica_name
 from function.ops import metrics as metrics_mod
 from function.render import World, drive, load_yaml, observed_by_name
-from tests import fixtures
-from tests.backfill_sim import (
+from tests.support import fixtures
+from tests.support.backfill_sim import (
     BACKFILL,
     DEPLOYMENT,
     TEMPLATE,
@@ -37,7 +37,7 @@ from tests.backfill_sim import (
     job_status,
     replica,
 )
-from tests.harness import (
+from tests.support.harness import (
     NAMESPACE,
     Clock,
     GrpcFunction,
@@ -50,9 +50,9 @@ from tests.harness import (
     xr,
     xr_ready,
 )
-from tests.harness import request as build
+from tests.support.harness import request as build
 from tests.support.table import Case, table
-from tests.validation import validate_k8s, validate_object, validate_xr, xr_cel_errors
+from tests.support.validation import validate_k8s, validate_object, validate_xr, xr_cel_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "modelbackfill"

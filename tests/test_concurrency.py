@@ -1,7 +1,7 @@
 """No shared state: 200 concurrent RunFunction calls of mixed kinds (issue 9).
 
 Every request of every kind whose composer exists (first and second reconciles
-of each seed, see ``tests/reliability.py``) is first sent sequentially over a real
+of each seed, see ``tests/support/reliability.py``) is first sent sequentially over a real
 gRPC channel to one server; then :data:`CONCURRENT_CALLS` calls cycling through
 the same requests are put in flight at once against the same server. Every call
 must succeed and its response must equal, byte for byte, the sequential response
@@ -22,9 +22,9 @@ import grpc
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from tests.harness import GrpcFunction
-from tests.reliability import available_kinds, evolve, seeds, settle, start_process
-from tests.secret_guard import leaks
+from tests.support.harness import GrpcFunction
+from tests.support.reliability import available_kinds, evolve, seeds, settle, start_process
+from tests.support.secret_guard import leaks
 
 CONCURRENT_CALLS = 200
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"

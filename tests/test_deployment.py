@@ -15,9 +15,9 @@ import pytest
 from function import API_VERSION
 from function.api.modelreplica import ModelReplicaSpec
 from function.naming import hydration_name, replica_name
-from tests import harness as h
-from tests.fixtures import inference_cluster
-from tests.validation import validate_manifest, validate_xr
+from tests.support import harness as h
+from tests.support.fixtures import inference_cluster
+from tests.support.validation import validate_manifest, validate_xr
 
 NS = h.NAMESPACE
 MEM_40 = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0'
@@ -603,7 +603,7 @@ def test_bad_cluster_selector_is_fatal_naming_the_field() -> None:
 
 
 def test_xrd_requires_a_cache_for_multi_node_engines() -> None:
-    from tests.validation import xr_cel_errors
+    from tests.support.validation import xr_cel_errors
 
     gang = engine()
     gang["members"] = [
@@ -737,7 +737,7 @@ def test_table_in_process_and_over_grpc(
 
 def test_replica_xrd_engines_follow_the_deployment_xrd() -> None:
     """compositions/modelreplica is generated from modeldeployment's engine schema: in step."""
-    from tests.validation import find_xrd
+    from tests.support.validation import find_xrd
 
     def spec_props(kind: str) -> dict[str, Any]:
         s = find_xrd(API_VERSION, kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
@@ -936,7 +936,7 @@ def test_retained_cluster_takes_no_replica_and_its_replicas_move_make_before_bre
     what the other wrote (the cache's status, the deployment's replicas).
     """
     from function.naming import cache_shard
-    from tests.fixtures import cache_spec, observed_hydration
+    from tests.support.fixtures import cache_spec, observed_hydration
 
     east = ic("gpu-a", {"gpu": "h100", "zone": "east"})
     west = ic("gpu-b", {"gpu": "h100", "zone": "west"})

@@ -15,7 +15,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import API_VERSION
-from tests import harness as h
+from tests.support import harness as h
 from tests.test_deployment import cache, deployment, hydration, ic, observe, other_replica, placed
 
 

@@ -18,9 +18,9 @@ from prometheus_client import CollectorRegistry
 
 from function.composers.deployment import MAX_DISPLACED
 from function.ops import metrics
-from tests import harness as h
+from tests.support import harness as h
+from tests.support.validation import validate_xr
 from tests.test_deployment import cache, deployment, hydration, ic, observe, placed
-from tests.validation import validate_xr
 
 NAME = "chat"
 METRIC = "modelplane_replica_replacement_duration_seconds"

@@ -26,9 +26,9 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.composers import KINDS
 from function.edge.runner import FunctionRunner
-from tests.harness import Clock, run
-from tests.reliability import evolve, missing_reason, seeds, settle, start_process
-from tests.secret_guard import leaks
+from tests.support.harness import Clock, run
+from tests.support.reliability import evolve, missing_reason, seeds, settle, start_process
+from tests.support.secret_guard import leaks
 
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
 

@@ -8,7 +8,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function.core import events
 from function.core.outcome import Outcome, Result
 from function.edge.runner import FunctionRunner
-from tests.harness import request, xr
+from tests.support.harness import request, xr
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from function.render import World, drive, load_yaml, observed_by_name
-from tests.harness import desired, fatal, run, status
-from tests.validation import ROOT, SchemaError, validate_manifest, validate_xr
+from tests.support.harness import desired, fatal, run, status
+from tests.support.validation import ROOT, SchemaError, validate_manifest, validate_xr
 
 EXAMPLES = ROOT / "examples"
 

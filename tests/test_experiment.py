@@ -1,7 +1,7 @@
 """ModelExperiment: the full lifecycle over gRPC with a controlled clock.
 
 A small simulator (:class:`Sim`) plays Crossplane: it drives the requirements
-loop over a real gRPC channel (``tests.harness.GrpcFunction``), writes the
+loop over a real gRPC channel (``tests.support.harness.GrpcFunction``), writes the
 returned status back into the XR, turns desired composed resources into observed
 ones (keeping the status the "cluster" gave them, deleting what is no longer
 desired), and lets each test change the world (candidate Ready, replica endpoint,
@@ -32,9 +32,9 @@ from function.naming import (
     source_identity,
 )
 from function.render import World, load_yaml, observed_by_name
-from tests.cache_tree import Tree
-from tests.fixtures import cache_spec, inference_cluster, observed_hydration
-from tests.harness import (
+from tests.support.cache_tree import Tree
+from tests.support.fixtures import cache_spec, inference_cluster, observed_hydration
+from tests.support.harness import (
     NAMESPACE,
     NOW,
     Clock,
@@ -51,7 +51,7 @@ from tests.harness import (
     xr_ready,
 )
 from tests.support.table import Case, table
-from tests.validation import (
+from tests.support.validation import (
     SchemaError,
     find_xrd,
     validate_k8s,
@@ -1532,7 +1532,7 @@ def test_chain_through_deployment_and_replica_composers(
     they report is what the experiment reads: the candidate's Ready, the replica's
     labels, ``spec.clusterName`` and ``status.endpoint``.
     """
-    from tests import replica_fixtures as rf
+    from tests.support import replica_fixtures as rf
 
     world = [cronjob(), rf.cluster(CLUSTER), rf.model_cache(), rf.hydration(CLUSTER, "Ready")]
     sim = Sim(grpc_function, clock, spec(), world)

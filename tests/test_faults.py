@@ -1,7 +1,7 @@
 """Faults around the function: the fleet, provider-kubernetes and clocks misbehave (issue 9).
 
 Each test injects one fault into an otherwise healthy reconcile (seeds of
-``tests/reliability.py``) and checks what is lost -- nothing -- and what is said:
+``tests/support/reliability.py``) and checks what is lost -- nothing -- and what is said:
 
 - a cluster disappears from the fleet while live replicas use it (ModelCache keeps
   the hydration there and says why; a ModelReplica keeps its workload and names the
@@ -28,8 +28,8 @@ import pytest
 
 from function.composers import hydration as hyd
 from function.core.timeutil import elapsed, format_time, parse_time
-from tests.fixtures import inference_cluster
-from tests.harness import (
+from tests.support.fixtures import inference_cluster
+from tests.support.harness import (
     NOW,
     conditions,
     desired,
@@ -39,7 +39,7 @@ from tests.harness import (
     run,
     status,
 )
-from tests.reliability import Seed, evolve, missing_reason, seeds, settle
+from tests.support.reliability import Seed, evolve, missing_reason, seeds, settle
 
 REMOTE_ERROR = 'admission webhook "policy.example.com" denied the request: REMOTE-ERR-42'
 FAULTS: list[str] = []  # one line per injected fault, for the summary
@@ -162,7 +162,7 @@ RUNNING_JOB = {"active": 1, "startTime": "2026-11-29T08:55:00Z"}
 
 
 def test_cluster_gone_with_live_replicas_keeps_the_cache_there() -> None:
-    from tests.cache_tree import Tree
+    from tests.support.cache_tree import Tree
 
     s = seed("ModelCache", "builder-all-auth")
     clusters = [c for c in s.world if c.get("kind") == "InferenceCluster"]

@@ -2,7 +2,7 @@
 
 For every kind of ``function.composers.KINDS`` whose composer exists (a kind whose
 module has not landed yet is skipped, with the reason), hypothesis generates
-reconciles from the kind's seeds (``tests/reliability.py``):
+reconciles from the kind's seeds (``tests/support/reliability.py``):
 
 - the XR: the seed's spec with 0 to 3 mutations (a value replaced by an arbitrary
   JSON value, a field deleted, an unknown field added, a type swapped, malformed
@@ -57,8 +57,8 @@ from hypothesis import strategies as st
 from function import API_VERSION
 from function.composers import KINDS
 from function.render import World
-from tests.harness import NOW, conditions, fatal, request, run, status
-from tests.reliability import Seed, evolve, missing_reason, seeds, settle
+from tests.support.harness import NOW, conditions, fatal, request, run, status
+from tests.support.reliability import Seed, evolve, missing_reason, seeds, settle
 
 # MODELPLANE_FUZZ_CASES lowers the count for a quick local run; CI uses the default.
 TOTAL_CASES = int(os.environ.get("MODELPLANE_FUZZ_CASES", "10000"))
@@ -254,7 +254,7 @@ _TYPES = {
 
 def _xrd_spec_schema(kind: str) -> dict[str, Any] | None:
     try:
-        from tests.validation import crd_version_schema, find_xrd
+        from tests.support.validation import crd_version_schema, find_xrd
 
         xrd = find_xrd(API_VERSION, kind)
         schema = crd_version_schema(xrd, API_VERSION.split("/")[1])
@@ -681,8 +681,8 @@ def _rsp(fatal_msg: str | None = None, keep: tuple[str, ...] = ()) -> fnv1.RunFu
 
 
 def test_properties_catch_what_they_are_for() -> None:
-    from tests.fixtures import cache_spec
-    from tests.harness import xr
+    from tests.support.fixtures import cache_spec
+    from tests.support.harness import xr
 
     body = xr("ModelCache", "c", cache_spec({}))
     req = request(body, observed={"a": {"kind": "X"}, "b": {"kind": "X"}}, tag="t")

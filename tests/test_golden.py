@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.secret_guard import leaks
 from tests.support import golden
+from tests.support.secret_guard import leaks
 
 CASES = golden.cases()
 UPDATE = os.environ.get("MODELPLANE_UPDATE_GOLDEN") == "1"

@@ -26,9 +26,9 @@ import grpc
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from tests.cache_tree import shard_request
-from tests.harness import fatal
-from tests.secret_guard import leaks
+from tests.support.cache_tree import shard_request
+from tests.support.harness import fatal
+from tests.support.secret_guard import leaks
 
 CLUSTERS = 3_000
 IN_FLIGHT = 16

@@ -1,7 +1,7 @@
 """``python -m jobs.hydrate`` against a local stand-in for the Hugging Face Hub.
 
 The program runs as the Job runs it (a subprocess, ``python -m jobs.hydrate``)
-with ``HF_ENDPOINT`` pointing at :class:`tests.fake_hf_hub.FakeHub` on 127.0.0.1.
+with ``HF_ENDPOINT`` pointing at :class:`tests.support.fake_hf_hub.FakeHub` on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytest
 from function.naming import source_identity
 from jobs import hydrate
 from jobs.contract import EXIT_PERMANENT, MARKER_FILE
-from tests.fake_hf_hub import FakeHub, Repo
-from tests.fake_kube_api import FakeKubeAPI
+from tests.support.fake_hf_hub import FakeHub, Repo
+from tests.support.fake_kube_api import FakeKubeAPI
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_FAKEtokenForTheStandInHub0123456789"
@@ -470,7 +470,7 @@ def test_reported_result_becomes_hydration_evidence(hub, kube, tmp_path) -> None
 
 def test_the_composed_job_runs_the_program(hub, kube, tmp_path) -> None:
     """The Job the composer emits, run as its container would: command, args and env."""
-    from tests.harness import NAMESPACE, desired, request, run, xr
+    from tests.support.harness import NAMESPACE, desired, request, run, xr
 
     cluster = {
         "apiVersion": "modelplane.ai/v1alpha1",

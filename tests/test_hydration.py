@@ -5,7 +5,7 @@ The team's cases C2, C8, C9: an unresolved auth Secret, Job failure, token seali
 Each test builds the observed state the way Crossplane and provider-kubernetes
 report it: composed Objects echo the remote object under
 ``status.atProvider.manifest``. Every desired Object is validated against the
-Object CRD and its manifest against Kubernetes' schemas (tests/validation.py).
+Object CRD and its manifest against Kubernetes' schemas (tests/support/validation.py).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from function.naming import (
     source_identity,
 )
 from function.ops.settings import default_settings
-from tests import fixtures
-from tests.fixtures import inference_cluster
-from tests.harness import (
+from tests.support import fixtures
+from tests.support.fixtures import inference_cluster
+from tests.support.harness import (
     NAMESPACE,
     NOW,
     Clock,
@@ -49,9 +49,10 @@ from tests.harness import (
     xr,
     xr_ready,
 )
-from tests.validation import validate_object, validate_xr
+from tests.support.validation import validate_object, validate_xr
 
-FAKE_TOKEN = fixtures.FAKE_TOKEN  # the token the suite-wide guard (tests/secret_guard.py) watches
+# The token the suite-wide guard (tests/support/secret_guard.py) watches.
+FAKE_TOKEN = fixtures.FAKE_TOKEN
 FAKE_TOKEN_B64 = base64.b64encode(FAKE_TOKEN.encode()).decode()
 REPO = "org/gated-model"
 CACHE = "qwen-cache"

@@ -9,9 +9,9 @@ import pytest
 
 from function import API_VERSION
 from function.composers.inferencecluster import gpu_pools
-from tests import harness as h
-from tests.modelplane_examples_paths import KIND_LOCAL_CPU
-from tests.validation import load_documents, validate_manifest, validate_xr
+from tests.support import harness as h
+from tests.support.modelplane_examples_paths import KIND_LOCAL_CPU
+from tests.support.validation import load_documents, validate_manifest, validate_xr
 
 DOCS = load_documents(KIND_LOCAL_CPU)
 CLASSES = [d for d in DOCS if d["kind"] == "InferenceClass"]

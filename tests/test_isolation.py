@@ -1,6 +1,6 @@
 """Namespace isolation and provider configs from the fleet only (issue 9).
 
-Every seed of every kind whose composer exists (``tests/reliability.py``) is moved
+Every seed of every kind whose composer exists (``tests/support/reliability.py``) is moved
 into namespace ``team-b``; decoys of every namespaced resource its world holds
 (the auth Secret with another token, the ModelCache, the CronJob template, the
 target ModelDeployment, ...) are planted with the same names in ``ml-team`` and
@@ -30,8 +30,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.composers import KINDS
 from function.render import World, drive
-from tests.harness import desired, fatal, run
-from tests.reliability import Seed, missing_reason, seeds
+from tests.support.harness import desired, fatal, run
+from tests.support.reliability import Seed, missing_reason, seeds
 
 NS = "team-b"
 DECOY_NAMESPACES = ("ml-team", "other-team")

@@ -14,8 +14,8 @@ from function import composers
 from function.edge.runner import FunctionRunner
 from function.ops import logs
 from function.ops.settings import default_settings
-from tests.fixtures import cache_spec, inference_cluster
-from tests.harness import NAMESPACE, Clock, request, xr
+from tests.support.fixtures import cache_spec, inference_cluster
+from tests.support.harness import NAMESPACE, Clock, request, xr
 
 BOUND = {"tag", "xr_kind", "xr_namespace", "xr_name"}
 

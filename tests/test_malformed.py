@@ -28,8 +28,8 @@ import pytest
 from google.protobuf import json_format
 
 from function.render import build_request
-from tests.harness import fatal, run
-from tests.reliability import available_kinds, seeds, settle
+from tests.support.harness import fatal, run
+from tests.support.reliability import available_kinds, seeds, settle
 
 KINDS = (
     "InferenceCluster",

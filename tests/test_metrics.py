@@ -19,8 +19,8 @@ from function.core.outcome import Observation, Outcome
 from function.edge.runner import FunctionRunner
 from function.ops import metrics
 from function.ops.settings import default_settings
-from tests.fixtures import cache_spec, inference_cluster
-from tests.harness import NAMESPACE, Clock, GrpcFunction, World, request, xr
+from tests.support.fixtures import cache_spec, inference_cluster
+from tests.support.harness import NAMESPACE, Clock, GrpcFunction, World, request, xr
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -578,8 +578,8 @@ def test_gauge_keeps_the_last_value_set(m):
 def test_deployment_sets_requested_placed_and_ready_on_every_call(m):
     """Issue 16: the dashboard's "replicas placed vs requested" is this gauge; the
     footprint has room for every replica only on gpu-a and gpu-b, so 5 are placed there."""
-    from tests import harness as th
     from tests import test_deployment as d
+    from tests.support import harness as th
 
     runner = FunctionRunner(settings=default_settings(), clock=Clock(th.NOW), metrics=m)
     xr5 = d.deployment(5)
@@ -598,7 +598,7 @@ def test_deployment_sets_requested_placed_and_ready_on_every_call(m):
 
 
 def h_ready(rsp) -> int:
-    from tests import harness as th
+    from tests.support import harness as th
 
     return int(th.status(rsp)["replicas"]["ready"])
 

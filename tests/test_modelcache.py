@@ -19,9 +19,9 @@ from function.naming import (
     shard_name,
     source_identity,
 )
-from tests.cache_tree import Tree, cache, shard_xr
-from tests.fixtures import inference_cluster, observed_hydration
-from tests.harness import (
+from tests.support.cache_tree import Tree, cache, shard_xr
+from tests.support.fixtures import inference_cluster, observed_hydration
+from tests.support.harness import (
     NAMESPACE,
     World,
     conditions,

@@ -7,8 +7,8 @@ import copy
 import pytest
 
 from function.naming import cache_shard
-from tests.cache_tree import shard_clusters, shard_request
-from tests.harness import desired, fatal, request, requirements, run, status
+from tests.support.cache_tree import shard_clusters, shard_request
+from tests.support.harness import desired, fatal, request, requirements, run, status
 
 
 def _spec(req):

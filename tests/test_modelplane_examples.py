@@ -23,8 +23,8 @@ import pytest
 from function.composers.inferencecluster import gpu_pools
 from function.naming import hydration_name
 from function.scheduling.selectors import LabelSelector
-from tests import harness as h
-from tests.validation import load_documents, validate_xr
+from tests.support import harness as h
+from tests.support.validation import load_documents, validate_xr
 
 EXAMPLES = Path(__file__).parent / "modelplane_examples"
 

@@ -29,8 +29,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.reliability import seeds, settle
-from tests.secret_guard import leaks
+from tests.support.reliability import seeds, settle
+from tests.support.secret_guard import leaks
 
 NOW = datetime.datetime.now(datetime.UTC)
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from function.ops.metrics import CATALOGUE
-from tests.promql_catalogue import check_expr, check_label_values, check_legend
+from tests.support.promql_catalogue import check_expr, check_label_values, check_legend
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "operations" / "grafana" / "modelplane.json"

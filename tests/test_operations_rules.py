@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.promql_catalogue import check_expr
+from tests.support.promql_catalogue import check_expr
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES_DIR = ROOT / "operations" / "prometheus"

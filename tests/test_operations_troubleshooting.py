@@ -1,5 +1,5 @@
 """The README's troubleshooting tables cover every phase and reason the function writes
-(issue 16). The reasons come from the code itself (``tests/reason_inventory.py``, with
+(issue 16). The reasons come from the code itself (``tests/support/reason_inventory.py``, with
 ``ast``), so a new reason without a row fails here."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reason_inventory import PACKAGE, inventory
+from tests.support.reason_inventory import PACKAGE, inventory
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = [

@@ -22,8 +22,8 @@ from function.core.numbers import ints_from_doubles
 from function.manifests import workloads as wl
 from function.ops.settings import Settings
 from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
-from tests import harness as h
-from tests.replica_fixtures import (
+from tests.support import harness as h
+from tests.support.replica_fixtures import (
     CACHE,
     MULTI_COMMAND,
     POOL,
@@ -42,7 +42,7 @@ from tests.replica_fixtures import (
     single_spec,
 )
 from tests.support.table import Case, table
-from tests.validation import (
+from tests.support.validation import (
     LWS_CRD,
     OBJECT_CRD,
     _pod_templates,
@@ -375,7 +375,8 @@ def test_compose_is_deterministic_and_idempotent():
 
 @dataclass(frozen=True)
 class Request:
-    """A replica's spec and its ``required`` map (see :func:`tests.replica_fixtures.required`)."""
+    """A replica's spec and its ``required`` map (see
+    :func:`tests.support.replica_fixtures.required`)."""
 
     spec: dict[str, Any]
     required: dict[str, Any]
@@ -639,7 +640,7 @@ def test_invalid_flash_loader_at_cache_level_names_field_and_level():
 
 SHM: list[Case[tuple[dict[str, str], str | None], str]] = [
     Case("default", "8Gi unless the operator or the spec says otherwise", ({}, None), "8Gi"),
-    Case("operator default", "MODELPLANE_DEFAULT_SHM_SIZE_LIMIT applies to every replica",
+    Case("operator default", "DEFAULT_SHM_SIZE_LIMIT applies to every replica",
          ({"DEFAULT_SHM_SIZE_LIMIT": "32Gi"}, None), "32Gi"),
     Case("spec over operator", "spec.shmSizeLimit wins over the operator's default",
          ({"DEFAULT_SHM_SIZE_LIMIT": "32Gi"}, "64Gi"), "64Gi"),

@@ -27,8 +27,8 @@ from function.core.timeutil import format_time
 from function.edge.runner import FunctionRunner
 from function.ops import metrics
 from function.ops.settings import default_settings
-from tests import harness as h
-from tests.replica_fixtures import (
+from tests.support import harness as h
+from tests.support.replica_fixtures import (
     CACHE,
     DEPLOYMENT,
     cluster,
@@ -41,7 +41,7 @@ from tests.replica_fixtures import (
     single_spec,
 )
 from tests.support.table import Case, table
-from tests.validation import validate_xr
+from tests.support.validation import validate_xr
 
 NS = h.NAMESPACE
 T0 = h.NOW

@@ -16,7 +16,7 @@ import pytest
 
 from function.naming import hydration_name
 from function.render import World, drive, load_yaml
-from tests import harness as h
+from tests.support import harness as h
 from tests.test_replica import validate_all
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "modeldeployment"

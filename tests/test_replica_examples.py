@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from function.render import World, load_yaml, observed_by_name
-from tests import harness as h
+from tests.support import harness as h
+from tests.support.validation import validate_xr
 from tests.test_replica import ints, manifest, validate_all
-from tests.validation import validate_xr
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "modelreplica"
 WORLD = load_yaml([str(EXAMPLE / "required")])

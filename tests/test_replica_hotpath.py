@@ -22,8 +22,8 @@ from function.composers import replica
 from function.composers.replica import CONDITION, children
 from function.ops.settings import Settings, default_settings
 from function.serving.flashloader import SETTINGS_ATTRS, resolve_flash_loader, resolve_shm
-from tests import harness as h
-from tests.replica_fixtures import (
+from tests.support import harness as h
+from tests.support.replica_fixtures import (
     H100_POOL,
     cluster,
     model_cache,
@@ -32,7 +32,7 @@ from tests.replica_fixtures import (
     ready_required,
     single_spec,
 )
-from tests.replica_fixtures import (
+from tests.support.replica_fixtures import (
     replica as replica_xr,
 )
 from tests.support.table import Case, table

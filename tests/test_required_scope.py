@@ -1,7 +1,7 @@
 """Required resources are used only if they are what was asked for (issue 14).
 
 Crossplane scopes its answers to a requirement today; the function must not depend on
-it. For every seed of every kind (``tests/reliability.py``), the requirements loop is
+it. For every seed of every kind (``tests/support/reliability.py``), the requirements loop is
 settled, and then, for every requirement that resolved to something, a same-named
 foreign object is planted under that requirement's name:
 
@@ -27,8 +27,8 @@ from google.protobuf import json_format
 
 from function.core.outcome import Requirement
 from function.render import build_request
-from tests.harness import run
-from tests.reliability import available_kinds, seeds, settle
+from tests.support.harness import run
+from tests.support.reliability import available_kinds, seeds, settle
 
 ELSEWHERE = "elsewhere"
 

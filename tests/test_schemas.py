@@ -2,7 +2,7 @@
 
 Files are discovered recursively, so documents added later are covered
 without touching this test. Each document goes to the validator its
-apiVersion and kind call for (:func:`tests.validation.validate_manifest`):
+apiVersion and kind call for (:func:`tests.support.validation.validate_manifest`):
 
 - Crossplane kinds (XRD, Composition, Function, DeploymentRuntimeConfig,
   Usage), provider-kubernetes Objects and LeaderWorkerSets: the real CRDs in
@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from tests.validation import (
+from tests.support.validation import (
     COMPOSITIONS,
     ROOT,
     Schema,

@@ -1,6 +1,6 @@
 """Secrets sealed: the fake token never leaves the function (issue 9).
 
-The suite-wide part lives in ``tests/secret_guard.py`` (every test of the suite
+The suite-wide part lives in ``tests/support/secret_guard.py`` (every test of the suite
 fails when a FunctionRunner response or captured output holds the token). This
 module proves that guard can fail, and pushes the token at every kind:
 
@@ -32,10 +32,10 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from function.composers import KINDS
 from function.render import World, drive
-from tests.fixtures import FAKE_TOKEN, auth_secret
-from tests.harness import run
-from tests.reliability import ROOT, Seed, evolve, missing_reason, seeds, settle
-from tests.secret_guard import leaks, token_forms
+from tests.support.fixtures import FAKE_TOKEN, auth_secret
+from tests.support.harness import run
+from tests.support.reliability import ROOT, Seed, evolve, missing_reason, seeds, settle
+from tests.support.secret_guard import leaks, token_forms
 
 B64 = base64.b64encode(FAKE_TOKEN.encode()).decode()
 
@@ -65,8 +65,8 @@ GUARDED = textwrap.dedent(
     import structlog
     from function.composers import _loaded
     from function.core.outcome import Outcome
-    from tests.fixtures import FAKE_TOKEN, cache_spec
-    from tests.harness import request, run, xr
+    from tests.support.fixtures import FAKE_TOKEN, cache_spec
+    from tests.support.harness import request, run, xr
 
     def test_clean():
         run(request(xr("ModelCache", "c", cache_spec({}))))
@@ -99,8 +99,9 @@ def test_guard_fails_tests_that_leak(tmp_path: Path) -> None:
     (tmp_path / "test_leaky.py").write_text(GUARDED)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.secret_guard", "-p", "no:cacheprovider",
-         "-q", "-rA", "--rootdir", str(tmp_path), str(tmp_path / "test_leaky.py")],
+        [sys.executable, "-m", "pytest", "-p", "tests.support.secret_guard",
+         "-p", "no:cacheprovider", "-q", "-rA",
+         "--rootdir", str(tmp_path), str(tmp_path / "test_leaky.py")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     out = proc.stdout

@@ -15,8 +15,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from function.edge import runner as runner_mod
 from function.edge.server import default_processes
 from function.render import start_function
-from tests.cache_tree import shard_request
-from tests.harness import fatal, request, results, run
+from tests.support.cache_tree import shard_request
+from tests.support.harness import fatal, request, results, run
 
 
 def _cache_request(n: int) -> fnv1.RunFunctionRequest:

@@ -31,8 +31,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 
 from function.render import build_request
-from tests.harness import fatal
-from tests.reliability import seeds, settle, start_process
+from tests.support.harness import fatal
+from tests.support.reliability import seeds, settle, start_process
 
 RUN = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
 # Five nested macros over ten elements: 100,000 evaluations of the body, tens of seconds

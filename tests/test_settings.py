@@ -14,7 +14,7 @@ import yaml
 
 from function.ops.config_report import report, rows, variable
 from function.ops.settings import Settings, SettingsError, describe, load_settings
-from tests.validation import load_documents, validate_manifest
+from tests.support.validation import load_documents, validate_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "examples" / "runtime"

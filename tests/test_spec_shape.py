@@ -11,7 +11,7 @@ import pytest
 
 from function import API_VERSION
 from function.composers import KINDS
-from tests.harness import fatal, request, run
+from tests.support.harness import fatal, request, run
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

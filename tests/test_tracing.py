@@ -28,8 +28,8 @@ from function.edge.runner import FunctionRunner
 from function.ops import tracing
 from function.ops.metrics import Metrics
 from function.ops.settings import Settings, load_settings
-from tests.fixtures import cache_spec, inference_cluster
-from tests.harness import NAMESPACE, Clock, GrpcFunction, request, xr
+from tests.support.fixtures import cache_spec, inference_cluster
+from tests.support.harness import NAMESPACE, Clock, GrpcFunction, request, xr
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"

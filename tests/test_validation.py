@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.validation import (
+from tests.support.validation import (
     LWS_CRD,
     Schema,
     SchemaError,

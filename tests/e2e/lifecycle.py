@@ -13,9 +13,9 @@ import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tests.fixtures import FAKE_TOKEN
 from tests.support import world
 from tests.support.engine import Rendered
+from tests.support.fixtures import FAKE_TOKEN
 
 Render = Callable[..., Rendered]
 

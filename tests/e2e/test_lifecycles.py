@@ -26,10 +26,10 @@ import pytest
 from function.core.timeutil import format_time
 from function.render import load_yaml
 from tests.e2e.lifecycle import XR, Replica
-from tests.modelplane_examples_paths import KIND_LOCAL_CPU
 from tests.support import world
 from tests.support.crossplane import ROOT
 from tests.support.engine import Rendered
+from tests.support.modelplane_examples_paths import KIND_LOCAL_CPU
 
 EXAMPLES = ROOT / "examples"
 

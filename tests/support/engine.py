@@ -35,8 +35,8 @@ from function.render import (
     COMPOSITION_RESOURCE_NAME,
     split_documents,
 )
-from tests.secret_guard import leaks
 from tests.support.crossplane import ROOT, Tools
+from tests.support.secret_guard import leaks
 
 FUNCTION_NAME = "function-modelplane"
 

@@ -137,7 +137,7 @@ def load_request(directory: Path) -> tuple[fnv1.RunFunctionRequest, datetime.dat
 
 def replay(directory: Path) -> str:
     """Run a stored case in-process; the response as :func:`response_yaml`."""
-    from tests.harness import run
+    from tests.support.harness import run
 
     req, now = load_request(directory)
     return response_yaml(run(req, now=now))
@@ -191,7 +191,7 @@ class Recorder:
 def record_examples(root: Path, examples: Path, now: datetime.datetime) -> int:
     """Record every bundled example's calls (first reconcile, then with observed/)."""
     from function.render import World, drive, load_yaml, observed_by_name
-    from tests.harness import run
+    from tests.support.harness import run
 
     rec = Recorder(root)
     n = 0
@@ -219,7 +219,7 @@ def record_examples(root: Path, examples: Path, now: datetime.datetime) -> int:
 if __name__ == "__main__":
     import sys
 
-    from tests.harness import NOW
+    from tests.support.harness import NOW
 
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else GOLDEN
     print(f"recorded {record_examples(root, GOLDEN.parents[1] / 'examples', NOW)} example calls")

@@ -7,8 +7,8 @@ from typing import Any
 
 from function import API_VERSION
 from function.naming import hydration_name, replica_name
-from tests import fixtures
-from tests.harness import NAMESPACE, xr
+from tests.support import fixtures
+from tests.support.harness import NAMESPACE, xr
 
 DEPLOYMENT = "chat"
 CACHE = "qwen-cache"

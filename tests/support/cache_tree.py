@@ -8,8 +8,8 @@ import copy
 from typing import Any
 
 from function.naming import cache_shard
-from tests.fixtures import cache_spec
-from tests.harness import desired, desired_ready, request, run, status, xr
+from tests.support.fixtures import cache_spec
+from tests.support.harness import desired, desired_ready, request, run, status, xr
 
 
 def cache(name="qwen-cache", selector=None, status=None, **kw):
@@ -111,7 +111,7 @@ class Tree:
 
     def observe(self, phases: dict[str, tuple[str, str]], **extra: Any) -> None:
         """The hydrations the shards composed, observed with ``phases[cluster]``."""
-        from tests.fixtures import observed_hydration
+        from tests.support.fixtures import observed_hydration
 
         for c, body in self.desired_hydrations().items():
             if c in phases:

@@ -86,7 +86,7 @@ def cache_spec(selector: dict[str, Any] | None, **hf: Any) -> dict[str, Any]:
 
 
 # The canonical fake Hugging Face token of the test suite and the examples
-# (examples/modelcache/required/hf-token.yaml). tests/secret_guard.py fails any
+# (examples/modelcache/required/hf-token.yaml). tests/support/secret_guard.py fails any
 # test whose function response or captured output contains it, raw or base64.
 FAKE_TOKEN = "hf_FAKEfakeFAKEfakeFAKEfakeFAKEfake00"
 

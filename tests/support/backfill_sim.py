@@ -24,10 +24,9 @@ from function.naming import (
     LABEL_REPLICA_INDEX,
     replica_name,
 )
-from tests import fixtures
-from tests.harness import NAMESPACE, Clock, GrpcFunction, World, desired, fatal, status, xr
-from tests.support import world
-from tests.validation import validate_object, validate_xr
+from tests.support import fixtures, world
+from tests.support.harness import NAMESPACE, Clock, GrpcFunction, World, desired, fatal, status, xr
+from tests.support.validation import validate_object, validate_xr
 
 DEPLOYMENT = "chat"
 TEMPLATE = "chat-eval"

@@ -51,7 +51,7 @@ from celpy import celtypes
 
 from tests.support import crossplane as crossplane_tools
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSITIONS = ROOT / "compositions"
 
 

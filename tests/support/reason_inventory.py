@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "function"
 WORD = re.compile(r"^[A-Z][A-Za-z0-9]*$")  # CamelCase, as Kubernetes reasons and phases are
 # Calls whose reason= is an event's or a metric label's, not written to status.

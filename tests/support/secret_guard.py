@@ -5,13 +5,13 @@ of the suite:
 
 - an autouse fixture wraps ``FunctionRunner._call`` (behind ``run`` and ``run_wire``;
   the in-process
-  runner of ``tests.harness.run`` and the servicer behind ``GrpcFunction``) and
+  runner of ``tests.support.harness.run`` and the servicer behind ``GrpcFunction``) and
   records every response whose serialized bytes contain the token;
 - a ``pytest_runtest_makereport`` hook fails the test when a response leaked, or when
   any captured output of the test (stdout, stderr, log records: every log line the
   function wrote in-process) contains the token.
 
-"The token" is :data:`tests.fixtures.FAKE_TOKEN` raw and base64-encoded (standard and
+"The token" is :data:`tests.support.fixtures.FAKE_TOKEN` raw and base64-encoded (standard and
 URL-safe alphabets, at each of the three byte alignments, so a token embedded in a
 larger base64 value is found too). Tests that start ``python -m function`` as a
 subprocess check that process's output themselves with :func:`leaks`.
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from function.edge.runner import FunctionRunner
-from tests.fixtures import FAKE_TOKEN
+from tests.support.fixtures import FAKE_TOKEN
 
 _ATTR = "_modelplane_secret_leaks"
 

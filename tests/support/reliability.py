@@ -34,10 +34,10 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function import API_VERSION
 from function.composers import KINDS
 from function.render import COMPOSITION_RESOURCE_NAME, World, drive, load_yaml
-from tests.fixtures import FAKE_TOKEN, auth_secret, cache_spec, inference_cluster
-from tests.harness import NAMESPACE, desired, request, run, xr
+from tests.support.fixtures import FAKE_TOKEN, auth_secret, cache_spec, inference_cluster
+from tests.support.harness import NAMESPACE, desired, request, run, xr
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 Call = Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse]

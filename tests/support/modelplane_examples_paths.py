@@ -2,5 +2,5 @@
 
 from pathlib import Path
 
-EXAMPLES = Path(__file__).parent / "modelplane_examples"
+EXAMPLES = Path(__file__).parents[1] / "modelplane_examples"
 KIND_LOCAL_CPU = EXAMPLES / "kind-local-cpu.yaml"
