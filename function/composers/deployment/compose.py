@@ -15,6 +15,7 @@ from typing import Any
 from function import API_VERSION
 from function.composers.deployment import capacity
 from function.composers.deployment.children import (
+    Slot,
     _keep_all,
     _observed_replicas,
     _replica_body,
@@ -318,7 +319,8 @@ def _children(call: _Call, placement: Placement) -> list[Any]:
     rows = []
     for p in placement.replicas:
         view = by_index.get(p.index) if p.existing else None
-        body = _replica_body(ns, name, template, p.index, p.cluster, tuple(sorted(p.pools.items())))
+        slot = Slot(p.index, p.cluster, tuple(sorted(p.pools.items())))
+        body = _replica_body(ns, name, template, slot)
         out.add(f"{REPLICA_PREFIX}{p.index}", body, ready=view is not None and view.state[0])
         rows.append((p.index, p.cluster, view.obj if view is not None else None, p.hydration))
     for r in placement.removed:
