@@ -280,9 +280,7 @@ def _add_volumes(spec: dict[str, Any], engine: dict[str, Any], plan: PodPlan) ->
     set_env(engine, injected, first=True)
 
 
-def _add_flash_loader(
-    spec: dict[str, Any], mounts: list[dict[str, Any]], fl: FlashLoader
-) -> None:
+def _add_flash_loader(spec: dict[str, Any], mounts: list[dict[str, Any]], fl: FlashLoader) -> None:
     """The flash loader's memory volume, its mount, and its init container first."""
     set_by_name(
         spec["volumes"],

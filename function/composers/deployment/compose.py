@@ -262,9 +262,7 @@ def _place(call: _Call, request: Request, raw_engines: list[Any]) -> Placement |
     return placement
 
 
-def _place_with_capacity(
-    call: _Call, request: Request, known: capacity.Usage
-) -> Placement | None:
+def _place_with_capacity(call: _Call, request: Request, known: capacity.Usage) -> Placement | None:
     """Placement with the per-cluster usage resolved so far (``known``), or, when the
     fleet-wide fallback is resolved, with every replica of the fleet (capacity module).
     None when placement read a cluster whose usage is not resolved yet.
