@@ -73,8 +73,8 @@ Cost (the function runs on every reconcile of every deployment)
 
 Modules: ``model`` (the records), ``fit`` (engines on pools, the free-node ledger),
 ``eligibility`` (which clusters may take a new replica, spread order,
-:func:`next_clusters`), ``place`` (:func:`place` in named steps), ``report`` (the
-sentences of the outcome).
+:func:`next_clusters`), ``place`` (:func:`place` in named steps, the shortfall reason),
+``report`` (where replicas run, in words).
 """
 
 from function.scheduling.placement.eligibility import next_clusters

@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from function.api.modelcachehydration import FAILED, READY
+from function.api.modeldeployment import (
+    INSUFFICIENT_CAPACITY,
+    NO_CLUSTER_IN_FOOTPRINT,
+    NO_MATCHING_CLUSTERS,
+    WAITING_FOR_CACHE,
+)
 from function.scheduling.placement.eligibility import eligible, spread_order
 from function.scheduling.placement.fit import Ledger, StaticFits, charges, fit
 from function.scheduling.placement.model import (
@@ -25,7 +31,7 @@ from function.scheduling.placement.model import (
     Removed,
     Request,
 )
-from function.scheduling.placement.report import counts, names, shortfall, where
+from function.scheduling.placement.report import MAX_NAMED, counts, names, where
 from function.scheduling.tolerations import EXECUTE_EFFECTS, untolerated
 
 _Entry = tuple[tuple[Any, ...], dict[MemberKey, str]]
@@ -341,6 +347,45 @@ def _report(
             None,
             f"{placed} of {req.replicas} replicas placed{where(wanted)}{retire_note}",
         )
-    reason, detail = shortfall(req, run.clusters, checked)
+    reason, detail = _shortfall(req, run.clusters, checked)
     msg = f"{placed} of {req.replicas} replicas placed: {detail}{retire_note}"
     return Placement(replicas, removed, reason, msg)
+
+
+def _shortfall(
+    req: Request, clusters: Mapping[str, Cluster], checked: Mapping[str, str]
+) -> tuple[str, str]:
+    """The specific reason fewer replicas than wanted are placed, and what was checked."""
+    selected = sorted(n for n, c in clusters.items() if req.selector.matches(c.labels))
+    fp = req.footprint
+    if fp is not None:
+        live = sorted(n for n, ph in fp.items() if ph != FAILED and n not in req.retained)
+        if not fp:
+            return WAITING_FOR_CACHE, (
+                f"ModelCache {req.cache} has no hydration on any cluster yet; "
+                f"replicas are placed only where it is pre-warmed"
+            )
+        inside = [n for n in selected if n in fp]
+        if not [n for n in inside if fp[n] != FAILED and n not in req.retained]:
+            failed = sorted(n for n in inside if fp[n] == FAILED)
+            detail = (
+                f"clusterSelector matches {names(selected) or 'no cluster'}; the footprint of "
+                f"ModelCache {req.cache} is {names(live) or 'empty'}"
+            )
+            if failed:
+                detail += f"; hydration Failed on {names(failed)}"
+            return NO_CLUSTER_IN_FOOTPRINT, detail
+    elif not selected:
+        return NO_MATCHING_CLUSTERS, "no InferenceCluster matches clusterSelector"
+    if not checked:
+        return INSUFFICIENT_CAPACITY, "every eligible cluster is full"
+    by_why: dict[str, list[str]] = {}
+    for name, why in sorted(checked.items()):
+        by_why.setdefault(why, []).append(name)
+    parts = [
+        f"{names(members)}: {why}" for why, members in sorted(by_why.items(), key=lambda x: x[1][0])
+    ]
+    more = f"; and {len(parts) - MAX_NAMED} more" if len(parts) > MAX_NAMED else ""
+    return INSUFFICIENT_CAPACITY, (
+        f"checked {len(checked)} cluster(s): " + "; ".join(parts[:MAX_NAMED]) + more
+    )
