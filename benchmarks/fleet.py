@@ -5,6 +5,7 @@
                                [--vary-replicas 1,8] [--vary-at N]
                                [--scenarios ModelCache,ModelDeployment]
                                [--timeout 300] [--json benchmarks/results/fleet.json]
+                               [--scenarios ModelCache,ModelDeployment]
 
 For each fleet size N it generates N InferenceClusters (names of 19 characters,
 ``gpu-us-east-1-00042``) and drives XRs through the real engine: ``crossplane render``
@@ -17,11 +18,13 @@ Scenarios, each reconcile rendered once and fed back the way a control plane wou
 (the XR's status as Crossplane wrote it, composed resources observed with the status
 their owners wrote):
 
-- ``ModelCache`` selecting all N clusters: ``create`` (nothing observed), ``pending``
-  (every hydration observed, no status yet), ``ready`` (every hydration observed
-  Ready with its evidence: the status one hydration reached when it was rendered
-  through the engine to Ready, copied per cluster rather than rendering N
-  hydrations) and ``steady`` (the same again).
+- ``ModelCache`` selecting all N clusters, the whole tree through the engine:
+  ``create`` (the cache composes its ModelCacheShards; each shard, rendered as its own
+  XR, composes its hydrations), ``pending`` (every hydration observed, no status yet:
+  the shards, then the cache reading them), ``ready`` (every hydration observed Ready
+  with its evidence: the status one hydration reached when it was rendered through the
+  engine to Ready, copied per cluster rather than rendering N hydrations) and
+  ``steady`` (the same again). A ``ModelCacheShard`` row sums a step's shard renders.
 - ``ModelDeployment`` with a cache, in a fleet holding ``--deployments`` other
   deployments' ModelReplicas (``--replicas-per-deployment`` each, spread over 50
   namespaces and the fleet): ``create`` at the lower replica count of ``--scale``,
@@ -41,11 +44,6 @@ proxy, summed), the render's wall time, the XR as Crossplane would write it, and
 outcome. A response over 4 MiB never reaches Crossplane: the function's own guard
 turns it into a fatal result (``would be X MiB``), which ``crossplane render`` reports
 with exit code 3; the table shows that size.
-
-When a ModelCache reconcile fails before composing its hydrations (a fatal result), the
-next steps observe the hydrations the function would have composed (the same names and
-bodies, built from a one-cluster render), as if the fleet had grown under an existing
-cache; the row says ``synthesized``.
 """
 
 from __future__ import annotations
@@ -70,7 +68,6 @@ import grpc
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.naming import hydration_name
 from function.render import COMPOSITION_RESOURCE_NAME, load_yaml, split_documents, start_function
 
 MIB = 1024 * 1024
@@ -483,11 +480,6 @@ class Templates:
     hydration_ready: dict[str, Any]  # its status once rendered to Ready (with evidence)
     replica: dict[str, Any]  # a composed ModelReplica (as the deployment's render printed)
 
-    def hydration_for(self, cluster: str) -> dict[str, Any]:
-        body = json.loads(json.dumps(self.hydration).replace(self.cluster, cluster))
-        body["metadata"]["name"] = hydration_name(NAMESPACE, CACHE, cluster)
-        return body
-
     def ready_status_for(self, cluster: str) -> dict[str, Any]:
         return dict(json.loads(json.dumps(self.hydration_ready).replace(self.cluster, cluster)))
 
@@ -525,7 +517,10 @@ def make_templates(engine: Engine) -> Templates:
     name0 = c0["metadata"]["name"]
     out = engine.render(cache_xr(), (), [c0])
     assert out.exit_code == 0, out.stderr
-    (hyd,) = out.composed.values()
+    (shard,) = out.composed.values()
+    shard_out = engine.render(as_xr(shard), (), [c0])
+    assert shard_out.exit_code == 0, shard_out.stderr
+    (hyd,) = shard_out.composed.values()
 
     def render(xr: dict[str, Any], **kw: Any) -> Any:
         o = engine.render(xr, kw.get("observed", ()), kw.get("required", ()))
@@ -587,38 +582,133 @@ def _row(n: int, scenario: str, step: str, calls: list[Call], out: Output, **ext
     return row
 
 
+def as_xr(desired: Mapping[str, Any]) -> dict[str, Any]:
+    """A composed XR (a ModelCacheShard as its cache's render printed it) as an XR to render:
+    a uid, no owner references or composite label."""
+    xr = copy.deepcopy(dict(desired))
+    meta = xr["metadata"]
+    meta.pop("ownerReferences", None)
+    meta.pop("generateName", None)
+    meta["uid"] = _uid(f"{meta.get('namespace')}/{meta['name']}")
+    meta.setdefault("generation", 1)
+    return xr
+
+
+def _tree_row(
+    n: int, step: str, per_shard: list[tuple[list[Call], Output]], **extra: Any
+) -> dict[str, Any]:
+    """One row for every ModelCacheShard's reconcile of one step: calls and unresolved
+    calls per shard reconcile (the most of any shard), required objects, bytes and
+    function time summed over the shards, the largest request and response of any."""
+    stats = [call_stats(c) for c, _ in per_shard]
+    outs = [o for _, o in per_shard]
+    for st in stats:  # unresolved: the function asked for something it was not sent
+        st["unresolved_calls"] = sum(
+            1 for c in st["per_call"] if set(c.get("requirements", ())) - set(c["required_names"])
+        )
+    worst = max(stats, key=lambda s: (s["calls"], s["unresolved_calls"]))
+    row: dict[str, Any] = {
+        **worst,
+        "clusters": n,
+        "scenario": "ModelCacheShard",
+        "step": step,
+        "renders": len(per_shard),
+        "calls_total": sum(s["calls"] for s in stats),
+        "required_objects": sum(s["required_objects"] for s in stats),
+        "required_bytes": sum(s["required_bytes"] for s in stats),
+        "largest_request_bytes": max((s["largest_request_bytes"] for s in stats), default=0),
+        "largest_response_bytes": max((s["largest_response_bytes"] for s in stats), default=0),
+        "function_seconds": round(sum(s["function_seconds"] for s in stats), 3),
+        "fatal": next((s["fatal"] for s in stats if s["fatal"]), None),
+        "would_be_mib": max((s["would_be_mib"] or 0 for s in stats), default=0) or None,
+        "grpc_errors": [e for s in stats for e in s["grpc_errors"]],
+        "per_call": [],
+        "render_seconds": round(sum(o.seconds for o in outs), 2),
+        "exit_code": max((o.exit_code for o in outs), default=0),
+        "xr_ready": all(o.ready() for o in outs),
+        "ready_shards": sum(o.ready() for o in outs),
+        "composed": sum(len(o.composed) for o in outs),
+        "xr_bytes": max((o.xr_bytes for o in outs), default=0),
+        "render_error": next((o.error() for o in outs if o.exit_code != 0), None),
+        **extra,
+    }
+    largest = max(row["largest_response_bytes"], (row["would_be_mib"] or 0) * MIB)
+    row["over_2mib"] = largest > BUDGET
+    row["over_4mib"] = largest > CROSSPLANE_LIMIT
+    print(_line(row), flush=True)
+    return row
+
+
 def run_cache(
     engine: Engine, proxy: Proxy, t: Templates, n: int, clusters: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
-    """ModelCache from nothing to Ready, then steady. Returns the rows, the cache as a
-    required resource for the deployment, and its hydrations (Ready) likewise."""
+    """ModelCache -> ModelCacheShards -> ModelCacheHydrations from nothing to Ready, then
+    steady, every XR of the tree rendered through the engine (the hydrations' status is
+    the template's, copied per cluster). Returns the rows, the cache as a required
+    resource for the deployment, and its hydrations (Ready) likewise."""
     xr = cache_xr()
-    rows = []
-    names = [c["metadata"]["name"] for c in clusters]
-    hydrations: dict[str, dict[str, Any]] = {}
-    synthesized = False
+    rows: list[dict[str, Any]] = []
+    shards: dict[str, dict[str, Any]] = {}  # composition-resource name -> shard XR
+    shard_status: dict[str, dict[str, Any]] = {}
+    hydrations: dict[str, dict[str, Any]] = {}  # hydration name -> composed body
 
-    def step(name: str, obs: list[dict[str, Any]]) -> Output:
+    def cache_step(name: str) -> Output:
+        obs = [observed(s, shard_status.get(k)) for k, s in shards.items()]
         proxy.take()
         out = engine.render(xr, obs, clusters)
-        rows.append(_row(n, "ModelCache", name, proxy.take(), out, synthesized=synthesized))
+        rows.append(_row(n, "ModelCache", name, proxy.take(), out, synthesized=False))
         if out.exit_code == 0:
             xr["status"] = copy.deepcopy(out.xr.get("status") or {})
+            for k, doc in out.composed.items():
+                if doc.get("kind") == "ModelCacheShard":
+                    shards[k] = doc
         return out
 
-    out = step("create", [])
-    if out.exit_code == 0 and len(out.composed) == n:
-        hydrations = {
-            k: v for k, v in out.composed.items() if v.get("kind") == "ModelCacheHydration"
-        }
-    else:
-        synthesized = True
-        hydrations = {f"hydration-{c}": t.hydration_for(c) for c in names}
-    step("pending", [observed(h, None) for h in hydrations.values()])
-    ready = [observed(h, t.ready_status_for(h["spec"]["clusterName"])) for h in hydrations.values()]
-    step("ready", ready)
-    step("steady", ready)
+    def shard_step(name: str, hydration_status: str | None) -> None:
+        per: list[tuple[list[Call], Output]] = []
+        for k, doc in sorted(shards.items()):
+            sxr = as_xr(doc)
+            if k in shard_status:
+                sxr["status"] = copy.deepcopy(shard_status[k])
+            mine = [h for h in hydrations.values() if h["_shard"] == k]
+            obs = [
+                observed(
+                    {kk: v for kk, v in h.items() if kk != "_shard"},
+                    t.ready_status_for(h["spec"]["clusterName"])
+                    if hydration_status == "Ready"
+                    else None,
+                )
+                for h in mine
+            ]
+            proxy.take()
+            out = engine.render(sxr, obs, clusters[:0])
+            per.append((proxy.take(), out))
+            if out.exit_code == 0:
+                shard_status[k] = copy.deepcopy(out.xr.get("status") or {})
+                for doc2 in out.composed.values():
+                    if doc2.get("kind") == "ModelCacheHydration":
+                        hydrations[doc2["metadata"]["name"]] = {**doc2, "_shard": k}
+        rows.append(_tree_row(n, name, per))
+
+    # From nothing: the cache composes its shards; each shard composes its hydrations.
+    cache_step("create")
+    shard_step("create", None)
+    # Every hydration observed, no status yet (Pending); the cache reads the shards.
+    shard_step("pending", None)
+    cache_step("pending")
+    # Every hydration Ready with its evidence.
+    shard_step("ready", "Ready")
+    cache_step("ready")
+    shard_step("steady", "Ready")
+    cache_step("steady")
     cache_obj = observed({**cache_xr(), "status": xr.get("status") or {}}, None)
+    ready = [
+        observed(
+            {k: v for k, v in h.items() if k != "_shard"},
+            t.ready_status_for(h["spec"]["clusterName"]),
+        )
+        for h in hydrations.values()
+    ]
     return rows, cache_obj, ready
 
 
@@ -689,7 +779,9 @@ def _kib(b: float) -> str:
 
 
 def _outcome(row: dict[str, Any]) -> str:
-    if row["exit_code"] == 0:
+    if row["exit_code"] == 0 and "renders" in row:
+        s = f"{row['ready_shards']}/{row['renders']} Ready"
+    elif row["exit_code"] == 0:
         s = "Ready" if row["xr_ready"] else "not Ready"
     else:
         s = f"exit {row['exit_code']}"
@@ -730,8 +822,9 @@ def markdown(report: dict[str, Any]) -> str:
         if r["would_be_mib"]:
             rsp += f" (would be {r['would_be_mib']} MiB)"
         flags = f"{'yes' if r['over_2mib'] else 'no'} / {'yes' if r['over_4mib'] else 'no'}"
+        scenario = r["scenario"] + (f" x{r['renders']}" if "renders" in r else "")
         lines.append(
-            f"| {r['clusters']:,} | {r['scenario']} | {r['step']} "
+            f"| {r['clusters']:,} | {scenario} | {r['step']} "
             f"| {r['calls']} ({r['unresolved_calls']}) | {r['required_objects']:,} "
             f"| {r['required_bytes'] / MIB:.2f} | {_kib(r['largest_request_bytes'])} "
             f"| {rsp} | {flags} | {r['function_seconds'] * 1e3:,.0f} "
@@ -889,6 +982,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=300, help="seconds per render")
     p.add_argument("--json", default="benchmarks/results/fleet.json")
     p.add_argument("--from-json", help="print the table of an earlier run's JSON and exit")
+    p.add_argument("--scenarios", default="ModelCache,ModelDeployment")
     args = p.parse_args(argv)
     if args.from_json:
         earlier = json.loads(Path(args.from_json).read_text())

@@ -54,7 +54,7 @@ from function.edge.runner import FunctionRunner
 from function.render import start_function
 
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
-PER_CLUSTER_KINDS = ("ModelCacheHydration", "ModelReplica")
+PER_CLUSTER_KINDS = ("ModelCacheShard", "ModelCacheHydration", "ModelReplica")
 
 
 def _quiet() -> None:

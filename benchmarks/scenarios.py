@@ -15,7 +15,7 @@ from typing import Any
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.edge.runner import FunctionRunner
-from function.naming import hydration_name
+from function.naming import hydration_name, source_identity
 from function.render import World, build_request, drive, load_yaml, observed_by_name
 
 NAMESPACE = "ml-team"
@@ -62,6 +62,17 @@ def fleet(n: int) -> list[dict[str, Any]]:
     return out
 
 
+SOURCE: dict[str, Any] = {
+    "source": "HuggingFace",
+    "huggingFace": {
+        "repo": "Qwen/Qwen2.5-0.5B-Instruct",
+        "revision": "main",
+        "sizeGiB": 2,
+        "authSecret": {"name": "hf-token", "key": "HF_TOKEN"},
+    },
+}
+
+
 def modelcache(n: int) -> tuple[bytes, bytes]:
     """A ModelCache selecting ``{}`` (every cluster) over a fleet of ``n``."""
     xr = {
@@ -69,13 +80,7 @@ def modelcache(n: int) -> tuple[bytes, bytes]:
         "kind": "ModelCache",
         "metadata": {"name": "qwen-cache", "namespace": NAMESPACE, "uid": "u1", "generation": 1},
         "spec": {
-            "source": "HuggingFace",
-            "huggingFace": {
-                "repo": "Qwen/Qwen2.5-0.5B-Instruct",
-                "revision": "main",
-                "sizeGiB": 2,
-                "authSecret": {"name": "hf-token", "key": "HF_TOKEN"},
-            },
+            **SOURCE,
             "clusterSelector": {
                 "matchLabels": {"modelplane.ai/tier": "prod"},
                 "matchExpressions": [
@@ -88,19 +93,80 @@ def modelcache(n: int) -> tuple[bytes, bytes]:
             },
         },
     }
-    required = {"clusters": fleet(n), "replicas": []}
+    required = {"clusters": fleet(n)}
     first = build_request(xr, {}, required, tag="bench")
     rsp = FunctionRunner().run(first)
+    # Each shard observed with the status it writes once its hydrations are all Ready.
+    observed = {}
+    for name, res in rsp.desired.resources.items():
+        body = _to_dict(res.resource)
+        body["status"] = _ready_shard_status(body)
+        observed[name] = body
+    return first.SerializeToString(), _settle(xr, observed, required)
+
+
+def _ready_shard_status(shard: dict[str, Any]) -> dict[str, Any]:
+    """The status a ModelCacheShard writes when every hydration it composed is Ready."""
+    runner = FunctionRunner()
+    xr = {**shard, "metadata": {**shard["metadata"], "uid": "u-" + shard["metadata"]["name"]}}
+    rsp = runner.run(build_request(xr, {}, {}, tag="bench"))
+    hf = shard["spec"]["huggingFace"]
+    src = {
+        "repo": hf["repo"],
+        "revision": hf["revision"],
+        "identity": source_identity(hf["repo"], hf["revision"]),
+    }
+    observed = {}
+    for name, res in rsp.desired.resources.items():
+        body = _to_dict(res.resource)
+        body["status"] = {"phase": "Ready", "message": "weights ready", "source": src}
+        observed[name] = body
+    settled = runner.run(build_request(xr, observed, {}, tag="bench"))
+    return dict(_to_dict(settled.desired.composite.resource).get("status", {}))
+
+
+def modelcacheshard(n: int) -> tuple[bytes, bytes]:
+    """A ModelCacheShard holding ``n`` clusters: the per-cluster fan-out (one hydration and
+    one status row per cluster) that the ModelCache did itself before issue 17. A shard of
+    a 64n-cluster footprint holds about n."""
+    from function.naming import cache_shard
+
+    names: list[str] = []
+    i = 0
+    while len(names) < n:
+        name = f"gpu-{i:06d}"
+        if cache_shard(name) == 0:
+            names.append(name)
+        i += 1
+    xr = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelCacheShard",
+        "metadata": {"name": "qwen-cache-0", "namespace": NAMESPACE, "uid": "u2", "generation": 1},
+        "spec": {
+            "cacheName": "qwen-cache",
+            "shard": 0,
+            **SOURCE,
+            "clusters": [{"name": c} for c in names],
+        },
+    }
+    first = build_request(xr, {}, {}, tag="bench")
+    rsp = FunctionRunner().run(first)
+    identity = {
+        "repo": "Qwen/Qwen2.5-0.5B-Instruct",
+        "revision": "main",
+        "identity": source_identity("Qwen/Qwen2.5-0.5B-Instruct", "main"),
+    }
     observed = {}
     for name, res in rsp.desired.resources.items():
         body = _to_dict(res.resource)
         body["status"] = {
             "phase": "Ready",
             "message": "weights ready",
+            "source": identity,
             "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}],
         }
         observed[name] = body
-    return first.SerializeToString(), _settle(xr, observed, required)
+    return first.SerializeToString(), _settle(xr, observed, {})
 
 
 def _settle(xr: dict[str, Any], observed: dict[str, Any], required: dict[str, Any]) -> bytes:
@@ -146,13 +212,7 @@ def hydration(n: int) -> tuple[bytes, bytes]:
         "spec": {
             "clusterName": cluster["metadata"]["name"],
             "cacheName": "qwen-cache",
-            "source": "HuggingFace",
-            "huggingFace": {
-                "repo": "Qwen/Qwen2.5-0.5B-Instruct",
-                "revision": "main",
-                "sizeGiB": 2,
-                "authSecret": {"name": "hf-token", "key": "HF_TOKEN"},
-            },
+            **SOURCE,
         },
     }
     secret = {
@@ -376,6 +436,7 @@ def deployment_scale_up(n: int) -> tuple[bytes, bytes]:
 
 SCENARIOS: dict[str, Callable[[int], tuple[bytes, bytes]]] = {
     "ModelCache": modelcache,
+    "ModelCacheShard": modelcacheshard,
     "ModelCacheHydration": hydration,
     # Steady state: every replica the first call places observed and serving (the
     # example's observed/ holds only the first reconcile's replicas).

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 from function import API_GROUP
 from function.core.memo import memo
@@ -32,6 +33,7 @@ MAX_LABEL = 63
 # Labels that tie children to their parents.
 LABEL_CACHE = f"{API_GROUP}/cache"
 LABEL_CLUSTER = f"{API_GROUP}/cluster"
+LABEL_SHARD = f"{API_GROUP}/shard"
 LABEL_DEPLOYMENT = f"{API_GROUP}/deployment"
 LABEL_REPLICA = f"{API_GROUP}/replica"
 LABEL_REPLICA_INDEX = f"{API_GROUP}/replica-index"
@@ -159,12 +161,47 @@ def labels_with_full(labels: dict[str, str]) -> tuple[dict[str, str], dict[str, 
     return out, ann
 
 
+def composed_metadata(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """``metadata {name, namespace, labels[, annotations]}`` of a composed resource:
+    label values shortened by :func:`labels_with_full`, full values kept in annotations."""
+    short, ann = labels_with_full(labels)
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": short}
+    if ann:
+        meta["annotations"] = ann
+    return meta
+
+
 # ---- Names shared between kinds (the contracts) -----------------------------
 
 
 def hydration_name(namespace: str, cache: str, cluster: str) -> str:
     """Name of the ModelCacheHydration XR of ``cache`` on ``cluster``."""
     return child_name("modelcache-hydration", namespace, cache, cluster)
+
+
+# The number of shards a ModelCache's footprint is split into. Fixed forever: a
+# cluster's shard must never change (Crossplane deletes a composed resource its parent
+# stops desiring, so a hydration that moved to another shard would lose its PVC).
+CACHE_SHARDS = 64
+_SHARD_SCHEME = b"modelplane-shard-v1\x00"
+
+
+@memo(65536)
+def cache_shard(cluster: str) -> int:
+    """The shard (``0 .. CACHE_SHARDS-1``) that holds the hydration on ``cluster``.
+
+    ``int(sha256("modelplane-shard-v1\\0" + encode_parts((cluster,)))[:8]) % 64``:
+    a pure function of the cluster's name alone, the same for every cache, fleet size
+    and release (README, Names). Uniform enough that 10,000 clusters put about 156 in
+    each shard.
+    """
+    digest = hashlib.sha256(_SHARD_SCHEME + encode_parts((cluster,))).digest()
+    return int.from_bytes(digest[:8], "big") % CACHE_SHARDS
+
+
+def shard_name(namespace: str, cache: str, shard: int) -> str:
+    """Name of the ModelCacheShard XR of ``cache`` for shard number ``shard``."""
+    return child_name("modelcache-shard", namespace, cache, str(shard))
 
 
 def cache_pvc_name(namespace: str, cache: str) -> str:

@@ -405,8 +405,16 @@ class Inventory:
         return False
 
     def returned(self, mod: _Module, call: ast.Call, index: int) -> set[str] | None:
-        """Element ``index`` of the tuples a module function called by ``call`` returns."""
-        funcs = mod.functions.get(_callee(call) or "", [])
+        """Element ``index`` of the tuples a module function called by ``call`` returns
+        (its own, or one imported with ``from function... import NAME``)."""
+        name = _callee(call) or ""
+        funcs = mod.functions.get(name, [])
+        if not funcs and name in mod.imports:
+            module, original = mod.imports[name]
+            other = self.modules.get(module)
+            if other is not None and other.functions.get(original):
+                same = ast.Call(func=ast.Name(id=original), args=[], keywords=[])
+                return self.returned(other, same, index)
         if not funcs:
             return None
         out: list[set[str] | None] = []

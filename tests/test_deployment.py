@@ -935,6 +935,7 @@ def test_retained_cluster_takes_no_replica_and_its_replicas_move_make_before_bre
     The ModelCache and ModelDeployment composers run together over gRPC, each reading
     what the other wrote (the cache's status, the deployment's replicas).
     """
+    from function.naming import cache_shard
     from tests.fixtures import cache_spec, observed_hydration
 
     east = ic("gpu-a", {"gpu": "h100", "zone": "east"})
@@ -942,15 +943,33 @@ def test_retained_cluster_takes_no_replica_and_its_replicas_move_make_before_bre
     clusters = [east, west]
     mc = h.xr("ModelCache", "qwen-cache", cache_spec({"matchLabels": {"gpu": "h100"}}))
 
+    shards: dict = {}  # the cache's shards as observed (with the status they wrote)
+
     def cache_call(selector, replicas, observed):
+        # The cache, each of its shards (with the hydrations observed), the cache again.
         mc["spec"]["clusterSelector"] = selector
         world = h.World([*clusters, *replicas])
-        rsp, _ = grpc_function.drive(mc, world, observed)
-        hyd = {
-            k: observed_hydration(b, "Ready")
-            for k, b in h.desired(rsp).items()
-            if b["kind"] == "ModelCacheHydration"
-        }
+        hyd: dict = {}
+        for _ in range(2):
+            rsp, _ = grpc_function.drive(mc, world, shards)
+            mc["status"] = h.status(rsp)
+            for k in [k for k in shards if k not in h.desired(rsp)]:
+                del shards[k]
+            for k, body in h.desired(rsp).items():
+                sxr = {**body, "metadata": {**body["metadata"], "uid": k}}
+                sxr["status"] = (shards.get(k) or {}).get("status") or {}
+                mine = {
+                    hk: hb
+                    for hk, hb in (observed or {}).items()
+                    if cache_shard(hb["spec"]["clusterName"]) == int(k.split("-")[1])
+                }
+                srsp, _ = grpc_function.drive(sxr, world, mine)
+                shards[k] = {**body, "status": h.status(srsp)}
+                hyd.update(
+                    (hk, observed_hydration(b, "Ready"))
+                    for hk, b in h.desired(srsp).items()
+                    if b["kind"] == "ModelCacheHydration"
+                )
         return rsp, hyd
 
     def deploy_call(cache_rsp, hyd, observed):
@@ -971,8 +990,8 @@ def test_retained_cluster_takes_no_replica_and_its_replicas_move_make_before_bre
     # gpu-a leaves the cache's selector: kept (a live replica uses it), shown retained.
     west_only = {"matchLabels": {"zone": "west"}}
     c2, hyd2 = cache_call(west_only, r0, hyd)
-    rows = {r["name"]: r for r in h.status(c2)["clusters"]}
-    assert rows["gpu-a"].get("retained") is True
+    rows = {r["name"]: r for r in h.status(c2)["retained"]}
+    assert set(rows) == {"gpu-a"}
     assert "no new replica" in rows["gpu-a"]["message"]
     assert "reclaimed" in rows["gpu-a"]["message"]
     assert sorted(b["spec"]["clusterName"] for b in hyd2.values()) == ["gpu-a", "gpu-b"]
@@ -997,7 +1016,7 @@ def test_retained_cluster_takes_no_replica_and_its_replicas_move_make_before_bre
     # No live replica on gpu-a: the cache reclaims its hydration (and so its PVC).
     r1 = [b for b in observe(d4, serving).values() if b["kind"] == "ModelReplica"]
     c3, hyd3 = cache_call(west_only, r1, hyd2)
-    assert [r["name"] for r in h.status(c3)["clusters"]] == ["gpu-b"]
+    assert h.status(c3)["retained"] == [] and h.status(c3)["summary"]["ready"] == "1/1"
     assert sorted(b["spec"]["clusterName"] for b in hyd3.values()) == ["gpu-b"]
 
 

@@ -32,6 +32,7 @@ from function.naming import (
     source_identity,
 )
 from function.render import World, load_yaml, observed_by_name
+from tests.cache_tree import Tree
 from tests.fixtures import cache_spec, inference_cluster, observed_hydration
 from tests.harness import (
     NAMESPACE,
@@ -188,12 +189,41 @@ def cache(
     reported_revision: str | None = "main",
 ) -> dict[str, Any]:
     phases = phases if phases is not None else {"gpu-a": "Ready", "gpu-b": "Ready"}
-    entries = []
+    # The ModelCache's roll-up (function.api.modelcache, "Status contract"): counts per
+    # phase, failed clusters, one evidence entry per distinct artifact of the Ready ones.
+    counts = dict.fromkeys(("Pending", "Hydrating", "Ready", "Failed", "Unavailable"), 0)
+    for p in phases.values():
+        counts[p] += 1
+    groups: dict[tuple[str, str], list[int]] = {}
     for n, p in sorted(phases.items()):
-        e: dict[str, Any] = {"name": n, "phase": p, "message": f"hydration is {p}"}
-        if evidence is not None and n in evidence:
-            e["evidence"] = evidence[n]
-        entries.append(e)
+        if p != "Ready":
+            continue
+        ev = (evidence or {}).get(n) or {}
+        d = ev.get("digest") or ""
+        key = (ev.get("commit") or "", d if not d or d.startswith("sha256:") else "sha256:" + d)
+        g = groups.setdefault(key, [0, 0])
+        g[0] += 1
+        g[1] += (
+            1 if isinstance(ev.get("validatedAt"), str) and ev["validatedAt"][:4].isdigit() else 0
+        )
+    evidence_list = [
+        {
+            **({"commit": c} if c else {}),
+            **({"digest": d} if d else {}),
+            "clusters": k,
+            "validated": v,
+        }
+        for (c, d), (k, v) in sorted(groups.items(), key=lambda g: -g[1][0])
+    ]
+    rollup = {
+        "evidence": evidence_list,
+        "failed": [
+            {"name": n, "message": f"hydration is {p}"}
+            for n, p in sorted(phases.items())
+            if p == "Failed"
+        ],
+        "waiting": [n for n, p in sorted(phases.items()) if p in ("Pending", "Hydrating")][:5],
+    }
     ready = sum(1 for p in phases.values() if p == "Ready")
     all_ready = ready == len(phases) and bool(phases)
     return {
@@ -222,8 +252,13 @@ def cache(
                     }
                 }
             ),
-            "clusters": entries,
-            "summary": {"ready": f"{ready}/{len(phases)}", "total": len(phases)},
+            **rollup,
+            "summary": {
+                "ready": f"{ready}/{len(phases)}",
+                "total": len(phases) - counts["Unavailable"],
+                "phases": counts,
+                "artifacts": len(evidence_list),
+            },
             "conditions": [
                 {
                     "type": "ArtifactReady",
@@ -848,16 +883,16 @@ GATE_CASES: list[Case[GateInputs, Closed]] = [
          GateInputs({"requireValidation": True}, candidate(),
                     [cache(evidence={"gpu-a": full_evidence(),
                                      "gpu-b": full_evidence(validatedAt="")})]),
-         Closed("ArtifactValidationMissing", "on gpu-b")),
+         Closed("ArtifactValidationMissing", "on 1 of 2 clusters")),
     Case("digest-missing", "requirePublishedDigest: every cluster recorded commit and digest",
          GateInputs({"requirePublishedDigest": True}, candidate(),
                     [cache(evidence={"gpu-a": full_evidence(), "gpu-b": {"commit": COMMIT}})]),
-         Closed("ArtifactDigestMissing", "on gpu-b")),
+         Closed("ArtifactDigestMissing", "on 1 of 2 clusters")),
     Case("commit-not-resolved", "requirePublishedDigest: a commit is 40 hex, not a branch",
          GateInputs({"requirePublishedDigest": True}, candidate(),
                     [cache(evidence={"gpu-a": full_evidence(),
                                      "gpu-b": full_evidence(commit="main")})]),
-         Closed("ArtifactDigestMissing", "on gpu-b")),
+         Closed("ArtifactDigestMissing", "on 1 of 2 clusters")),
     Case("digests-disagree", "requirePublishedDigest: one artifact to certify, not two",
          GateInputs({"requirePublishedDigest": True}, candidate(),
                     [cache(evidence={"gpu-a": full_evidence(),
@@ -927,15 +962,15 @@ def test_gate_reads_what_the_modelcache_composer_reports(sim_factory) -> None:
         inference_cluster("gpu-b", {"gpu": "h100"}),
     ]
     mc = xr("ModelCache", "qwen-cache", cache_spec({"matchLabels": {"gpu": "h100"}}), generation=2)
-    first = run(request(mc, required={"clusters": clusters, "replicas": []}))
-    observed: dict[str, dict[str, Any]] = {}
-    for key, body in desired(first).items():
-        cluster = body["spec"]["clusterName"]
-        ev = full_evidence(validatedAt=f"2026-11-29T08:0{len(observed)}:00Z")
-        observed[key] = observed_hydration(body, "Ready", "ok", evidence=ev)
+    tree = Tree(copy.deepcopy(mc), list(clusters))
+    tree.step()
+    for i, (cluster, body) in enumerate(sorted(tree.desired_hydrations().items())):
+        ev = full_evidence(validatedAt=f"2026-11-29T08:0{i}:00Z")
+        tree.hydrations[cluster] = observed_hydration(body, "Ready", "ok", evidence=ev)
         if cluster == "gpu-b":
-            observed[key]["status"].pop("evidence")  # gpu-b reported nothing yet
-    rolled = run(request(mc, observed=observed, required={"clusters": clusters, "replicas": []}))
+            tree.hydrations[cluster]["status"].pop("evidence")  # gpu-b reported nothing yet
+    tree.reconcile_shards()
+    rolled = tree.reconcile_cache()
     mc_obs = {**mc, "status": status(rolled)}
     mc_obs["status"]["conditions"] = [
         {"type": t, **c, "lastTransitionTime": "2026-11-29T09:00:00Z"}
@@ -946,11 +981,11 @@ def test_gate_reads_what_the_modelcache_composer_reports(sim_factory) -> None:
     sim = sim_factory(spec(artifactGate=gate), [cronjob(), inference_cluster(CLUSTER), mc_obs])
     sim.reconcile()
     assert sim.status["reason"] == "ArtifactDigestMissing"
-    assert "on gpu-b" in sim.conditions()["Runnable"]["message"]
+    assert "on 1 of 2 clusters" in sim.conditions()["Runnable"]["message"]
     # gpu-b reports the same artifact: the gate opens.
-    key_b = next(k for k, b in observed.items() if b["spec"]["clusterName"] == "gpu-b")
-    observed[key_b]["status"]["evidence"] = full_evidence()
-    rolled = run(request(mc, observed=observed, required={"clusters": clusters, "replicas": []}))
+    tree.hydrations["gpu-b"]["status"]["evidence"] = full_evidence()
+    tree.reconcile_shards()
+    rolled = tree.reconcile_cache()
     sim.world[-1] = {**mc, "status": status(rolled)}
     sim.reconcile()
     assert sim.phase == "Deploying"

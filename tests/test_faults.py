@@ -162,37 +162,40 @@ RUNNING_JOB = {"active": 1, "startTime": "2026-11-29T08:55:00Z"}
 
 
 def test_cluster_gone_with_live_replicas_keeps_the_cache_there() -> None:
+    from tests.cache_tree import Tree
+
     s = seed("ModelCache", "builder-all-auth")
-    _, first = settle(s)
-    obs = {
-        k: {**v, "status": {"phase": "Ready", "message": "staged"}}
-        for k, v in evolve(first).items()
-    }
-    assert "hydration-gpu-b" in obs
-    fleet = [
-        c
-        for c in s.world
-        if c.get("kind") == "InferenceCluster" and c["metadata"]["name"] != "gpu-b"
-    ]
+    clusters = [c for c in s.world if c.get("kind") == "InferenceCluster"]
+    fleet = [c for c in clusters if c["metadata"]["name"] != "gpu-b"]
     replica = {
         "apiVersion": "modelplane.ai/v1alpha1",
         "kind": "ModelReplica",
         "metadata": {"name": "chat-0", "namespace": s.xr["metadata"]["namespace"]},
         "spec": {"clusterName": "gpu-b", "modelCacheRef": {"name": s.xr["metadata"]["name"]}},
     }
-    body = copy.deepcopy(s.xr)
+
+    def vanished(replicas: list | None) -> Tree:
+        t = Tree(copy.deepcopy(s.xr), clusters)
+        t.step()
+        t.observe({c: ("Ready", "staged") for c in t.hydrated_clusters()})
+        assert "gpu-b" in t.hydrations
+        t.clusters, t.replicas = fleet, replicas
+        t.step()
+        assert not fatal(t.rsp)
+        return t
+
     # Live replica on the vanished cluster: kept, and status says why.
-    rsp = run(request(body, observed=obs, required={"clusters": fleet, "replicas": [replica]}))
-    assert not fatal(rsp)
-    assert set(obs) <= set(desired(rsp)), "a hydration a live replica uses was dropped"
-    gpu_b = [c for c in status(rsp)["clusters"] if c["name"] == "gpu-b"]
-    assert gpu_b and gpu_b[0].get("retained") and "chat-0" in gpu_b[0]["message"]
+    t = vanished([replica])
+    assert "gpu-b" in t.hydrated_clusters(), "a hydration a live replica uses was dropped"
+    gpu_b = t.rows()["gpu-b"]
+    assert gpu_b.get("retained") and "chat-0" in gpu_b["message"]
+    assert [e["name"] for e in status(t.rsp)["retained"]] == ["gpu-b"]
     # Replicas not resolved yet: not known, so kept too.
-    rsp = run(request(body, observed=obs, required={"clusters": fleet}))
-    assert set(obs) <= set(desired(rsp))
+    assert "gpu-b" in vanished(None).hydrated_clusters()
     # No replica there any more: that hydration (alone) goes.
-    rsp = run(request(body, observed=obs, required={"clusters": fleet, "replicas": []}))
-    assert set(desired(rsp)) == set(obs) - {"hydration-gpu-b"}
+    before = vanished([replica]).hydrated_clusters()
+    t = vanished([])
+    assert t.hydrated_clusters() == [c for c in before if c != "gpu-b"]
     record("ModelCache: cluster gone with a live replica (kept), replicas unresolved (kept)")
 
 

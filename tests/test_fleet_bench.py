@@ -30,27 +30,42 @@ def _rows(report: dict, scenario: str) -> dict[str, dict]:
 def test_modelcache_from_nothing_to_ready_and_steady(report: dict):
     rows = _rows(report, "ModelCache")
     assert list(rows) == ["create", "pending", "ready", "steady"]
+    shards = rows["create"]["composed"]
+    assert 1 <= shards <= min(N, 64)
     for step, r in rows.items():
         assert r["exit_code"] == 0, r["render_error"]
-        assert not r["synthesized"]
-        # No bootstrap requirements, nothing seeded: an unresolved call, then a resolved one.
+        # Its requirement depends on the spec (the selector's matchLabels) and nothing
+        # is seeded in render: an unresolved call, then a resolved one.
         assert (r["calls"], r["unresolved_calls"]) == (2, 1), step
         assert r["grpc_errors"] == [] and r["fatal"] is None
-        # The resolved call carries the N clusters (and no ModelReplica in the namespace).
+        # The resolved call carries the N clusters (no ModelReplica: the shards read those).
         assert r["required_objects"] == N
         assert 0 < r["required_bytes"] < r["largest_request_bytes"]
-        assert r["composed"] == N
-        assert r["function_seconds"] > 0
+        assert r["composed"] == shards  # one ModelCacheShard per shard, not per cluster
         assert not r["over_2mib"] and not r["over_4mib"]
         sizes = [c["response_bytes"] for c in r["per_call"]]
         assert r["largest_response_bytes"] == max(sizes)
     assert not rows["create"]["xr_ready"] and not rows["pending"]["xr_ready"]
     assert rows["ready"]["xr_ready"] and rows["steady"]["xr_ready"]
-    # Evidence makes the Ready response larger than the Pending one.
-    assert rows["ready"]["largest_response_bytes"] > rows["pending"]["largest_response_bytes"]
-    # The unresolved call echoes the observed hydrations: N desired from "pending" on.
+    # The unresolved call echoes the observed shards.
     assert rows["create"]["per_call"][0]["desired_resources"] == 0
-    assert rows["steady"]["per_call"][0]["desired_resources"] == N
+    assert rows["steady"]["per_call"][0]["desired_resources"] == shards
+
+
+def test_modelcacheshards_take_one_call_and_hold_every_hydration(report: dict):
+    rows = _rows(report, "ModelCacheShard")
+    assert list(rows) == ["create", "pending", "ready", "steady"]
+    for step, r in rows.items():
+        assert r["exit_code"] == 0, r["render_error"]
+        assert r["renders"] == _rows(report, "ModelCache")["create"]["composed"]
+        # A steady shard requires nothing: every shard reconcile is one call.
+        assert (r["calls"], r["unresolved_calls"]) == (1, 0), step
+        assert r["calls_total"] == r["renders"]
+        assert r["required_objects"] == 0
+        assert r["composed"] == N, step  # every cluster's hydration, across the shards
+        assert not r["over_2mib"]
+    assert rows["pending"]["ready_shards"] == 0
+    assert rows["ready"]["ready_shards"] == rows["ready"]["renders"]
 
 
 def test_modeldeployment_reads_capacity_only_where_placement_looks(report: dict):
@@ -88,4 +103,4 @@ def test_markdown_table(report: dict):
     text = fleet.markdown(report)
     assert "core v2.4.0" in text
     rows = [ln for ln in text.splitlines() if ln.startswith(f"| {N} | Model")]
-    assert len(rows) == len(report["rows"]) == 8
+    assert len(rows) == len(report["rows"]) == 12

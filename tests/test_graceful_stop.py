@@ -1,7 +1,7 @@
 """Graceful stop: SIGTERM under load loses no call in flight (issue 9).
 
 A ``python -m function`` process gets :data:`IN_FLIGHT` slow calls at once (a
-ModelCache over :data:`CLUSTERS` InferenceClusters, each call a few hundred
+ModelCacheShard of :data:`CLUSTERS` clusters, each call a few hundred
 milliseconds of work, so most are still queued or running when the signal
 arrives). SIGTERM is sent as soon as the first response is back. Then:
 
@@ -26,8 +26,8 @@ import grpc
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from tests.fixtures import cache_spec, inference_cluster
-from tests.harness import fatal, request, xr
+from tests.cache_tree import shard_request
+from tests.harness import fatal
 from tests.secret_guard import leaks
 
 CLUSTERS = 3_000
@@ -36,15 +36,8 @@ GRACE_SECONDS = 30.0
 
 
 def slow_request(i: int) -> fnv1.RunFunctionRequest:
-    clusters = [
-        inference_cluster(f"gpu-{n:05d}", {"modelplane.ai/gpu": "h100", "zone": f"z{n % 7}"})
-        for n in range(CLUSTERS)
-    ]
-    return request(
-        xr("ModelCache", "big-cache", cache_spec({"matchLabels": {"modelplane.ai/gpu": "h100"}})),
-        required={"clusters": clusters, "replicas": []},
-        tag=f"load-{i}",
-    )
+    # The per-cluster fan-out (a ModelCacheShard of CLUSTERS hydrations): slow enough.
+    return shard_request(CLUSTERS, tag=f"load-{i}")
 
 
 def _free_port() -> int:

@@ -355,7 +355,7 @@ def test_observations_applied_after_a_successful_stable_call(m, observing):
 def test_observations_not_applied_while_requirements_are_unresolved(m, observing):
     runner = FunctionRunner(default_settings(), Clock(), metrics=m)
     rsp = runner.run(request(cache_xr()))  # first call of the loop: asks for clusters
-    assert set(rsp.requirements.resources) == {"clusters", "replicas"}
+    assert set(rsp.requirements.resources) == {"clusters"}
     assert hydration_count(m) == 0
 
 

@@ -9,21 +9,29 @@ import copy
 
 import pytest
 
-from function.naming import DNS1123_LABEL, LABEL_VALUE, hydration_name, source_identity
-from tests.fixtures import cache_spec, inference_cluster, observed_hydration
+from function.api.modelcache import retained_clusters
+from function.naming import (
+    CACHE_SHARDS,
+    DNS1123_LABEL,
+    LABEL_VALUE,
+    cache_shard,
+    hydration_name,
+    shard_name,
+    source_identity,
+)
+from tests.cache_tree import Tree, cache, shard_xr
+from tests.fixtures import inference_cluster, observed_hydration
 from tests.harness import (
     NAMESPACE,
     World,
     conditions,
     desired,
-    desired_ready,
     fatal,
     request,
     requirements,
     results,
     run,
     status,
-    xr,
     xr_ready,
 )
 
@@ -51,16 +59,30 @@ C4_CLUSTERS = [
 ]
 
 
-def cache(name="qwen-cache", selector=None, status=None, **kw):
-    return xr("ModelCache", name, cache_spec(selector, **kw), status=status)
+def resolved(clusters):
+    return {"clusters": list(clusters)}
 
 
-def resolved(clusters, replicas=()):
-    return {"clusters": list(clusters), "replicas": list(replicas)}
+def hydrated_clusters(rsp_or_tree):
+    """The clusters that get a hydration: through the shards the cache composed."""
+    if isinstance(rsp_or_tree, Tree):
+        return rsp_or_tree.hydrated_clusters()
+    return sorted(
+        c["name"]
+        for d in desired(rsp_or_tree).values()
+        for c in d["spec"]["clusters"]
+        if not c.get("unavailable")
+    )
 
 
-def hydrated_clusters(rsp):
-    return sorted(d["spec"]["clusterName"] for d in desired(rsp).values())
+def grown(composite, clusters, phases=None, **extra):
+    """A tree reconciled once from nothing, its hydrations then observed at ``phases``."""
+    t = Tree(composite, clusters)
+    t.step()
+    if phases is not None:
+        t.observe(phases, **extra)
+        t.step()
+    return t
 
 
 # ---- C3: selector semantics ------------------------------------------------------
@@ -161,13 +183,17 @@ def test_c4_malformed_selector_is_fatal_and_touches_nothing(expr, field):
 def test_c1_long_names_are_valid_and_distinct():
     long_cache = "qwen2-5-72b-instruct-awq-int4-weights-shared-cache-prod"
     cluster = "gpu-cluster-us-east-1a-production-h100"
-    clusters = [inference_cluster(cluster)]
-    rsp = run(request(cache(long_cache, selector={}), required=resolved(clusters)))
-    (body,) = desired(rsp).values()
+    t = grown(cache(long_cache, selector={}), [inference_cluster(cluster)])
+    (shard,) = t.shards.values()
+    body = t.desired_hydrations()[cluster]
+    for b in (shard, body):
+        name = b["metadata"]["name"]
+        assert len(name) <= 63 and DNS1123_LABEL.match(name)
+        for k, v in b["metadata"]["labels"].items():
+            assert len(v) <= 63 and LABEL_VALUE.match(v), (k, v)
     name = body["metadata"]["name"]
-    assert len(name) <= 63 and DNS1123_LABEL.match(name)
-    for k, v in body["metadata"]["labels"].items():
-        assert len(v) <= 63 and LABEL_VALUE.match(v), (k, v)
+    assert name == hydration_name(NAMESPACE, long_cache, cluster)
+    assert shard["metadata"]["name"] == shard_name(NAMESPACE, long_cache, cache_shard(cluster))
     # The full value is kept in an annotation when a label value had to be shortened.
     ann = body["metadata"].get("annotations", {})
     assert (
@@ -175,9 +201,8 @@ def test_c1_long_names_are_valid_and_distinct():
         or body["metadata"]["labels"]["modelplane.ai/cache"] == long_cache
     )
     # Same input, same names.
-    assert desired(
-        run(request(cache(long_cache, selector={}), required=resolved(clusters)))
-    ) == desired(rsp)
+    again = grown(cache(long_cache, selector={}), [inference_cluster(cluster)])
+    assert again.desired_hydrations() == t.desired_hydrations()
     # Two caches sharing their first 60 characters get different names.
     other = long_cache[:60] + "xyz"
     assert hydration_name(NAMESPACE, other, cluster) != name
@@ -186,24 +211,84 @@ def test_c1_long_names_are_valid_and_distinct():
 
 def test_c1_label_value_shortened_keeps_full_value():
     cluster = "gpu-cluster-" + "x" * 70
-    rsp = run(request(cache(selector={}), required=resolved([inference_cluster(cluster)])))
-    (body,) = desired(rsp).values()
+    t = grown(cache(selector={}), [inference_cluster(cluster)])
+    body = t.desired_hydrations()[cluster]
     label = body["metadata"]["labels"]["modelplane.ai/cluster"]
     assert len(label) <= 63 and LABEL_VALUE.match(label)
     assert body["metadata"]["annotations"]["modelplane.ai/full-cluster"] == cluster
     assert body["spec"]["clusterName"] == cluster
 
 
+# ---- Shards (issue 17) ----------------------------------------------------------------
+
+
+def test_a_cluster_shard_depends_on_its_name_only():
+    names = [f"gpu-{i:05d}" for i in range(2000)]
+    small = grown(cache(selector={}), [inference_cluster(n) for n in names[:40]])
+    large = Tree(cache(selector={}), [inference_cluster(n) for n in names])
+    large.reconcile_cache()
+    where_small = {
+        c["name"]: d["spec"]["shard"] for d in small.shards.values() for c in d["spec"]["clusters"]
+    }
+    where_large = {
+        c["name"]: d["spec"]["shard"] for d in large.shards.values() for c in d["spec"]["clusters"]
+    }
+    # Growing the fleet 50-fold moves no cluster to another shard.
+    assert all(where_large[n] == s for n, s in where_small.items())
+    assert all(s == cache_shard(n) for n, s in where_large.items())
+    assert len(large.shards) == CACHE_SHARDS
+    for d in large.shards.values():
+        names_in = [c["name"] for c in d["spec"]["clusters"]]
+        assert names_in == sorted(names_in)
+        assert d["metadata"]["labels"]["modelplane.ai/shard"] == str(int(d["spec"]["shard"]))
+
+
+def test_a_shard_whose_clusters_all_left_drains_before_it_goes():
+    a, b = (
+        inference_cluster("gpu-a", {"tier": "prod"}),
+        inference_cluster("gpu-b", {"tier": "prod"}),
+    )
+    assert cache_shard("gpu-a") != cache_shard("gpu-b")
+    t = grown(cache(selector={}), [a, b], {"gpu-a": ("Ready", ""), "gpu-b": ("Ready", "")})
+    assert t.rsp.desired.composite.ready == 1  # READY_TRUE
+    key_b = f"shard-{cache_shard('gpu-b')}"
+    # gpu-b leaves the selector while a live replica of this cache runs there.
+    t.xr = cache(selector={"matchLabels": {"tier": "prod"}}, status=t.xr["status"])
+    t.clusters = [a, inference_cluster("gpu-b", {"tier": "dev"})]
+    t.replicas = [_replica("chat-0", "gpu-b")]
+    t.reconcile_cache()
+    assert t.shards[key_b]["spec"]["clusters"] == []
+    t.reconcile_shards()
+    assert "gpu-b" in t.hydrated_clusters()
+    t.reconcile_cache()
+    assert key_b in t.shards, "a shard holding a retained hydration was dropped"
+    st = status(t.rsp)
+    assert [e["name"] for e in st["retained"]] == ["gpu-b"]
+    assert "chat-0" in st["retained"][0]["message"]
+    assert st["summary"]["ready"] == "1/1"
+    # The replica is gone: the shard lets go, then the cache drops the empty shard.
+    t.replicas = []
+    t.reconcile_shards()
+    assert "gpu-b" not in t.hydrated_clusters()
+    t.reconcile_cache()
+    assert key_b not in t.shards
+    assert status(t.rsp)["retained"] == []
+
+
+def test_an_unreported_shard_is_not_ready():
+    clusters = [inference_cluster("gpu-a")]
+    t = grown(cache(selector={}), clusters, {"gpu-a": ("Ready", "")})
+    assert conditions(t.rsp)["ArtifactReady"]["reason"] == "Hydrated"
+    # The shard's status describes another footprint (a cluster was added): not known.
+    k = next(iter(t.shard_status))
+    t.shard_status[k]["specHash"] = "0" * 12
+    rsp = t.reconcile_cache()
+    c = conditions(rsp)["ArtifactReady"]
+    assert c["status"] == "False" and "not yet reporting" in c["message"], c
+    assert xr_ready(rsp) == "READY_FALSE"
+
+
 # ---- Roll-up: C6, C7 ----------------------------------------------------------------
-
-
-def _with_phases(selector, clusters, phases, status_=None):
-    first = run(request(cache(selector=selector, status=status_), required=resolved(clusters)))
-    observed = {}
-    for k, v in desired(first).items():
-        phase, msg = phases[v["spec"]["clusterName"]]
-        observed[k] = observed_hydration(v, phase, msg)
-    return observed
 
 
 def test_c6_no_stale_message_and_byte_identical():
@@ -217,10 +302,12 @@ def test_c6_no_stale_message_and_byte_identical():
                 "message": "gpu-a: BackoffLimitExceeded",
             }
         ],
-        "clusters": [{"name": "gpu-a", "phase": "Failed", "message": "BackoffLimitExceeded"}],
+        "summary": {"phases": {"Failed": 1}},
     }
-    observed = _with_phases({}, clusters, {"gpu-a": ("Ready", "weights ready")})
-    req = request(cache(selector={}, status=stale), observed=observed, required=resolved(clusters))
+    t = grown(cache(selector={}, status=stale), clusters, {"gpu-a": ("Ready", "weights ready")})
+    t.xr["status"] = stale
+    t.reconcile_shards()
+    req = request(t.xr, observed=t.observed_shards(), required=resolved(clusters))
     rsp = run(req)
     c = conditions(rsp)["ArtifactReady"]
     assert c == {"status": "True", "reason": "Hydrated", "message": "1/1 clusters ready"}
@@ -228,8 +315,8 @@ def test_c6_no_stale_message_and_byte_identical():
     assert run(req).SerializeToString(deterministic=True) == rsp.SerializeToString(
         deterministic=True
     )
-    # The transition Failed -> Ready is an event once.
-    assert ("Normal", "hydration finished on gpu-a") in results(rsp)
+    # The transition to all Ready is an event once.
+    assert ("Normal", "hydration finished on all 1 clusters") in results(rsp)
 
 
 def test_c7_partial_failure_is_not_success():
@@ -239,30 +326,46 @@ def test_c7_partial_failure_is_not_success():
         "gpu-b": ("Ready", ""),
         "gpu-c": ("Failed", "Job DeadlineExceeded"),
     }
-    observed = _with_phases({}, clusters, phases)
-    rsp = run(request(cache(selector={}), observed=observed, required=resolved(clusters)))
-    c = conditions(rsp)["ArtifactReady"]
+    t = grown(cache(selector={}), clusters, phases)
+    c = conditions(t.rsp)["ArtifactReady"]
     assert c["status"] == "False" and c["reason"] == "HydrationFailed"
     assert "gpu-c" in c["message"] and "gpu-a" not in c["message"]
-    st = status(rsp)
+    st = status(t.rsp)
     assert st["summary"]["ready"] == "2/3"
-    by_name = {e["name"]: e for e in st["clusters"]}
-    assert by_name["gpu-c"]["message"] == "Job DeadlineExceeded"
-    assert by_name["gpu-c"]["phase"] == "Failed"
-    assert xr_ready(rsp) == "READY_FALSE"
-    ready = desired_ready(rsp)
-    assert sorted(v for v in ready.values()) == ["READY_FALSE", "READY_TRUE", "READY_TRUE"]
+    assert st["summary"]["phases"]["Failed"] == 1
+    assert st["failed"] == [{"name": "gpu-c", "message": "Job DeadlineExceeded"}]
+    assert t.rows()["gpu-c"]["phase"] == "Failed"
+    assert xr_ready(t.rsp) == "READY_FALSE"
+    assert sorted(t.hydration_ready().values()) == ["READY_FALSE", "READY_TRUE", "READY_TRUE"]
 
 
 def test_hydrating_requeues_and_says_what_it_waits_for():
     clusters = [inference_cluster(n) for n in ("gpu-a", "gpu-b")]
-    observed = _with_phases(
-        {}, clusters, {"gpu-a": ("Ready", ""), "gpu-b": ("Hydrating", "Job running")}
+    t = grown(
+        cache(selector={}),
+        clusters,
+        {"gpu-a": ("Ready", ""), "gpu-b": ("Hydrating", "Job running")},
     )
-    rsp = run(request(cache(selector={}), observed=observed, required=resolved(clusters)))
-    c = conditions(rsp)["ArtifactReady"]
+    c = conditions(t.rsp)["ArtifactReady"]
     assert c["reason"] == "Hydrating" and "1/2" in c["message"] and "gpu-b" in c["message"]
-    assert rsp.meta.ttl.seconds <= 60
+    assert t.rsp.meta.ttl.seconds <= 60
+
+
+def test_evidence_is_rolled_up_per_artifact_not_per_cluster():
+    clusters = [inference_cluster(f"gpu-{i:02d}") for i in range(12)]
+    ev = {"commit": "a" * 40, "digest": "b" * 64, "validatedAt": "2026-11-29T08:00:00Z"}
+    t = grown(
+        cache(selector={}),
+        clusters,
+        {c["metadata"]["name"]: ("Ready", "") for c in clusters},
+        evidence=ev,
+    )
+    st = status(t.rsp)
+    assert st["evidence"] == [
+        {"commit": "a" * 40, "digest": "sha256:" + "b" * 64, "clusters": 12, "validated": 12}
+    ]
+    assert st["summary"]["artifacts"] == 1
+    assert "clusters" not in st  # no per-cluster rows in the cache
 
 
 # ---- Unresolved is not empty; nothing deleted by surprise ---------------------------
@@ -270,8 +373,9 @@ def test_hydrating_requeues_and_says_what_it_waits_for():
 
 def test_unresolved_clusters_keep_every_child():
     clusters = [inference_cluster(n) for n in ("gpu-a", "gpu-b")]
-    observed = _with_phases({}, clusters, {"gpu-a": ("Ready", ""), "gpu-b": ("Ready", "")})
-    rsp = run(request(cache(selector={}), observed=observed, required={}))
+    t = grown(cache(selector={}), clusters, {"gpu-a": ("Ready", ""), "gpu-b": ("Ready", "")})
+    observed = t.observed_shards()
+    rsp = run(request(t.xr, observed=observed, required={}))
     assert set(desired(rsp)) == set(observed)
     for k, body in desired(rsp).items():
         assert body["spec"] == observed[k]["spec"]
@@ -286,25 +390,21 @@ def test_unhostable_cluster_is_listed_not_stamped():
         inference_cluster("gpu-b", ready=False),
         inference_cluster("gpu-c", storage_class=None),
     ]
-    rsp = run(request(cache(selector={}), required=resolved(clusters)))
-    assert hydrated_clusters(rsp) == ["gpu-a"]
-    by_name = {e["name"]: e for e in status(rsp)["clusters"]}
-    assert by_name["gpu-b"]["phase"] == "Unavailable" and "not Ready" in by_name["gpu-b"]["message"]
+    t = grown(cache(selector={}), clusters)
+    assert hydrated_clusters(t) == ["gpu-a"]
+    by_name = {e["name"]: e for e in status(t.rsp)["unavailable"]}
+    assert "not Ready" in by_name["gpu-b"]["message"]
     assert "storageClassName" in by_name["gpu-c"]["message"]
-    assert "gpu-b" in conditions(rsp)["ClustersMatched"]["message"]
+    assert t.rows()["gpu-b"]["phase"] == "Unavailable"
+    assert status(t.rsp)["summary"]["phases"]["Unavailable"] == 2
+    assert "gpu-b" in conditions(t.rsp)["ClustersMatched"]["message"]
 
 
 def test_existing_hydration_survives_cluster_turning_unready():
-    clusters = [inference_cluster("gpu-a")]
-    observed = _with_phases({}, clusters, {"gpu-a": ("Ready", "")})
-    rsp = run(
-        request(
-            cache(selector={}),
-            observed=observed,
-            required=resolved([inference_cluster("gpu-a", ready=False)]),
-        )
-    )
-    assert hydrated_clusters(rsp) == ["gpu-a"]
+    t = grown(cache(selector={}), [inference_cluster("gpu-a")], {"gpu-a": ("Ready", "")})
+    t.clusters = [inference_cluster("gpu-a", ready=False)]
+    t.step()
+    assert hydrated_clusters(t) == ["gpu-a"]
 
 
 def _replica(name, cluster, cache_name="qwen-cache"):
@@ -321,70 +421,75 @@ def test_cluster_that_stops_matching_loses_its_hydration_unless_a_replica_runs_t
         inference_cluster("gpu-a", {"tier": "prod"}),
         inference_cluster("gpu-b", {"tier": "prod"}),
     ]
-    observed = _with_phases({}, both, {"gpu-a": ("Ready", ""), "gpu-b": ("Ready", "")})
     now = [
         inference_cluster("gpu-a", {"tier": "prod"}),
         inference_cluster("gpu-b", {"tier": "dev"}),
     ]
     sel = {"matchLabels": {"tier": "prod"}}
+
+    def after(replicas):
+        t = grown(cache(selector={}), both, {"gpu-a": ("Ready", ""), "gpu-b": ("Ready", "")})
+        t.xr = cache(selector=sel, status=t.xr["status"])
+        t.clusters, t.replicas = now, replicas
+        t.step()
+        return t
+
     # No replica there: dropped.
-    rsp = run(request(cache(selector=sel), observed=observed, required=resolved(now)))
-    assert hydrated_clusters(rsp) == ["gpu-a"]
+    assert hydrated_clusters(after([])) == ["gpu-a"]
     # A replica of another cache there does not count.
-    rsp = run(
-        request(
-            cache(selector=sel),
-            observed=observed,
-            required=resolved(now, [_replica("r0", "gpu-b", "other")]),
-        )
-    )
-    assert hydrated_clusters(rsp) == ["gpu-a"]
+    assert hydrated_clusters(after([_replica("r0", "gpu-b", "other")])) == ["gpu-a"]
     # A live replica of this cache keeps it, and status says why.
-    rsp = run(
-        request(
-            cache(selector=sel),
-            observed=observed,
-            required=resolved(now, [_replica("chat-0", "gpu-b")]),
-        )
-    )
-    assert hydrated_clusters(rsp) == ["gpu-a", "gpu-b"]
-    entry = next(e for e in status(rsp)["clusters"] if e["name"] == "gpu-b")
+    t = after([_replica("chat-0", "gpu-b")])
+    assert hydrated_clusters(t) == ["gpu-a", "gpu-b"]
+    entry = t.rows()["gpu-b"]
     assert entry["retained"] is True and "chat-0" in entry["message"]
-    assert status(rsp)["summary"]["ready"] == "1/1"
+    assert status(t.rsp)["summary"]["ready"] == "1/1"
+    assert retained_clusters(t.xr) == frozenset({"gpu-b"})
     # Replicas not resolved yet: not known, so kept.
-    rsp = run(request(cache(selector=sel), observed=observed, required={"clusters": now}))
-    assert hydrated_clusters(rsp) == ["gpu-a", "gpu-b"]
+    assert hydrated_clusters(after(None)) == ["gpu-a", "gpu-b"]
+
+
+def test_a_shard_requires_replicas_only_while_a_hydration_leaves():
+    t = grown(cache(selector={}), [inference_cluster("gpu-a")], {"gpu-a": ("Ready", "")})
+    (rsp,) = t.shard_rsp.values()
+    assert requirements(rsp) == {}, "a steady shard needs nothing: one call"
+    t.xr = cache(selector={"matchLabels": {"tier": "none"}}, status=t.xr["status"])
+    t.replicas = None
+    t.step()
+    (rsp,) = t.shard_rsp.values()
+    assert list(requirements(rsp)) == ["replicas"]
+    assert requirements(rsp)["replicas"]["namespace"] == NAMESPACE
 
 
 def test_events_only_on_transitions():
     clusters = [inference_cluster("gpu-a")]
-    first = run(request(cache(selector={}), required=resolved(clusters)))
-    assert ("Normal", "hydration started on gpu-a") in results(first)
-    observed = {k: observed_hydration(v, "Hydrating") for k, v in desired(first).items()}
-    prev = {"clusters": [{"name": "gpu-a", "phase": "Hydrating", "message": "x"}]}
-    steady = run(
-        request(cache(selector={}, status=prev), observed=observed, required=resolved(clusters))
-    )
+    t = Tree(cache(selector={}), clusters)
+    first = t.reconcile_cache()
+    assert ("Normal", "hydration started: 1 cluster(s) in 1 new shard(s)") in results(first)
+    t.reconcile_shards()
+    (srsp,) = t.shard_rsp.values()
+    assert ("Normal", "hydration started on gpu-a") in results(srsp)
+    t.observe({"gpu-a": ("Hydrating", "")})
+    t.step()
+    steady = t.reconcile_cache()
     assert results(steady) == []
-    failed = {
-        k: observed_hydration(v, "Failed", "BackoffLimitExceeded") for k, v in observed.items()
-    }
-    rsp = run(
-        request(cache(selector={}, status=prev), observed=failed, required=resolved(clusters))
-    )
+    t.observe({"gpu-a": ("Failed", "BackoffLimitExceeded")})
+    t.reconcile_shards()
+    (srsp,) = t.shard_rsp.values()
+    assert ("Warning", "hydration failed on gpu-a: BackoffLimitExceeded") in results(srsp)
+    rsp = t.reconcile_cache()
     assert ("Warning", "hydration failed on gpu-a: BackoffLimitExceeded") in results(rsp)
+    assert results(t.reconcile_cache()) == []
 
 
 def test_source_is_copied_down_without_secret_values():
     spec_hf = {"authSecret": {"name": "hf-token"}}
-    rsp = run(
-        request(cache(selector={}, **spec_hf), required=resolved([inference_cluster("gpu-a")]))
-    )
-    (body,) = desired(rsp).values()
-    hf = body["spec"]["huggingFace"]
-    assert hf["authSecret"] == {"name": "hf-token", "key": "HF_TOKEN"}
-    assert body["spec"]["cacheName"] == "qwen-cache"
-    assert body["metadata"]["namespace"] == NAMESPACE
+    t = grown(cache(selector={}, **spec_hf), [inference_cluster("gpu-a")])
+    for body in (*t.shards.values(), *t.desired_hydrations().values()):
+        hf = body["spec"]["huggingFace"]
+        assert hf["authSecret"] == {"name": "hf-token", "key": "HF_TOKEN"}
+        assert body["spec"]["cacheName"] == "qwen-cache"
+        assert body["metadata"]["namespace"] == NAMESPACE
 
 
 @pytest.mark.parametrize(
@@ -408,10 +513,10 @@ def test_requirements_loop_over_grpc(grpc_function):
     world = World([*C4_CLUSTERS, _replica("x", "c1", "other")])
     composite = cache(selector=C4_SELECTOR)
     rsp, calls = grpc_function.drive(composite, world)
-    assert 2 <= calls <= 6
+    assert calls == 2
     assert hydrated_clusters(rsp) == ["c1", "c2"]
     # Same answer as in-process.
-    local = run(request(composite, required={"clusters": C4_CLUSTERS, "replicas": []}))
+    local = run(request(composite, required={"clusters": C4_CLUSTERS}))
     assert desired(local) == desired(rsp)
     # Deterministic across calls over the wire.
     again, _ = grpc_function.drive(copy.deepcopy(composite), world)
@@ -420,9 +525,10 @@ def test_requirements_loop_over_grpc(grpc_function):
 
 def test_fleet_wide_transitions_are_one_event_each():
     clusters = [inference_cluster(f"gpu-{i:02d}") for i in range(12)]
-    rsp = run(request(cache(selector={}), required=resolved(clusters)))
+    t = Tree(cache(selector={}), clusters)
+    rsp = t.reconcile_cache()
     started = [m for s, m in results(rsp) if "started" in m]
-    assert started == ["hydration started on gpu-00, gpu-01, gpu-02, gpu-03, gpu-04 and 7 more"]
+    assert started == [f"hydration started: 12 cluster(s) in {len(t.shards)} new shard(s)"]
 
 
 def test_steady_state_status_is_the_same_whether_reused_or_rebuilt():
@@ -432,35 +538,20 @@ def test_steady_state_status_is_the_same_whether_reused_or_rebuilt():
         "gpu-b": ("Hydrating", "Job running"),
         "gpu-c": ("Ready", ""),
     }
-    observed = _with_phases({}, clusters, phases)
-    fresh = run(request(cache(selector={}), observed=observed, required=resolved(clusters)))
-    # The status the function wrote becomes the XR's; the next call reuses its list.
-    again = run(
-        request(
-            cache(selector={}, status=status(fresh)), observed=observed, required=resolved(clusters)
-        )
-    )
-    assert status(again) == status(fresh)
+    t = grown(cache(selector={}), clusters, phases)
+    before = copy.deepcopy(t.shard_status)
+    # The status the shard wrote becomes its XR's; the next call reuses its list.
+    t.reconcile_shards()
+    assert t.shard_status == before
     # A changed message is not hidden by the reuse.
-    observed2 = dict(observed)
-    key = next(k for k, v in observed.items() if v["spec"]["clusterName"] == "gpu-b")
-    observed2[key] = observed_hydration(observed[key], "Hydrating", "Job running: 40%")
-    changed = run(
-        request(
-            cache(selector={}, status=status(fresh)),
-            observed=observed2,
-            required=resolved(clusters),
-        )
-    )
-    entry = next(e for e in status(changed)["clusters"] if e["name"] == "gpu-b")
-    assert entry["message"] == "Job running: 40%"
+    t.observe({"gpu-b": ("Hydrating", "Job running: 40%")})
+    t.reconcile_shards()
+    assert t.rows()["gpu-b"]["message"] == "Job running: 40%"
     # An entry carrying a field this function does not write is rebuilt, not kept.
-    stale = status(fresh)
-    stale["clusters"][0]["note"] = "edited by hand"
-    rebuilt = run(
-        request(cache(selector={}, status=stale), observed=observed, required=resolved(clusters))
-    )
-    assert "note" not in status(rebuilt)["clusters"][0]
+    k = f"shard-{cache_shard('gpu-a')}"
+    t.shard_status[k]["clusters"][0]["note"] = "edited by hand"
+    t.reconcile_shards()
+    assert "note" not in t.shard_status[k]["clusters"][0]
 
 
 # ---- A source edit is never reported from stale evidence (issue 13) ------------------
@@ -479,8 +570,8 @@ STALE_CASES = [
 def _edited_to_v2(phase, reported):
     """A cache edited from revision main to v2, its hydration reporting ``reported``."""
     clusters = [inference_cluster("gpu-a")]
-    first = run(request(cache(selector={}, revision="v2"), required=resolved(clusters)))
-    ((key, body),) = desired(first).items()
+    t = grown(cache(selector={}, revision="v2"), clusters)
+    body = t.desired_hydrations()["gpu-a"]
     ev = {"commit": "a" * 40, "digest": "sha256:" + "b" * 64, "validatedAt": "2026-11-29T08:00:00Z"}
     extra = {"evidence": ev}
     if reported is None:
@@ -490,9 +581,8 @@ def _edited_to_v2(phase, reported):
         src = {"repo": "Qwen/Qwen2.5-0.5B-Instruct", "revision": reported}
         src["identity"] = source_identity(src["repo"], reported)
         obs = observed_hydration(body, phase, source=src, **extra)
-    return request(
-        cache(selector={}, revision="v2"), observed={key: obs}, required=resolved(clusters)
-    )
+    t.hydrations["gpu-a"] = obs
+    return t
 
 
 @pytest.mark.parametrize("transport", ["in-process", "grpc"])
@@ -502,11 +592,15 @@ def _edited_to_v2(phase, reported):
 def test_roll_up_counts_only_the_current_source_identity(
     case, reported, want_phase, want_reason, transport, grpc_function
 ):
-    req = _edited_to_v2(*reported)
-    rsp = run(req) if transport == "in-process" else grpc_function.call(req)
-    st = status(rsp)
-    (row,) = st["clusters"]
+    t = _edited_to_v2(*reported)
+    ((k, body),) = t.shards.items()
+    req = request(shard_xr(body), observed={"hydration-gpu-a": t.hydrations["gpu-a"]})
+    srsp = run(req) if transport == "in-process" else grpc_function.call(req)
+    t.shard_status[k] = status(srsp)
+    (row,) = t.shard_status[k]["clusters"]
     assert row["phase"] == want_phase, (case, row)
+    rsp = t.reconcile_cache()
+    st = status(rsp)
     assert conditions(rsp)["ArtifactReady"]["reason"] == want_reason, case
     assert st["source"] == {
         "repo": "Qwen/Qwen2.5-0.5B-Instruct",
@@ -515,6 +609,6 @@ def test_roll_up_counts_only_the_current_source_identity(
     }
     if want_phase == "Pending":
         # Stale evidence is never copied up (the experiment's gate reads it).
-        assert "evidence" not in row
+        assert "evidence" not in row and st["evidence"] == []
         assert "Qwen/Qwen2.5-0.5B-Instruct@v2" in row["message"]
         assert xr_ready(rsp) == "READY_FALSE"

@@ -152,3 +152,24 @@ def test_short_names_are_injective_and_dns1035(max_len, shown_a, hashed_a, shown
         assert len(n) <= max_len and DNS1123_LABEL.match(n) and n[0].isalpha(), n
     if (shown_a, hashed_a) != (shown_b, hashed_b):
         assert a != b
+
+
+# ---- shards of a ModelCache (issue 17): a contract, pinned ----------------------------
+
+
+def test_cache_shard_is_pinned_and_depends_on_the_name_only():
+    from function.naming import CACHE_SHARDS, cache_shard, shard_name
+
+    # Pinned: a change would move hydrations between shards, and Crossplane would delete
+    # them (with their PVCs) from the shard that stopped desiring them.
+    assert CACHE_SHARDS == 64
+    assert cache_shard("gpu-us-east-1a") == 13
+    assert cache_shard("gpu-us-west-2b") == 40
+    assert shard_name("ml-team", "qwen-cache", 13) == (
+        "modelcache-shard-ml-team-qwen-cache-13-2ae65e1c3168"
+    )
+    names = [f"gpu-{i:05d}" for i in range(10_000)]
+    counts = [0] * CACHE_SHARDS
+    for n in names:
+        counts[cache_shard(n)] += 1
+    assert min(counts) > 100 and max(counts) < 220  # about 156 each

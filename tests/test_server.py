@@ -15,15 +15,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from function.edge import runner as runner_mod
 from function.edge.server import default_processes
 from function.render import start_function
-from tests.fixtures import cache_spec, inference_cluster
-from tests.harness import fatal, request, results, run, xr
+from tests.cache_tree import shard_request
+from tests.harness import fatal, request, results, run
 
 
 def _cache_request(n: int) -> fnv1.RunFunctionRequest:
-    clusters = [inference_cluster(f"gpu-{i:05d}") for i in range(n)]
-    return request(
-        xr("ModelCache", "c", cache_spec({})), required={"clusters": clusters, "replicas": []}
-    )
+    # The per-cluster fan-out: a ModelCacheShard holding n clusters (n hydrations).
+    return shard_request(n)
 
 
 def test_default_processes_is_bounded():

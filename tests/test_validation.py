@@ -397,8 +397,8 @@ def test_an_invalid_model_cache_spec_is_rejected(mutate, expected):
 def test_model_cache_status_is_validated():
     ok = model_cache(
         status={
-            "clusters": [{"name": "gpu-a", "phase": "Ready", "message": "done"}],
-            "summary": {"ready": "1/1", "total": 1},
+            "failed": [{"name": "gpu-b", "message": "BackoffLimitExceeded"}],
+            "summary": {"ready": "1/1", "total": 1, "phases": {"Ready": 1, "Failed": 0}},
             "conditions": [
                 {
                     "type": "ArtifactReady",
@@ -412,8 +412,11 @@ def test_model_cache_status_is_validated():
     )
     validate_xr(ok)
     bad_phase = copy.deepcopy(ok)
-    bad_phase["status"]["clusters"][0]["phase"] = "Done"
-    assert any("phase" in e for e in _errors(validate_xr, bad_phase))
+    bad_phase["status"]["summary"]["phases"]["Ready"] = -1
+    assert any("phases" in e for e in _errors(validate_xr, bad_phase))
+    unnamed = copy.deepcopy(ok)
+    del unnamed["status"]["failed"][0]["name"]
+    assert any("name" in e for e in _errors(validate_xr, unnamed))
     bad_condition = copy.deepcopy(ok)
     del bad_condition["status"]["conditions"][0]["lastTransitionTime"]
     assert any("lastTransitionTime" in e for e in _errors(validate_xr, bad_condition))
@@ -602,15 +605,23 @@ def test_timestamps_must_be_rfc3339():
 
 
 def test_map_lists_reject_duplicate_keys():
-    mc = model_cache(
-        status={
+    shard = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelCacheShard",
+        "metadata": {"name": "qwen-cache-0", "namespace": "ml-team"},
+        "spec": {
+            "cacheName": "qwen-cache",
+            "shard": 0,
+            "huggingFace": {"repo": "Qwen/Qwen2.5-0.5B-Instruct", "sizeGiB": 2},
+        },
+        "status": {
             "clusters": [
                 {"name": "gpu-a", "phase": "Ready"},
                 {"name": "gpu-a", "phase": "Failed"},
             ]
-        }
-    )
-    errs = _errors(validate_xr, mc)
+        },
+    }
+    errs = _errors(validate_xr, shard)
     assert any(e.startswith("status.clusters[1]: duplicate") for e in errs), errs
     twice = model_cache(
         status={

@@ -1,4 +1,5 @@
-"""The model source of a ModelCache, shared by ModelCache and ModelCacheHydration.
+"""ModelCache: its model source (shared with ModelCacheShard and ModelCacheHydration)
+and its status contract (the roll-up other kinds read; at the end of this module).
 
 Field names follow Modelplane v0.3 (``spec.source: HuggingFace`` with
 ``spec.huggingFace``). The auth Secret is a *reference* (name and key in the XR's
@@ -22,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from function.core import structs
 from function.core.errors import SpecError, pydantic_errors
 from function.core.numbers import WholeInt
 
@@ -126,3 +128,87 @@ REASON_NO_HOSTABLE_CLUSTERS = "NoHostableClusters"
 # ``status.clusters[].phase``: a hydration phase (function.api.modelcachehydration.PHASES)
 # for clusters of the footprint, or this one for a matched cluster that cannot host a cache.
 UNAVAILABLE = "Unavailable"
+
+# ---- Status contract (written by the ModelCache composer, read by other kinds) ----
+#
+# ``status.source {repo, revision, identity}``: the source the roll-up describes.
+# ``status.summary {ready: "r/n", total, matched, shards, retained,
+#   phases {Pending, Hydrating, Ready, Failed, Unavailable}}``: counts over the footprint.
+# ``status.evidence[] {commit, digest, clusters, validated}``: one entry per distinct
+#   artifact the Ready clusters recorded (``validated``: how many of them recorded a
+#   checksum validation time), most clusters first, at most MAX_EVIDENCE entries;
+#   ``summary.artifacts`` counts them all.
+# ``status.failed[]``, ``status.unavailable[]``: ``{name, message}``, at most
+#   MAX_LISTED each (the counts in ``summary.phases`` stay whole).
+# ``status.retained[] {name, message}``: every cluster kept only while a live
+#   ModelReplica uses it (at most one per live replica of the cache).
+# Per-cluster rows live in the cache's ModelCacheShards (``status.clusters[]``).
+
+MAX_EVIDENCE = 8
+
+
+def retained_clusters(cache: Any) -> frozenset[str]:
+    """The clusters a ModelCache keeps only while a live replica uses them.
+
+    Read from ``status.retained[].name`` (the cluster left ``spec.clusterSelector``).
+    The contract ModelDeployment placement reads: no new replica there, replicas there
+    move into the footprint make-before-break, then the hydration is reclaimed.
+    """
+    out = set()
+    for e in structs.items(cache, "status", "retained"):
+        name = structs.get_str(e, "name")
+        if name:
+            out.add(name)
+    return frozenset(out)
+
+
+class CacheRollup(BaseModel):
+    """What a ModelCache's status says about its footprint (see the contract above).
+
+    ``evidence``: ``(commit, digest, clusters, validated)`` per distinct artifact among
+    the Ready clusters; ``evidence_complete`` is False when the status lists fewer
+    artifacts than ``summary.artifacts`` counts (a reader must then fail closed).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    total: int = 0
+    ready: int = 0
+    failed_count: int = 0
+    failed: list[tuple[str, str]] = []
+    waiting: list[str] = []
+    evidence: list[tuple[str, str, int, int]] = []
+    evidence_complete: bool = True
+
+
+def read_rollup(cache: Any) -> CacheRollup:
+    """Read :class:`CacheRollup` from a ModelCache (Struct or dict); absent fields are 0."""
+
+    def count(*path: str | int, node: Any = None) -> int:
+        v = structs.get(cache if node is None else node, *path)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e15
+        return int(v) if ok else 0
+
+    failed = [
+        (structs.get_str(e, "name"), structs.get_str(e, "message"))
+        for e in structs.items(cache, "status", "failed")
+    ]
+    evidence = [
+        (
+            structs.get_str(e, "commit"),
+            structs.get_str(e, "digest"),
+            count("clusters", node=e),
+            count("validated", node=e),
+        )
+        for e in structs.items(cache, "status", "evidence")
+    ]
+    waiting = [v for v in structs.items(cache, "status", "waiting") if isinstance(v, str) and v]
+    return CacheRollup(
+        total=count("status", "summary", "total"),
+        ready=count("status", "summary", "phases", "Ready"),
+        failed_count=count("status", "summary", "phases", "Failed"),
+        failed=failed,
+        waiting=waiting,
+        evidence=evidence,
+        evidence_complete=len(evidence) >= count("status", "summary", "artifacts"),
+    )

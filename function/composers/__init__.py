@@ -20,6 +20,7 @@ Composer = Callable[[Inputs], Outcome]
 # kind -> module under function.composers that defines ``compose``.
 KINDS: dict[str, str] = {
     "ModelCache": "modelcache",
+    "ModelCacheShard": "modelcacheshard",
     "ModelCacheHydration": "hydration",
     "ModelDeployment": "deployment",
     "ModelReplica": "replica",

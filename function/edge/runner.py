@@ -244,8 +244,9 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     ) -> tuple[fnv1.RunFunctionResponse, bytes]:
         """Encode the response once (the size check needs the bytes, and the gRPC handler
         sends them as they are); pre-encoded children follow as a second ``desired``
-        field, which protobuf parsers merge into the first (``function.edge.wire``). A
-        response over Crossplane's 4 MiB becomes a fatal result saying so. With
+        field, which protobuf parsers merge into the first
+        (:func:`function.edge.codec.desired_suffix`). A response over Crossplane's 4 MiB
+        becomes a fatal result saying so. With
         ``complete``, the children are merged into ``rsp`` too (for in-process callers).
         """
         data = bytes(rsp.SerializeToString(deterministic=True)) + desired_suffix(wires)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 
+from function.naming import cache_shard
 from tests.e2e.lifecycle import XR
 from tests.e2e.test_modelcache_lifecycle import CLUSTERS, READY, Fleet
 from tests.e2e.test_modeldeployment_lifecycle import Deployment, fleet_resources
@@ -53,9 +54,8 @@ def test_a_lost_pvc_breaks_the_ready_latch(render):
     assert [n for n in out.composed if n.startswith("job-")], "no download after the loss"
     assert out.deleted(h.observed.values()) == set()
 
-    # The cache reads the cluster as what its hydration says now.
-    name = next(n for n, o in fleet.cache.observed.items() if o["spec"]["clusterName"] == "gpu-a")
-    fleet.cache.observed[name] = world.observed_xr(fleet.cache.observed[name], h.last.xr)
+    # The shard, then the cache, read the cluster as what its hydration says now.
+    fleet.observe("gpu-a")
     out = fleet.cache.reconcile()
     assert not out.is_ready()
     assert fleet.artifact()["status"] == "False"
@@ -75,31 +75,49 @@ def test_reclaim_finishes_make_before_break(render):
     cache_doc = next(r for r in d.required if r["kind"] == "ModelCache")
     hydrations = [r for r in d.required if r["kind"] == "ModelCacheHydration"]
     clusters = [r for r in d.required if r["kind"] == "InferenceCluster"]
-    cache = XR(render, cache_doc, [*clusters, first])
+    for c in clusters:  # the selector reads the name label Kubernetes sets
+        c["metadata"]["labels"]["kubernetes.io/metadata.name"] = c["metadata"]["name"]
+    cache = XR(render, cache_doc, clusters)
+    # The hydrations the cache's shards composed before, as observed.
+    observed_hyd = {}
+    for h in hydrations:
+        cl = h["spec"]["clusterName"]
+        key = f"hydration-{cl}"
+        meta = {**h["metadata"], "annotations": {"crossplane.io/composition-resource-name": key}}
+        observed_hyd[cl] = world.observed_xr({**copy.deepcopy(h), "metadata": meta}, h)
+    shards: dict[str, XR] = {}
+
+    def tree(replicas):
+        """The cache, each shard (its hydrations observed, replicas required), the cache."""
+        out = cache.reconcile()
+        for key, sdoc in out.composed.items():
+            sh = shards.get(key) or XR(render, sdoc, [])
+            sh.xr["spec"] = copy.deepcopy(sdoc["spec"])
+            sh.required = [*clusters, *replicas]
+            sh.observed = {
+                f"hydration-{cl}": o
+                for cl, o in observed_hyd.items()
+                if cache_shard(cl) == sdoc["spec"]["shard"]
+            }
+            shards[key] = sh
+            sh.reconcile()
+            for cl in [c for c in observed_hyd if f"hydration-{c}" in sh.observed]:
+                if f"hydration-{cl}" not in sh.last.composed:
+                    del observed_hyd[cl]  # Crossplane deletes what the shard stopped desiring
+            cache.observed[key] = world.observed_xr(sdoc, sh.last.xr)
+        return cache.reconcile()
+
+    tree([first])
     cache.xr["spec"]["clusterSelector"] = {
         "matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [old_cluster]}
         ]
     }
-    # The hydrations the cache composed before, as observed.
-    for h in hydrations:
-        cl = h["spec"]["clusterName"]
-        cache.observed[f"hydration-{cl}"] = world.observed_xr(
-            {
-                **copy.deepcopy(h),
-                "metadata": {
-                    **h["metadata"],
-                    "annotations": {"crossplane.io/composition-resource-name": f"hydration-{cl}"},
-                },
-            },
-            h,
-        )
-    for c in clusters:  # the selector reads the name label Kubernetes sets
-        c["metadata"]["labels"]["kubernetes.io/metadata.name"] = c["metadata"]["name"]
-    out = cache.reconcile()
-    rows = {r["name"]: r for r in cache.status["clusters"]}
-    assert rows[old_cluster].get("retained") is True, rows
-    assert f"hydration-{old_cluster}" not in out.deleted(cache.observed.values())
+    out = tree([first])
+    rows = {r["name"]: r for r in cache.status["retained"]}
+    assert set(rows) == {old_cluster}, cache.status
+    assert old_cluster in observed_hyd, "a hydration a live replica uses was deleted"
+    assert out.deleted(cache.observed.values()) == set()
 
     # The deployment sees the cache's status: a replacement elsewhere, the old one kept.
     d.required = [cache.xr if r["kind"] == "ModelCache" else r for r in d.required]
@@ -121,7 +139,8 @@ def test_reclaim_finishes_make_before_break(render):
 
     # No live replica on the old cluster: the cache reclaims its hydration.
     live = [r.xr for n, r in d.replicas.items() if n in out.composed]
-    cache.required = [*clusters, *live]
-    out = cache.reconcile()
-    assert f"hydration-{old_cluster}" in out.deleted(cache.observed.values())
-    assert old_cluster not in {r["name"] for r in cache.status["clusters"]}
+    tree(live)
+    assert old_cluster not in observed_hyd
+    tree(live)
+    assert cache.status["retained"] == []
+    assert cache.status["summary"]["retained"] == 0

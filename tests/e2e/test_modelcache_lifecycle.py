@@ -1,9 +1,10 @@
 """ModelCache on three clusters, reconciled through Crossplane's own engine.
 
-Each hydration is itself rendered through the engine (its PVC, Job and result ConfigMap
-applied by a simulated provider-kubernetes and cluster), and the ModelCache observes
-the hydrations with the status Crossplane wrote for them: Pending -> Hydrating -> Ready,
-one cluster failing, and a revision edit.
+The cache composes its ModelCacheShards; each shard is rendered through the engine and
+composes its hydrations; each hydration is rendered through the engine too (its PVC,
+Job and result ConfigMap applied by a simulated provider-kubernetes and cluster). Each
+level observes the one below with the status Crossplane wrote for it: Pending ->
+Hydrating -> Ready, one cluster failing, and a revision edit.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ def cache_xr(revision: str = "main") -> dict:
         "apiVersion": "modelplane.ai/v1alpha1",
         "kind": "ModelCache",
         "metadata": {
-            "name": "qwen-cache", "namespace": NS, "uid": "6f1c2b7e-0d5a-4c1e-9a55-2f6f0e7c1a01"
+            "name": "qwen-cache",
+            "namespace": NS,
+            "uid": "6f1c2b7e-0d5a-4c1e-9a55-2f6f0e7c1a01",
         },
         "spec": {
             "source": "HuggingFace",
@@ -43,28 +46,60 @@ REQUIRED = [cluster(c) for c in CLUSTERS] + [secret(NS)]
 
 
 class Fleet:
-    """The ModelCache and one simulated hydration per composed ModelCacheHydration."""
+    """The ModelCache, its shards, and one simulated hydration per composed hydration."""
 
     def __init__(self, render):
         self.render = render
         self.cache = XR(render, cache_xr(), REQUIRED)
+        self.shards: dict[str, XR] = {}
         self.hydrations: dict[str, Hydration] = {}
 
     def step(self, states: dict[str, dict]) -> None:
-        """Reconcile the cache, then each hydration to ``states[cluster]``, then observe."""
+        """Reconcile the cache, then each shard, each hydration to ``states[cluster]``,
+        each shard again (it observes its hydrations), then the cache observes the shards."""
         out = self.cache.reconcile()
-        for name, doc in out.composed.items():
-            cl = doc["spec"]["clusterName"]
-            h = self.hydrations.get(cl)
-            if h is None or h.xr["spec"] != doc["spec"]:
-                keep = h.observed if h is not None else {}
-                h = self.hydrations[cl] = Hydration(self.render, doc, REQUIRED)
-                h.observed = keep
-                h.xr.setdefault("status", {}).update(
-                    (self.cache.observed.get(name) or {}).get("status") or {}
-                )
-            h.settle(**states.get(cl, {}))
-            self.cache.observed[name] = world.observed_xr(doc, h.last.xr)
+        for key, sdoc in out.composed.items():
+            sh = self.shards.get(key)
+            if sh is None or sh.xr["spec"] != sdoc["spec"]:
+                keep = sh.observed if sh is not None else {}
+                st = (sh.xr.get("status") if sh is not None else None) or {}
+                sh = self.shards[key] = XR(self.render, sdoc, REQUIRED)
+                sh.observed, sh.xr["status"] = keep, st
+            sout = sh.reconcile()
+            for name, doc in sout.composed.items():
+                cl = doc["spec"]["clusterName"]
+                h = self.hydrations.get(cl)
+                if h is None or h.xr["spec"] != doc["spec"]:
+                    keep = h.observed if h is not None else {}
+                    h = self.hydrations[cl] = Hydration(self.render, doc, REQUIRED)
+                    h.observed = keep
+                    h.xr.setdefault("status", {}).update(
+                        (sh.observed.get(name) or {}).get("status") or {}
+                    )
+                h.settle(**states.get(cl, {}))
+                sh.observed[name] = world.observed_xr(doc, h.last.xr)
+            sh.reconcile()
+            self.cache.observed[key] = world.observed_xr(sdoc, sh.last.xr)
+
+    def observe(self, cluster: str) -> None:
+        """The cluster's shard, then the cache, read what its hydration says now."""
+        h = self.hydrations[cluster]
+        for key, sh in self.shards.items():
+            for name, obs in sh.observed.items():
+                if obs["spec"]["clusterName"] == cluster:
+                    sh.observed[name] = world.observed_xr(obs, h.last.xr)
+                    sh.reconcile()
+                    self.cache.observed[key] = world.observed_xr(
+                        self.cache.observed[key], sh.last.xr
+                    )
+
+    def composed_hydrations(self) -> dict[str, dict]:
+        """cluster -> hydration as its shard last composed it."""
+        return {
+            d["spec"]["clusterName"]: d
+            for sh in self.shards.values()
+            for d in sh.last.composed.values()
+        }
 
     def artifact(self) -> dict:
         return self.cache.last.condition("ArtifactReady") or {}
@@ -83,7 +118,11 @@ FAILED = {"pvc": "Bound", "job": "failed"}
 
 def test_pending_hydrating_ready(fleet: Fleet):
     first = fleet.cache.reconcile()
-    assert sorted(d["spec"]["clusterName"] for d in first.composed.values()) == CLUSTERS
+    assert (
+        sorted(c["name"] for d in first.composed.values() for c in d["spec"]["clusters"])
+        == CLUSTERS
+    )
+    assert {d["kind"] for d in first.composed.values()} == {"ModelCacheShard"}
     assert not first.is_ready()
 
     for state, phase in ((PENDING, "Pending"), (HYDRATING, "Hydrating")):
@@ -95,6 +134,7 @@ def test_pending_hydrating_ready(fleet: Fleet):
         assert out.deleted(fleet.cache.observed.values()) == set()
 
     fleet.step(dict.fromkeys(CLUSTERS, READY))
+    assert sorted(fleet.composed_hydrations()) == CLUSTERS
     for h in fleet.hydrations.values():
         assert h.status["phase"] == "Ready"
         assert h.last.is_ready(), h.last.stdout
@@ -103,6 +143,12 @@ def test_pending_hydrating_ready(fleet: Fleet):
     assert fleet.artifact()["status"] == "True", out.stdout
     assert out.is_ready()
     assert out.deleted(fleet.cache.observed.values()) == set()
+    # Evidence is rolled up: one artifact shared by the three clusters.
+    (ev,) = fleet.cache.status["evidence"]
+    assert ev["clusters"] == 3 and ev["digest"].startswith("sha256:")
+    for sh in fleet.shards.values():
+        assert sh.last.is_ready()
+        assert sh.last.deleted(sh.observed.values()) == set()
     # Steady: the next reconcile says the same.
     again = fleet.cache.reconcile()
     assert again.is_ready() and again.composed.keys() == out.composed.keys()
@@ -118,6 +164,7 @@ def test_one_cluster_failing(fleet: Fleet):
     assert (art["status"], art["reason"]) == ("False", "HydrationFailed")
     assert "gpu-c" in art["message"]
     assert not out.is_ready()
+    assert [f["name"] for f in fleet.cache.status["failed"]] == ["gpu-c"]
     # Nothing is deleted: the failed Job stays so Kubernetes does not run it again.
     assert out.deleted(fleet.cache.observed.values()) == set()
     h = fleet.hydrations["gpu-c"]
@@ -135,6 +182,7 @@ def test_revision_edit_is_not_ready_from_stale_evidence(fleet: Fleet):
     assert revisions == {"v2"}
     assert not out.is_ready(), "Ready from the old revision's hydrations"
     assert fleet.artifact()["status"] != "True"
+    assert fleet.cache.status["evidence"] == []
 
     fleet.step(dict.fromkeys(CLUSTERS, READY))
     out = fleet.cache.reconcile()

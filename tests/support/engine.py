@@ -43,6 +43,7 @@ FUNCTION_NAME = "function-modelplane"
 # Kind -> (XRD, Composition) under compositions/.
 _COMPOSITIONS = {
     "ModelCache": "modelcache/composition.yaml",
+    "ModelCacheShard": "modelcacheshard/composition.yaml",
     "ModelCacheHydration": "modelcachehydration/composition.yaml",
     "ModelDeployment": "modeldeployment/composition.yaml",
     "ModelReplica": "modelreplica/composition.yaml",

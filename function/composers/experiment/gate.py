@@ -1,8 +1,9 @@
 """ModelExperiment's artifact gate: may the candidate claim a GPU yet?
 
 Reads the gated ModelCache (``spec.artifactGate.modelCacheRef``): its
-``status.source.identity``, ``status.clusters[]`` (phase and ``evidence``) and the
-``ArtifactReady`` condition (see :func:`evaluate_gate`).
+``status.source.identity``, its roll-up (``function.api.modelcache.read_rollup``: counts
+per phase, failed clusters, evidence per distinct artifact) and the ``ArtifactReady``
+condition (see :func:`evaluate_gate`).
 """
 
 from __future__ import annotations
@@ -12,21 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf.struct_pb2 import ListValue
-
-from function.api.modelcache import ARTIFACT_READY
-from function.api.modelcachehydration import FAILED, PHASES, READY
+from function.api.modelcache import ARTIFACT_READY, CacheRollup, read_rollup
 from function.api.modelexperiment import ArtifactGate, ExperimentSpec
 from function.core import structs
-from function.core.timeutil import parse_time
 from function.naming import source_identity
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # The ModelCache XRD accepts a digest with or without the ``sha256:`` prefix.
 DIGEST = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
-# Cache clusters that belong to the footprint (modelcache: Unavailable clusters cannot
-# host a cache; retained entries are outside the selector).
-FOOTPRINT_PHASES = frozenset(PHASES)
 
 
 @dataclass(frozen=True)
@@ -75,11 +69,11 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
     keeps the gate closed (``ArtifactCacheNotReady``), so a revision edit never opens
     the gate on the old hydrations' Ready. So does a status whose ``ArtifactReady``
     condition reports an ``observedGeneration`` older than the cache's
-    ``metadata.generation``. The footprint is every ``status.clusters[]`` entry of
-    the cache that is not ``retained`` and whose phase is Pending, Hydrating, Ready
-    or Failed. Evidence
-    is each entry's ``evidence {commit, digest, validatedAt}``: ``commit`` 40
-    lowercase hex, ``digest`` ``sha256:<64 hex>``, ``validatedAt`` RFC 3339.
+    ``metadata.generation``. The footprint and its evidence are the cache's roll-up
+    (``function.api.modelcache.read_rollup``: ``summary.total``, ``summary.phases``,
+    ``failed[]``, ``evidence[] {commit, digest, clusters, validated}``): ``commit`` 40
+    lowercase hex, ``digest`` ``sha256:<64 hex>``, ``validated`` the clusters that
+    recorded a checksum validation time.
     """
     gate = spec.artifactGate
     assert gate is not None
@@ -100,52 +94,22 @@ def evaluate_gate(spec: ExperimentSpec, namespace: str, cache: Any) -> Gate:
 
 @dataclass(frozen=True)
 class _Footprint:
-    """The cache's footprint: every ``status.clusters[]`` entry that is not ``retained``
-    and whose phase is Pending, Hydrating, Ready or Failed; and their evidence."""
+    """The cache's footprint as its roll-up reports it, and the evidence groups
+    ``(commit, digest, clusters, validated)`` with digests normalized."""
 
-    entries: list[Any]
+    roll: CacheRollup
 
     @classmethod
     def read(cls, cache: Any) -> _Footprint:
-        entries = structs.get(cache, "status", "clusters")
-        if not isinstance(entries, ListValue):  # absent, or another type: no clusters reported
-            entries = ()
-        return cls(
-            [
-                e
-                for e in entries
-                if structs.get(e, "retained") is not True
-                and structs.get_str(e, "phase") in FOOTPRINT_PHASES
-                and structs.get_str(e, "name")
-            ]
-        )
-
-    def phase(self, phase: str) -> list[Any]:
-        return [e for e in self.entries if structs.get_str(e, "phase") == phase]
+        return cls(read_rollup(cache))
 
     @property
     def progress(self) -> str:
-        return f"{len(self.phase('Ready'))}/{len(self.entries)} clusters ready"
+        return f"{self.roll.ready}/{self.roll.total} clusters ready"
 
     @property
-    def names(self) -> list[str]:
-        return [structs.get_str(e, "name") for e in self.entries]
-
-    def evidence(self, key: str) -> dict[str, Any]:
-        """``{cluster: evidence.<key>}`` over the footprint."""
-        return {
-            structs.get_str(e, "name"): structs.get(structs.get(e, "evidence"), key)
-            for e in self.entries
-        }
-
-    def commits(self) -> dict[str, str]:
-        return {n: structs.get_str(e, "evidence", "commit") for n, e in self._named()}
-
-    def digests(self) -> dict[str, str]:
-        return {n: _digest(structs.get_str(e, "evidence", "digest")) for n, e in self._named()}
-
-    def _named(self) -> list[tuple[str, Any]]:
-        return [(structs.get_str(e, "name"), e) for e in self.entries]
+    def groups(self) -> list[tuple[str, str, int, int]]:
+        return [(c, _digest(d), n, v) for c, d, n, v in self.roll.evidence]
 
 
 def _source_mismatch(spec: ExperimentSpec, namespace: str, ref: str) -> Gate | None:
@@ -184,15 +148,13 @@ def _stale_source(cache: Any, ref: str) -> Gate | None:
 def _not_ready(cache: Any, ref: str, footprint: _Footprint) -> Gate | None:
     """Closed while a cluster failed, the status is for an older generation, or not every
     cluster of the footprint is Ready."""
-    progress = footprint.progress
-    failed = footprint.phase(FAILED)
-    if failed:
-        detail = [
-            f"{structs.get_str(e, 'name')} ({structs.get_str(e, 'message') or 'Failed'})"
-            for e in failed
-        ]
+    roll, progress = footprint.roll, footprint.progress
+    if roll.failed_count:
+        detail = [f"{n} ({m or 'Failed'})" for n, m in roll.failed]
         return Gate(
-            "ArtifactCacheFailed", f"ModelCache {ref} failed on {_names(detail)}; {progress}"
+            "ArtifactCacheFailed",
+            f"ModelCache {ref} failed on {roll.failed_count} cluster(s): {_names(detail)}; "
+            f"{progress}",
         )
     generation = structs.get(cache, "metadata", "generation")
     artifact_ready = structs.conditions(cache).get(ARTIFACT_READY)
@@ -209,16 +171,13 @@ def _not_ready(cache: Any, ref: str, footprint: _Footprint) -> Gate | None:
             f"ModelCache {ref} status is for generation {int(seen)}, the cache is at "
             f"generation {int(generation)}; waiting for it to catch up",
         )
-    ready = footprint.phase(READY)
-    total = len(footprint.entries)
     cond_false = artifact_ready is not None and structs.get(artifact_ready, "status") != "True"
-    if total and len(ready) == total and not cond_false:
+    if roll.total and roll.ready >= roll.total and not cond_false:
         return None
-    waiting = [structs.get_str(e, "name") for e in footprint.entries if e not in ready]
     msg = f"ModelCache {ref} is not ready: {progress}"
-    if waiting:
-        msg += f"; waiting for {_names(waiting)}"
-    elif total == 0:
+    if roll.waiting:
+        msg += f"; waiting for {_names(roll.waiting)}"
+    elif roll.total == 0:
         msg += "; it has no cluster in its footprint yet"
     elif cond_false:
         msg += "; ArtifactReady is " + (structs.get_str(artifact_ready, "message") or "not True")
@@ -226,29 +185,30 @@ def _not_ready(cache: Any, ref: str, footprint: _Footprint) -> Gate | None:
 
 
 def _missing_evidence(gate: ArtifactGate, ref: str, footprint: _Footprint) -> Gate | None:
-    """``requireValidation`` and ``requirePublishedDigest`` on every cluster's evidence."""
-    names = footprint.names
+    """``requireValidation`` and ``requirePublishedDigest`` over the evidence groups: every
+    cluster of the footprint must be counted in a group (the roll-up lists at most a few
+    artifacts; a reader fails closed when it lists fewer than it counts)."""
+    roll, groups = footprint.roll, footprint.groups
+    total = roll.total
     if gate.requireValidation:
-        validated = footprint.evidence("validatedAt")
-        missing = [n for n in names if parse_time(validated[n]) is None]
-        if missing:
+        validated = sum(v for *_, v in groups)
+        if not roll.evidence_complete or validated < total:
             return Gate(
                 "ArtifactValidationMissing",
                 f"requireValidation: no recorded checksum validation (evidence.validatedAt) "
-                f"on {_names(missing)} of ModelCache {ref}",
+                f"on {total - validated} of {total} clusters of ModelCache {ref}",
             )
     if not gate.requirePublishedDigest:
         return None
-    commits, digests = footprint.commits(), footprint.digests()
-    missing = [n for n in names if not COMMIT.match(commits[n]) or not DIGEST.match(digests[n])]
-    if missing:
+    missing = sum(n for c, d, n, _ in groups if not COMMIT.match(c) or not DIGEST.match(d))
+    if missing or not roll.evidence_complete or sum(n for _, _, n, _ in groups) < total:
         return Gate(
             "ArtifactDigestMissing",
             f"requirePublishedDigest: no commit (40 hex) and sha256 digest recorded on "
-            f"{_names(missing)} of ModelCache {ref}",
+            f"{missing or total} of {total} clusters of ModelCache {ref}",
         )
-    if len({(commits[n], digests[n]) for n in names}) > 1:
-        pairs = [f"{n}={commits[n][:12]}/{digests[n][7:19]}" for n in names]
+    if len(groups) > 1:
+        pairs = [f"{n} cluster(s) {c[:12]}/{d[7:19]}" for c, d, n, _ in groups]
         return Gate(
             "ArtifactDigestMissing",
             f"requirePublishedDigest: clusters of ModelCache {ref} recorded different "
@@ -259,16 +219,16 @@ def _missing_evidence(gate: ArtifactGate, ref: str, footprint: _Footprint) -> Ga
 
 def _opened(gate: ArtifactGate, cache: Any, ref: str, footprint: _Footprint) -> Gate:
     """The open gate: its record (the evidence every cluster agrees on) and message."""
-    commits, digests = footprint.commits(), footprint.digests()
+    groups = footprint.groups
     record: dict[str, Any] = {
         "cache": gate.modelCacheRef.name,
         "uid": structs.get_str(cache, "metadata", "uid"),
         "generation": _count_of(structs.get(cache, "metadata", "generation")),
     }
-    if len(set(commits.values())) == 1 and COMMIT.match(next(iter(commits.values()), "")):
-        record["commit"] = next(iter(commits.values()))
-    if len(set(digests.values())) == 1 and DIGEST.match(next(iter(digests.values()), "")):
-        record["digest"] = next(iter(digests.values()))
+    if len(groups) == 1 and COMMIT.match(groups[0][0]):
+        record["commit"] = groups[0][0]
+    if len(groups) == 1 and DIGEST.match(groups[0][1]):
+        record["digest"] = groups[0][1]
     checks = [
         n
         for n, on in (

@@ -1,0 +1,187 @@
+"""ModelCacheShard: its spec (written by the ModelCache) and its status contract.
+
+A ModelCacheShard is never authored: the ModelCache composes one per shard of its
+footprint (``naming.cache_shard``: a pure function of the cluster's name, 64 shards),
+and each shard composes one ModelCacheHydration per cluster of its spec. This module
+owns the fields both sides read:
+
+- ``spec`` (:class:`ShardSpec`): ``cacheName``, ``shard`` (0-63), the source
+  (``source``, ``huggingFace``, as :class:`function.api.modelcache.CacheSource`), and
+  ``clusters[] {name, unavailable?}``: the matched clusters of this shard, sorted by
+  name; ``unavailable`` says why a cluster cannot host a cache (it gets no new
+  hydration; an existing one is kept).
+- ``status`` (written by the shard, read by the ModelCache's roll-up):
+  ``specHash`` (:func:`spec_hash` of the spec the status describes), ``source``,
+  ``summary {ready: "r/n", total, hydrations, retained, phases {<phase>: count}}``,
+  ``evidence[] {commit, digest, clusters, validated}`` (one entry per distinct
+  artifact among the Ready clusters), ``failed[] / unavailable[] / retained[]
+  {name, message}``, ``waiting[]`` (names) and ``clusters[]`` (one row per cluster of
+  the shard, as the ModelCache wrote them before issue 17).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.struct_pb2 import ListValue, Struct
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from function.api.modelcache import UNAVAILABLE as UNAVAILABLE
+from function.api.modelcachehydration import PHASES as PHASES
+from function.core import structs
+from function.core.errors import pydantic_errors
+from function.core.numbers import WholeInt
+from function.naming import CACHE_SHARDS, name_hash
+
+KIND = "ModelCacheShard"
+# Lists a shard writes to its status are cut at these lengths (the counts stay whole).
+MAX_LISTED = 20
+MAX_WAITING = 5
+MAX_RETAINED = 1000
+
+
+class ShardCluster(BaseModel):
+    """One matched cluster of the shard; ``unavailable`` when it cannot host a cache."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(min_length=1, max_length=253)
+    unavailable: str | None = Field(default=None, max_length=1024)
+
+
+class ShardSpec(BaseModel):
+    """``spec`` of a ModelCacheShard (the source fields are parsed separately)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    cacheName: str = Field(min_length=1, max_length=253)
+    shard: WholeInt = Field(ge=0, lt=CACHE_SHARDS)
+    clusters: list[ShardCluster] = Field(default_factory=list, max_length=100_000)
+
+
+def parse_spec(spec: dict[str, Any]) -> ShardSpec:
+    """Validate ``spec.cacheName``, ``spec.shard`` and ``spec.clusters``.
+
+    Raises:
+        SpecError: naming the first invalid field (``spec.clusters[3].name`` ...).
+    """
+    try:
+        return ShardSpec.model_validate(spec)
+    except ValidationError as e:
+        raise pydantic_errors("spec", e) from None
+
+
+def spec_hash(identity: str, shard: int, clusters: list[tuple[str, str]]) -> str:
+    """What a shard's status describes: ``name_hash`` of the source identity, the shard
+    number and each ``(name, unavailable or "")`` of ``spec.clusters`` in order.
+
+    The ModelCache counts a shard's status only when its ``status.specHash`` equals the
+    hash of the spec it desires now; otherwise every cluster of that shard reads Pending
+    (the status describes another footprint or source).
+    """
+    parts = ["modelcache-shard-spec", identity, str(shard)]
+    for name, why in clusters:
+        parts += (name, why)
+    return name_hash(tuple(parts))
+
+
+@dataclass
+class ShardReport:
+    """A shard's status as the ModelCache reads it (see the module docstring)."""
+
+    spec_hash: str = ""
+    total: int = 0
+    hydrations: int | None = None
+    phases: dict[str, int] = field(default_factory=dict)
+    evidence: list[tuple[str, str, int, int]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    unavailable: list[tuple[str, str]] = field(default_factory=list)
+    retained: list[tuple[str, str]] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+
+
+def _pairs(st: Struct, key: str) -> list[tuple[str, str]]:
+    v = st.fields.get(key)
+    if v is None or not v.HasField("list_value"):
+        return []
+    out = []
+    for e in v.list_value.values:
+        if e.HasField("struct_value"):
+            out.append(
+                (
+                    structs.get_str(e.struct_value, "name"),
+                    structs.get_str(e.struct_value, "message"),
+                )
+            )
+    return out
+
+
+def _count(v: Any) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0
+
+
+def read_report(shard: Struct) -> ShardReport:
+    """The roll-up a shard reported in ``status`` (empty when it reported none).
+
+    ``hydrations`` is None when the shard has not reported how many hydrations it
+    keeps ("not known": the ModelCache then keeps it).
+    """
+    st = structs.get(shard, "status")
+    r = ShardReport()
+    if not isinstance(st, Struct):
+        return r
+    r.spec_hash = structs.get_str(st, "specHash")
+    summary = structs.get(st, "summary")
+    if isinstance(summary, Struct):
+        r.total = _count(structs.get(summary, "total"))
+        h = structs.get(summary, "hydrations")
+        r.hydrations = _count(h) if isinstance(h, (int, float)) else None
+        phases = structs.get(summary, "phases")
+        if isinstance(phases, Struct):
+            for p in (*PHASES, UNAVAILABLE):
+                r.phases[p] = _count(structs.get(phases, p))
+    ev = st.fields.get("evidence")
+    if ev is not None and ev.HasField("list_value"):
+        for e in ev.list_value.values:
+            if e.HasField("struct_value"):
+                s = e.struct_value
+                r.evidence.append(
+                    (
+                        structs.get_str(s, "commit"),
+                        structs.get_str(s, "digest"),
+                        _count(structs.get(s, "clusters")),
+                        _count(structs.get(s, "validated")),
+                    )
+                )
+    r.failed = _pairs(st, "failed")
+    r.unavailable = _pairs(st, "unavailable")
+    r.retained = _pairs(st, "retained")
+    w = st.fields.get("waiting")
+    if w is not None and w.HasField("list_value"):
+        r.waiting = [x.string_value for x in w.list_value.values if x.HasField("string_value")]
+    return r
+
+
+def named_list(pairs: list[tuple[str, str]]) -> ListValue:
+    """``[{name, message}]`` from (name, message) pairs."""
+    out = ListValue()
+    for name, message in pairs:
+        f = out.values.add().struct_value.fields
+        f["name"].string_value = name
+        f["message"].string_value = message
+    return out
+
+
+def evidence_list(groups: list[tuple[str, str, int, int]]) -> ListValue:
+    """``[{commit, digest, clusters, validated}]`` from groups."""
+    out = ListValue()
+    for commit, digest, clusters, validated in groups:
+        f = out.values.add().struct_value.fields
+        if commit:
+            f["commit"].string_value = commit
+        if digest:
+            f["digest"].string_value = digest
+        f["clusters"].number_value = clusters
+        f["validated"].number_value = validated
+    return out

@@ -1,0 +1,517 @@
+"""ModelCacheHydration decisions: phase, latch, what to compose and keep, status and
+events, from the observed state and the memoized builders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf.struct_pb2 import Struct
+
+from function import API_VERSION
+from function.api import inferencecluster
+from function.api.modelcache import CacheSource
+from function.api.modelcachehydration import (
+    REASON_AUTH_SECRET_KEY_MISSING,
+    REASON_CLUSTER_UNAVAILABLE,
+    REASON_HYDRATED,
+    REASON_JOB_RUNNING,
+    REASON_PVC_NOT_BOUND,
+    REASON_WAITING_FOR_JOB,
+    REASON_WAITING_FOR_REQUIREMENTS,
+)
+from function.composers.hydration.keys import (
+    CONDITION,
+    FAILED,
+    HYDRATING,
+    LASTING_KEYS,
+    PENDING,
+    PHASES,
+    PVC_KEY,
+    PVC_TIMEOUT,
+    RBAC_KEYS,
+    READY,
+    REQ_CLUSTER,
+    REQ_SECRET,
+    RESULT_KEY,
+    SECRET_KEY,
+    job_key,
+)
+from function.composers.hydration.observed import (
+    _job_result,
+    _manifest,
+    _pvc_phase,
+    _secret_has_key,
+    _sync_error,
+)
+from function.composers.hydration.wire import (
+    _download_objects,
+    _evidence,
+    _from_wire,
+    _lasting_objects,
+    _parse_spec,
+    _source_status,
+    _token_object,
+)
+from function.core import events, structs
+from function.core.inputs import UNRESOLVED, Inputs, Resolved
+from function.core.outcome import Outcome
+from function.core.timeutil import elapsed, format_time, parse_time
+from function.naming import (
+    cache_pvc_name,
+    hydration_job_name,
+)
+from jobs.contract import RESULT_DATA_KEY
+
+
+class _State:
+    """What the composer decided so far: phase, message, and why."""
+
+    __slots__ = ("message", "phase", "reason", "warnings")
+
+    def __init__(self) -> None:
+        self.phase = PENDING
+        self.reason = ""
+        self.message = ""
+        self.warnings: list[tuple[str, str]] = []
+
+
+def _keep_sanitized(out: Outcome, name: str, observed: Struct) -> None:
+    """Keep an observed Object, dropping any Secret data it may echo in its manifest.
+
+    provider-kubernetes patches the token into the manifest in memory only, but
+    a kept Object must never be the way a token reaches the function's output.
+    """
+    out.keep(name, observed)
+    manifest = structs.get(out.resources[name].body, "spec", "forProvider", "manifest")
+    if isinstance(manifest, Struct):
+        for field in ("data", "stringData"):
+            if field in manifest:
+                del manifest[field]
+
+
+class _Composer:
+    def __init__(self, inputs: Inputs) -> None:
+        self.inputs = inputs
+        self.out = Outcome()
+        spec = structs.sub(inputs.xr, "spec")
+        parsed = _parse_spec(spec.SerializeToString(deterministic=True) if spec else b"")
+        self.cluster_name = parsed.cluster
+        self.cache = parsed.cache
+        self.source: CacheSource = parsed.source
+        hf = self.source.huggingFace
+        self.repo = hf.repo
+        self.revision = hf.revision
+        self.auth = hf.authSecret
+        self.identity = parsed.identity
+        self.ns = inputs.namespace
+        self.name = inputs.name
+        # The last written status: read field by field, never converted.
+        self.prev = structs.sub(inputs.xr, "status")
+        st_identity = structs.sval(structs.sub(self.prev, "source"), "identity")
+        self.same_source = st_identity == self.identity
+        st_phase = structs.sval(self.prev, "phase")
+        self.prev_phase = st_phase if st_phase in PHASES else ""
+        self.prev_message = structs.sval(self.prev, "message")
+        self.prev_reason = structs.sval(self.prev, "reason")
+        self.pending_since: str | None = None
+        self.state = _State()
+        # Why a Ready latch no longer holds (its PVC is gone, not Bound, or re-created).
+        self.unlatched: str | None = None
+
+    # ---- composition -----------------------------------------------------
+
+    def compose(self) -> Outcome:
+        out = self.out
+        inputs = self.inputs
+        latched = self.prev_phase == READY and self.same_source
+        if latched:
+            self.unlatched = self._latch_broken()
+            if self.unlatched is not None:
+                latched = False
+                self.state.warnings.append(
+                    ("PVCLost", f"{self.unlatched}; hydrating {self.repo}@{self.revision} again")
+                )
+        out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=self.cluster_name)
+        if self.auth is not None and not latched:
+            # Once Ready the token is not needed: stop asking Crossplane for it.
+            out.require(REQ_SECRET, "v1", "Secret", match_name=self.auth.name, namespace=self.ns)
+        token_ok = None if latched else self._auth_state()
+        cluster_req = inputs.required(REQ_CLUSTER)
+        if not isinstance(cluster_req, Resolved):
+            self._unresolved(latched, "the InferenceCluster " + self.cluster_name)
+            if token_ok is False and self.state.phase == PENDING:
+                self.state.reason, self.state.message = self.state.warnings[-1]
+            return self._finish()
+        cluster = cluster_req.by_name().get(self.cluster_name)
+        pc = inferencecluster.provider_config(cluster) if cluster is not None else None
+        storage_class = inferencecluster.cache_storage_class(cluster)
+        if cluster is None or pc is None or not storage_class:
+            why = (
+                f"InferenceCluster {self.cluster_name} not found"
+                if cluster is None
+                else f"InferenceCluster {self.cluster_name} reports no "
+                + ("status.providerConfigRef" if pc is None else "status.cache.storageClassName")
+            )
+            self._cluster_unusable(latched, why)
+            return self._finish()
+
+        self._add_pvc(pc, storage_class)
+        if latched:
+            self._ready_latched()
+            return self._finish()
+        if token_ok:
+            if self.auth is not None:
+                self._add_secret(pc)
+            self._add_job(pc)
+            self._derive_from_observed(job_desired=True)
+            return self._finish()
+        # The Secret is not resolved yet (None) or missing (False): never compose a
+        # Job that cannot read its token, but keep one that already runs.
+        self._keep_job_and_secret()
+        self._derive_from_observed(job_desired=self._job_observed() is not None)
+        if self.state.phase == PENDING:
+            if token_ok is None:
+                self.state.message = (
+                    f"waiting for Crossplane to resolve Secret {self.ns}/{self.auth_name}"
+                )
+            else:
+                self.state.reason, self.state.message = self.state.warnings[-1]
+        return self._finish()
+
+    @property
+    def auth_name(self) -> str:
+        return self.auth.name if self.auth is not None else ""
+
+    def _auth_state(self) -> bool | None:
+        """None: Secret requirement unresolved; False: missing (warned); True: usable."""
+        if self.auth is None:
+            return True
+        req = self.inputs.required(REQ_SECRET)
+        if req is UNRESOLVED or not isinstance(req, Resolved):
+            return None
+        secret = req.by_name().get(self.auth.name)
+        ref = f"{self.ns}/{self.auth.name}"
+        if secret is None:
+            self.state.warnings.append(
+                ("AuthSecretMissing", f"auth Secret {ref} not found; create it to start hydration")
+            )
+            return False
+        if not _secret_has_key(secret, self.auth.key):
+            self.state.warnings.append(
+                (
+                    REASON_AUTH_SECRET_KEY_MISSING,
+                    f"auth Secret {ref} has no key {self.auth.key}; add it to start hydration",
+                )
+            )
+            return False
+        return True
+
+    def _add_pvc(self, pc: tuple[str, str], storage_class: str) -> None:
+        pvc, result = _lasting_objects(
+            self.ns,
+            self.name,
+            self.cache,
+            self.cluster_name,
+            pc,
+            storage_class,
+            self.source.size_quantity(),
+        )
+        self.out.add(RESULT_KEY, _from_wire(result))
+        self.out.add(PVC_KEY, _from_wire(pvc))
+
+    def _add_secret(self, pc: tuple[str, str]) -> None:
+        assert self.auth is not None
+        body = _token_object(
+            self.ns, self.name, self.cache, self.cluster_name, pc, self.auth.name, self.auth.key
+        )
+        self.out.add(SECRET_KEY, _from_wire(body))
+
+    def _add_job(self, pc: tuple[str, str]) -> None:
+        settings = self.inputs.settings
+        for key, body in _download_objects(
+            self.ns,
+            self.name,
+            self.cache,
+            self.cluster_name,
+            pc,
+            self.repo,
+            self.revision,
+            self.auth is not None,
+            settings.hydration_image,
+            settings.hydration_backoff_limit,
+            settings.hydration_deadline_seconds,
+        ):
+            self.out.add(key, _from_wire(body))
+
+    def _job_observed(self) -> Struct | None:
+        return self.inputs.observed_body(job_key(self.identity))
+
+    def _keep_job_and_secret(self) -> None:
+        """Keep the current identity's Job, its RBAC and the token Secret exactly as they exist.
+
+        Used while the auth Secret is not resolved yet ("not known"): nothing that exists
+        is dropped, whether or not the Job itself is observed right now.
+        """
+        job = self._job_observed()
+        if job is not None:
+            self.out.keep(job_key(self.identity), job)
+        for key in RBAC_KEYS:
+            body = self.inputs.observed_body(key)
+            if body is not None:
+                self.out.keep(key, body)
+        secret = self.inputs.observed_body(SECRET_KEY)
+        if secret is not None:
+            _keep_sanitized(self.out, SECRET_KEY, secret)
+
+    # ---- phases ----------------------------------------------------------
+
+    def _derive_from_observed(self, *, job_desired: bool) -> None:
+        """Set the phase from the observed Job and PVC (see the module docstring)."""
+        st = self.state
+        settings = self.inputs.settings
+        job_obj = self._job_observed()
+        result = _job_result(job_obj)
+        if result is not None:
+            phase, reason, msg = result
+            st.phase = phase
+            if phase == READY:
+                st.reason = REASON_HYDRATED
+                st.message = f"{self.repo}@{self.revision} hydrated on {self.cluster_name}"
+                # Latched from now on: drop the Job and the token Secret.
+                for key in (job_key(self.identity), SECRET_KEY, *RBAC_KEYS):
+                    self.out.resources.pop(key, None)
+            else:
+                st.reason = reason
+                st.message = f"Job {reason}" + (f": {msg}" if msg else "")
+            return
+        if (
+            job_obj is None
+            and self.prev_phase == FAILED
+            and self.same_source
+            and self.prev_reason != PVC_TIMEOUT
+        ):
+            # The failed Job is not observed right now (deleted, or not listed yet):
+            # stay Failed until a new Job is observed running.
+            st.phase = FAILED
+            st.reason = self.prev_reason or "Failed"
+            st.message = self.prev_message or "Job failed"
+            return
+        pvc_obj = self.inputs.observed_body(PVC_KEY)
+        pvc_phase = _pvc_phase(pvc_obj)
+        if pvc_phase == "Bound":
+            st.phase = HYDRATING if (job_desired or job_obj is not None) else PENDING
+            st.reason = REASON_JOB_RUNNING if st.phase == HYDRATING else REASON_WAITING_FOR_JOB
+            st.message = f"downloading {self.repo}@{self.revision} on {self.cluster_name}"
+            st.message += self._sync_problems(job_obj)
+            self.out.requeue_after(settings.poll_seconds)
+            return
+        st.phase = PENDING
+        st.reason = REASON_PVC_NOT_BOUND
+        pvc = cache_pvc_name(self.ns, self.cache)
+        err = _sync_error(pvc_obj)
+        detail = f"waiting for PVC {pvc} to bind ({pvc_phase or 'not created yet'})" + (
+            f": {err}" if err else ""
+        )
+        st.message = detail
+        self.out.requeue_after(settings.poll_seconds)
+        if not job_desired:
+            # A WaitForFirstConsumer PVC cannot bind before the Job's pod exists:
+            # the bind timeout runs only while the Job is desired.
+            return
+        timeout = settings.pvc_bind_timeout_seconds
+        since = parse_time(structs.sval(self.prev, "pendingSince")) or self.inputs.now
+        self.pending_since = format_time(since)
+        waited = elapsed(since, self.inputs.now)
+        if timeout and waited >= timeout:
+            st.phase = FAILED
+            st.reason = PVC_TIMEOUT
+            st.message = f"PVC {pvc} not bound after {int(waited)}s (limit {timeout}s)" + (
+                f": {err}" if err else ""
+            )
+        elif timeout:
+            self.out.requeue_after(max(1.0, timeout - waited))
+
+    def _sync_problems(self, job_obj: Struct | None) -> str:
+        """``"; ..."`` naming the Job or token Secret Objects that provider-kubernetes
+        cannot apply (``Synced=False``), or ``""``.
+
+        The Job's error is quoted; the Secret's is not (an apply error about a Secret
+        could quote its data): the message names its Object instead.
+        """
+        out = ""
+        job_err = _sync_error(job_obj)
+        if job_err:
+            out += f"; Job not applied: {job_err}"
+        secret_obj = self.inputs.observed_body(SECRET_KEY)
+        if secret_obj is not None and _sync_error(secret_obj):
+            name = structs.sval(structs.sub(secret_obj, "metadata"), "name")
+            out += f"; token Secret not applied: see Object {self.ns}/{name}"
+        return out
+
+    def _latch_broken(self) -> str | None:
+        """Why the Ready latch no longer holds, or None while its PVC exists and is Bound.
+
+        Not known (the PVC Object observed, its remote state not reported yet) keeps
+        the latch.
+        """
+        pvc = cache_pvc_name(self.ns, self.cache)
+        obj = self.inputs.observed_body(PVC_KEY)
+        if obj is None:
+            return f"PVC {pvc} is gone (its Object is no longer observed)"
+        manifest = _manifest(obj)
+        phase = _pvc_phase(obj)
+        if phase and phase != "Bound":
+            return f"PVC {pvc} is {phase}"
+        want = structs.sval(self.prev, "pvcUID")
+        got = structs.sval(structs.sub(manifest, "metadata"), "uid")
+        if want and got and got != want:
+            return f"PVC {pvc} was re-created (uid {got}, hydrated into {want}), so it is empty"
+        return None
+
+    def _pvc_uid(self) -> str:
+        """The observed PVC's ``metadata.uid`` ("" while not reported)."""
+        manifest = _manifest(self.inputs.observed_body(PVC_KEY))
+        return structs.sval(structs.sub(manifest, "metadata"), "uid")
+
+    def _ready_latched(self) -> None:
+        st = self.state
+        st.phase = READY
+        st.reason = self.prev_reason or REASON_HYDRATED
+        st.message = self.prev_message or (
+            f"{self.repo}@{self.revision} hydrated on {self.cluster_name}"
+        )
+
+    def _unresolved(self, latched: bool, what: str) -> None:
+        """A requirement is not resolved yet: keep every child as it is, no warning."""
+        for key, child in self.inputs.observed.items():
+            if latched and key not in LASTING_KEYS:
+                continue
+            if key == SECRET_KEY:
+                _keep_sanitized(self.out, key, child.resource)
+            else:
+                self.out.keep(key, child.resource)
+        st = self.state
+        if self.same_source and self.prev_phase and self.unlatched is None:
+            st.phase = self.prev_phase
+            st.reason = self.prev_reason or self.prev_phase
+            st.message = self.prev_message or f"hydration is {st.phase}"
+            since = structs.sval(self.prev, "pendingSince")
+            if parse_time(since) is not None:
+                self.pending_since = since
+        else:
+            st.phase = PENDING
+            st.reason = REASON_WAITING_FOR_REQUIREMENTS
+            st.message = f"waiting for Crossplane to resolve {what}"
+        if st.phase in (PENDING, HYDRATING):
+            self.out.requeue_after(self.inputs.settings.poll_seconds)
+
+    def _cluster_unusable(self, latched: bool, why: str) -> None:
+        """The cluster is gone or cannot host a cache: keep what exists, say why."""
+        self._unresolved(latched, why)
+        st = self.state
+        if st.phase not in (READY, FAILED):
+            # Staged or failed weights stay what they are; only a hydration that
+            # cannot proceed says why (the InferenceCluster reports its own state).
+            st.phase = PENDING
+            st.reason = REASON_CLUSTER_UNAVAILABLE
+            st.message = why
+            st.warnings.append((REASON_CLUSTER_UNAVAILABLE, why))
+
+    # ---- status ----------------------------------------------------------
+
+    def _finish(self) -> Outcome:
+        out = self.out
+        st = self.state
+        inputs = self.inputs
+        if not st.message:
+            st.message = f"hydration is {st.phase}"
+        for reason, msg in st.warnings:
+            # Every warning is in the status message; its event is emitted once, in
+            # the call that first records it there (function.core.events: a result on
+            # every call floods the XR's events).
+            if msg not in st.message:
+                st.message = f"{st.message}; {msg}"
+            if msg not in self.prev_message:
+                out.warning(msg, reason)
+        status: dict[str, Any] = {
+            "phase": st.phase,
+            "reason": st.reason or st.phase,
+            "message": st.message,
+            "source": _source_status(self.repo, self.revision, self.identity),
+        }
+        status["pvcName"] = cache_pvc_name(self.ns, self.cache)
+        if st.phase != READY:
+            status["jobName"] = hydration_job_name(self.ns, self.cache, self.repo, self.revision)
+        if self.pending_since is not None and st.phase in (PENDING, FAILED):
+            status["pendingSince"] = self.pending_since
+        if st.phase == FAILED:
+            failed_at = self._carried_time("failedAt") if self.prev_phase == FAILED else None
+            status["failedAt"] = failed_at or format_time(inputs.now)
+        # startedAt: when this source's Job was first desired; readyAt: when Ready was
+        # recorded. Both belong to the current source identity.
+        started = self._carried_time("startedAt") if self.unlatched is None else None
+        if started is None and job_key(self.identity) in out.resources:
+            started = format_time(inputs.now)
+        if started is not None:
+            status["startedAt"] = started
+        ready_at = self._carried_time("readyAt") if self.prev_phase == READY else None
+        if st.phase == READY:
+            if ready_at is None:
+                ready_at = format_time(inputs.now)
+                begun = parse_time(started)
+                if begun is not None:
+                    out.observe(
+                        "cache_hydration_duration_seconds",
+                        {"namespace": self.ns, "cache": self.cache},
+                        elapsed(begun, inputs.now),
+                    )
+            status["readyAt"] = ready_at
+            # The PVC the latch describes: its uid from now on (carried while latched).
+            uid = self._pvc_uid() or structs.sval(self.prev, "pvcUID")
+            if uid:
+                status["pvcUID"] = uid
+        evidence: dict[str, str] | Struct | None = self._reported_evidence()
+        if evidence is None and self.same_source:
+            carried = structs.sub(self.prev, "evidence")
+            if carried is not None and len(carried.fields):
+                evidence = carried  # copied into the response by the runner
+        if evidence is not None:
+            status["evidence"] = evidence
+        out.status.update(status)
+        out.condition(CONDITION, "True" if st.phase == READY else "False", st.phase, st.message)
+        out.ready = st.phase == READY
+        text = f"hydration of {self.repo}@{self.revision} on {self.cluster_name} is {st.phase}"
+        if st.phase == FAILED:
+            text = f"{text}: {st.message}"
+        if events.transition(out, self.prev_phase, st.phase, text, reason=f"Hydration{st.phase}"):
+            # Counted in the call that records the new phase, like the event.
+            labels = {"namespace": self.ns, "cache": self.cache}
+            out.observe("cache_hydration_transitions_total", {**labels, "phase": st.phase})
+            if st.phase == FAILED:
+                out.observe(
+                    "cache_hydration_failures_total",
+                    {**labels, "cluster": self.cluster_name, "reason": st.reason or FAILED},
+                )
+        return out
+
+    def _reported_evidence(self) -> dict[str, str] | None:
+        """``{commit, digest, validatedAt}`` the download program reported for this source.
+
+        Read from ``data.result`` of the observed result ConfigMap (JSON written by
+        ``python -m jobs.hydrate``, keys in ``jobs.contract``); only a result for the current source
+        identity with a 40-hex commit, a ``sha256:<64 hex>`` digest and an RFC 3339
+        ``validatedAt`` counts (anything else is ignored, never written to status).
+        """
+        body = self.inputs.observed_body(RESULT_KEY)
+        raw = structs.sval(structs.sub(_manifest(body), "data"), RESULT_DATA_KEY)
+        found = _evidence(raw, self.identity) if raw else None
+        if found is None:
+            return None
+        return {"commit": found[0], "digest": found[1], "validatedAt": found[2]}
+
+    def _carried_time(self, field: str) -> str | None:
+        """A timestamp of the last status, when it belongs to the current source."""
+        if not self.same_source:
+            return None
+        value = structs.sval(self.prev, field)
+        return format_time(t) if (t := parse_time(value)) is not None else None

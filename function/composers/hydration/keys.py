@@ -1,0 +1,31 @@
+"""ModelCacheHydration: phases, requirement names and composition-resource names."""
+
+from __future__ import annotations
+
+# The status contract (phases, the Hydrated condition, its reasons) is owned by
+# function.api.modelcachehydration; re-exported here for the package's modules.
+from function.api.modelcachehydration import CONDITION as CONDITION
+from function.api.modelcachehydration import FAILED as FAILED
+from function.api.modelcachehydration import HYDRATING as HYDRATING
+from function.api.modelcachehydration import PENDING as PENDING
+from function.api.modelcachehydration import PHASES as PHASES
+from function.api.modelcachehydration import READY as READY
+from function.api.modelcachehydration import REASON_PVC_BIND_TIMEOUT
+
+PVC_TIMEOUT = REASON_PVC_BIND_TIMEOUT
+
+REQ_CLUSTER = "cluster"
+REQ_SECRET = "auth-secret"
+
+PVC_KEY = "pvc"
+SECRET_KEY = "token-secret"
+RESULT_KEY = "result"
+RBAC_KEYS = ("hydrate-sa", "hydrate-role", "hydrate-rolebinding")
+# Children that outlive the download: the weights and the record of what they are.
+LASTING_KEYS = frozenset({PVC_KEY, RESULT_KEY})
+JOB_PREFIX = "job-"
+
+
+def job_key(identity: str) -> str:
+    """Composition-resource name of the download Job Object of source ``identity``."""
+    return JOB_PREFIX + identity

@@ -1,0 +1,76 @@
+"""ModelCacheHydration: reading observed state straight from the request's Structs (the
+hot path; no decisions here)."""
+
+from __future__ import annotations
+
+from google.protobuf.struct_pb2 import Struct
+
+from function.composers.hydration.keys import (
+    FAILED,
+    READY,
+)
+from function.core import structs
+
+# ---- reading observed state (hot path: straight from the Structs) ------------------
+
+
+def _manifest(obj: Struct | None) -> Struct | None:
+    """The remote object as provider-kubernetes last saw it (``status.atProvider.manifest``)."""
+    return structs.sub(structs.sub(structs.sub(obj, "status"), "atProvider"), "manifest")
+
+
+def _condition(node: Struct | None, typ: str) -> Struct | None:
+    """The condition of type ``typ`` in ``node.status.conditions`` (the last one wins), or None."""
+    conds = structs.fields_of(node, "status").get("conditions")
+    if conds is None:
+        return None
+    found = None
+    for c in conds.list_value.values:
+        cond = c.struct_value
+        if structs.sval(cond, "type") == typ:
+            found = cond
+    return found
+
+
+def _sync_error(obj: Struct | None) -> str | None:
+    """The remote error when an Object reports ``Synced=False``, else None.
+
+    Same rule as ``function.manifests.objects.sync_error``, read without copies.
+    """
+    c = _condition(obj, "Synced")
+    if c is not None and structs.sval(c, "status") == "False":
+        return structs.sval(c, "message") or structs.sval(c, "reason") or "not synced"
+    return None
+
+
+def _job_result(job_obj: Struct | None) -> tuple[str, str, str] | None:
+    """The terminal state of an observed Job Object: ``(phase, reason, message)`` or None.
+
+    Reads only the Job conditions ``Complete`` and ``Failed``
+    (https://kubernetes.io/docs/concepts/workloads/controllers/job/#terminal-job-conditions);
+    never counts ``status.failed``.
+    """
+    manifest = _manifest(job_obj)
+    if manifest is None:
+        return None
+    done = _condition(manifest, "Complete")
+    if done is not None and structs.sval(done, "status") == "True":
+        return READY, "Complete", structs.sval(done, "message")
+    failed = _condition(manifest, "Failed")
+    if failed is not None and structs.sval(failed, "status") == "True":
+        return (
+            FAILED,
+            structs.sval(failed, "reason") or "Failed",
+            structs.sval(failed, "message"),
+        )
+    return None
+
+
+def _pvc_phase(pvc_obj: Struct | None) -> str:
+    """The observed PVC's ``status.phase`` (``Bound``, ``Pending``, ``Lost``), or ``""``."""
+    return structs.sval(structs.sub(_manifest(pvc_obj), "status"), "phase")
+
+
+def _secret_has_key(secret: Struct, key: str) -> bool:
+    """True when the Secret's ``data`` (or ``stringData``) has ``key``; values are never read."""
+    return any(key in structs.fields_of(secret, field) for field in ("data", "stringData"))

@@ -1,0 +1,78 @@
+"""ModelCache decisions: which clusters the selector matches, which can host a cache,
+the shard of each, and which shards stay desired (no wire bytes here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf.struct_pb2 import Struct
+
+from function.api import inferencecluster
+from function.api.modelcacheshard import ShardReport
+from function.core import structs
+from function.core.inputs import Resolved
+from function.naming import cache_shard
+from function.scheduling.selectors import LabelSelector
+
+_NO_LABELS = Struct().fields
+
+Entries = tuple[tuple[str, str], ...]
+
+
+def _str_at(fields: Any, *path: str) -> str:
+    """The string at ``path`` under a Struct's fields ("" when absent or not a string)."""
+    for key in path[:-1]:
+        v = fields.get(key)
+        if v is None or not v.HasField("struct_value"):
+            return ""
+        fields = v.struct_value.fields
+    v = fields.get(path[-1])
+    return v.string_value if v is not None and v.HasField("string_value") else ""
+
+
+def match(clusters: Resolved, selector: LabelSelector) -> dict[str, str]:
+    """Matched cluster name -> why it cannot host a cache ("" when it can).
+
+    The full selector with Kubernetes semantics (the requirement carried only its
+    ``matchLabels``).
+    """
+    out: dict[str, str] = {}
+    matches = selector.matches_fields
+    for c in clusters.items:
+        mv = c.fields.get("metadata")
+        if mv is None:
+            continue
+        meta = mv.struct_value.fields
+        nv = meta.get("name")
+        name = nv.string_value if nv is not None else ""
+        lv = meta.get("labels")
+        if not name or not matches(lv.struct_value.fields if lv is not None else _NO_LABELS):
+            continue
+        out[name] = inferencecluster.cache_host_problem(c) or ""
+    return out
+
+
+def shards(matched: dict[str, str]) -> dict[int, Entries]:
+    """Shard number -> its ``spec.clusters`` entries, sorted by name.
+
+    ``naming.cache_shard`` of the cluster's name only: a cluster never moves between
+    shards, whatever the fleet or the footprint (a moved hydration would be deleted
+    with its PVC by the shard that stopped desiring it).
+    """
+    buckets: dict[int, list[tuple[str, str]]] = {}
+    for name in sorted(matched):
+        buckets.setdefault(cache_shard(name), []).append((name, matched[name]))
+    return {n: tuple(v) for n, v in buckets.items()}
+
+
+def keep_draining(observed: Struct, report: ShardReport) -> bool:
+    """Whether an observed shard whose clusters all left the footprint stays desired.
+
+    It stays (with no clusters) until it has been told so and reports that it keeps
+    no hydration: while a live replica uses one of its hydrations it keeps that one,
+    and a shard not yet known to have let go is "not known", never "empty".
+    Dropping it then deletes nothing but the empty shard.
+    """
+    if structs.items(observed, "spec", "clusters"):
+        return True
+    return report.hydrations is None or report.hydrations > 0

@@ -1,0 +1,91 @@
+"""ModelCache roll-up: the shards' summaries merged into the cache's status (counts,
+evidence per artifact, bounded lists), never copied per cluster (issue 17)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from function.api.modelcache import MAX_EVIDENCE
+from function.api.modelcachehydration import PENDING
+from function.api.modelcacheshard import (
+    MAX_LISTED,
+    MAX_RETAINED,
+    MAX_WAITING,
+    PHASES,
+    UNAVAILABLE,
+    ShardReport,
+    spec_hash,
+)
+
+Entries = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Rollup:
+    """The footprint as the cache's status reports it."""
+
+    phases: dict[str, int] = field(default_factory=lambda: dict.fromkeys((*PHASES, UNAVAILABLE), 0))
+    evidence: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    unavailable: list[tuple[str, str]] = field(default_factory=list)
+    retained: list[tuple[str, str]] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    stale: list[int] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        """Footprint clusters (every phase but Unavailable)."""
+        return sum(self.phases[p] for p in PHASES)
+
+    def add(self, shard: int, entries: Entries, identity: str, report: ShardReport | None) -> bool:
+        """Count shard ``shard``; True when its status describes ``entries`` and ``identity``.
+
+        A shard whose status is for another spec (or absent) counts each of its
+        clusters as Pending (or Unavailable, as the cache sees it): not known to be
+        Ready, so the cache is not Ready either.
+        """
+        if report is not None:
+            self.retained += report.retained
+        if report is None or report.spec_hash != spec_hash(identity, shard, list(entries)):
+            self.stale.append(shard)
+            for name, why in entries:
+                if why:
+                    self.phases[UNAVAILABLE] += 1
+                    self.unavailable.append((name, f"cannot host a cache: {why}"))
+                else:
+                    self.phases[PENDING] += 1
+                    self.waiting.append(name)
+            return False
+        for p in self.phases:
+            self.phases[p] += report.phases.get(p, 0)
+        for commit, digest, n, validated in report.evidence:
+            g = self.evidence.setdefault((commit, digest), [0, 0])
+            g[0] += n
+            g[1] += validated
+        self.failed += report.failed
+        self.unavailable += report.unavailable
+        self.waiting += report.waiting
+        return True
+
+    def ready(self, shard: int) -> bool:
+        """Whether ``shard`` counted as current (its readiness as a composed resource)."""
+        return shard not in self.stale
+
+    def evidence_groups(self) -> list[tuple[str, str, int, int]]:
+        """At most MAX_EVIDENCE ``(commit, digest, clusters, validated)``, most clusters first."""
+        groups = sorted(
+            ((c, d, n, v) for (c, d), (n, v) in self.evidence.items()),
+            key=lambda g: (-g[2], g[0], g[1]),
+        )
+        return groups[:MAX_EVIDENCE]
+
+    def lists(
+        self,
+    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]], list[str]]:
+        """failed, unavailable, retained and waiting as written (sorted, bounded)."""
+        return (
+            sorted(self.failed)[:MAX_LISTED],
+            sorted(self.unavailable)[:MAX_LISTED],
+            sorted(self.retained)[:MAX_RETAINED],
+            sorted(self.waiting)[:MAX_WAITING],
+        )
