@@ -64,6 +64,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -405,17 +406,26 @@ def _permanent(exc: BaseException) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Source:
+    """What to download: a Hugging Face ``repo`` (``org/name``) at ``revision`` (branch,
+    tag or commit), and its source identity (:func:`source_identity`; the marker
+    records it)."""
+
+    repo: str
+    revision: str
+    identity: str
+
+
 def hydrate(
-    repo: str,
-    revision: str,
+    source: Source,
     target: Path,
     *,
-    identity: str,
     token: str | None,
     endpoint: str | None,
     now: datetime.datetime | None = None,
 ) -> dict[str, Any]:
-    """Download ``repo`` at ``revision`` into ``target`` unless already done.
+    """Download ``source`` into ``target`` unless already done.
 
     Returns:
         The marker (dict); ``skipped`` is True when the marker already recorded
@@ -427,6 +437,7 @@ def hydrate(
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.hf_api import RepoFile
 
+    repo, revision, identity = source.repo, source.revision, source.identity
     target.mkdir(parents=True, exist_ok=True)
     marker = read_marker(target)
     if marker is not None and marker.get("identity") == identity:
@@ -516,7 +527,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         result = hydrate(
-            args.repo, args.revision, args.target, identity=identity, token=token, endpoint=endpoint
+            Source(args.repo, args.revision, identity),
+            args.target,
+            token=token,
+            endpoint=endpoint,
         )
     except Exception as e:  # report and choose the exit code; never print the token
         text = f"{type(e).__name__}: {e}"

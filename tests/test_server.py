@@ -76,8 +76,8 @@ def test_spliced_wire_entries_equal_copied_bodies():
     import datetime
 
     from function.core.outcome import Desired, Outcome
+    from function.edge.codec import state_entry
     from function.edge.runner import FunctionRunner
-    from function.edge.wire import state_entry
 
     out_a, out_b = Outcome(), Outcome()
     for i in range(3):
@@ -98,6 +98,7 @@ def test_spliced_wire_entries_equal_copied_bodies():
 def test_wire_bytes_parse_to_the_same_response_as_the_message():
     """run_wire appends pre-encoded children as a second ``desired`` field; a protobuf
     parser (Crossplane's included) merges it: the same response as run()."""
+    from function.edge import codec
     from function.edge import runner as r
 
     req = _cache_request(50)
@@ -107,4 +108,4 @@ def test_wire_bytes_parse_to_the_same_response_as_the_message():
     assert fnv1.RunFunctionResponse.FromString(data) == rsp
     assert len(rsp.desired.resources) == 50
     assert fn.run_wire(req) == data  # deterministic
-    assert r.desired_suffix([]) == b""
+    assert codec.desired_suffix([]) == b""

@@ -154,13 +154,19 @@ def _invalid(inputs: Inputs, out: Outcome, message: str) -> Outcome:
     """
     out.keep_observed(inputs, True)
     out.ready = inputs.observed_body(PROVIDER_CONFIG_KEY) is not None
+    _echo(inputs, out)
+    out.condition(CONDITION, "False", INVALID_SPEC, message)
+    out.warning(message, INVALID_SPEC)
+    return out
+
+
+def _echo(inputs: Inputs, out: Outcome) -> None:
+    """Keep the status fields this composer writes as observed (a call that resolves
+    nothing new; Crossplane applies the status a function returns, whole)."""
     for k in _ECHO:
         v = inputs.status(k)
         if v is not None:
             out.status[k] = v
-    out.condition(CONDITION, "False", INVALID_SPEC, message)
-    out.warning(message, INVALID_SPEC)
-    return out
 
 
 def compose(inputs: Inputs) -> Outcome:
@@ -178,22 +184,7 @@ def compose(inputs: Inputs) -> Outcome:
             f"bring-your-own cluster), got {got}; existing children are kept",
         )
     if source != "Existing":
-        for k in _ECHO:
-            v = inputs.status(k)
-            if v is not None:
-                out.status[k] = v
-        out.condition(
-            CONDITION,
-            "False",
-            "SourceNotServed",
-            f"spec.cluster.source {source} is provisioned by Modelplane's compositions; "
-            f"function-modelplane composes only Existing clusters",
-        )
-        # Explicitly not ready: with nothing composed, Crossplane would otherwise derive
-        # Ready=True (every one of zero composed resources is ready), and placement would
-        # send workloads to a cluster nothing serves.
-        out.ready = False
-        return out
+        return _not_served(inputs, out, source)
     existing = (spec.get("cluster") or {}).get("existing") or {}
     ref = existing.get("secretRef") if isinstance(existing, dict) else None
     if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
@@ -218,10 +209,7 @@ def compose(inputs: Inputs) -> Outcome:
     resolved = {c: inputs.required(class_requirement(c)) for c in class_names}
     pending = [c for c, r in resolved.items() if r is UNRESOLVED]
     if pending:
-        for k in _ECHO:
-            v = inputs.status(k)
-            if v is not None:
-                out.status[k] = v
+        _echo(inputs, out)
         out.condition(
             CONDITION,
             "Unknown",
@@ -233,9 +221,41 @@ def compose(inputs: Inputs) -> Outcome:
 
     classes = {c: r.items[0] for c, r in resolved.items() if isinstance(r, Resolved) and r.items}
     pools, missing = gpu_pools(node_pools, classes)
+    _write_status(out, spec, existing, pools, pc["metadata"]["name"])
+    _pools_resolved(out, pools, missing, len(node_pools))
+    out.ready = pc_observed and not missing
+    return out
+
+
+def _not_served(inputs: Inputs, out: Outcome, source: str) -> Outcome:
+    """A source Modelplane's compositions provision: nothing composed here, not ready."""
+    _echo(inputs, out)
+    out.condition(
+        CONDITION,
+        "False",
+        "SourceNotServed",
+        f"spec.cluster.source {source} is provisioned by Modelplane's compositions; "
+        f"function-modelplane composes only Existing clusters",
+    )
+    # Explicitly not ready: with nothing composed, Crossplane would otherwise derive
+    # Ready=True (every one of zero composed resources is ready), and placement would
+    # send workloads to a cluster nothing serves.
+    out.ready = False
+    return out
+
+
+def _write_status(
+    out: Outcome,
+    spec: dict[str, Any],
+    existing: dict[str, Any],
+    pools: list[dict[str, Any]],
+    provider_config: str,
+) -> None:
+    """``status.gpuPools``, the ProviderConfig reference, the cache's storage class and
+    the gateway hostname."""
     out.status[STATUS_GPU_POOLS] = pools
     out.status[STATUS_PROVIDER_CONFIG_REF] = {
-        "name": pc["metadata"]["name"],
+        "name": provider_config,
         "kind": DEFAULT_PROVIDER_CONFIG_KIND,
     }
     sc = (existing.get("cache") or {}).get(STATUS_STORAGE_CLASS)
@@ -244,6 +264,12 @@ def compose(inputs: Inputs) -> Outcome:
     host = (spec.get("gateway") or {}).get("hostname")
     if host:
         out.status[STATUS_GATEWAY] = {"hostname": host}
+
+
+def _pools_resolved(
+    out: Outcome, pools: list[dict[str, Any]], missing: list[str], wanted: int
+) -> None:
+    """``PoolsResolved``: True when every node pool's InferenceClass was found."""
     nodes = sum(p["nodes"] for p in pools)
     if missing:
         out.condition(
@@ -251,12 +277,10 @@ def compose(inputs: Inputs) -> Outcome:
             "False",
             "ClassNotFound",
             f"InferenceClass {', '.join(missing)} not found; {len(pools)} of "
-            f"{len(node_pools)} node pools resolved ({nodes} nodes)",
+            f"{wanted} node pools resolved ({nodes} nodes)",
         )
         out.warning(f"InferenceClass {', '.join(missing)} not found", "ClassNotFound")
     else:
         out.condition(
             CONDITION, "True", "Resolved", f"{len(pools)} node pools resolved ({nodes} nodes)"
         )
-    out.ready = pc_observed and not missing
-    return out

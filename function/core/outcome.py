@@ -88,7 +88,7 @@ class Desired:
     """A desired composed resource: a body (dict, or a Struct to copy) and readiness.
 
     ``wire``, when set, is this entry already encoded as protobuf wire bytes of a
-    ``State.resources`` map entry (see :func:`function.edge.wire.state_entry`); the runner
+    ``State.resources`` map entry (see :func:`function.edge.codec.state_entry`); the runner
     then splices the bytes instead of copying ``body``. Both must describe the same thing.
     """
 

@@ -44,7 +44,7 @@ from typing import Any
 import structlog
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.edge.runner import peek, peek_composite, serialize
+from function.edge.codec import peek, peek_composite, serialize
 
 # How long past its budget the acceptor waits for a compute process before killing it.
 KILL_MARGIN_SECONDS = 2.0

@@ -28,7 +28,7 @@ Kubernetes rules they follow (Kubernetes 1.30 API):
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from jobs.contract import (
     CACHE_MOUNT_PATH,
@@ -157,28 +157,10 @@ def token_reference(secret_name: str, secret_namespace: str, key: str) -> dict[s
     }
 
 
-def hydration_job(
-    name: str,
-    namespace: str,
-    *,
-    image: str,
-    repo: str,
-    revision: str,
-    identity: str,
-    pvc_name: str,
-    token_secret_name: str | None,
-    backoff_limit: int,
-    active_deadline_seconds: int,
-    labels: dict[str, str],
-    annotations: dict[str, str] | None = None,
-    result_configmap: str | None = None,
-    service_account: str | None = None,
-) -> dict[str, Any]:
-    """The download Job: ``python -m jobs.hydrate`` writing into the cache PVC.
+class HydrationJob(TypedDict):
+    """What the download Job is made of (keyword arguments of :func:`hydration_job`).
 
-    Args:
-        name: The Job name (``naming.hydration_job_name``; carries the source identity).
-        namespace: Its namespace on the target cluster (the PVC's).
+    Attributes:
         image: An image with this package and ``huggingface_hub`` installed.
         repo: Hugging Face repo id (``org/name``).
         revision: Branch, tag or commit.
@@ -195,71 +177,42 @@ def hydration_job(
             patches with its result; needs ``service_account`` (:func:`result_rbac`).
             None: no report, and no service account token in the pod.
         service_account: The ServiceAccount allowed to patch ``result_configmap``.
+    """
+
+    image: str
+    repo: str
+    revision: str
+    identity: str
+    pvc_name: str
+    token_secret_name: str | None
+    backoff_limit: int
+    active_deadline_seconds: int
+    labels: dict[str, str]
+    annotations: NotRequired[dict[str, str] | None]
+    result_configmap: NotRequired[str | None]
+    service_account: NotRequired[str | None]
+
+
+def hydration_job(name: str, namespace: str, **job: Unpack[HydrationJob]) -> dict[str, Any]:
+    """The download Job: ``python -m jobs.hydrate`` writing into the cache PVC.
+
+    Args:
+        name: The Job name (``naming.hydration_job_name``; carries the source identity).
+        namespace: Its namespace on the target cluster (the PVC's).
+        job: :class:`HydrationJob`, by keyword.
 
     Returns:
         A ``batch/v1`` Job manifest.
     """
-    env: list[dict[str, Any]] = [
-        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
-        {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},
-        {"name": "HF_HOME", "value": "/tmp/hf-home"},
-        {"name": "HOME", "value": "/tmp"},
-        # hf_xet keeps a chunk cache (10 GB by default) under HF_HOME; the weights go
-        # straight to the PVC, so the cache would only fill the small /tmp emptyDir.
-        {"name": "HF_XET_CHUNK_CACHE_SIZE_BYTES", "value": "0"},
-    ]
-    if token_secret_name:
-        env.append(
-            {
-                "name": ENV_HF_TOKEN,
-                "valueFrom": {"secretKeyRef": {"name": token_secret_name, "key": REMOTE_TOKEN_KEY}},
-            }
-        )
-    if result_configmap and service_account:  # see ``reports`` below
-        env.append({"name": ENV_RESULT_CONFIGMAP, "value": result_configmap})
-        env.append(
-            {
-                "name": ENV_POD_NAMESPACE,
-                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-            }
-        )
+    labels, annotations = job["labels"], job.get("annotations")
     # The pod gets an API token only when it reports to the result ConfigMap.
-    reports = bool(result_configmap and service_account)
+    service_account = job.get("service_account")
+    reports = bool(job.get("result_configmap") and service_account)
     identity_fields: dict[str, Any] = (
         {"serviceAccountName": service_account, "automountServiceAccountToken": True}
         if reports
         else {"automountServiceAccountToken": False}
     )
-    container: dict[str, Any] = {
-        "name": "hydrate",
-        "image": image,
-        "command": list(HYDRATE_COMMAND),
-        "args": [
-            "--repo",
-            repo,
-            "--revision",
-            revision,
-            "--identity",
-            identity,
-            "--target",
-            CACHE_MOUNT_PATH,
-        ],
-        "env": env,
-        "resources": {
-            "requests": {"cpu": "500m", "memory": "1Gi"},
-            "limits": {"memory": "8Gi"},
-        },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [
-            {"name": "cache", "mountPath": CACHE_MOUNT_PATH},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
-    }
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
     if annotations:
         meta["annotations"] = dict(annotations)
@@ -268,8 +221,8 @@ def hydration_job(
         "kind": "Job",
         "metadata": meta,
         "spec": {
-            "backoffLimit": int(backoff_limit),
-            "activeDeadlineSeconds": int(active_deadline_seconds),
+            "backoffLimit": int(job["backoff_limit"]),
+            "activeDeadlineSeconds": int(job["active_deadline_seconds"]),
             # Exit code 3 of the program is a permanent failure (repo or revision not
             # found, access denied): fail the Job at once instead of retrying. Pod
             # disruptions (preemption, eviction) do not count against backoffLimit.
@@ -302,14 +255,79 @@ def hydration_job(
                         "fsGroup": HYDRATION_UID,
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
-                    "containers": [container],
+                    "containers": [_hydrate_container(job)],
                     "volumes": [
-                        {"name": "cache", "persistentVolumeClaim": {"claimName": pvc_name}},
+                        {"name": "cache", "persistentVolumeClaim": {"claimName": job["pvc_name"]}},
                         {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
                     ],
                 },
             },
         },
+    }
+
+
+def _hydrate_env(job: HydrationJob) -> list[dict[str, Any]]:
+    """The program's env: Hugging Face settings, the token, where to report."""
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},
+        {"name": "HF_HOME", "value": "/tmp/hf-home"},
+        {"name": "HOME", "value": "/tmp"},
+        # hf_xet keeps a chunk cache (10 GB by default) under HF_HOME; the weights go
+        # straight to the PVC, so the cache would only fill the small /tmp emptyDir.
+        {"name": "HF_XET_CHUNK_CACHE_SIZE_BYTES", "value": "0"},
+    ]
+    token_secret_name = job["token_secret_name"]
+    if token_secret_name:
+        env.append(
+            {
+                "name": ENV_HF_TOKEN,
+                "valueFrom": {"secretKeyRef": {"name": token_secret_name, "key": REMOTE_TOKEN_KEY}},
+            }
+        )
+    result_configmap = job.get("result_configmap")
+    if result_configmap and job.get("service_account"):  # see ``reports`` in the Job
+        env.append({"name": ENV_RESULT_CONFIGMAP, "value": result_configmap})
+        env.append(
+            {
+                "name": ENV_POD_NAMESPACE,
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            }
+        )
+    return env
+
+
+def _hydrate_container(job: HydrationJob) -> dict[str, Any]:
+    """The ``hydrate`` container: the program, its env, the cache and ``/tmp`` mounts."""
+    return {
+        "name": "hydrate",
+        "image": job["image"],
+        "command": list(HYDRATE_COMMAND),
+        "args": [
+            "--repo",
+            job["repo"],
+            "--revision",
+            job["revision"],
+            "--identity",
+            job["identity"],
+            "--target",
+            CACHE_MOUNT_PATH,
+        ],
+        "env": _hydrate_env(job),
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "1Gi"},
+            "limits": {"memory": "8Gi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [
+            {"name": "cache", "mountPath": CACHE_MOUNT_PATH},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
     }
 
 

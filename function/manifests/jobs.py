@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from function.core import structs
 from function.core.errors import SpecError
@@ -60,15 +60,27 @@ def check_pod_spec(pod_spec: dict[str, Any], field: str) -> None:
                     )
 
 
+class JobOptions(TypedDict, total=False):
+    """The optional parts of a Job built from a CronJob (:func:`job_from_cronjob`).
+
+    Attributes:
+        env: Literal env entries set in every regular container, in order.
+        active_deadline_seconds: Overrides ``spec.activeDeadlineSeconds`` when given.
+        annotations: Annotations added to the Job.
+    """
+
+    env: Sequence[tuple[str, str]]
+    active_deadline_seconds: int | None
+    annotations: dict[str, str] | None
+
+
 def job_from_cronjob(
     cronjob: Any,
     *,
     name: str,
     namespace: str,
     labels: dict[str, str],
-    env: Sequence[tuple[str, str]] = (),
-    active_deadline_seconds: int | None = None,
-    annotations: dict[str, str] | None = None,
+    **options: Unpack[JobOptions],
 ) -> dict[str, Any]:
     """Build a batch/v1 Job from a CronJob's ``spec.jobTemplate``.
 
@@ -77,9 +89,7 @@ def job_from_cronjob(
         name: The Job's name.
         namespace: The Job's namespace on the target cluster.
         labels: Labels added to the Job and its pod template (over the template's).
-        env: Literal env entries set in every regular container, in order.
-        active_deadline_seconds: Overrides ``spec.activeDeadlineSeconds`` when given.
-        annotations: Annotations added to the Job.
+        options: :class:`JobOptions`, by keyword.
 
     Returns:
         The Job manifest (dict). Server-set fields (selector, controller-uid labels)
@@ -115,13 +125,15 @@ def job_from_cronjob(
         if k not in ("controller-uid", "batch.kubernetes.io/controller-uid")
     }
     pod_meta["labels"] = {**pod_labels, **labels}
+    env = options.get("env", ())
     for c in containers:
         if isinstance(c, dict):
             set_env(c, literal_env(env))
-    if active_deadline_seconds is not None:
-        spec["activeDeadlineSeconds"] = int(active_deadline_seconds)
+    deadline = options.get("active_deadline_seconds")
+    if deadline is not None:
+        spec["activeDeadlineSeconds"] = int(deadline)
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": job_labels}
-    ann = {**(tmeta.get("annotations") or {}), **(annotations or {})}
+    ann = {**(tmeta.get("annotations") or {}), **(options.get("annotations") or {})}
     if ann:
         meta["annotations"] = ann
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}

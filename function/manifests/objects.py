@@ -11,7 +11,7 @@ condition, so readiness uses ``DeriveFromCelQuery`` over that observed object
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from function.core import structs
 from function.naming import LABEL_MANAGED_BY, MANAGED_BY
@@ -20,26 +20,10 @@ OBJECT_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
 OBJECT_KIND = "Object"
 
 
-def remote_object(
-    name: str,
-    namespace: str,
-    provider_config: dict[str, str],
-    manifest: dict[str, Any],
-    *,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    readiness_cel: str | None = None,
-    references: list[dict[str, Any]] | None = None,
-    management_policies: list[str] | None = None,
-    deletion_policy: str | None = None,
-) -> dict[str, Any]:
-    """Wrap ``manifest`` in an Object applied with ``provider_config``.
+class ObjectOptions(TypedDict, total=False):
+    """The optional parts of an Object (keyword arguments of :func:`remote_object`).
 
-    Args:
-        name: The Object's name (a DNS-1123 label, see ``function.naming``).
-        namespace: The XR's namespace (the Object lives beside it).
-        provider_config: From :func:`function.api.inferencecluster.provider_config_ref`.
-        manifest: The remote Kubernetes object.
+    Attributes:
         labels: Labels for the Object (``app.kubernetes.io/managed-by`` is added).
         annotations: Annotations for the Object.
         readiness_cel: A CEL query over the observed remote object; sets policy
@@ -48,10 +32,36 @@ def remote_object(
         references: ``spec.references`` entries (for example ``patchesFrom``).
         management_policies: ``spec.managementPolicies`` (for example ``["Observe"]``).
         deletion_policy: ``spec.forProvider.deletionPropagationPolicy``.
+    """
+
+    labels: dict[str, str] | None
+    annotations: dict[str, str] | None
+    readiness_cel: str | None
+    references: list[dict[str, Any]] | None
+    management_policies: list[str] | None
+    deletion_policy: str | None
+
+
+def remote_object(
+    name: str,
+    namespace: str,
+    provider_config: dict[str, str],
+    manifest: dict[str, Any],
+    **options: Unpack[ObjectOptions],
+) -> dict[str, Any]:
+    """Wrap ``manifest`` in an Object applied with ``provider_config``.
+
+    Args:
+        name: The Object's name (a DNS-1123 label, see ``function.naming``).
+        namespace: The XR's namespace (the Object lives beside it).
+        provider_config: From :func:`function.api.inferencecluster.provider_config_ref`.
+        manifest: The remote Kubernetes object.
+        options: :class:`ObjectOptions`, by keyword.
 
     Returns:
         The Object as a dict, valid against the Object CRD.
     """
+    labels, annotations = options.get("labels"), options.get("annotations")
     meta: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -63,13 +73,13 @@ def remote_object(
         "forProvider": {"manifest": manifest},
         "providerConfigRef": dict(provider_config),
     }
-    if deletion_policy:
+    if deletion_policy := options.get("deletion_policy"):
         spec["forProvider"]["deletionPropagationPolicy"] = deletion_policy
-    if readiness_cel:
+    if readiness_cel := options.get("readiness_cel"):
         spec["readiness"] = {"policy": "DeriveFromCelQuery", "celQuery": readiness_cel}
-    if references:
+    if references := options.get("references"):
         spec["references"] = references
-    if management_policies:
+    if management_policies := options.get("management_policies"):
         spec["managementPolicies"] = management_policies
     return {"apiVersion": OBJECT_API_VERSION, "kind": OBJECT_KIND, "metadata": meta, "spec": spec}
 

@@ -195,9 +195,29 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
     spec = t["spec"]
     engine = spec["containers"][idx]
     cpath = f"{field_path}.spec.containers[{idx}]"
+    _check_user_parts(t, engine, field_path, cpath)
+    _add_labels(t, plan)
+    _add_scheduling(spec, plan)
+    _add_volumes(spec, engine, plan)
+    if plan.serving is not None:
+        _add_serving_defaults(t, engine, field_path)
+    if plan.claim_template is not None:
+        set_by_name(
+            spec.setdefault("resourceClaims", []),
+            {"name": POD_CLAIM, "resourceClaimTemplateName": plan.claim_template},
+        )
+        resources = engine.setdefault("resources", {})
+        set_by_name(resources.setdefault("claims", []), {"name": POD_CLAIM})
+    return t
+
+
+def _check_user_parts(
+    t: dict[str, Any], engine: dict[str, Any], field_path: str, cpath: str
+) -> None:
+    """Shapes, reserved env names, and volumes or mounts that collide with ours."""
     _check_shapes(t, engine, field_path, cpath)
     check_reserved(engine.get("env"), f"{cpath}.env")
-    for i, v in enumerate(spec.get("volumes") or []):
+    for i, v in enumerate(t["spec"].get("volumes") or []):
         if isinstance(v, dict) and v.get("name") in _OWN_VOLUMES:
             raise SpecError(f"{field_path}.spec.volumes[{i}].name", "is reserved by the function")
     for i, m in enumerate(engine.get("volumeMounts") or []):
@@ -208,6 +228,8 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
                 f"(size /dev/shm with spec.shmSizeLimit)",
             )
 
+
+def _add_labels(t: dict[str, Any], plan: PodPlan) -> None:
     meta = t.get("metadata")
     if meta is None:
         meta = t["metadata"] = {}
@@ -215,6 +237,9 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
     if plan.serving is not None:
         meta["labels"][LABEL_SERVING] = plan.serving
 
+
+def _add_scheduling(spec: dict[str, Any], plan: PodPlan) -> None:
+    """The pool's node selector, the deployment's tolerations and the GPU toleration."""
     spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **plan.node_selector}
     tolerations = list(spec.get("tolerations") or [])
     for tol in [*plan.tolerations, GPU_TOLERATION]:
@@ -223,6 +248,10 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
     if tolerations:
         spec["tolerations"] = tolerations
 
+
+def _add_volumes(spec: dict[str, Any], engine: dict[str, Any], plan: PodPlan) -> None:
+    """``/dev/shm``; with a cache its PVC, ``MODELPLANE_MODEL`` and the flash loader; on
+    a gang its env (ours first in the engine's env)."""
     volumes: list[dict[str, Any]] = spec.setdefault("volumes", [])
     mounts: list[dict[str, Any]] = engine.setdefault("volumeMounts", [])
     set_by_name(
@@ -244,47 +273,45 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
         cache_mount = {"name": VOLUME_CACHE, "mountPath": CACHE_MOUNT_PATH, "readOnly": True}
         set_by_name(mounts, cache_mount)
         if plan.flash is not None:
-            fl = plan.flash
-            set_by_name(
-                volumes,
-                {
-                    "name": VOLUME_FLASH,
-                    "emptyDir": {"medium": "Memory", "sizeLimit": fl.tmpfs_size_limit},
-                },
-            )
-            set_by_name(mounts, {"name": VOLUME_FLASH, "mountPath": FLASH_MOUNT_PATH})
-            init = [
-                c
-                for c in spec.get("initContainers") or []
-                if not (isinstance(c, dict) and c.get("name") == FLASH_CONTAINER)
-            ]
-            spec["initContainers"] = [flash_container(fl), *init]
+            _add_flash_loader(spec, mounts, plan.flash)
         injected.append(model_env(path))
     if plan.gang:
         injected.extend(gang_env())
     set_env(engine, injected, first=True)
 
-    if plan.serving is not None:
-        if not engine.get("ports"):
-            engine["ports"] = [
-                {"name": "http", "containerPort": DEFAULT_ENGINE_PORT, "protocol": "TCP"}
-            ]
-        if "readinessProbe" not in engine:
-            engine["readinessProbe"] = {
-                "httpGet": {"path": "/health", "port": engine_port(t, field_path)},
-                "periodSeconds": 10,
-                "timeoutSeconds": 5,
-                "failureThreshold": 3,
-            }
 
-    if plan.claim_template is not None:
-        set_by_name(
-            spec.setdefault("resourceClaims", []),
-            {"name": POD_CLAIM, "resourceClaimTemplateName": plan.claim_template},
-        )
-        resources = engine.setdefault("resources", {})
-        set_by_name(resources.setdefault("claims", []), {"name": POD_CLAIM})
-    return t
+def _add_flash_loader(spec: dict[str, Any], mounts: list[dict[str, Any]], fl: FlashLoader) -> None:
+    """The flash loader's memory volume, its mount, and its init container first."""
+    set_by_name(
+        spec["volumes"],
+        {
+            "name": VOLUME_FLASH,
+            "emptyDir": {"medium": "Memory", "sizeLimit": fl.tmpfs_size_limit},
+        },
+    )
+    set_by_name(mounts, {"name": VOLUME_FLASH, "mountPath": FLASH_MOUNT_PATH})
+    init = [
+        c
+        for c in spec.get("initContainers") or []
+        if not (isinstance(c, dict) and c.get("name") == FLASH_CONTAINER)
+    ]
+    spec["initContainers"] = [flash_container(fl), *init]
+
+
+def _add_serving_defaults(t: dict[str, Any], engine: dict[str, Any], field_path: str) -> None:
+    """Port 8000 named ``http`` and an HTTP ``/health`` readiness probe, where the user
+    set none."""
+    if not engine.get("ports"):
+        engine["ports"] = [
+            {"name": "http", "containerPort": DEFAULT_ENGINE_PORT, "protocol": "TCP"}
+        ]
+    if "readinessProbe" not in engine:
+        engine["readinessProbe"] = {
+            "httpGet": {"path": "/health", "port": engine_port(t, field_path)},
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        }
 
 
 def clone(v: Any) -> Any:
@@ -345,19 +372,21 @@ def deployment(
     }
 
 
-def leader_worker_set(
-    name: str,
-    namespace: str,
-    replicas: int,
-    size: int,
-    leader: dict[str, Any],
-    worker: dict[str, Any],
-    labels: dict[str, str],
-) -> dict[str, Any]:
-    """A ``leaderworkerset.x-k8s.io/v1`` LeaderWorkerSet (``size`` = 1 + worker nodes).
+@dataclass(frozen=True)
+class Group:
+    """One LeaderWorkerSet group: ``size`` pods (1 + worker nodes) from two pod
+    templates, taken over, not copied (pass results of :func:`pod_template`)."""
 
-    The two pod templates are taken over, not copied (pass results of :func:`pod_template`).
-    """
+    size: int
+    leader: dict[str, Any]
+    worker: dict[str, Any]
+
+
+def leader_worker_set(
+    name: str, namespace: str, replicas: int, group: Group, labels: dict[str, str]
+) -> dict[str, Any]:
+    """A ``leaderworkerset.x-k8s.io/v1`` LeaderWorkerSet of ``replicas`` groups."""
+    size, leader, worker = group.size, group.leader, group.worker
     for t in (leader, worker):
         t.setdefault("metadata", {}).setdefault("labels", {})[LABEL_WORKLOAD] = name
     return {

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -446,30 +446,54 @@ class Settings(BaseSettings):
         # Validated only when tracing is on (otel_enabled is declared, so validated, first).
         if not v or not info.data.get("otel_enabled"):
             return v
-        name = info.field_name
-        if name in ("otel_exporter_otlp_endpoint", "otel_exporter_otlp_traces_endpoint"):
-            u = urlsplit(v)
-            if u.scheme not in ("http", "https") or not u.hostname:
-                raise ValueError(f"{v!r} is not an http(s) URL such as http://collector:4318")
-        elif name == "otel_exporter_otlp_protocol":
-            if v != "http/protobuf":
-                raise ValueError(f"{v!r}: this function exports OTLP over HTTP (http/protobuf)")
-        elif name == "otel_resource_attributes":
-            for pair in v.split(","):
-                key, sep, _ = pair.partition("=")
-                if not sep or not key.strip():
-                    raise ValueError(f"{pair!r} is not key=value")
-        elif name == "otel_traces_sampler":
-            if v.strip().lower() not in OTEL_SAMPLERS:
-                raise ValueError(f"{v!r} is not one of {', '.join(sorted(OTEL_SAMPLERS))}")
-        elif name == "otel_traces_sampler_arg":
-            try:
-                ratio = float(v)
-            except ValueError:
-                raise ValueError(f"{v!r} is not a number") from None
-            if not 0.0 <= ratio <= 1.0:
-                raise ValueError(f"{v!r} is not between 0 and 1")
+        rule = _OTEL_RULES.get(info.field_name or "")
+        if rule is not None:
+            rule(v)
         return v
+
+
+def _otlp_url(v: str) -> None:
+    u = urlsplit(v)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ValueError(f"{v!r} is not an http(s) URL such as http://collector:4318")
+
+
+def _otlp_protocol(v: str) -> None:
+    if v != "http/protobuf":
+        raise ValueError(f"{v!r}: this function exports OTLP over HTTP (http/protobuf)")
+
+
+def _resource_attributes(v: str) -> None:
+    for pair in v.split(","):
+        key, sep, _ = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{pair!r} is not key=value")
+
+
+def _sampler(v: str) -> None:
+    if v.strip().lower() not in OTEL_SAMPLERS:
+        raise ValueError(f"{v!r} is not one of {', '.join(sorted(OTEL_SAMPLERS))}")
+
+
+def _sampler_arg(v: str) -> None:
+    try:
+        ratio = float(v)
+    except ValueError:
+        raise ValueError(f"{v!r} is not a number") from None
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"{v!r} is not between 0 and 1")
+
+
+# The OpenTelemetry SDK's variables (checked only when tracing is on): field -> rule,
+# each raising ValueError with the value and what is expected.
+_OTEL_RULES: dict[str, Callable[[str], None]] = {
+    "otel_exporter_otlp_endpoint": _otlp_url,
+    "otel_exporter_otlp_traces_endpoint": _otlp_url,
+    "otel_exporter_otlp_protocol": _otlp_protocol,
+    "otel_resource_attributes": _resource_attributes,
+    "otel_traces_sampler": _sampler,
+    "otel_traces_sampler_arg": _sampler_arg,
+}
 
 
 # Command-line flags and the field each sets (a flag wins over the field's variable).

@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from google.protobuf.struct_pb2 import Struct
 
 from function import API_VERSION
+from function.api.modeldeployment import INSUFFICIENT_CAPACITY
 from function.composers.deployment.fleet import _is_own, _replica_usage
 from function.composers.deployment.terms import (
     MAX_CLUSTER_REQUIREMENTS,
@@ -69,7 +70,6 @@ from function.core import structs
 from function.core.inputs import Inputs, Resolved
 from function.core.outcome import Outcome
 from function.naming import LABEL_CLUSTER, label_value
-from function.scheduling.placement import INSUFFICIENT_CAPACITY
 
 
 def requirement_name(cluster: str) -> str:

@@ -4,7 +4,7 @@ side), the cache Usage, and keeping observed children as they are."""
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
@@ -83,16 +83,18 @@ def _replica_spec(name: str, template: bytes, pools: tuple[tuple[MemberKey, str]
     return st
 
 
+class Slot(NamedTuple):
+    """Where one replica runs: its index, cluster and pool per member (sorted pairs)."""
+
+    replica: int
+    cluster: str
+    pools: tuple[tuple[MemberKey, str], ...]
+
+
 @memo(4096, weight=4)
-def _replica_body(
-    namespace: str,
-    name: str,
-    template: bytes,
-    index: int,
-    cluster: str,
-    pools: tuple[tuple[MemberKey, str], ...],
-) -> Struct:
-    """The desired ModelReplica ``index`` of deployment ``namespace/name`` on ``cluster``.
+def _replica_body(namespace: str, name: str, template: bytes, slot: Slot) -> Struct:
+    """The desired ModelReplica ``slot.replica`` of deployment ``namespace/name`` on
+    ``slot.cluster``.
 
     A pure function of its arguments (``template`` is :func:`_template_key`), memoized
     because a steady deployment desires the same bodies on every reconcile. The
@@ -105,6 +107,7 @@ def _replica_body(
     f["kind"].string_value = REPLICA_KIND
     meta = f["metadata"].struct_value
     meta.CopyFrom(_replica_meta(namespace, name, template))
+    index, cluster = slot.replica, slot.cluster
     meta.fields["name"].string_value = replica_name(namespace, name, index)
     labels, ann = labels_with_full({LABEL_CLUSTER: cluster, LABEL_REPLICA_INDEX: str(index)})
     lf = meta.fields["labels"].struct_value.fields
@@ -113,7 +116,7 @@ def _replica_body(
     for k, v in ann.items():
         meta.fields["annotations"].struct_value.fields[k].string_value = v
     spec = f["spec"].struct_value
-    spec.CopyFrom(_replica_spec(name, template, pools))
+    spec.CopyFrom(_replica_spec(name, template, slot.pools))
     spec.fields["index"].number_value = index
     spec.fields["clusterName"].string_value = cluster
     return out

@@ -1,14 +1,21 @@
-"""The ModelDeployment composer: requirements, placement, children, conditions."""
+"""The ModelDeployment composer: requirements, placement, children, conditions.
+
+:func:`compose` reads as its steps: parse, ask for the fleet lists, read the observed
+replicas, wait for the lists (or stop on a missing cache), place with the capacity known
+so far, then write children, conditions and status. A step that cannot go on returns
+the finished :class:`Outcome` (every existing child kept exactly).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from function import API_VERSION
 from function.composers.deployment import capacity
 from function.composers.deployment.children import (
+    Slot,
     _keep_all,
     _observed_replicas,
     _replica_body,
@@ -20,7 +27,12 @@ from function.composers.deployment.fleet import (
     _Footprint,
     _Observed,
 )
-from function.composers.deployment.spec import _engines, _parse, _selector_fields
+from function.composers.deployment.spec import (
+    DeploymentSpec,
+    _engines,
+    _parse,
+    _selector_fields,
+)
 from function.composers.deployment.status import (
     _carry_displaced,
     _displaced_status,
@@ -51,57 +63,56 @@ from function.scheduling.devices import (
     SelectorEvaluationError,
 )
 from function.scheduling.placement import (
+    Engine,
     Existing,
     Placement,
     Request,
     next_clusters,
     place,
 )
+from function.scheduling.selectors import LabelSelector
 from function.scheduling.tolerations import parse_tolerations
 
 
-def _invalid_selector(
-    inputs: Inputs,
-    out: Outcome,
-    msg: str,
-    replicas: int,
-    obs_rows: list[Any],
-    cache: str | None,
-) -> Outcome:
-    """A device selector that does not compile or fails while evaluating: every
-    existing child is kept exactly, ``ReplicasScheduled=False``,
-    ``InvalidDeviceSelector`` with ``msg`` (the field and the error), and a warning."""
-    _keep_all(inputs, out)
-    out.condition(SCHEDULED, "False", INVALID_DEVICE_SELECTOR, msg)
-    out.warning(msg, INVALID_DEVICE_SELECTOR)
-    _status_from(inputs, out, replicas, obs_rows, cache)
-    _carry(inputs, out)
-    return out
+@dataclass(frozen=True)
+class _Call:
+    """What the steps of one call share.
+
+    Attributes:
+        replicas: ``spec.replicas``.
+        rows: Status rows of the observed replicas (used when nothing is placed).
+        cache: The ModelCache's name, or None.
+        ahead: Clusters whose capacity is asked for up front; ``fleet_ahead``: whether
+            the fleet-wide fallback is (:func:`capacity.upfront`).
+        placed: Observed replicas that have an index and a cluster.
+    """
+
+    inputs: Inputs
+    out: Outcome
+    replicas: int
+    rows: list[Any]
+    cache: str | None
+    ahead: frozenset[str]
+    fleet_ahead: bool
+    placed: list[_Observed]
+
+    @property
+    def own_clusters(self) -> frozenset[str]:
+        return frozenset(v.cluster for v in self.placed)
+
+    def require_upfront(self) -> None:
+        """Ask for the up-front capacity only (a call that places nothing)."""
+        capacity.require(self.out, self.ahead, self.fleet_ahead)
 
 
-def _carry(inputs: Inputs, out: Outcome) -> None:
-    """Keep ``status.displaced`` and ``status.nextClusters`` in a call that places nothing
-    (Crossplane applies the XR status a function returns: a field left out is lost)."""
-    _carry_displaced(inputs, out)
-    nxt = capacity.next_clusters_status(inputs)
-    if nxt:
-        out.status[NEXT_CLUSTERS] = nxt
+@dataclass(frozen=True)
+class _Lists:
+    """The resolved fleet lists: clusters, and with a cache its footprint and the
+    clusters it retains."""
 
-
-def _pending(
-    inputs: Inputs, out: Outcome, wanted: int, obs_rows: list[Any], cache: str | None, what: str
-) -> Outcome:
-    """A requirement is not resolved: keep every child exactly, say what is awaited."""
-    _keep_all(inputs, out)
-    out.condition(
-        SCHEDULED,
-        "Unknown",
-        "ResolvingRequirements",
-        f"waiting for Crossplane to resolve required resources: {what}",
-    )
-    _status_from(inputs, out, wanted, obs_rows, cache)
-    _carry(inputs, out)
-    return out
+    clusters: Resolved
+    footprint: Mapping[str, str] | None = None
+    retained: frozenset[str] = frozenset()
 
 
 def compose(inputs: Inputs) -> Outcome:
@@ -118,11 +129,40 @@ def compose(inputs: Inputs) -> Outcome:
     """
     out = Outcome()
     spec, selector = _parse(inputs)
-    raw_ts = inputs.spec.get("template", {}).get("spec", {})
-    ns, name = inputs.namespace, inputs.name
+    raw_engines = inputs.spec.get("template", {}).get("spec", {}).get("engines") or []
     ts = spec.template.spec
     cache = ts.modelCacheRef.name if ts.modelCacheRef else None
+    _require_lists(inputs, out, selector, cache)
+    call = _observe(inputs, out, spec.replicas, cache)
 
+    engines, bad = _engines(raw_engines)
+    if bad:
+        call.require_upfront()
+        return _invalid_selector(call, "; ".join(bad[:3]))
+    lists = _resolve_lists(call)
+    if isinstance(lists, Outcome):
+        return lists
+    request = _request(call, spec, selector, engines, lists)
+    placement = _place(call, request, raw_engines)
+    if isinstance(placement, Outcome):
+        return placement
+    nxt = _next_clusters(request, placement, spec.replicas)
+    rows = _children(call, placement)
+    _report(call, placement, rows)
+    if nxt:
+        out.status[NEXT_CLUSTERS] = nxt
+    return out
+
+
+# ---- what to read --------------------------------------------------------------
+
+
+def _require_lists(
+    inputs: Inputs, out: Outcome, selector: LabelSelector, cache: str | None
+) -> None:
+    """Ask for the InferenceClusters the selector's equality part matches and, with a
+    cache, the ModelCache and its ModelCacheHydrations."""
+    ns = inputs.namespace
     out.require(
         REQ_CLUSTERS, API_VERSION, "InferenceCluster", match_labels=selector.requirement_labels()
     )
@@ -136,127 +176,149 @@ def compose(inputs: Inputs) -> Outcome:
             namespace=ns,
         )
 
+
+def _observe(inputs: Inputs, out: Outcome, replicas: int, cache: str | None) -> _Call:
+    """Read the observed replicas and what capacity to ask for before placing."""
     observed = [_Observed.of(o) for o in _observed_replicas(inputs).values()]
-    obs_rows = [(v.index or 0, v.cluster, v.obj, None) for v in observed]
-    placed_obs = [v for v in observed if v.cluster and v.index is not None]
-    own_clusters = frozenset(v.cluster for v in placed_obs)
-    ahead, fleet_ahead = capacity.upfront(inputs, own_clusters, len(placed_obs), spec.replicas)
+    rows = [(v.index or 0, v.cluster, v.obj, None) for v in observed]
+    placed = [v for v in observed if v.cluster and v.index is not None]
+    own_clusters = frozenset(v.cluster for v in placed)
+    ahead, fleet_ahead = capacity.upfront(inputs, own_clusters, len(placed), replicas)
+    return _Call(inputs, out, replicas, rows, cache, ahead, fleet_ahead, placed)
 
-    engines, bad = _engines(raw_ts.get("engines") or [])
-    if bad:
-        capacity.require(out, ahead, fleet_ahead)
-        return _invalid_selector(inputs, out, "; ".join(bad[:3]), spec.replicas, obs_rows, cache)
 
-    # The fleet lists: all must be resolved before anything is placed or removed.
+def _resolve_lists(call: _Call) -> _Lists | Outcome:
+    """The fleet lists, all resolved before anything is placed or removed; else the
+    outcome that waits for them (or reports a missing cache)."""
+    inputs, cache = call.inputs, call.cache
     names = [REQ_CLUSTERS] + ([REQ_CACHE, REQ_HYDRATIONS] if cache else [])
     got = {n: inputs.required(n) for n in names}
     pending = [n for n, v in got.items() if v is UNRESOLVED]
     if pending:
-        capacity.require(out, ahead, fleet_ahead)
-        return _pending(inputs, out, spec.replicas, obs_rows, cache, ", ".join(pending))
-    clusters_r = got[REQ_CLUSTERS]
-    assert isinstance(clusters_r, Resolved)
+        call.require_upfront()
+        return _pending(call, ", ".join(pending))
+    clusters = got[REQ_CLUSTERS]
+    assert isinstance(clusters, Resolved)
+    if not cache:
+        return _Lists(clusters)
+    cache_r, hyd_r = got[REQ_CACHE], got[REQ_HYDRATIONS]
+    assert isinstance(cache_r, Resolved) and isinstance(hyd_r, Resolved)
+    if not cache_r.items:
+        call.require_upfront()
+        return _cache_not_found(call)
+    return _Lists(
+        clusters,
+        _Footprint(hyd_r.items, inputs.namespace, cache),
+        retained_clusters(cache_r.items[0]),
+    )
 
-    footprint: Mapping[str, str] | None = None
-    retained: frozenset[str] = frozenset()
-    if cache:
-        cache_r = got[REQ_CACHE]
-        assert isinstance(cache_r, Resolved)
-        if not cache_r.items:
-            capacity.require(out, ahead, fleet_ahead)
-            _keep_all(inputs, out)
-            out.resources.pop(USAGE_KEY, None)
-            msg = (
-                f"ModelCache {ns}/{cache} (spec.template.spec.modelCacheRef) does not exist; "
-                f"no replica is placed until it does"
-            )
-            out.condition(SCHEDULED, "False", CACHE_NOT_FOUND, msg)
-            out.warning(msg, CACHE_NOT_FOUND)
-            out.requeue_after(inputs.settings.poll_seconds)
-            _status_from(inputs, out, spec.replicas, obs_rows, cache)
-            _carry(inputs, out)
-            return out
-        hyd_r = got[REQ_HYDRATIONS]
-        assert isinstance(hyd_r, Resolved)
-        footprint = _Footprint(hyd_r.items, ns, cache)
-        retained = retained_clusters(cache_r.items[0])
 
+# ---- placing --------------------------------------------------------------------
+
+
+def _request(
+    call: _Call,
+    spec: DeploymentSpec,
+    selector: LabelSelector,
+    engines: tuple[Engine, ...],
+    lists: _Lists,
+) -> Request:
+    """The placement request: the spec, the fleet lists and the existing replicas."""
     existing = []
-    by_index: dict[int, _Observed] = {}
-    for v in placed_obs:
+    for v in call.placed:
         assert v.index is not None
         existing.append(Existing(v.index, v.cluster, v.pools, v.state[0]))
-        by_index[v.index] = v
-    request = Request(
+    tolerations = [t.model_dump(exclude_none=True) for t in spec.template.spec.tolerations]
+    return Request(
         replicas=spec.replicas,
         engines=engines,
         selector=selector,
-        tolerations=parse_tolerations([t.model_dump(exclude_none=True) for t in ts.tolerations]),
-        fleet=_Fleet(clusters_r.items),
+        tolerations=parse_tolerations(tolerations),
+        fleet=_Fleet(lists.clusters.items),
         existing=tuple(existing),
-        footprint=footprint,
-        retained=retained,
-        cache=cache,
+        footprint=lists.footprint,
+        retained=lists.retained,
+        cache=call.cache,
     )
 
-    # Capacity: placement with the per-cluster usage resolved so far, and, when the
-    # fleet-wide fallback is resolved, with every replica of the fleet (capacity module).
-    fleet_items = capacity.fleet_wide(inputs)
-    known = capacity.Usage(ns, name, lookup=capacity.per_cluster(inputs))
+
+def _place(call: _Call, request: Request, raw_engines: list[Any]) -> Placement | Outcome:
+    """Placement with the capacity known so far, asking for the capacity it read; or the
+    outcome that waits for capacity not resolved yet, or reports a failing selector."""
+    inputs = call.inputs
+    known = capacity.Usage(inputs.namespace, inputs.name, lookup=capacity.per_cluster(inputs))
     try:
-        placement: Placement | None
-        if fleet_items is not None:
-            exact = capacity.Usage(ns, name, fleet=fleet_items)
-            placement = place(replace(request, used=exact))
-            reads = ahead | exact.read
-            # Keep the fallback while the exact walk reads beyond the up-front clusters
-            # (without it the per-cluster walk would expand again).
-            capacity.require(
-                out,
-                reads,
-                fleet_ahead or not exact.read <= ahead or capacity.too_many(reads),
-            )
-        else:
-            placement = place(replace(request, used=known))
-            reads = ahead | known.read
-            # A second expansion (candidates read beyond the up-front ones are known and
-            # the walk still reads unknown ones) asks for the fleet: bounded calls.
-            expanded = bool(known.read - known.unknown - ahead - own_clusters)
-            capacity.require(
-                out,
-                reads,
-                fleet_ahead or (bool(known.unknown) and expanded) or capacity.too_many(reads),
-            )
-            if known.unknown:
-                placement = None
+        placement = _place_with_capacity(call, request, known)
     except SelectorEvaluationError as err:
         # Like a selector that does not compile: nothing placed, nothing removed.
-        capacity.require(out, ahead, fleet_ahead)
-        fields = _selector_fields(raw_ts.get("engines") or []).get(err.expression)
+        call.require_upfront()
+        fields = _selector_fields(raw_engines).get(err.expression)
         msg = f"{fields[0] if fields else 'spec.template.spec.engines'}: {err}"
-        return _invalid_selector(inputs, out, msg, spec.replicas, obs_rows, cache)
+        return _invalid_selector(call, msg)
     if placement is None:
         unknown = sorted(known.unknown)
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-        return _pending(
-            inputs,
-            out,
-            spec.replicas,
-            obs_rows,
-            cache,
-            f"ModelReplicas on {', '.join(unknown[:5])}{more} (their capacity)",
-        )
+        return _pending(call, f"ModelReplicas on {', '.join(unknown[:5])}{more} (their capacity)")
+    return placement
 
+
+def _place_with_capacity(call: _Call, request: Request, known: capacity.Usage) -> Placement | None:
+    """Placement with the per-cluster usage resolved so far (``known``), or, when the
+    fleet-wide fallback is resolved, with every replica of the fleet (capacity module).
+    None when placement read a cluster whose usage is not resolved yet.
+
+    Raises:
+        SelectorEvaluationError: from placement.
+    """
+    inputs, out, ahead = call.inputs, call.out, call.ahead
+    fleet_items = capacity.fleet_wide(inputs)
+    if fleet_items is not None:
+        exact = capacity.Usage(inputs.namespace, inputs.name, fleet=fleet_items)
+        placement = place(replace(request, used=exact))
+        reads = ahead | exact.read
+        # Keep the fallback while the exact walk reads beyond the up-front clusters
+        # (without it the per-cluster walk would expand again).
+        capacity.require(
+            out, reads, call.fleet_ahead or not exact.read <= ahead or capacity.too_many(reads)
+        )
+        return placement
+    placement = place(replace(request, used=known))
+    reads = ahead | known.read
+    # A second expansion (candidates read beyond the up-front clusters are known and
+    # the walk still reads unknown ones) asks for the fleet: bounded calls.
+    expanded = bool(known.read - known.unknown - ahead - call.own_clusters)
+    capacity.require(
+        out,
+        reads,
+        call.fleet_ahead or (bool(known.unknown) and expanded) or capacity.too_many(reads),
+    )
+    return None if known.unknown else placement
+
+
+def _next_clusters(request: Request, placement: Placement, replicas: int) -> list[str]:
+    """``status.nextClusters``: where the next replicas would go (a hint only)."""
     try:
-        k = min(MAX_NEXT_CLUSTERS, max(MIN_NEXT_CLUSTERS, spec.replicas))
-        nxt = next_clusters(request, placement, k)
+        k = min(MAX_NEXT_CLUSTERS, max(MIN_NEXT_CLUSTERS, replicas))
+        return next_clusters(request, placement, k)
     except SelectorEvaluationError:
-        nxt = []  # a hint only: placement reports the selector when it reaches that cluster
+        return []  # a hint only: placement reports the selector when it reaches that cluster
+
+
+# ---- writing the outcome --------------------------------------------------------
+
+
+def _children(call: _Call, placement: Placement) -> list[Any]:
+    """A ModelReplica per placed replica, an event per removed one, the cache's Usage;
+    returns the status rows of the placed replicas."""
+    inputs, out = call.inputs, call.out
+    ns, name = inputs.namespace, inputs.name
+    by_index = {v.index: v for v in call.placed}
     template = _template_key(inputs)
     rows = []
     for p in placement.replicas:
         view = by_index.get(p.index) if p.existing else None
-        body = _replica_body(ns, name, template, p.index, p.cluster, tuple(sorted(p.pools.items())))
+        slot = Slot(p.index, p.cluster, tuple(sorted(p.pools.items())))
+        body = _replica_body(ns, name, template, slot)
         out.add(f"{REPLICA_PREFIX}{p.index}", body, ready=view is not None and view.state[0])
         rows.append((p.index, p.cluster, view.obj if view is not None else None, p.hydration))
     for r in placement.removed:
@@ -265,21 +327,78 @@ def compose(inputs: Inputs) -> Outcome:
             out.normal(msg, "ReplicaRemoved")
         else:
             out.warning(msg, "ReplicaRemoved")
-    if cache:
+    if call.cache:
         # A Usage's work is done once it exists; unspecified readiness would keep the
         # XR unready forever (Crossplane counts only READY_TRUE).
-        out.add(USAGE_KEY, _usage_body(inputs, cache), ready=USAGE_KEY in inputs.observed)
+        out.add(USAGE_KEY, _usage_body(inputs, call.cache), ready=USAGE_KEY in inputs.observed)
+    return rows
 
+
+def _report(call: _Call, placement: Placement, rows: list[Any]) -> None:
+    """``ReplicasScheduled``, the status rows and the displaced replicas."""
+    inputs, out = call.inputs, call.out
     if placement.reason is None:
         out.condition(SCHEDULED, "True", "Scheduled", placement.message)
     else:
         out.condition(SCHEDULED, "False", placement.reason, placement.message)
         out.requeue_after(inputs.settings.poll_seconds)
-    if not _status_from(inputs, out, spec.replicas, rows, cache):
+    if not _status_from(inputs, out, call.replicas, rows, call.cache):
         out.requeue_after(inputs.settings.poll_seconds)
     prev = _displaced_status(inputs)
     if prev is not None or any(not r.scaled_down for r in placement.removed):
+        by_index = {v.index: v for v in call.placed if v.index is not None}
         _track_displaced(inputs, out, placement, by_index, prev)
+
+
+# ---- calls that place nothing ---------------------------------------------------
+
+
+def _invalid_selector(call: _Call, msg: str) -> Outcome:
+    """A device selector that does not compile or fails while evaluating: every
+    existing child is kept exactly, ``ReplicasScheduled=False``,
+    ``InvalidDeviceSelector`` with ``msg`` (the field and the error), and a warning."""
+    inputs, out = call.inputs, call.out
+    _keep_all(inputs, out)
+    out.condition(SCHEDULED, "False", INVALID_DEVICE_SELECTOR, msg)
+    out.warning(msg, INVALID_DEVICE_SELECTOR)
+    return _hold(call)
+
+
+def _pending(call: _Call, what: str) -> Outcome:
+    """A requirement is not resolved: keep every child exactly, say what is awaited."""
+    _keep_all(call.inputs, call.out)
+    call.out.condition(
+        SCHEDULED,
+        "Unknown",
+        "ResolvingRequirements",
+        f"waiting for Crossplane to resolve required resources: {what}",
+    )
+    return _hold(call)
+
+
+def _cache_not_found(call: _Call) -> Outcome:
+    """The ModelCache does not exist: keep the replicas, drop the Usage, say so."""
+    inputs, out = call.inputs, call.out
+    _keep_all(inputs, out)
+    out.resources.pop(USAGE_KEY, None)
+    msg = (
+        f"ModelCache {inputs.namespace}/{call.cache} (spec.template.spec.modelCacheRef) "
+        f"does not exist; no replica is placed until it does"
+    )
+    out.condition(SCHEDULED, "False", CACHE_NOT_FOUND, msg)
+    out.warning(msg, CACHE_NOT_FOUND)
+    out.requeue_after(inputs.settings.poll_seconds)
+    return _hold(call)
+
+
+def _hold(call: _Call) -> Outcome:
+    """Status for a call that places nothing: the observed rows, and
+    ``status.displaced`` and ``status.nextClusters`` carried (Crossplane applies the XR
+    status a function returns: a field left out is lost)."""
+    inputs, out = call.inputs, call.out
+    _status_from(inputs, out, call.replicas, call.rows, call.cache)
+    _carry_displaced(inputs, out)
+    nxt = capacity.next_clusters_status(inputs)
     if nxt:
         out.status[NEXT_CLUSTERS] = nxt
     return out

@@ -9,12 +9,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf.struct_pb2 import Struct
+from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function.api import inferencecluster
 from function.api.modelcachehydration import PENDING
 from function.composers.deployment.status import _replica_state
 from function.core import structs
+from function.core.memo import memo
 from function.naming import (
     hydration_name,
 )
@@ -30,21 +31,24 @@ from function.scheduling.tolerations import parse_taints
 # ---- reading the fleet ----------------------------------------------------------
 
 
-_POOL_CACHE: dict[bytes, tuple[Pool, ...]] = {}
-
-
 def _pools(cluster: Struct) -> tuple[Pool, ...]:
-    """``status.gpuPools`` as Pools; cached by the serialized subtree (fleets repeat)."""
+    """``status.gpuPools`` as Pools, memoized by the serialized subtree.
+
+    Fleets repeat pool shapes, and clusters that report the same pools get the same
+    tuple: placement computes device fit once per distinct tuple
+    (:class:`function.scheduling.placement.fit.StaticFits`).
+    """
     v = inferencecluster.gpu_pools_value(cluster)
     if v is None or v.WhichOneof("kind") != "list_value":
         return ()
-    raw = v.list_value
-    key = raw.SerializeToString(deterministic=True)
-    hit = _POOL_CACHE.get(key)
-    if hit is not None:
-        return hit
+    return _pools_from(v.list_value.SerializeToString(deterministic=True))
+
+
+@memo(4096, weight=2)
+def _pools_from(raw: bytes) -> tuple[Pool, ...]:
+    """:func:`_pools` of a serialized ``status.gpuPools`` list (parsed back on a miss)."""
     pools = []
-    for p in structs.to_py(raw):
+    for p in structs.to_py(ListValue.FromString(raw)):
         if not isinstance(p, dict) or not isinstance(p.get("name"), str):
             continue
         nodes = p.get("nodes")
@@ -56,11 +60,7 @@ def _pools(cluster: Struct) -> tuple[Pool, ...]:
         )
         count = int(nodes) if isinstance(nodes, (int, float)) and math.isfinite(nodes) else 0
         pools.append(Pool(p["name"], count, devs))
-    out = tuple(sorted(pools, key=lambda x: x.name))
-    if len(_POOL_CACHE) > 4096:
-        _POOL_CACHE.clear()
-    _POOL_CACHE[key] = out
-    return out
+    return tuple(sorted(pools, key=lambda x: x.name))
 
 
 def _cluster(item: Struct) -> Cluster:
@@ -88,25 +88,20 @@ def _cluster(item: Struct) -> Cluster:
     )
 
 
-_CLUSTER_CACHE: dict[bytes, Cluster] = {}
-_CLUSTER_CACHE_MAX = 16384
-
-
 def _cached_cluster(item: Struct) -> Cluster:
     """:func:`_cluster`, memoized by the object's serialized bytes.
 
     An InferenceCluster changes rarely and is read on every reconcile of every
     deployment; serializing it (one C call) costs less than half of reading it field by
-    field. The cache is cleared when it holds more than ``_CLUSTER_CACHE_MAX`` entries
-    (about 1 KiB each), which bounds memory whatever the fleet does.
+    field. The memo is bounded in entries and bytes (:mod:`function.core.memo`).
     """
-    key = item.SerializeToString(deterministic=True)
-    hit = _CLUSTER_CACHE.get(key)
-    if hit is None:
-        if len(_CLUSTER_CACHE) >= _CLUSTER_CACHE_MAX:
-            _CLUSTER_CACHE.clear()
-        hit = _CLUSTER_CACHE[key] = _cluster(item)
-    return hit
+    return _cluster_from(item.SerializeToString(deterministic=True))
+
+
+@memo(16384, weight=4)
+def _cluster_from(raw: bytes) -> Cluster:
+    """:func:`_cluster` of a serialized InferenceCluster (parsed back on a miss)."""
+    return _cluster(Struct.FromString(raw))
 
 
 class _Fleet(Mapping[str, Cluster]):

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from function import API_GROUP
 from function.api.modelreplica import Engine as EngineSpec
 from function.api.modelreplica import FlashLoader, Ref
+from function.api.modelreplica import Member as MemberSpec
 from function.core.errors import SpecError, pydantic_errors
 from function.core.inputs import Inputs
 from function.scheduling.devices import (
@@ -100,36 +101,9 @@ def _parse(inputs: Inputs) -> tuple[DeploymentSpec, LabelSelector]:
     selector = LabelSelector.parse(ts.clusterSelector or {}, "spec.template.spec.clusterSelector")
     for ei, e in enumerate(ts.engines):
         f = f"spec.template.spec.engines[{ei}]"
-        roles = [m.role for m in e.members]
-        gang = "Leader" in roles or "Worker" in roles
-        if gang:
-            if roles.count("Leader") != 1 or "Worker" not in roles or "Standalone" in roles:
-                raise SpecError(f"{f}.members", "a gang needs exactly one Leader and Workers")
-            if ts.modelCacheRef is None:
-                raise SpecError(
-                    "spec.template.spec.modelCacheRef",
-                    f"engine {e.name} spans several nodes (Leader and Workers): every pod of "
-                    f"the gang mounts the cache, so a modelCacheRef is required",
-                )
-        elif roles != ["Standalone"]:
-            raise SpecError(f"{f}.members", "an engine is one Standalone member or a gang")
+        _check_roles(ts, e, f)
         for mi, m in enumerate(e.members):
-            if m.worker is not None and m.role != "Worker":
-                raise SpecError(f"{f}.members[{mi}].worker", "only a Worker member has worker")
-            # The replicas would reject these: say so here, where the user wrote them.
-            pod = m.template.get("spec") if isinstance(m.template, dict) else None
-            for group in ("initContainers", "containers"):
-                cs = pod.get(group) if isinstance(pod, dict) else None
-                for ci, c in enumerate(cs if isinstance(cs, list) else []):
-                    if isinstance(c, dict):
-                        check_reserved(
-                            c.get("env"), f"{f}.members[{mi}].template.spec.{group}[{ci}].env"
-                        )
-            if m.nodeSelector is not None:
-                try:
-                    NodeSelector.model_validate(m.nodeSelector)
-                except ValidationError as err:
-                    raise pydantic_errors(f"{f}.members[{mi}].nodeSelector", err) from None
+            _check_member(m, f"{f}.members[{mi}]")
     for k in spec.template.metadata.labels if spec.template.metadata else {}:
         if k.startswith(f"{API_GROUP}/"):
             raise SpecError("spec.template.metadata.labels", f"key {k} uses the reserved prefix")
@@ -137,6 +111,43 @@ def _parse(inputs: Inputs) -> tuple[DeploymentSpec, LabelSelector]:
     if len(set(names)) != len(names):
         raise SpecError("spec.template.spec.engines", "engine names must be unique")
     return spec, selector
+
+
+def _check_roles(ts: TemplateSpec, e: EngineSpec, f: str) -> None:
+    """An engine is one Standalone member or a gang (one Leader and Workers); a gang
+    needs a cache (every pod of it mounts the cache). ``f`` is the engine's field."""
+    roles = [m.role for m in e.members]
+    if not ("Leader" in roles or "Worker" in roles):
+        if roles != ["Standalone"]:
+            raise SpecError(f"{f}.members", "an engine is one Standalone member or a gang")
+        return
+    if roles.count("Leader") != 1 or "Worker" not in roles or "Standalone" in roles:
+        raise SpecError(f"{f}.members", "a gang needs exactly one Leader and Workers")
+    if ts.modelCacheRef is None:
+        raise SpecError(
+            "spec.template.spec.modelCacheRef",
+            f"engine {e.name} spans several nodes (Leader and Workers): every pod of "
+            f"the gang mounts the cache, so a modelCacheRef is required",
+        )
+
+
+def _check_member(m: MemberSpec, f: str) -> None:
+    """What the replicas would reject, said here where the user wrote it: ``worker`` on
+    a non-Worker, reserved env names, an invalid nodeSelector. ``f`` is the member's
+    field."""
+    if m.worker is not None and m.role != "Worker":
+        raise SpecError(f"{f}.worker", "only a Worker member has worker")
+    pod = m.template.get("spec") if isinstance(m.template, dict) else None
+    for group in ("initContainers", "containers"):
+        cs = pod.get(group) if isinstance(pod, dict) else None
+        for ci, c in enumerate(cs if isinstance(cs, list) else []):
+            if isinstance(c, dict):
+                check_reserved(c.get("env"), f"{f}.template.spec.{group}[{ci}].env")
+    if m.nodeSelector is not None:
+        try:
+            NodeSelector.model_validate(m.nodeSelector)
+        except ValidationError as err:
+            raise pydantic_errors(f"{f}.nodeSelector", err) from None
 
 
 def _engines(raw_engines: list[dict[str, Any]]) -> tuple[tuple[Engine, ...], list[str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from google.protobuf.struct_pb2 import ListValue, Struct
@@ -26,7 +26,7 @@ from function.core.inputs import Inputs
 from function.core.numbers import is_whole
 from function.core.outcome import Outcome
 from function.core.timeutil import elapsed, format_time, parse_time
-from function.scheduling.placement import Placement
+from function.scheduling.placement import Placed, Placement
 
 if TYPE_CHECKING:
     from function.composers.deployment.fleet import _Observed
@@ -54,11 +54,75 @@ def _replica_state(obj: Struct | None) -> tuple[bool, str, str]:
     return False, "Pending", "reports no ModelReady condition yet"
 
 
+Row = tuple[int, str, Struct | None, str | None]
+"""(index, cluster, observed replica or None, hydration phase or None)."""
+
+
+@dataclass(slots=True)
+class _Tally:
+    """The replicas of one call by state, for ``status.replicas`` and ``ReplicasReady``."""
+
+    total: int = 0
+    ready: int = 0
+    failed: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)
+
+    def add(self, row: Row, cache: str | None) -> tuple[bool, str]:
+        """Count one replica; returns whether it serves and the reason its row shows."""
+        index, cluster, obj, phase = row
+        ok, reason, message = _replica_state(obj)
+        if obj is not None:
+            self.total += 1
+        if ok:
+            self.ready += 1
+        elif reason == HYDRATION_FAILED or phase == FAILED:
+            self.failed.append(
+                f"replica {index} on {cluster}: "
+                + (message or f"hydration of ModelCache {cache} on {cluster} Failed")
+            )
+            reason = HYDRATION_FAILED
+        elif reason == REASON_HYDRATING or (phase is not None and phase != READY):
+            self.waiting.append(f"replica {index} on {cluster} ({phase or 'Hydrating'})")
+            reason = reason or WAITING_FOR_CACHE
+        else:
+            self.other.append(f"replica {index} on {cluster}: {reason or 'not ready'}")
+        return ok, reason
+
+
+def _ready_condition(
+    out: Outcome, tally: _Tally, wanted: int, any_rows: bool, cache: str | None
+) -> bool:
+    """Set ``ReplicasReady``; returns True only when the work is done."""
+    summary = f"{tally.ready}/{wanted} replicas ready"
+    failed, waiting, other = tally.failed, tally.waiting, tally.other
+    if failed:
+        out.condition(READY_COND, "False", HYDRATION_FAILED, f"{summary}; " + "; ".join(failed[:5]))
+        return False
+    if wanted > 0 and tally.ready >= wanted and not other and not waiting:
+        out.condition(READY_COND, "True", "Ready", summary)
+        return True
+    if wanted == 0 and not any_rows:
+        out.condition(READY_COND, "True", "ScaledToZero", "0 replicas wanted")
+        return True
+    if waiting and not other:
+        out.condition(
+            READY_COND,
+            "False",
+            WAITING_FOR_CACHE,
+            f"{summary}; waiting for ModelCache {cache}: " + ", ".join(waiting[:5]),
+        )
+        return False
+    detail = "; ".join((other + waiting)[:5]) or "replicas not placed"
+    out.condition(READY_COND, "False", "ReplicasNotReady", f"{summary}; {detail}")
+    return False
+
+
 def _status_from(
     inputs: Inputs,
     out: Outcome,
     wanted: int,
-    rows: Sequence[tuple[int, str, Struct | None, str | None]],
+    rows: Sequence[Row],
     cache: str | None,
 ) -> bool:
     """Status and ReplicasReady from (index, cluster, observed replica, hydration phase).
@@ -68,60 +132,23 @@ def _status_from(
         and serving (``ReplicasReady=True``). A partial placement, a replica waiting on
         its cache or any replica not serving is False.
     """
-    total = ready = 0
+    tally = _Tally()
     placement = ListValue()  # built in place: 100s of rows, no dict-to-Struct round trip
-    failed: list[str] = []
-    waiting: list[str] = []
-    other: list[str] = []
-    for index, cluster, obj, phase in sorted(rows, key=lambda r: r[0]):
-        ok, reason, message = _replica_state(obj)
-        if obj is not None:
-            total += 1
-        if ok:
-            ready += 1
-        elif reason == HYDRATION_FAILED or phase == FAILED:
-            failed.append(
-                f"replica {index} on {cluster}: "
-                + (message or f"hydration of ModelCache {cache} on {cluster} Failed")
-            )
-            reason = HYDRATION_FAILED
-        elif reason == REASON_HYDRATING or (phase is not None and phase != READY):
-            waiting.append(f"replica {index} on {cluster} ({phase or 'Hydrating'})")
-            reason = reason or WAITING_FOR_CACHE
-        else:
-            other.append(f"replica {index} on {cluster}: {reason or 'not ready'}")
-        row = placement.values.add().struct_value.fields
-        row["index"].number_value = index
-        row["cluster"].string_value = cluster
-        row["ready"].bool_value = ok
+    for row in sorted(rows, key=lambda r: r[0]):
+        ok, reason = tally.add(row, cache)
+        item = placement.values.add().struct_value.fields
+        item["index"].number_value = row[0]
+        item["cluster"].string_value = row[1]
+        item["ready"].bool_value = ok
         if reason:
-            row["reason"].string_value = reason
-    out.status["replicas"] = {"total": total, "ready": ready}
+            item["reason"].string_value = reason
+    out.status["replicas"] = {"total": tally.total, "ready": tally.ready}
     out.status["placement"] = placement
     # Levels, set on every call (a gauge: idempotent, no transition record needed).
     labels = {"namespace": inputs.namespace, "model": inputs.name}
-    for state, n in (("requested", wanted), ("placed", len(rows)), ("ready", ready)):
+    for state, n in (("requested", wanted), ("placed", len(rows)), ("ready", tally.ready)):
         out.observe("model_deployment_replicas", {**labels, "state": state}, n)
-    summary = f"{ready}/{wanted} replicas ready"
-    done = False
-    if failed:
-        out.condition(READY_COND, "False", HYDRATION_FAILED, f"{summary}; " + "; ".join(failed[:5]))
-    elif wanted > 0 and ready >= wanted and not other and not waiting:
-        out.condition(READY_COND, "True", "Ready", summary)
-        done = True
-    elif wanted == 0 and not rows:
-        out.condition(READY_COND, "True", "ScaledToZero", "0 replicas wanted")
-        done = True
-    elif waiting and not other:
-        out.condition(
-            READY_COND,
-            "False",
-            WAITING_FOR_CACHE,
-            f"{summary}; waiting for ModelCache {cache}: " + ", ".join(waiting[:5]),
-        )
-    else:
-        detail = "; ".join((other + waiting)[:5]) or "replicas not placed"
-        out.condition(READY_COND, "False", "ReplicasNotReady", f"{summary}; {detail}")
+    done = _ready_condition(out, tally, wanted, bool(rows), cache)
     # Crossplane derives the XR's readiness from its composed resources unless the
     # function states it; "every placed replica ready" is not "the work is done".
     out.ready = done
@@ -232,15 +259,7 @@ def _track_displaced(
             records.append(_Displaced(r.index, r.cluster, now, since))
     records.sort(key=lambda d: (d.since, d.index, d.from_cluster))
     placed = {p.index: p for p in placement.replicas}
-    taken: set[int] = set()
-    for rec in records:
-        if rec.replacement is None:
-            continue
-        p = placed.get(rec.replacement)
-        if p is None or p.cluster != rec.to_cluster or rec.replacement in taken:
-            rec.replacement, rec.to_cluster = None, ""
-        else:
-            taken.add(rec.replacement)
+    taken = _confirm_replacements(records, placed)
     fresh = iter([p for p in placement.replicas if not p.existing and p.index not in taken])
     keep: list[_Displaced] = []
     for rec in records:
@@ -250,15 +269,40 @@ def _track_displaced(
                 rec.replacement, rec.to_cluster = nxt.index, nxt.cluster
             elif placement.reason is None:
                 continue  # nothing is short: no replacement to wait for
-        elif placed[rec.replacement].existing:
-            view = by_index.get(rec.replacement)
-            if view is not None and view.cluster == rec.to_cluster and view.state[0]:
-                out.observe(
-                    REPLACEMENT_METRIC,
-                    {"namespace": inputs.namespace, "model": inputs.name},
-                    elapsed(rec.since, inputs.now),
-                )
-                continue
+        elif _serves(rec, placed, by_index):
+            out.observe(
+                REPLACEMENT_METRIC,
+                {"namespace": inputs.namespace, "model": inputs.name},
+                elapsed(rec.since, inputs.now),
+            )
+            continue
         keep.append(rec)
     if keep:
         out.status[DISPLACED] = [rec.to_status() for rec in keep[-MAX_DISPLACED:]]
+
+
+def _confirm_replacements(records: list[_Displaced], placed: Mapping[int, Placed]) -> set[int]:
+    """Forget a recorded replacement no longer placed on the cluster recorded (or taken
+    by an older record); returns the replacements still held."""
+    taken: set[int] = set()
+    for rec in records:
+        if rec.replacement is None:
+            continue
+        p = placed.get(rec.replacement)
+        if p is None or p.cluster != rec.to_cluster or rec.replacement in taken:
+            rec.replacement, rec.to_cluster = None, ""
+        else:
+            taken.add(rec.replacement)
+    return taken
+
+
+def _serves(
+    rec: _Displaced, placed: Mapping[int, Placed], by_index: Mapping[int, _Observed]
+) -> bool:
+    """The record's replacement existed before this call and is observed serving on the
+    cluster recorded."""
+    assert rec.replacement is not None
+    if not placed[rec.replacement].existing:
+        return False
+    view = by_index.get(rec.replacement)
+    return view is not None and view.cluster == rec.to_cluster and view.state[0]

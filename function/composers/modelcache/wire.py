@@ -10,7 +10,7 @@ from google.protobuf.struct_pb2 import Struct
 from function import API_VERSION
 from function.api.modelcacheshard import KIND
 from function.core.memo import memo
-from function.edge.wire import state_entry
+from function.edge.codec import state_entry
 from function.naming import (
     LABEL_CACHE,
     LABEL_MANAGED_BY,

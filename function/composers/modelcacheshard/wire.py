@@ -11,7 +11,7 @@ from function import API_VERSION
 from function.core import structs
 from function.core.inputs import Inputs
 from function.core.memo import memo
-from function.edge.wire import state_entry
+from function.edge.codec import state_entry
 from function.naming import (
     LABEL_CACHE,
     LABEL_CLUSTER,

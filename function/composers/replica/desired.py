@@ -196,9 +196,7 @@ class _Builder:
                 wname,
                 naming.REMOTE_NAMESPACE,
                 engine.copies,
-                1 + nodes,
-                templates["Leader"],
-                templates["Worker"],
+                wl.Group(1 + nodes, templates["Leader"], templates["Worker"]),
                 self.labels,
             )
             cel, kind = wl.LWS_READY_CEL, "LeaderWorkerSet"

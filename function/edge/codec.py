@@ -1,0 +1,385 @@
+"""The wire: RunFunctionRequest bytes and messages in, response messages and bytes out.
+
+- :func:`decode`: the composer's view of a request (:class:`~function.core.inputs.Inputs`;
+  cheap: no Struct is converted).
+- :func:`encode`: an :class:`~function.core.outcome.Outcome` as the response message,
+  with pre-encoded children returned as wire bytes; :func:`desired_suffix` appends those
+  to the serialized message (the wire splice); :func:`state_entry` pre-encodes one child.
+- :func:`peek`, :func:`peek_composite`: the tag and the XR's identity of serialized
+  request bytes without parsing them (the acceptor routes and logs with them);
+  :func:`undecodable`: the response to bytes protobuf cannot parse.
+
+Protobuf map fields are repeated, length-delimited entry records on the wire, so the
+bytes of several ``State.resources`` entries concatenate into a valid encoding of a
+``State`` holding all of them (https://protobuf.dev/programming-guides/encoding/#maps).
+A composer that desires the same child on every reconcile can keep that child's entry
+encoded once (memoized) and the runner splices it in, instead of copying a Struct per
+child.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import duration_pb2
+from google.protobuf.struct_pb2 import ListValue, Struct
+
+from function.core import structs
+from function.core.inputs import Inputs, ObservedView, RequiredView
+from function.core.outcome import Outcome, Requirement
+from function.ops.settings import Settings
+
+_SEVERITY = {
+    "Normal": fnv1.SEVERITY_NORMAL,
+    "Warning": fnv1.SEVERITY_WARNING,
+    "Fatal": fnv1.SEVERITY_FATAL,
+}
+_STATUS = {
+    "True": fnv1.STATUS_CONDITION_TRUE,
+    "False": fnv1.STATUS_CONDITION_FALSE,
+    "Unknown": fnv1.STATUS_CONDITION_UNKNOWN,
+}
+
+SEVERITY_NAME = {v: k for k, v in _SEVERITY.items()}
+"""Result severity (protobuf enum) to its name (``Normal``, ``Warning``, ``Fatal``)."""
+
+
+# ---- decoding ----------------------------------------------------------------------
+
+
+def decode(
+    req: fnv1.RunFunctionRequest,
+    *,
+    now: datetime.datetime,
+    settings: Settings,
+    asked: Mapping[str, Requirement] | None = None,
+) -> Inputs:
+    """Build the composer's view of ``req`` (cheap: no Struct is converted).
+
+    Args:
+        req: The request.
+        now: The call's time (UTC).
+        settings: The effective settings.
+        asked: Requirements by name as the composer declares them; required
+            items they do not select are left out (:class:`RequiredView`).
+    """
+    observed = ObservedView(req.observed.resources)
+    required = RequiredView(req.required_resources, asked)
+    return Inputs(
+        xr=req.observed.composite.resource,
+        observed=observed,
+        required_resources=required,
+        now=now,
+        settings=settings,
+        tag=req.meta.tag,
+    )
+
+
+# ---- encoding ----------------------------------------------------------------------
+
+
+def encode(
+    req: fnv1.RunFunctionRequest, out: Outcome, default_ttl_seconds: float
+) -> tuple[fnv1.RunFunctionResponse, list[bytes]]:
+    """``out`` as the response to ``req``; pre-encoded children (``Desired.wire``) are
+    returned as wire bytes instead of being merged into the message.
+
+    Desired state starts from the request's desired state (what earlier pipeline steps
+    produced); resources and status fields are set over it. If ``out`` holds a fatal
+    result, nothing else is sent but the results.
+    """
+    rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=req.meta.tag))
+    ttl = out.ttl_seconds if out.ttl_seconds is not None else default_ttl_seconds
+    rsp.meta.ttl.CopyFrom(duration_pb2.Duration(seconds=int(ttl), nanos=0))
+    rsp.desired.CopyFrom(req.desired)
+    if req.HasField("context"):
+        rsp.context.CopyFrom(req.context)
+    _encode_results(rsp, out)
+    if any(r.severity == "Fatal" for r in out.results):
+        return rsp, []
+    _encode_composite(rsp, req, out)
+    wires = _encode_resources(rsp, req, out)
+    _encode_requirements(rsp, out)
+    return rsp, wires
+
+
+def _set_struct(target: Struct, key: str, value: Any) -> None:
+    if isinstance(value, Struct):
+        target.get_or_create_struct(key).CopyFrom(value)
+    elif isinstance(value, ListValue):
+        target.get_or_create_list(key).CopyFrom(value)
+    else:
+        target.update({key: value})
+
+
+def _encode_results(rsp: fnv1.RunFunctionResponse, out: Outcome) -> None:
+    """The results (events; a fatal one ends the call), targeted at the XR."""
+    for r in out.results:
+        res = rsp.results.add(severity=_SEVERITY[r.severity], message=r.message)
+        if r.reason:
+            res.reason = r.reason
+        if r.severity != "Fatal":
+            res.target = fnv1.TARGET_COMPOSITE
+
+
+def _encode_composite(
+    rsp: fnv1.RunFunctionResponse, req: fnv1.RunFunctionRequest, out: Outcome
+) -> None:
+    """The XR's conditions, desired status and readiness."""
+    for c in out.conditions:
+        rsp.conditions.add(
+            type=c.type,
+            status=_STATUS[c.status],
+            reason=c.reason,
+            message=c.message,
+            target=fnv1.TARGET_COMPOSITE,
+        )
+    composite = rsp.desired.composite
+    if out.status:
+        status = composite.resource.get_or_create_struct("status")
+        for k in sorted(out.status):
+            _set_struct(status, k, out.status[k])
+    if out.ready is not None:
+        composite.ready = fnv1.READY_TRUE if out.ready else fnv1.READY_FALSE
+    elif any(name not in req.required_resources for name in out.requirements):
+        # Not the last iteration of Crossplane's requirements loop (it asks for what
+        # Crossplane has not resolved yet): whether the work is done is not known, so
+        # not ready. Crossplane applies only the last iteration's response.
+        composite.ready = fnv1.READY_FALSE
+
+
+def _encode_resources(
+    rsp: fnv1.RunFunctionResponse, req: fnv1.RunFunctionRequest, out: Outcome
+) -> list[bytes]:
+    """The desired composed resources, each with explicit readiness; pre-encoded children
+    (``Desired.wire``) are returned as wire bytes instead of being merged."""
+    resources = rsp.desired.resources
+    observed = req.observed.resources
+    wires: list[bytes] = []
+    for name in sorted(out.resources):
+        d = out.resources[name]
+        if d.wire is not None:
+            wires.append(d.wire)
+            continue
+        target = resources[name]
+        if isinstance(d.body, Struct):
+            target.resource.CopyFrom(d.body)
+        else:
+            target.resource.update(d.body)
+        ready = d.ready
+        if ready is None:
+            # Every composed resource gets explicit readiness: Crossplane counts only
+            # READY_TRUE, and each unready one costs a requeue and an event per
+            # reconcile. Where the composer did not decide, the resource is ready when
+            # what observes it (provider-kubernetes for an Object, Crossplane for a
+            # composed XR) reports Ready=True, as function-auto-ready decides.
+            ready = name in observed and structs.condition_is(observed[name].resource, "Ready")
+        target.ready = fnv1.READY_TRUE if ready else fnv1.READY_FALSE
+    return wires
+
+
+def _encode_requirements(rsp: fnv1.RunFunctionResponse, out: Outcome) -> None:
+    """The requirements, as Crossplane's ``ResourceSelector``s."""
+    for rname in sorted(out.requirements):
+        q = out.requirements[rname]
+        sel = rsp.requirements.resources[rname]
+        sel.api_version = q.api_version
+        sel.kind = q.kind
+        if q.match_name is not None:
+            sel.match_name = q.match_name
+        elif q.match_labels is not None:
+            sel.match_labels.SetInParent()
+            for k, v in q.match_labels:
+                sel.match_labels.labels[k] = v
+        if q.namespace is not None:
+            sel.namespace = q.namespace
+
+
+# ---- the wire splice ----------------------------------------------------------------
+
+
+_DESIRED_TAG = bytes([(2 << 3) | 2])  # RunFunctionResponse.desired: field 2, length-delimited
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def desired_suffix(wires: list[bytes]) -> bytes:
+    """Pre-encoded ``State.resources`` entries as a second ``desired`` field of a response.
+
+    Protobuf parsers merge repeated occurrences of a message field, and map entries of
+    a later occurrence replace the same keys (https://protobuf.dev/programming-guides/
+    encoding/#last-one-wins), so appending this to a serialized response adds the entries.
+    """
+    if not wires:
+        return b""
+    payload = b"".join(wires)
+    return _DESIRED_TAG + _varint(len(payload)) + payload
+
+
+def serialize(rsp: fnv1.RunFunctionResponse) -> bytes:
+    """The deterministic wire bytes of a complete response message (sorted map keys).
+
+    Deterministic so the same request gives the same bytes in every process: protobuf's
+    default map order depends on a per-process hash seed. (The server sends
+    :meth:`FunctionRunner.run_wire`'s bytes, which parse to the same message.)
+    """
+    return bytes(rsp.SerializeToString(deterministic=True))
+
+
+def state_entry(name: str, body: Struct, ready: bool | None) -> bytes:
+    """Encode ``State.resources[name] = Resource(resource=body, ready=...)`` as wire bytes.
+
+    Args:
+        name: The composition-resource name (the map key).
+        body: The desired composed resource.
+        ready: READY_TRUE/READY_FALSE, or None for READY_UNSPECIFIED.
+
+    Returns:
+        The bytes of a ``State`` message with that single entry, deterministic.
+    """
+    state = fnv1.State()
+    res = state.resources[name]
+    res.resource.CopyFrom(body)
+    if ready is not None:
+        res.ready = fnv1.READY_TRUE if ready else fnv1.READY_FALSE
+    return bytes(state.SerializeToString(deterministic=True))
+
+
+# ---- reading request bytes without parsing them ----------------------------------------
+
+
+def peek(data: bytes) -> tuple[str, str, str, str]:
+    """The tag and the XR's kind, namespace and name of a serialized request, cheaply.
+
+    Walks the wire format to ``meta`` (field 1) and ``observed.composite`` (field 2,
+    then 1) and parses only those; skips everything else by its length, copying
+    nothing. Any field it cannot read is ``""`` (never raises).
+
+    Returns:
+        (tag, kind, namespace, name).
+    """
+    return peek_composite(data)[0]
+
+
+def peek_composite(data: bytes) -> tuple[tuple[str, str, str, str], bytes]:
+    """Like :func:`peek`, and also the serialized observed composite (``b""`` if none)."""
+    tag = kind = namespace = name = ""
+    composite: Any = None
+    try:
+        view = memoryview(data)
+        meta = _field(view, 1)
+        if meta is not None:
+            tag = fnv1.RequestMeta.FromString(bytes(meta)).tag
+        observed = _field(view, 2)
+        composite = _field(observed, 1) if observed is not None else None
+        xr = _field(composite, 1) if composite is not None else None  # Resource.resource
+        if xr is not None:
+            top = _struct_fields(xr, ("kind", "metadata"))
+            kind = _string_value(top.get("kind"))
+            meta = top.get("metadata")
+            inner = _field(meta, 5) if meta is not None else None  # Value.struct_value
+            if inner is not None:
+                m = _struct_fields(inner, ("name", "namespace"))
+                name = _string_value(m.get("name"))
+                namespace = _string_value(m.get("namespace"))
+    except Exception:  # a malformed request: whatever could be read
+        pass
+    return (tag, kind, namespace, name), bytes(composite) if composite is not None else b""
+
+
+def _struct_fields(data: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The ``Value`` bytes of the entries ``keys`` of a serialized ``Struct`` (wire walk:
+    nothing nested is parsed, so any depth is fine)."""
+    out: dict[str, bytes] = {}
+    i, end = 0, len(data)
+    while i < end and len(out) < len(keys):
+        key, i = _read_varint(data, i)
+        if key & 7 != 2:
+            return out
+        length, i = _read_varint(data, i)
+        entry = data[i : i + length]
+        i += length
+        if key >> 3 != 1:
+            continue
+        k = _field(entry, 1)
+        if k is not None:
+            name = bytes(k).decode("utf-8", "replace")
+            if name in keys:
+                out[name] = _field(entry, 2) or b""
+    return out
+
+
+def _string_value(value: Any) -> str:
+    """The ``string_value`` (field 3) of a serialized ``Value``, or ``""``."""
+    s = _field(value, 3) if value is not None and len(value) else None
+    return bytes(s).decode("utf-8", "replace") if s is not None else ""
+
+
+def _read_varint(data: Any, i: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        b = data[i]
+        i += 1
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            return n, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _field(data: Any, number: int) -> Any:
+    """The bytes (a slice of ``data``: a memoryview for a memoryview) of the first
+    length-delimited field ``number`` of a message, or None."""
+    i, end = 0, len(data)
+    while i < end:
+        key, i = _read_varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _read_varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            length, i = _read_varint(data, i)
+            if key >> 3 == number:
+                return data[i : i + length]
+            i += length
+        else:
+            return None
+    return None
+
+
+def undecodable(data: bytes, error: BaseException) -> bytes:
+    """The response to a request that protobuf cannot parse: one fatal result saying why.
+
+    Desired state is not echoed (it could not be read); a fatal result makes
+    Crossplane apply nothing this reconcile, so nothing is deleted.
+    """
+    tag, kind, namespace, name = peek(data)
+    xr = f"{kind} {namespace}/{name}: " if kind or name else ""
+    rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=tag))
+    rsp.results.add(
+        severity=fnv1.SEVERITY_FATAL,
+        message=(
+            f"{xr}the RunFunctionRequest ({len(data)} bytes) could not be parsed "
+            f"({type(error).__name__}: {' '.join(str(error).split())[:200]}): it is malformed "
+            "or nested deeper than protobuf's limit of 100 levels (look for deeply nested "
+            "values in the XR's spec or a composed resource)"
+        ),
+    )
+    return serialize(rsp)

@@ -1,0 +1,167 @@
+"""Placement's records: the fleet as placement sees it, the request and the outcome.
+
+Shapes mirror the InferenceCluster status (``status.gpuPools[]``) and the ModelDeployment
+spec; the rules that read them are in :mod:`function.scheduling.placement`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from function.scheduling.devices import Device, DeviceRequest
+from function.scheduling.selectors import LabelSelector
+from function.scheduling.tolerations import Taint, Toleration
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A GPU pool of a cluster: ``status.gpuPools[]``."""
+
+    name: str
+    nodes: int
+    devices: tuple[Device, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """An InferenceCluster as placement sees it."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ready: bool = True
+    taints: tuple[Taint, ...] = ()
+    pools: tuple[Pool, ...] = ()
+
+    def pool(self, name: str) -> Pool | None:
+        """The pool called ``name``, or None."""
+        for p in self.pools:
+            if p.name == name:
+                return p
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One member of an engine: its pods per copy and its device requests."""
+
+    role: str
+    pods: int = 1
+    requests: tuple[DeviceRequest, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """One engine: ``copies`` of its members."""
+
+    name: str
+    copies: int
+    members: tuple[Member, ...]
+
+    def cost(self, i: int) -> int:
+        """Nodes member ``i`` takes: pods times copies."""
+        return self.members[i].pods * self.copies
+
+
+MemberKey = tuple[str, int]
+"""(engine name, member index)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Existing:
+    """A replica of this deployment that exists (observed)."""
+
+    index: int
+    cluster: str
+    pools: Mapping[MemberKey, str] = field(default_factory=dict)
+    serving: bool = False
+    """The replica serves (its ``ModelReady`` is True): a retiring replica goes only
+    once enough replicas serve elsewhere."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where one replica runs."""
+
+    index: int
+    cluster: str
+    pools: Mapping[MemberKey, str]
+    existing: bool
+    hydration: str | None = None
+    """The cluster's hydration phase (None without a cache)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """An existing replica that placement drops, and why.
+
+    ``scaled_down`` is True when it goes because fewer replicas are wanted; False when
+    it is *displaced*: its cluster stopped being eligible (gone, no longer selected,
+    an untolerated ``NoExecute`` taint, outside the cache footprint, no longer fits)
+    or it is moved off a cluster that is not Ready or whose hydration Failed.
+    """
+
+    index: int
+    cluster: str
+    why: str
+    scaled_down: bool = False
+
+
+@dataclass
+class Placement:
+    """The outcome of :func:`place`.
+
+    Attributes:
+        replicas: Every replica that should exist, sorted by index.
+        removed: Existing replicas dropped, sorted by index.
+        reason: Why fewer replicas than wanted are placed (None when all are).
+        message: A sentence for the condition, naming what was checked.
+    """
+
+    replicas: list[Placed]
+    removed: list[Removed]
+    reason: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class Request:
+    """What placement needs.
+
+    Attributes:
+        replicas: How many replicas the deployment wants.
+        engines: The engines of every replica.
+        selector: The deployment's own cluster selector.
+        tolerations: The deployment's tolerations.
+        clusters: Every InferenceCluster matching the selector's equality part
+            (placement applies the whole selector again).
+        used: Nodes used per ``(cluster, pool)`` by replicas of *other*
+            deployments. Read only with ``.get((cluster, pool), 0)``, and only for the
+            clusters placement looks at (an existing replica's cluster for scale-down,
+            the clusters the new replicas' walk reaches), so it may be a mapping that
+            reads each cluster's usage when first asked and records what was asked.
+        existing: This deployment's replicas that exist.
+        footprint: With a cache: cluster name to its hydration phase (every
+            hydration, Failed too); None without a cache.
+        cache: The cache's name (for messages), or None.
+        retained: Clusters of the footprint that the cache keeps only while a live
+            replica uses them (they left its ``clusterSelector``): no new replica goes
+            there, and replicas there retire make-before-break.
+        fleet: Instead of ``clusters``, a mapping of cluster name to Cluster that may
+            build each Cluster when it is first read (iteration yields the names):
+            placement reads only the clusters it needs (the existing replicas'
+            clusters; every cluster only when new replicas are placed or some are
+            missing), so a caller with thousands of clusters pays for those alone.
+    """
+
+    replicas: int
+    engines: tuple[Engine, ...]
+    selector: LabelSelector
+    tolerations: tuple[Toleration, ...] = ()
+    clusters: tuple[Cluster, ...] = ()
+    used: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    existing: tuple[Existing, ...] = ()
+    footprint: Mapping[str, str] | None = None
+    cache: str | None = None
+    fleet: Mapping[str, Cluster] | None = None
+    retained: frozenset[str] = frozenset()

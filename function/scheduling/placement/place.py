@@ -1,0 +1,391 @@
+""":func:`place`: where every replica of a deployment runs, in named steps.
+
+The steps, in order (rules in :mod:`function.scheduling.placement`): sort the existing
+replicas into kept, due to move, retiring or displaced; scale down; place new replicas
+(spread, then pack); replace replicas due to move where a replacement was placed; retire
+replicas on retained clusters once enough serve elsewhere; report.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from function.api.modelcachehydration import FAILED, READY
+from function.api.modeldeployment import (
+    INSUFFICIENT_CAPACITY,
+    NO_CLUSTER_IN_FOOTPRINT,
+    NO_MATCHING_CLUSTERS,
+    WAITING_FOR_CACHE,
+)
+from function.scheduling.placement.eligibility import eligible, spread_order
+from function.scheduling.placement.fit import Ledger, StaticFits, charges, fit
+from function.scheduling.placement.model import (
+    Cluster,
+    Existing,
+    MemberKey,
+    Placed,
+    Placement,
+    Removed,
+    Request,
+)
+from function.scheduling.placement.report import MAX_NAMED, counts, names, where
+from function.scheduling.tolerations import EXECUTE_EFFECTS, untolerated
+
+_Entry = tuple[tuple[Any, ...], dict[MemberKey, str]]
+"""A cluster's choice key for the next new replica, and the pools it would take."""
+
+
+def place(req: Request) -> Placement:
+    """Decide where every replica of a deployment runs (see the package docstring).
+
+    Raises:
+        function.scheduling.devices.InvalidSelector: when a device selector does not compile.
+    """
+    clusters: Mapping[str, Cluster] = (
+        req.fleet if req.fleet is not None else {c.name: c for c in req.clusters}
+    )
+    run = _Run(req, clusters, Ledger(clusters, req.used), StaticFits(req.engines))
+    standing = _sort_existing(run)
+    _scale_down(run, standing)
+    chooser = _Chooser(run, standing)
+    chooser.place(req.replicas - len(standing.solid))
+    kept_soft = _replace_moved(run, standing, chooser.new)
+    kept_retiring = _retire(run, standing)
+    return _report(run, standing.solid + kept_soft + chooser.new, kept_retiring, chooser.checked)
+
+
+@dataclass
+class _Run:
+    """One placement call: its request, the fleet, free nodes and what it removed."""
+
+    req: Request
+    clusters: Mapping[str, Cluster]
+    ledger: Ledger
+    fits: StaticFits
+    removed: list[Removed] = field(default_factory=list)
+
+    def phase(self, name: str) -> str | None:
+        fp = self.req.footprint
+        return None if fp is None else fp.get(name)
+
+    def tier(self, name: str) -> int:
+        fp = self.req.footprint
+        return 0 if fp is None or fp.get(name) == READY else 1
+
+    def drop(self, p: Placed, why: str, scaled_down: bool) -> None:
+        self.ledger.charge(p.cluster, charges(self.req.engines, p.pools), -1)
+        self.removed.append(Removed(p.index, p.cluster, why, scaled_down))
+
+
+@dataclass
+class _Standing:
+    """The existing replicas that stay for now, by how firmly."""
+
+    solid: list[Placed] = field(default_factory=list)
+    soft: list[tuple[Placed, str]] = field(default_factory=list)
+    """Due to move (cluster not Ready, hydration Failed or absent), with why."""
+    retiring: list[Placed] = field(default_factory=list)
+    """On a retained cluster: kept until enough replicas serve elsewhere."""
+    serving: set[int] = field(default_factory=set)
+
+
+# ---- existing replicas: keep, move (soft), retire or drop ----------------------
+
+
+def _sort_existing(run: _Run) -> _Standing:
+    standing = _Standing()
+    for ex in sorted(run.req.existing, key=lambda x: x.index):
+        c = run.clusters.get(ex.cluster)
+        why, pools = _still_fits(run, ex, c)
+        if why:
+            run.removed.append(Removed(ex.index, ex.cluster, why))
+            continue
+        assert c is not None and pools is not None
+        p = Placed(ex.index, c.name, pools, True, run.phase(c.name))
+        run.ledger.charge(c.name, charges(run.req.engines, pools))
+        if ex.serving:
+            standing.serving.add(ex.index)
+        _file(run.req, standing, p, c)
+    return standing
+
+
+def _still_fits(
+    run: _Run, ex: Existing, c: Cluster | None
+) -> tuple[str, dict[MemberKey, str] | None]:
+    """``("", pools)`` for a replica that may stay on its cluster, or ``(why, None)``."""
+    why = _displaced(run.req, ex, c)
+    if why or c is None:
+        return why, None
+    # Device fit only: an existing replica keeps its pools (it already holds their
+    # nodes); a member whose pool no longer satisfies it moves within the cluster.
+    pools, fit_why = run.fits.fit(c, ex.pools)
+    if pools is None:
+        return f"no longer fits: {fit_why}", None
+    return "", pools
+
+
+def _displaced(req: Request, ex: Existing, c: Cluster | None) -> str:
+    """Why ``ex``'s cluster stopped being eligible for it ('' while it is)."""
+    if c is None:
+        return "cluster is gone or no longer matches clusterSelector"
+    if not req.selector.matches(c.labels):
+        return "cluster no longer matches clusterSelector"
+    if c.taints and (taints := untolerated(c.taints, req.tolerations, EXECUTE_EFFECTS)):
+        return f"taint {taints[0]} not tolerated"
+    if req.footprint and ex.cluster not in req.footprint:
+        return f"cluster is outside the footprint of ModelCache {req.cache}"
+    return ""
+
+
+def _file(req: Request, standing: _Standing, p: Placed, c: Cluster) -> None:
+    """Put a replica that stays into retiring, due to move, or solid."""
+    fp = req.footprint
+    if c.name in req.retained:
+        standing.retiring.append(p)
+    elif not c.ready:
+        standing.soft.append((p, "cluster is not Ready"))
+    elif fp is not None and not fp:
+        standing.soft.append((p, f"ModelCache {req.cache} has no hydration"))
+    elif fp is not None and fp.get(c.name) == FAILED:
+        standing.soft.append((p, f"hydration of ModelCache {req.cache} Failed"))
+    else:
+        standing.solid.append(p)
+
+
+# ---- scale-down ---------------------------------------------------------------
+
+
+def _scale_down(run: _Run, standing: _Standing) -> None:
+    excess = len(standing.solid) + len(standing.soft) - run.req.replicas
+    while excess > 0 and standing.soft:
+        p, why = standing.soft.pop()
+        run.drop(p, f"scaled down ({why})", True)
+        excess -= 1
+    if excess > 0:
+        standing.solid = _shed(run, standing.solid, excess)
+
+
+def _shed(run: _Run, solid: list[Placed], excess: int) -> list[Placed]:
+    """``solid`` without its ``excess`` replicas on the most loaded clusters.
+
+    The victim is the replica with the highest (load, count, tier, index). Removing one
+    lowers only its own cluster's load and count, so keys only decrease: a heap of
+    negated keys re-checked on pop finds each victim in O(log n).
+    """
+    per = counts(solid)
+
+    def down_key(p: Placed) -> tuple[float, int, int, int]:
+        return (-run.ledger.load(p.cluster), -per[p.cluster], -run.tier(p.cluster), -p.index)
+
+    victims = [(down_key(p), p) for p in solid]
+    heapq.heapify(victims)
+    gone: set[int] = set()
+    while excess > 0:
+        k, victim = heapq.heappop(victims)
+        now = down_key(victim)
+        if now != k:
+            heapq.heappush(victims, (now, victim))
+            continue
+        gone.add(victim.index)
+        per[victim.cluster] -= 1
+        run.drop(victim, "scaled down", True)
+        excess -= 1
+    return [p for p in solid if p.index not in gone]
+
+
+# ---- scale-up: place new replicas ----------------------------------------------
+
+
+class _Chooser:
+    """New replicas: spread over clusters without one, then pack.
+
+    ``checked`` records why each cluster looked at could not take one.
+    """
+
+    def __init__(self, run: _Run, standing: _Standing):
+        self.run = run
+        self.checked: dict[str, str] = {}
+        self.new: list[Placed] = []
+        self.counts = counts(standing.solid + [p for p, _ in standing.soft])
+        self.indexes = _free_indexes({ex.index for ex in run.req.existing})
+
+    def place(self, need: int) -> None:
+        if need <= 0:
+            return
+        eligible = self._spread(need)
+        if eligible is not None and len(self.new) < need:
+            self._pack(eligible, need)
+
+    def _spread(self, need: int) -> list[Cluster] | None:
+        """Spread: the choice key puts every cluster without a replica of this deployment
+        first, in (tier, name) order, and placing one there moves it behind them all. So
+        walk the clusters in that order, one replica each, and stop when enough are
+        placed: a cluster is read and checked only when reached (a first call on a fleet
+        of thousands looks at about as many clusters as it places replicas).
+
+        Returns the eligible clusters when every cluster was looked at, None when it
+        stopped early.
+        """
+        run = self.run
+        found: list[Cluster] = []
+        for name in spread_order(run.clusters, run.req.footprint):
+            if len(self.new) >= need:
+                return None
+            c = run.clusters[name]
+            if not eligible(run.req, c, self.checked, run.fits.fit):
+                continue
+            found.append(c)
+            if self.counts.get(name, 0):
+                continue
+            e = self._entry(c)
+            if e is not None:
+                self._put(c, e[1])
+        return found
+
+    def _pack(self, eligible: list[Cluster], need: int) -> None:
+        """Pack onto the clusters that hold one, by their choice keys. Placing a replica
+        changes only the chosen cluster's key, so a heap re-evaluates only that cluster."""
+        heap: list[tuple[tuple[Any, ...], dict[MemberKey, str], Cluster]] = []
+        for c in eligible:
+            if self.counts.get(c.name, 0):
+                e = self._entry(c)
+                if e is not None:
+                    heap.append((e[0], e[1], c))
+        heapq.heapify(heap)
+        while len(self.new) < need and heap:
+            _, pools, c = heapq.heappop(heap)
+            self._put(c, pools)
+            e = self._entry(c)
+            if e is not None:
+                heapq.heappush(heap, (e[0], e[1], c))
+
+    def _entry(self, c: Cluster) -> _Entry | None:
+        """The choice key of ``c`` for the next replica, or None when it is full."""
+        run = self.run
+        free = {p.name: run.ledger.free(c.name, p.name) for p in c.pools}
+        # The device-only fit is the capacity-aware one whenever its pools have room
+        # (fit takes the first satisfying pool by name; room only skips pools).
+        pools = run.fits.fit(c)[0]
+        charged = run.fits.charges(c, pools) if pools is not None else None
+        if pools is None or charged is None or any(free.get(k, 0) < n for k, n in charged.items()):
+            pools, why = fit(c, run.req.engines, free)
+            if pools is None:
+                self.checked[c.name] = why
+                return None
+            charged = charges(run.req.engines, pools)
+        n = self.counts.get(c.name, 0)
+        left = sum(free.values()) - sum(charged.values())
+        return (n > 0, run.tier(c.name), left if n > 0 else 0, c.name), pools
+
+    def _put(self, c: Cluster, pools: dict[MemberKey, str]) -> None:
+        self.checked.pop(c.name, None)
+        self.run.ledger.charge(c.name, charges(self.run.req.engines, pools))
+        self.new.append(Placed(next(self.indexes), c.name, pools, False, self.run.phase(c.name)))
+        self.counts[c.name] = self.counts.get(c.name, 0) + 1
+
+
+def _free_indexes(taken: set[int]) -> Iterator[int]:
+    """The indexes not in ``taken``, lowest first (one pass: O(replicas) in all)."""
+    i = 0
+    while True:
+        if i not in taken:
+            yield i
+        i += 1
+
+
+# ---- replicas due to move, retiring replicas, the outcome -----------------------
+
+
+def _replace_moved(run: _Run, standing: _Standing, new: list[Placed]) -> list[Placed]:
+    """Replicas due to move are replaced when a replacement was placed; the rest stay."""
+    keep = max(0, run.req.replicas - len(standing.solid) - len(new))
+    soft = sorted(standing.soft, key=lambda s: s[0].index)
+    for p, why in soft[keep:]:
+        run.drop(p, f"moved ({why})", False)
+    return [p for p, _ in soft[:keep]]
+
+
+def _retire(run: _Run, standing: _Standing) -> list[Placed]:
+    """Retiring replicas are kept until enough replicas serve elsewhere."""
+    req = run.req
+    serving_elsewhere = sum(1 for p in standing.solid if p.index in standing.serving)
+    keep = max(0, req.replicas - serving_elsewhere)
+    for i, p in enumerate(standing.retiring[keep:], start=keep):
+        if i >= req.replicas:
+            run.drop(p, f"scaled down (on {p.cluster}, retained by ModelCache {req.cache})", True)
+            continue
+        run.drop(
+            p,
+            f"moved off {p.cluster}, retained by ModelCache {req.cache} after it left the "
+            f"cache's clusterSelector ({serving_elsewhere} replicas serve in the footprint)",
+            False,
+        )
+    return standing.retiring[:keep]
+
+
+def _report(
+    run: _Run, wanted: list[Placed], kept_retiring: list[Placed], checked: Mapping[str, str]
+) -> Placement:
+    req = run.req
+    replicas = sorted(wanted + kept_retiring, key=lambda p: p.index)
+    removed = sorted(run.removed, key=lambda r: r.index)
+    placed = len(wanted)
+    retire_note = ""
+    if kept_retiring:
+        retire_note = (
+            f"; {len(kept_retiring)} more kept on retained cluster(s) "
+            f"{names(sorted({p.cluster for p in kept_retiring}))} until replacements "
+            "serve (make-before-break)"
+        )
+    if placed >= req.replicas:
+        return Placement(
+            replicas,
+            removed,
+            None,
+            f"{placed} of {req.replicas} replicas placed{where(wanted)}{retire_note}",
+        )
+    reason, detail = _shortfall(req, run.clusters, checked)
+    msg = f"{placed} of {req.replicas} replicas placed: {detail}{retire_note}"
+    return Placement(replicas, removed, reason, msg)
+
+
+def _shortfall(
+    req: Request, clusters: Mapping[str, Cluster], checked: Mapping[str, str]
+) -> tuple[str, str]:
+    """The specific reason fewer replicas than wanted are placed, and what was checked."""
+    selected = sorted(n for n, c in clusters.items() if req.selector.matches(c.labels))
+    fp = req.footprint
+    if fp is not None:
+        live = sorted(n for n, ph in fp.items() if ph != FAILED and n not in req.retained)
+        if not fp:
+            return WAITING_FOR_CACHE, (
+                f"ModelCache {req.cache} has no hydration on any cluster yet; "
+                f"replicas are placed only where it is pre-warmed"
+            )
+        inside = [n for n in selected if n in fp]
+        if not [n for n in inside if fp[n] != FAILED and n not in req.retained]:
+            failed = sorted(n for n in inside if fp[n] == FAILED)
+            detail = (
+                f"clusterSelector matches {names(selected) or 'no cluster'}; the footprint of "
+                f"ModelCache {req.cache} is {names(live) or 'empty'}"
+            )
+            if failed:
+                detail += f"; hydration Failed on {names(failed)}"
+            return NO_CLUSTER_IN_FOOTPRINT, detail
+    elif not selected:
+        return NO_MATCHING_CLUSTERS, "no InferenceCluster matches clusterSelector"
+    if not checked:
+        return INSUFFICIENT_CAPACITY, "every eligible cluster is full"
+    by_why: dict[str, list[str]] = {}
+    for name, why in sorted(checked.items()):
+        by_why.setdefault(why, []).append(name)
+    parts = [
+        f"{names(members)}: {why}" for why, members in sorted(by_why.items(), key=lambda x: x[1][0])
+    ]
+    more = f"; and {len(parts) - MAX_NAMED} more" if len(parts) > MAX_NAMED else ""
+    return INSUFFICIENT_CAPACITY, (
+        f"checked {len(checked)} cluster(s): " + "; ".join(parts[:MAX_NAMED]) + more
+    )
