@@ -1020,10 +1020,24 @@ def test_retained_cluster_takes_no_replica_and_its_replicas_move_make_before_bre
     assert sorted(b["spec"]["clusterName"] for b in hyd3.values()) == ["gpu-b"]
 
 
-@pytest.mark.parametrize("replicas", ["3", True, 2.5])
-def test_replicas_must_be_a_whole_number(replicas: Any) -> None:
-    """Found by the fuzz test: "3" passed pydantic's lax int and placed three replicas."""
+WHOLE_NUMBER_FIELDS = [
+    # (field written wrong, the path the fatal result must name)
+    ("replicas", "spec.replicas"),
+    ("count", "spec.template.spec.engines[0].members[0].nodeSelector.devices[0].count"),
+]
+
+
+@pytest.mark.parametrize("value", ["3", True, 2.5])
+@pytest.mark.parametrize(("field", "path"), WHOLE_NUMBER_FIELDS)
+def test_integers_must_be_whole_numbers(field: str, path: str, value: Any) -> None:
+    """Found by the fuzz test ("3" passed pydantic's lax int and placed three replicas)
+    and by a fresh-user trial (a device count of "1" placed replicas whose own spec the
+    ModelReplica then refused): the XRD says integer, so the spec is refused, naming it."""
     xr = deployment(2)
-    xr["spec"]["replicas"] = replicas
+    if field == "replicas":
+        xr["spec"]["replicas"] = value
+    else:
+        member = xr["spec"]["template"]["spec"]["engines"][0]["members"][0]
+        member["nodeSelector"]["devices"][0]["count"] = value
     (msg,) = h.fatal(h.run(h.request(xr)))
-    assert "spec.replicas" in msg
+    assert path in msg, msg

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from function.api.fields import Ref
 from function.api.modelbackfill import BackfillSpec
 from function.api.modelcache import CacheSource
+from function.api.modeldeployment import DeploymentSpec
 from function.api.modelexperiment import ExperimentSpec
 from function.api.modelreplica import ModelReplicaSpec
 
@@ -124,6 +125,7 @@ def _check_model(
         ("modelbackfill", BackfillSpec),
         ("modelcache", CacheSource),
         ("modelcachehydration", CacheSource),
+        ("modeldeployment", DeploymentSpec),
     ],
 )
 def test_spec_model_agrees_with_its_xrd(kind: str, model: type[BaseModel]) -> None:

@@ -15,7 +15,13 @@ ModelBackfill composer. Declared in ``compositions/modeldeployment/definition.ya
 
 from __future__ import annotations
 
-from function.api.modelreplica import REASON_CACHE_NOT_FOUND, REASON_HYDRATION_FAILED
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from function.api.fields import Ref, WholeInt
+from function.api.modelreplica import REASON_CACHE_NOT_FOUND, REASON_HYDRATION_FAILED, FlashLoader
+from function.api.modelreplica import Engine as EngineSpec
 
 KIND = "ModelDeployment"
 
@@ -35,3 +41,63 @@ FATAL_SCHEDULING = frozenset({INVALID_DEVICE_SELECTOR, NO_CLUSTER_IN_FOOTPRINT})
 # ReplicasReady=False reasons: a replica's hydration failed (the replica's own
 # ModelReady reason, passed through), or replicas wait for the cache (WAITING_FOR_CACHE).
 HYDRATION_FAILED = REASON_HYDRATION_FAILED
+
+
+# ---- the spec model (read by function.composers.deployment.spec) -----------------------
+#
+# Mirrors compositions/modeldeployment/definition.yaml. An XRD ``integer`` arrives as a
+# Struct double: WholeInt takes 3.0 and refuses "3", true and 1.5, naming the field, as
+# the API server's structural schema would.
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "NoExecute"] | None = None
+
+
+class Serving(_Model):
+    mode: Literal["Unified", "PrefillDecode"] = "Unified"
+
+
+class TemplateSpec(_Model):
+    clusterSelector: dict[str, Any] | None = None
+    modelCacheRef: Ref | None = None
+    tolerations: list[Toleration] = Field(default_factory=list)
+    serving: Serving | None = None
+    shmSizeLimit: str | None = None
+    flashLoader: FlashLoader | None = None
+    engines: list[EngineSpec] = Field(min_length=1)
+
+
+class CelSelector(_Model):
+    cel: str = Field(min_length=1, max_length=8192)
+
+
+class DeviceRequestSpec(_Model):
+    name: str = Field(min_length=1, max_length=63)
+    count: WholeInt = Field(default=1, ge=1, le=64)
+    selectors: list[CelSelector] = Field(min_length=1, max_length=8)
+
+
+class NodeSelector(_Model):
+    devices: list[DeviceRequestSpec] = Field(min_length=1, max_length=16)
+
+
+class TemplateMeta(_Model):
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Template(_Model):
+    metadata: TemplateMeta | None = None
+    spec: TemplateSpec
+
+
+class DeploymentSpec(_Model):
+    replicas: WholeInt = Field(ge=0)
+    template: Template

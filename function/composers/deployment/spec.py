@@ -4,13 +4,13 @@ compiled from it (CEL selectors checked here, where the user wrote them)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from function import API_GROUP
+from function.api.modeldeployment import DeploymentSpec, NodeSelector, TemplateSpec
 from function.api.modelreplica import Engine as EngineSpec
-from function.api.modelreplica import FlashLoader, Ref
 from function.api.modelreplica import Member as MemberSpec
 from function.core.errors import SpecError, pydantic_errors
 from function.core.inputs import Inputs
@@ -25,70 +25,6 @@ from function.scheduling.placement import (
 )
 from function.scheduling.selectors import LabelSelector
 from function.serving.env import check_reserved
-
-# ---- the spec ---------------------------------------------------------------
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-
-
-class Toleration(_Model):
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = None
-    effect: Literal["NoSchedule", "NoExecute", "PreferNoSchedule"] | None = None
-
-
-class Serving(_Model):
-    mode: Literal["Unified", "PrefillDecode"] = "Unified"
-
-
-class TemplateSpec(_Model):
-    clusterSelector: dict[str, Any] | None = None
-    modelCacheRef: Ref | None = None
-    tolerations: list[Toleration] = Field(default_factory=list)
-    serving: Serving | None = None
-    shmSizeLimit: str | None = None
-    flashLoader: FlashLoader | None = None
-    engines: list[EngineSpec] = Field(min_length=1)
-
-
-class CelSelector(_Model):
-    cel: str = Field(min_length=1, max_length=8192)
-
-
-class DeviceRequestSpec(_Model):
-    name: str = Field(min_length=1, max_length=63)
-    count: int = Field(default=1, ge=1, le=64)
-    selectors: list[CelSelector] = Field(min_length=1, max_length=8)
-
-
-class NodeSelector(_Model):
-    devices: list[DeviceRequestSpec] = Field(min_length=1, max_length=16)
-
-
-class TemplateMeta(_Model):
-    labels: dict[str, str] = Field(default_factory=dict)
-
-
-class Template(_Model):
-    metadata: TemplateMeta | None = None
-    spec: TemplateSpec
-
-
-class DeploymentSpec(_Model):
-    replicas: int = Field(ge=0)
-    template: Template
-
-    @field_validator("replicas", mode="before")
-    @classmethod
-    def _a_number(cls, v: Any) -> Any:
-        # Lax int would take "3" (and true); the XRD says integer, so the API server
-        # rejects those: name the field instead of guessing.
-        if isinstance(v, (str, bool)):
-            raise ValueError(f"expected a whole number such as 3, got {type(v).__name__}")
-        return v
 
 
 def _parse(inputs: Inputs) -> tuple[DeploymentSpec, LabelSelector]:
