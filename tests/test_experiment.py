@@ -1693,3 +1693,35 @@ def test_gate_record_survives_a_malformed_generation(sim_factory) -> None:
     sim.reconcile()
     assert sim.phase == "Deploying", sim.status
     assert sim.status["gate"]["generation"] == 0
+
+
+# Inputs: the candidate member's nodeSelector; want: the field the Runnable message names.
+CANDIDATE_DEVICES = "a candidate its ModelDeployment would refuse is not admitted"
+BAD_DEVICES: list[Case[dict[str, Any], str]] = [
+    Case("selector does not parse", CANDIDATE_DEVICES,
+         {"devices": [{"name": "gpu", "selectors": [{"cel": "device.driver =="}]}]},
+         "nodeSelector.devices[0].selectors[0].cel"),
+    Case("unknown variable", CANDIDATE_DEVICES,
+         {"devices": [{"name": "gpu", "selectors": [{"cel": 'node.driver == "x"'}]}]},
+         "nodeSelector.devices[0].selectors[0].cel"),
+    Case("count written as a string", CANDIDATE_DEVICES,
+         {"devices": [{"name": "gpu", "count": "1",
+                       "selectors": [{"cel": 'device.driver == "gpu.nvidia.com"'}]}]},
+         "nodeSelector.devices[0].count"),
+    Case("no selectors", CANDIDATE_DEVICES, {"devices": [{"name": "gpu", "selectors": []}]},
+         "nodeSelector.devices[0].selectors"),
+]  # fmt: skip
+
+
+@table(BAD_DEVICES)
+def test_a_candidate_with_bad_devices_blocks_naming_the_field(
+    case: Case[dict[str, Any], str],
+) -> None:
+    s = spec()
+    s["candidate"]["engines"][0]["members"][0]["nodeSelector"] = case.inputs
+    rsp = run(request(xr("ModelExperiment", NAME, s)))
+    st = status(rsp)
+    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidSpec"), case.reason
+    msg = conditions(rsp)["Runnable"]["message"]
+    assert f"spec.candidate.engines[0].members[0].{case.want}" in msg, msg
+    assert not desired(rsp)

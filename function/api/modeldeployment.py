@@ -20,7 +20,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from function.api.fields import Ref, WholeInt
-from function.api.modelreplica import REASON_CACHE_NOT_FOUND, REASON_HYDRATION_FAILED, FlashLoader
+from function.api.modelreplica import (
+    REASON_CACHE_NOT_FOUND,
+    REASON_HYDRATION_FAILED,
+    FlashLoader,
+)
 from function.api.modelreplica import Engine as EngineSpec
 
 KIND = "ModelDeployment"
@@ -73,20 +77,6 @@ class TemplateSpec(_Model):
     shmSizeLimit: str | None = None
     flashLoader: FlashLoader | None = None
     engines: list[EngineSpec] = Field(min_length=1)
-
-
-class CelSelector(_Model):
-    cel: str = Field(min_length=1, max_length=8192)
-
-
-class DeviceRequestSpec(_Model):
-    name: str = Field(min_length=1, max_length=63)
-    count: WholeInt = Field(default=1, ge=1, le=64)
-    selectors: list[CelSelector] = Field(min_length=1, max_length=8)
-
-
-class NodeSelector(_Model):
-    devices: list[DeviceRequestSpec] = Field(min_length=1, max_length=16)
 
 
 class TemplateMeta(_Model):

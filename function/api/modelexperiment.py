@@ -51,7 +51,7 @@ from pydantic import (
 )
 
 from function.api.fields import Ref, WholeInt
-from function.api.modelreplica import Engine
+from function.api.modelreplica import Engine, NodeSelector
 from function.core.errors import SpecError, pydantic_errors
 from function.core.timeutil import parse_duration
 from function.manifests.workloads import ENGINE_CONTAINER
@@ -348,7 +348,36 @@ def parse_spec(spec: dict[str, Any]) -> ExperimentSpec:
         raise SpecError("spec", str(e)) from None
     if parsed.candidate.clusterSelector is not None:
         LabelSelector.parse(parsed.candidate.clusterSelector, "spec.candidate.clusterSelector")
+    for ei, engine in enumerate(parsed.candidate.engines):
+        for mi, member in enumerate(engine.members):
+            if member.nodeSelector is not None:
+                _check_devices(
+                    member.nodeSelector, f"spec.candidate.engines[{ei}].members[{mi}].nodeSelector"
+                )
     return parsed
+
+
+def _check_devices(raw: dict[str, Any], field: str) -> None:
+    """A candidate member's ``nodeSelector`` as its ModelDeployment would check it (the
+    shape, then every CEL selector compiled): an experiment is not admitted with a
+    candidate its deployment would refuse (``InvalidDeviceSelector``).
+
+    Raises:
+        SpecError: naming the field (``...nodeSelector.devices[0].selectors[0].cel``).
+    """
+    from function.scheduling.devices import InvalidSelector, compile_selector
+
+    try:
+        selector = NodeSelector.model_validate(raw)
+    except ValidationError as e:
+        raise pydantic_errors(field, e) from None
+    for di, device in enumerate(selector.devices):
+        for si, s in enumerate(device.selectors):
+            path = f"{field}.devices[{di}].selectors[{si}].cel"
+            try:
+                compile_selector(s.cel, path)
+            except InvalidSelector as e:
+                raise SpecError(path, str(e)) from None
 
 
 def definition_hash(spec: ExperimentSpec) -> str:

@@ -147,20 +147,22 @@ class PodTemplate(_Model):
 
 
 class _Selector(_Model):
-    cel: StrictStr = Field(min_length=1)
+    cel: StrictStr = Field(min_length=1, max_length=8192)
 
 
 class _DeviceRequest(_Model):
     name: StrictStr = Field(min_length=1, max_length=63)
-    count: WholeInt = Field(default=1, ge=1)
-    selectors: list[_Selector] = Field(default_factory=list)
+    count: WholeInt = Field(default=1, ge=1, le=64)
+    selectors: list[_Selector] = Field(min_length=1, max_length=8)
     deviceClassName: StrictStr | None = None
 
 
 class NodeSelector(_Model):
-    """A member's ``nodeSelector``: the devices each of its pods claims."""
+    """A member's ``nodeSelector``: the devices each of its pods claims (the bounds of the
+    ModelDeployment and ModelReplica XRDs; the deployment and the experiment's candidate
+    check theirs with this model too)."""
 
-    devices: list[_DeviceRequest] = Field(min_length=1)
+    devices: list[_DeviceRequest] = Field(min_length=1, max_length=16)
 
 
 # ---- engines (shared with ModelDeployment and ModelExperiment) ----------------------

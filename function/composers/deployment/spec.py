@@ -9,9 +9,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from function import API_GROUP
-from function.api.modeldeployment import DeploymentSpec, NodeSelector, TemplateSpec
+from function.api.modeldeployment import DeploymentSpec, TemplateSpec
 from function.api.modelreplica import Engine as EngineSpec
 from function.api.modelreplica import Member as MemberSpec
+from function.api.modelreplica import NodeSelector
 from function.core.errors import SpecError, pydantic_errors
 from function.core.inputs import Inputs
 from function.scheduling.devices import (
