@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from function.api.modelcachehydration import FAILED, READY
 from function.core import structs
 from function.core.errors import SpecError, pydantic_errors
 from function.core.numbers import WholeInt
@@ -114,22 +115,7 @@ def parse_source(spec: dict[str, Any]) -> CacheSource:
 
 
 # ---- status contract (written by function.composers.modelcache; read by the
-# ModelExperiment artifact gate) -------------------------------------------------------
-
-# Conditions of a ModelCache.
-CLUSTERS_MATCHED = "ClustersMatched"
-ARTIFACT_READY = "ArtifactReady"
-# ArtifactReady reasons.
-REASON_HYDRATED = "Hydrated"
-REASON_HYDRATING = "Hydrating"
-REASON_HYDRATION_FAILED = "HydrationFailed"
-REASON_NO_MATCHING_CLUSTERS = "NoMatchingClusters"
-REASON_NO_HOSTABLE_CLUSTERS = "NoHostableClusters"
-# ``status.clusters[].phase``: a hydration phase (function.api.modelcachehydration.PHASES)
-# for clusters of the footprint, or this one for a matched cluster that cannot host a cache.
-UNAVAILABLE = "Unavailable"
-
-# ---- Status contract (written by the ModelCache composer, read by other kinds) ----
+# ModelExperiment artifact gate and ModelDeployment placement) ------------------------
 #
 # ``status.source {repo, revision, identity}``: the source the roll-up describes.
 # ``status.summary {ready: "r/n", total, matched, shards, retained,
@@ -143,6 +129,20 @@ UNAVAILABLE = "Unavailable"
 # ``status.retained[] {name, message}``: every cluster kept only while a live
 #   ModelReplica uses it (at most one per live replica of the cache).
 # Per-cluster rows live in the cache's ModelCacheShards (``status.clusters[]``).
+
+# Conditions of a ModelCache.
+CLUSTERS_MATCHED = "ClustersMatched"
+ARTIFACT_READY = "ArtifactReady"
+# ArtifactReady reasons.
+REASON_HYDRATED = "Hydrated"
+REASON_HYDRATING = "Hydrating"
+REASON_HYDRATION_FAILED = "HydrationFailed"
+REASON_NO_MATCHING_CLUSTERS = "NoMatchingClusters"
+REASON_NO_HOSTABLE_CLUSTERS = "NoHostableClusters"
+# ``summary.phases`` and a shard's ``status.clusters[].phase``: a hydration phase
+# (function.api.modelcachehydration.PHASES) for clusters of the footprint, or this one for
+# a matched cluster that cannot host a cache.
+UNAVAILABLE = "Unavailable"
 
 MAX_EVIDENCE = 8
 
@@ -205,8 +205,8 @@ def read_rollup(cache: Any) -> CacheRollup:
     waiting = [v for v in structs.items(cache, "status", "waiting") if isinstance(v, str) and v]
     return CacheRollup(
         total=count("status", "summary", "total"),
-        ready=count("status", "summary", "phases", "Ready"),
-        failed_count=count("status", "summary", "phases", "Failed"),
+        ready=count("status", "summary", "phases", READY),
+        failed_count=count("status", "summary", "phases", FAILED),
         failed=failed,
         waiting=waiting,
         evidence=evidence,
