@@ -32,3 +32,32 @@ def test_parse_error_names_the_place(expression: str, want: str):
     if excerpt.startswith("..."):
         start = normalized.index(excerpt[3:-1])
         assert not (normalized[start - 1].isalnum() and excerpt[3].isalnum()), excerpt
+
+
+GPU = devices.Device(
+    name="gpu",
+    driver="gpu.nvidia.com",
+    attributes=(("arch", ("string", "Hopper")),),
+    capacity=(("memory", "80Gi"),),
+)
+EVALUATION = [
+    # (expression, the reason says; in CEL's words, never Python's class names)
+    (
+        'device.capacity["gpu.nvidia.com"].memory > "40Gi"',
+        "no operator > for a quantity and a string"
+        ' (compare quantities with .compareTo(quantity("40Gi")))',
+    ),
+    ('device.attributes["gpu.nvidia.com"].arch', "returned a string (Hopper), not a boolean"),
+    (
+        'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("forty")) > 0',
+        "'forty' is not a Kubernetes quantity",
+    ),
+]
+
+
+@pytest.mark.parametrize(("expression", "want"), EVALUATION)
+def test_evaluation_error_says_what_in_cel_terms(expression: str, want: str):
+    with pytest.raises(devices.SelectorEvaluationError) as e:
+        devices.selector_matches(expression, GPU)
+    assert e.value.reason == want
+    assert "class" not in str(e.value) and "Token(" not in str(e.value)

@@ -621,9 +621,51 @@ def _domains(expression: str) -> frozenset[str]:
     return frozenset(a or b for a, b in _DOMAIN.findall(expression))
 
 
+# celpy's wording for an operator without an overload for its operand types, and for a
+# ValueError raised by a function (quantity(), semver()).
+_OVERLOAD = re.compile(
+    r"found no matching overload for Token\('RULE', '(?P<op>\w+)'\) applied to "
+    r"'\((?P<types>.*)\)'"
+)
+_OPERATORS = {
+    "relation_gt": ">", "relation_ge": ">=", "relation_lt": "<", "relation_le": "<=",
+    "relation_eq": "==", "relation_ne": "!=", "relation_in": "in",
+    "addition_add": "+", "addition_sub": "-", "multiplication_mul": "*",
+    "multiplication_div": "/", "multiplication_mod": "%",
+}  # fmt: skip
+_CEL_TYPES = {
+    "Quantity": "a quantity", "Semver": "a version", "StringType": "a string",
+    "IntType": "an int", "UintType": "a uint", "DoubleType": "a double",
+    "BoolType": "a bool", "MapType": "a map", "ListType": "a list", "NullType": "null",
+    "BytesType": "bytes",
+}  # fmt: skip
+
+
+def _cel_type(name: str) -> str:
+    """``<class 'celpy.celtypes.StringType'>`` -> ``a string`` (CEL's words, not Python's)."""
+    bare = name.strip().removeprefix("<class '").removesuffix("'>").rsplit(".", 1)[-1]
+    return _CEL_TYPES.get(bare, bare)
+
+
 def _reason(e: BaseException) -> str:
-    """A one-line reason: the message celpy puts first in its error's args."""
+    """A one-line reason in CEL's terms, from the message celpy puts first in its error's
+    args: an operator applied to types it has no overload for names the operator and the
+    types (``no operator > for a quantity and a string``); a function's ValueError gives
+    the function's own message (celpy reports it as ``return error for overflow``)."""
     first = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
+    m = _OVERLOAD.search(first)
+    if m is not None:
+        types = " and ".join(_cel_type(t) for t in m.group("types").split(","))
+        op = _OPERATORS.get(m.group("op"), m.group("op"))
+        hint = (
+            ' (compare quantities with .compareTo(quantity("40Gi")))' if "quantity" in types else ""
+        )
+        return f"no operator {op} for {types}{hint}"
+    if first.startswith("return error for overflow") and len(e.args) > 2:
+        detail = e.args[2]
+        words = " ".join(str(a) for a in detail) if isinstance(detail, tuple) else str(detail)
+        if words and words != "None":
+            return " ".join(words.split())
     return " ".join(first.split()) or type(e).__name__
 
 
@@ -649,9 +691,8 @@ def _eval(expression: str, device: Device, limit: int) -> bool | SelectorEvaluat
         if domains and device.driver not in domains:
             return False  # a device of another driver (see the module docstring)
         return SelectorEvaluationError(expression, device, _reason(result))
-    return SelectorEvaluationError(
-        expression, device, f"returned {type(result).__name__} {result!r}, not a boolean"
-    )
+    kind = _cel_type(type(result).__name__)
+    return SelectorEvaluationError(expression, device, f"returned {kind} ({result}), not a boolean")
 
 
 def selector_matches(expression: str, device: Device) -> bool:
