@@ -44,13 +44,14 @@ from function.composers.hydration.observed import (
     _sync_error,
 )
 from function.composers.hydration.wire import (
-    _download_objects,
+    Download,
+    Target,
     _evidence,
-    _from_wire,
-    _lasting_objects,
     _parse_spec,
     _source_status,
-    _token_object,
+    download_objects,
+    lasting_objects,
+    token_object,
 )
 from function.core import events, structs
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
@@ -121,62 +122,95 @@ class _Composer:
     # ---- composition -----------------------------------------------------
 
     def compose(self) -> Outcome:
-        out = self.out
-        inputs = self.inputs
-        latched = self.prev_phase == READY and self.same_source
+        """Require the cluster (and the auth Secret until Ready), then compose what the
+        phase needs: the lasting Objects always, the token Secret and the Job until
+        Ready (never a Job that cannot read its token)."""
+        latched = self._latched()
+        self._require(latched)
+        token_ok = None if latched else self._auth_state()
+        usable = self._usable_cluster(latched, token_ok)
+        if usable is None:
+            return self._finish()
+        pc, storage_class = usable
+        target = Target(self.ns, self.name, self.cache, self.cluster_name, pc)
+        self._add_pvc(target, storage_class)
         if latched:
-            self.unlatched = self._latch_broken()
-            if self.unlatched is not None:
-                latched = False
-                self.state.warnings.append(
-                    ("PVCLost", f"{self.unlatched}; hydrating {self.repo}@{self.revision} again")
-                )
+            self._ready_latched()
+        elif token_ok:
+            self._compose_download(target)
+        else:
+            self._wait_for_token(token_ok)
+        return self._finish()
+
+    def _latched(self) -> bool:
+        """Whether the Ready latch holds: Ready for this source and its PVC intact (a
+        broken latch warns and hydrates again)."""
+        if not (self.prev_phase == READY and self.same_source):
+            return False
+        self.unlatched = self._latch_broken()
+        if self.unlatched is None:
+            return True
+        self.state.warnings.append(
+            ("PVCLost", f"{self.unlatched}; hydrating {self.repo}@{self.revision} again")
+        )
+        return False
+
+    def _require(self, latched: bool) -> None:
+        """Ask for the InferenceCluster, and for the auth Secret until Ready (once Ready
+        the token is not needed: stop asking Crossplane for it)."""
+        out = self.out
         out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=self.cluster_name)
         if self.auth is not None and not latched:
-            # Once Ready the token is not needed: stop asking Crossplane for it.
             out.require(REQ_SECRET, "v1", "Secret", match_name=self.auth.name, namespace=self.ns)
-        token_ok = None if latched else self._auth_state()
-        cluster_req = inputs.required(REQ_CLUSTER)
+
+    def _usable_cluster(
+        self, latched: bool, token_ok: bool | None
+    ) -> tuple[tuple[str, str], str] | None:
+        """The cluster's provider config and cache storage class, or None when the
+        cluster is not resolved yet or cannot host the cache (everything kept, the
+        state says why)."""
+        cluster_req = self.inputs.required(REQ_CLUSTER)
         if not isinstance(cluster_req, Resolved):
             self._unresolved(latched, "the InferenceCluster " + self.cluster_name)
             if token_ok is False and self.state.phase == PENDING:
                 self.state.reason, self.state.message = self.state.warnings[-1]
-            return self._finish()
+            return None
         cluster = cluster_req.by_name().get(self.cluster_name)
         pc = inferencecluster.provider_config(cluster) if cluster is not None else None
         storage_class = inferencecluster.cache_storage_class(cluster)
         if cluster is None or pc is None or not storage_class:
-            why = (
-                f"InferenceCluster {self.cluster_name} not found"
-                if cluster is None
-                else f"InferenceCluster {self.cluster_name} reports no "
-                + ("status.providerConfigRef" if pc is None else "status.cache.storageClassName")
-            )
-            self._cluster_unusable(latched, why)
-            return self._finish()
+            self._cluster_unusable(latched, self._unusable_why(cluster is None, pc is None))
+            return None
+        return pc, storage_class
 
-        self._add_pvc(pc, storage_class)
-        if latched:
-            self._ready_latched()
-            return self._finish()
-        if token_ok:
-            if self.auth is not None:
-                self._add_secret(pc)
-            self._add_job(pc)
-            self._derive_from_observed(job_desired=True)
-            return self._finish()
-        # The Secret is not resolved yet (None) or missing (False): never compose a
-        # Job that cannot read its token, but keep one that already runs.
+    def _unusable_why(self, missing: bool, no_pc: bool) -> str:
+        """Why the cluster cannot host the cache: not found, or a status field missing."""
+        if missing:
+            return f"InferenceCluster {self.cluster_name} not found"
+        return f"InferenceCluster {self.cluster_name} reports no " + (
+            "status.providerConfigRef" if no_pc else "status.cache.storageClassName"
+        )
+
+    def _compose_download(self, target: Target) -> None:
+        """The token is usable: compose the token Secret (with auth) and the Job."""
+        if self.auth is not None:
+            self._add_secret(target)
+        self._add_job(target)
+        self._derive_from_observed(job_desired=True)
+
+    def _wait_for_token(self, token_ok: bool | None) -> None:
+        """The Secret is not resolved yet (None) or missing (False): never compose a
+        Job that cannot read its token, but keep one that already runs."""
         self._keep_job_and_secret()
         self._derive_from_observed(job_desired=self._job_observed() is not None)
-        if self.state.phase == PENDING:
-            if token_ok is None:
-                self.state.message = (
-                    f"waiting for Crossplane to resolve Secret {self.ns}/{self.auth_name}"
-                )
-            else:
-                self.state.reason, self.state.message = self.state.warnings[-1]
-        return self._finish()
+        if self.state.phase != PENDING:
+            return
+        if token_ok is None:
+            self.state.message = (
+                f"waiting for Crossplane to resolve Secret {self.ns}/{self.auth_name}"
+            )
+        else:
+            self.state.reason, self.state.message = self.state.warnings[-1]
 
     @property
     def auth_name(self) -> str:
@@ -206,42 +240,27 @@ class _Composer:
             return False
         return True
 
-    def _add_pvc(self, pc: tuple[str, str], storage_class: str) -> None:
-        pvc, result = _lasting_objects(
-            self.ns,
-            self.name,
-            self.cache,
-            self.cluster_name,
-            pc,
-            storage_class,
-            self.source.size_quantity(),
-        )
-        self.out.add(RESULT_KEY, _from_wire(result))
-        self.out.add(PVC_KEY, _from_wire(pvc))
+    def _add_pvc(self, target: Target, storage_class: str) -> None:
+        pvc, result = lasting_objects(target, storage_class, self.source.size_quantity())
+        self.out.add(RESULT_KEY, result)
+        self.out.add(PVC_KEY, pvc)
 
-    def _add_secret(self, pc: tuple[str, str]) -> None:
+    def _add_secret(self, target: Target) -> None:
         assert self.auth is not None
-        body = _token_object(
-            self.ns, self.name, self.cache, self.cluster_name, pc, self.auth.name, self.auth.key
-        )
-        self.out.add(SECRET_KEY, _from_wire(body))
+        self.out.add(SECRET_KEY, token_object(target, self.auth.name, self.auth.key))
 
-    def _add_job(self, pc: tuple[str, str]) -> None:
+    def _add_job(self, target: Target) -> None:
         settings = self.inputs.settings
-        for key, body in _download_objects(
-            self.ns,
-            self.name,
-            self.cache,
-            self.cluster_name,
-            pc,
+        download = Download(
             self.repo,
             self.revision,
             self.auth is not None,
             settings.hydration_image,
             settings.hydration_backoff_limit,
             settings.hydration_deadline_seconds,
-        ):
-            self.out.add(key, _from_wire(body))
+        )
+        for key, body in download_objects(target, download):
+            self.out.add(key, body)
 
     def _job_observed(self) -> Struct | None:
         return self.inputs.observed_body(job_key(self.identity))
@@ -420,19 +439,35 @@ class _Composer:
     # ---- status ----------------------------------------------------------
 
     def _finish(self) -> Outcome:
-        out = self.out
+        """Write the state: status message with its warnings, status fields, condition,
+        readiness, and the transition's event and metrics."""
+        self._settle_message()
+        status = self._phase_status()
+        self._timestamps(status)
+        evidence = self._evidence_status()
+        if evidence is not None:
+            status["evidence"] = evidence
+        self.out.status.update(status)
+        self._conclude()
+        return self.out
+
+    def _settle_message(self) -> None:
+        """Every warning is in the status message; its event is emitted once, in the
+        call that first records it there (function.core.events: a result on every call
+        floods the XR's events)."""
         st = self.state
-        inputs = self.inputs
         if not st.message:
             st.message = f"hydration is {st.phase}"
         for reason, msg in st.warnings:
-            # Every warning is in the status message; its event is emitted once, in
-            # the call that first records it there (function.core.events: a result on
-            # every call floods the XR's events).
             if msg not in st.message:
                 st.message = f"{st.message}; {msg}"
             if msg not in self.prev_message:
-                out.warning(msg, reason)
+                self.out.warning(msg, reason)
+
+    def _phase_status(self) -> dict[str, Any]:
+        """``phase``, ``reason``, ``message``, ``source``, ``pvcName``, and ``jobName``,
+        ``pendingSince`` and ``failedAt`` where the phase has them."""
+        st = self.state
         status: dict[str, Any] = {
             "phase": st.phase,
             "reason": st.reason or st.phase,
@@ -446,53 +481,70 @@ class _Composer:
             status["pendingSince"] = self.pending_since
         if st.phase == FAILED:
             failed_at = self._carried_time("failedAt") if self.prev_phase == FAILED else None
-            status["failedAt"] = failed_at or format_time(inputs.now)
-        # startedAt: when this source's Job was first desired; readyAt: when Ready was
-        # recorded. Both belong to the current source identity.
+            status["failedAt"] = failed_at or format_time(self.inputs.now)
+        return status
+
+    def _timestamps(self, status: dict[str, Any]) -> None:
+        """``startedAt`` (when this source's Job was first desired) and, when Ready,
+        ``readyAt`` and ``pvcUID``; all belong to the current source identity."""
         started = self._carried_time("startedAt") if self.unlatched is None else None
-        if started is None and job_key(self.identity) in out.resources:
-            started = format_time(inputs.now)
+        if started is None and job_key(self.identity) in self.out.resources:
+            started = format_time(self.inputs.now)
         if started is not None:
             status["startedAt"] = started
+        if self.state.phase != READY:
+            return
+        status["readyAt"] = self._ready_at(started)
+        # The PVC the latch describes: its uid from now on (carried while latched).
+        uid = self._pvc_uid() or structs.sval(self.prev, "pvcUID")
+        if uid:
+            status["pvcUID"] = uid
+
+    def _ready_at(self, started: str | None) -> str:
+        """When Ready was recorded: carried, or now (then the hydration's duration since
+        ``started`` is observed)."""
         ready_at = self._carried_time("readyAt") if self.prev_phase == READY else None
-        if st.phase == READY:
-            if ready_at is None:
-                ready_at = format_time(inputs.now)
-                begun = parse_time(started)
-                if begun is not None:
-                    out.observe(
-                        "cache_hydration_duration_seconds",
-                        {"namespace": self.ns, "cache": self.cache},
-                        elapsed(begun, inputs.now),
-                    )
-            status["readyAt"] = ready_at
-            # The PVC the latch describes: its uid from now on (carried while latched).
-            uid = self._pvc_uid() or structs.sval(self.prev, "pvcUID")
-            if uid:
-                status["pvcUID"] = uid
-        evidence: dict[str, str] | Struct | None = self._reported_evidence()
+        if ready_at is not None:
+            return ready_at
+        now = self.inputs.now
+        begun = parse_time(started)
+        if begun is not None:
+            self.out.observe(
+                "cache_hydration_duration_seconds",
+                {"namespace": self.ns, "cache": self.cache},
+                elapsed(begun, now),
+            )
+        return format_time(now)
+
+    def _evidence_status(self) -> dict[str, str] | Struct | None:
+        """The evidence reported for this source, else the last status's (same source)."""
+        evidence = self._reported_evidence()
         if evidence is None and self.same_source:
             carried = structs.sub(self.prev, "evidence")
             if carried is not None and len(carried.fields):
-                evidence = carried  # copied into the response by the runner
-        if evidence is not None:
-            status["evidence"] = evidence
-        out.status.update(status)
+                return carried  # copied into the response by the runner
+        return evidence
+
+    def _conclude(self) -> None:
+        """Condition ``Hydrated``, readiness, and on a phase transition its event and
+        metrics (counted in the call that records the new phase, like the event)."""
+        out, st = self.out, self.state
         out.condition(CONDITION, "True" if st.phase == READY else "False", st.phase, st.message)
         out.ready = st.phase == READY
         text = f"hydration of {self.repo}@{self.revision} on {self.cluster_name} is {st.phase}"
         if st.phase == FAILED:
             text = f"{text}: {st.message}"
-        if events.transition(out, self.prev_phase, st.phase, text, reason=f"Hydration{st.phase}"):
-            # Counted in the call that records the new phase, like the event.
-            labels = {"namespace": self.ns, "cache": self.cache}
-            out.observe("cache_hydration_transitions_total", {**labels, "phase": st.phase})
-            if st.phase == FAILED:
-                out.observe(
-                    "cache_hydration_failures_total",
-                    {**labels, "cluster": self.cluster_name, "reason": st.reason or FAILED},
-                )
-        return out
+        if not events.transition(
+            out, self.prev_phase, st.phase, text, reason=f"Hydration{st.phase}"
+        ):
+            return
+        labels = {"namespace": self.ns, "cache": self.cache}
+        out.observe("cache_hydration_transitions_total", {**labels, "phase": st.phase})
+        if st.phase == FAILED:
+            out.observe(
+                "cache_hydration_failures_total",
+                {**labels, "cluster": self.cluster_name, "reason": st.reason or FAILED},
+            )
 
     def _reported_evidence(self) -> dict[str, str] | None:
         """``{commit, digest, validatedAt}`` the download program reported for this source.

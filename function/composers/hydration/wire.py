@@ -119,17 +119,49 @@ def rbac_name(namespace: str, cache: str) -> str:
     return child_name("modelcache-rbac", namespace, cache)
 
 
+class Target(NamedTuple):
+    """Where a hydration's Objects go (a tuple: hashed and compared in C; part of every
+    builder's memo key).
+
+    Attributes:
+        ns: The ModelCacheHydration's namespace (the Objects' too).
+        xr_name: The ModelCacheHydration's name (prefix of the Objects' names).
+        cache: The ModelCache's name.
+        cluster: The InferenceCluster's name.
+        pc: The cluster's provider config ``(kind, name)``.
+    """
+
+    ns: str
+    xr_name: str
+    cache: str
+    cluster: str
+    pc: tuple[str, str]
+
+
+class Download(NamedTuple):
+    """What the download Job runs (a tuple; part of :func:`_download_objects`' key).
+
+    Attributes:
+        repo: The Hugging Face repository.
+        revision: Its revision.
+        with_token: Whether the Job reads the token Secret.
+        image: The hydration image (``settings.hydration_image``).
+        backoff_limit: The Job's ``backoffLimit``.
+        deadline_seconds: The Job's ``activeDeadlineSeconds``.
+    """
+
+    repo: str
+    revision: str
+    with_token: bool
+    image: str
+    backoff_limit: int
+    deadline_seconds: int
+
+
 @memo(16384, weight=4)
-def _lasting_objects(
-    ns: str,
-    xr_name: str,
-    cache: str,
-    cluster: str,
-    pc: tuple[str, str],
-    storage_class: str,
-    size: str,
-) -> tuple[bytes, bytes]:
+def _lasting_objects(target: Target, storage_class: str, size: str) -> tuple[bytes, bytes]:
     """The ``pvc`` and ``result`` Objects, serialized (memoized)."""
+    ns, xr_name, cache, cluster, pc = target
     pc_ref = {"kind": pc[0], "name": pc[1]}
     labels, ann = _labels(cache, cluster, "cache")
     pvc = storage.cache_pvc(
@@ -173,16 +205,9 @@ def _lasting_objects(
 
 
 @memo(2048, weight=4)
-def _token_object(
-    ns: str,
-    xr_name: str,
-    cache: str,
-    cluster: str,
-    pc: tuple[str, str],
-    auth_name: str,
-    auth_key: str,
-) -> bytes:
+def _token_object(target: Target, auth_name: str, auth_key: str) -> bytes:
     """The ``token-secret`` Object, serialized (memoized); no token in it."""
+    ns, xr_name, cache, cluster, pc = target
     labels, ann = _labels(cache, cluster, "hydration-token")
     manifest = storage.token_secret(
         cache_secret_name(ns, cache), REMOTE_NAMESPACE, labels=labels, annotations=ann
@@ -201,20 +226,10 @@ def _token_object(
 
 
 @memo(2048, weight=4)
-def _download_objects(
-    ns: str,
-    xr_name: str,
-    cache: str,
-    cluster: str,
-    pc: tuple[str, str],
-    repo: str,
-    revision: str,
-    with_token: bool,
-    image: str,
-    backoff_limit: int,
-    deadline_seconds: int,
-) -> tuple[tuple[str, bytes], ...]:
+def _download_objects(target: Target, download: Download) -> tuple[tuple[str, bytes], ...]:
     """``(key, serialized Object)`` of the RBAC children and the download Job (memoized)."""
+    ns, xr_name, cache, cluster, pc = target
+    repo, revision, with_token, image, backoff_limit, deadline_seconds = download
     pc_ref = {"kind": pc[0], "name": pc[1]}
     labels, ann = _labels(cache, cluster, "hydration")
     identity = source_identity(repo, revision)
@@ -266,6 +281,22 @@ def _download_objects(
         )
     )
     return tuple(out)
+
+
+def lasting_objects(target: Target, storage_class: str, size: str) -> tuple[Struct, Struct]:
+    """The ``pvc`` and ``result`` Objects (new Structs the caller owns)."""
+    pvc, result = _lasting_objects(target, storage_class, size)
+    return _from_wire(pvc), _from_wire(result)
+
+
+def token_object(target: Target, auth_name: str, auth_key: str) -> Struct:
+    """The ``token-secret`` Object (a new Struct the caller owns); no token in it."""
+    return _from_wire(_token_object(target, auth_name, auth_key))
+
+
+def download_objects(target: Target, download: Download) -> list[tuple[str, Struct]]:
+    """``(key, Object)`` of the RBAC children and the download Job (new Structs)."""
+    return [(key, _from_wire(body)) for key, body in _download_objects(target, download)]
 
 
 @memo(1024, weight=4)

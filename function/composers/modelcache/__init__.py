@@ -29,6 +29,8 @@ Rules:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.struct_pb2 import Struct
 
@@ -41,6 +43,7 @@ from function.api.modelcache import (
     REASON_HYDRATION_FAILED,
     REASON_NO_HOSTABLE_CLUSTERS,
     REASON_NO_MATCHING_CLUSTERS,
+    CacheSource,
     parse_source,
     retained_clusters,
 )
@@ -86,6 +89,33 @@ def _observed_shards(inputs: Inputs) -> dict[int, Struct]:
     return out
 
 
+_Lists = tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]], list[str]]
+"""failed, unavailable, retained and waiting as written (:meth:`Rollup.lists`)."""
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What the steps of one resolved call share.
+
+    Attributes:
+        inputs: The request view.
+        out: The outcome being built.
+        source: The source as ``{repo, revision, identity}`` (``status.source``).
+        source_json: The canonical JSON of the source fields every shard copies.
+        matched: Every selected cluster, with why it cannot host a cache ("" if it can).
+        desired: The desired shards by number, their clusters (draining shards: none).
+        roll: The roll-up of the shards' reports.
+    """
+
+    inputs: Inputs
+    out: Outcome
+    source: dict[str, str]
+    source_json: str
+    matched: dict[str, str]
+    desired: dict[int, wire.Entries]
+    roll: Rollup
+
+
 def compose(inputs: Inputs) -> Outcome:
     """Compose a ModelCache.
 
@@ -101,12 +131,7 @@ def compose(inputs: Inputs) -> Outcome:
     Raises:
         SpecError: for a missing or malformed ``spec.clusterSelector`` or source.
     """
-    spec = inputs.spec
-    if "clusterSelector" not in spec:
-        raise SpecError("spec.clusterSelector", "is required (use {} to select every cluster)")
-    selector = LabelSelector.parse(spec["clusterSelector"], "spec.clusterSelector")
-    source = parse_source(spec)
-
+    selector, source = _parse(inputs.spec)
     out = Outcome()
     out.require(
         REQ_CLUSTERS, API_VERSION, "InferenceCluster", match_labels=selector.requirement_labels()
@@ -114,70 +139,115 @@ def compose(inputs: Inputs) -> Outcome:
     observed = _observed_shards(inputs)
     clusters = inputs.required(REQ_CLUSTERS)
     if clusters is UNRESOLVED:
-        out.keep_observed(inputs)
-        msg = "waiting for Crossplane to resolve the InferenceClusters of spec.clusterSelector"
-        out.condition(CLUSTERS_MATCHED, "Unknown", "ResolvingClusters", msg)
-        out.condition(ARTIFACT_READY, "Unknown", "ResolvingClusters", msg)
-        out.ready = False
-        return out
+        return _resolving(inputs, out)
     assert isinstance(clusters, Resolved)
 
-    source_json = json.dumps(source.to_spec(), sort_keys=True)
     repo, revision = source.huggingFace.repo, source.huggingFace.revision
-    identity = source_identity(repo, revision)
-    ns, cache = inputs.namespace, inputs.name
     matched = footprint.match(clusters, selector)
-    desired = footprint.shards(matched)
-    roll = Rollup()
+    call = _Call(
+        inputs,
+        out,
+        {"repo": repo, "revision": revision, "identity": source_identity(repo, revision)},
+        json.dumps(source.to_spec(), sort_keys=True),
+        matched,
+        _desired_shards(footprint.shards(matched), observed),
+        Rollup(),
+    )
+    new = [n for n in call.desired if n not in observed]
+    _write_shards(call, observed)
+    lists = call.roll.lists()
+    _write_status(call, lists)
+    _events(call, new, lists[0])
+    if not matched:
+        return _no_matching_clusters(out)
+    _clusters_matched(call)
+    _artifact_ready(call, lists[0], lists[3])
+    roll = call.roll
+    total, ready_n = roll.total, roll.phases[READY]
+    out.ready = bool(total) and ready_n == total and not roll.phases[FAILED] and not roll.stale
+    return out
+
+
+def _parse(spec: dict[str, Any]) -> tuple[LabelSelector, CacheSource]:
+    """``spec.clusterSelector`` (required) and the source."""
+    if "clusterSelector" not in spec:
+        raise SpecError("spec.clusterSelector", "is required (use {} to select every cluster)")
+    selector = LabelSelector.parse(spec["clusterSelector"], "spec.clusterSelector")
+    return selector, parse_source(spec)
+
+
+def _resolving(inputs: Inputs, out: Outcome) -> Outcome:
+    """The clusters are not resolved yet: keep everything, both conditions Unknown."""
+    out.keep_observed(inputs)
+    msg = "waiting for Crossplane to resolve the InferenceClusters of spec.clusterSelector"
+    out.condition(CLUSTERS_MATCHED, "Unknown", "ResolvingClusters", msg)
+    out.condition(ARTIFACT_READY, "Unknown", "ResolvingClusters", msg)
+    out.ready = False
+    return out
+
+
+def _desired_shards(
+    desired: dict[int, wire.Entries], observed: dict[int, Struct]
+) -> dict[int, wire.Entries]:
+    """``desired`` plus every observed shard that left it but still drains (no clusters)."""
     for n, obs in observed.items():
-        if n in desired:
-            continue
-        if footprint.keep_draining(obs, read_report(obs)):
+        if n not in desired and footprint.keep_draining(obs, read_report(obs)):
             desired[n] = ()
-    new = [n for n in desired if n not in observed]
-    for n in sorted(desired):
-        entries = desired[n]
+    return desired
+
+
+def _write_shards(call: _Call, observed: dict[int, Struct]) -> None:
+    """Roll up each desired shard's report and desire the shard (ready when current and
+    every one of its clusters is Ready)."""
+    identity = call.source["identity"]
+    ns, cache = call.inputs.namespace, call.inputs.name
+    for n in sorted(call.desired):
+        entries = call.desired[n]
         obs = observed.get(n)
         report: ShardReport | None = read_report(obs) if obs is not None else None
-        current = roll.add(n, entries, identity, report)
+        current = call.roll.add(n, entries, identity, report)
         ready = (
             current
             and report is not None
             and report.phases.get(READY, 0) == report.total
             and not report.phases.get(FAILED, 0)
         )
-        out.resources[wire.child_key(n)] = Desired(
-            wire.shard_body(ns, cache, source_json, n, entries),
-            ready,
-            wire.shard_entry(ns, cache, source_json, n, entries, ready),
+        key = wire.ShardKey(ns, cache, call.source_json, n, entries)
+        call.out.resources[wire.child_key(n)] = Desired(
+            wire.shard_body(key), ready, wire.shard_entry(key, ready)
         )
 
-    failed, unavailable, retained, waiting = roll.lists()
-    total, ready_n = roll.total, roll.phases[READY]
-    failed_n = roll.phases[FAILED]
-    groups = roll.evidence_groups()
-    prev_ready = structs.get(inputs.xr, "status", "summary", "phases", READY)
-    prev_failed = structs.get(inputs.xr, "status", "summary", "phases", FAILED)
-    st = out.status
-    st["source"] = {"repo": repo, "revision": revision, "identity": identity}
+
+def _write_status(call: _Call, lists: _Lists) -> None:
+    """``status``: source, summary, evidence and the bounded cluster lists."""
+    roll = call.roll
+    failed, unavailable, retained, waiting = lists
+    st = call.out.status
+    st["source"] = call.source
     st["summary"] = {
-        "ready": f"{ready_n}/{total}",
-        "total": total,
-        "matched": len(matched),
-        "shards": len(desired),
+        "ready": f"{roll.phases[READY]}/{roll.total}",
+        "total": roll.total,
+        "matched": len(call.matched),
+        "shards": len(call.desired),
         "retained": len(roll.retained),
         "artifacts": len(roll.evidence),
         "phases": roll.phases,
     }
-    st["evidence"] = evidence_list(groups)
+    st["evidence"] = evidence_list(roll.evidence_groups())
     st["failed"] = named_list(failed)
     st["unavailable"] = named_list(unavailable)
     st["retained"] = named_list(retained)
     st["waiting"] = waiting
 
-    # Events on transitions of the roll-up, a handful per fleet-wide change.
+
+def _events(call: _Call, new: list[int], failed: list[tuple[str, str]]) -> None:
+    """Events on transitions of the roll-up, a handful per fleet-wide change."""
+    out, roll, xr = call.out, call.roll, call.inputs.xr
+    total, ready_n, failed_n = roll.total, roll.phases[READY], roll.phases[FAILED]
+    prev_ready = structs.get(xr, "status", "summary", "phases", READY)
+    prev_failed = structs.get(xr, "status", "summary", "phases", FAILED)
     if new:
-        count = sum(len(desired[n]) for n in new)
+        count = sum(len(call.desired[n]) for n in new)
         out.normal(
             f"hydration started: {count} cluster(s) in {len(new)} new shard(s)", "HydrationStarted"
         )
@@ -189,30 +259,47 @@ def compose(inputs: Inputs) -> Outcome:
             REASON_HYDRATION_FAILED,
         )
 
-    if not matched:
-        out.condition(
-            CLUSTERS_MATCHED,
-            "False",
-            REASON_NO_MATCHING_CLUSTERS,
-            "no InferenceCluster matches spec.clusterSelector",
-        )
-        out.condition(
-            ARTIFACT_READY,
-            "False",
-            REASON_NO_MATCHING_CLUSTERS,
-            "no cluster to hydrate: no InferenceCluster matches spec.clusterSelector",
-        )
-        out.ready = False
-        return out
 
-    unhostable = sorted(n for n, why in matched.items() if why)
+def _no_matching_clusters(out: Outcome) -> Outcome:
+    """No cluster is selected: both conditions False, not ready."""
+    out.condition(
+        CLUSTERS_MATCHED,
+        "False",
+        REASON_NO_MATCHING_CLUSTERS,
+        "no InferenceCluster matches spec.clusterSelector",
+    )
+    out.condition(
+        ARTIFACT_READY,
+        "False",
+        REASON_NO_MATCHING_CLUSTERS,
+        "no cluster to hydrate: no InferenceCluster matches spec.clusterSelector",
+    )
+    out.ready = False
+    return out
+
+
+def _unhostable(matched: dict[str, str]) -> list[str]:
+    """The matched clusters that cannot host a cache, sorted."""
+    return sorted(n for n, why in matched.items() if why)
+
+
+def _clusters_matched(call: _Call) -> None:
+    """``ClustersMatched`` True, naming the matched clusters that cannot host a cache."""
+    matched = call.matched
+    unhostable = _unhostable(matched)
     matched_msg = f"{len(matched)} InferenceCluster(s) match spec.clusterSelector"
     if unhostable:
         matched_msg += f"; {len(unhostable)} cannot host a cache: " + _names(
             [f"{n} ({matched[n]})" for n in unhostable]
         )
-    out.condition(CLUSTERS_MATCHED, "True", CLUSTERS_MATCHED, matched_msg)
+    call.out.condition(CLUSTERS_MATCHED, "True", CLUSTERS_MATCHED, matched_msg)
 
+
+def _artifact_ready(call: _Call, failed: list[tuple[str, str]], waiting: list[str]) -> None:
+    """``ArtifactReady``: failed, no hostable cluster, hydrated, or hydrating (then
+    poll)."""
+    out, roll = call.out, call.roll
+    total, ready_n, failed_n = roll.total, roll.phases[READY], roll.phases[FAILED]
     progress = f"{ready_n}/{total} clusters ready"
     if failed_n:
         out.condition(
@@ -227,7 +314,7 @@ def compose(inputs: Inputs) -> Outcome:
             ARTIFACT_READY,
             "False",
             REASON_NO_HOSTABLE_CLUSTERS,
-            "no matched cluster can host a cache: " + _names(unhostable),
+            "no matched cluster can host a cache: " + _names(_unhostable(call.matched)),
         )
     elif ready_n == total and total and not roll.stale:
         out.condition(ARTIFACT_READY, "True", REASON_HYDRATED, progress)
@@ -236,6 +323,4 @@ def compose(inputs: Inputs) -> Outcome:
         if roll.stale:
             detail += f" ({len(roll.stale)} shard(s) not yet reporting the current footprint)"
         out.condition(ARTIFACT_READY, "False", REASON_HYDRATING, f"{progress}; {detail}")
-        out.requeue_after(inputs.settings.poll_seconds)
-    out.ready = bool(total) and ready_n == total and not failed_n and not roll.stale
-    return out
+        out.requeue_after(call.inputs.settings.poll_seconds)

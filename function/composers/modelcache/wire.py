@@ -4,6 +4,7 @@ decisions here; see ``footprint`` and ``rollup``)."""
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
@@ -26,20 +27,38 @@ Entries = tuple[tuple[str, str], ...]
 """A shard's ``spec.clusters``: ``(name, unavailable or "")`` sorted by name."""
 
 
+class ShardKey(NamedTuple):
+    """What determines one desired ModelCacheShard (a tuple: hashed and compared in C).
+
+    Attributes:
+        namespace: The ModelCache's namespace.
+        cache: The ModelCache's name.
+        source_json: The canonical JSON of the cache's ``source`` and ``huggingFace``.
+        shard: The shard's number.
+        entries: The shard's clusters (:data:`Entries`).
+    """
+
+    namespace: str
+    cache: str
+    source_json: str
+    shard: int
+    entries: Entries
+
+
 def child_key(shard: int) -> str:
     """The composition-resource name of shard ``shard``: ``shard-<n>``."""
     return f"{CHILD_PREFIX}{shard}"
 
 
 @memo(4096, weight=4)
-def shard_body(
-    namespace: str, cache: str, source_json: str, shard: int, entries: Entries
-) -> Struct:
-    """The desired ModelCacheShard ``shard`` of ``cache`` (memoized, shared, read-only).
+def shard_body(key: ShardKey) -> Struct:
+    """The desired ModelCacheShard ``key.shard`` of ``key.cache`` (memoized, shared,
+    read-only).
 
     ``spec {cacheName, shard, source, huggingFace, clusters[] {name, unavailable?}}``;
     labels ``LABEL_CACHE``, ``LABEL_SHARD`` and managed-by.
     """
+    namespace, cache, source_json, shard, entries = key
     meta = composed_metadata(
         shard_name(namespace, cache, shard),
         namespace,
@@ -64,10 +83,6 @@ def shard_body(
 
 
 @memo(8192, weight=2)
-def shard_entry(
-    namespace: str, cache: str, source_json: str, shard: int, entries: Entries, ready: bool
-) -> bytes:
+def shard_entry(key: ShardKey, ready: bool) -> bytes:
     """The shard as a pre-encoded desired-resources entry (memoized)."""
-    return state_entry(
-        child_key(shard), shard_body(namespace, cache, source_json, shard, entries), ready
-    )
+    return state_entry(child_key(key.shard), shard_body(key), ready)

@@ -23,6 +23,9 @@ Rules (the ModelCache's, per shard):
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+
+from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import API_VERSION
 from function.api.modelcache import (
@@ -31,14 +34,14 @@ from function.api.modelcache import (
     REASON_HYDRATING,
     REASON_HYDRATION_FAILED,
     REASON_NO_HOSTABLE_CLUSTERS,
+    CacheSource,
     parse_source,
 )
-from function.api.modelcachehydration import FAILED, READY
+from function.api.modelcachehydration import READY
 from function.api.modelcacheshard import (
     MAX_LISTED,
     MAX_WAITING,
-    PHASES,
-    UNAVAILABLE,
+    ShardSpec,
     evidence_list,
     named_list,
     parse_spec,
@@ -46,6 +49,7 @@ from function.api.modelcacheshard import (
 )
 from function.composers.modelcacheshard import rows as decide
 from function.composers.modelcacheshard import wire
+from function.composers.modelcacheshard.tally import Tally
 from function.core.errors import SpecError
 from function.core.inputs import Inputs, ObservedView, Resolved
 from function.core.outcome import Desired, Outcome
@@ -53,6 +57,33 @@ from function.naming import cache_shard, source_identity
 
 REQ_REPLICAS = "replicas"
 CHILD_PREFIX = wire.CHILD_PREFIX
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What the steps of one call share.
+
+    Attributes:
+        inputs: The request view.
+        out: The outcome being built.
+        spec: The parsed spec.
+        source: The parsed source.
+        identity: The source's identity (:func:`source_identity`).
+        source_json: The canonical JSON of the source fields every hydration copies.
+        listed: The shard's clusters, with why each cannot host a cache ("" if it can).
+        by_cluster: The observed hydrations by cluster.
+        retained: Hydrations of clusters that left the shard, kept, with why.
+    """
+
+    inputs: Inputs
+    out: Outcome
+    spec: ShardSpec
+    source: CacheSource
+    identity: str
+    source_json: str
+    listed: dict[str, str]
+    by_cluster: dict[str, Struct]
+    retained: dict[str, str]
 
 
 def compose(inputs: Inputs) -> Outcome:
@@ -74,6 +105,41 @@ def compose(inputs: Inputs) -> Outcome:
     """
     spec = parse_spec(inputs.spec)
     source = parse_source(inputs.spec)
+    listed = _listed(spec)
+    out = Outcome()
+    by_cluster = _observed_hydrations(inputs)
+    retained = _retain(inputs, out, spec.cacheName, by_cluster, listed)
+    hf = source.huggingFace
+    call = _Call(
+        inputs,
+        out,
+        spec,
+        source,
+        source_identity(hf.repo, hf.revision),
+        json.dumps(source.to_spec(), sort_keys=True),
+        listed,
+        by_cluster,
+        retained,
+    )
+    prev_rows, prev_list = wire.previous_rows(inputs)
+    tally = _hydrations(call, {r[0]: r[1] for r in prev_rows})
+    _events(out, tally)
+    for name, why in retained.items():
+        tally.add_retained(name, *decide.retained_state(by_cluster[name], why))
+    tally.rows.sort(key=lambda r: r[0])
+    same = prev_list is not None and wire.same_rows(tally.rows, prev_rows)
+    _write_status(call, tally, prev_list if same else None)
+    _artifact_ready(call, tally)
+    out.ready = not tally.failed and tally.ready == tally.total and (tally.total > 0 or not listed)
+    return out
+
+
+def _listed(spec: ShardSpec) -> dict[str, str]:
+    """``spec.clusters`` by name, with why each cannot host a cache ("" if it can).
+
+    Raises:
+        SpecError: for a cluster listed twice or one of another shard.
+    """
     listed: dict[str, str] = {}
     for i, c in enumerate(spec.clusters):
         if c.name in listed:
@@ -84,121 +150,118 @@ def compose(inputs: Inputs) -> Outcome:
                 f"cluster {c.name!r} belongs to shard {cache_shard(c.name)}, not {spec.shard}",
             )
         listed[c.name] = c.unavailable or ""
+    return listed
 
-    ns, cache = inputs.namespace, spec.cacheName
-    repo, revision = source.huggingFace.repo, source.huggingFace.revision
-    identity = source_identity(repo, revision)
-    source_json = json.dumps(source.to_spec(), sort_keys=True)
-    out = Outcome()
 
+def _observed_hydrations(inputs: Inputs) -> dict[str, Struct]:
+    """The observed hydrations by cluster (composition-resource name ``hydration-<c>``)."""
     observed = inputs.observed
     pairs = (
         observed.bodies()
         if isinstance(observed, ObservedView)
         else ((k, c.resource) for k, c in observed.items())
     )
-    by_cluster = {k[len(CHILD_PREFIX) :]: b for k, b in pairs if k.startswith(CHILD_PREFIX)}
+    return {k[len(CHILD_PREFIX) :]: b for k, b in pairs if k.startswith(CHILD_PREFIX)}
 
-    # Hydrations of clusters that left the shard: the only reason to read replicas.
+
+def _retain(
+    inputs: Inputs, out: Outcome, cache: str, by_cluster: dict[str, Struct], listed: dict[str, str]
+) -> dict[str, str]:
+    """Keep the hydrations of clusters that left the shard while replicas use them.
+
+    Hydrations of clusters that left the shard are the only reason to read replicas;
+    while that list is not resolved every observed child stays as it was ("not known").
+    """
     leaving = sorted(c for c in by_cluster if c not in listed)
     replicas: Resolved | None = None
     if leaving:
-        out.require(REQ_REPLICAS, API_VERSION, "ModelReplica", match_labels={}, namespace=ns)
+        out.require(
+            REQ_REPLICAS, API_VERSION, "ModelReplica", match_labels={}, namespace=inputs.namespace
+        )
         got = inputs.required(REQ_REPLICAS)
         replicas = got if isinstance(got, Resolved) else None
     retained = decide.retention(leaving, replicas, cache)
     for cluster in retained:
         out.keep(wire.child_key(cluster), by_cluster[cluster])
     if leaving and replicas is None:
-        # Not resolved yet: every observed child stays as it was ("not known").
         for key, child in inputs.observed.items():
             if not key.startswith(CHILD_PREFIX):
                 out.keep(key, child.resource)
+    return retained
 
-    prev_rows, prev_list = wire.previous_rows(inputs)
-    prev = {r[0]: r[1] for r in prev_rows}
-    rows: list[wire.Row] = []
-    counts = dict.fromkeys((*PHASES, UNAVAILABLE), 0)
-    failed: list[tuple[str, str]] = []
-    unavailable: list[tuple[str, str]] = []
-    waiting: list[str] = []
-    ready_evidence = []
-    started: list[str] = []
-    newly_ready: list[str] = []
-    newly_failed: list[str] = []
-    resources = out.resources
-    for name in sorted(listed):
-        obs = by_cluster.get(name)
-        why = listed[name]
+
+def _hydrations(call: _Call, prev: dict[str, str]) -> Tally:
+    """Desire a hydration for every listed cluster that can host one (or has one) and
+    tally its phase and its change since ``prev`` (phases of the previous status)."""
+    tally = Tally()
+    hf = call.source.huggingFace
+    ns, cache = call.inputs.namespace, call.spec.cacheName
+    resources = call.out.resources
+    for name in sorted(call.listed):
+        obs = call.by_cluster.get(name)
+        why = call.listed[name]
         if why and obs is None:
-            msg = f"cannot host a cache: {why}"
-            counts[UNAVAILABLE] += 1
-            unavailable.append((name, msg))
-            rows.append((name, UNAVAILABLE, msg, None, False))
+            tally.add_unavailable(name, why)
             continue
-        phase, msg, evidence = decide.hydration_state(obs, repo, revision, identity)
-        counts[phase] += 1
+        phase, msg, evidence = decide.hydration_state(obs, hf.repo, hf.revision, call.identity)
         is_ready = phase == READY
         resources[CHILD_PREFIX + name] = Desired(
-            wire.hydration_body(ns, cache, source_json, name),
+            wire.hydration_body(ns, cache, call.source_json, name),
             is_ready,
-            wire.hydration_entry(ns, cache, source_json, name, is_ready),
+            wire.hydration_entry(ns, cache, call.source_json, name, is_ready),
         )
-        rows.append((name, phase, msg, evidence, False))
-        if phase == FAILED:
-            failed.append((name, msg))
-        elif is_ready:
-            ready_evidence.append(evidence)
-        else:
-            waiting.append(name)
+        tally.add(name, phase, msg, evidence)
         if name in prev:
-            if prev[name] != phase:
-                if phase == FAILED:
-                    newly_failed.append(f"{name}: {msg}")
-                elif is_ready:
-                    newly_ready.append(name)
+            tally.transition(name, phase, msg, prev[name])
         elif obs is None:
-            started.append(name)
-    # One event per kind of transition, not one per cluster.
-    if started:
-        out.normal(f"hydration started on {decide.names(started)}", "HydrationStarted")
-    if newly_ready:
-        out.normal(f"hydration finished on {decide.names(newly_ready)}", "HydrationReady")
-    if newly_failed:
-        out.warning(f"hydration failed on {decide.names(newly_failed)}", REASON_HYDRATION_FAILED)
-    kept: list[tuple[str, str]] = []
-    for name, why in retained.items():
-        phase, msg = decide.retained_state(by_cluster[name], why)
-        rows.append((name, phase, msg, None, True))
-        kept.append((name, msg))
-    rows.sort(key=lambda r: r[0])
+            tally.started.append(name)
+    return tally
 
-    total = sum(counts[p] for p in PHASES)
-    ready = counts[READY]
-    same = prev_list is not None and wire.same_rows(rows, prev_rows)
-    st = out.status
+
+def _events(out: Outcome, tally: Tally) -> None:
+    """One event per kind of transition, not one per cluster."""
+    if tally.started:
+        out.normal(f"hydration started on {decide.names(tally.started)}", "HydrationStarted")
+    if tally.newly_ready:
+        out.normal(f"hydration finished on {decide.names(tally.newly_ready)}", "HydrationReady")
+    if tally.newly_failed:
+        out.warning(
+            f"hydration failed on {decide.names(tally.newly_failed)}", REASON_HYDRATION_FAILED
+        )
+
+
+def _write_status(call: _Call, tally: Tally, same_list: ListValue | None) -> None:
+    """``status``: spec hash, source, summary, evidence, the bounded lists and
+    ``clusters[]`` (``same_list``, the previous one, when its rows are unchanged)."""
+    spec, hf = call.spec, call.source.huggingFace
+    st = call.out.status
     st["specHash"] = spec_hash(
-        identity, spec.shard, [(c.name, c.unavailable or "") for c in spec.clusters]
+        call.identity, spec.shard, [(c.name, c.unavailable or "") for c in spec.clusters]
     )
-    st["source"] = wire.source_status(repo, revision, identity)
+    st["source"] = wire.source_status(hf.repo, hf.revision, call.identity)
     st["summary"] = {
-        "ready": f"{ready}/{total}",
-        "total": total,
-        "hydrations": len(resources),
-        "retained": len(retained),
-        "phases": counts,
+        "ready": f"{tally.ready}/{tally.total}",
+        "total": tally.total,
+        "hydrations": len(call.out.resources),
+        "retained": len(call.retained),
+        "phases": tally.counts,
     }
-    groups = decide.evidence_groups(ready_evidence)
-    st["evidence"] = evidence_list(groups)
-    st["failed"] = named_list(failed[:MAX_LISTED])
-    st["unavailable"] = named_list(unavailable[:MAX_LISTED])
-    st["retained"] = named_list(decide.bounded_retained(kept))
-    st["waiting"] = waiting[:MAX_WAITING]
-    st["clusters"] = prev_list if same and prev_list is not None else wire.entries(rows)
+    st["evidence"] = evidence_list(decide.evidence_groups(tally.ready_evidence))
+    st["failed"] = named_list(tally.failed[:MAX_LISTED])
+    st["unavailable"] = named_list(tally.unavailable[:MAX_LISTED])
+    st["retained"] = named_list(decide.bounded_retained(tally.kept))
+    st["waiting"] = tally.waiting[:MAX_WAITING]
+    st["clusters"] = same_list if same_list is not None else wire.entries(tally.rows)
 
+
+def _artifact_ready(call: _Call, tally: Tally) -> None:
+    """``ArtifactReady``: failed, no hostable cluster, no clusters, hydrated, or
+    hydrating (then poll)."""
+    out, listed, retained = call.out, call.listed, call.retained
+    total, ready = tally.total, tally.ready
     progress = f"{ready}/{total} clusters ready"
-    if failed:
-        detail = decide.names([f"{n} ({m})" for n, m in failed])
+    if tally.failed:
+        detail = decide.names([f"{n} ({m})" for n, m in tally.failed])
         out.condition(
             ARTIFACT_READY,
             "False",
@@ -227,8 +290,6 @@ def compose(inputs: Inputs) -> Outcome:
             ARTIFACT_READY,
             "False",
             REASON_HYDRATING,
-            f"{progress}; waiting for {decide.names(waiting)}",
+            f"{progress}; waiting for {decide.names(tally.waiting)}",
         )
-        out.requeue_after(inputs.settings.poll_seconds)
-    out.ready = not failed and ready == total and (total > 0 or not listed)
-    return out
+        out.requeue_after(call.inputs.settings.poll_seconds)
