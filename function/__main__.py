@@ -19,6 +19,7 @@ import os
 import sys
 from typing import Any
 
+from function.core.errors import plain_text
 from function.edge.server import ServerConfig, serve
 from function.ops import logs
 from function.ops.settings import (
@@ -41,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
     """
     p = argparse.ArgumentParser(
         prog="python -m function",
-        description=__doc__,
+        description=plain_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(

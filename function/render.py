@@ -33,6 +33,8 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 
+from function.core.errors import plain_text
+
 COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
 MAX_CALLS = 6
 
@@ -503,7 +505,7 @@ def _drive(
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: print ``crossplane render``'s YAML stream; exit 1 on a fatal result."""
-    p = argparse.ArgumentParser(prog="python -m function.render", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m function.render", description=plain_text(__doc__))
     p.add_argument("xr", help="the XR (YAML)")
     p.add_argument("--required", action="append", default=[], help="file or directory")
     p.add_argument("--observed", action="append", default=[], help="file or directory")

@@ -148,3 +148,12 @@ def pydantic_errors(
     err = SpecError(first, "; ".join(parts))
     err.args = ("; ".join(parts),)
     return err
+
+
+_ROLE = re.compile(r":(?:class|func|mod|data|meth|attr):`~?([^`]+)`")
+
+
+def plain_text(doc: str | None) -> str:
+    """A docstring as a terminal shows it: reST roles and double backquotes dropped
+    (``:class:`World``` -> ``World``), for ``--help`` texts built from module docstrings."""
+    return _ROLE.sub(r"\1", doc or "").replace("``", "")

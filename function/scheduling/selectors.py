@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from function.core.errors import SpecError
+from function.core.errors import SpecError, written_as
 from function.naming import LABEL_VALUE
 
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -75,8 +75,10 @@ def _match_labels(ml: Any, field: str) -> tuple[tuple[str, str], ...]:
     labels: list[tuple[str, str]] = []
     for k in sorted(ml):
         v = ml[k]
-        _check_key(k, field)
-        if not isinstance(v, str) or len(v) > 63 or not LABEL_VALUE.match(v):
+        _check_key(k, f"{field}.{k}")
+        if not isinstance(v, str):
+            raise SpecError(f"{field}.{k}", f"must be a string, got {written_as(v)}")
+        if len(v) > 63 or not LABEL_VALUE.match(v):
             raise SpecError(f"{field}.{k}", f"invalid label value {v!r}")
         labels.append((k, v))
     return tuple(labels)
