@@ -6,7 +6,9 @@ and Kubernetes taint/toleration matching (function.scheduling.tolerations).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
+from typing import Final
 
 import pytest
 
@@ -44,6 +46,7 @@ from function.scheduling.tolerations import (
     parse_tolerations,
     untolerated,
 )
+from tests.support.table import Case, table
 
 assert CACHE_NOT_FOUND  # the composer, not placement, decides CacheNotFound
 
@@ -265,274 +268,339 @@ def test_parse_taints_and_tolerations() -> None:
     assert untolerated(taints, (), ("NoExecute",)) == [Taint("maint", "", "NoExecute")]
 
 
-# ---- placement -------------------------------------------------------------------
+# ---- placement: one table, one row per place() call --------------------------------
+
+UNCHECKED: Final = "<unchecked>"  # a Want.reason that the row does not check
 
 
-def test_spread_before_pack_ties_by_name() -> None:
-    p = place(req(replicas=3, clusters=(cluster("b"), cluster("a"))))
-    # a then b (spread), then pack onto the fuller of the two (equal: by name).
-    assert where(p) == [(0, "a"), (1, "b"), (2, "a")]
-    assert p.reason is None
+@dataclass(frozen=True)
+class At:
+    """A replica placed: its index and the cluster it runs on."""
+
+    index: int
+    cluster: str
 
 
-def test_pack_prefers_the_cluster_with_fewest_free_nodes() -> None:
-    p = place(req(replicas=3, clusters=(cluster("a", nodes=8), cluster("b", nodes=3))))
-    assert where(p) == [(0, "a"), (1, "b"), (2, "b")]
+@dataclass(frozen=True)
+class Uses:
+    """The pool replica 0's engine member runs on."""
+
+    engine: str
+    member: int
+    pool: str
 
 
-def test_capacity_counts_other_replicas_and_cost_is_pods_times_copies() -> None:
-    eng = (standalone(copies=2),)  # 2 nodes per replica
-    used = {("a", "h100"): 3}  # others use 3 of a's 4 nodes
-    p = place(req(replicas=2, engines=eng, clusters=(cluster("a"), cluster("b")), used=used))
-    assert where(p) == [(0, "b"), (1, "b")]
-    p = place(req(replicas=3, engines=eng, clusters=(cluster("a"), cluster("b")), used=used))
-    assert len(p.replicas) == 2
-    assert p.reason == INSUFFICIENT_CAPACITY
-    assert p.message.startswith("2 of 3 replicas placed")
-    assert "a: engine vllm member 0 needs 2 node(s): h100 1/4 free" in p.message
+@dataclass(frozen=True)
+class Gone:
+    """A replica removed; each field left None is not checked."""
+
+    index: int | None = None
+    cluster: str | None = None
+    why: str | None = None
+    why_has: str | None = None
+    scaled_down: bool | None = None
 
 
-def test_gang_needs_leader_plus_worker_nodes() -> None:
-    # Leader (1 pod) + Worker with 2 nodes = 3 nodes of 8 H100s.
-    eng = (gang(workers=2),)
-    p = place(req(replicas=2, engines=eng, clusters=(cluster("a", nodes=3), cluster("b", nodes=2))))
-    assert where(p) == [(0, "a")]
-    assert p.reason == INSUFFICIENT_CAPACITY
-    assert "b: engine vllm" in p.message
+@dataclass(frozen=True)
+class Want:
+    """What place() must return; each field left None (or UNCHECKED) is not checked."""
+
+    placed: tuple[At, ...] | None = None  # exactly these replicas, in order
+    on: frozenset[str] | None = None  # the set of clusters the replicas run on
+    count: int | None = None  # how many replicas are placed
+    existing: tuple[bool, ...] | None = None  # Placed.existing, per replica
+    hydration: tuple[str | None, ...] | None = None  # Placed.hydration, per replica
+    pools: tuple[Uses, ...] | None = None  # replica 0's pools, whole
+    reason: str | None = UNCHECKED
+    message_starts: str = ""
+    message_has: tuple[str, ...] = ()
+    removed: tuple[Gone, ...] | None = None  # exactly these, in order
 
 
-def test_devices_must_satisfy_every_selector_and_count() -> None:
-    clusters = (cluster("l4", dev=L4, labels={}), cluster("h100"))
-    p = place(req(replicas=2, engines=(standalone(1, MEM_40),), clusters=clusters))
-    assert where(p) == [(0, "h100"), (1, "h100")]
-    p = place(req(replicas=1, engines=(standalone(9),), clusters=clusters))
-    assert p.replicas == []
-    assert p.reason == INSUFFICIENT_CAPACITY
-    assert "no pool's devices satisfy engine vllm member 0 (Standalone) request gpu" in p.message
+def at(*pairs: tuple[int, str]) -> tuple[At, ...]:
+    return tuple(At(index=i, cluster=c) for i, c in pairs)
 
 
-def test_synthetic_only_pool_is_not_claimable() -> None:
-    fabric = DeviceRequest("ib", 1, ('device.driver == "fabric.modelplane.ai"',))
-    eng = (Engine("e", 1, (Member("Standalone", 1, (fabric,)),)),)
-    c = cluster("a", pools=(Pool("p", 2, (IB, H100)),))
-    p = place(req(engines=eng, clusters=(c,)))
-    assert p.replicas == []
-    assert "claimable" in p.message
+COPIES_2 = (standalone(copies=2),)  # 2 nodes per replica
+OTHERS_USE_3_OF_A = {("a", "h100"): 3}
+L4_AND_H100 = (cluster("l4", dev=L4, labels={}), cluster("h100"))
+FABRIC = DeviceRequest("ib", 1, ('device.driver == "fabric.modelplane.ai"',))
+SMALL_AND_BIG = cluster("a", pools=(Pool("a-small", 1, (H100,)), Pool("b-big", 4, (H100,))))
+COORDINATOR = (Engine("e", 1, (Member("Leader", 1, ()), Member("Worker", 2, (gpu(8),)))),)
+FULL_SELECTOR = LabelSelector.parse(
+    {
+        "matchLabels": {"gpu": "h100"},
+        "matchExpressions": [
+            {"key": "region", "operator": "In", "values": ["us-east", "us-west"]},
+            {"key": "tier", "operator": "NotIn", "values": ["dev"]},
+        ],
+    },
+    "s",
+)
+H100_ONLY = LabelSelector.parse({"matchLabels": {"gpu": "h100"}}, "s")
+NOT_READY_TAINTED = (
+    cluster("a", ready=False),
+    cluster("b", taints=(Taint("maint", "", "NoSchedule"),)),
+    cluster("c", taints=(Taint("spot", "true", "PreferNoSchedule"),)),
+)
+ON_H100 = {("vllm", 0): "h100"}
+A0 = Existing(0, "a", ON_H100)
+B1 = Existing(1, "b", ON_H100)
+A_B_A = (A0, B1, Existing(2, "a", ON_H100))
+FLEET = (cluster("gpu-a"), cluster("gpu-b"), cluster("gpu-c"))
+C5_FOOTPRINT = {"gpu-a": "Ready", "gpu-b": "Hydrating"}
+C7_FOOTPRINT = {"gpu-a": "Ready", "gpu-b": "Ready", "gpu-c": "Failed"}
+ON_GPU_C = (Existing(0, "gpu-c", ON_H100),)
+C0_C0_C1_C1 = tuple(Existing(i, "c0" if i < 2 else "c1", ON_H100) for i in range(4))
 
 
-def test_engine_prefers_one_pool_then_splits() -> None:
-    small = Pool("a-small", 1, (H100,))
-    big = Pool("b-big", 4, (H100,))
-    c = cluster("a", pools=(small, big))
-    # The whole gang (1 + 1 nodes) fits only on b-big: one pool for the engine.
-    p = place(req(engines=(gang(workers=1),), clusters=(c,)))
-    assert dict(p.replicas[0].pools) == {("vllm", 0): "b-big", ("vllm", 1): "b-big"}
-    # 1 + 4 nodes fit no single pool: the Leader goes to a-small, the Workers to b-big.
-    p = place(req(engines=(gang(workers=4),), clusters=(c,)))
-    assert dict(p.replicas[0].pools) == {("vllm", 0): "a-small", ("vllm", 1): "b-big"}
-
-
-def test_coordinator_leader_rides_on_its_engine_pool() -> None:
-    eng = (Engine("e", 1, (Member("Leader", 1, ()), Member("Worker", 2, (gpu(8),)))),)
-    p = place(req(engines=eng, clusters=(cluster("a", nodes=3),)))
-    assert dict(p.replicas[0].pools) == {("e", 0): "h100", ("e", 1): "h100"}
-    p = place(req(engines=eng, clusters=(cluster("a", nodes=2),)))
-    assert p.replicas == []
-
-
-def test_selector_full_semantics() -> None:
-    sel = LabelSelector.parse(
-        {
-            "matchLabels": {"gpu": "h100"},
-            "matchExpressions": [
-                {"key": "region", "operator": "In", "values": ["us-east", "us-west"]},
-                {"key": "tier", "operator": "NotIn", "values": ["dev"]},
-            ],
-        },
-        "s",
+def retire(replicas: int, existing: tuple[Existing, ...], room: tuple[str, ...]) -> Request:
+    """Issue 13: cluster a is retained (its cache kept only while a replica serves)."""
+    return req(
+        replicas=replicas,
+        clusters=tuple(cluster(n, nodes=4 if n in room else 0) for n in ("a", "b")),
+        used={("a", "h100"): 0},
+        existing=existing,
+        footprint={"a": "Ready", "b": "Ready"},
+        cache="qwen-cache",
+        retained=frozenset({"a"}),
     )
-    clusters = (
-        cluster("c1", labels={"gpu": "h100", "region": "us-east", "tier": "prod"}),
-        cluster("c2", labels={"gpu": "h100", "region": "us-west"}),
-        cluster("c3", labels={"gpu": "h100", "region": "us-east", "tier": "dev"}),
-        cluster("c4", labels={"gpu": "a100", "region": "us-east"}),
-    )
-    p = place(req(replicas=4, selector=sel, clusters=clusters))
-    assert {c for _, c in where(p)} == {"c1", "c2"}
 
 
-def test_no_matching_clusters() -> None:
-    sel = LabelSelector.parse({"matchLabels": {"gpu": "b200"}}, "s")
-    p = place(req(selector=sel, clusters=(cluster("a"),)))
-    assert (p.reason, p.replicas) == (NO_MATCHING_CLUSTERS, [])
+def serving(index: int, cluster: str, serving: bool) -> Existing:
+    return Existing(index, cluster, ON_H100, serving)
 
 
-def test_not_ready_and_tainted_clusters_get_no_new_replicas() -> None:
-    clusters = (
-        cluster("a", ready=False),
-        cluster("b", taints=(Taint("maint", "", "NoSchedule"),)),
-        cluster("c", taints=(Taint("spot", "true", "PreferNoSchedule"),)),
-    )
-    p = place(req(replicas=2, clusters=clusters))
-    assert where(p) == [(0, "c"), (1, "c")]
-    tol = (Toleration("maint", "Exists"),)
-    p = place(req(replicas=2, clusters=clusters, tolerations=tol))
-    assert where(p) == [(0, "b"), (1, "c")]
-    p = place(req(replicas=3, clusters=clusters[:2]))
-    assert p.reason == INSUFFICIENT_CAPACITY
-    assert "a: not Ready" in p.message
-    assert "b: taint maint:NoSchedule not tolerated" in p.message
+SPREAD = "spread before pack; equal load ties by cluster name"
+CAPACITY = "a replica costs pods x copies nodes, and other replicas' use counts"
+TAINTS = "a cluster that is not Ready, or has an untolerated NoSchedule taint, gets none"
+FAILED = "a Failed hydration is outside the footprint: its replicas move when they can"
+DISPLACED = "Removed.scaled_down is True only when fewer replicas are wanted"
+RETIRE = "a retained cluster takes no new replica; its replicas retire make-before-break"
+
+PLACEMENT: list[Case[Request, Want]] = [
+    Case("spread-then-pack", SPREAD,
+         req(replicas=3, clusters=(cluster("b"), cluster("a"))),
+         Want(placed=at((0, "a"), (1, "b"), (2, "a")), reason=None)),
+    Case("pack-fewest-free", "packing prefers the cluster with the fewest free nodes",
+         req(replicas=3, clusters=(cluster("a", nodes=8), cluster("b", nodes=3))),
+         Want(placed=at((0, "a"), (1, "b"), (2, "b")))),
+    Case("capacity-others-use", CAPACITY,
+         req(replicas=2, engines=COPIES_2, clusters=(cluster("a"), cluster("b")),
+             used=OTHERS_USE_3_OF_A),
+         Want(placed=at((0, "b"), (1, "b")))),
+    Case("capacity-short", CAPACITY + "; a shortfall says what each cluster lacks",
+         req(replicas=3, engines=COPIES_2, clusters=(cluster("a"), cluster("b")),
+             used=OTHERS_USE_3_OF_A),
+         Want(count=2, reason=INSUFFICIENT_CAPACITY, message_starts="2 of 3 replicas placed",
+              message_has=("a: engine vllm member 0 needs 2 node(s): h100 1/4 free",))),
+    Case("gang-leader-plus-workers", "a gang needs Leader + Worker nodes (1 + 2 = 3)",
+         req(replicas=2, engines=(gang(workers=2),),
+             clusters=(cluster("a", nodes=3), cluster("b", nodes=2))),
+         Want(placed=at((0, "a")), reason=INSUFFICIENT_CAPACITY, message_has=("b: engine vllm",))),
+    Case("devices-every-selector", "a device must satisfy every selector of the request",
+         req(replicas=2, engines=(standalone(1, MEM_40),), clusters=L4_AND_H100),
+         Want(placed=at((0, "h100"), (1, "h100")))),
+    Case("devices-count", "a device must have the count the request asks for",
+         req(replicas=1, engines=(standalone(9),), clusters=L4_AND_H100),
+         Want(placed=(), reason=INSUFFICIENT_CAPACITY, message_has=(
+             "no pool's devices satisfy engine vllm member 0 (Standalone) request gpu",))),
+    Case("synthetic-only-pool", "a pool whose only matching devices are Synthetic is not claimable",
+         req(engines=(Engine("e", 1, (Member("Standalone", 1, (FABRIC,)),)),),
+             clusters=(cluster("a", pools=(Pool("p", 2, (IB, H100)),)),)),
+         Want(placed=(), message_has=("claimable",))),
+    Case("engine-one-pool", "an engine that fits one pool keeps its members together",
+         req(engines=(gang(workers=1),), clusters=(SMALL_AND_BIG,)),
+         Want(pools=(Uses("vllm", 0, "b-big"), Uses("vllm", 1, "b-big")))),
+    Case("engine-splits", "an engine that fits no single pool splits its members",
+         req(engines=(gang(workers=4),), clusters=(SMALL_AND_BIG,)),
+         Want(pools=(Uses("vllm", 0, "a-small"), Uses("vllm", 1, "b-big")))),
+    Case("coordinator-leader-rides", "a Leader with no devices rides on its engine's pool",
+         req(engines=COORDINATOR, clusters=(cluster("a", nodes=3),)),
+         Want(pools=(Uses("e", 0, "h100"), Uses("e", 1, "h100")))),
+    Case("coordinator-leader-needs-a-node", "a Leader with no devices still takes a node",
+         req(engines=COORDINATOR, clusters=(cluster("a", nodes=2),)),
+         Want(placed=())),
+    Case("selector-full-semantics", "matchLabels, In and NotIn as Kubernetes label selectors",
+         req(replicas=4, selector=FULL_SELECTOR, clusters=(
+             cluster("c1", labels={"gpu": "h100", "region": "us-east", "tier": "prod"}),
+             cluster("c2", labels={"gpu": "h100", "region": "us-west"}),
+             cluster("c3", labels={"gpu": "h100", "region": "us-east", "tier": "dev"}),
+             cluster("c4", labels={"gpu": "a100", "region": "us-east"}))),
+         Want(on=frozenset({"c1", "c2"}))),
+    Case("no-matching-clusters", "a selector no cluster matches is NoMatchingClusters",
+         req(selector=LabelSelector.parse({"matchLabels": {"gpu": "b200"}}, "s"),
+             clusters=(cluster("a"),)),
+         Want(placed=(), reason=NO_MATCHING_CLUSTERS)),
+    Case("not-ready-and-tainted", TAINTS + "; PreferNoSchedule does not keep replicas off",
+         req(replicas=2, clusters=NOT_READY_TAINTED),
+         Want(placed=at((0, "c"), (1, "c")))),
+    Case("tolerated-taint", "a tolerated taint does not keep replicas off",
+         req(replicas=2, clusters=NOT_READY_TAINTED,
+             tolerations=(Toleration("maint", "Exists"),)),
+         Want(placed=at((0, "b"), (1, "c")))),
+    Case("not-ready-and-tainted-say-why", TAINTS + "; the message names each cluster's reason",
+         req(replicas=3, clusters=NOT_READY_TAINTED[:2]),
+         Want(reason=INSUFFICIENT_CAPACITY,
+              message_has=("a: not Ready", "b: taint maint:NoSchedule not tolerated"))),
+    Case("existing-stay-put", "existing replicas stay; a new one takes the lowest free index",
+         req(replicas=3, clusters=(cluster("a"), cluster("b")),
+             existing=(Existing(0, "b", ON_H100), Existing(3, "b", ON_H100))),
+         Want(placed=at((0, "b"), (1, "a"), (3, "b")), existing=(True, False, True),
+              removed=())),
+    Case("existing-stays-in-full-pool", "an existing replica stays when others filled its pool",
+         req(clusters=(cluster("a", nodes=1),), used={("a", "h100"): 1}, existing=(A0,)),
+         Want(placed=at((0, "a")))),
+    Case("no-schedule-keeps-existing", "NoSchedule keeps new replicas off, not existing ones",
+         req(clusters=(cluster("a", taints=(Taint("maint", "", "NoSchedule"),)), cluster("b")),
+             existing=(A0,)),
+         Want(placed=at((0, "a")))),
+    Case("no-execute-moves-existing", "NoExecute moves existing replicas off",
+         req(clusters=(cluster("a", taints=(Taint("maint", "", "NoExecute"),)), cluster("b")),
+             existing=(A0,)),
+         Want(placed=at((1, "b")), removed=(
+             Gone(index=0, cluster="a", why_has="taint maint:NoExecute not tolerated"),))),
+    Case("leaves-unmatched-or-gone", "a replica leaves a cluster that no longer matches or is gone",
+         req(replicas=2, selector=H100_ONLY,
+             clusters=(cluster("a", labels={"gpu": "a100"}), cluster("b"), cluster("c")),
+             existing=(Existing(0, "a", {}), Existing(1, "gone", {}))),
+         Want(placed=at((2, "b"), (3, "c")), removed=(Gone(index=0), Gone(index=1)))),
+    Case("not-ready-moves-when-it-fits", "a not-Ready cluster's replica moves to a replacement",
+         req(clusters=(cluster("a", ready=False), cluster("b")), existing=(A0,)),
+         Want(placed=at((1, "b")), removed=(Gone(why_has="moved (cluster is not Ready)"),))),
+    Case("not-ready-stays-without-room", "it stays while no replacement fits",
+         req(clusters=(cluster("a", ready=False), cluster("b", nodes=0)), existing=(A0,)),
+         Want(placed=at((0, "a")), removed=())),
+    Case("scale-down-most-loaded", "scale-down removes from the most loaded cluster first",
+         req(replicas=2, clusters=(cluster("a"), cluster("b")), existing=A_B_A,
+             used={("b", "h100"): 3}),
+         Want(placed=at((0, "a"), (2, "a")), removed=(Gone(index=1, why="scaled down"),))),
+    Case("scale-down-equal-load", "equal load: the cluster with more of ours, highest index",
+         req(replicas=2, clusters=(cluster("a"), cluster("b")), existing=A_B_A),
+         Want(placed=at((0, "a"), (1, "b")))),
+    Case("scale-to-zero", "zero replicas wanted places none and is no failure",
+         req(replicas=0, clusters=(cluster("a"),), existing=(Existing(0, "a", {}),)),
+         Want(placed=(), reason=None)),
+    Case("scale-down-each-time", "each removal re-picks the most loaded cluster (c0 is fuller "
+         "until its load falls to c1's; then c1 loses its highest index)",
+         req(replicas=1, clusters=(cluster("c0"), cluster("c1")), existing=C0_C0_C1_C1,
+             used={("c0", "h100"): 2}),
+         Want(placed=at((2, "c1")), removed=(Gone(index=0, why="scaled down"),
+                                             Gone(index=1, why="scaled down"),
+                                             Gone(index=3, why="scaled down")))),
+    # cache footprint
+    Case("c5-inside-footprint-ready-first", "C5: only inside the footprint, Ready first",
+         req(replicas=2, clusters=FLEET, footprint=C5_FOOTPRINT, cache="qwen-cache"),
+         Want(placed=at((0, "gpu-a"), (1, "gpu-b")), hydration=("Ready", "Hydrating"))),
+    Case("c5-pack-inside-footprint", "C5: more replicas than spread pack, never outside",
+         req(replicas=6, clusters=FLEET, footprint=C5_FOOTPRINT, cache="qwen-cache"),
+         Want(on=frozenset({"gpu-a", "gpu-b"}), count=6)),
+    Case("ready-before-hydrating", "a Ready cache is preferred to a Hydrating one",
+         req(replicas=1, clusters=FLEET, footprint={"gpu-a": "Hydrating", "gpu-b": "Ready"},
+             cache="c"),
+         Want(placed=at((0, "gpu-b")))),
+    Case("c5-selector-misses-footprint", "C5: selector and footprint are intersected; "
+         "an empty intersection names both sides",
+         req(selector=LabelSelector.parse({"matchLabels": {"region": "eu"}}, "s"),
+             clusters=(*FLEET, cluster("gpu-eu", labels={"region": "eu"})),
+             footprint=C5_FOOTPRINT, cache="qwen-cache"),
+         Want(placed=(), reason=NO_CLUSTER_IN_FOOTPRINT, message_has=("gpu-eu", "gpu-a, gpu-b"))),
+    Case("cache-without-hydrations-waits", "a cache with no hydration yet is waited for",
+         req(clusters=FLEET, footprint={}, cache="c"),
+         Want(placed=(), reason=WAITING_FOR_CACHE)),
+    Case("c7-failed-outside-footprint", FAILED,
+         req(replicas=3, clusters=FLEET, footprint=C7_FOOTPRINT, cache="c"),
+         Want(on=frozenset({"gpu-a", "gpu-b"}))),
+    Case("c7-failed-moves", FAILED,
+         req(clusters=FLEET, footprint=C7_FOOTPRINT, cache="c", existing=ON_GPU_C),
+         Want(placed=at((1, "gpu-a")),
+              removed=(Gone(why_has="moved (hydration of ModelCache c Failed)"),))),
+    Case("c7-failed-stays-with-nowhere-to-go", FAILED + "; with nowhere to go it stays, as Failed",
+         req(clusters=FLEET, footprint={"gpu-c": "Failed"}, cache="c", existing=ON_GPU_C),
+         Want(placed=at((0, "gpu-c")), hydration=("Failed",))),
+    Case("all-hydrations-failed", "every hydration Failed is a footprint reason",
+         req(clusters=FLEET, footprint={"gpu-a": "Failed"}, cache="c"),
+         Want(reason=NO_CLUSTER_IN_FOOTPRINT, message_has=("hydration Failed on gpu-a",))),
+    Case("stay-while-no-hydration", "replicas stay while the cache has no hydration at all",
+         req(clusters=FLEET, footprint={}, cache="c",
+             existing=(Existing(0, "gpu-a", ON_H100),)),
+         Want(placed=at((0, "gpu-a")), removed=(), reason=None)),
+    Case("outside-footprint-removed", "a replica outside the footprint is removed",
+         req(clusters=FLEET, footprint={"gpu-a": "Ready"}, cache="c",
+             existing=(Existing(0, "gpu-c", {}),)),
+         Want(placed=at((1, "gpu-a")), removed=(Gone(why_has="outside the footprint"),))),
+    # displacement or scale-down
+    Case("displaced-not-ready", DISPLACED + "; moved off a cluster that is not Ready",
+         req(clusters=(cluster("a", ready=False), cluster("b")), existing=(A0,)),
+         Want(removed=(Gone(index=0, scaled_down=False),))),
+    Case("displaced-cluster-gone", DISPLACED + "; its cluster is gone",
+         req(clusters=(cluster("b"),), existing=(A0,)),
+         Want(removed=(Gone(index=0, scaled_down=False),))),
+    Case("scaled-down-healthy", DISPLACED + "; fewer wanted, from a healthy cluster",
+         req(replicas=1, clusters=(cluster("a"), cluster("b")), existing=(A0, B1)),
+         Want(removed=(Gone(why="scaled down", scaled_down=True),))),
+    Case("scaled-down-not-ready", DISPLACED + "; fewer wanted, from a not-Ready cluster",
+         req(replicas=1, clusters=(cluster("a", ready=False), cluster("b")), existing=(A0, B1)),
+         Want(removed=(Gone(index=0, why="scaled down (cluster is not Ready)",
+                            scaled_down=True),))),
+    # issue 13: (replicas wanted, existing, clusters with room; the others are full)
+    Case("retire-replacement-placed-old-kept", RETIRE,
+         retire(1, (serving(0, "a", True),), room=("a", "b")),
+         Want(placed=at((0, "a"), (1, "b")), removed=())),
+    Case("retire-replacement-not-serving-yet", RETIRE,
+         retire(1, (serving(0, "a", True), serving(1, "b", False)), room=("a", "b")),
+         Want(placed=at((0, "a"), (1, "b")), removed=())),
+    Case("retire-replacement-serves-old-goes", RETIRE,
+         retire(1, (serving(0, "a", True), serving(1, "b", True)), room=("a", "b")),
+         Want(placed=at((1, "b")), removed=(Gone(index=0, cluster="a", scaled_down=False),))),
+    Case("retire-no-room-kept", RETIRE + "; with no room for a replacement it is kept",
+         retire(1, (serving(0, "a", True),), room=("a",)),
+         Want(placed=at((0, "a")), removed=())),
+    Case("retire-two-one-serving-elsewhere", RETIRE,
+         retire(2, (serving(0, "a", True), serving(1, "b", True)), room=("a", "b")),
+         Want(placed=at((0, "a"), (1, "b"), (2, "b")), removed=())),
+    Case("retire-scaled-to-zero", RETIRE + "; scaled to zero, the retiring replica goes",
+         retire(0, (serving(0, "a", True),), room=("a", "b")),
+         Want(placed=(), removed=(Gone(index=0, cluster="a", scaled_down=True),))),
+]  # fmt: skip
 
 
-def test_existing_replicas_stay_put() -> None:
-    existing = (Existing(0, "b", {("vllm", 0): "h100"}), Existing(3, "b", {("vllm", 0): "h100"}))
-    p = place(req(replicas=3, clusters=(cluster("a"), cluster("b")), existing=existing))
-    # Both stay on b; the new one takes the lowest free index and goes to a (spread).
-    assert where(p) == [(0, "b"), (1, "a"), (3, "b")]
-    assert [r.existing for r in p.replicas] == [True, False, True]
-    assert p.removed == []
-
-
-def test_existing_replica_stays_when_others_filled_its_pool() -> None:
-    existing = (Existing(0, "a", {("vllm", 0): "h100"}),)
-    p = place(req(clusters=(cluster("a", nodes=1),), used={("a", "h100"): 1}, existing=existing))
-    assert where(p) == [(0, "a")]
-
-
-def test_no_schedule_taint_keeps_existing_no_execute_moves_it() -> None:
-    existing = (Existing(0, "a", {("vllm", 0): "h100"}),)
-    soft = cluster("a", taints=(Taint("maint", "", "NoSchedule"),))
-    p = place(req(clusters=(soft, cluster("b")), existing=existing))
-    assert where(p) == [(0, "a")]
-    hard = cluster("a", taints=(Taint("maint", "", "NoExecute"),))
-    p = place(req(clusters=(hard, cluster("b")), existing=existing))
-    assert where(p) == [(1, "b")]
-    assert [(r.index, r.cluster) for r in p.removed] == [(0, "a")]
-    assert "taint maint:NoExecute not tolerated" in p.removed[0].why
-
-
-def test_replica_leaves_a_cluster_that_no_longer_matches_or_is_gone() -> None:
-    existing = (Existing(0, "a", {}), Existing(1, "gone", {}))
-    sel = LabelSelector.parse({"matchLabels": {"gpu": "h100"}}, "s")
-    clusters = (cluster("a", labels={"gpu": "a100"}), cluster("b"), cluster("c"))
-    p = place(req(replicas=2, selector=sel, clusters=clusters, existing=existing))
-    assert where(p) == [(2, "b"), (3, "c")]
-    assert [r.index for r in p.removed] == [0, 1]
-
-
-def test_not_ready_cluster_replica_moves_only_when_a_replacement_fits() -> None:
-    existing = (Existing(0, "a", {("vllm", 0): "h100"}),)
-    p = place(req(clusters=(cluster("a", ready=False), cluster("b")), existing=existing))
-    assert where(p) == [(1, "b")]
-    assert "moved (cluster is not Ready)" in p.removed[0].why
-    p = place(req(clusters=(cluster("a", ready=False), cluster("b", nodes=0)), existing=existing))
-    assert where(p) == [(0, "a")]
-    assert p.removed == []
-
-
-def test_scale_down_removes_most_loaded_first() -> None:
-    existing = (
-        Existing(0, "a", {("vllm", 0): "h100"}),
-        Existing(1, "b", {("vllm", 0): "h100"}),
-        Existing(2, "a", {("vllm", 0): "h100"}),
-    )
-    # b is the most loaded (others use 3 of its 4 nodes).
-    p = place(
-        req(
-            replicas=2,
-            clusters=(cluster("a"), cluster("b")),
-            existing=existing,
-            used={("b", "h100"): 3},
-        )
-    )
-    assert where(p) == [(0, "a"), (2, "a")]
-    assert [(r.index, r.why) for r in p.removed] == [(1, "scaled down")]
-    # Equal load: the cluster with more of ours, then the highest index.
-    p = place(req(replicas=2, clusters=(cluster("a"), cluster("b")), existing=existing))
-    assert where(p) == [(0, "a"), (1, "b")]
-
-
-def test_scale_to_zero() -> None:
-    existing = (Existing(0, "a", {}),)
-    p = place(req(replicas=0, clusters=(cluster("a"),), existing=existing))
-    assert p.replicas == [] and p.reason is None
+@table(PLACEMENT)
+def test_placement(case: Case[Request, Want]) -> None:
+    p = place(case.inputs)
+    w, why = case.want, (case.reason, p.message)
+    if w.placed is not None:
+        assert where(p) == [(a.index, a.cluster) for a in w.placed], why
+    if w.on is not None:
+        assert {c for _, c in where(p)} == w.on, why
+    if w.count is not None:
+        assert len(p.replicas) == w.count, why
+    if w.existing is not None:
+        assert tuple(r.existing for r in p.replicas) == w.existing, why
+    if w.hydration is not None:
+        assert tuple(r.hydration for r in p.replicas) == w.hydration, why
+    if w.pools is not None:
+        assert dict(p.replicas[0].pools) == {(u.engine, u.member): u.pool for u in w.pools}, why
+    if w.reason != UNCHECKED:
+        assert p.reason == w.reason, why
+    assert p.message.startswith(w.message_starts), why
+    for part in w.message_has:
+        assert part in p.message, (part, *why)
+    if w.removed is not None:
+        assert len(p.removed) == len(w.removed), (p.removed, *why)
+        for got, want in zip(p.removed, w.removed, strict=True):
+            for name in ("index", "cluster", "why", "scaled_down"):
+                if getattr(want, name) is not None:
+                    assert getattr(got, name) == getattr(want, name), (name, got, *why)
+            if want.why_has is not None:
+                assert want.why_has in got.why, (got, *why)
+    # Issue 13: a retained cluster never gets a new replica.
+    assert all(r.existing for r in p.replicas if r.cluster in case.inputs.retained), why
 
 
 def test_deterministic() -> None:
     r = req(replicas=5, clusters=tuple(cluster(n) for n in "edcba"))
     assert where(place(r)) == where(place(r))
-
-
-# ---- cache footprint -------------------------------------------------------------
-
-FLEET = (cluster("gpu-a"), cluster("gpu-b"), cluster("gpu-c"))
-
-
-def test_c5_only_inside_the_footprint_ready_first() -> None:
-    fp = {"gpu-a": "Ready", "gpu-b": "Hydrating"}
-    p = place(req(replicas=2, clusters=FLEET, footprint=fp, cache="qwen-cache"))
-    assert where(p) == [(0, "gpu-a"), (1, "gpu-b")]
-    assert [r.hydration for r in p.replicas] == ["Ready", "Hydrating"]
-    # More replicas than spread: pack, never onto gpu-c.
-    p = place(req(replicas=6, clusters=FLEET, footprint=fp, cache="qwen-cache"))
-    assert {c for _, c in where(p)} == {"gpu-a", "gpu-b"}
-    assert len(p.replicas) == 6
-
-
-def test_ready_preferred_to_hydrating() -> None:
-    fp = {"gpu-a": "Hydrating", "gpu-b": "Ready"}
-    p = place(req(replicas=1, clusters=FLEET, footprint=fp, cache="c"))
-    assert where(p) == [(0, "gpu-b")]
-
-
-def test_c5_selector_and_footprint_do_not_intersect() -> None:
-    sel = LabelSelector.parse({"matchLabels": {"region": "eu"}}, "s")
-    clusters = (*FLEET, cluster("gpu-eu", labels={"region": "eu"}))
-    fp = {"gpu-a": "Ready", "gpu-b": "Hydrating"}
-    p = place(req(selector=sel, clusters=clusters, footprint=fp, cache="qwen-cache"))
-    assert p.replicas == []
-    assert p.reason == NO_CLUSTER_IN_FOOTPRINT
-    assert "gpu-eu" in p.message and "gpu-a, gpu-b" in p.message
-
-
-def test_cache_without_hydrations_waits() -> None:
-    p = place(req(clusters=FLEET, footprint={}, cache="c"))
-    assert (p.reason, p.replicas) == (WAITING_FOR_CACHE, [])
-
-
-def test_c7_failed_hydration_is_outside_the_footprint_and_moves() -> None:
-    fp = {"gpu-a": "Ready", "gpu-b": "Ready", "gpu-c": "Failed"}
-    p = place(req(replicas=3, clusters=FLEET, footprint=fp, cache="c"))
-    assert {c for _, c in where(p)} == {"gpu-a", "gpu-b"}
-    existing = (Existing(0, "gpu-c", {("vllm", 0): "h100"}),)
-    p = place(req(clusters=FLEET, footprint=fp, cache="c", existing=existing))
-    assert where(p) == [(1, "gpu-a")]
-    assert "moved (hydration of ModelCache c Failed)" in p.removed[0].why
-    # Nowhere to go: the failed replica stays (and shows as failed).
-    p = place(req(clusters=FLEET, footprint={"gpu-c": "Failed"}, cache="c", existing=existing))
-    assert where(p) == [(0, "gpu-c")]
-    assert p.replicas[0].hydration == "Failed"
-
-
-def test_all_hydrations_failed_is_a_footprint_reason() -> None:
-    p = place(req(clusters=FLEET, footprint={"gpu-a": "Failed"}, cache="c"))
-    assert p.reason == NO_CLUSTER_IN_FOOTPRINT
-    assert "hydration Failed on gpu-a" in p.message
-
-
-def test_replicas_stay_while_the_cache_has_no_hydration_at_all() -> None:
-    existing = (Existing(0, "gpu-a", {("vllm", 0): "h100"}),)
-    p = place(req(clusters=FLEET, footprint={}, cache="c", existing=existing))
-    assert where(p) == [(0, "gpu-a")]
-    assert p.removed == []
-    assert p.reason is None
-
-
-def test_replica_outside_the_footprint_is_removed() -> None:
-    existing = (Existing(0, "gpu-c", {}),)
-    p = place(req(clusters=FLEET, footprint={"gpu-a": "Ready"}, cache="c", existing=existing))
-    assert where(p) == [(1, "gpu-a")]
-    assert "outside the footprint" in p.removed[0].why
 
 
 # ---- fleet scale: what placement reads, and no quadratic step ---------------------------
@@ -587,89 +655,3 @@ def test_fleet_mapping_and_cluster_tuple_place_alike() -> None:
             b.reason,
             b.message,
         )
-
-
-def test_scale_down_picks_the_most_loaded_cluster_each_time() -> None:
-    # c0 is fuller (others use 2 of its 4 nodes): it loses its replicas (highest index
-    # first) until its load falls to c1's; then c1 loses its highest index.
-    clusters = (cluster("c0"), cluster("c1"))
-    existing = tuple(Existing(i, "c0" if i < 2 else "c1", {("vllm", 0): "h100"}) for i in range(4))
-    p = place(req(replicas=1, clusters=clusters, existing=existing, used={("c0", "h100"): 2}))
-    assert [r.index for r in p.removed] == [0, 1, 3]
-    assert where(p) == [(2, "c1")]
-    assert all(r.why == "scaled down" for r in p.removed)
-
-
-def test_removed_tells_scale_down_from_displacement() -> None:
-    """``Removed.scaled_down``: True only when fewer replicas are wanted (the composer
-    records displaced replicas for the replacement-duration metric, never scale-downs)."""
-    a0 = Existing(0, "a", {("vllm", 0): "h100"})
-    b1 = Existing(1, "b", {("vllm", 0): "h100"})
-    # Moved off a cluster that is not Ready: displaced.
-    p = place(req(clusters=(cluster("a", ready=False), cluster("b")), existing=(a0,)))
-    assert [(r.index, r.scaled_down) for r in p.removed] == [(0, False)]
-    # Its cluster is gone: displaced.
-    p = place(req(clusters=(cluster("b"),), existing=(a0,)))
-    assert [(r.index, r.scaled_down) for r in p.removed] == [(0, False)]
-    # Fewer replicas wanted: scaled down, from a healthy cluster or a not-Ready one.
-    p = place(req(replicas=1, clusters=(cluster("a"), cluster("b")), existing=(a0, b1)))
-    assert [(r.why, r.scaled_down) for r in p.removed] == [("scaled down", True)]
-    p = place(
-        req(replicas=1, clusters=(cluster("a", ready=False), cluster("b")), existing=(a0, b1))
-    )
-    assert [(r.index, r.scaled_down) for r in p.removed] == [(0, True)]
-    assert p.removed[0].why == "scaled down (cluster is not Ready)"
-
-
-# ---- issue 13: a retained cluster takes no replica; its replicas retire make-before-break
-
-
-def _ex(index: int, cluster: str, serving: bool) -> Existing:
-    return Existing(index, cluster, {("vllm", 0): "h100"}, serving)
-
-
-# (case, replicas wanted, existing, clusters with room (others full), want placed, want removed)
-RETIRE = [
-    ("replacement placed, old kept", 1, [_ex(0, "a", True)], ["a", "b"], [(0, "a"), (1, "b")], []),
-    (
-        "replacement not serving yet",
-        1,
-        [_ex(0, "a", True), _ex(1, "b", False)],
-        ["a", "b"],
-        [(0, "a"), (1, "b")],
-        [],
-    ),
-    ("replacement serves: old goes", 1, [_ex(0, "a", True), _ex(1, "b", True)], ["a", "b"],
-     [(1, "b")], [(0, "a")]),
-    ("no room for a replacement: kept", 1, [_ex(0, "a", True)], ["a"], [(0, "a")], []),
-    ("two replicas, one serving elsewhere", 2, [_ex(0, "a", True), _ex(1, "b", True)],
-     ["a", "b"], [(0, "a"), (1, "b"), (2, "b")], []),
-    ("scaled to zero: retiring goes", 0, [_ex(0, "a", True)], ["a", "b"], [], [(0, "a")]),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("case", "replicas", "existing", "room", "want", "gone"), RETIRE, ids=[c[0] for c in RETIRE]
-)
-def test_retained_cluster_retires_its_replicas_make_before_break(
-    case: str, replicas: int, existing: list, room: list, want: list, gone: list
-) -> None:
-    fleet = tuple(cluster(n, nodes=4 if n in room else 0) for n in ("a", "b"))
-    used = {("a", "h100"): 0}
-    p = place(
-        req(
-            replicas=replicas,
-            clusters=fleet,
-            used=used,
-            existing=tuple(existing),
-            footprint={"a": "Ready", "b": "Ready"},
-            cache="qwen-cache",
-            retained=frozenset({"a"}),
-        )
-    )
-    assert where(p) == want, (case, p.message)
-    assert [(r.index, r.cluster) for r in p.removed] == gone, case
-    for r in p.removed:
-        assert r.scaled_down == (replicas == 0) and r.cluster == "a"
-    # The retained cluster never gets a new replica.
-    assert all(r.existing for r in p.replicas if r.cluster == "a")
