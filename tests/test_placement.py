@@ -116,81 +116,105 @@ def where(p) -> list[tuple[int, str]]:
 
 # ---- devices -------------------------------------------------------------
 
+QUANTITY = "a Kubernetes resource quantity: binary and decimal suffixes, exponents"
+REJECTED = "not a Kubernetes resource quantity: a ValueError"
 
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("80Gi", Decimal(80 * 2**30)),
-        ("23034Mi", Decimal(23034 * 2**20)),
-        ("500m", Decimal("0.5")),
-        ("1k", Decimal(1000)),
-        ("1e3", Decimal(1000)),
-        ("1.5G", Decimal(1_500_000_000)),
-        ("2", Decimal(2)),
-    ],
-)
-def test_parse_quantity(text: str, value: Decimal) -> None:
-    assert parse_quantity(text) == value
-
-
-@pytest.mark.parametrize("text", ["", "Gi", "1GB", "1.2.3", "abc"])
-def test_parse_quantity_rejects(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_quantity(text)
+QUANTITIES: list[Case[str, Decimal | None]] = [
+    Case("80Gi", QUANTITY, "80Gi", Decimal(80 * 2**30)),
+    Case("23034Mi", QUANTITY, "23034Mi", Decimal(23034 * 2**20)),
+    Case("500m", QUANTITY, "500m", Decimal("0.5")),
+    Case("1k", QUANTITY, "1k", Decimal(1000)),
+    Case("1e3", QUANTITY, "1e3", Decimal(1000)),
+    Case("1.5G", QUANTITY, "1.5G", Decimal(1_500_000_000)),
+    Case("2", QUANTITY, "2", Decimal(2)),
+    Case("empty", REJECTED, "", None),
+    Case("suffix-only", REJECTED, "Gi", None),
+    Case("GB", REJECTED, "1GB", None),
+    Case("two-points", REJECTED, "1.2.3", None),
+    Case("letters", REJECTED, "abc", None),
+]
 
 
-@pytest.mark.parametrize(
-    ("expr", "device", "want"),
-    [
-        (MEM_40, H100, True),
-        (MEM_40, L4, False),
-        (MEM_20, L4, True),  # 23034Mi > 20Gi
-        ('device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("22Gi"))', L4, True),
-        ('device.capacity["gpu.nvidia.com"].memory.isLessThan(quantity("22Gi"))', L4, False),
-        ('device.attributes["gpu.nvidia.com"].architecture == "Hopper"', H100, True),
-        ('device.attributes["gpu.nvidia.com"].architecture == "Hopper"', L4, False),
-        ('device.driver == "gpu.nvidia.com"', L4, True),
-        ('device.attributes["gpu.nvidia.com"].nvlink', H100, True),
-        ('device.attributes["gpu.nvidia.com"].sm >= 100', H100, True),
-        (
-            'device.attributes["gpu.nvidia.com"].cudaComputeCapability'
-            '.isGreaterThan(semver("8.9.0"))',
-            H100,
-            True,
-        ),
-        ('device.attributes["gpu.nvidia.com"].cudaComputeCapability.major() == 9', H100, True),
-        # A device of another driver: the expression addresses only amd.com.
-        ('device.capacity["amd.com"].memory.compareTo(quantity("1Gi")) >= 0', H100, False),
-        # A guard that is false short-circuits what would fail.
-        (
-            'device.driver == "amd.com" && device.attributes["gpu.nvidia.com"].nvlink',
-            H100,
-            False,
-        ),
-    ],
-)
-def test_selector(expr: str, device: Device, want: bool) -> None:
-    assert selector_matches(expr, device) is want
+@table(QUANTITIES)
+def test_parse_quantity(case: Case[str, Decimal | None]) -> None:
+    if case.want is None:
+        with pytest.raises(ValueError):
+            parse_quantity(case.inputs)
+    else:
+        assert parse_quantity(case.inputs) == case.want, case.reason
 
 
-@pytest.mark.parametrize(
-    ("expr", "device", "why"),
-    [
-        # Evaluation errors are errors (DRA aborts the allocation), never a non-match:
-        # a missing attribute, another driver, a type error, a bad quantity, x/0.
-        ('device.attributes["gpu.nvidia.com"].nvlink', L4, "nvlink"),
-        ('device.capacity["gpu.nvidia.com"].memory.compareTo(1) >= 0', H100, ""),
-        ('quantity("not-a-quantity").compareTo(quantity("1")) >= 0', H100, "not-a-quantity"),
-        ("1 / 0 == 0", H100, "divide by zero"),
-        # A non-boolean result is an error too.
-        ("device.driver", H100, "not a boolean"),
-    ],
-)
-def test_selector_failing_at_evaluation_is_an_error(expr: str, device: Device, why: str) -> None:
+@dataclass(frozen=True)
+class Match:
+    """A DRA CEL selector and the device it is evaluated against."""
+
+    expr: str
+    device: Device
+
+
+DRA_CEL = "DRA's CEL environment: capacity quantities, attributes, driver"
+
+MATCHES: list[Case[Match, bool]] = [
+    Case("memory-40Gi-h100", DRA_CEL, Match(MEM_40, H100), True),
+    Case("memory-40Gi-l4", DRA_CEL, Match(MEM_40, L4), False),
+    Case("memory-20Gi-l4", "23034Mi > 20Gi", Match(MEM_20, L4), True),
+    Case("isGreaterThan", DRA_CEL + ": quantity isGreaterThan",
+         Match('device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("22Gi"))', L4),
+         True),
+    Case("isLessThan", DRA_CEL + ": quantity isLessThan",
+         Match('device.capacity["gpu.nvidia.com"].memory.isLessThan(quantity("22Gi"))', L4),
+         False),
+    Case("string-attribute-h100", DRA_CEL,
+         Match('device.attributes["gpu.nvidia.com"].architecture == "Hopper"', H100), True),
+    Case("string-attribute-l4", DRA_CEL,
+         Match('device.attributes["gpu.nvidia.com"].architecture == "Hopper"', L4), False),
+    Case("driver", DRA_CEL, Match('device.driver == "gpu.nvidia.com"', L4), True),
+    Case("bool-attribute", DRA_CEL, Match('device.attributes["gpu.nvidia.com"].nvlink', H100),
+         True),
+    Case("int-attribute", DRA_CEL, Match('device.attributes["gpu.nvidia.com"].sm >= 100', H100),
+         True),
+    Case("semver-isGreaterThan", DRA_CEL + ": version attributes are semver",
+         Match('device.attributes["gpu.nvidia.com"].cudaComputeCapability'
+               '.isGreaterThan(semver("8.9.0"))', H100), True),
+    Case("semver-major", DRA_CEL + ": semver major()",
+         Match('device.attributes["gpu.nvidia.com"].cudaComputeCapability.major() == 9', H100),
+         True),
+    Case("another-driver", "the expression addresses only amd.com: a device of another driver",
+         Match('device.capacity["amd.com"].memory.compareTo(quantity("1Gi")) >= 0', H100), False),
+    Case("guard-short-circuits", "a guard that is false short-circuits what would fail",
+         Match('device.driver == "amd.com" && device.attributes["gpu.nvidia.com"].nvlink', H100),
+         False),
+]  # fmt: skip
+
+
+@table(MATCHES)
+def test_selector(case: Case[Match, bool]) -> None:
+    assert selector_matches(case.inputs.expr, case.inputs.device) is case.want, case.reason
+
+
+EVAL_ERROR = "an evaluation error is an error (DRA aborts the allocation), never a non-match"
+
+EVALUATION_ERRORS: list[Case[Match, str]] = [
+    Case("missing-attribute", EVAL_ERROR, Match('device.attributes["gpu.nvidia.com"].nvlink', L4),
+         "nvlink"),
+    Case("type-error", EVAL_ERROR,
+         Match('device.capacity["gpu.nvidia.com"].memory.compareTo(1) >= 0', H100), ""),
+    Case("bad-quantity", EVAL_ERROR,
+         Match('quantity("not-a-quantity").compareTo(quantity("1")) >= 0', H100),
+         "not-a-quantity"),
+    Case("divide-by-zero", EVAL_ERROR, Match("1 / 0 == 0", H100), "divide by zero"),
+    Case("not-boolean", "a non-boolean result is an error too", Match("device.driver", H100),
+         "not a boolean"),
+]  # fmt: skip
+
+
+@table(EVALUATION_ERRORS)
+def test_selector_failing_at_evaluation_is_an_error(case: Case[Match, str]) -> None:
+    expr, device = case.inputs.expr, case.inputs.device
     with pytest.raises(SelectorEvaluationError) as e:
         selector_matches(expr, device)
     assert e.value.expression == expr and e.value.device == device
-    assert why in str(e.value) and device.name in str(e.value)
+    assert case.want in str(e.value) and device.name in str(e.value)
 
 
 @pytest.mark.parametrize("expr", ['device.capacity["gpu.nvidia.com"', "1 +", "", "a ++ b"])
@@ -201,18 +225,22 @@ def test_selector_that_does_not_compile_names_itself(expr: str) -> None:
     assert "does not compile" in str(e.value)
 
 
-@pytest.mark.parametrize(
-    ("expr", "why"),
-    [
-        ("foo(1)", "unknown function foo"),
-        ('device.driver.lowerAscii() == "x"', "unknown function lowerAscii"),
-        ("other.x == 1", "undeclared reference to other"),
-        ('device.attributes["a"].exists(k, k == other)', "undeclared reference to other"),
-    ],
-)
-def test_selector_checked_like_a_dra_compiler(expr: str, why: str) -> None:
-    with pytest.raises(InvalidSelector, match=why):
-        compile_selector(expr)
+DRA_CHECKED = "checked like a DRA compiler: only DRA's functions and the device variable"
+
+UNCHECKED_SELECTORS: list[Case[str, str]] = [
+    Case("unknown-function", DRA_CHECKED, "foo(1)", "unknown function foo"),
+    Case("unknown-method", DRA_CHECKED, 'device.driver.lowerAscii() == "x"',
+         "unknown function lowerAscii"),
+    Case("undeclared-variable", DRA_CHECKED, "other.x == 1", "undeclared reference to other"),
+    Case("undeclared-in-macro", DRA_CHECKED, 'device.attributes["a"].exists(k, k == other)',
+         "undeclared reference to other"),
+]  # fmt: skip
+
+
+@table(UNCHECKED_SELECTORS)
+def test_selector_checked_like_a_dra_compiler(case: Case[str, str]) -> None:
+    with pytest.raises(InvalidSelector, match=case.want):
+        compile_selector(case.inputs)
 
 
 @pytest.mark.parametrize(
@@ -245,19 +273,38 @@ def test_device_request_count() -> None:
 # ---- taints ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("tol", "taint", "want"),
-    [
-        (Toleration("k", "Equal", "v", "NoSchedule"), Taint("k", "v", "NoSchedule"), True),
-        (Toleration("k", "Equal", "w", "NoSchedule"), Taint("k", "v", "NoSchedule"), False),
-        (Toleration("k", "Exists", "", ""), Taint("k", "v", "NoExecute"), True),
-        (Toleration("", "Exists", "", ""), Taint("any", "v", "NoSchedule"), True),
-        (Toleration("k", "Equal", "v", "NoExecute"), Taint("k", "v", "NoSchedule"), False),
-        (Toleration("other", "Exists", "", ""), Taint("k", "", "NoSchedule"), False),
-    ],
-)
-def test_toleration(tol: Toleration, taint: Taint, want: bool) -> None:
-    assert tol.tolerates(taint) is want
+@dataclass(frozen=True)
+class Against:
+    """A toleration and the taint it is matched against."""
+
+    toleration: Toleration
+    taint: Taint
+
+
+TOLERATES = "Kubernetes taint matching: key, Equal value or Exists, and effect (empty: any)"
+
+TOLERATIONS: list[Case[Against, bool]] = [
+    Case("equal-value", TOLERATES,
+         Against(Toleration("k", "Equal", "v", "NoSchedule"), Taint("k", "v", "NoSchedule")),
+         True),
+    Case("other-value", TOLERATES,
+         Against(Toleration("k", "Equal", "w", "NoSchedule"), Taint("k", "v", "NoSchedule")),
+         False),
+    Case("exists-any-effect", TOLERATES,
+         Against(Toleration("k", "Exists", "", ""), Taint("k", "v", "NoExecute")), True),
+    Case("empty-key-exists-tolerates-all", TOLERATES,
+         Against(Toleration("", "Exists", "", ""), Taint("any", "v", "NoSchedule")), True),
+    Case("other-effect", TOLERATES,
+         Against(Toleration("k", "Equal", "v", "NoExecute"), Taint("k", "v", "NoSchedule")),
+         False),
+    Case("other-key", TOLERATES,
+         Against(Toleration("other", "Exists", "", ""), Taint("k", "", "NoSchedule")), False),
+]  # fmt: skip
+
+
+@table(TOLERATIONS)
+def test_toleration(case: Case[Against, bool]) -> None:
+    assert case.inputs.toleration.tolerates(case.inputs.taint) is case.want, case.reason
 
 
 def test_parse_taints_and_tolerations() -> None:
