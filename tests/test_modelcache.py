@@ -6,6 +6,8 @@ The team's cases C1, C3, C4, C6, C7: long names, selectors, stale conditions, pa
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -34,6 +36,7 @@ from tests.support.harness import (
     status,
     xr_ready,
 )
+from tests.support.table import Case, table
 
 C3_CLUSTERS = [
     inference_cluster("gpu-a", {"tier": "prod"}),
@@ -88,29 +91,51 @@ def grown(composite, clusters, phases=None, **extra):
 # ---- C3: selector semantics ------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("selector", "want"),
-    [
-        ({}, ["gpu-a", "gpu-b", "gpu-c"]),
-        ({"matchLabels": {"tier": "prod"}}, ["gpu-a"]),
-        ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, ["gpu-a", "gpu-b"]),
-        (
-            {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["prod"]}]},
-            ["gpu-b", "gpu-c"],
-        ),
-    ],
+@dataclass(frozen=True)
+class Fleet:
+    """A cache's clusterSelector and the InferenceClusters Crossplane sends for it."""
+
+    selector: dict[str, Any]
+    clusters: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Hydrated:
+    """The clusters that get a hydration, by name, sorted."""
+
+    clusters: tuple[str, ...]
+
+
+C3 = "C3: the clusterSelector has Kubernetes label-selector semantics ({} selects all)"
+C4 = (
+    "C4: Crossplane sends only the matchLabels matches; matchExpressions are filtered "
+    "locally (all clusters are sent to prove it)"
 )
-def test_c3_selector_semantics(selector, want):
-    rsp = run(request(cache(selector=selector), required=resolved(C3_CLUSTERS)))
-    assert not fatal(rsp)
-    assert hydrated_clusters(rsp) == want
+
+SELECTED: list[Case[Fleet, Hydrated]] = [
+    Case("c3-empty-selects-all", C3, Fleet({}, tuple(C3_CLUSTERS)),
+         Hydrated(("gpu-a", "gpu-b", "gpu-c"))),
+    Case("c3-match-labels", C3, Fleet({"matchLabels": {"tier": "prod"}}, tuple(C3_CLUSTERS)),
+         Hydrated(("gpu-a",))),
+    Case("c3-exists", C3,
+         Fleet({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, tuple(C3_CLUSTERS)),
+         Hydrated(("gpu-a", "gpu-b"))),
+    Case("c3-not-in-selects-missing-key", C3,
+         Fleet({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["prod"]}]},
+               tuple(C3_CLUSTERS)),
+         Hydrated(("gpu-b", "gpu-c"))),
+    Case("c4-selected-set-is-exact", C4, Fleet(C4_SELECTOR, tuple(C4_CLUSTERS)),
+         Hydrated(("c1", "c2"))),
+]  # fmt: skip
 
 
-def test_c3_missing_selector_is_fatal_naming_the_field():
-    rsp = run(request(cache(selector=None), required=resolved(C3_CLUSTERS)))
-    msgs = fatal(rsp)
-    assert len(msgs) == 1 and "spec.clusterSelector" in msgs[0]
-    assert not rsp.desired.resources
+@table(SELECTED)
+def test_selector_picks_the_hydrated_clusters(case: Case[Fleet, Hydrated]) -> None:
+    rsp = run(
+        request(cache(selector=case.inputs.selector), required=resolved(case.inputs.clusters))
+    )
+    assert not fatal(rsp), case.reason
+    assert hydrated_clusters(rsp) == list(case.want.clusters), case.reason
 
 
 def test_c3_no_cluster_at_all():
@@ -135,46 +160,77 @@ def test_c4_requirement_carries_only_match_labels():
     assert "namespace" not in req
 
 
-def test_c4_selected_set_is_exact():
-    # Crossplane would only send the matchLabels matches; send all to prove local filtering.
-    rsp = run(request(cache(selector=C4_SELECTOR), required=resolved(C4_CLUSTERS)))
-    assert hydrated_clusters(rsp) == ["c1", "c2"]
+@dataclass(frozen=True)
+class BadSpec:
+    """A cache spec (``cache()`` keywords), the clusters sent, and whether its children
+    already exist (observed Ready, from the same cache with ``clusterSelector: {}``)."""
+
+    spec: dict[str, Any]
+    clusters: tuple[dict[str, Any], ...]
+    children: bool = False
 
 
-@pytest.mark.parametrize(
-    ("expr", "field"),
-    [
-        (
-            {"key": "region", "operator": "Matches", "values": ["x"]},
-            "spec.clusterSelector.matchExpressions[0].operator",
-        ),
-        (
-            {"key": "region", "operator": "In", "values": []},
-            "spec.clusterSelector.matchExpressions[0].values",
-        ),
-        ({"key": "region", "operator": "NotIn"}, "spec.clusterSelector.matchExpressions[0].values"),
-        (
-            {"key": "region", "operator": "Exists", "values": ["x"]},
-            "spec.clusterSelector.matchExpressions[0].values",
-        ),
-        ({"key": "bad key!", "operator": "Exists"}, "spec.clusterSelector.matchExpressions[0].key"),
-    ],
+@dataclass(frozen=True)
+class Fatal:
+    """One fatal result naming ``field``; nothing desired, no condition."""
+
+    field: str
+
+
+FATAL = "bad input is one fatal result naming the field, and the response desires no change"
+MALFORMED = (
+    "C4: a malformed matchExpression is fatal and touches nothing: with a fatal result "
+    "Crossplane applies nothing, so existing hydrations stay"
 )
-def test_c4_malformed_selector_is_fatal_and_touches_nothing(expr, field):
-    good = run(request(cache(selector={}), required=resolved(C4_CLUSTERS)))
-    observed = {k: observed_hydration(v, "Ready") for k, v in desired(good).items()}
-    rsp = run(
-        request(
-            cache(selector={"matchExpressions": [expr]}),
-            observed=observed,
-            required=resolved(C4_CLUSTERS),
-        )
-    )
+EXPR = "spec.clusterSelector.matchExpressions[0]"
+
+
+def malformed(expr: dict[str, Any]) -> BadSpec:
+    return BadSpec({"selector": {"matchExpressions": [expr]}}, tuple(C4_CLUSTERS), children=True)
+
+
+def source(**hf: Any) -> BadSpec:
+    return BadSpec({"selector": {}, **hf}, tuple(C3_CLUSTERS))
+
+
+FATALS: list[Case[BadSpec, Fatal]] = [
+    Case("c3-missing-selector", FATAL, BadSpec({"selector": None}, tuple(C3_CLUSTERS)),
+         Fatal("spec.clusterSelector")),
+    Case("c4-unknown-operator", MALFORMED,
+         malformed({"key": "region", "operator": "Matches", "values": ["x"]}),
+         Fatal(f"{EXPR}.operator")),
+    Case("c4-in-without-values", MALFORMED,
+         malformed({"key": "region", "operator": "In", "values": []}), Fatal(f"{EXPR}.values")),
+    Case("c4-not-in-without-values", MALFORMED, malformed({"key": "region", "operator": "NotIn"}),
+         Fatal(f"{EXPR}.values")),
+    Case("c4-exists-with-values", MALFORMED,
+         malformed({"key": "region", "operator": "Exists", "values": ["x"]}),
+         Fatal(f"{EXPR}.values")),
+    Case("c4-bad-key", MALFORMED, malformed({"key": "bad key!", "operator": "Exists"}),
+         Fatal(f"{EXPR}.key")),
+    Case("source-bad-repo", FATAL, source(repo="not a repo"), Fatal("spec.huggingFace.repo")),
+    Case("source-negative-size", FATAL, source(sizeGiB=-1), Fatal("spec.huggingFace.sizeGiB")),
+    Case("source-bad-secret-name", FATAL, source(authSecret={"name": "Bad_Name"}),
+         Fatal("spec.huggingFace.authSecret.name")),
+]  # fmt: skip
+
+
+@table(FATALS)
+def test_bad_spec_is_fatal_naming_the_field_and_touches_nothing(
+    case: Case[BadSpec, Fatal],
+) -> None:
+    clusters = resolved(case.inputs.clusters)
+    observed = {}
+    if case.inputs.children:
+        good = run(request(cache(selector={}), required=clusters))
+        observed = {k: observed_hydration(v, "Ready") for k, v in desired(good).items()}
+        assert observed, "the cache must have children for this row to test keeping them"
+    rsp = run(request(cache(**case.inputs.spec), observed=observed, required=clusters))
     msgs = fatal(rsp)
-    assert len(msgs) == 1 and field in msgs[0]
+    assert len(msgs) == 1 and case.want.field in msgs[0], (case.reason, msgs)
     # A fatal result makes Crossplane apply nothing: the response desires no change.
-    assert not rsp.desired.resources
-    assert not rsp.conditions
+    assert not rsp.desired.resources, case.reason
+    assert not rsp.conditions, case.reason
 
 
 # ---- C1: long names ---------------------------------------------------------------
@@ -492,20 +548,6 @@ def test_source_is_copied_down_without_secret_values():
         assert body["metadata"]["namespace"] == NAMESPACE
 
 
-@pytest.mark.parametrize(
-    ("hf", "field"),
-    [
-        ({"repo": "not a repo"}, "spec.huggingFace.repo"),
-        ({"sizeGiB": -1}, "spec.huggingFace.sizeGiB"),
-        ({"authSecret": {"name": "Bad_Name"}}, "spec.huggingFace.authSecret.name"),
-    ],
-)
-def test_invalid_source_is_fatal_naming_the_field(hf, field):
-    rsp = run(request(cache(selector={}, **hf), required=resolved(C3_CLUSTERS)))
-    msgs = fatal(rsp)
-    assert len(msgs) == 1 and field in msgs[0], msgs
-
-
 # ---- Over gRPC, through the requirements loop ----------------------------------------
 
 
@@ -556,15 +598,38 @@ def test_steady_state_status_is_the_same_whether_reused_or_rebuilt():
 
 # ---- A source edit is never reported from stale evidence (issue 13) ------------------
 
-# (case, what the hydration's status says: (phase, reported revision or None for no
-# status.source), the cluster's phase in the roll-up, ArtifactReady reason)
-STALE_CASES = [
-    ("current identity Ready counts", ("Ready", "v2"), "Ready", "Hydrated"),
-    ("old revision Ready is not Ready", ("Ready", "main"), "Pending", "Hydrating"),
-    ("old revision Failed is not a failure of v2", ("Failed", "main"), "Pending", "Hydrating"),
-    ("status without a source is not known", ("Ready", None), "Pending", "Hydrating"),
-    ("current identity Failed fails", ("Failed", "v2"), "Failed", "HydrationFailed"),
-]
+
+@dataclass(frozen=True)
+class Reported:
+    """What the hydration's status says after the edit from revision main to v2:
+    its phase and reported revision (None: no status.source)."""
+
+    phase: str
+    revision: str | None
+
+
+@dataclass(frozen=True)
+class RolledUp:
+    """The cluster's phase in the shard's roll-up and the cache's ArtifactReady reason."""
+
+    phase: str
+    reason: str
+
+
+STALE = "a source edit is never reported from stale evidence: only the current identity counts"
+
+STALE_CASES: list[Case[Reported, RolledUp]] = [
+    Case("current identity Ready counts", STALE, Reported("Ready", "v2"),
+         RolledUp("Ready", "Hydrated")),
+    Case("old revision Ready is not Ready", STALE, Reported("Ready", "main"),
+         RolledUp("Pending", "Hydrating")),
+    Case("old revision Failed is not a failure of v2", STALE, Reported("Failed", "main"),
+         RolledUp("Pending", "Hydrating")),
+    Case("status without a source is not known", STALE + "; no source is not known",
+         Reported("Ready", None), RolledUp("Pending", "Hydrating")),
+    Case("current identity Failed fails", STALE, Reported("Failed", "v2"),
+         RolledUp("Failed", "HydrationFailed")),
+]  # fmt: skip
 
 
 def _edited_to_v2(phase, reported):
@@ -586,13 +651,12 @@ def _edited_to_v2(phase, reported):
 
 
 @pytest.mark.parametrize("transport", ["in-process", "grpc"])
-@pytest.mark.parametrize(
-    "case, reported, want_phase, want_reason", STALE_CASES, ids=[c[0] for c in STALE_CASES]
-)
+@table(STALE_CASES)
 def test_roll_up_counts_only_the_current_source_identity(
-    case, reported, want_phase, want_reason, transport, grpc_function
-):
-    t = _edited_to_v2(*reported)
+    case: Case[Reported, RolledUp], transport: str, grpc_function
+) -> None:
+    want_phase, want_reason = case.want.phase, case.want.reason
+    t = _edited_to_v2(case.inputs.phase, case.inputs.revision)
     ((k, body),) = t.shards.items()
     req = request(shard_xr(body), observed={"hydration-gpu-a": t.hydrations["gpu-a"]})
     srsp = run(req) if transport == "in-process" else grpc_function.call(req)
