@@ -401,8 +401,6 @@ def start_function(
     Raises:
         RuntimeError: when it exits or does not serve within 20 seconds.
     """
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     address = f"127.0.0.1:{_free_port()}"
     env = {**os.environ, **(extra_env or {})}
@@ -427,22 +425,41 @@ def start_function(
         # pipe would block it.
         stderr=log,
     )
-    deadline = time.monotonic() + 20
+
+    def exited() -> str:
+        log.seek(0)
+        return log.read().decode(errors="replace")[-4000:]
+
+    wait_serving(proc, address, 20, exited)
+    return proc, address
+
+
+def wait_serving(
+    proc: subprocess.Popen[bytes], address: str, seconds: float, log_tail: Callable[[], str]
+) -> None:
+    """Wait until the function at ``address`` reports SERVING on the gRPC health service.
+
+    Raises:
+        RuntimeError: when ``proc`` exits first (with ``log_tail()``, the end of its log),
+            or it does not serve within ``seconds`` (then it is killed).
+    """
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + seconds
     with grpc.insecure_channel(address) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                log.seek(0)
-                err = log.read().decode(errors="replace")[-4000:]
-                raise RuntimeError(f"function exited with {proc.returncode}: {err}")
+                raise RuntimeError(f"function exited with {proc.returncode}: {log_tail()}")
             try:
                 r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
                 if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return proc, address
+                    return
             except grpc.RpcError:
                 time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("function did not serve within 20 seconds")
+    raise RuntimeError(f"function did not serve within {seconds:g} seconds")
 
 
 def _inputs(

@@ -33,7 +33,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import API_VERSION
 from function.composers import KINDS
-from function.render import COMPOSITION_RESOURCE_NAME, World, drive, load_yaml
+from function.render import COMPOSITION_RESOURCE_NAME, World, drive, load_yaml, wait_serving
 from tests.support.fixtures import FAKE_TOKEN, auth_secret, cache_spec, inference_cluster
 from tests.support.harness import NAMESPACE, desired, request, run, xr
 
@@ -244,10 +244,10 @@ __all__ = [
 def start_process(log: Path, *args: str, env: Mapping[str, str] | None = None) -> tuple[Any, str]:
     """Start ``python -m function --insecure`` on a free 127.0.0.1 port, stderr to ``log``.
 
-    Unlike ``function.render.start_function`` (stderr to a pipe nobody reads, which
-    blocks the server once 64 KiB of log lines pile up), the log goes to a file that
-    the caller can read (and check for the fake token). Waits until the health
-    service says SERVING.
+    Unlike ``function.render.start_function`` (stderr to an anonymous temporary file),
+    the log goes to a file the caller names and can read (and check for the fake
+    token); extra arguments and environment are passed on. Waits until the health
+    service says SERVING (``function.render.wait_serving``).
 
     Returns:
         The process and its ``host:port``.
@@ -256,10 +256,7 @@ def start_process(log: Path, *args: str, env: Mapping[str, str] | None = None) -
     import socket
     import subprocess
     import sys
-    import time
 
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     def free() -> int:
         with socket.socket() as s:
@@ -275,17 +272,5 @@ def start_process(log: Path, *args: str, env: Mapping[str, str] | None = None) -
              "--metrics-address", f"127.0.0.1:{free()}", *args],
             env=full_env, stdout=subprocess.DEVNULL, stderr=err,
         )  # fmt: skip
-    deadline = time.monotonic() + 30
-    with grpc.insecure_channel(address) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"function exited {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return proc, address
-            except grpc.RpcError:
-                time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("function did not serve within 30 seconds")
+    wait_serving(proc, address, 30, lambda: log.read_text()[-2000:])
+    return proc, address
