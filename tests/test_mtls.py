@@ -12,7 +12,6 @@ Crossplane's function runtime mounts ``tls.crt``, ``tls.key`` and ``ca.crt`` and
 
 from __future__ import annotations
 
-import datetime
 import os
 import socket
 import subprocess
@@ -24,98 +23,10 @@ from pathlib import Path
 import grpc
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.support.pki import make_ca, make_leaf, pem
 from tests.support.reliability import seeds, settle
 from tests.support.secret_guard import leaks
-
-NOW = datetime.datetime.now(datetime.UTC)
-
-
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-def make_ca(name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    """A self-signed CA certificate and its key."""
-    key = _key()
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(NOW - datetime.timedelta(minutes=5))
-        .not_valid_after(NOW + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    return cert, key
-
-
-def make_leaf(
-    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey], name: str, *, server: bool
-) -> tuple[bytes, bytes]:
-    """A certificate for ``name`` signed by ``ca``: ``(cert PEM, key PEM)``."""
-    ca_cert, ca_key = ca
-    key = _key()
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(NOW - datetime.timedelta(minutes=5))
-        .not_valid_after(NOW + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
-            ),
-            critical=False,
-        )
-    )
-    if server:
-        import ipaddress
-
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-    cert = builder.sign(ca_key, hashes.SHA256())
-    return _pem(cert), _pem_key(key)
 
 
 class PKI:
@@ -124,8 +35,8 @@ class PKI:
     def __init__(self, root: Path) -> None:
         ca = make_ca("crossplane-root-ca")
         other = make_ca("someone-else-ca")
-        self.ca_pem = _pem(ca[0])
-        self.other_ca_pem = _pem(other[0])
+        self.ca_pem = pem(ca[0])
+        self.other_ca_pem = pem(other[0])
         self.server = make_leaf(ca, "function-modelplane", server=True)
         self.client = make_leaf(ca, "crossplane", server=False)
         self.foreign_client = make_leaf(other, "intruder", server=False)
