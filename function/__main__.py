@@ -15,6 +15,7 @@ the variable or flag. Tracing is opt-in (``function.ops.tracing``).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import Any
@@ -29,6 +30,8 @@ from function.ops.settings import (
     describe,
     load_settings,
     unit,
+    unknown_text,
+    unknown_variables,
     variable,
 )
 
@@ -134,6 +137,12 @@ def _metrics_server(settings: Settings) -> Any:
         raise StartupError(f"--metrics-address {address}: {e}") from None
 
 
+def _warn_unknown() -> None:
+    """Log one warning per misspelt setting (``settings.unknown_variables``)."""
+    for name, setting in unknown_variables():
+        logging.getLogger(__name__).warning(unknown_text(name, setting))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (0, or 2 for a configuration error)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -147,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             print(report(settings, flags=flags))
             return 0
         logs.configure(debug=settings.debug)
+        _warn_unknown()
         cfg = _server_config(settings)
         from function.edge.server import default_processes
 

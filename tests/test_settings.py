@@ -13,7 +13,13 @@ import pytest
 import yaml
 
 from function.ops.config_report import report, rows, variable
-from function.ops.settings import Settings, SettingsError, describe, load_settings
+from function.ops.settings import (
+    Settings,
+    SettingsError,
+    describe,
+    load_settings,
+    unknown_variables,
+)
 from tests.support.validation import load_documents, validate_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,6 +181,62 @@ def test_config_command_prints_every_setting_and_its_source():
     assert all(r["source"] == "default" for r in others)
     defaults = Settings.model_construct()
     assert by_var["MODELPLANE_DEFAULT_TTL_SECONDS"]["value"] == defaults.default_ttl_seconds
+    # A whole number of seconds reads as --help shows its default: 20, not 20.0.
+    assert by_var["MODELPLANE_GRACE_SECONDS"]["value"] == 20
+    assert "value: 20\n" in out
+    assert "misspelt" not in yaml.safe_load(out)
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("MODELPLANE_GRACE_SECOND", "MODELPLANE_GRACE_SECONDS"),  # one letter short
+        ("modelplane_poll_second", "MODELPLANE_POLL_SECONDS"),  # case-insensitive, as read
+        ("DEFAULT_SHM_SIZE_LIMT", "DEFAULT_SHM_SIZE_LIMIT"),
+        ("DEFAULT_FLASHLOADER_IMAGE", "DEFAULT_FLASH_LOADER_IMAGE"),
+        ("MODELPLANE_MODEL", None),  # the pods' variable, not a setting's misspelling
+        ("MODELPLANE_REQUIRE_E2E", None),  # the tests' own
+        ("MODELPLANE_GRACE_SECONDS", None),  # a setting
+        ("GRACE_SECOND", None),  # not one of the settings' prefixes
+    ],
+)
+def test_misspelt_setting_is_named_with_the_setting_it_resembles(name, want):
+    got = unknown_variables({name: "s3cr3t-value"})
+    assert got == ([(name, want)] if want else [])
+
+
+def test_misspelt_setting_is_reported_by_config_and_logged_at_start():
+    proc = _python(["config"], {"MODELPLANE_GRACE_SECOND": "s3cr3t-value"})
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    doc = yaml.safe_load(out)
+    assert doc["misspelt"] == [
+        "MODELPLANE_GRACE_SECOND is not a setting (did you mean MODELPLANE_GRACE_SECONDS?);"
+        " it is ignored"
+    ]
+    assert {r["variable"]: r for r in doc["settings"]}["MODELPLANE_GRACE_SECONDS"][
+        "source"
+    ] == "default"
+    assert "s3cr3t-value" not in out + err
+    server = _python(
+        ["--insecure", "--address", "127.0.0.1:0", "--processes", "1"],
+        {"MODELPLANE_GRACE_SECOND": "s3cr3t-value"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        seen = ""
+        assert server.stderr is not None
+        while time.monotonic() < deadline and "did you mean" not in seen:
+            line = server.stderr.readline()
+            if not line:
+                break
+            seen += line
+        assert "MODELPLANE_GRACE_SECOND is not a setting" in seen
+        assert "MODELPLANE_GRACE_SECONDS" in seen
+        assert "s3cr3t-value" not in seen
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=60)
 
 
 @pytest.mark.parametrize(

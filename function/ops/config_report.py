@@ -6,7 +6,10 @@ the unit and the default, :func:`function.ops.settings.describe`, the text ``--h
 shows too). The source is ``flag`` when a command-line flag set it, ``environment``
 when the variable is set in the process environment, ``default`` otherwise. Variables
 are matched the way pydantic-settings matches them (case-insensitively), so the source
-shown is the one the function actually used.
+shown is the one the function actually used. Whole numbers of seconds are shown as
+integers (``20``, as ``--help`` shows the default). A variable that no setting reads but
+whose name is one or two characters off a setting's is listed under ``misspelt``
+(:func:`function.ops.settings.unknown_variables`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from function.ops.settings import Settings, describe
+from function.ops.settings import Settings, describe, unknown_text, unknown_variables
 from function.ops.settings import variable as variable
 
 __all__ = ["report", "rows", "variable"]
@@ -49,7 +52,7 @@ def rows(
         out.append(
             {
                 "variable": var,
-                "value": getattr(settings, field),
+                "value": _shown(getattr(settings, field)),
                 "source": source,
                 "description": describe(field),
             }
@@ -57,8 +60,19 @@ def rows(
     return out
 
 
+def _shown(value: Any) -> Any:
+    """``20.0`` as ``20``: a float that holds a whole number is shown as an int."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def report(
     settings: Settings, environ: Mapping[str, str] | None = None, flags: Collection[str] = ()
 ) -> str:
     """Render every setting as YAML: variable, value, source and description."""
-    return yaml.safe_dump({"settings": rows(settings, environ, flags)}, sort_keys=False)
+    doc: dict[str, Any] = {"settings": rows(settings, environ, flags)}
+    unknown = unknown_variables(environ)
+    if unknown:
+        doc["misspelt"] = [unknown_text(name, setting) for name, setting in unknown]
+    return yaml.safe_dump(doc, sort_keys=False)

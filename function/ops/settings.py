@@ -16,6 +16,7 @@ Durations are seconds.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -602,3 +603,44 @@ def load_settings(
 def default_settings() -> Settings:
     """Settings with every default and no environment (for tests and tools)."""
     return Settings.model_construct()
+
+
+# Prefixes of the variables this function's settings use. Other programs of the project
+# use them too (the pods' MODELPLANE_MODEL, the tests' MODELPLANE_REQUIRE_E2E), so only a
+# name close to a setting's is taken for a misspelling.
+OWN_PREFIXES = ("MODELPLANE_", "DEFAULT_")
+_CLOSE = 0.9  # difflib ratio: one or two characters off in a name of 20 or more
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """Misspelt settings: variables of :data:`OWN_PREFIXES` that no setting reads but whose
+    name is within one or two characters of one that does.
+
+    Names are compared case-insensitively, as pydantic-settings reads them.
+
+    Args:
+        environ: The environment to check (default: the process's).
+
+    Returns:
+        ``(name, setting)`` per misspelt variable, sorted by name, with the variable of the
+        setting it resembles (``difflib`` ratio at least 0.9). Values are never read, so a
+        secret set under a misspelt name is never shown.
+    """
+    env = os.environ if environ is None else environ
+    known = [variable(f) for f in Settings.model_fields]
+    lower = {k.lower() for k in known}
+    out: list[tuple[str, str]] = []
+    for name in sorted(env):
+        if not name.upper().startswith(OWN_PREFIXES) or name.lower() in lower:
+            continue
+        close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=_CLOSE)
+        if close:
+            out.append((name, close[0]))
+    return out
+
+
+def unknown_text(name: str, setting: str) -> str:
+    """One line about a misspelt variable: ``MODELPLANE_GRACE_SECOND is not a setting
+    (did you mean MODELPLANE_GRACE_SECONDS?); it is ignored``."""
+    return f"{name} is not a setting (did you mean {setting}?); it is ignored"
+
