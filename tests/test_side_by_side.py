@@ -1,0 +1,163 @@
+"""Side-by-side revisions (issue 13): a revision edit never disturbs a live replica.
+
+Table-driven, over the function's own composers (tests/support/harness):
+
+- the ModelReplica serves the identity its spec names: ``MODELPLANE_MODEL`` (and the
+  flash loader's ``--source``) is that identity's directory on the cache PVC, and it
+  keeps serving it while the cache's new identity hydrates beside it;
+- the serving workloads roll make-before-break (``maxUnavailable: 0``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, NamedTuple
+
+import pytest
+
+from function.naming import source_identity
+from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH, identity_dir
+from tests.support import harness as h
+from tests.support.replica_fixtures import (
+    IDENTITY,
+    ready_required,
+    single_spec,
+)
+from tests.support.table import Case, table
+from tests.test_replica import engine_of, manifest, run, validate_all
+
+OLD = IDENTITY
+NEW = source_identity("Qwen/Qwen2.5-0.5B-Instruct", "v2")
+
+
+def _hydrating_new(phase: str, stored: list[str]) -> dict[str, Any]:
+    """The required map with the cache's hydration on gpu-a moved to the new identity
+    (``phase`` of the new one) and ``stored`` identities complete on the PVC."""
+    req = ready_required()
+    (hyd,) = req["hydration"]
+    hyd["spec"]["huggingFace"]["revision"] = "v2"
+    hyd["status"] = {
+        "phase": phase,
+        "message": f"hydration is {phase}",
+        "source": {"repo": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "v2", "identity": NEW},
+        "stored": [{"identity": i} for i in stored],
+    }
+    return req
+
+
+class At(NamedTuple):
+    """The replica's identity (None: unset) and its cluster's hydration."""
+
+    identity: str | None
+    required: dict[str, Any]
+
+
+class Serves(NamedTuple):
+    """What the replica does: the identity it loads (None: gated), its ModelReady reason."""
+
+    identity: str | None
+    reason: str
+
+
+REPLICA_CASES = [
+    Case(
+        "old-identity-while-new-hydrates",
+        "a replica on the old identity keeps serving it while the new one hydrates beside it "
+        "(it is complete on the PVC: status.stored)",
+        At(OLD, _hydrating_new("Hydrating", [OLD])),
+        Serves(OLD, "Starting"),
+    ),
+    Case(
+        "old-identity-while-new-failed",
+        "a failed download of the new revision does not stop the old one from serving",
+        At(OLD, _hydrating_new("Failed", [OLD])),
+        Serves(OLD, "Starting"),
+    ),
+    Case(
+        "moved-to-the-new-identity-once-ready",
+        "the deployment moved the replica: it loads the new identity's directory",
+        At(NEW, _hydrating_new("Ready", [NEW, OLD])),
+        Serves(NEW, "Starting"),
+    ),
+    Case(
+        "new-identity-not-complete-yet",
+        "a replica named for an identity that is not complete on the PVC waits for it",
+        At(NEW, _hydrating_new("Hydrating", [OLD])),
+        Serves(None, "Hydrating"),
+    ),
+    Case(
+        "old-identity-pruned",
+        "an identity no longer on the PVC (not in stored, not the Ready one) is waited for, "
+        "never read half-way",
+        At(OLD, _hydrating_new("Ready", [NEW])),
+        Serves(None, "Hydrating"),
+    ),
+    Case(
+        "unset-identity-takes-the-ready-one",
+        "a replica without an identity serves the one its cluster's hydration is Ready for",
+        At(None, ready_required()),
+        Serves(OLD, "Starting"),
+    ),
+    Case(
+        "unset-identity-while-hydrating",
+        "without an identity, a hydration that is not Ready gates the replica (as before)",
+        At(None, _hydrating_new("Hydrating", [OLD])),
+        Serves(None, "Hydrating"),
+    ),
+]
+
+
+def _spec(identity: str | None) -> dict[str, Any]:
+    spec = single_spec()
+    if identity is not None:
+        spec["modelCacheRef"] = {**spec["modelCacheRef"], "identity": identity}
+    return spec
+
+
+@table(REPLICA_CASES)
+def test_replica_serves_its_identity(case: Case[At, Serves]) -> None:
+    rsp = run(_spec(case.inputs.identity), copy.deepcopy(case.inputs.required))
+    cond = h.conditions(rsp)["ModelReady"]
+    assert cond["reason"] == case.want.reason, (case.reason, cond)
+    desired = h.desired(rsp)
+    if case.want.identity is None:
+        assert "workload-vllm" not in desired, case.reason
+        return
+    pod = manifest(validate_all(rsp), "workload-vllm")["spec"]["template"]
+    want = identity_dir(CACHE_MOUNT_PATH, case.want.identity)
+    assert engine_of(pod)["env"][0] == {"name": "MODELPLANE_MODEL", "value": want}, case.reason
+    assert h.status(rsp)["hydration"]["identity"] == case.want.identity
+
+
+def test_flash_loader_copies_from_the_identity_directory() -> None:
+    req = _hydrating_new("Hydrating", [OLD])
+    req["cache"][0]["spec"]["flashLoader"] = {"enabled": True}
+    rsp = run(_spec(OLD), req)
+    pod = manifest(validate_all(rsp), "workload-vllm")["spec"]["template"]
+    (init,) = pod["spec"]["initContainers"]
+    assert f"--source={identity_dir(CACHE_MOUNT_PATH, OLD)}" in init["args"]
+    assert engine_of(pod)["env"][0]["value"] == FLASH_MOUNT_PATH
+
+
+def test_workloads_roll_make_before_break() -> None:
+    rsp = run(_spec(OLD), ready_required())
+    dep = manifest(validate_all(rsp), "workload-vllm")
+    assert dep["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+
+
+@pytest.mark.parametrize("bad", ["x", "ABCDEFABCDEF", "../../etc/x", 7])
+def test_a_malformed_identity_is_refused_naming_the_field(bad: Any) -> None:
+    [msg] = h.fatal(run(_spec(bad), ready_required()))
+    assert "spec.modelCacheRef.identity" in msg
+
+
+def test_identity_dir_refuses_what_is_not_an_identity() -> None:
+    assert identity_dir("/mnt/models", OLD) == f"/mnt/models/{OLD}"
+    for bad in ("", "..", "a/b", "ABCDEFABCDEF", OLD + "0"):
+        with pytest.raises(ValueError):
+            identity_dir("/mnt/models", bad)
+
+
