@@ -161,3 +161,107 @@ def test_identity_dir_refuses_what_is_not_an_identity() -> None:
             identity_dir("/mnt/models", bad)
 
 
+
+
+# ---- the ModelDeployment moves each replica when its cluster's hydration is Ready ----
+
+from tests import test_deployment as td  # noqa: E402 - the deployment's fixtures
+
+DEP_OLD = source_identity("Qwen/Qwen2.5-7B-Instruct", "main")
+DEP_NEW = source_identity("Qwen/Qwen2.5-7B-Instruct", "v2")
+
+
+def _hyd(cluster: str, phase: str, identity: str) -> dict[str, Any]:
+    """The cache's hydration on ``cluster`` in ``phase`` for source ``identity``."""
+    body = td.hydration(cluster, phase)
+    revision = "main" if identity == DEP_OLD else "v2"
+    body["spec"]["huggingFace"]["revision"] = revision
+    body["status"]["source"] = {
+        "repo": "Qwen/Qwen2.5-7B-Instruct",
+        "revision": revision,
+        "identity": identity,
+    }
+    return body
+
+
+class Fleet(NamedTuple):
+    """Each cluster's hydration (phase, identity) after the edit."""
+
+    a: tuple[str, str]
+    b: tuple[str, str]
+
+
+class Given(NamedTuple):
+    """The identity each replica (index 0 on gpu-a, 1 on gpu-b) is given, and whether
+    the deployment says replicas are still moving."""
+
+    identities: tuple[str, str]
+    rolling: bool
+
+
+DEPLOYMENT_CASES = [
+    Case(
+        "both-hydrating-the-new-identity",
+        "while the new identity hydrates beside the old one, every replica keeps the "
+        "identity it was started on",
+        Fleet(("Hydrating", DEP_NEW), ("Hydrating", DEP_NEW)),
+        Given((DEP_OLD, DEP_OLD), True),
+    ),
+    Case(
+        "one-cluster-ready",
+        "a cluster whose hydration is Ready for the new identity moves its replica; the "
+        "other keeps the old identity until its own hydration is Ready",
+        Fleet(("Ready", DEP_NEW), ("Hydrating", DEP_NEW)),
+        Given((DEP_NEW, DEP_OLD), True),
+    ),
+    Case(
+        "both-ready",
+        "every cluster Ready for the new identity: every replica moves",
+        Fleet(("Ready", DEP_NEW), ("Ready", DEP_NEW)),
+        Given((DEP_NEW, DEP_NEW), True),
+    ),
+]
+
+
+def _two_serving() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A deployment of two replicas on gpu-a and gpu-b, both serving the old identity."""
+    base = [td.ic("gpu-a"), td.ic("gpu-b"), td.cache()]
+    w = td.world(_hyd("gpu-a", "Ready", DEP_OLD), _hyd("gpu-b", "Ready", DEP_OLD), base=base)
+    xr = td.deployment(2)
+    rsp = td.drive(xr, w)
+    assert td.placed(rsp) == [(0, "gpu-a"), (1, "gpu-b")]
+    for r in td.replicas_of(rsp).values():
+        assert r["spec"]["modelCacheRef"]["identity"] == DEP_OLD
+    serving = ("True", "Serving", "1/1 engines serving")
+    return xr, td.observe(rsp, {0: serving, 1: serving})
+
+
+@table(DEPLOYMENT_CASES)
+def test_deployment_moves_replicas_only_when_ready(case: Case[Fleet, Given]) -> None:
+    xr, observed = _two_serving()
+    base = [td.ic("gpu-a"), td.ic("gpu-b"), td.cache()]
+    (pa, ia), (pb, ib) = case.inputs
+    w = td.world(_hyd("gpu-a", pa, ia), _hyd("gpu-b", pb, ib), base=base)
+    rsp = td.drive(xr, w, observed)
+    reps = td.replicas_of(rsp)
+    got = tuple(reps[f"replica-{i}"]["spec"]["modelCacheRef"]["identity"] for i in (0, 1))
+    assert got == case.want.identities, case.reason
+    # The same ModelReplica names: the serving workload rolls in place.
+    assert sorted(reps) == ["replica-0", "replica-1"]
+    assert h.desired(rsp).keys() >= observed.keys()
+    st = h.status(rsp)
+    assert st["cacheIdentities"] == [{"identity": DEP_OLD, "replicas": 2}]
+    assert ("cacheRollout" in st) == case.want.rolling, case.reason
+    if case.want.rolling:
+        assert st["cacheRollout"].startswith(f"2 replicas serve identity {DEP_OLD}; moving to")
+    # Replicas still serving the old identity: the deployment stays Ready.
+    assert h.conditions(rsp)["ReplicasReady"]["status"] == "True", case.reason
+
+
+def test_a_new_replica_gets_the_current_identity() -> None:
+    base = [td.ic("gpu-a"), td.ic("gpu-b"), td.cache()]
+    w = td.world(_hyd("gpu-a", "Hydrating", DEP_NEW), _hyd("gpu-b", "Ready", DEP_NEW), base=base)
+    rsp = td.drive(td.deployment(2), w)
+    for r in td.replicas_of(rsp).values():
+        assert r["spec"]["modelCacheRef"]["identity"] == DEP_NEW
+        assert r["metadata"]["labels"]["modelplane.ai/cache"] == "qwen-cache"
