@@ -265,3 +265,147 @@ def test_a_new_replica_gets_the_current_identity() -> None:
     for r in td.replicas_of(rsp).values():
         assert r["spec"]["modelCacheRef"]["identity"] == DEP_NEW
         assert r["metadata"]["labels"]["modelplane.ai/cache"] == "qwen-cache"
+
+
+# ---- the hydration keeps what live replicas serve and prunes the rest -----------------
+
+from tests import test_hydration as th  # noqa: E402 - the hydration's fixtures
+from tests.support.harness import NAMESPACE  # noqa: E402
+
+H_OLD = th.IDENTITY
+H_NEW = source_identity(th.REPO, "v2")
+
+
+def _live(identity: str, name: str = "r0", cache: str = th.CACHE, cluster: str = th.CLUSTER):
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelReplica",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            # What the requirement selects by (shortened names could collide).
+            "labels": {"modelplane.ai/cache": th.CACHE, "modelplane.ai/cluster": th.CLUSTER},
+        },
+        "spec": {"clusterName": cluster, "modelCacheRef": {"name": cache, "identity": identity}},
+    }
+
+
+def _ready_new(stored: list[str]) -> dict[str, Any]:
+    """The hydration of revision v2, Ready (latched) with ``stored`` on the PVC."""
+    st = th.prev_status("Ready", H_NEW, stored=[{"identity": i} for i in stored])
+    st["source"]["revision"] = "v2"
+    return th.hydration_xr(st, revision="v2")
+
+
+class Live(NamedTuple):
+    """The live-replica requirement: None (not resolved) or its items."""
+
+    replicas: list[dict[str, Any]] | None
+
+
+class Pruned(NamedTuple):
+    """The prune Job's keep-list (None: no prune Job) and ``status.stored``."""
+
+    keep: tuple[str, ...] | None
+    stored: list[dict[str, Any]]
+
+
+PRUNE_CASES = [
+    Case(
+        "replicas-not-known",
+        "an unresolved requirement is not known, not empty: nothing is pruned",
+        Live(None),
+        Pruned(None, [{"identity": H_NEW}, {"identity": H_OLD}]),
+    ),
+    Case(
+        "a-live-replica-serves-the-old-identity",
+        "an identity a live replica serves is kept, and status says for whom",
+        Live([_live(H_OLD, "r0"), _live(H_NEW, "r1")]),
+        Pruned(None, [{"identity": H_NEW, "usedBy": ["r1"]}, {"identity": H_OLD, "usedBy": ["r0"]}]),
+    ),
+    Case(
+        "every-replica-moved",
+        "once no live replica serves the old identity, a prune Job keeps only the current one",
+        Live([_live(H_NEW, "r0"), _live(H_NEW, "r1")]),
+        Pruned((H_NEW,), [{"identity": H_NEW, "usedBy": ["r0", "r1"]}, {"identity": H_OLD}]),
+    ),
+    Case(
+        "no-replicas",
+        "no live replica at all (resolved, empty): the old identity goes",
+        Live([]),
+        Pruned((H_NEW,), [{"identity": H_NEW}, {"identity": H_OLD}]),
+    ),
+    Case(
+        "another-cache-or-cluster",
+        "a replica of another cache or cluster whose shortened labels collide keeps nothing",
+        Live([_live(H_OLD, "x", cache="other"), _live(H_OLD, "y", cluster="gpu-b")]),
+        Pruned((H_NEW,), [{"identity": H_NEW}, {"identity": H_OLD}]),
+    ),
+]
+
+
+def _prune_jobs(rsp) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in h.desired(rsp).items() if k.startswith("prune-")}
+
+
+@table(PRUNE_CASES)
+def test_prune_keeps_what_live_replicas_serve(case: Case[Live, Pruned]) -> None:
+    required = th.resolved()
+    if case.inputs.replicas is not None:
+        required["replicas"] = case.inputs.replicas
+    rsp = th.run(th.request(_ready_new([H_NEW, H_OLD]), observed=th.pvc("Bound"), required=required))
+    st = th.status(rsp)
+    assert st["phase"] == "Ready"
+    assert st["stored"] == case.want.stored, case.reason
+    jobs = _prune_jobs(rsp)
+    if case.want.keep is None:
+        assert not jobs, case.reason
+        return
+    (obj,) = jobs.values()
+    (c,) = obj["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]["containers"]
+    assert c["args"] == ["--target", CACHE_MOUNT_PATH, "--prune-keep", ",".join(case.want.keep)]
+    assert "env" not in c  # no token, no API access: it only removes directories
+
+
+def test_a_completed_prune_leaves_the_current_identity_only() -> None:
+    required = {**th.resolved(), "replicas": []}
+    first = th.run(th.request(_ready_new([H_NEW, H_OLD]), observed=th.pvc("Bound"), required=required))
+    (key,) = _prune_jobs(first)
+    done = th.observed_object(h.desired(first)[key], {"conditions": th.COMPLETE})
+    rsp = th.run(
+        th.request(
+            _ready_new([H_NEW, H_OLD]),
+            observed={**th.pvc("Bound"), key: done},
+            required=required,
+        )
+    )
+    assert th.status(rsp)["stored"] == [{"identity": H_NEW}]
+    assert not _prune_jobs(rsp)
+
+
+def test_the_new_identity_hydrates_beside_the_old_one() -> None:
+    """A revision edit: the old identity stays stored (replicas keep serving it), the new
+    one downloads, nothing is pruned while it is not Ready."""
+    prev = th.prev_status("Ready", H_OLD, stored=[{"identity": H_OLD}])
+    composite = th.hydration_xr(prev, revision="v2")
+    required = {**th.resolved(), "replicas": [_live(H_OLD)]}
+    rsp = th.run(th.request(composite, observed=th.pvc("Bound"), required=required))
+    st = th.status(rsp)
+    assert st["phase"] == "Hydrating" and st["source"]["identity"] == H_NEW
+    assert st["stored"] == [{"identity": H_OLD}]
+    assert th.hydration.job_key(H_NEW) in h.desired(rsp)
+    assert not _prune_jobs(rsp)
+
+
+@pytest.mark.parametrize(
+    ("observed", "want"),
+    [("1Gi", "4Gi"), ("4Gi", "4Gi"), ("10Gi", "10Gi"), ("not-a-quantity", "4Gi")],
+)
+def test_pvc_room_for_two_copies_and_never_shrunk(observed: str, want: str) -> None:
+    pvc = th.pvc("Bound")
+    pvc["pvc"]["status"]["atProvider"]["manifest"]["spec"]["resources"]["requests"] = {
+        "storage": observed
+    }
+    rsp = th.run(th.request(th.hydration_xr(), observed=pvc, required=th.resolved()))
+    body = h.desired(rsp)["pvc"]["spec"]["forProvider"]["manifest"]
+    assert body["spec"]["resources"]["requests"]["storage"] == want
