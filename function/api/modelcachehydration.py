@@ -40,6 +40,7 @@ from __future__ import annotations
 from google.protobuf.struct_pb2 import Struct
 
 from function.core import structs
+from jobs.contract import IDENTITY_PATTERN
 
 KIND = "ModelCacheHydration"
 
@@ -81,7 +82,16 @@ def stored_identities(status: Struct | None) -> frozenset[str]:
     out = set()
     for item in v.list_value.values:
         if item.WhichOneof("kind") == "struct_value":
-            ident = structs.sval(item.struct_value, "identity")
+            ident = source_identity_of(item.struct_value)
             if ident:
                 out.add(ident)
     return frozenset(out)
+
+
+def source_identity_of(node: Struct | None) -> str:
+    """``node.identity`` when it is a source identity (12 lowercase hex), else "".
+
+    Statuses are read, not trusted: a malformed identity is "not known", never a path.
+    """
+    ident = structs.sval(node, "identity")
+    return ident if IDENTITY_PATTERN.fullmatch(ident) else ""

@@ -12,7 +12,7 @@ from typing import Any
 from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function.api import inferencecluster
-from function.api.modelcachehydration import PENDING, READY
+from function.api.modelcachehydration import PENDING, READY, source_identity_of
 from function.composers.deployment.status import _replica_state
 from function.core import structs
 from function.core.memo import memo
@@ -222,8 +222,9 @@ class _Footprint(Mapping[str, str]):
         if h is None or cluster not in self:
             return "", False
         status = structs.sub(h, "status")
-        ident = structs.sval(structs.sub(status, "source"), "identity")
-        if not ident:
+        source = structs.sub(status, "source")
+        ident = source_identity_of(source)
+        if source is None:
             hf = structs.sub(structs.sub(h, "spec"), "huggingFace")
             repo = structs.sval(hf, "repo")
             ident = source_identity(repo, structs.sval(hf, "revision") or "main") if repo else ""
@@ -307,7 +308,7 @@ class _Observed:
         ref = spec.get("modelCacheRef")
         identity = ""
         if ref is not None and ref.WhichOneof("kind") == "struct_value":
-            identity = structs.sval(ref.struct_value, "identity")
+            identity = source_identity_of(ref.struct_value)
         return cls(obj, index, cluster, pools, _replica_state(obj), identity)
 
 

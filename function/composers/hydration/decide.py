@@ -10,7 +10,11 @@ from google.protobuf.struct_pb2 import Struct
 from function import API_VERSION
 from function.api import inferencecluster
 from function.api.modelcache import CacheSource
-from function.api.modelcachehydration import STATUS_STORED, stored_identities
+from function.api.modelcachehydration import (
+    STATUS_STORED,
+    source_identity_of,
+    stored_identities,
+)
 from function.api.modelcachehydration import (
     REASON_AUTH_SECRET_KEY_MISSING,
     REASON_CLUSTER_UNAVAILABLE,
@@ -130,7 +134,7 @@ class _Composer:
         # The identities complete on the PVC as far as the status says (side by side):
         # the list written last, and the identity the last status was Ready for.
         self.stored = set(stored_identities(self.prev))
-        prev_identity = structs.sval(structs.sub(self.prev, "source"), "identity")
+        prev_identity = source_identity_of(structs.sub(self.prev, "source"))
         if self.prev_phase == READY and prev_identity:
             self.stored.add(prev_identity)
         # Identity -> the live replicas on this cluster serving it (None: not known).
@@ -306,7 +310,7 @@ class _Composer:
                 continue
             if structs.sval(spec, "clusterName") != self.cluster_name:
                 continue
-            ident = structs.sval(ref, "identity")
+            ident = source_identity_of(ref)
             if ident:
                 name = structs.sval(structs.sub(item, "metadata"), "name")
                 live.setdefault(ident, []).append(name)

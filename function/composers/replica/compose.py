@@ -18,6 +18,7 @@ from function.api.modelcachehydration import (
     HYDRATING,
     PENDING,
     READY,
+    source_identity_of,
     stored_identities,
 )
 from function.api.modelreplica import (
@@ -212,7 +213,8 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
     hyd_status = structs.sub(hyd_req.items[0], "status")
     phase = structs.sval(hyd_status, "phase") or PENDING
     msg = structs.sval(hyd_status, "message")
-    current = structs.sval(structs.sub(hyd_status, "source"), "identity") or _spec_identity(
+    source = structs.sub(hyd_status, "source")
+    current = source_identity_of(source) if source is not None else _spec_identity(
         hyd_req.items[0]
     )
     want = c.head.identity
