@@ -31,7 +31,6 @@ PARTIAL_SUFFIX = ".partial"
 FLASH_MOUNT_PATH = "/mnt/flash-models"
 
 
-
 def identity_dir(mount: str, identity: str) -> str:
     """The directory of source ``identity``'s weights under the cache mount ``mount``.
 

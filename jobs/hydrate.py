@@ -81,8 +81,6 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.contract import (
     ENV_HF_ENDPOINT,
-    IDENTITY_PATTERN,
-    PARTIAL_SUFFIX,
     ENV_HF_TOKEN,
     ENV_POD_NAMESPACE,
     ENV_RESULT_CONFIGMAP,
@@ -90,7 +88,9 @@ from jobs.contract import (
     EXIT_PERMANENT,
     EXIT_RETRY,
     EXIT_USAGE,
+    IDENTITY_PATTERN,
     MARKER_FILE,
+    PARTIAL_SUFFIX,
     RESULT_COMMIT,
     RESULT_DATA_KEY,
     RESULT_DIGEST,

@@ -25,7 +25,6 @@ from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
 from tests.support import harness as h
 from tests.support.replica_fixtures import (
     CACHE,
-    IDENTITY,
     MODEL_DIR,
     MULTI_COMMAND,
     POOL,

@@ -161,8 +161,6 @@ def test_identity_dir_refuses_what_is_not_an_identity() -> None:
             identity_dir("/mnt/models", bad)
 
 
-
-
 # ---- the ModelDeployment moves each replica when its cluster's hydration is Ready ----
 
 from tests import test_deployment as td  # noqa: E402 - the deployment's fixtures
@@ -321,7 +319,9 @@ PRUNE_CASES = [
         "a-live-replica-serves-the-old-identity",
         "an identity a live replica serves is kept, and status says for whom",
         Live([_live(H_OLD, "r0"), _live(H_NEW, "r1")]),
-        Pruned(None, [{"identity": H_NEW, "usedBy": ["r1"]}, {"identity": H_OLD, "usedBy": ["r0"]}]),
+        Pruned(
+            None, [{"identity": H_NEW, "usedBy": ["r1"]}, {"identity": H_OLD, "usedBy": ["r0"]}]
+        ),
     ),
     Case(
         "every-replica-moved",
@@ -353,7 +353,9 @@ def test_prune_keeps_what_live_replicas_serve(case: Case[Live, Pruned]) -> None:
     required = th.resolved()
     if case.inputs.replicas is not None:
         required["replicas"] = case.inputs.replicas
-    rsp = th.run(th.request(_ready_new([H_NEW, H_OLD]), observed=th.pvc("Bound"), required=required))
+    rsp = th.run(
+        th.request(_ready_new([H_NEW, H_OLD]), observed=th.pvc("Bound"), required=required)
+    )
     st = th.status(rsp)
     assert st["phase"] == "Ready"
     assert st["stored"] == case.want.stored, case.reason
@@ -369,7 +371,9 @@ def test_prune_keeps_what_live_replicas_serve(case: Case[Live, Pruned]) -> None:
 
 def test_a_completed_prune_leaves_the_current_identity_only() -> None:
     required = {**th.resolved(), "replicas": []}
-    first = th.run(th.request(_ready_new([H_NEW, H_OLD]), observed=th.pvc("Bound"), required=required))
+    first = th.run(
+        th.request(_ready_new([H_NEW, H_OLD]), observed=th.pvc("Bound"), required=required)
+    )
     (key,) = _prune_jobs(first)
     done = th.observed_object(h.desired(first)[key], {"conditions": th.COMPLETE})
     rsp = th.run(

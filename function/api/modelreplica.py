@@ -66,12 +66,12 @@ from function.serving.env import EnvVar
 
 __all__ = [
     "CACHE_GATE_REASONS",
-    "CacheRef",
     "MODEL_READY",
     "REASON_CACHE_NOT_FOUND",
     "REASON_HYDRATING",
     "REASON_HYDRATION_FAILED",
     "REASON_HYDRATION_NOT_FOUND",
+    "CacheRef",
     "Engine",
     "FlashLoader",
     "Member",

@@ -8,7 +8,6 @@ the finished :class:`Outcome` (every existing child kept exactly).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -113,7 +112,7 @@ class _Lists:
     clusters it retains."""
 
     clusters: Resolved
-    footprint: Mapping[str, str] | None = None
+    footprint: _Footprint | None = None
     retained: frozenset[str] = frozenset()
 
 
@@ -315,7 +314,7 @@ class _Serving(NamedTuple):
     """One placed replica's source identities: the one it serves now (its observed spec;
     "" for a new replica), the one it is given, and the cluster's current one."""
 
-    index: int
+    replica: int
     cluster: str
     serves: str
     given: str
@@ -353,7 +352,7 @@ def _children(
     for p in placement.replicas:
         view = by_index.get(p.index) if p.existing else None
         pools = tuple(sorted(p.pools.items()))
-        ident = _identity(footprint, p.cluster, view)._replace(index=p.index)
+        ident = _identity(footprint, p.cluster, view)._replace(replica=p.index)
         if serving is not None:
             serving.append(ident)
         slot = Slot(p.index, p.cluster, pools, ident.given)

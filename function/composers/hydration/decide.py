@@ -11,11 +11,6 @@ from function import API_VERSION
 from function.api import inferencecluster
 from function.api.modelcache import CacheSource
 from function.api.modelcachehydration import (
-    STATUS_STORED,
-    source_identity_of,
-    stored_identities,
-)
-from function.api.modelcachehydration import (
     REASON_AUTH_SECRET_KEY_MISSING,
     REASON_CLUSTER_UNAVAILABLE,
     REASON_HYDRATED,
@@ -23,6 +18,9 @@ from function.api.modelcachehydration import (
     REASON_PVC_NOT_BOUND,
     REASON_WAITING_FOR_JOB,
     REASON_WAITING_FOR_REQUIREMENTS,
+    STATUS_STORED,
+    source_identity_of,
+    stored_identities,
 )
 from function.composers.hydration.keys import (
     CONDITION,
@@ -31,8 +29,8 @@ from function.composers.hydration.keys import (
     LASTING_KEYS,
     PENDING,
     PHASES,
-    PVC_KEY,
     PRUNE_PREFIX,
+    PVC_KEY,
     PVC_TIMEOUT,
     RBAC_KEYS,
     READY,

@@ -11,7 +11,6 @@ from function.api.modelcachehydration import PENDING as PENDING
 from function.api.modelcachehydration import PHASES as PHASES
 from function.api.modelcachehydration import READY as READY
 from function.api.modelcachehydration import REASON_PVC_BIND_TIMEOUT
-
 from function.naming import name_hash
 
 PVC_TIMEOUT = REASON_PVC_BIND_TIMEOUT

@@ -214,9 +214,7 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
     phase = structs.sval(hyd_status, "phase") or PENDING
     msg = structs.sval(hyd_status, "message")
     source = structs.sub(hyd_status, "source")
-    current = source_identity_of(source) if source is not None else _spec_identity(
-        hyd_req.items[0]
-    )
+    current = source_identity_of(source) if source is not None else _spec_identity(hyd_req.items[0])
     want = c.head.identity
     hydration = {"name": hyd_name, "phase": phase, "message": msg or f"hydration is {phase}"}
     if want is not None and want in stored_identities(hyd_status):
