@@ -10,6 +10,8 @@ the programs' dependencies.
 
 from __future__ import annotations
 
+import re
+
 # ---- commands (the image's ``python`` is the virtual environment's) -----------------
 
 HYDRATE_COMMAND = ("python", "-m", "jobs.hydrate")
@@ -17,16 +19,43 @@ FLASHLOAD_COMMAND = ("python", "-m", "jobs.flashload")
 
 # ---- mount paths ---------------------------------------------------------------------
 
-# Where the cache PVC is mounted: read-write in the download Job (the weights land at
-# the PVC's root), read-only in every engine container and in the flash loader.
+# Where the cache PVC is mounted: read-write in the download Job, read-only in every
+# engine container and in the flash loader. The weights of each source identity live in
+# their own directory under it (:func:`identity_dir`), never at the root.
 CACHE_MOUNT_PATH = "/mnt/models"
+# A download in progress: ``<mount>/<identity>.partial``, renamed to
+# ``<mount>/<identity>`` only once complete and verified (``rename(2)`` is atomic), so
+# a half-written identity is never visible under its final name.
+PARTIAL_SUFFIX = ".partial"
 # Where the flash loader's node-local copy (a memory-backed emptyDir) is mounted.
 FLASH_MOUNT_PATH = "/mnt/flash-models"
 
+
+def identity_dir(mount: str, identity: str) -> str:
+    """The directory of source ``identity``'s weights under the cache mount ``mount``.
+
+    The one path rule the download Job (:mod:`jobs.hydrate`, which writes it), the
+    prune step (which removes the directories no live replica uses) and the serving
+    workload (``MODELPLANE_MODEL``, the flash loader's ``--source``) share:
+    ``<mount>/<identity>``, ``identity`` being ``function.naming.source_identity`` (12
+    lowercase hex characters, so it never contains ``/`` or ``..``).
+
+    Raises:
+        ValueError: ``identity`` is not a source identity.
+    """
+    if not IDENTITY_PATTERN.fullmatch(identity):
+        raise ValueError(f"not a source identity: {identity!r}")
+    return f"{mount.rstrip('/')}/{identity}"
+
+
+# What ``function.naming.source_identity`` returns (``name_hash``: 12 lowercase hex).
+IDENTITY_PATTERN = re.compile(r"[0-9a-f]{12}")
+
 # ---- markers -------------------------------------------------------------------------
 
-# Written last by jobs.hydrate at the PVC's root: JSON {repo, revision, identity, commit,
-# digest, files, bytes, validatedAt, completedAt}.
+# Written last by jobs.hydrate inside the identity's directory (before the rename that
+# publishes it): JSON {repo, revision, identity, commit, digest, files, bytes,
+# validatedAt, completedAt}.
 MARKER_FILE = ".modelplane-hydrated"
 # Written last by jobs.flashload in the destination once every file is copied.
 FLASH_DONE_FILE = ".modelplane-flash-loaded"

@@ -7,6 +7,7 @@ installed at run time. Names it shares with the function are in :mod:`jobs.contr
 
     python -m jobs.hydrate --repo Qwen/Qwen2.5-0.5B-Instruct --revision main \\
         --identity <naming.source_identity(repo, revision)> --target /mnt/models
+    python -m jobs.hydrate --target /mnt/models --prune-keep <identity>[,<identity>...]
 
 Environment:
     MODELPLANE_RESULT_CONFIGMAP  The ConfigMap to report the result to (optional),
@@ -20,19 +21,23 @@ Environment:
 
 What it does:
 
-1. If ``<target>/.modelplane-hydrated`` exists and records the same source
-   identity, the weights are already there: exit 0 without contacting the hub.
-2. Otherwise it removes a marker of another identity (the content is about to
-   change), resolves ``revision`` to a commit (``HfApi.model_info``), downloads
-   that commit with ``snapshot_download(local_dir=target)`` (resumable: files
-   already complete are not downloaded again), and removes files the commit does
-   not contain (left by an earlier revision), keeping ``.cache`` and ``lost+found``.
+Each source identity has its own directory on the PVC,
+``<target>/<identity>`` (``jobs.contract.identity_dir``), so a new revision
+hydrates beside the old one while replicas keep reading the old one.
+
+1. If ``<target>/<identity>/.modelplane-hydrated`` exists and records the same
+   source identity, the weights are already there: exit 0 without contacting the hub.
+2. Otherwise it resolves ``revision`` to a commit (``HfApi.model_info``), downloads
+   that commit with ``snapshot_download(local_dir=<target>/<identity>.partial)``
+   (resumable: files already complete are not downloaded again), and removes files
+   the commit does not contain from that directory. No other directory is written.
 3. It checks every file of the commit against the checksum the hub publishes in
    its tree listing (the LFS ``sha256``, or the git blob id of a regular file); a
    mismatching file is deleted and the run fails (retried by the Job). It hashes
-   the snapshot (sha256 over sorted ``path``/``sha256`` lines) and writes the
-   marker last, atomically (temporary file, fsync, ``os.replace``, fsync of the
-   directory), as JSON::
+   the snapshot (sha256 over sorted ``path``/``sha256`` lines), writes the marker
+   atomically (temporary file, fsync, ``os.replace``, fsync of the directory) and
+   last renames ``<identity>.partial`` to ``<identity>`` (atomic: the identity is
+   visible whole or not at all). The marker, as JSON::
 
        {"repo", "revision", "identity", "commit", "digest": "sha256:<hex>",
         "files", "bytes", "validatedAt", "completedAt"}
@@ -45,6 +50,11 @@ What it does:
    reads it back through the Object it
    composed for the ConfigMap and records ``status.evidence``. This also runs
    when the marker was already there, so a lost report is repeated.
+
+With ``--prune-keep`` it downloads nothing: it removes every identity directory
+(and ``.partial`` download) under ``--target`` whose identity is not listed, and
+leaves everything else alone (the hydration composes this Job once its current
+identity is Ready, with the identities live replicas still serve).
 
 Exit codes: 0 done (or skipped); 1 a failure worth retrying (network, hub 5xx,
 disk); 2 bad arguments; 3 a permanent failure (repository or revision not found,
@@ -61,6 +71,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -77,12 +88,15 @@ from jobs.contract import (
     EXIT_PERMANENT,
     EXIT_RETRY,
     EXIT_USAGE,
+    IDENTITY_PATTERN,
     MARKER_FILE,
+    PARTIAL_SUFFIX,
     RESULT_COMMIT,
     RESULT_DATA_KEY,
     RESULT_DIGEST,
     RESULT_IDENTITY,
     RESULT_VALIDATED_AT,
+    identity_dir,
 )
 
 if TYPE_CHECKING:
@@ -419,44 +433,59 @@ class Source:
 
 def hydrate(
     source: Source,
-    target: Path,
+    root: Path,
     *,
     token: str | None,
     endpoint: str | None,
     now: datetime.datetime | None = None,
 ) -> dict[str, Any]:
-    """Download ``source`` into ``target`` unless already done.
+    """Download ``source`` into its identity's directory under ``root`` unless done.
+
+    The weights go to ``<root>/<identity>.partial`` (resumable: a retried pod finds
+    what the last one downloaded) and are published by renaming that directory to
+    ``<root>/<identity>`` (:func:`jobs.contract.identity_dir`) once complete and
+    verified, the marker inside: ``rename(2)`` is atomic, so a reader sees the whole
+    identity or none of it. An existing identity directory is never written into;
+    other identities' directories (the weights live replicas may still read) are not
+    touched.
 
     Returns:
-        The marker (dict); ``skipped`` is True when the marker already recorded
-        ``identity`` and nothing was downloaded.
+        The marker (dict); ``skipped`` is True when the identity's directory already
+        holds a marker recording ``identity`` and nothing was downloaded.
 
     Raises:
-        huggingface_hub errors for the hub, OSError for the disk.
+        huggingface_hub errors for the hub, OSError for the disk, RuntimeError for an
+        identity directory without its marker (written by someone else: never used).
     """
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.hf_api import RepoFile
 
     repo, revision, identity = source.repo, source.revision, source.identity
-    target.mkdir(parents=True, exist_ok=True)
-    marker = read_marker(target)
+    final = Path(identity_dir(str(root), identity))
+    partial = final.with_name(final.name + PARTIAL_SUFFIX)
+    root.mkdir(parents=True, exist_ok=True)
+    marker = read_marker(final)
     if marker is not None and marker.get("identity") == identity:
         log.info("already hydrated: %s@%s commit %s", repo, revision, marker.get("commit"))
         return {**marker, "skipped": True}
-    if (target / MARKER_FILE).exists():
-        log.info("removing the marker of another source before downloading")
-        (target / MARKER_FILE).unlink()
+    if final.exists():
+        raise RuntimeError(
+            f"{final} exists without the marker of identity {identity}; it is never written "
+            "into (remove it to hydrate again)"
+        )
+    partial.mkdir(exist_ok=True)
+    (partial / MARKER_FILE).unlink(missing_ok=True)
 
     api = HfApi(endpoint=endpoint, token=token or False)
     info = api.model_info(repo, revision=revision)
     commit = info.sha
     if not commit:
         raise RuntimeError(f"the hub returned no commit for {repo}@{revision}")
-    log.info("downloading %s@%s (commit %s) into %s", repo, revision, commit, target)
+    log.info("downloading %s@%s (commit %s) into %s", repo, revision, commit, partial)
     snapshot_download(
         repo_id=repo,
         revision=commit,
-        local_dir=target,
+        local_dir=partial,
         token=token or False,
         endpoint=endpoint,
     )
@@ -465,13 +494,13 @@ def hydrate(
         for entry in api.list_repo_tree(repo, revision=commit, recursive=True)
         if isinstance(entry, RepoFile)
     }
-    missing = sorted(f for f in published if not (target / f).is_file())
+    missing = sorted(f for f in published if not (partial / f).is_file())
     if missing:
         raise RuntimeError(f"download incomplete: {len(missing)} files missing, first {missing[0]}")
-    removed = prune(target, set(published))
+    removed = prune(partial, set(published))
     if removed:
         log.info("removed %d files that commit %s does not contain", len(removed), commit)
-    digest, total = verify_and_digest(target, published)
+    digest, total = verify_and_digest(partial, published)
     when = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = {
         "repo": repo,
@@ -484,20 +513,99 @@ def hydrate(
         RESULT_VALIDATED_AT: when,
         "completedAt": when,
     }
-    write_atomically(target / MARKER_FILE, json.dumps(result, sort_keys=True).encode() + b"\n")
+    write_atomically(partial / MARKER_FILE, json.dumps(result, sort_keys=True).encode() + b"\n")
+    publish(partial, final)
     n = len(published)
     log.info("hydrated %s@%s: %d files, %d bytes, %s", repo, revision, n, total, digest)
     return {**result, "skipped": False}
 
 
+def publish(partial: Path, final: Path) -> None:
+    """Rename the complete ``partial`` directory to ``final``, atomically and durably.
+
+    ``os.rename`` of a directory onto a name that does not exist is atomic
+    (``rename(2)``); the parent directory is fsynced so the new name survives a crash.
+
+    Raises:
+        OSError: ``final`` exists (never replaced), or the rename failed.
+    """
+    if final.exists():
+        raise FileExistsError(f"{final} exists; it is never replaced")
+    os.rename(partial, final)
+    dfd = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def prune_identities(root: Path, keep: set[str]) -> list[str]:
+    """Remove the identity directories under ``root`` whose identity is not in ``keep``.
+
+    Only entries named as an identity (``jobs.contract.IDENTITY_PATTERN``) or an
+    identity's download in progress (``<identity>.partial``) are candidates; anything
+    else under the mount (``.cache``, ``lost+found``, files someone else put there) is
+    left alone. A kept identity's ``.partial`` directory is kept too (its download may
+    be running).
+
+    Args:
+        root: The cache mount.
+        keep: The identities in use: the current source's and every identity a live
+            replica on this cluster serves (the hydration composes the list).
+
+    Returns:
+        The removed entry names, sorted.
+    """
+    removed: list[str] = []
+    if not root.is_dir():
+        return removed
+    for entry in sorted(root.iterdir()):
+        name = entry.name
+        ident = name[: -len(PARTIAL_SUFFIX)] if name.endswith(PARTIAL_SUFFIX) else name
+        if not IDENTITY_PATTERN.fullmatch(ident) or ident in keep or entry.is_symlink():
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry)
+            removed.append(name)
+    return removed
+
+
+def _prune_main(target: Path, keep_arg: str) -> int:
+    """``--prune-keep``: remove the identities not kept; exit code as for a download."""
+    keep = {k for k in keep_arg.split(",") if k}
+    bad = sorted(k for k in keep if not IDENTITY_PATTERN.fullmatch(k))
+    if not keep or bad:
+        print(f"--prune-keep: expected source identities, got {keep_arg!r}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+    try:
+        removed = prune_identities(target, keep)
+    except OSError as e:
+        log.error("pruning failed (retry): %s", e)
+        return EXIT_RETRY
+    log.info("pruned %s; kept %s", ", ".join(removed) or "nothing", ", ".join(sorted(keep)))
+    termination_message({"pruned": removed, "kept": sorted(keep)})
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m jobs.hydrate", description=__doc__)
-    parser.add_argument("--repo", required=True, help="Hugging Face repo id (org/name)")
+    parser.add_argument("--repo", help="Hugging Face repo id (org/name)")
     parser.add_argument("--revision", default="main", help="branch, tag or commit")
     parser.add_argument("--identity", help="source identity (default: computed)")
-    parser.add_argument("--target", required=True, type=Path, help="directory to fill")
+    parser.add_argument("--target", required=True, type=Path, help="the cache mount")
+    parser.add_argument(
+        "--prune-keep",
+        metavar="IDENTITY[,IDENTITY...]",
+        help="prune instead of downloading: remove every identity directory under "
+        "--target except these (the current one and those live replicas serve)",
+    )
     args = parser.parse_args(argv)
+    if args.prune_keep is not None:
+        return _prune_main(args.target, args.prune_keep)
+    if not args.repo:
+        parser.error("--repo is required (unless --prune-keep)")
 
     token = os.environ.get(ENV_HF_TOKEN) or None
     logging.basicConfig(

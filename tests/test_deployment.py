@@ -86,7 +86,12 @@ def hydration(cluster: str, phase: str, cache_name: str = "qwen-cache") -> dict[
             "namespace": NS,
             "labels": {"modelplane.ai/cache": cache_name, "modelplane.ai/cluster": cluster},
         },
-        "spec": {"clusterName": cluster, "cacheName": cache_name},
+        "spec": {
+            "clusterName": cluster,
+            "cacheName": cache_name,
+            "source": "HuggingFace",
+            "huggingFace": {"repo": "Qwen/Qwen2.5-7B-Instruct", "revision": "main"},
+        },
         "status": {"phase": phase, "message": f"hydration is {phase}"},
     }
 
@@ -311,6 +316,7 @@ def test_c5_replica_spec_labels_and_schema() -> None:
         "modelplane.ai/deployment": "chat",
         "modelplane.ai/cluster": "gpu-b",
         "modelplane.ai/replica-index": "1",
+        "modelplane.ai/cache": "qwen-cache",
         "app.kubernetes.io/managed-by": "function-modelplane",
     }
     spec = ModelReplicaSpec.model_validate(r["spec"])
@@ -747,6 +753,8 @@ def test_replica_xrd_engines_follow_the_deployment_xrd() -> None:
     rep = copy.deepcopy(spec_props("ModelReplica"))
     member = rep["engines"]["items"]["properties"]["members"]["items"]["properties"]
     assert member.pop("pool")["type"] == "string"
+    # The source identity a replica serves is the deployment's to set, never the author's.
+    assert rep["modelCacheRef"]["properties"].pop("identity")["type"] == "string"
     for key in (
         "engines",
         "modelCacheRef",

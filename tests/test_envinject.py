@@ -89,6 +89,7 @@ def _plan(**kw):
         serving="svc",
         node_selector={"modelplane.ai/pool": "p"},
         cache_pvc="pvc",
+        cache_identity="0123456789ab",
     )
     base.update(kw)
     return wl.PodPlan(**base)

@@ -18,7 +18,7 @@ import pytest
 
 from function.naming import source_identity
 from jobs import hydrate
-from jobs.contract import EXIT_PERMANENT, MARKER_FILE
+from jobs.contract import EXIT_PERMANENT, MARKER_FILE, PARTIAL_SUFFIX, identity_dir
 from tests.support.fake_hf_hub import FakeHub, Repo
 from tests.support.fake_kube_api import FakeKubeAPI
 
@@ -94,6 +94,20 @@ def bearer(authorization: str | None) -> str | None:
     return credentials if scheme.lower() == "bearer" else None
 
 
+def idir(target: Path, revision: str = "main", repo: str = "org/tiny") -> Path:
+    """The directory of ``repo@revision``'s identity under the mount ``target``."""
+    return Path(identity_dir(str(target), source_identity(repo, revision)))
+
+
+def tree(d: Path) -> dict[str, tuple[bytes, int, int]]:
+    """Every file under ``d``: content, inode and mtime (ns): "untouched" is all three."""
+    return {
+        p.relative_to(d).as_posix(): (p.read_bytes(), p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in sorted(d.rglob("*"))
+        if p.is_file()
+    }
+
+
 def run_program(
     endpoint: str,
     target: Path,
@@ -148,8 +162,12 @@ def test_downloads_files_writes_marker_and_skips_second_run(hub, tmp_path) -> No
     target = tmp_path / "models"
     proc = run_program(hub.endpoint, target)
     assert proc.returncode == 0, proc.stderr
-    assert model_files(target) == FILES_C1
-    marker = json.loads((target / MARKER_FILE).read_text())
+    # The weights are in the identity's directory; nothing is left at the mount's root
+    # but that directory (and the hub's cache of the download).
+    d = idir(target)
+    assert model_files(d) == FILES_C1
+    assert sorted(p.name for p in target.iterdir()) == [d.name]
+    marker = json.loads((d / MARKER_FILE).read_text())
     assert marker == {
         "repo": "org/tiny",
         "revision": "main",
@@ -162,13 +180,13 @@ def test_downloads_files_writes_marker_and_skips_second_run(hub, tmp_path) -> No
         "completedAt": marker["completedAt"],
     }
     assert marker["validatedAt"] == marker["completedAt"]
-    assert hydrate.read_marker(target) == marker
+    assert hydrate.read_marker(d) == marker
     # The token went to the hub on every request, as a bearer token, and nowhere else.
     assert hub.requests
     assert {r.authorization for r in hub.requests} == {f"Bearer {TOKEN}"}
     term = (tmp_path / "termination-log").read_text()
     assert json.loads(term)["digest"] == expected_digest(FILES_C1)
-    assert_no_token(proc, term, (target / MARKER_FILE).read_text())
+    assert_no_token(proc, term, (d / MARKER_FILE).read_text())
     # Second run: the marker records this identity, nothing is fetched.
     seen = len(hub.requests)
     again = run_program(hub.endpoint, target)
@@ -179,34 +197,85 @@ def test_downloads_files_writes_marker_and_skips_second_run(hub, tmp_path) -> No
     assert_no_token(again)
 
 
-def test_new_revision_replaces_content_and_marker(hub, tmp_path) -> None:
+def test_new_revision_hydrates_beside_the_old_one(tmp_path) -> None:
+    """A revision edit never writes into the identity live replicas read: the new one
+    downloads into ``<identity>.partial`` while the old directory stays byte for byte
+    (same inodes, same mtimes), and appears under its final name only when complete."""
     target = tmp_path / "models"
-    assert run_program(hub.endpoint, target).returncode == 0
-    proc = run_program(hub.endpoint, target, revision="v2")
+    seen: list[tuple[bool, bool, dict[str, tuple[bytes, int, int]]]] = []
+    old = idir(target, "main")
+    new = idir(target, "v2")
+    partial = new.with_name(new.name + PARTIAL_SUFFIX)
+
+    def during(path: str) -> None:  # the hub is about to serve a file of the new commit
+        seen.append((new.exists(), partial.is_dir(), tree(old)))
+
+    with make_hub() as hub:
+        assert run_program(hub.endpoint, target).returncode == 0
+        before = tree(old)
+        hub.on_resolve = during
+        proc = run_program(hub.endpoint, target, revision="v2")
     assert proc.returncode == 0, proc.stderr
-    # Files of the old commit are gone; the directory holds exactly the new commit.
-    assert model_files(target) == FILES_C2
-    assert not (target / "tokenizer").exists()
-    marker = hydrate.read_marker(target)
+    assert seen, "the stand-in hub served no file of the new revision"
+    for new_visible, partial_there, old_tree in seen:
+        assert not new_visible, "the new identity was visible before it was complete"
+        assert partial_there
+        assert old_tree == before, "the old identity changed while the new one downloaded"
+    # Side by side: both complete, each with its own marker; no partial left.
+    assert tree(old) == before
+    assert model_files(old) == FILES_C1 and model_files(new) == FILES_C2
+    assert not partial.exists()
+    assert hydrate.read_marker(old)["identity"] == source_identity("org/tiny", "main")
+    marker = hydrate.read_marker(new)
     assert marker is not None
-    assert marker["commit"] == C2
-    assert marker["identity"] == source_identity("org/tiny", "v2")
+    assert (marker["commit"], marker["identity"]) == (C2, source_identity("org/tiny", "v2"))
     assert marker["digest"] == expected_digest(FILES_C2)
 
 
-def test_interrupted_download_without_marker_is_completed(hub, tmp_path) -> None:
-    """Files but no marker (a killed pod, or Modelplane's empty marker): download again."""
+def test_an_identity_directory_is_never_written_into(hub, tmp_path) -> None:
+    """An identity's directory without its marker (someone else's files) fails the run:
+    the program never downloads into a directory under an identity's final name."""
     target = tmp_path / "models"
-    target.mkdir()
-    (target / "config.json").write_bytes(FILES_C1["config.json"])
-    (target / "model.safetensors").write_bytes(FILES_C1["model.safetensors"][:100])
-    (target / MARKER_FILE).write_text("")  # Modelplane's `touch` marker: no identity
+    d = idir(target)
+    d.mkdir(parents=True)
+    (d / "config.json").write_bytes(b"not ours")
+    proc = run_program(hub.endpoint, target)
+    assert proc.returncode == 1
+    assert "never written into" in proc.stderr
+    assert (d / "config.json").read_bytes() == b"not ours"
+    assert not (d / MARKER_FILE).exists()
+
+
+def test_publish_never_replaces_an_identity(tmp_path) -> None:
+    partial, final = tmp_path / "a.partial", tmp_path / "a"
+    partial.mkdir()
+    final.mkdir()
+    (final / "x").write_text("old")
+    with pytest.raises(FileExistsError):
+        hydrate.publish(partial, final)
+    assert (final / "x").read_text() == "old" and partial.is_dir()
+    final2 = tmp_path / "b"
+    hydrate.publish(partial, final2)
+    assert final2.is_dir() and not partial.exists()
+
+
+def test_interrupted_download_is_completed(hub, tmp_path) -> None:
+    """A ``.partial`` directory left by a killed pod (files, a truncated one, no marker)
+    is resumed, and published when complete."""
+    target = tmp_path / "models"
+    d = idir(target)
+    partial = d.with_name(d.name + PARTIAL_SUFFIX)
+    partial.mkdir(parents=True)
+    (partial / "config.json").write_bytes(FILES_C1["config.json"])
+    (partial / "model.safetensors").write_bytes(FILES_C1["model.safetensors"][:100])
+    (partial / "stale.bin").write_bytes(b"left by something else")
     (target / "lost+found").mkdir()
     proc = run_program(hub.endpoint, target)
     assert proc.returncode == 0, proc.stderr
-    assert model_files(target) == FILES_C1
+    assert model_files(d) == FILES_C1
+    assert not partial.exists()
     assert (target / "lost+found").is_dir()
-    marker = hydrate.read_marker(target)
+    marker = hydrate.read_marker(d)
     assert marker is not None
     assert marker["digest"] == expected_digest(FILES_C1)
 
@@ -215,7 +284,7 @@ def test_gated_repo_without_token_fails_permanently(hub, tmp_path) -> None:
     target = tmp_path / "models"
     proc = run_program(hub.endpoint, target, token=None)
     assert proc.returncode == EXIT_PERMANENT, proc.stderr
-    assert not (target / MARKER_FILE).exists()
+    assert not idir(target).exists()
     assert {r.authorization for r in hub.requests} == {None}
     assert "permanent" in proc.stderr
 
@@ -233,7 +302,7 @@ def test_wrong_token_fails_and_is_not_logged(tmp_path) -> None:
 def test_unknown_repo_or_revision_fails_permanently(hub, tmp_path, repo, revision) -> None:
     proc = run_program(hub.endpoint, tmp_path / "models", repo=repo, revision=revision)
     assert proc.returncode == EXIT_PERMANENT, proc.stderr
-    assert not (tmp_path / "models" / MARKER_FILE).exists()
+    assert not idir(tmp_path / "models", revision, repo).exists()
 
 
 def test_hub_unreachable_is_retried(tmp_path) -> None:
@@ -242,7 +311,7 @@ def test_hub_unreachable_is_retried(tmp_path) -> None:
     hub.close()
     proc = run_program(endpoint, tmp_path / "models")
     assert proc.returncode == 1, proc.stderr
-    assert not (tmp_path / "models" / MARKER_FILE).exists()
+    assert not idir(tmp_path / "models").exists()
 
 
 @pytest.mark.parametrize("bad", ["model.safetensors", "config.json"])
@@ -254,13 +323,15 @@ def test_corrupted_file_fails_validation_and_is_removed(tmp_path, bad) -> None:
         proc = run_program(hub.endpoint, target)
     assert proc.returncode == 1, proc.stderr
     assert "ChecksumError" in proc.stderr and bad in proc.stderr
-    assert not (target / MARKER_FILE).exists()
-    assert not (target / bad).exists()
+    partial = idir(target).with_name(idir(target).name + PARTIAL_SUFFIX)
+    assert not idir(target).exists(), "an unverified identity was published"
+    assert not (partial / MARKER_FILE).exists()
+    assert not (partial / bad).exists()
     # The hub serves the right bytes again: the retry completes.
     with make_hub() as hub:
         proc = run_program(hub.endpoint, target)
     assert proc.returncode == 0, proc.stderr
-    assert model_files(target) == FILES_C1
+    assert model_files(idir(target)) == FILES_C1
 
 
 def test_identity_mismatch_is_a_usage_error(hub, tmp_path) -> None:
@@ -295,6 +366,64 @@ def test_prune_keeps_marker_cache_and_lost_found(tmp_path) -> None:
         assert (tmp_path / rel).exists()
 
 
+# Each row: the mount's entries, the keep-list, what prune removes (a reason per row).
+PRUNE_ROWS = [
+    pytest.param(["aaaaaaaaaaaa", "bbbbbbbbbbbb"], {"aaaaaaaaaaaa"}, ["bbbbbbbbbbbb"], id="old"),
+    pytest.param(
+        ["aaaaaaaaaaaa", "bbbbbbbbbbbb"],
+        {"aaaaaaaaaaaa", "bbbbbbbbbbbb"},
+        [],
+        id="a-live-replica-still-serves-the-old-one",
+    ),
+    pytest.param(
+        ["aaaaaaaaaaaa", "cccccccccccc.partial", "aaaaaaaaaaaa.partial"],
+        {"aaaaaaaaaaaa"},
+        ["cccccccccccc.partial"],
+        id="an-abandoned-download-goes-a-kept-one-stays",
+    ),
+    pytest.param(
+        ["aaaaaaaaaaaa", ".cache", "lost+found", "config.json", "weights", "ABCDEFABCDEF"],
+        {"aaaaaaaaaaaa"},
+        [],
+        id="what-is-not-an-identity-is-left-alone",
+    ),
+]
+
+
+@pytest.mark.parametrize(("entries", "keep", "removed"), PRUNE_ROWS)
+def test_prune_identities(tmp_path, entries, keep, removed) -> None:
+    for name in entries:
+        if "." in name and not name.startswith(".") and not name.endswith(PARTIAL_SUFFIX):
+            (tmp_path / name).write_text("x")
+        else:
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "f").write_text("x")
+    assert hydrate.prune_identities(tmp_path, keep) == removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(set(entries) - set(removed))
+
+
+def test_prune_program_keeps_what_it_is_told(hub, tmp_path) -> None:
+    """``--prune-keep``: the Job the hydration composes once the new identity is Ready."""
+    target = tmp_path / "models"
+    assert run_program(hub.endpoint, target).returncode == 0
+    assert run_program(hub.endpoint, target, revision="v2").returncode == 0
+    old, new = idir(target, "main"), idir(target, "v2")
+    kept = tree(new)
+    cmd = [sys.executable, "-m", "jobs.hydrate", "--target", str(target), "--prune-keep"]
+    env = {**os.environ, "TERMINATION_LOG": str(tmp_path / "prune-log")}
+    proc = subprocess.run([*cmd, new.name], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert not old.exists() and tree(new) == kept
+    assert json.loads((tmp_path / "prune-log").read_text()) == {
+        "kept": [new.name],
+        "pruned": [old.name],
+    }
+    for bad in ("", "../etc", "ABC"):
+        proc = subprocess.run([*cmd, bad], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert proc.returncode == 2, bad
+    assert new.exists()
+
+
 def test_redactor_hides_the_token_in_library_logs(caplog) -> None:
     import logging
 
@@ -320,7 +449,7 @@ def test_reports_result_to_configmap_and_again_when_skipped(hub, kube, tmp_path)
     assert req["content_type"] == "application/merge-patch+json"
     assert req["query"] == {"fieldManager": hydrate.FIELD_MANAGER}
     reported = json.loads(req["body"]["data"]["result"])
-    assert reported == hydrate.read_marker(target)
+    assert reported == hydrate.read_marker(idir(target))
     assert reported["commit"] == C1 and reported["digest"] == expected_digest(FILES_C1)
     assert SA_TOKEN not in proc.stderr + proc.stdout
     # Already hydrated: nothing is downloaded, but the result is reported again.
@@ -443,7 +572,7 @@ def test_report_outside_a_cluster_is_a_retryable_failure(hub, tmp_path) -> None:
     proc = run_program(hub.endpoint, tmp_path / "models", extra_env=env)
     assert proc.returncode == 1, proc.stderr
     assert "could not report the result" in proc.stderr
-    assert hydrate.read_marker(tmp_path / "models") is not None
+    assert hydrate.read_marker(idir(tmp_path / "models")) is not None
     assert SA_TOKEN not in proc.stderr + proc.stdout
 
 
@@ -539,7 +668,8 @@ def test_the_composed_job_runs_the_program(hub, kube, tmp_path) -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert model_files(target) == FILES_C1
+    # The weights land in the identity's directory, the one the serving workload reads.
+    assert model_files(idir(target)) == FILES_C1
     (req,) = kube.requests
     cm = env["MODELPLANE_RESULT_CONFIGMAP"]
     assert req["path"] == f"/api/v1/namespaces/default/configmaps/{cm}"

@@ -473,9 +473,19 @@ def test_requirements_ask_for_cluster_and_secret() -> None:
             "matchName": "hf-token",
             "namespace": NAMESPACE,
         },
+        # The live replicas of this cache on this cluster: the identities they serve are
+        # kept on the PVC (side-by-side revisions).
+        "replicas": {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "ModelReplica",
+            "matchLabels": {
+                "labels": {"modelplane.ai/cache": CACHE, "modelplane.ai/cluster": CLUSTER}
+            },
+            "namespace": NAMESPACE,
+        },
     }
     public = run(request(hydration_xr(auth=False), required={}))
-    assert list(requirements(public)) == ["cluster"]
+    assert sorted(requirements(public)) == ["cluster", "replicas"]
 
 
 # ---- C2: unresolved is not empty (auth Secret) -------------------------------------
@@ -492,7 +502,7 @@ def c2_calls(call):
 
 def check_c2(a, b, c) -> None:
     # A: ask for the Secret and the cluster, compose nothing that needs the token.
-    assert set(requirements(a)) == {"cluster", "auth-secret"}
+    assert set(requirements(a)) == {"cluster", "auth-secret", "replicas"}
     assert not [k for k in desired(a) if k == "token-secret" or k.startswith("job-")]
     assert status(a)["phase"] == "Pending"
     assert not warnings(a)
@@ -588,7 +598,8 @@ def test_c8_job_shape() -> None:
     pvc_manifest = objs["pvc"]["spec"]["forProvider"]["manifest"]
     assert pvc_manifest["spec"]["accessModes"] == ["ReadWriteMany"]
     assert pvc_manifest["spec"]["storageClassName"] == "rwx-fast"
-    assert pvc_manifest["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    # Room for two copies of sizeGiB 2: the current identity and the previous one.
+    assert pvc_manifest["spec"]["resources"]["requests"]["storage"] == "4Gi"
     assert pvc_manifest["metadata"]["name"] == cache_pvc_name(NAMESPACE, CACHE)
     assert pvc_manifest["metadata"]["namespace"] == REMOTE_NAMESPACE
     job_obj = objs[JOB_KEY]
@@ -694,7 +705,7 @@ def test_ready_drops_job_and_secret_and_latches() -> None:
     assert status(rsp2)["readyAt"] == st["readyAt"]
     assert not results(rsp2)
     # Ready needs no token: Crossplane is not asked for the Secret any more.
-    assert list(requirements(rsp2)) == ["cluster"]
+    assert sorted(requirements(rsp2)) == ["cluster", "replicas"]
     # The Secret requirement is not even needed once Ready: unresolved keeps Ready.
     rsp3 = run(request(after, observed=pvc("Bound"), required={}))
     assert status(rsp3)["phase"] == "Ready"

@@ -488,13 +488,16 @@ def test_real_hydration_transition_counted_once_over_grpc(m):
     observed = {**h.pvc("Bound"), **h.job(h.COMPLETE, succeeded=1), **h.token_object()}
     hydrating = h.hydration_xr(h.prev_status("Hydrating", startedAt="2026-11-29T08:00:00Z"))
     labels = {"namespace": hydrating["metadata"]["namespace"], "cache": h.spec()["cacheName"]}
+    # Every requirement resolved (the live replicas too): a final iteration, whose
+    # metrics count.
+    required = {**h.resolved(), "replicas": []}
     with GrpcFunction() as fn:
         fn.runner.metrics = m
-        rsp = fn.call(request(hydrating, observed=observed, required=h.resolved()))
+        rsp = fn.call(request(hydrating, observed=observed, required=required))
         ready_at = h.status(rsp)["readyAt"]
         ready = h.hydration_xr({**h.prev_status("Ready"), "readyAt": ready_at})
-        fn.call(request(ready, observed=h.pvc("Bound"), required=h.resolved()))
-        fn.call(request(ready, observed=h.pvc("Bound"), required=h.resolved()))
+        fn.call(request(ready, observed=h.pvc("Bound"), required=required))
+        fn.call(request(ready, observed=h.pvc("Bound"), required=required))
     name = "modelplane_cache_hydration_duration_seconds"
     assert value(m.registry, f"{name}_count", **labels) == 1
     assert value(m.registry, f"{name}_sum", **labels) == 3600  # 08:00 to the clock's 09:00

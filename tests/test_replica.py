@@ -25,6 +25,7 @@ from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
 from tests.support import harness as h
 from tests.support.replica_fixtures import (
     CACHE,
+    MODEL_DIR,
     MULTI_COMMAND,
     POOL,
     TOLERATIONS,
@@ -170,7 +171,7 @@ def test_single_node_with_cache_composes_deployment_service_and_claim():
     assert "/dev/shm" in mounts
     assert eng["resources"]["claims"] == [{"name": wl.POD_CLAIM}]
     # MODELPLANE_MODEL first, then the user's entries byte for byte, args untouched.
-    assert eng["env"][0] == {"name": "MODELPLANE_MODEL", "value": CACHE_MOUNT_PATH}
+    assert eng["env"][0] == {"name": "MODELPLANE_MODEL", "value": MODEL_DIR}
     assert eng["env"][1:] == USER_ENV
     assert eng["args"] == USER_ARGS
     assert "command" not in eng
@@ -614,6 +615,7 @@ def test_flash_loader_from_cache_level_copies_into_memory_and_points_model_there
         [init] = pod["spec"]["initContainers"]
         assert init["name"] == wl.FLASH_CONTAINER
         assert "--concurrency=16" in init["args"]
+        assert f"--source={MODEL_DIR}" in init["args"]
         mounts = {m["mountPath"]: m for m in init["volumeMounts"]}
         assert mounts[CACHE_MOUNT_PATH]["readOnly"] is True
         assert FLASH_MOUNT_PATH in mounts
@@ -628,7 +630,7 @@ def test_deployment_disables_what_the_cache_enables():
     d = validate_all(run(spec, ready_required(flash_loader={"enabled": True})))
     pod = manifest(d, "workload-vllm")["spec"]["template"]
     assert "initContainers" not in pod["spec"]
-    assert engine_of(pod)["env"][0]["value"] == CACHE_MOUNT_PATH
+    assert engine_of(pod)["env"][0]["value"] == MODEL_DIR
 
 
 def test_invalid_flash_loader_at_cache_level_names_field_and_level():
@@ -835,5 +837,5 @@ def test_no_engine_flag_is_ever_added(flash: bool):
     assert eng["args"] == args
     assert "command" not in eng
     assert eng["env"] == [
-        {"name": "MODELPLANE_MODEL", "value": FLASH_MOUNT_PATH if flash else CACHE_MOUNT_PATH}
+        {"name": "MODELPLANE_MODEL", "value": FLASH_MOUNT_PATH if flash else MODEL_DIR}
     ]

@@ -74,6 +74,11 @@ class HuggingFace(BaseModel):
         return v
 
 
+# Copies of the weights the cache PVC has room for: a revision edit hydrates the new
+# identity beside the old one, which is pruned once no live replica serves it.
+PVC_COPIES = 2
+
+
 class CacheSource(BaseModel):
     """``spec.source`` and ``spec.huggingFace`` of a ModelCache (or its hydrations)."""
 
@@ -83,8 +88,11 @@ class CacheSource(BaseModel):
     huggingFace: HuggingFace
 
     def size_quantity(self) -> str:
-        """The PVC request as a Kubernetes quantity in GiB (``"16Gi"``), rounded up."""
-        gib = self.huggingFace.sizeGiB
+        """The PVC request as a Kubernetes quantity in GiB (``"32Gi"`` for ``sizeGiB:
+        16``), rounded up: room for :data:`PVC_COPIES` copies of the weights, the current
+        source identity and the previous one side by side while replicas move from one
+        to the other (see the README's "Side-by-side revisions")."""
+        gib = self.huggingFace.sizeGiB * PVC_COPIES
         whole = int(gib) if gib == int(gib) else int(gib) + 1
         return f"{whole}Gi"
 

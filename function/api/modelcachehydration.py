@@ -22,6 +22,13 @@ condition reason (``BackoffLimitExceeded``, ``DeadlineExceeded``,
 https://kubernetes.io/docs/concepts/workloads/controllers/job/#terminal-job-conditions).
 The condition :data:`CONDITION` carries the phase as its reason.
 
+``status.stored`` lists the source identities whose weights are complete on the PVC,
+each in its own directory (``jobs.contract.identity_dir``): the current identity once
+Ready, and earlier ones kept while a live replica on the cluster serves them, each
+entry ``{identity, usedBy: [ModelReplica names]}``
+(:func:`stored_identities` reads it). A new revision hydrates beside the identities
+stored; the ModelReplica cache gate lets a replica serve any identity listed there.
+
 The weights a hydration writes are read where ``jobs.contract.CACHE_MOUNT_PATH`` mounts
 the cache PVC: the download Job (``python -m jobs.hydrate``) writes there and every
 engine container reads there; that path, the completion marker and the result
@@ -29,6 +36,11 @@ ConfigMap's keys are the contract of :mod:`jobs.contract`.
 """
 
 from __future__ import annotations
+
+from google.protobuf.struct_pb2 import Struct
+
+from function.core import structs
+from jobs.contract import IDENTITY_PATTERN
 
 KIND = "ModelCacheHydration"
 
@@ -53,3 +65,33 @@ REASON_HYDRATED = "Hydrated"
 REASON_PVC_BIND_TIMEOUT = "PVCBindTimeout"
 # Warning reason (status message and event) when the latched PVC is gone or re-created.
 REASON_PVC_LOST = "PVCLost"
+
+# status.stored: the identities complete on the PVC (see the module docstring).
+STATUS_STORED = "stored"
+
+
+def stored_identities(status: Struct | None) -> frozenset[str]:
+    """The identities ``status.stored[].identity`` lists (empty when absent or malformed).
+
+    Args:
+        status: The hydration's ``status`` Struct, or None.
+    """
+    v = status.fields.get(STATUS_STORED) if status is not None else None
+    if v is None or v.WhichOneof("kind") != "list_value":
+        return frozenset()
+    out = set()
+    for item in v.list_value.values:
+        if item.WhichOneof("kind") == "struct_value":
+            ident = source_identity_of(item.struct_value)
+            if ident:
+                out.add(ident)
+    return frozenset(out)
+
+
+def source_identity_of(node: Struct | None) -> str:
+    """``node.identity`` when it is a source identity (12 lowercase hex), else "".
+
+    Statuses are read, not trusted: a malformed identity is "not known", never a path.
+    """
+    ident = structs.sval(node, "identity")
+    return ident if IDENTITY_PATTERN.fullmatch(ident) else ""

@@ -18,7 +18,8 @@ A ModelReplica is composed, never authored. Its spec is the deployment's
       deploymentName: chat
       index: 0
       clusterName: gpu-a                 # pinned: placement never changes it
-      modelCacheRef: {name: qwen-cache}  # optional
+      modelCacheRef: {name: qwen-cache, identity: 3fcdafdaf7e1}  # optional; identity: the
+                                         # source identity served (set by the deployment)
       tolerations: [...]                 # verbatim from the deployment
       serving: {mode: Unified}           # verbatim
       shmSizeLimit: 16Gi                 # optional per-deployment override
@@ -70,6 +71,7 @@ __all__ = [
     "REASON_HYDRATING",
     "REASON_HYDRATION_FAILED",
     "REASON_HYDRATION_NOT_FOUND",
+    "CacheRef",
     "Engine",
     "FlashLoader",
     "Member",
@@ -219,13 +221,21 @@ class ReplicaEngine(Engine):
     members: list[ReplicaMember] = Field(min_length=1)  # type: ignore[assignment]  # narrower: read only
 
 
+class CacheRef(Ref):
+    """``spec.modelCacheRef``: the ModelCache by name and the source identity this replica
+    serves (``function.naming.source_identity``; set by the ModelDeployment, see the
+    README's "Side-by-side revisions")."""
+
+    identity: Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{12}$")] | None = None
+
+
 class ModelReplicaSpec(_Model):
     """The spec of a ModelReplica (see the module docstring)."""
 
     deploymentName: StrictStr = Field(min_length=1)
     index: WholeInt = Field(ge=0)
     clusterName: StrictStr = Field(min_length=1)
-    modelCacheRef: Ref | None = None
+    modelCacheRef: CacheRef | None = None
     tolerations: list[Annotated[dict[str, Any], checked(Toleration)]] = Field(
         default_factory=list
     )

@@ -266,6 +266,100 @@ def hydration_job(name: str, namespace: str, **job: Unpack[HydrationJob]) -> dic
     }
 
 
+class PruneJob(TypedDict):
+    """What the prune Job is made of (keyword arguments of :func:`prune_job`).
+
+    Attributes:
+        image: The function's image (``python -m jobs.hydrate``).
+        pvc_name: The cache PVC, mounted read-write at :data:`CACHE_MOUNT_PATH`.
+        keep: The source identities to keep (every other identity directory goes).
+        labels: Labels of the Job and its pods.
+        annotations: Annotations of the Job (optional).
+    """
+
+    image: str
+    pvc_name: str
+    keep: tuple[str, ...]
+    labels: dict[str, str]
+    annotations: NotRequired[dict[str, str] | None]
+
+
+# The prune Job removes directories: bounded retries and time.
+PRUNE_BACKOFF_LIMIT = 3
+PRUNE_DEADLINE_SECONDS = 900
+
+
+def prune_job(name: str, namespace: str, **job: Unpack[PruneJob]) -> dict[str, Any]:
+    """The prune Job: ``python -m jobs.hydrate --prune-keep <identities>`` on the cache PVC.
+
+    Removes every identity directory the keep-list does not name (the current identity
+    and those live replicas on the cluster serve); no token, no API access.
+
+    Args:
+        name: The Job name (carries a hash of the keep-list: a Job's pod template is
+            immutable, so another keep-list is another Job).
+        namespace: Its namespace on the target cluster (the PVC's).
+        job: :class:`PruneJob`, by keyword.
+
+    Returns:
+        A ``batch/v1`` Job manifest.
+    """
+    labels, annotations = job["labels"], job.get("annotations")
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": PRUNE_BACKOFF_LIMIT,
+            "activeDeadlineSeconds": PRUNE_DEADLINE_SECONDS,
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": HYDRATION_UID,
+                        "runAsGroup": HYDRATION_UID,
+                        "fsGroup": HYDRATION_UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "prune",
+                            "image": job["image"],
+                            "command": list(HYDRATE_COMMAND),
+                            "args": [
+                                "--target",
+                                CACHE_MOUNT_PATH,
+                                "--prune-keep",
+                                ",".join(job["keep"]),
+                            ],
+                            "resources": {
+                                "requests": {"cpu": "100m", "memory": "128Mi"},
+                                "limits": {"memory": "512Mi"},
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                            "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT_PATH}],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "cache", "persistentVolumeClaim": {"claimName": job["pvc_name"]}}
+                    ],
+                },
+            },
+        },
+    }
+
+
 def _hydrate_env(job: HydrationJob) -> list[dict[str, Any]]:
     """The program's env: Hugging Face settings, the token, where to report."""
     env: list[dict[str, Any]] = [

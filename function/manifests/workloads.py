@@ -46,7 +46,7 @@ from function.serving.env import (
     set_env,
 )
 from function.serving.flashloader import FlashLoader
-from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH, FLASHLOAD_COMMAND
+from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH, FLASHLOAD_COMMAND, identity_dir
 
 ENGINE_CONTAINER = "engine"
 DEFAULT_ENGINE_PORT = 8000
@@ -69,6 +69,15 @@ FLASH_CONTAINER = "modelplane-flash-loader"
 POD_CLAIM = "modelplane-devices"
 _OWN_VOLUMES = (VOLUME_SHM, VOLUME_CACHE, VOLUME_FLASH)
 _OWN_PATHS = (SHM_MOUNT_PATH, CACHE_MOUNT_PATH, FLASH_MOUNT_PATH)
+
+# A workload's rolling update never takes a serving pod down before its replacement is
+# available (``maxUnavailable: 0``, one surge pod): a source identity change rolls
+# make-before-break
+# (https://kubernetes.io/docs/concepts/workloads/controllers/deployment/#rolling-update-deployment).
+ROLLING_UPDATE: dict[str, Any] = {
+    "type": "RollingUpdate",
+    "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+}
 
 DEPLOYMENT_READY_CEL = (
     "has(object.status) && has(object.status.observedGeneration) && "
@@ -98,6 +107,9 @@ class PodPlan:
             :data:`GPU_TOLERATION`).
         claim_template: The member's ResourceClaimTemplate name, or None.
         cache_pvc: The cache PVC to mount read-only, or None (no cache).
+        cache_identity: The source identity the pod serves (with ``cache_pvc``):
+            ``MODELPLANE_MODEL`` and the flash loader's source are that identity's
+            directory on the PVC (:func:`jobs.contract.identity_dir`).
         shm_size_limit: ``sizeLimit`` of ``/dev/shm``.
         flash: The flash loader when enabled (needs a cache), else None.
         gang: Whether the pod is part of a LeaderWorkerSet (leader or worker).
@@ -109,6 +121,7 @@ class PodPlan:
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     claim_template: str | None = None
     cache_pvc: str | None = None
+    cache_identity: str = ""
     shm_size_limit: str = "8Gi"
     flash: FlashLoader | None = None
     gang: bool = False
@@ -139,10 +152,16 @@ def engine_port(template: dict[str, Any], field_path: str) -> int:
 
 
 def model_path(plan: PodPlan) -> str | None:
-    """What ``MODELPLANE_MODEL`` points at: the flash copy, the cache mount, or nothing."""
+    """What ``MODELPLANE_MODEL`` points at: the flash copy, the directory of the source
+    identity the pod serves on the cache PVC, or nothing (no cache).
+
+    Raises:
+        ValueError: a cache without a valid identity (the composer always passes one).
+    """
     if plan.cache_pvc is None:
         return None
-    return FLASH_MOUNT_PATH if plan.flash is not None else CACHE_MOUNT_PATH
+    source = identity_dir(CACHE_MOUNT_PATH, plan.cache_identity)
+    return FLASH_MOUNT_PATH if plan.flash is not None else source
 
 
 def _check_shapes(t: dict[str, Any], engine: dict[str, Any], field_path: str, cpath: str) -> None:
@@ -273,14 +292,16 @@ def _add_volumes(spec: dict[str, Any], engine: dict[str, Any], plan: PodPlan) ->
         cache_mount = {"name": VOLUME_CACHE, "mountPath": CACHE_MOUNT_PATH, "readOnly": True}
         set_by_name(mounts, cache_mount)
         if plan.flash is not None:
-            _add_flash_loader(spec, mounts, plan.flash)
+            _add_flash_loader(spec, mounts, plan.flash, plan.cache_identity)
         injected.append(model_env(path))
     if plan.gang:
         injected.extend(gang_env())
     set_env(engine, injected, first=True)
 
 
-def _add_flash_loader(spec: dict[str, Any], mounts: list[dict[str, Any]], fl: FlashLoader) -> None:
+def _add_flash_loader(
+    spec: dict[str, Any], mounts: list[dict[str, Any]], fl: FlashLoader, identity: str
+) -> None:
     """The flash loader's memory volume, its mount, and its init container first."""
     set_by_name(
         spec["volumes"],
@@ -295,7 +316,7 @@ def _add_flash_loader(spec: dict[str, Any], mounts: list[dict[str, Any]], fl: Fl
         for c in spec.get("initContainers") or []
         if not (isinstance(c, dict) and c.get("name") == FLASH_CONTAINER)
     ]
-    spec["initContainers"] = [flash_container(fl), *init]
+    spec["initContainers"] = [flash_container(fl, identity), *init]
 
 
 def _add_serving_defaults(t: dict[str, Any], engine: dict[str, Any], field_path: str) -> None:
@@ -324,8 +345,9 @@ def clone(v: Any) -> Any:
     return v
 
 
-def flash_container(fl: FlashLoader) -> dict[str, Any]:
-    """The init container that copies the weights from the cache PVC to node-local memory.
+def flash_container(fl: FlashLoader, identity: str) -> dict[str, Any]:
+    """The init container that copies the weights of source ``identity`` (its directory
+    on the cache PVC, :func:`jobs.contract.identity_dir`) to node-local memory.
 
     It runs ``python -m jobs.flashload`` (the function's own image has it,
     :mod:`jobs.contract`); a custom ``image`` must accept the same command line.
@@ -335,7 +357,7 @@ def flash_container(fl: FlashLoader) -> dict[str, Any]:
         "image": fl.image,
         "command": list(FLASHLOAD_COMMAND),
         "args": [
-            f"--source={CACHE_MOUNT_PATH}",
+            f"--source={identity_dir(CACHE_MOUNT_PATH, identity)}",
             f"--dest={FLASH_MOUNT_PATH}",
             f"--concurrency={fl.concurrency}",
         ],
@@ -367,6 +389,9 @@ def deployment(
         "spec": {
             "replicas": int(replicas),
             "selector": {"matchLabels": {LABEL_WORKLOAD: name}},
+            # Make-before-break: a changed pod template (a new source identity) starts a
+            # new pod and removes an old one only once the new one is available.
+            "strategy": clone(ROLLING_UPDATE),
             "template": tmpl,
         },
     }
@@ -395,6 +420,11 @@ def leader_worker_set(
         "metadata": _meta(name, namespace, labels),
         "spec": {
             "replicas": int(replicas),
+            # Make-before-break, as for a Deployment (LWS v0.10 rolloutStrategy).
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": 1},
+            },
             "leaderWorkerTemplate": {
                 "size": int(size),
                 "restartPolicy": "RecreateGroupOnPodRestart",

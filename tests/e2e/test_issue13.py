@@ -144,3 +144,105 @@ def test_reclaim_finishes_make_before_break(render):
     tree(live)
     assert cache.status["retained"] == []
     assert cache.status["summary"]["retained"] == 0
+
+
+def test_revision_edit_rolls_replicas_side_by_side(render):
+    """A revision edit never disturbs a live replica, through the engine at every level:
+    the new identity hydrates beside the old one while the replica keeps serving the
+    old; the replica moves (same ModelReplica, its workload rolls) only once its
+    cluster's hydration is Ready for the new one; then the old identity is pruned."""
+    from function.naming import source_identity
+    from jobs.contract import CACHE_MOUNT_PATH, identity_dir
+    from tests.e2e.lifecycle import Hydration, cluster
+
+    def model_env(rep) -> str:
+        (wl,) = [d for n, d in rep.last.composed.items() if n.startswith("workload-")]
+        pod = wl["spec"]["forProvider"]["manifest"]["spec"]["template"]
+        (engine,) = [c for c in pod["spec"]["containers"] if c["name"] == "engine"]
+        return next(e["value"] for e in engine["env"] if e["name"] == "MODELPLANE_MODEL")
+
+    d = Deployment(render, replicas=1)
+    d.required = fleet_resources(hydrating=False)
+    d.step()
+    d.step()
+    assert d.dep.reconcile().is_ready()
+    ((rname, rep),) = [(n, r) for n, r in d.replicas.items() if n in d.dep.last.composed]
+    where = rep.xr["spec"]["clusterName"]
+    old = rep.xr["spec"]["modelCacheRef"]["identity"]
+    assert model_env(rep) == identity_dir(CACHE_MOUNT_PATH, old)
+
+    # The replica's cluster's hydration, rendered through the engine from here on.
+    i = next(
+        i
+        for i, r in enumerate(d.required)
+        if r["kind"] == "ModelCacheHydration" and r["spec"]["clusterName"] == where
+    )
+    hdoc = copy.deepcopy(d.required[i])
+    hdoc.pop("status")
+    ns = hdoc["metadata"]["namespace"]
+
+    def replicas_required() -> list[dict]:
+        return [world.observed_xr(r.xr, r.last.xr) for r in d.replicas.values() if r.last]
+
+    hyd = Hydration(render, hdoc, [cluster(where), *replicas_required()])
+    hyd.settle(pvc="Bound", job="complete", result=True)
+    hyd.reconcile()
+    assert hyd.status["phase"] == "Ready"
+    assert hyd.status["stored"] == [{"identity": old, "usedBy": [rep.xr["metadata"]["name"]]}]
+
+    def publish_hydration() -> None:
+        d.required[i] = world.observed_xr(hdoc, hyd.last.xr)
+
+    # The revision edit reaches the hydration (its ModelCacheShard re-composes it).
+    repo = hdoc["spec"]["huggingFace"]["repo"]
+    new = source_identity(repo, "v2")
+    hdoc["spec"]["huggingFace"]["revision"] = "v2"
+    hyd.xr["spec"] = copy.deepcopy(hdoc["spec"])
+    hyd.settle(pvc="Bound", job="running")
+    assert hyd.status["phase"] == "Hydrating"
+    assert [s["identity"] for s in hyd.status["stored"]] == [old]
+    assert not [n for n in hyd.last.composed if n.startswith("prune-")]
+    publish_hydration()
+
+    # While the new identity hydrates, the replica keeps serving the old one.
+    d.step()
+    out = d.dep.reconcile()
+    rep = d.replicas[rname]
+    assert rep.xr["spec"]["modelCacheRef"]["identity"] == old
+    assert model_env(rep) == identity_dir(CACHE_MOUNT_PATH, old)
+    assert rep.last.is_ready(), rep.last.stdout
+    assert out.is_ready(), "the deployment stopped serving during the revision edit"
+    assert d.dep.status["cacheRollout"].startswith(f"1 replica serves identity {old}")
+    assert out.deleted(d.dep.observed.values()) == set()
+
+    # The new identity is Ready on the cluster: both are stored, the old one for the
+    # replica still on it; nothing is pruned yet.
+    hyd.required = [cluster(where), *replicas_required()]
+    hyd.settle(pvc="Bound", job="complete", result=True)
+    hyd.reconcile()
+    assert hyd.status["phase"] == "Ready"
+    assert [s["identity"] for s in hyd.status["stored"]] == [new, old]
+    assert not [n for n in hyd.last.composed if n.startswith("prune-")]
+    publish_hydration()
+
+    # The replica moves: the same ModelReplica, its workload on the new identity.
+    d.step()
+    rep = d.replicas[rname]
+    assert rep.xr["spec"]["modelCacheRef"]["identity"] == new
+    assert model_env(rep) == identity_dir(CACHE_MOUNT_PATH, new)
+    assert d.dep.reconcile().is_ready()
+    assert "cacheRollout" not in d.dep.status
+    assert d.dep.status["cacheIdentities"] == [{"identity": new, "replicas": 1}]
+
+    # No live replica serves the old identity: a prune Job keeps the new one only, and
+    # once it completed the old identity is gone from the PVC.
+    hyd.required = [cluster(where), *replicas_required()]
+    out = hyd.reconcile()
+    (prune,) = [doc for n, doc in out.composed.items() if n.startswith("prune-")]
+    (c,) = prune["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]["containers"]
+    assert c["args"][-2:] == ["--prune-keep", new]
+    hyd.world(pvc="Bound", job="complete", result=True)
+    out = hyd.reconcile()
+    assert hyd.status["stored"] == [{"identity": new, "usedBy": [rep.xr["metadata"]["name"]]}]
+    assert not [n for n in out.composed if n.startswith("prune-")]
+    assert ns == d.dep.xr["metadata"]["namespace"]

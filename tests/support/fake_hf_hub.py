@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -60,6 +61,9 @@ class FakeHub:
 
     repos: dict[str, Repo]
     requests: list[Request] = field(default_factory=list)
+    # Called with a file's path before it is served (tests look at the disk while a
+    # download is in progress).
+    on_resolve: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:
         hub = self
@@ -223,6 +227,8 @@ class FakeHub:
         content = repo.files[commit].get(path)
         if content is None:
             return self._error(h, 404, "EntryNotFound", f"{path} does not exist")
+        if self.on_resolve is not None and body:
+            self.on_resolve(path)
         headers = {
             "Content-Type": "application/octet-stream",
             "X-Repo-Commit": commit,

@@ -6,7 +6,8 @@ import copy
 from typing import Any
 
 from function import API_VERSION
-from function.naming import hydration_name, replica_name
+from function.naming import hydration_name, replica_name, source_identity
+from jobs.contract import CACHE_MOUNT_PATH, identity_dir
 from tests.support import fixtures
 from tests.support.harness import NAMESPACE, xr
 
@@ -185,6 +186,12 @@ def model_cache(flash_loader: dict[str, Any] | None = None) -> dict[str, Any]:
         "metadata": {"name": CACHE, "namespace": NAMESPACE},
         "spec": spec,
     }
+
+
+# The source identity of the fixture cache (fixtures.cache_spec) and its directory on
+# the PVC: what MODELPLANE_MODEL points at.
+IDENTITY = source_identity("Qwen/Qwen2.5-0.5B-Instruct", "main")
+MODEL_DIR = identity_dir(CACHE_MOUNT_PATH, IDENTITY)
 
 
 def hydration(cluster_name: str, phase: str, message: str = "") -> dict[str, Any]:

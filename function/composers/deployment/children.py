@@ -50,8 +50,14 @@ def _template(template: bytes) -> dict[str, Any]:
 @memo(256, weight=4)
 def _replica_meta(namespace: str, name: str, template: bytes) -> Struct:
     """The metadata every ModelReplica of the deployment shares (memoized, read-only)."""
-    user = (_template(template).get("metadata") or {}).get("labels") or {}
-    labels, ann = labels_with_full({**user, LABEL_DEPLOYMENT: name, LABEL_MANAGED_BY: MANAGED_BY})
+    tmpl = _template(template)
+    user = (tmpl.get("metadata") or {}).get("labels") or {}
+    own = {LABEL_DEPLOYMENT: name, LABEL_MANAGED_BY: MANAGED_BY}
+    ref = (tmpl.get("spec") or {}).get("modelCacheRef")
+    if isinstance(ref, dict) and isinstance(ref.get("name"), str) and ref["name"]:
+        # The hydration of (cache, cluster) asks for its live replicas by this label.
+        own[LABEL_CACHE] = ref["name"]
+    labels, ann = labels_with_full({**user, **own})
     meta: dict[str, Any] = {"namespace": namespace, "labels": labels}
     if ann:
         meta["annotations"] = ann
@@ -84,11 +90,13 @@ def _replica_spec(name: str, template: bytes, pools: tuple[tuple[MemberKey, str]
 
 
 class Slot(NamedTuple):
-    """Where one replica runs: its index, cluster and pool per member (sorted pairs)."""
+    """Where one replica runs: its index, cluster and pool per member (sorted pairs), and
+    the cache's source identity it serves ("" without a cache or a hydration yet)."""
 
     replica: int
     cluster: str
     pools: tuple[tuple[MemberKey, str], ...]
+    identity: str = ""
 
 
 @memo(4096, weight=4)
@@ -119,6 +127,9 @@ def _replica_body(namespace: str, name: str, template: bytes, slot: Slot) -> Str
     spec.CopyFrom(_replica_spec(name, template, slot.pools))
     spec.fields["index"].number_value = index
     spec.fields["clusterName"].string_value = cluster
+    ref = spec.fields.get("modelCacheRef")
+    if slot.identity and ref is not None and ref.WhichOneof("kind") == "struct_value":
+        ref.struct_value.fields["identity"].string_value = slot.identity
     return out
 
 

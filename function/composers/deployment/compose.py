@@ -8,9 +8,8 @@ the finished :class:`Outcome` (every existing child kept exactly).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from function import API_VERSION
 from function.composers.deployment import capacity
@@ -40,7 +39,9 @@ from function.composers.deployment.status import (
     _track_displaced,
 )
 from function.composers.deployment.terms import (
+    CACHE_IDENTITIES,
     CACHE_NOT_FOUND,
+    CACHE_ROLLOUT,
     INVALID_DEVICE_SELECTOR,
     MAX_NEXT_CLUSTERS,
     MIN_NEXT_CLUSTERS,
@@ -111,7 +112,7 @@ class _Lists:
     clusters it retains."""
 
     clusters: Resolved
-    footprint: Mapping[str, str] | None = None
+    footprint: _Footprint | None = None
     retained: frozenset[str] = frozenset()
 
 
@@ -147,8 +148,10 @@ def compose(inputs: Inputs) -> Outcome:
     if isinstance(placement, Outcome):
         return placement
     nxt = _next_clusters(request, placement, spec.replicas)
-    rows = _children(call, placement)
+    rows, serving = _children(call, placement, lists.footprint)
     _report(call, placement, rows)
+    if serving is not None:
+        _rollout_status(call.out, serving)
     if nxt:
         out.status[NEXT_CLUSTERS] = nxt
     return out
@@ -307,17 +310,52 @@ def _next_clusters(request: Request, placement: Placement, replicas: int) -> lis
 # ---- writing the outcome --------------------------------------------------------
 
 
-def _children(call: _Call, placement: Placement) -> list[Any]:
+class _Serving(NamedTuple):
+    """One placed replica's source identities: the one it serves now (its observed spec;
+    "" for a new replica), the one it is given, and the cluster's current one."""
+
+    replica: int
+    cluster: str
+    serves: str
+    given: str
+    current: str
+
+
+def _identity(footprint: _Footprint | None, cluster: str, view: _Observed | None) -> _Serving:
+    """Which source identity the replica on ``cluster`` is given (side-by-side revisions).
+
+    The cluster's hydration Ready for its identity: that one (a replica on an older one
+    moves; its workload rolls make-before-break). Not Ready yet (a new revision
+    hydrating beside the old one, or failed): the replica keeps the identity it was
+    started on; a new replica gets the hydration's identity and waits for it.
+    """
+    serves = view.identity if view is not None else ""
+    if footprint is None:
+        return _Serving(-1, cluster, serves, "", "")
+    current, ready = footprint.identity(cluster)
+    given = current if ready or not serves else serves
+    return _Serving(-1, cluster, serves, given, current)
+
+
+def _children(
+    call: _Call, placement: Placement, footprint: _Footprint | None
+) -> tuple[list[Any], list[_Serving] | None]:
     """A ModelReplica per placed replica, an event per removed one, the cache's Usage;
-    returns the status rows of the placed replicas."""
+    returns the status rows of the placed replicas and, with a cache, the identities
+    each replica serves and is given."""
     inputs, out = call.inputs, call.out
     ns, name = inputs.namespace, inputs.name
     by_index = {v.index: v for v in call.placed}
     template = _template_key(inputs)
     rows = []
+    serving: list[_Serving] | None = [] if call.cache else None
     for p in placement.replicas:
         view = by_index.get(p.index) if p.existing else None
-        slot = Slot(p.index, p.cluster, tuple(sorted(p.pools.items())))
+        pools = tuple(sorted(p.pools.items()))
+        ident = _identity(footprint, p.cluster, view)._replace(replica=p.index)
+        if serving is not None:
+            serving.append(ident)
+        slot = Slot(p.index, p.cluster, pools, ident.given)
         body = _replica_body(ns, name, template, slot)
         out.add(f"{REPLICA_PREFIX}{p.index}", body, ready=view is not None and view.state[0])
         rows.append((p.index, p.cluster, view.obj if view is not None else None, p.hydration))
@@ -331,7 +369,38 @@ def _children(call: _Call, placement: Placement) -> list[Any]:
         # A Usage's work is done once it exists; unspecified readiness would keep the
         # XR unready forever (Crossplane counts only READY_TRUE).
         out.add(USAGE_KEY, _usage_body(inputs, call.cache), ready=USAGE_KEY in inputs.observed)
-    return rows
+    return rows, serving
+
+
+def _rollout_status(out: Outcome, serving: list[_Serving]) -> None:
+    """``status.cacheIdentities`` (replicas per source identity they serve now) and,
+    while any replica serves an identity other than its cluster's current one,
+    ``status.cacheRollout``: what is served and where it is moving, for example
+    ``2 replicas serve identity X; moving to Y as each cluster's hydration becomes Ready``.
+    """
+    counts: dict[str, int] = {}
+    for s in serving:
+        if s.serves:
+            counts[s.serves] = counts.get(s.serves, 0) + 1
+    out.status[CACHE_IDENTITIES] = [
+        {"identity": i, "replicas": n} for i, n in sorted(counts.items())
+    ]
+    behind = [s for s in serving if s.serves and s.current and s.serves != s.current]
+    if not behind:
+        return
+    olds: dict[str, int] = {}
+    for s in behind:
+        olds[s.serves] = olds.get(s.serves, 0) + 1
+    served = "; ".join(
+        f"{n} replica{'s' if n != 1 else ''} serve{'s' if n == 1 else ''} identity {i}"
+        for i, n in sorted(olds.items())
+    )
+    targets = ", ".join(sorted({s.current for s in behind}))
+    moving = [s for s in behind if s.given != s.serves]
+    msg = f"{served}; moving to {targets} as each cluster's hydration becomes Ready"
+    if moving:
+        msg += f" (rolling on {', '.join(sorted({s.cluster for s in moving}))})"
+    out.status[CACHE_ROLLOUT] = msg
 
 
 def _report(call: _Call, placement: Placement, rows: list[Any]) -> None:
@@ -398,6 +467,10 @@ def _hold(call: _Call) -> Outcome:
     inputs, out = call.inputs, call.out
     _status_from(inputs, out, call.replicas, call.rows, call.cache)
     _carry_displaced(inputs, out)
+    for field in (CACHE_IDENTITIES, CACHE_ROLLOUT):
+        value = inputs.status(field)
+        if value is not None:
+            out.status[field] = value
     nxt = capacity.next_clusters_status(inputs)
     if nxt:
         out.status[NEXT_CLUSTERS] = nxt

@@ -12,12 +12,13 @@ from typing import Any
 from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function.api import inferencecluster
-from function.api.modelcachehydration import PENDING
+from function.api.modelcachehydration import PENDING, READY, source_identity_of
 from function.composers.deployment.status import _replica_state
 from function.core import structs
 from function.core.memo import memo
 from function.naming import (
     hydration_name,
+    source_identity,
 )
 from function.scheduling.devices import (
     Device,
@@ -213,6 +214,22 @@ class _Footprint(Mapping[str, str]):
             return False
         return True
 
+    def identity(self, cluster: str) -> tuple[str, bool]:
+        """``(identity, ready)`` of the cache's hydration on ``cluster``: the source
+        identity it reports (``status.source.identity``; its spec's before it reported
+        one) and whether it is Ready for it. ``("", False)`` without a hydration."""
+        h = self._by_name.get(hydration_name(self._ns, self._cache, cluster))
+        if h is None or cluster not in self:
+            return "", False
+        status = structs.sub(h, "status")
+        source = structs.sub(status, "source")
+        ident = source_identity_of(source)
+        if source is None:
+            hf = structs.sub(structs.sub(h, "spec"), "huggingFace")
+            repo = structs.sval(hf, "repo")
+            ident = source_identity(repo, structs.sval(hf, "revision") or "main") if repo else ""
+        return ident, structs.sval(status, "phase") == READY
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._full())
 
@@ -280,6 +297,7 @@ class _Observed:
     cluster: str
     pools: dict[tuple[str, int], str]
     state: tuple[bool, str, str]
+    identity: str = ""  # spec.modelCacheRef.identity: the source identity it serves
 
     @classmethod
     def of(cls, obj: Struct) -> _Observed:
@@ -287,7 +305,11 @@ class _Observed:
         cluster, pools, _ = _usage_of(spec)
         iv = spec.get("index")
         index = _num(iv, -1) if iv is not None and iv.WhichOneof("kind") == "number_value" else None
-        return cls(obj, index, cluster, pools, _replica_state(obj))
+        ref = spec.get("modelCacheRef")
+        identity = ""
+        if ref is not None and ref.WhichOneof("kind") == "struct_value":
+            identity = source_identity_of(ref.struct_value)
+        return cls(obj, index, cluster, pools, _replica_state(obj), identity)
 
 
 def _is_own(item: Struct, ns: str, name: str) -> bool:

@@ -36,3 +36,8 @@ MAX_CLUSTER_REQUIREMENTS = 128  # past this many clusters, one fleet-wide list i
 NEXT_CLUSTERS = "nextClusters"  # status.nextClusters[]: asked for up front next reconcile
 MAX_NEXT_CLUSTERS = 64
 MIN_NEXT_CLUSTERS = 4
+# Side-by-side revisions: status.cacheIdentities[] {identity, replicas} (the source
+# identities the replicas serve now) and status.cacheRollout (a message while replicas
+# serve an identity other than their cluster's current one).
+CACHE_IDENTITIES = "cacheIdentities"
+CACHE_ROLLOUT = "cacheRollout"

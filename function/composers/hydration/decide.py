@@ -18,6 +18,9 @@ from function.api.modelcachehydration import (
     REASON_PVC_NOT_BOUND,
     REASON_WAITING_FOR_JOB,
     REASON_WAITING_FOR_REQUIREMENTS,
+    STATUS_STORED,
+    source_identity_of,
+    stored_identities,
 )
 from function.composers.hydration.keys import (
     CONDITION,
@@ -26,15 +29,18 @@ from function.composers.hydration.keys import (
     LASTING_KEYS,
     PENDING,
     PHASES,
+    PRUNE_PREFIX,
     PVC_KEY,
     PVC_TIMEOUT,
     RBAC_KEYS,
     READY,
     REQ_CLUSTER,
+    REQ_REPLICAS,
     REQ_SECRET,
     RESULT_KEY,
     SECRET_KEY,
     job_key,
+    prune_key,
 )
 from function.composers.hydration.observed import (
     _job_result,
@@ -51,6 +57,7 @@ from function.composers.hydration.wire import (
     _source_status,
     download_objects,
     lasting_objects,
+    prune_object,
     token_object,
 )
 from function.core import events, structs
@@ -58,9 +65,13 @@ from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
 from function.core.timeutil import elapsed, format_time, parse_time
 from function.naming import (
+    LABEL_CACHE,
+    LABEL_CLUSTER,
     cache_pvc_name,
     hydration_job_name,
+    label_value,
 )
+from function.scheduling.devices import parse_quantity
 from jobs.contract import RESULT_DATA_KEY
 
 
@@ -118,6 +129,14 @@ class _Composer:
         self.state = _State()
         # Why a Ready latch no longer holds (its PVC is gone, not Bound, or re-created).
         self.unlatched: str | None = None
+        # The identities complete on the PVC as far as the status says (side by side):
+        # the list written last, and the identity the last status was Ready for.
+        self.stored = set(stored_identities(self.prev))
+        prev_identity = source_identity_of(structs.sub(self.prev, "source"))
+        if self.prev_phase == READY and prev_identity:
+            self.stored.add(prev_identity)
+        # Identity -> the live replicas on this cluster serving it (None: not known).
+        self.live: dict[str, list[str]] | None = None
 
     # ---- composition -----------------------------------------------------
 
@@ -136,6 +155,7 @@ class _Composer:
         self._add_pvc(target, storage_class)
         if latched:
             self._ready_latched()
+            self._prune(target)
         elif token_ok:
             self._compose_download(target)
         else:
@@ -150,6 +170,7 @@ class _Composer:
         self.unlatched = self._latch_broken()
         if self.unlatched is None:
             return True
+        self.stored.clear()  # the PVC is gone or empty: nothing is stored on it
         self.state.warnings.append(
             ("PVCLost", f"{self.unlatched}; hydrating {self.repo}@{self.revision} again")
         )
@@ -160,6 +181,16 @@ class _Composer:
         the token is not needed: stop asking Crossplane for it)."""
         out = self.out
         out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=self.cluster_name)
+        out.require(
+            REQ_REPLICAS,
+            API_VERSION,
+            "ModelReplica",
+            match_labels={
+                LABEL_CACHE: label_value(self.cache),
+                LABEL_CLUSTER: label_value(self.cluster_name),
+            },
+            namespace=self.ns,
+        )
         if self.auth is not None and not latched:
             out.require(REQ_SECRET, "v1", "Secret", match_name=self.auth.name, namespace=self.ns)
 
@@ -241,9 +272,91 @@ class _Composer:
         return True
 
     def _add_pvc(self, target: Target, storage_class: str) -> None:
-        pvc, result = lasting_objects(target, storage_class, self.source.size_quantity())
+        pvc, result = lasting_objects(target, storage_class, self._pvc_size())
         self.out.add(RESULT_KEY, result)
         self.out.add(PVC_KEY, pvc)
+
+    def _pvc_size(self) -> str:
+        """The PVC request: room for two copies (``CacheSource.size_quantity``), or the
+        observed request when larger. Kubernetes refuses to shrink a PVC
+        (https://kubernetes.io/docs/concepts/storage/persistent-volumes/#expanding-persistent-volumes-claims),
+        so a smaller request is never written."""
+        want = self.source.size_quantity()
+        manifest = _manifest(self.inputs.observed_body(PVC_KEY))
+        have = structs.get_str(manifest, "spec", "resources", "requests", "storage")
+        if not have:
+            return want
+        try:
+            return have if parse_quantity(have) > parse_quantity(want) else want
+        except ValueError:
+            return want
+
+    # ---- side-by-side identities: what is kept on the PVC, and pruning ----------
+
+    def _live_identities(self) -> dict[str, list[str]] | None:
+        """Identity -> names of the live ModelReplicas of this cache on this cluster that
+        serve it; None while the requirement is not resolved ("not known")."""
+        req = self.inputs.required(REQ_REPLICAS)
+        if not isinstance(req, Resolved):
+            return None
+        live: dict[str, list[str]] = {}
+        for item in req.items:
+            spec = structs.sub(item, "spec")
+            ref = structs.sub(spec, "modelCacheRef")
+            # The labels are shortened past 63 characters: check the spec's own names.
+            if structs.sval(ref, "name") != self.cache:
+                continue
+            if structs.sval(spec, "clusterName") != self.cluster_name:
+                continue
+            ident = source_identity_of(ref)
+            if ident:
+                name = structs.sval(structs.sub(item, "metadata"), "name")
+                live.setdefault(ident, []).append(name)
+        return {k: sorted(v) for k, v in live.items()}
+
+    def _prune(self, target: Target) -> None:
+        """Ready for the current identity: remove the stored identities no live replica
+        serves, with a prune Job that keeps the current one and those in use. Nothing
+        is pruned while the live replicas are not known (the requirement not resolved):
+        a prune Job that exists is kept as it is."""
+        self.live = self._live_identities()
+        if self.live is None:
+            for key, child in self.inputs.observed.items():
+                if key.startswith(PRUNE_PREFIX):
+                    self.out.keep(key, child.resource)
+            return
+        self.stored.add(self.identity)
+        keep = tuple(sorted({self.identity} | (self.stored & set(self.live))))
+        gone = self.stored - set(keep)
+        if not gone:
+            return
+        key = prune_key(keep)
+        observed = self.inputs.observed_body(key)
+        result = _job_result(observed)
+        if result is not None and result[0] == READY:
+            self.stored -= gone  # pruned; the Job is dropped
+            return
+        if result is not None:  # failed: kept (not run again), said in the message
+            self.out.keep(key, observed)
+            self.state.warnings.append(
+                ("PruneFailed", f"prune Job {result[1]}: {result[2] or 'no message'}")
+            )
+            return
+        self.out.add(key, prune_object(target, self.inputs.settings.hydration_image, keep))
+        self.out.requeue_after(self.inputs.settings.poll_seconds)
+
+    def _stored_status(self) -> list[dict[str, Any]]:
+        """``status.stored``: the current identity first once Ready, then the others, each
+        with the live replicas that serve it (``usedBy``) when known."""
+        current = [self.identity] if self.identity in self.stored else []
+        rows = []
+        for ident in current + sorted(self.stored - {self.identity}):
+            row: dict[str, Any] = {"identity": ident}
+            used = (self.live or {}).get(ident)
+            if used:
+                row["usedBy"] = used
+            rows.append(row)
+        return rows
 
     def _add_secret(self, target: Target) -> None:
         assert self.auth is not None
@@ -403,7 +516,7 @@ class _Composer:
     def _unresolved(self, latched: bool, what: str) -> None:
         """A requirement is not resolved yet: keep every child as it is, no warning."""
         for key, child in self.inputs.observed.items():
-            if latched and key not in LASTING_KEYS:
+            if latched and key not in LASTING_KEYS and not key.startswith(PRUNE_PREFIX):
                 continue
             if key == SECRET_KEY:
                 _keep_sanitized(self.out, key, child.resource)
@@ -447,6 +560,9 @@ class _Composer:
         evidence = self._evidence_status()
         if evidence is not None:
             status["evidence"] = evidence
+        if self.state.phase == READY:
+            self.stored.add(self.identity)
+        status[STATUS_STORED] = self._stored_status()
         self.out.status.update(status)
         self._conclude()
         return self.out

@@ -13,6 +13,7 @@ from function.api.modelcache import CacheSource, parse_source
 from function.composers.hydration.keys import (
     RBAC_KEYS,
     job_key,
+    prune_key,
 )
 from function.core import structs
 from function.core.errors import SpecError
@@ -281,6 +282,40 @@ def _download_objects(target: Target, download: Download) -> tuple[tuple[str, by
         )
     )
     return tuple(out)
+
+
+@memo(1024, weight=4)
+def _prune_object(target: Target, image: str, keep: tuple[str, ...]) -> bytes:
+    """The prune Job Object that keeps ``keep`` (sorted identities), serialized."""
+    ns, xr_name, cache, cluster, pc = target
+    labels, ann = _labels(cache, cluster, "hydration-prune")
+    key = prune_key(keep)
+    job = storage.prune_job(
+        child_name("modelcache-prune", ns, cache, *keep),
+        REMOTE_NAMESPACE,
+        image=image,
+        pvc_name=cache_pvc_name(ns, cache),
+        keep=keep,
+        labels=labels,
+        annotations=ann,
+    )
+    return _wire(
+        remote_object(
+            child_name(xr_name, key),
+            ns,
+            {"kind": pc[0], "name": pc[1]},
+            job,
+            labels=labels,
+            annotations=ann,
+            readiness_cel=storage.JOB_COMPLETE_CEL,
+            deletion_policy="Background",
+        )
+    )
+
+
+def prune_object(target: Target, image: str, keep: tuple[str, ...]) -> Struct:
+    """The prune Job Object (a new Struct the caller owns)."""
+    return _from_wire(_prune_object(target, image, keep))
 
 
 def lasting_objects(target: Target, storage_class: str, size: str) -> tuple[Struct, Struct]:

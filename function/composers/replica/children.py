@@ -87,6 +87,7 @@ class Head:
     clusterName: str
     cache: str | None
     shm: str | None
+    identity: str | None = None  # spec.modelCacheRef.identity
 
 
 @memo(CACHE_SIZE, weight=4)
@@ -98,8 +99,9 @@ def head(spec_key: bytes) -> Head:
         SpecError: naming the first invalid field (not memoized).
     """
     spec = parsed(spec_key)
-    cache = spec.modelCacheRef.name if spec.modelCacheRef is not None else None
-    return Head(spec.clusterName, cache, spec.shmSizeLimit)
+    ref = spec.modelCacheRef
+    cache = ref.name if ref is not None else None
+    return Head(spec.clusterName, cache, spec.shmSizeLimit, ref.identity if ref else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +183,7 @@ class PlanKey(NamedTuple):
         pools_key: The canonical form of the cluster's ``status.gpuPools``.
         shm: The ``/dev/shm`` size limit.
         flash: The effective flash loader when enabled, else None.
+        identity: The source identity served from the cache ("" without a cache).
     """
 
     name: str
@@ -191,6 +194,7 @@ class PlanKey(NamedTuple):
     pools_key: bytes
     shm: str
     flash: FlashLoader | None
+    identity: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +237,7 @@ def plan(k: PlanKey) -> Plan:
             pools_by_name(from_canonical(k.pools_key)),
             k.shm,
             k.flash,
+            k.identity,
         )
     )
     if desired.gate is not None:

@@ -13,7 +13,14 @@ from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import API_VERSION, naming
 from function.api.inferencecluster import STATUS_GPU_POOLS, provider_config_ref
-from function.api.modelcachehydration import FAILED, HYDRATING, PENDING, READY
+from function.api.modelcachehydration import (
+    FAILED,
+    HYDRATING,
+    PENDING,
+    READY,
+    source_identity_of,
+    stored_identities,
+)
 from function.api.modelreplica import (
     REASON_CACHE_NOT_FOUND,
     REASON_HYDRATING,
@@ -111,16 +118,26 @@ def compose(inputs: Inputs) -> Outcome:
 
     flash: FlashLoader | None = None
     hydration: dict[str, Any] | None = None
+    identity = ""
     if head.cache is not None:
         assert isinstance(cache_req, Resolved) and isinstance(hyd_req, Resolved)
         cached = _cache(c, defaults, cache_req, hyd_name, hyd_req)
         if isinstance(cached, Gate):
             return _gate(c, cached)
         flash, hydration = cached
+        identity = hydration["identity"]
 
     plan = children.plan(
         PlanKey(
-            inputs.name, inputs.namespace, spec_key, pc["kind"], pc["name"], gpu_pools, shm, flash
+            inputs.name,
+            inputs.namespace,
+            spec_key,
+            pc["kind"],
+            pc["name"],
+            gpu_pools,
+            shm,
+            flash,
+            identity,
         )
     )
     return _apply(c, plan, hydration)
@@ -196,8 +213,15 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
     hyd_status = structs.sub(hyd_req.items[0], "status")
     phase = structs.sval(hyd_status, "phase") or PENDING
     msg = structs.sval(hyd_status, "message")
+    source = structs.sub(hyd_status, "source")
+    current = source_identity_of(source) if source is not None else _spec_identity(hyd_req.items[0])
+    want = c.head.identity
     hydration = {"name": hyd_name, "phase": phase, "message": msg or f"hydration is {phase}"}
-    if phase == FAILED:
+    if want is not None and want in stored_identities(hyd_status):
+        # The identity this replica serves is complete on the PVC: it keeps serving it
+        # while the cache's new identity hydrates beside it (or failed to).
+        hydration["identity"] = want
+    elif phase == FAILED and want in (None, current):
         return Gate(
             REASON_HYDRATION_FAILED,
             f"hydration of cache {cache} failed on cluster {cluster}: {msg or 'no message'}",
@@ -206,19 +230,30 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
             warn=True,
             cache_gate=True,
         )
-    if phase != READY:
+    elif phase != READY or not current or want not in (None, current):
+        waiting = f"identity {want}" if want is not None else f"cache {cache}"
         return Gate(
             REASON_HYDRATING,
-            f"waiting for cache {cache} on cluster {cluster}: hydration is {phase}"
+            f"waiting for {waiting} on cluster {cluster}: hydration is {phase}"
             + (f" ({msg})" if msg else ""),
             hydration=hydration,
             phase=HYDRATING,
             cache_gate=True,
         )
+    else:
+        hydration["identity"] = current
     times = c.times
     if times.serving_since is None and times.hydration_ready is None and was_gated(c.inputs):
         times.hydration_ready = gate_lifted_at(hyd_status, times.created, c.inputs.now)
     return hydration
+
+
+def _spec_identity(hydration: Struct) -> str:
+    """The source identity of a hydration's spec (a status without ``source``: not
+    written by this function's hydration composer, which always writes it)."""
+    hf = structs.sub(structs.sub(hydration, "spec"), "huggingFace")
+    repo = structs.sval(hf, "repo")
+    return naming.source_identity(repo, structs.sval(hf, "revision") or "main") if repo else ""
 
 
 def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> Outcome:

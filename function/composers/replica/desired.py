@@ -37,6 +37,7 @@ class Target:
         pools: The cluster's ``status.gpuPools[]`` entries by name.
         shm: The ``/dev/shm`` size limit.
         flash: The effective flash loader when enabled, else None.
+        identity: The source identity the engines load from the cache ("" without one).
     """
 
     name: str
@@ -46,6 +47,7 @@ class Target:
     pools: dict[str, Any]
     shm: str
     flash: FlashLoader | None
+    identity: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +238,7 @@ class _Builder:
             tolerations=list(self.t.spec.tolerations),
             claim_template=claim,
             cache_pvc=self.cache_pvc,
+            cache_identity=self.t.identity,
             shm_size_limit=self.t.shm,
             flash=self.flash,
             gang=gang,
