@@ -58,11 +58,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from google.protobuf.struct_pb2 import Struct
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 from function.api.fields import Ref, WholeInt, checked
+from function.api.modelcachehydration import source_identity_of
+from function.core import structs
 from function.core.errors import SpecError, pydantic_errors
 from function.serving.env import EnvVar
+from jobs.contract import IDENTITY_PATTERN
 
 __all__ = [
     "CACHE_GATE_REASONS",
@@ -71,6 +75,7 @@ __all__ = [
     "REASON_HYDRATING",
     "REASON_HYDRATION_FAILED",
     "REASON_HYDRATION_NOT_FOUND",
+    "STATUS_CACHE_IDENTITIES",
     "CacheRef",
     "Engine",
     "FlashLoader",
@@ -81,6 +86,7 @@ __all__ = [
     "ReplicaEngine",
     "ReplicaMember",
     "Worker",
+    "identities_in_use",
     "parse",
 ]
 
@@ -274,3 +280,34 @@ REASON_HYDRATION_FAILED = "HydrationFailed"
 CACHE_GATE_REASONS = frozenset(
     {REASON_CACHE_NOT_FOUND, REASON_HYDRATION_NOT_FOUND, REASON_HYDRATING, REASON_HYDRATION_FAILED}
 )
+
+# ``status.cacheIdentities``: the source identities (12 lowercase hex) that the replica's
+# pods may be reading now, written by the ModelReplica composer: the identity of
+# ``spec.modelCacheRef`` and, while the workload rolls onto it (make-before-break: the
+# old pods serve until every new pod is updated and available), the identity it served
+# before. A ModelCacheHydration keeps every identity that a live replica names in its spec
+# or here; it never prunes weights that a pod still reads.
+STATUS_CACHE_IDENTITIES = "cacheIdentities"
+
+
+def identities_in_use(replica: Struct | None) -> set[str]:
+    """The source identities a live ModelReplica's pods may read.
+
+    Args:
+        replica: A ModelReplica as observed or required (a protobuf ``Struct`` with
+            ``spec`` and ``status``).
+
+    Returns:
+        ``spec.modelCacheRef.identity`` and every string of ``status.cacheIdentities``
+        that is a well-formed identity (``jobs.contract.IDENTITY_PATTERN``); malformed
+        entries are "not known" and skipped (statuses are read, not trusted). Empty for
+        a replica with neither.
+    """
+    out = set()
+    spec_identity = source_identity_of(structs.sub(structs.sub(replica, "spec"), "modelCacheRef"))
+    if spec_identity:
+        out.add(spec_identity)
+    for v in structs.items(replica, "status", STATUS_CACHE_IDENTITIES):
+        if isinstance(v, str) and IDENTITY_PATTERN.fullmatch(v):
+            out.add(v)
+    return out
