@@ -144,7 +144,8 @@ def _warn_unknown() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit code (0, or 2 for a configuration error)."""
+    """Entry point; returns the process exit code: 0; 2 for an invalid setting; 1 when
+    ``config`` lists a misspelt setting (``settings.unknown_variables``)."""
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     flags = {f: v for f, v in vars(args).items() if f in FLAGS}
@@ -154,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             from function.ops.config_report import report
 
             print(report(settings, flags=flags))
-            return 0
+            # A misspelt setting is listed, and fails a CI check that runs config.
+            return 1 if unknown_variables() else 0
         logs.configure(debug=settings.debug)
         _warn_unknown()
         cfg = _server_config(settings)
