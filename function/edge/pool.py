@@ -61,6 +61,13 @@ START_SECONDS = 60.0
 _REQ = struct.Struct("<QdI")
 _RSP = struct.Struct("<BQ")
 _OK, _EXIT, _READY = 0, 1, 2
+# A request this large (a 5,000-cluster ModelCache is about 4 MiB; 1,000 clusters 0.8
+# MiB) is a large call: it runs in a large-call process, whose CPU priority is
+# LARGE_CALL_NICE steps lower, so small calls on the same connection keep their latency
+# while it composes (a process cannot raise its priority again, so the class is per
+# process, not per call).
+LARGE_REQUEST_BYTES = 2 * 1024 * 1024
+LARGE_CALL_NICE = 10
 # Socket buffers, each way: a 1,000-cluster request (0.8 MiB) goes in one write
 # (the kernel caps this at net.core.wmem_max / rmem_max).
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
@@ -71,8 +78,12 @@ RUNAWAY_MEMO_ENTRIES = 1024
 _log = structlog.get_logger("pool")
 
 
-def _child(sock: socket.socket, debug: bool) -> None:  # pragma: no cover - child process
-    """Entry point of one compute process: serve requests from ``sock`` until it closes."""
+def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no cover - child
+    """Entry point of one compute process: serve requests from ``sock`` until it closes,
+    ``nice`` steps below the acceptor's CPU priority (the large-call processes)."""
+    if nice:
+        with contextlib.suppress(OSError):
+            os.nice(nice)
     # The acceptor owns signals: it stops taking calls, lets these finish, then closes
     # the socket (end-of-file ends this loop).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -159,6 +170,7 @@ class _Job:
     future: asyncio.Future[bytes]
     home: int
     digest: bytes
+    large: bool
 
 
 class _Reader(asyncio.BufferedProtocol):
@@ -200,6 +212,8 @@ class _Reader(asyncio.BufferedProtocol):
 @dataclass(eq=False)
 class _Slot:
     index: int
+    # Runs large calls, at a lower CPU priority (LARGE_CALL_NICE).
+    large: bool = False
     proc: Any = None
     transport: asyncio.Transport | None = None
     job: _Job | None = None
@@ -230,7 +244,11 @@ class ComputePool:
         self.debug = debug
         self.replaced = 0
         self._ctx = multiprocessing.get_context("spawn")
-        self._slots = [_Slot(i) for i in range(processes)]
+        # Size classes (with 2 or more processes): the last half of the processes, at
+        # least one, take the large requests, at a lower CPU priority; the others take
+        # a large request only while another of them stays free for small calls.
+        self._large = processes // 2 if processes > 1 else 0
+        self._slots = [_Slot(i, large=i >= processes - self._large) for i in range(processes)]
         self._pending: deque[_Job] = deque()
         # Requests that ran past their deadline, by digest: (expiry, the fatal response).
         self._runaways: OrderedDict[bytes, tuple[float, float, bytes]] = OrderedDict()
@@ -251,7 +269,10 @@ class ComputePool:
                 with contextlib.suppress(OSError):  # the kernel caps it; smaller works too
                     sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
         proc = self._ctx.Process(
-            target=_child, args=(child, self.debug), name=f"compute-{index}", daemon=True
+            target=_child,
+            args=(child, self.debug, LARGE_CALL_NICE if self._slots[index].large else 0),
+            name=f"compute-{index}",
+            daemon=True,
         )
         try:
             proc.start()
@@ -314,8 +335,13 @@ class ComputePool:
             elif budget is not None and budget <= failed_budget:
                 return response  # it would run past this smaller budget again
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        home = zlib.crc32(f"{kind}/{namespace}/{name}".encode()) % self.processes
-        self._pending.append(_Job(data, metadata, budget, fut, home, digest))
+        home = zlib.crc32(f"{kind}/{namespace}/{name}".encode())
+        large = self._large > 0 and len(data) >= LARGE_REQUEST_BYTES
+        if large:  # at home in a large-call process
+            home = self.processes - self._large + home % self._large
+        else:
+            home %= self.processes
+        self._pending.append(_Job(data, metadata, budget, fut, home, digest, large))
         self._dispatch()
         return await fut
 
@@ -323,14 +349,20 @@ class ComputePool:
         pending = self._pending
         while pending and pending[0].future.done():  # callers that went away
             pending.popleft()
+        # A process for small calls takes a large one only if another stays free.
+        spare = slot.large or any(s.free and not s.large and s is not slot for s in self._slots)
         chosen = None
         for job in pending:
-            if job.home == slot.index and not job.future.done():
+            if job.home == slot.index and not job.future.done() and (spare or not job.large):
                 chosen = job
                 break
         if chosen is None:
             for job in pending:
-                if not self._slots[job.home].free and not job.future.done():
+                if (
+                    not self._slots[job.home].free
+                    and not job.future.done()
+                    and (spare or not job.large)
+                ):
                     chosen = job
                     break
         if chosen is not None:
