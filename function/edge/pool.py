@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import hashlib
 import math
+import mmap
 import multiprocessing
 import os
 import pickle
@@ -55,12 +56,18 @@ KILL_MARGIN_SECONDS = 2.0
 # How long a new compute process may take to import and start.
 START_SECONDS = 60.0
 # The socket between the acceptor and a compute process. A call: _REQ (request length,
-# budget in seconds or NaN for none, metadata length), the pickled metadata, the request.
+# budget in seconds or NaN for none, metadata length, where the request is), the pickled
+# metadata, and the request when it is _ON_SOCKET; _SHARED: at the start of the
+# process's shared request region (SHARED_REQUEST_BYTES, a memory file mapped by both).
 # An answer: _RSP (flag, response length), the response. Flags: _OK, _EXIT (the process
 # passed its deadline and exits now), _READY (once, after start-up).
-_REQ = struct.Struct("<QdI")
+_REQ = struct.Struct("<QdIB")
 _RSP = struct.Struct("<BQ")
 _OK, _EXIT, _READY = 0, 1, 2
+_ON_SOCKET, _SHARED = 0, 1
+# Requests up to this size are handed over through shared memory: one copy by the
+# acceptor, none by the kernel nor by the compute process (which parses it in place).
+SHARED_REQUEST_BYTES = 8 * 1024 * 1024
 # A request this large (a 5,000-cluster ModelCache is about 4 MiB; 1,000 clusters 0.8
 # MiB) is a large call: it runs in a large-call process, whose CPU priority is
 # LARGE_CALL_NICE steps lower, so small calls on the same connection keep their latency
@@ -99,6 +106,13 @@ def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no c
     _warm()
     sock.setblocking(True)
     sock.sendall(_RSP.pack(_READY, 0))
+    # The request region the acceptor shares with this process (an anonymous memory file
+    # passed over the socket): requests that fit are written there, not sent.
+    _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    if len(fds) != 1:
+        return
+    shared = mmap.mmap(fds[0], SHARED_REQUEST_BYTES)
+    os.close(fds[0])
     head = bytearray(_REQ.size)
     # One receive buffer, grown as needed and reused: no allocation, zeroing or page
     # faults per request (protobuf copies what it keeps out of it while parsing).
@@ -107,15 +121,19 @@ def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no c
         while True:
             if not _recv_into(sock, memoryview(head)):
                 return
-            size, budget, meta_size = _REQ.unpack(head)
-            if size + meta_size > len(buf):
-                buf = bytearray(size + meta_size)
-            view = memoryview(buf)[: meta_size + size]
+            size, budget, meta_size, where = _REQ.unpack(head)
+            inline = size if where == _ON_SOCKET else 0
+            if inline + meta_size > len(buf):
+                buf = bytearray(inline + meta_size)
+            view = memoryview(buf)[: meta_size + inline]
             if not _recv_into(sock, view):
                 return
             metadata = pickle.loads(view[:meta_size]) if meta_size else {}
             seconds = None if math.isnan(budget) else budget
-            out = runner.run_bytes(view[meta_size:], metadata, seconds)
+            # protobuf copies what it keeps while parsing: the region is free again
+            # once this call answers (the acceptor writes the next request only then).
+            data = view[meta_size:] if where == _ON_SOCKET else memoryview(shared)[:size]
+            out = runner.run_bytes(data, metadata, seconds)
             flag = _EXIT if runner.replace_me else _OK
             sock.sendall(_RSP.pack(flag, len(out)))
             sock.sendall(out)
@@ -216,6 +234,7 @@ class _Slot:
     large: bool = False
     proc: Any = None
     transport: asyncio.Transport | None = None
+    shared: mmap.mmap | None = None
     job: _Job | None = None
     timer: asyncio.TimerHandle | None = None
     # Being replaced (or stopped): takes no call, and its end-of-file is expected.
@@ -260,9 +279,9 @@ class ComputePool:
         """The process ids of the compute processes now running."""
         return [s.proc.pid for s in self._slots if s.proc is not None and s.proc.pid]
 
-    def _spawn(self, index: int) -> tuple[Any, socket.socket]:
-        """Start process ``index`` and wait (blocking) until it is ready; returns it and
-        the acceptor's end of its socket."""
+    def _spawn(self, index: int) -> tuple[Any, socket.socket, mmap.mmap]:
+        """Start process ``index`` and wait (blocking) until it is ready; returns it, the
+        acceptor's end of its socket and their shared request region."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         for sock in (parent, child):
             for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
@@ -287,15 +306,22 @@ class ComputePool:
             proc.kill()
             parent.close()
             raise RuntimeError(f"compute process {index} did not start")
+        fd = os.memfd_create(f"modelplane-compute-{index}", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, SHARED_REQUEST_BYTES)
+            shared = mmap.mmap(fd, SHARED_REQUEST_BYTES)
+            socket.send_fds(parent, [b"m"], [fd])
+        finally:
+            os.close(fd)
         parent.setblocking(False)
-        return proc, parent
+        return proc, parent, shared
 
     async def _attach(self, slot: _Slot) -> None:
         """(Re)start slot's process and connect its socket to the event loop."""
         loop = asyncio.get_running_loop()
-        proc, sock = await loop.run_in_executor(None, self._spawn, slot.index)
+        proc, sock, shared = await loop.run_in_executor(None, self._spawn, slot.index)
         transport, _ = await loop.connect_accepted_socket(lambda: _Reader(self, slot), sock)
-        slot.proc, slot.transport = proc, transport  # type: ignore[assignment]
+        slot.proc, slot.transport, slot.shared = proc, transport, shared  # type: ignore[assignment]
         slot.retiring = False
 
     async def start(self) -> None:
@@ -387,8 +413,13 @@ class ComputePool:
         slot.job = job
         meta = pickle.dumps(job.metadata) if job.metadata else b""
         budget = math.nan if job.budget is None else job.budget
-        slot.transport.write(_REQ.pack(len(job.data), budget, len(meta)) + meta)
-        slot.transport.write(job.data)  # sent at once when the socket buffer holds it
+        size = len(job.data)
+        if slot.shared is not None and size <= SHARED_REQUEST_BYTES:
+            slot.shared[:size] = job.data  # the process reads it after the header
+            slot.transport.write(_REQ.pack(size, budget, len(meta), _SHARED) + meta)
+        else:
+            slot.transport.write(_REQ.pack(size, budget, len(meta), _ON_SOCKET) + meta)
+            slot.transport.write(job.data)  # sent at once when the socket buffer holds it
         if job.budget is not None:
             slot.timer = asyncio.get_running_loop().call_later(
                 job.budget + KILL_MARGIN_SECONDS, self._expired, slot, job
@@ -494,8 +525,8 @@ class ComputePool:
     async def _stop_slot(self, slot: _Slot, *, kill: bool, wait: float) -> None:
         """Close slot's socket (its process sees end-of-file and exits) and reap it."""
         slot.retiring = True
-        old, transport = slot.proc, slot.transport
-        slot.transport = None
+        old, transport, shared = slot.proc, slot.transport, slot.shared
+        slot.transport = slot.shared = None
         if kill and old is not None and old.is_alive():
             old.kill()
         if transport is not None:
@@ -507,6 +538,8 @@ class ComputePool:
                 await asyncio.get_running_loop().run_in_executor(None, old.join, 5)
             _mark_dead(old.pid)
         slot.proc = None
+        if shared is not None:
+            shared.close()
 
     def _check_idle(self) -> None:
         if self._idle is None:
