@@ -69,7 +69,7 @@ _ON_SOCKET, _SHARED = 0, 1
 # acceptor, none by the kernel nor by the compute process (which parses it in place).
 SHARED_REQUEST_BYTES = 8 * 1024 * 1024
 # A request this large (a 5,000-cluster ModelCache is about 4 MiB; 1,000 clusters 0.8
-# MiB) is a large call: it runs in a large-call process, whose CPU priority is
+# MiB) is a large call: it runs in the large-call process, whose CPU priority is
 # LARGE_CALL_NICE steps lower, so small calls on the same connection keep their latency
 # while it composes (a process cannot raise its priority again, so the class is per
 # process, not per call).
@@ -87,7 +87,7 @@ _log = structlog.get_logger("pool")
 
 def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no cover - child
     """Entry point of one compute process: serve requests from ``sock`` until it closes,
-    ``nice`` steps below the acceptor's CPU priority (the large-call processes)."""
+    ``nice`` steps below the acceptor's CPU priority (the large-call process)."""
     if nice:
         with contextlib.suppress(OSError):
             os.nice(nice)
@@ -263,11 +263,10 @@ class ComputePool:
         self.debug = debug
         self.replaced = 0
         self._ctx = multiprocessing.get_context("spawn")
-        # Size classes (with 2 or more processes): the last half of the processes, at
-        # least one, take the large requests, at a lower CPU priority; the others take
-        # a large request only while another of them stays free for small calls.
-        self._large = processes // 2 if processes > 1 else 0
-        self._slots = [_Slot(i, large=i >= processes - self._large) for i in range(processes)]
+        # Size classes: ``processes`` processes take every call; one more, at a lower CPU
+        # priority, takes only large requests (they take a large one too, but only while
+        # another of them stays free for small calls).
+        self._slots = [_Slot(i, large=i == processes) for i in range(processes + 1)]
         self._pending: deque[_Job] = deque()
         # Requests that ran past their deadline, by digest: (expiry, the fatal response).
         self._runaways: OrderedDict[bytes, tuple[float, float, bytes]] = OrderedDict()
@@ -362,11 +361,8 @@ class ComputePool:
                 return response  # it would run past this smaller budget again
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         home = zlib.crc32(f"{kind}/{namespace}/{name}".encode())
-        large = self._large > 0 and len(data) >= LARGE_REQUEST_BYTES
-        if large:  # at home in a large-call process
-            home = self.processes - self._large + home % self._large
-        else:
-            home %= self.processes
+        large = len(data) >= LARGE_REQUEST_BYTES
+        home = self.processes if large else home % self.processes
         self._pending.append(_Job(data, metadata, budget, fut, home, digest, large))
         self._dispatch()
         return await fut
@@ -375,14 +371,15 @@ class ComputePool:
         pending = self._pending
         while pending and pending[0].future.done():  # callers that went away
             pending.popleft()
-        # A process for small calls takes a large one only if another stays free.
+        # The large-call process takes nothing else; a process for every call takes a
+        # large one only if another of them stays free for small calls.
         spare = slot.large or any(s.free and not s.large and s is not slot for s in self._slots)
         chosen = None
         for job in pending:
             if job.home == slot.index and not job.future.done() and (spare or not job.large):
                 chosen = job
                 break
-        if chosen is None:
+        if chosen is None and not slot.large:
             for job in pending:
                 if (
                     not self._slots[job.home].free
