@@ -4,13 +4,21 @@ Crossplane keeps one gRPC connection per function pod and sends many calls on it
 once. The acceptor (``function.edge.server``) does no composing: it takes each request as
 bytes and hands it to one of ``processes`` compute processes (spawned, each with its own
 :class:`~function.edge.runner.FunctionRunner`), which decodes, composes, encodes and sends the
-response bytes back over a pipe. So every core works for the one connection, and a slow
-call holds one process, not the event loop.
+response bytes back. So every core works for the one connection, and a slow call holds
+one process, not the event loop.
+
+Size classes: a request of :data:`LARGE_REQUEST_BYTES` or more (a 5,000-cluster
+ModelCache) is a large call. One more process, at a CPU priority :data:`LARGE_CALL_NICE`
+steps lower, composes only large calls; the ``processes`` processes take every call, a
+large one only while another of them stays free. So small calls never queue behind a
+large one, and while one composes the scheduler prefers everything else (a process
+cannot raise its priority again, so the class belongs to the process, not the call).
 
 Routing: calls wait in one queue. Calls for the same XR (kind, namespace, name, read
 from the request's first bytes without decoding the rest) have a home process, which
 takes them first so its memos keep hitting; a free process takes a call whose home is
-busy, so no call waits behind a slow one while a process is free.
+busy, so no call waits behind a slow one while a process is free. A call is handed to
+a process the moment it is free, on the event loop (no thread in between).
 
 Deadlines: each call carries its compute budget in seconds (the gRPC deadline capped by
 ``MODELPLANE_CALL_DEADLINE_SECONDS``). The compute process enforces it itself
@@ -22,9 +30,14 @@ gets a fatal result, and the calls queued behind it are served by the replacemen
 request that ran past its deadline is answered with the same fatal result, without
 composing it again, for :data:`RUNAWAY_MEMO_SECONDS` (Crossplane retries it).
 
-Wire between acceptor and process (``multiprocessing`` pipe): the acceptor sends
-``(budget_seconds, metadata)`` and then the request bytes; the process answers with one byte
-(``0``: keep going, ``1``: this process exits now) followed by the response bytes.
+Wire between acceptor and process: a Unix socket pair with
+:data:`SOCKET_BUFFER_BYTES` buffers, read on the acceptor's event loop, and a shared
+request region (an anonymous memory file, :data:`SHARED_REQUEST_BYTES`, passed over the
+socket at start-up). The acceptor copies a request that fits into the region once and
+sends a header (``_REQ``: length, budget, metadata length, where the request is) with
+the pickled gRPC metadata; the process parses the request in place. Larger requests
+follow the header on the socket. The process answers with ``_RSP`` (a flag: ``0`` keep
+going, ``1`` this process exits now; the length) and the response bytes.
 """
 
 from __future__ import annotations
