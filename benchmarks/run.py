@@ -25,6 +25,13 @@ against one worker and against ``--workers`` (default: CPU count) worker process
 sharing the port (SO_REUSEPORT). ``--soak`` runs 10,000 calls in-process and reports
 resident memory every 1,000 calls. Absolute times on shared machines are noisy; the
 ratios of one run are what count.
+
+``--serving`` measures issue 14's figures over ONE channel (:func:`serving`), with the
+load clients of ``--clients``: ``python`` (grpcio) and ``go`` (``benchmarks/grpcload``, a
+grpc-go client with one ClientConn and raw bytes, as Crossplane calls; built with the
+Go toolchain into the tools cache, skipped with a line saying why when Go is absent).
+Throughput is reported with the CPU time each process spent per call (acceptor,
+compute processes, client), which bounds the scaling on a machine the client shares.
 """
 
 from __future__ import annotations
@@ -329,6 +336,29 @@ def go_client() -> tuple[str | None, str]:
     return str(out), ""
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` so far, seconds (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _server_pids(pid: int) -> list[int]:
+    """``pid`` (the acceptor) and its child processes (the compute processes and
+    multiprocessing's resource tracker)."""
+    out = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
 def _go(binary: str, address: str, *args: str) -> dict[str, Any]:
     """Run the Go client once; its JSON report."""
     done = subprocess.run(
@@ -338,6 +368,16 @@ def _go(binary: str, address: str, *args: str) -> dict[str, Any]:
         raise RuntimeError(f"grpcload {args[0]} failed: {done.stderr[-2000:]}")
     report: dict[str, Any] = json.loads(done.stdout)
     return report
+
+
+def _go_timed(binary: str, address: str, *args: str) -> tuple[dict[str, Any], float]:
+    """:func:`_go`, and the CPU seconds the Go client spent (warm-up included)."""
+    before = os.times()
+    report = _go(binary, address, *args)
+    after = os.times()
+    return report, (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
 
 
 def _tree_rss_mib(pid: int) -> float:
@@ -488,20 +528,41 @@ def serving(
             with grpc.insecure_channel(address, options=_BIG) as ch:
                 call = ch.unary_unary(METHOD)
                 for client in used:
+                    pids = _server_pids(proc.pid)
                     if client == "python":
                         _in_flight(call, [cache_steady], 1.0, 8)  # warm every process
-                        rate = _in_flight(call, [cache_steady], seconds, 8) / seconds
+                        server = {p: _cpu_seconds(p) for p in pids}
+                        mine = time.process_time()
+                        calls = _in_flight(call, [cache_steady], seconds, 8)
+                        client_cpu = time.process_time() - mine
+                        rate = calls / seconds
                     else:
                         assert go_binary is not None
+                        # The Go client warms up first (1 s) inside the one run.
                         r = _go(go_binary, address, "throughput", "-inflight", "8",
-                                "-seconds", str(seconds), files["cache"])  # fmt: skip
-                        rate = r["calls"] / r["seconds"]
+                                "-seconds", "1", "-warm", "0", files["cache"])  # fmt: skip
+                        server = {p: _cpu_seconds(p) for p in pids}
+                        args = ("-inflight", "8", "-warm", "0", "-seconds", str(seconds))
+                        r, client_cpu = _go_timed(go_binary, address, "throughput", *args,
+                                                  files["cache"])  # fmt: skip
+                        calls = r["calls"]
+                        rate = calls / r["seconds"]
+                    used_ms = {
+                        p: (_cpu_seconds(p) - t) * 1e3 / max(1, calls) for p, t in server.items()
+                    }
+                    cpu = {
+                        "acceptor": round(used_ms[proc.pid], 2),
+                        "compute": round(sum(v for p, v in used_ms.items() if p != proc.pid), 2),
+                        "client": round(client_cpu * 1e3 / max(1, calls), 2),
+                    }
+                    out.setdefault(client, {})[f"cpu_ms_per_call_{w}"] = cpu
                     out.setdefault(client, {})[f"calls_per_second_{w}"] = round(rate, 1)
                     if client == "python":
                         out[f"calls_per_second_{w}"] = round(rate, 1)
                     load = os.getloadavg()[0]
                     print(f"serving: {client} client, {w} process(es), 8 in flight: "
-                          f"{rate:.1f} calls/s (load {load:.2f})", flush=True)  # fmt: skip
+                          f"{rate:.1f} calls/s, CPU ms per call {cpu} (load {load:.2f})",
+                          flush=True)  # fmt: skip
                 if w == 1:
                     cases = (("ModelReplica small", small), ("ModelCache 1000", cache_steady))
                     for label, data in cases:
