@@ -127,8 +127,9 @@ def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no c
     shared = mmap.mmap(fds[0], SHARED_REQUEST_BYTES)
     os.close(fds[0])
     head = bytearray(_REQ.size)
-    # One receive buffer, grown as needed and reused: no allocation, zeroing or page
-    # faults per request (protobuf copies what it keeps out of it while parsing).
+    # One receive buffer (metadata, and requests too large for the shared region),
+    # reused: no allocation, zeroing or page faults per call (protobuf copies what it
+    # keeps out of it while parsing).
     buf = bytearray(1 << 20)
     try:
         while True:
@@ -136,9 +137,10 @@ def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no c
                 return
             size, budget, meta_size, where = _REQ.unpack(head)
             inline = size if where == _ON_SOCKET else 0
-            if inline + meta_size > len(buf):
-                buf = bytearray(inline + meta_size)
-            view = memoryview(buf)[: meta_size + inline]
+            # A request larger than the region comes on the socket, into a buffer of its
+            # own (not kept: the next ones fit the usual one).
+            into = buf if inline + meta_size <= len(buf) else bytearray(inline + meta_size)
+            view = memoryview(into)[: meta_size + inline]
             if not _recv_into(sock, view):
                 return
             metadata = pickle.loads(view[:meta_size]) if meta_size else {}
@@ -210,10 +212,19 @@ class _Reader(asyncio.BufferedProtocol):
 
     def __init__(self, pool: ComputePool, slot: _Slot) -> None:
         self.pool, self.slot = pool, slot
+        self.transport: asyncio.BaseTransport | None = None
         self.head = bytearray(_RSP.size)
         self.flag = -1
         self.body: bytearray | None = None
         self.got = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    @property
+    def current(self) -> bool:
+        """Whether this is still the slot's connection (not one stopped and replaced)."""
+        return self.transport is not None and self.slot.transport is self.transport
 
     def get_buffer(self, sizehint: int) -> memoryview:
         target = self.head if self.body is None else self.body
@@ -231,13 +242,15 @@ class _Reader(asyncio.BufferedProtocol):
         if self.got == len(self.body):
             flag, body = self.flag, bytes(self.body)
             self.body, self.got = None, 0
-            self.pool._answered(self.slot, flag, body)
+            if self.current:
+                self.pool._answered(self.slot, flag, body)
 
     def eof_received(self) -> bool:
         return False  # close the transport: connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.pool._lost(self.slot)
+        if self.current:
+            self.pool._lost(self.slot)
 
 
 @dataclass(eq=False)
@@ -335,6 +348,8 @@ class ComputePool:
         transport, _ = await loop.connect_accepted_socket(lambda: _Reader(self, slot), sock)
         slot.proc, slot.transport, slot.shared = proc, transport, shared  # type: ignore[assignment]
         slot.retiring = False
+        if transport.is_closing():  # it died while being attached
+            self._lost(slot)
 
     async def start(self) -> None:
         """Start every process (in parallel)."""
