@@ -25,17 +25,28 @@ against one worker and against ``--workers`` (default: CPU count) worker process
 sharing the port (SO_REUSEPORT). ``--soak`` runs 10,000 calls in-process and reports
 resident memory every 1,000 calls. Absolute times on shared machines are noisy; the
 ratios of one run are what count.
+
+``--serving`` measures issue 14's figures over ONE channel (:func:`serving`), with the
+load clients of ``--clients``: ``python`` (grpcio) and ``go`` (``benchmarks/grpcload``, a
+grpc-go client with one ClientConn and raw bytes, as Crossplane calls; built with the
+Go toolchain into the tools cache, skipped with a line saying why when Go is absent).
+Throughput is reported with the CPU time each process spent per call (acceptor,
+compute processes, client), which bounds the scaling on a machine the client shares.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import logging
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -283,6 +294,92 @@ RUNAWAY = (
 _BIG = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 
 
+GRPCLOAD = Path(__file__).parent / "grpcload"
+
+
+def go_client() -> tuple[str | None, str]:
+    """Build the Go load client (``benchmarks/grpcload``: one grpc-go ClientConn, raw
+    bytes, as Crossplane calls) once per source into the tools cache, like
+    ``scripts/crossplane-tools`` builds the pinned Crossplane binaries.
+
+    Returns:
+        (path of the binary, "") or (None, why it is not available: no Go, or the build
+        failed), so the benchmark falls back to the Python client with that line.
+    """
+    go = shutil.which("go")
+    if go is None:
+        return None, "Go is not installed: the Go client (benchmarks/grpcload) is skipped"
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum", "main.go"):
+        digest.update((GRPCLOAD / name).read_bytes())
+    cache = Path(
+        os.environ.get("MODELPLANE_TOOLS_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "function-modelplane"
+    )
+    out = cache / f"grpcload-{digest.hexdigest()[:12]}" / "grpcload"
+    if out.exists():
+        return str(out), ""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    # -mod=readonly: the pinned go.mod and go.sum, modules from the Go module proxy.
+    build = subprocess.run(
+        [go, "build", "-mod=readonly", "-trimpath", "-o", str(tmp), "."],
+        cwd=GRPCLOAD,
+        env={**os.environ, "CGO_ENABLED": "0"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if build.returncode != 0:
+        return None, f"the Go client did not build (the Python client only): {build.stderr[-500:]}"
+    tmp.rename(out)
+    return str(out), ""
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` so far, seconds (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _server_pids(pid: int) -> list[int]:
+    """``pid`` (the acceptor) and its child processes (the compute processes and
+    multiprocessing's resource tracker)."""
+    out = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def _go(binary: str, address: str, *args: str) -> dict[str, Any]:
+    """Run the Go client once; its JSON report."""
+    done = subprocess.run(
+        [binary, "-addr", address, *args], capture_output=True, text=True, check=False, timeout=600
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"grpcload {args[0]} failed: {done.stderr[-2000:]}")
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def _go_timed(binary: str, address: str, *args: str) -> tuple[dict[str, Any], float]:
+    """:func:`_go`, and the CPU seconds the Go client spent (warm-up included)."""
+    before = os.times()
+    report = _go(binary, address, *args)
+    after = os.times()
+    return report, (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
+
+
 def _tree_rss_mib(pid: int) -> float:
     """Resident memory of ``pid`` and every descendant, MiB."""
     return _tree_mib(pid, "VmRSS:")
@@ -331,6 +428,29 @@ def _p(ts: list[float], q: float) -> float:
     return round(ts[min(len(ts) - 1, round(q * (len(ts) - 1)))] * 1e3, 2)
 
 
+def _loaded_latencies(
+    call: Any, small: bytes, background: tuple[bytes, ...]
+) -> tuple[list[float], list[float]]:
+    """Latencies of 200 small calls on an idle server, then while each ``background``
+    request is kept in flight (one call at a time each) on the same channel."""
+    idle = _times(lambda c=call: c(small, timeout=60), 200)
+    stop = threading.Event()
+
+    def loop(data: bytes, c: Any = call, stop: threading.Event = stop) -> None:
+        while not stop.is_set():
+            c(data, timeout=120)
+
+    bg = [threading.Thread(target=loop, args=(d,)) for d in background]
+    for t in bg:
+        t.start()
+    time.sleep(0.5)
+    loaded = _times(lambda c=call: c(small, timeout=120), 200)
+    stop.set()
+    for t in bg:
+        t.join()
+    return idle, loaded
+
+
 def _runaway_request() -> bytes:
     req = parse(SCENARIOS["ModelDeployment"](10)[1])
     spec = req.observed.composite.resource["spec"]
@@ -355,13 +475,14 @@ def serving(
     seconds: float,
     distinct: int,
     fuzz_cases: int,
+    clients: tuple[str, ...] = ("python", "go"),
 ) -> dict[str, Any]:
     """The issue-14 figures, every call over ONE gRPC channel to ``python -m function``.
 
     - ``throughput``: steady 1,000-cluster ModelCache calls with 8 in flight, with 1 and
       with ``processes`` compute processes; ``scaling`` is the ratio.
     - ``handoff``: gRPC median (1 process) minus in-process median, for a small
-      ModelReplica and the 1,000-cluster ModelCache: what the acceptor and the pipe cost.
+      ModelReplica and the 1,000-cluster ModelCache: what the acceptor and the socket cost.
     - ``isolation``: p99 of small ModelReplica calls on an idle server and while a
       5,000-cluster ModelCache call and a runaway selector call are kept in flight (the
       runaway with the default cost limit, and with the limit lifted so that only the
@@ -371,12 +492,34 @@ def serving(
     - ``fuzz``: ``fuzz_cases`` mutated requests (``benchmarks.fuzz``): deaths, gRPC
       errors, "internal error" results, and invalid inputs whose response drops
       observed children.
+
+    Throughput and isolation are measured with each client of ``clients``: ``python``
+    (grpcio, one channel, a thread per call in flight) and ``go`` (``benchmarks/grpcload``:
+    one grpc-go ClientConn, as Crossplane calls; skipped with a line saying why when Go
+    is absent). Both send the same request bytes to the same server. Each client's
+    figures are under its name; the top-level ``scaling`` and ``isolation`` are the
+    Python client's, as before.
     """
     _quiet()
     out: dict[str, Any] = {"processes": processes, "load_average_at_start": os.getloadavg()}
     cache_steady = SCENARIOS["ModelCache"](1000)[1]
     small = SCENARIOS["ModelReplica"](10)[1]
+    big = SCENARIOS["ModelCache"](5000)[1]
+    runaway = _runaway_request()
     runner = FunctionRunner()
+    go_binary = None
+    if "go" in clients:
+        go_binary, why = go_client()
+        if go_binary is None:
+            print(f"serving: {why}", flush=True)
+            out["go_client"] = why
+    tmp = tempfile.TemporaryDirectory(prefix="modelplane-serving-")
+    files = {}
+    bodies = {"cache": cache_steady, "small": small, "big": big, "runaway": runaway}
+    for label, data in bodies.items():
+        files[label] = os.path.join(tmp.name, f"{label}.bin")
+        Path(files[label]).write_bytes(data)
+    used = [c for c in clients if c == "python" or (c == "go" and go_binary is not None)]
 
     # Throughput and hand-off.
     for w in sorted({1, processes}):
@@ -384,10 +527,42 @@ def serving(
         try:
             with grpc.insecure_channel(address, options=_BIG) as ch:
                 call = ch.unary_unary(METHOD)
-                _in_flight(call, [cache_steady], 1.0, 8)  # warm every process
-                n = _in_flight(call, [cache_steady], seconds, 8)
-                out[f"calls_per_second_{w}"] = round(n / seconds, 1)
-                print(f"serving: {w} process(es), 8 in flight: {n / seconds:.1f} calls/s")
+                for client in used:
+                    pids = _server_pids(proc.pid)
+                    if client == "python":
+                        _in_flight(call, [cache_steady], 1.0, 8)  # warm every process
+                        server = {p: _cpu_seconds(p) for p in pids}
+                        mine = time.process_time()
+                        calls = _in_flight(call, [cache_steady], seconds, 8)
+                        client_cpu = time.process_time() - mine
+                        rate = calls / seconds
+                    else:
+                        assert go_binary is not None
+                        # The Go client warms up first (1 s) inside the one run.
+                        r = _go(go_binary, address, "throughput", "-inflight", "8",
+                                "-seconds", "1", "-warm", "0", files["cache"])  # fmt: skip
+                        server = {p: _cpu_seconds(p) for p in pids}
+                        args = ("-inflight", "8", "-warm", "0", "-seconds", str(seconds))
+                        r, client_cpu = _go_timed(go_binary, address, "throughput", *args,
+                                                  files["cache"])  # fmt: skip
+                        calls = r["calls"]
+                        rate = calls / r["seconds"]
+                    used_ms = {
+                        p: (_cpu_seconds(p) - t) * 1e3 / max(1, calls) for p, t in server.items()
+                    }
+                    cpu = {
+                        "acceptor": round(used_ms[proc.pid], 2),
+                        "compute": round(sum(v for p, v in used_ms.items() if p != proc.pid), 2),
+                        "client": round(client_cpu * 1e3 / max(1, calls), 2),
+                    }
+                    out.setdefault(client, {})[f"cpu_ms_per_call_{w}"] = cpu
+                    out.setdefault(client, {})[f"calls_per_second_{w}"] = round(rate, 1)
+                    if client == "python":
+                        out[f"calls_per_second_{w}"] = round(rate, 1)
+                    load = os.getloadavg()[0]
+                    print(f"serving: {client} client, {w} process(es), 8 in flight: "
+                          f"{rate:.1f} calls/s, CPU ms per call {cpu} (load {load:.2f})",
+                          flush=True)  # fmt: skip
                 if w == 1:
                     cases = (("ModelReplica small", small), ("ModelCache 1000", cache_steady))
                     for label, data in cases:
@@ -403,43 +578,48 @@ def serving(
             proc.terminate()
             proc.wait(timeout=60)
     if processes > 1:
-        out["scaling"] = round(out[f"calls_per_second_{processes}"] / out["calls_per_second_1"], 2)
-        print(f"serving: throughput scaling 1 -> {processes}: {out['scaling']}x")
+        for client in used:
+            got = out[client]
+            got["scaling"] = round(
+                got[f"calls_per_second_{processes}"] / got["calls_per_second_1"], 2
+            )
+            print(f"serving: {client} client, throughput scaling 1 -> {processes}: "
+                  f"{got['scaling']}x", flush=True)  # fmt: skip
+        out["scaling"] = out["python"]["scaling"] if "python" in out else None
 
     # Isolation: small calls while a 5,000-cluster call and a runaway are in flight.
-    big = SCENARIOS["ModelCache"](5000)[1]
-    runaway = _runaway_request()
     for label, env in (
         ("cost limit", {}),
         ("deadline only", {"MODELPLANE_SELECTOR_COST_LIMIT": "1000000000",
                            "MODELPLANE_CALL_DEADLINE_SECONDS": "2"}),
     ):  # fmt: skip
-        proc, address = start_function({"PYTHONHASHSEED": "0", **env}, workers=processes)
-        try:
-            with grpc.insecure_channel(address, options=_BIG) as ch:
-                call = ch.unary_unary(METHOD)
-                idle = _times(lambda c=call: c(small, timeout=60), 200)
-                stop = threading.Event()
-
-                def loop(data: bytes, c: Any = call, stop: threading.Event = stop) -> None:
-                    while not stop.is_set():
-                        c(data, timeout=120)
-
-                bg = [threading.Thread(target=loop, args=(d,)) for d in (big, runaway)]
-                for t in bg:
-                    t.start()
-                time.sleep(0.5)
-                loaded = _times(lambda c=call: c(small, timeout=120), 200)
-                stop.set()
-                for t in bg:
-                    t.join()
-                row = {"idle_p99_ms": _p(idle, 0.99), "loaded_p99_ms": _p(loaded, 0.99)}
-                row["ratio"] = round(row["loaded_p99_ms"] / row["idle_p99_ms"], 2)
-                out.setdefault("isolation", {})[label] = row
-                print(f"serving: small ModelReplica p99 ({label}): {row}")
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+        # A fresh server per client: a runaway that ran past its deadline is answered
+        # from memory for 5 minutes (function.edge.pool), which would favour the second.
+        for client in used:
+            proc, address = start_function({"PYTHONHASHSEED": "0", **env}, workers=processes)
+            try:
+                with grpc.insecure_channel(address, options=_BIG) as ch:
+                    call = ch.unary_unary(METHOD)
+                    if client == "python":
+                        idle, loaded = _loaded_latencies(call, small, (big, runaway))
+                    else:
+                        assert go_binary is not None
+                        bg = f"{files['big']},{files['runaway']}"
+                        r = _go(go_binary, address, "latency", "-n", "200", "-bg", bg,
+                                files["small"])  # fmt: skip
+                        idle = [x / 1e3 for x in r["idle_ms"]]
+                        loaded = [x / 1e3 for x in r["loaded_ms"]]
+                    row = {"idle_p99_ms": _p(idle, 0.99), "loaded_p99_ms": _p(loaded, 0.99)}
+                    row["ratio"] = round(row["loaded_p99_ms"] / row["idle_p99_ms"], 2)
+                    out.setdefault(client, {}).setdefault("isolation", {})[label] = row
+                    if client == "python":
+                        out.setdefault("isolation", {})[label] = row
+                    print(f"serving: {client} client, small ModelReplica p99 ({label}): {row} "
+                          f"(load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
+    tmp.cleanup()
 
     # Memory after many distinct XRs with 64 KiB pod templates.
     if distinct:
@@ -522,6 +702,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--distinct", type=int, default=20_000)
     p.add_argument("--fuzz", type=int, default=10_000)
+    p.add_argument(
+        "--clients",
+        default="python,go",
+        help="load clients for --serving: python (grpcio) and/or go (benchmarks/grpcload, "
+        "built with the Go toolchain; skipped with a line when Go is absent)",
+    )
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",") if x]
     kinds = [k for k in args.kinds.split(",") if k]
@@ -531,7 +717,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     report = run_benchmark(sizes, kinds, args.repeat, not args.no_grpc) if sizes else {}
     if args.serving:
-        report["serving"] = serving(args.workers, args.throughput_seconds, args.distinct, args.fuzz)
+        report["serving"] = serving(
+            args.workers,
+            args.throughput_seconds,
+            args.distinct,
+            args.fuzz,
+            tuple(c for c in args.clients.split(",") if c),
+        )
     if args.throughput:
         report["throughput"] = throughput(args.workers, args.throughput_seconds)
     if args.soak:

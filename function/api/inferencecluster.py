@@ -115,11 +115,36 @@ def cache_host_problem(cluster: Struct) -> str | None:
     """Why ``cluster`` cannot host a model cache, or None when it can.
 
     A cache needs a Ready cluster with a provider config and a cache storage class.
+
+    Hot path (the ModelCache reads every cluster of its footprint on every call): the
+    same verdict as :func:`is_ready`, :func:`provider_config` and
+    :func:`cache_storage_class`, read through the field maps with ``status`` looked up
+    once. Reading ``struct_value``, ``list_value`` or ``string_value`` of a ``Value``
+    that holds another kind yields the empty default, so a malformed status reads as
+    absent without a type check per step.
     """
-    if not is_ready(cluster):
+    v = cluster.fields.get("status")
+    if v is None:
         return "cluster is not Ready"
-    if provider_config(cluster) is None:
+    status = v.struct_value.fields
+    v = status.get("conditions")
+    ready = False
+    if v is not None:
+        for cv in v.list_value.values:
+            c = cv.struct_value.fields
+            t = c.get("type")
+            if t is not None and t.string_value == READY:
+                s = c.get("status")
+                ready = s is not None and s.string_value == "True"
+                break
+    if not ready:
+        return "cluster is not Ready"
+    v = status.get(STATUS_PROVIDER_CONFIG_REF)
+    name = v.struct_value.fields.get("name") if v is not None else None
+    if name is None or not name.string_value:
         return "cluster reports no status.providerConfigRef"
-    if not cache_storage_class(cluster):
+    v = status.get(STATUS_CACHE)
+    sc = v.struct_value.fields.get(STATUS_STORAGE_CLASS) if v is not None else None
+    if sc is None or not sc.string_value:
         return "cluster reports no status.cache.storageClassName"
     return None

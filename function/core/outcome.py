@@ -135,15 +135,20 @@ class Outcome:
         (the fields a function owns), not status or server-set metadata.
         """
         body = Struct()
+        # Value by Value in C (CopyFrom), not through Struct.__setitem__, which rebuilds
+        # nested Structs in Python: a kept child may carry a whole pod template.
+        have, put = observed.fields, body.fields
         for key in ("apiVersion", "kind", "spec"):
-            if key in observed:
-                body[key] = observed[key]
+            v = have.get(key)
+            if v is not None:
+                put[key].CopyFrom(v)
         meta = structs.get(observed, "metadata")
         if isinstance(meta, Struct):  # anything else is not metadata; nothing to copy
-            out = body.get_or_create_struct("metadata")
+            have, put = meta.fields, body.get_or_create_struct("metadata").fields
             for key in ("name", "namespace", "labels", "annotations"):
-                if key in meta:
-                    out[key] = meta[key]
+                v = have.get(key)
+                if v is not None:
+                    put[key].CopyFrom(v)
         self.resources[name] = Desired(body, ready)
 
     def keep_observed(

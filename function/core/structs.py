@@ -36,6 +36,10 @@ def _unwrap(v: Value) -> Any:
     return None
 
 
+unwrap = _unwrap
+"""The Python view of one ``Value`` (what :func:`get` returns for its last step)."""
+
+
 def get(node: Any, *path: str | int, default: Any = None) -> Any:  # noqa: C901, PLR0911
     """Walk ``path`` from ``node`` and return what is there.
 

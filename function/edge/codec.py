@@ -261,7 +261,7 @@ def state_entry(name: str, body: Struct, ready: bool | None) -> bytes:
 # ---- reading request bytes without parsing them ----------------------------------------
 
 
-def peek(data: bytes) -> tuple[str, str, str, str]:
+def peek(data: bytes | bytearray | memoryview) -> tuple[str, str, str, str]:
     """The tag and the XR's kind, namespace and name of a serialized request, cheaply.
 
     Walks the wire format to ``meta`` (field 1) and ``observed.composite`` (field 2,
@@ -274,7 +274,7 @@ def peek(data: bytes) -> tuple[str, str, str, str]:
     return peek_composite(data)[0]
 
 
-def peek_composite(data: bytes) -> tuple[tuple[str, str, str, str], bytes]:
+def peek_composite(data: bytes | bytearray | memoryview) -> tuple[tuple[str, str, str, str], bytes]:
     """Like :func:`peek`, and also the serialized observed composite (``b""`` if none)."""
     tag = kind = namespace = name = ""
     composite: Any = None
@@ -364,7 +364,7 @@ def _field(data: Any, number: int) -> Any:
     return None
 
 
-def undecodable(data: bytes, error: BaseException) -> bytes:
+def undecodable(data: bytes | bytearray | memoryview, error: BaseException) -> bytes:
     """The response to a request that protobuf cannot parse: one fatal result saying why.
 
     Desired state is not echoed (it could not be read); a fatal result makes

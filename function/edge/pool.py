@@ -4,13 +4,21 @@ Crossplane keeps one gRPC connection per function pod and sends many calls on it
 once. The acceptor (``function.edge.server``) does no composing: it takes each request as
 bytes and hands it to one of ``processes`` compute processes (spawned, each with its own
 :class:`~function.edge.runner.FunctionRunner`), which decodes, composes, encodes and sends the
-response bytes back over a pipe. So every core works for the one connection, and a slow
-call holds one process, not the event loop.
+response bytes back. So every core works for the one connection, and a slow call holds
+one process, not the event loop.
+
+Size classes: a request of :data:`LARGE_REQUEST_BYTES` or more (a 5,000-cluster
+ModelCache) is a large call. One more process, at a CPU priority :data:`LARGE_CALL_NICE`
+steps lower, composes only large calls; the ``processes`` processes take every call, a
+large one only while another of them stays free. So small calls never queue behind a
+large one, and while one composes the scheduler prefers everything else (a process
+cannot raise its priority again, so the class belongs to the process, not the call).
 
 Routing: calls wait in one queue. Calls for the same XR (kind, namespace, name, read
 from the request's first bytes without decoding the rest) have a home process, which
 takes them first so its memos keep hitting; a free process takes a call whose home is
-busy, so no call waits behind a slow one while a process is free.
+busy, so no call waits behind a slow one while a process is free. A call is handed to
+a process the moment it is free, on the event loop (no thread in between).
 
 Deadlines: each call carries its compute budget in seconds (the gRPC deadline capped by
 ``MODELPLANE_CALL_DEADLINE_SECONDS``). The compute process enforces it itself
@@ -22,22 +30,32 @@ gets a fatal result, and the calls queued behind it are served by the replacemen
 request that ran past its deadline is answered with the same fatal result, without
 composing it again, for :data:`RUNAWAY_MEMO_SECONDS` (Crossplane retries it).
 
-Wire between acceptor and process (``multiprocessing`` pipe): the acceptor sends
-``(budget_seconds, metadata)`` and then the request bytes; the process answers with one byte
-(``0``: keep going, ``1``: this process exits now) followed by the response bytes.
+Wire between acceptor and process: a Unix socket pair with
+:data:`SOCKET_BUFFER_BYTES` buffers, read on the acceptor's event loop, and a shared
+request region (an anonymous memory file, :data:`SHARED_REQUEST_BYTES`, passed over the
+socket at start-up). The acceptor copies a request that fits into the region once and
+sends a header (``_REQ``: length, budget, metadata length, where the request is) with
+the pickled gRPC metadata; the process parses the request in place. Larger requests
+follow the header on the socket. The process answers with ``_RSP`` (a flag: ``0`` keep
+going, ``1`` this process exits now; the length) and the response bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import math
+import mmap
 import multiprocessing
 import os
+import pickle
 import signal
+import socket
+import struct
 import time
 import zlib
 from collections import OrderedDict, deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +68,29 @@ from function.edge.codec import peek, peek_composite, serialize
 KILL_MARGIN_SECONDS = 2.0
 # How long a new compute process may take to import and start.
 START_SECONDS = 60.0
-_READY = b"ready"
+# The socket between the acceptor and a compute process. A call: _REQ (request length,
+# budget in seconds or NaN for none, metadata length, where the request is), the pickled
+# metadata, and the request when it is _ON_SOCKET; _SHARED: at the start of the
+# process's shared request region (SHARED_REQUEST_BYTES, a memory file mapped by both).
+# An answer: _RSP (flag, response length), the response. Flags: _OK, _EXIT (the process
+# passed its deadline and exits now), _READY (once, after start-up).
+_REQ = struct.Struct("<QdIB")
+_RSP = struct.Struct("<BQ")
+_OK, _EXIT, _READY = 0, 1, 2
+_ON_SOCKET, _SHARED = 0, 1
+# Requests up to this size are handed over through shared memory: one copy by the
+# acceptor, none by the kernel nor by the compute process (which parses it in place).
+SHARED_REQUEST_BYTES = 8 * 1024 * 1024
+# A request this large (a 5,000-cluster ModelCache is about 4 MiB; 1,000 clusters 0.8
+# MiB) is a large call: it runs in the large-call process, whose CPU priority is
+# LARGE_CALL_NICE steps lower, so small calls on the same connection keep their latency
+# while it composes (a process cannot raise its priority again, so the class is per
+# process, not per call).
+LARGE_REQUEST_BYTES = 2 * 1024 * 1024
+LARGE_CALL_NICE = 10
+# Socket buffers, each way: a 1,000-cluster request (0.8 MiB) goes in one write
+# (the kernel caps this at net.core.wmem_max / rmem_max).
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 # How long, and for how many requests, a request that ran past its deadline is answered
 # with the same fatal result without being composed again.
 RUNAWAY_MEMO_SECONDS = 300.0
@@ -58,10 +98,14 @@ RUNAWAY_MEMO_ENTRIES = 1024
 _log = structlog.get_logger("pool")
 
 
-def _child(conn: Any, debug: bool) -> None:  # pragma: no cover - runs in a child process
-    """Entry point of one compute process: serve requests from ``conn`` until it closes."""
+def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no cover - child
+    """Entry point of one compute process: serve requests from ``sock`` until it closes,
+    ``nice`` steps below the acceptor's CPU priority (the large-call process)."""
+    if nice:
+        with contextlib.suppress(OSError):
+            os.nice(nice)
     # The acceptor owns signals: it stops taking calls, lets these finish, then closes
-    # the pipe (EOF ends this loop).
+    # the socket (end-of-file ends this loop).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from function.edge.runner import FunctionRunner
@@ -73,20 +117,57 @@ def _child(conn: Any, debug: bool) -> None:  # pragma: no cover - runs in a chil
     traces = tracing.configure(settings)
     runner = FunctionRunner(settings=settings, tracing=traces)
     _warm()
-    conn.send_bytes(_READY)
+    sock.setblocking(True)
+    sock.sendall(_RSP.pack(_READY, 0))
+    # The request region the acceptor shares with this process (an anonymous memory file
+    # passed over the socket): requests that fit are written there, not sent.
+    _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    if len(fds) != 1:
+        return
+    shared = mmap.mmap(fds[0], SHARED_REQUEST_BYTES)
+    os.close(fds[0])
+    head = bytearray(_REQ.size)
+    # One receive buffer (metadata, and requests too large for the shared region),
+    # reused: no allocation, zeroing or page faults per call (protobuf copies what it
+    # keeps out of it while parsing).
+    buf = bytearray(1 << 20)
     try:
         while True:
-            try:
-                budget, metadata = conn.recv()
-                data = conn.recv_bytes()
-            except (EOFError, OSError):
+            if not _recv_into(sock, memoryview(head)):
                 return
-            out = runner.run_bytes(data, metadata, budget)
-            conn.send_bytes((b"\x01" if runner.replace_me else b"\x00") + out)
+            size, budget, meta_size, where = _REQ.unpack(head)
+            inline = size if where == _ON_SOCKET else 0
+            # A request larger than the region comes on the socket, into a buffer of its
+            # own (not kept: the next ones fit the usual one).
+            into = buf if inline + meta_size <= len(buf) else bytearray(inline + meta_size)
+            view = memoryview(into)[: meta_size + inline]
+            if not _recv_into(sock, view):
+                return
+            metadata = pickle.loads(view[:meta_size]) if meta_size else {}
+            seconds = None if math.isnan(budget) else budget
+            # protobuf copies what it keeps while parsing: the region is free again
+            # once this call answers (the acceptor writes the next request only then).
+            data = view[meta_size:] if where == _ON_SOCKET else memoryview(shared)[:size]
+            out = runner.run_bytes(data, metadata, seconds)
+            flag = _EXIT if runner.replace_me else _OK
+            sock.sendall(_RSP.pack(flag, len(out)))
+            sock.sendall(out)
             if runner.replace_me:
                 return
+    except OSError:
+        return
     finally:
         traces.shutdown()
+
+
+def _recv_into(sock: socket.socket, view: memoryview) -> bool:  # pragma: no cover - child
+    """Fill ``view`` from ``sock``; False at end-of-file."""
+    while view:
+        n = sock.recv_into(view)
+        if not n:
+            return False
+        view = view[n:]
+    return True
 
 
 def _warm() -> None:  # pragma: no cover - runs in a child process
@@ -114,7 +195,7 @@ def fatal_for(data: bytes, message: str) -> bytes:
     return serialize(rsp)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Job:
     data: bytes
     metadata: dict[str, str]
@@ -122,16 +203,72 @@ class _Job:
     future: asyncio.Future[bytes]
     home: int
     digest: bytes
+    large: bool
 
 
-@dataclass
+class _Reader(asyncio.BufferedProtocol):
+    """Reads a compute process's answers (``_RSP`` header, then the response bytes)
+    straight into one buffer per answer, on the event loop (no thread, no extra copy)."""
+
+    def __init__(self, pool: ComputePool, slot: _Slot) -> None:
+        self.pool, self.slot = pool, slot
+        self.transport: asyncio.BaseTransport | None = None
+        self.head = bytearray(_RSP.size)
+        self.flag = -1
+        self.body: bytearray | None = None
+        self.got = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    @property
+    def current(self) -> bool:
+        """Whether this is still the slot's connection (not one stopped and replaced)."""
+        return self.transport is not None and self.slot.transport is self.transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        target = self.head if self.body is None else self.body
+        return memoryview(target)[self.got :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.got += nbytes
+        if self.body is None:
+            if self.got < len(self.head):
+                return
+            self.flag, size = _RSP.unpack(self.head)
+            self.body, self.got = bytearray(size), 0
+            if size:
+                return
+        if self.got == len(self.body):
+            flag, body = self.flag, bytes(self.body)
+            self.body, self.got = None, 0
+            if self.current:
+                self.pool._answered(self.slot, flag, body)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.current:
+            self.pool._lost(self.slot)
+
+
+@dataclass(eq=False)
 class _Slot:
     index: int
-    busy: bool = False
+    # Runs large calls, at a lower CPU priority (LARGE_CALL_NICE).
+    large: bool = False
     proc: Any = None
-    conn: Any = None
-    io: ThreadPoolExecutor | None = None
-    task: asyncio.Task[None] | None = None
+    transport: asyncio.Transport | None = None
+    shared: mmap.mmap | None = None
+    job: _Job | None = None
+    timer: asyncio.TimerHandle | None = None
+    # Being replaced (or stopped): takes no call, and its end-of-file is expected.
+    retiring: bool = True
+
+    @property
+    def free(self) -> bool:
+        return self.transport is not None and self.job is None and not self.retiring
 
 
 class ComputePool:
@@ -152,37 +289,73 @@ class ComputePool:
         self.debug = debug
         self.replaced = 0
         self._ctx = multiprocessing.get_context("spawn")
-        self._slots = [_Slot(i) for i in range(processes)]
+        # Size classes: ``processes`` processes take every call; one more, at a lower CPU
+        # priority, takes only large requests (they take a large one too, but only while
+        # another of them stays free for small calls).
+        self._slots = [_Slot(i, large=i == processes) for i in range(processes + 1)]
         self._pending: deque[_Job] = deque()
         # Requests that ran past their deadline, by digest: (expiry, the fatal response).
         self._runaways: OrderedDict[bytes, tuple[float, float, bytes]] = OrderedDict()
-        self._ready = asyncio.Condition()
         self._closing = False
+        self._idle: asyncio.Event | None = None
+        self._replacing: set[asyncio.Task[None]] = set()
 
     def pids(self) -> list[int]:
         """The process ids of the compute processes now running."""
         return [s.proc.pid for s in self._slots if s.proc is not None and s.proc.pid]
 
-    def _spawn(self, slot: _Slot) -> None:
-        """Start slot's process and wait (blocking) until it is ready."""
-        parent, child = self._ctx.Pipe(duplex=True)
+    def _spawn(self, index: int) -> tuple[Any, socket.socket, mmap.mmap]:
+        """Start process ``index`` and wait (blocking) until it is ready; returns it, the
+        acceptor's end of its socket and their shared request region."""
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        for sock in (parent, child):
+            for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+                with contextlib.suppress(OSError):  # the kernel caps it; smaller works too
+                    sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
         proc = self._ctx.Process(
-            target=_child, args=(child, self.debug), name=f"compute-{slot.index}", daemon=True
+            target=_child,
+            args=(child, self.debug, LARGE_CALL_NICE if self._slots[index].large else 0),
+            name=f"compute-{index}",
+            daemon=True,
         )
-        proc.start()
-        child.close()
-        if not parent.poll(START_SECONDS) or parent.recv_bytes() != _READY:
+        try:
+            proc.start()
+        finally:
+            child.close()
+        parent.settimeout(START_SECONDS)
+        try:
+            head = parent.recv(_RSP.size, socket.MSG_WAITALL)
+        except OSError:
+            head = b""
+        if len(head) != _RSP.size or _RSP.unpack(head)[0] != _READY:
             proc.kill()
-            raise RuntimeError(f"compute process {slot.index} did not start")
-        slot.proc, slot.conn = proc, parent
-        slot.io = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"compute-{slot.index}")
+            parent.close()
+            raise RuntimeError(f"compute process {index} did not start")
+        fd = os.memfd_create(f"modelplane-compute-{index}", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, SHARED_REQUEST_BYTES)
+            shared = mmap.mmap(fd, SHARED_REQUEST_BYTES)
+            socket.send_fds(parent, [b"m"], [fd])
+        finally:
+            os.close(fd)
+        parent.setblocking(False)
+        return proc, parent, shared
+
+    async def _attach(self, slot: _Slot) -> None:
+        """(Re)start slot's process and connect its socket to the event loop."""
+        loop = asyncio.get_running_loop()
+        proc, sock, shared = await loop.run_in_executor(None, self._spawn, slot.index)
+        transport, _ = await loop.connect_accepted_socket(lambda: _Reader(self, slot), sock)
+        slot.proc, slot.transport, slot.shared = proc, transport, shared  # type: ignore[assignment]
+        slot.retiring = False
+        if transport.is_closing():  # it died while being attached
+            self._lost(slot)
 
     async def start(self) -> None:
-        """Start every process (in parallel) and the tasks that feed them."""
-        loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.run_in_executor(None, self._spawn, s) for s in self._slots))
-        for s in self._slots:
-            s.task = asyncio.create_task(self._feed(s))
+        """Start every process (in parallel)."""
+        self._idle = asyncio.Event()
+        self._idle.set()
+        await asyncio.gather(*(self._attach(s) for s in self._slots))
 
     async def call(self, data: bytes, metadata: dict[str, str], budget: float | None) -> bytes:
         """Compose the serialized request ``data`` in a compute process.
@@ -215,88 +388,132 @@ class ComputePool:
             elif budget is not None and budget <= failed_budget:
                 return response  # it would run past this smaller budget again
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        home = zlib.crc32(f"{kind}/{namespace}/{name}".encode()) % self.processes
-        self._pending.append(_Job(data, metadata, budget, fut, home, digest))
-        async with self._ready:
-            self._ready.notify_all()
+        home = zlib.crc32(f"{kind}/{namespace}/{name}".encode())
+        large = len(data) >= LARGE_REQUEST_BYTES
+        home = self.processes if large else home % self.processes
+        self._pending.append(_Job(data, metadata, budget, fut, home, digest, large))
+        self._dispatch()
         return await fut
 
     def _take(self, slot: _Slot) -> _Job | None:
         pending = self._pending
+        while pending and pending[0].future.done():  # callers that went away
+            pending.popleft()
+        # The large-call process takes nothing else; a process for every call takes a
+        # large one only if another of them stays free for small calls.
+        spare = slot.large or any(s.free and not s.large and s is not slot for s in self._slots)
         chosen = None
         for job in pending:
-            if job.home == slot.index:
+            if job.home == slot.index and not job.future.done() and (spare or not job.large):
                 chosen = job
                 break
-        if chosen is None:
+        if chosen is None and not slot.large:
             for job in pending:
-                if self._slots[job.home].busy:
+                if (
+                    not self._slots[job.home].free
+                    and not job.future.done()
+                    and (spare or not job.large)
+                ):
                     chosen = job
                     break
         if chosen is not None:
             pending.remove(chosen)
         return chosen
 
-    async def _feed(self, slot: _Slot) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            async with self._ready:
-                job = None
-                while job is None:
+    def _dispatch(self) -> None:
+        """Give every free process a call (see :meth:`call`), now, on the event loop."""
+        progressed = True
+        while progressed and self._pending:
+            progressed = False
+            for slot in self._slots:
+                if slot.free:
                     job = self._take(slot)
-                    if job is None:
-                        if self._closing and not self._pending:
-                            return
-                        await self._ready.wait()
-                slot.busy = True
-            try:
-                if job.future.done():  # the caller went away while queued
-                    continue
-                out = await self._one(loop, slot, job)
-                if not job.future.done():
-                    job.future.set_result(out)
-            except Exception as e:  # never leave a caller waiting
-                _log.exception("compute pool failed a call")
-                if not job.future.done():
-                    job.future.set_result(fatal_for(job.data, f"internal error: {e}"))
-            finally:
-                slot.busy = False
-                async with self._ready:
-                    self._ready.notify_all()
+                    if job is not None:
+                        self._send(slot, job)
+                        progressed = True
+        self._check_idle()
 
-    async def _one(self, loop: asyncio.AbstractEventLoop, slot: _Slot, job: _Job) -> bytes:
-        conn, io = slot.conn, slot.io
-        wait = None if job.budget is None else job.budget + KILL_MARGIN_SECONDS
-        try:
-            await loop.run_in_executor(io, _send, conn, job)
-            out = await asyncio.wait_for(loop.run_in_executor(io, conn.recv_bytes), wait)
-        except TimeoutError:
-            pid = slot.proc.pid
-            await self._replace(slot, kill=True)
-            _log.error("compute process killed past its deadline", pid=pid, seconds=job.budget)
-            return self._remember(
+    def _send(self, slot: _Slot, job: _Job) -> None:
+        assert slot.transport is not None
+        slot.job = job
+        meta = pickle.dumps(job.metadata) if job.metadata else b""
+        budget = math.nan if job.budget is None else job.budget
+        size = len(job.data)
+        if slot.shared is not None and size <= SHARED_REQUEST_BYTES:
+            slot.shared[:size] = job.data  # the process reads it after the header
+            slot.transport.write(_REQ.pack(size, budget, len(meta), _SHARED) + meta)
+        else:
+            slot.transport.write(_REQ.pack(size, budget, len(meta), _ON_SOCKET) + meta)
+            slot.transport.write(job.data)  # sent at once when the socket buffer holds it
+        if job.budget is not None:
+            slot.timer = asyncio.get_running_loop().call_later(
+                job.budget + KILL_MARGIN_SECONDS, self._expired, slot, job
+            )
+
+    def _finish(self, slot: _Slot) -> _Job | None:
+        job, slot.job = slot.job, None
+        if slot.timer is not None:
+            slot.timer.cancel()
+            slot.timer = None
+        return job
+
+    @staticmethod
+    def _resolve(job: _Job | None, response: bytes) -> None:
+        if job is not None and not job.future.done():
+            job.future.set_result(response)
+
+    def _answered(self, slot: _Slot, flag: int, body: bytes) -> None:
+        """Slot's process answered its call (called by its :class:`_Reader`)."""
+        job = self._finish(slot)
+        if flag == _EXIT:  # past its deadline: the process exits and is replaced
+            if job is not None:
+                self._resolve(job, self._remember(job, body))
+            self._replace_soon(slot, kill=False)
+        else:
+            self._resolve(job, body)
+        self._dispatch()
+
+    def _lost(self, slot: _Slot) -> None:
+        """Slot's socket closed: expected while it is replaced, else the process died."""
+        if slot.retiring:
+            return
+        job = self._finish(slot)
+        code = slot.proc.exitcode if slot.proc is not None else None
+        _log.error("compute process died", exitcode=code)
+        if job is not None:
+            self._resolve(
                 job,
                 fatal_for(
                     job.data,
-                    f"composing ran past the call's compute deadline of {job.budget:g} s and did "
-                    "not stop; its compute process was replaced and nothing was changed this "
-                    "reconcile (simplify the spec; MODELPLANE_CALL_DEADLINE_SECONDS caps the "
-                    "deadline)",
+                    f"its compute process exited (code {code}) while composing; it was "
+                    "replaced and nothing was changed this reconcile",
                 ),
             )
-        except (EOFError, OSError) as e:
-            code = slot.proc.exitcode if slot.proc is not None else None
-            await self._replace(slot, kill=True)
-            _log.error("compute process died", exitcode=code, error=str(e))
-            return fatal_for(
-                job.data,
-                f"its compute process exited (code {code}) while composing; it was replaced "
-                "and nothing was changed this reconcile",
-            )
-        if out[:1] == b"\x01":  # past its deadline: the process exits and is replaced
-            await self._replace(slot, kill=False)
-            return self._remember(job, out[1:])
-        return out[1:]
+        self._replace_soon(slot, kill=True)
+        self._dispatch()
+
+    def _expired(self, slot: _Slot, job: _Job) -> None:
+        """Slot's process did not answer within the call's budget plus the margin."""
+        if slot.job is not job:
+            return
+        self._finish(slot)
+        pid = slot.proc.pid if slot.proc is not None else None
+        _log.error("compute process killed past its deadline", pid=pid, seconds=job.budget)
+        self._resolve(
+            job,
+            self._remember(
+                job,
+                fatal_for(
+                    job.data,
+                    f"composing ran past the call's compute deadline of {job.budget:g} s and "
+                    "did not stop; its compute process was replaced and nothing was changed "
+                    "this reconcile (simplify the spec; MODELPLANE_CALL_DEADLINE_SECONDS caps "
+                    "the deadline)",
+                ),
+            ),
+        )
+        self._replace_soon(slot, kill=True)
+        self._dispatch()
 
     def _remember(self, job: _Job, response: bytes) -> bytes:
         """Answer the same request with ``response`` for :data:`RUNAWAY_MEMO_SECONDS`
@@ -311,46 +528,64 @@ class ComputePool:
             self._runaways.popitem(last=False)
         return response
 
+    def _replace_soon(self, slot: _Slot, *, kill: bool) -> None:
+        slot.retiring = True
+        task = asyncio.get_running_loop().create_task(self._replace(slot, kill=kill))
+        self._replacing.add(task)
+        task.add_done_callback(self._replacing.discard)
+
     async def _replace(self, slot: _Slot, *, kill: bool) -> None:
-        old, conn, io = slot.proc, slot.conn, slot.io
+        await self._stop_slot(slot, kill=kill, wait=5)
+        self.replaced += 1
+        while not self._closing:
+            try:
+                await self._attach(slot)
+            except Exception:  # try again: the queued calls need a process
+                _log.exception("compute process could not be replaced")
+                await asyncio.sleep(1.0)
+                continue
+            break
+        self._dispatch()
+
+    async def _stop_slot(self, slot: _Slot, *, kill: bool, wait: float) -> None:
+        """Close slot's socket (its process sees end-of-file and exits) and reap it."""
+        slot.retiring = True
+        old, transport, shared = slot.proc, slot.transport, slot.shared
+        slot.transport = slot.shared = None
         if kill and old is not None and old.is_alive():
             old.kill()
-        loop = asyncio.get_running_loop()
+        if transport is not None:
+            transport.close()
         if old is not None:
-            await loop.run_in_executor(None, old.join, 5)
+            await asyncio.get_running_loop().run_in_executor(None, old.join, wait)
+            if old.is_alive():
+                old.kill()
+                await asyncio.get_running_loop().run_in_executor(None, old.join, 5)
             _mark_dead(old.pid)
-        # Closed only once the process is gone: a thread still blocked reading from it
-        # has then had its end-of-file.
-        if conn is not None:
-            conn.close()
-        if io is not None:
-            io.shutdown(wait=False)
-        self.replaced += 1
-        if not self._closing:
-            await loop.run_in_executor(None, self._spawn, slot)
+        slot.proc = None
+        if shared is not None:
+            shared.close()
+
+    def _check_idle(self) -> None:
+        if self._idle is None:
+            return
+        if self._pending or any(s.job is not None for s in self._slots):
+            self._idle.clear()
+        else:
+            self._idle.set()
 
     async def close(self) -> None:
         """Let queued and running calls finish, then stop every process."""
         self._closing = True
-        async with self._ready:
-            self._ready.notify_all()
-        await asyncio.gather(*(s.task for s in self._slots if s.task is not None))
-        loop = asyncio.get_running_loop()
-        for s in self._slots:
-            if s.conn is not None:
-                s.conn.close()
-            if s.proc is not None:
-                await loop.run_in_executor(None, s.proc.join, 10)
-                if s.proc.is_alive():
-                    s.proc.kill()
-                _mark_dead(s.proc.pid)
-            if s.io is not None:
-                s.io.shutdown(wait=False)
-
-
-def _send(conn: Any, job: _Job) -> None:
-    conn.send((job.budget, job.metadata))
-    conn.send_bytes(job.data)
+        while True:
+            self._dispatch()
+            if self._idle is None or self._idle.is_set():
+                if not self._replacing:
+                    break
+                await asyncio.gather(*self._replacing, return_exceptions=True)
+                continue
+            await self._idle.wait()
+        await asyncio.gather(*(self._stop_slot(s, kill=False, wait=10) for s in self._slots))
 
 
 def _mark_dead(pid: int | None) -> None:

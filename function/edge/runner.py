@@ -122,7 +122,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
 
     def run_bytes(
         self,
-        data: bytes,
+        data: bytes | bytearray | memoryview,
         metadata: Mapping[str, str] | None = None,
         deadline_seconds: float | None = None,
     ) -> bytes:
@@ -132,7 +132,8 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         hands it.
 
         Args:
-            data: A serialized ``RunFunctionRequest`` (v1 or v1beta1: same wire format).
+            data: A serialized ``RunFunctionRequest`` (v1 or v1beta1: same wire format;
+                or a view of the buffer a compute process receives it in).
             metadata: The call's gRPC metadata (lower-case keys), for trace context.
             deadline_seconds: Compute budget of the call (wall clock); None for none.
                 Enforced in the main thread only (``function.edge.deadline``).

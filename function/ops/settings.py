@@ -175,8 +175,9 @@ class Settings(BaseSettings):
         int | None,
         _env(
             "WORKERS",
-            "compute processes behind the one gRPC acceptor; unset: the CPUs the container "
-            "may use, at most 8",
+            "compute processes behind the one gRPC acceptor, plus one at a lower CPU "
+            "priority that composes only requests of 2 MiB and more; unset: the CPUs the "
+            "container may use, at most 8",
             "processes",
             ge=1,
             le=64,
@@ -220,7 +221,8 @@ class Settings(BaseSettings):
         _env(
             "MODELPLANE_CACHE_BUDGET_MIB",
             "byte budget of the memos of each compute process (64 keeps a pod with 2 "
-            "processes under 512 MiB); least recently used entries are evicted past it",
+            "processes and the large-call one under 512 MiB); least recently used entries "
+            "are evicted past it",
             "MiB",
             ge=1,
             le=65536,
