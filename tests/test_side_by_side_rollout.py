@@ -143,8 +143,13 @@ def test_unresolved_requirements_echo_the_identities() -> None:
 
 LWS_FULL = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1,
             "conditions": [{"type": "Available", "status": "True"}]}  # fmt: skip
-LWS_UPDATING = {**LWS_FULL, "conditions": [
-    {"type": "Available", "status": "True"}, {"type": "UpdateInProgress", "status": "True"}]}
+LWS_UPDATING = {
+    **LWS_FULL,
+    "conditions": [
+        {"type": "Available", "status": "True"},
+        {"type": "UpdateInProgress", "status": "True"},
+    ],
+}
 LWS_SURGE = {**LWS_FULL, "replicas": 2}
 LWS_NO_GEN = {k: v for k, v in LWS_FULL.items() if k != "observedGeneration"}
 
@@ -252,3 +257,190 @@ def test_template_sources_and_rollout_complete() -> None:
     assert wl.rollout_complete(dep("", {**full, "observedGeneration": 1}), "Deployment") is False
     assert wl.rollout_complete(dep("", {**full, "replicas": 3}), "Deployment") is False
     assert wl.rollout_complete(dep("", {"observedGeneration": 2}), "Deployment") is None
+
+
+# ---- the ModelDeployment: a failed new identity never removes a replica serving the old --
+
+from tests import test_deployment as td  # noqa: E402 - the deployment's fixtures
+from tests.test_side_by_side import DEP_NEW, DEP_OLD, _hyd, _two_serving  # noqa: E402
+
+FAILED_MSG = "Job BackoffLimitExceeded: revision v2 not found"
+BASE = [td.ic("gpu-a"), td.ic("gpu-b"), td.cache()]
+
+
+def _hyd_at(cluster: str, phase: str, stored: list[str]) -> dict[str, Any]:
+    """The hydration on ``cluster`` moved to the new identity, in ``phase``, with
+    ``stored`` complete on the PVC."""
+    b = _hyd(cluster, phase, DEP_NEW)
+    b["status"]["stored"] = [{"identity": i} for i in stored]
+    if phase == "Failed":
+        b["status"]["message"] = FAILED_MSG
+    return b
+
+
+class Fleet2(NamedTuple):
+    """(phase, stored) of the new identity's hydration on gpu-a and gpu-b."""
+
+    a: tuple[str, list[str]]
+    b: tuple[str, list[str]]
+
+
+class Kept(NamedTuple):
+    """The replicas that exist after the call (name: cluster), the ReplicasReady reason,
+    and what status.cacheRollout must say (substrings)."""
+
+    replicas: dict[str, str]
+    ready_reason: str
+    rollout_has: tuple[str, ...]
+
+
+FAILED_CASES = [
+    Case("failed-on-one-old-stored", "the new identity Failed on gpu-a, the old one is still "
+         "stored there: replica 0 keeps serving it, is not moved, and the deployment says so",
+         Fleet2(("Failed", [DEP_OLD]), ("Hydrating", [DEP_OLD])),
+         Kept({"replica-0": "gpu-a", "replica-1": "gpu-b"}, "ServingPreviousIdentity",
+              (f"identity {DEP_NEW} Failed on gpu-a", f"keep serving identity {DEP_OLD}",
+               f"moving to {DEP_NEW}"))),
+    Case("failed-everywhere-old-stored", "a revision typo fails on every cluster: no replica "
+         "is moved or removed, and the rollout names every cluster",
+         Fleet2(("Failed", [DEP_OLD]), ("Failed", [DEP_OLD])),
+         Kept({"replica-0": "gpu-a", "replica-1": "gpu-b"}, "ServingPreviousIdentity",
+              (f"identity {DEP_NEW} Failed on gpu-a, gpu-b",
+               f"2 replicas there keep serving identity {DEP_OLD}"))),
+    Case("failed-nothing-stored", "a Failed hydration with nothing the replica serves on the "
+         "PVC: the replica moves, as before (make-before-break: it stays until a "
+         "replacement is placed)",
+         Fleet2(("Failed", []), ("Ready", [DEP_NEW])),
+         Kept({"replica-1": "gpu-b", "replica-2": "gpu-b"}, "ReplicasNotReady", ())),
+]  # fmt: skip
+
+
+@table(FAILED_CASES)
+def test_a_failed_new_identity_keeps_replicas_serving_the_old(case: Case[Fleet2, Kept]) -> None:
+    xr, observed = _two_serving()
+    (pa, sa), (pb, sb) = case.inputs
+    w = td.world(_hyd_at("gpu-a", pa, sa), _hyd_at("gpu-b", pb, sb), base=BASE)
+    rsp = td.drive(xr, w, observed)
+    reps = td.replicas_of(rsp)
+    assert {k: r["spec"]["clusterName"] for k, r in reps.items()} == case.want.replicas, case.reason
+    for i, k in enumerate(("replica-0", "replica-1")):
+        if k in reps and case.inputs[i][0] == "Failed":  # held: still the old identity
+            assert reps[k]["spec"]["modelCacheRef"]["identity"] == DEP_OLD, case.reason
+    cond = h.conditions(rsp)["ReplicasReady"]
+    assert cond["reason"] == case.want.ready_reason, (case.reason, cond)
+    st = h.status(rsp)
+    for part in case.want.rollout_has:
+        assert part in st["cacheRollout"], (case.reason, st["cacheRollout"])
+    if case.want.ready_reason == "ServingPreviousIdentity":
+        assert cond["status"] == "True" and "gpu-a" in cond["message"]
+        assert DEP_NEW in cond["message"] and FAILED_MSG in cond["message"]
+        warnings = [m for s, m in h.results(rsp) if s == "Warning"]
+        assert any("keeps serving identity" in m for m in warnings), case.reason
+        assert not any("removed replica" in m for m in warnings), case.reason
+
+
+def test_the_held_warning_is_emitted_on_change_only() -> None:
+    xr, observed = _two_serving()
+    w = td.world(_hyd_at("gpu-a", "Failed", [DEP_OLD]), _hyd_at("gpu-b", "Failed", [DEP_OLD]),
+                 base=BASE)  # fmt: skip
+    first = td.drive(xr, w, observed)
+    again = copy.deepcopy(xr)
+    again["status"] = {
+        **h.status(first),
+        "conditions": [{"type": t, **c} for t, c in h.conditions(first).items()],
+    }
+    rsp = td.drive(again, w, observed)
+    assert h.conditions(rsp)["ReplicasReady"]["reason"] == "ServingPreviousIdentity"
+    assert not [m for s, m in h.results(rsp) if s == "Warning"]
+
+
+class Scale(NamedTuple):
+    """The hydrations of the new identity (phase on gpu-a, gpu-b; old stored on each)."""
+
+    a: str
+    b: str
+
+
+NEW_DEPLOYMENT_CASES = [
+    Case("failed-everywhere", "created while the new identity Failed everywhere: the reason "
+         "names the failed hydrations, not an empty footprint",
+         Scale("Failed", "Failed"), ("HydrationFailed", ("Failed on gpu-a, gpu-b",
+                                                         f"for identity {DEP_NEW}", FAILED_MSG))),
+    Case("failed-on-one", "one cluster still hydrating: replicas wait there, none on the "
+         "Failed one", Scale("Failed", "Hydrating"), ("Scheduled", ())),
+]  # fmt: skip
+
+
+@table(NEW_DEPLOYMENT_CASES)
+def test_a_new_deployment_while_the_new_identity_failed(
+    case: Case[Scale, tuple[str, tuple[str, ...]]],
+) -> None:
+    w = td.world(_hyd_at("gpu-a", case.inputs.a, [DEP_OLD]),
+                 _hyd_at("gpu-b", case.inputs.b, [DEP_OLD]), base=BASE)  # fmt: skip
+    rsp = td.drive(td.deployment(2), w)
+    reason, has = case.want
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert c["reason"] == reason, (case.reason, c)
+    for part in has:
+        assert part in c["message"], (case.reason, c["message"])
+    assert "is empty" not in c["message"]
+    assert all(r["spec"]["clusterName"] != "gpu-a" for r in td.replicas_of(rsp).values())
+
+
+def test_scaling_up_while_the_new_identity_failed_everywhere_keeps_the_old_replicas() -> None:
+    xr, observed = _two_serving()
+    xr = copy.deepcopy(xr)
+    xr["spec"]["replicas"] = 3
+    w = td.world(_hyd_at("gpu-a", "Failed", [DEP_OLD]), _hyd_at("gpu-b", "Failed", [DEP_OLD]),
+                 base=BASE)  # fmt: skip
+    rsp = td.drive(xr, w, observed)
+    assert sorted(td.replicas_of(rsp)) == ["replica-0", "replica-1"]
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert c["reason"] == "HydrationFailed" and "Failed on gpu-a, gpu-b" in c["message"]
+    assert c["message"].startswith("2 of 3 replicas placed")
+
+
+# ---- upgrade: replicas of the release before side-by-side revisions ------------------
+
+
+class Upgrade(NamedTuple):
+    """What each cluster's hydration stores (None: no status.stored)."""
+
+    stored: list[str] | None
+
+
+UPGRADE_CASES = [
+    Case("not-stored", "the hydration stores nothing yet: the spec stays without identity "
+         "(its workload keeps reading the PVC root) and the status says so",
+         Upgrade(None), (None, [{"pvcRoot": True, "replicas": 2}])),
+    Case("stored", "once the hydration stores the identity in its directory, the replica "
+         "is given it", Upgrade([DEP_OLD]), (DEP_OLD, [])),
+]  # fmt: skip
+
+
+@table(UPGRADE_CASES)
+def test_an_existing_replica_without_identity_moves_only_once_stored(
+    case: Case[Upgrade, tuple[str | None, list[dict[str, Any]]]],
+) -> None:
+    def hyd(cluster: str) -> dict[str, Any]:
+        b = _hyd(cluster, "Ready", DEP_OLD)
+        if case.inputs.stored is not None:
+            b["status"]["stored"] = [{"identity": i} for i in case.inputs.stored]
+        return b
+
+    w = td.world(hyd("gpu-a"), hyd("gpu-b"), base=BASE)
+    xr = td.deployment(2)
+    observed = td.observe(td.drive(xr, w), {0: ("True", "Serving", "ok"),
+                                            1: ("True", "Serving", "ok")})  # fmt: skip
+    for b in observed.values():
+        if b.get("kind") == "ModelReplica":
+            b["spec"]["modelCacheRef"].pop("identity")
+    rsp = td.drive(xr, w, observed)
+    want_identity, rows = case.want
+    for r in td.replicas_of(rsp).values():
+        assert r["spec"]["modelCacheRef"].get("identity") == want_identity, case.reason
+    st = h.status(rsp)
+    if rows:
+        assert st["cacheIdentities"] == rows, case.reason
+        assert "PVC root" in st["cacheRollout"]
+    assert h.conditions(rsp)["ReplicasReady"]["status"] == "True"

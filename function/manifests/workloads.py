@@ -552,29 +552,40 @@ def template_sources(manifest: Any, kind: str) -> set[str]:
     identity whose directory ``MODELPLANE_MODEL`` or the flash loader's ``--source``
     names, and :data:`ROOT_SOURCE` for the PVC root (the release before side-by-side
     revisions). Empty when the templates read no cache (or are not observed)."""
-    root = CACHE_MOUNT_PATH
-    prefix = root + "/"
     found: set[str] = set()
-
-    def note(path: Any) -> None:
-        if path == root:
-            found.add(ROOT_SOURCE)
-        elif isinstance(path, str) and path.startswith(prefix):
-            ident = path[len(prefix) :]
-            if IDENTITY_PATTERN.fullmatch(ident):
-                found.add(ident)
-
     for t in pod_templates(manifest, kind):
         spec = structs.get(t, "spec")
         for c in [*structs.items(spec, "initContainers"), *structs.items(spec, "containers")]:
-            for e in structs.items(c, "env"):
-                if structs.get(e, "name") == ENV_MODEL:
-                    note(structs.get(e, "value"))
-            if structs.get(c, "name") == FLASH_CONTAINER:
-                for a in structs.items(c, "args"):
-                    if isinstance(a, str) and a.startswith("--source="):
-                        note(a[len("--source=") :])
+            for path in _container_paths(c):
+                source = _source_of(path)
+                if source is not None:
+                    found.add(source)
     return found
+
+
+def _container_paths(c: Any) -> list[Any]:
+    """The paths a container is told to read the weights from: its ``MODELPLANE_MODEL``
+    and, for the flash loader, its ``--source``."""
+    env = structs.items(c, "env")
+    paths = [structs.get(e, "value") for e in env if structs.get(e, "name") == ENV_MODEL]
+    if structs.get(c, "name") == FLASH_CONTAINER:
+        flag = "--source="
+        args = [a for a in structs.items(c, "args") if isinstance(a, str)]
+        paths += [a[len(flag) :] for a in args if a.startswith(flag)]
+    return paths
+
+
+def _source_of(path: Any) -> str | None:
+    """The identity whose directory ``path`` is, :data:`ROOT_SOURCE` for the PVC root,
+    None for anything else."""
+    if path == CACHE_MOUNT_PATH:
+        return ROOT_SOURCE
+    prefix = CACHE_MOUNT_PATH + "/"
+    if isinstance(path, str) and path.startswith(prefix):
+        ident = path[len(prefix) :]
+        if IDENTITY_PATTERN.fullmatch(ident):
+            return ident
+    return None
 
 
 def rollout_complete(manifest: Any, kind: str) -> bool | None:
@@ -593,28 +604,26 @@ def rollout_complete(manifest: Any, kind: str) -> bool | None:
     Returns:
         True when complete; False when a reported field shows it is not (an older
         generation, fewer updated or available pods than wanted, pods of an older
-        template, an update in progress); None when not known (a field it needs is not reported: Kubernetes
-        omits zero counts, and an LWS before v0.6 reports no ``observedGeneration``).
+        template, an update in progress); None when not known (a field it needs is
+        not reported: Kubernetes omits zero counts; an LWS release without
+        ``status.observedGeneration``).
     """
     want = _num(manifest, "spec", "replicas")
     gen = _num(manifest, "metadata", "generation")
     seen = _num(manifest, "status", "observedGeneration")
     updated = _num(manifest, "status", "updatedReplicas")
     total = _num(manifest, "status", "replicas")
-    if kind == "LeaderWorkerSet":
-        up = _num(manifest, "status", "readyReplicas")
-        if structs.condition_is(manifest, "UpdateInProgress", "True"):
-            return False
-    else:
-        up = _num(manifest, "status", "availableReplicas")
-    if seen is not None and gen is not None and seen < gen:
+    lws = kind == "LeaderWorkerSet"
+    up = _num(manifest, "status", "readyReplicas" if lws else "availableReplicas")
+    behind = (
+        (lws and structs.condition_is(manifest, "UpdateInProgress", "True"))
+        or (seen is not None and gen is not None and seen < gen)
+        or (want is not None and any(v is not None and v < want for v in (updated, up)))
+        # pods (groups) of an older template still run
+        or (updated is not None and total is not None and total > updated)
+    )
+    if behind:
         return False
-    if want is None:
-        return None
-    if any(v is not None and v < want for v in (updated, up)):
-        return False
-    if updated is not None and total is not None and total > updated:
-        return False  # pods (groups) of an older template still run
-    if seen is None or gen is None or updated is None or up is None or total is None:
+    if None in (want, seen, gen, updated, up, total):
         return None
     return True

@@ -23,10 +23,10 @@ from function.api.modelcachehydration import (
 )
 from function.api.modelreplica import (
     REASON_CACHE_NOT_FOUND,
-    STATUS_CACHE_IDENTITIES,
     REASON_HYDRATING,
     REASON_HYDRATION_FAILED,
     REASON_HYDRATION_NOT_FOUND,
+    STATUS_CACHE_IDENTITIES,
 )
 from function.composers.replica import children
 from function.composers.replica.children import Defaults, Head, PlanKey, canonical
@@ -305,7 +305,8 @@ def _write_cache_identities(c: _Call, status: dict[str, Any], serving: str | Non
     for kind, manifest in workloads:
         sources = wl.template_sources(manifest, kind)
         earlier |= sources
-        if sources != {serving or wl.ROOT_SOURCE} or wl.rollout_complete(manifest, kind) is not True:
+        done = wl.rollout_complete(manifest, kind) is True
+        if sources != {serving or wl.ROOT_SOURCE} or not done:
             rolled = False
     if not workloads:
         rolled = False
@@ -408,20 +409,28 @@ def _serving(inputs: Inputs, key: str, kind: str, source: str | None) -> tuple[b
     else:
         ok = wl.deployment_serving(manifest)
         have, unit = _count(manifest, "status", "availableReplicas"), "pods available"
-    if ok and source is not None:
-        sources = wl.template_sources(manifest, kind)
-        if sources and sources != {source}:
-            old = ", ".join(_source_name(s) for s in sorted(sources))
-            return False, f"rolling onto {_source_name(source)}: the observed pods read {old}"
-        if wl.rollout_complete(manifest, kind) is False:
-            return False, f"rolling onto {_source_name(source)}: pods of the previous template run"
-    if ok:
-        return True, ""
-    return False, f"{have}/{_count(manifest, 'spec', 'replicas')} {unit}"
+    if not ok:
+        return False, f"{have}/{_count(manifest, 'spec', 'replicas')} {unit}"
+    why = _not_rolled(manifest, kind, source) if source is not None else ""
+    return not why, why
+
+
+def _not_rolled(manifest: Struct, kind: str, source: str) -> str:
+    """Why the observed workload's serving pods are not yet those reading ``source``
+    ("" when they are, or when its rollout state is not known)."""
+    sources = wl.template_sources(manifest, kind)
+    onto = f"rolling onto {_source_name(source)}"
+    if sources and sources != {source}:
+        return f"{onto}: the observed pods read " + ", ".join(
+            _source_name(s) for s in sorted(sources)
+        )
+    if wl.rollout_complete(manifest, kind) is False:
+        return f"{onto}: pods of the previous template still run"
+    return ""
 
 
 def _source_name(source: str) -> str:
-    """``identity <id>``, or ``the PVC root`` for :data:`~function.manifests.workloads.ROOT_SOURCE`."""
+    """``identity <id>``, or ``the PVC root`` for ``workloads.ROOT_SOURCE``."""
     return f"identity {source}" if source else "the PVC root"
 
 
