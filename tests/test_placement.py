@@ -14,6 +14,7 @@ import pytest
 
 from function.api.modeldeployment import (
     CACHE_NOT_FOUND,
+    HYDRATION_FAILED,
     INSUFFICIENT_CAPACITY,
     NO_CLUSTER_IN_FOOTPRINT,
     NO_MATCHING_CLUSTERS,
@@ -565,9 +566,10 @@ PLACEMENT: list[Case[Request, Want]] = [
     Case("c7-failed-stays-with-nowhere-to-go", FAILED + "; with nowhere to go it stays, as Failed",
          req(clusters=FLEET, footprint={"gpu-c": "Failed"}, cache="c", existing=ON_GPU_C),
          Want(placed=at((0, "gpu-c")), hydration=("Failed",))),
-    Case("all-hydrations-failed", "every hydration Failed is a footprint reason",
+    Case("all-hydrations-failed", "every selected hydration Failed: the reason says so, and "
+         "where (not an empty footprint)",
          req(clusters=FLEET, footprint={"gpu-a": "Failed"}, cache="c"),
-         Want(reason=NO_CLUSTER_IN_FOOTPRINT, message_has=("hydration Failed on gpu-a",))),
+         Want(reason=HYDRATION_FAILED, message_has=("ModelCache c Failed on gpu-a",))),
     Case("stay-while-no-hydration", "replicas stay while the cache has no hydration at all",
          req(clusters=FLEET, footprint={}, cache="c",
              existing=(Existing(0, "gpu-a", ON_H100),)),

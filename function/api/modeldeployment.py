@@ -8,7 +8,9 @@ ModelBackfill composer. Declared in ``compositions/modeldeployment/definition.ya
 - :data:`SCHEDULED` (``ReplicasScheduled``): True when every wanted replica is placed;
   False with one of the reasons below otherwise.
 - :data:`REPLICAS_READY` (``ReplicasReady``): True when every wanted replica serves
-  (reason ``Ready``, or ``ScaledToZero``); False with :data:`HYDRATION_FAILED`
+  (reason ``Ready``, ``ScaledToZero``, or :data:`SERVING_PREVIOUS_IDENTITY` when some
+  keep serving an earlier source identity because the new one Failed to hydrate on
+  their cluster); False with :data:`HYDRATION_FAILED`
   (the replica's own ModelReady reason, passed through), :data:`WAITING_FOR_CACHE`
   or ``ReplicasNotReady``.
 """
@@ -39,12 +41,20 @@ NO_CLUSTER_IN_FOOTPRINT = "NoClusterInCacheFootprint"
 NO_MATCHING_CLUSTERS = "NoMatchingClusters"
 INSUFFICIENT_CAPACITY = "InsufficientCapacity"
 INVALID_DEVICE_SELECTOR = "InvalidDeviceSelector"
-# Reasons no amount of waiting fixes (the ModelExperiment fails the run on them).
-FATAL_SCHEDULING = frozenset({INVALID_DEVICE_SELECTOR, NO_CLUSTER_IN_FOOTPRINT})
-
 # ReplicasReady=False reasons: a replica's hydration failed (the replica's own
 # ModelReady reason, passed through), or replicas wait for the cache (WAITING_FOR_CACHE).
+# Also a ReplicasScheduled=False reason: the hydration Failed on every selected cluster
+# of the footprint (the message names where, for which source identity and why).
 HYDRATION_FAILED = REASON_HYDRATION_FAILED
+
+# Reasons no amount of waiting fixes (the ModelExperiment fails the run on them).
+FATAL_SCHEDULING = frozenset({INVALID_DEVICE_SELECTOR, NO_CLUSTER_IN_FOOTPRINT, HYDRATION_FAILED})
+
+# ReplicasReady=True reason when every wanted replica serves but some serve an earlier
+# source identity of the cache because its hydration Failed for the new one on their
+# cluster (the earlier one still complete there): the message names the clusters and
+# the identity that failed; status.cacheRollout says the same.
+SERVING_PREVIOUS_IDENTITY = "ServingPreviousIdentity"
 
 
 # ---- the spec model (read by function.composers.deployment.spec) -----------------------

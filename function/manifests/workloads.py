@@ -38,6 +38,7 @@ from function.core import structs
 from function.core.errors import SpecError
 from function.naming import LABEL_SERVING, LABEL_WORKLOAD
 from function.serving.env import (
+    ENV_MODEL,
     SHM_MOUNT_PATH,
     check_reserved,
     gang_env,
@@ -46,7 +47,13 @@ from function.serving.env import (
     set_env,
 )
 from function.serving.flashloader import FlashLoader
-from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH, FLASHLOAD_COMMAND, identity_dir
+from jobs.contract import (
+    CACHE_MOUNT_PATH,
+    FLASH_MOUNT_PATH,
+    FLASHLOAD_COMMAND,
+    IDENTITY_PATTERN,
+    identity_dir,
+)
 
 ENGINE_CONTAINER = "engine"
 DEFAULT_ENGINE_PORT = 8000
@@ -151,16 +158,29 @@ def engine_port(template: dict[str, Any], field_path: str) -> int:
     return int(ports[0]["containerPort"]) if ports else DEFAULT_ENGINE_PORT
 
 
-def model_path(plan: PodPlan) -> str | None:
-    """What ``MODELPLANE_MODEL`` points at: the flash copy, the directory of the source
-    identity the pod serves on the cache PVC, or nothing (no cache).
+def cache_source(identity: str) -> str:
+    """Where the weights of ``identity`` are read on the cache PVC: its directory
+    (:func:`jobs.contract.identity_dir`), or the PVC root for ``""``: the layout of the
+    release before side-by-side revisions, kept for a replica that serves from it until
+    its cluster's hydration stores the identity in its own directory.
 
     Raises:
-        ValueError: a cache without a valid identity (the composer always passes one).
+        ValueError: ``identity`` is neither ``""`` nor a source identity.
+    """
+    return identity_dir(CACHE_MOUNT_PATH, identity) if identity else CACHE_MOUNT_PATH
+
+
+def model_path(plan: PodPlan) -> str | None:
+    """What ``MODELPLANE_MODEL`` points at: the flash copy, the directory of the source
+    identity the pod serves on the cache PVC (:func:`cache_source`), or nothing (no
+    cache).
+
+    Raises:
+        ValueError: a malformed identity (the composer passes a valid one or ``""``).
     """
     if plan.cache_pvc is None:
         return None
-    source = identity_dir(CACHE_MOUNT_PATH, plan.cache_identity)
+    source = cache_source(plan.cache_identity)
     return FLASH_MOUNT_PATH if plan.flash is not None else source
 
 
@@ -357,7 +377,7 @@ def flash_container(fl: FlashLoader, identity: str) -> dict[str, Any]:
         "image": fl.image,
         "command": list(FLASHLOAD_COMMAND),
         "args": [
-            f"--source={identity_dir(CACHE_MOUNT_PATH, identity)}",
+            f"--source={cache_source(identity)}",
             f"--dest={FLASH_MOUNT_PATH}",
             f"--concurrency={fl.concurrency}",
         ],
@@ -508,3 +528,102 @@ def lws_serving(manifest: Any) -> bool:
     if want is None or ready is None or ready < want:
         return False
     return structs.condition_is(manifest, "Available", "True")
+
+
+# ---- what an observed workload's pods read, and whether they all run its template ----
+
+ROOT_SOURCE = ""
+"""What :func:`template_sources` reports for a pod template that reads the PVC root."""
+
+
+def pod_templates(manifest: Any, kind: str) -> list[Any]:
+    """The pod templates of an observed workload manifest (Struct or dict): a
+    Deployment's ``spec.template``; a LeaderWorkerSet's leader and worker templates."""
+    if kind == "LeaderWorkerSet":
+        lwt = structs.get(manifest, "spec", "leaderWorkerTemplate")
+        found = [structs.get(lwt, "leaderTemplate"), structs.get(lwt, "workerTemplate")]
+    else:
+        found = [structs.get(manifest, "spec", "template")]
+    return [t for t in found if t is not None]
+
+
+def template_sources(manifest: Any, kind: str) -> set[str]:
+    """The cache sources the pod templates of an observed workload read: each source
+    identity whose directory ``MODELPLANE_MODEL`` or the flash loader's ``--source``
+    names, and :data:`ROOT_SOURCE` for the PVC root (the release before side-by-side
+    revisions). Empty when the templates read no cache (or are not observed)."""
+    found: set[str] = set()
+    for t in pod_templates(manifest, kind):
+        spec = structs.get(t, "spec")
+        for c in [*structs.items(spec, "initContainers"), *structs.items(spec, "containers")]:
+            for path in _container_paths(c):
+                source = _source_of(path)
+                if source is not None:
+                    found.add(source)
+    return found
+
+
+def _container_paths(c: Any) -> list[Any]:
+    """The paths a container is told to read the weights from: its ``MODELPLANE_MODEL``
+    and, for the flash loader, its ``--source``."""
+    env = structs.items(c, "env")
+    paths = [structs.get(e, "value") for e in env if structs.get(e, "name") == ENV_MODEL]
+    if structs.get(c, "name") == FLASH_CONTAINER:
+        flag = "--source="
+        args = [a for a in structs.items(c, "args") if isinstance(a, str)]
+        paths += [a[len(flag) :] for a in args if a.startswith(flag)]
+    return paths
+
+
+def _source_of(path: Any) -> str | None:
+    """The identity whose directory ``path`` is, :data:`ROOT_SOURCE` for the PVC root,
+    None for anything else."""
+    if path == CACHE_MOUNT_PATH:
+        return ROOT_SOURCE
+    prefix = CACHE_MOUNT_PATH + "/"
+    if isinstance(path, str) and path.startswith(prefix):
+        ident = path[len(prefix) :]
+        if IDENTITY_PATTERN.fullmatch(ident):
+            return ident
+    return None
+
+
+def rollout_complete(manifest: Any, kind: str) -> bool | None:
+    """Whether every pod of an observed workload runs its current template and is
+    available, with none of an older template left (``kubectl rollout status``).
+
+    A Deployment: ``status.observedGeneration >= metadata.generation``,
+    ``updatedReplicas`` and ``availableReplicas`` at least ``spec.replicas``, and no pod
+    of an older template (``status.replicas == updatedReplicas``; a scale-down's surplus
+    pods are updated ones)
+    (https://kubernetes.io/docs/concepts/workloads/controllers/deployment/#complete-deployment).
+    A LeaderWorkerSet (kubernetes-sigs/lws ``LeaderWorkerSetStatus``):
+    ``observedGeneration >= generation``, ``updatedReplicas == replicas >=
+    spec.replicas``, ``readyReplicas >= spec.replicas`` and no ``UpdateInProgress=True``.
+
+    Returns:
+        True when complete; False when a reported field shows it is not (an older
+        generation, fewer updated or available pods than wanted, pods of an older
+        template, an update in progress); None when not known (a field it needs is
+        not reported: Kubernetes omits zero counts; an LWS release without
+        ``status.observedGeneration``).
+    """
+    want = _num(manifest, "spec", "replicas")
+    gen = _num(manifest, "metadata", "generation")
+    seen = _num(manifest, "status", "observedGeneration")
+    updated = _num(manifest, "status", "updatedReplicas")
+    total = _num(manifest, "status", "replicas")
+    lws = kind == "LeaderWorkerSet"
+    up = _num(manifest, "status", "readyReplicas" if lws else "availableReplicas")
+    behind = (
+        (lws and structs.condition_is(manifest, "UpdateInProgress", "True"))
+        or (seen is not None and gen is not None and seen < gen)
+        or (want is not None and any(v is not None and v < want for v in (updated, up)))
+        # pods (groups) of an older template still run
+        or (updated is not None and total is not None and total > updated)
+    )
+    if behind:
+        return False
+    if None in (want, seen, gen, updated, up, total):
+        return None
+    return True

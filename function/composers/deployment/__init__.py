@@ -62,9 +62,11 @@ Conditions:
 
 - ``ReplicasScheduled``: True only when every wanted replica is placed; False
   with ``CacheNotFound``, ``WaitingForCache``, ``NoClusterInCacheFootprint``,
+  ``HydrationFailed`` (the hydration Failed on every selected footprint cluster),
   ``NoMatchingClusters``, ``InsufficientCapacity`` ("M of N replicas placed: ..."
   with what was checked) or ``InvalidDeviceSelector``.
-- ``ReplicasReady``: True when every wanted replica reports ``ModelReady=True``;
+- ``ReplicasReady``: True when every wanted replica reports ``ModelReady=True``
+  (reason ``ServingPreviousIdentity`` when some are held, below);
   otherwise ``HydrationFailed`` (naming the replica and its cluster) when a
   replica's cache hydration failed, ``WaitingForCache`` when every replica not
   ready waits on a hydration still in progress, else ``ReplicasNotReady``.
@@ -72,7 +74,9 @@ Conditions:
 Policy for a replica whose cluster's hydration Failed: it is moved to a cluster
 where the cache is not Failed (Ready preferred) when one has room; when none
 has, it is kept, failed, and the deployment reports ``HydrationFailed`` with
-the cluster's name. An event records every removal: Normal for a scale-down,
+the cluster's name. Unless the identity the replica serves is still stored on its
+cluster and the hydration Failed for the cache's new identity: then it is held (kept
+serving, not moved). An event records every removal: Normal for a scale-down,
 Warning for a replica moved or dropped because its cluster no longer qualifies.
 """
 

@@ -46,14 +46,17 @@ from function.composers.deployment.terms import (
     MAX_NEXT_CLUSTERS,
     MIN_NEXT_CLUSTERS,
     NEXT_CLUSTERS,
+    READY_COND,
     REPLICA_PREFIX,
     REQ_CACHE,
     REQ_CLUSTERS,
     REQ_HYDRATIONS,
     SCHEDULED,
+    SERVING_PREVIOUS_IDENTITY,
     USAGE_KEY,
 )
 from function.composers.modelcache import retained_clusters
+from function.core import structs
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
 from function.naming import (
@@ -152,6 +155,7 @@ def compose(inputs: Inputs) -> Outcome:
     _report(call, placement, rows)
     if serving is not None:
         _rollout_status(call.out, serving)
+        _held_report(call, [s for s in serving if s.replica in placement.held])
     if nxt:
         out.status[NEXT_CLUSTERS] = nxt
     return out
@@ -230,7 +234,7 @@ def _request(
     existing = []
     for v in call.placed:
         assert v.index is not None
-        existing.append(Existing(v.index, v.cluster, v.pools, v.state[0]))
+        existing.append(Existing(v.index, v.cluster, v.pools, v.state[0], v.identity))
     tolerations = [t.model_dump(exclude_none=True) for t in spec.template.spec.tolerations]
     return Request(
         replicas=spec.replicas,
@@ -242,6 +246,7 @@ def _request(
         footprint=lists.footprint,
         retained=lists.retained,
         cache=call.cache,
+        identities=lists.footprint,
     )
 
 
@@ -312,13 +317,17 @@ def _next_clusters(request: Request, placement: Placement, replicas: int) -> lis
 
 class _Serving(NamedTuple):
     """One placed replica's source identities: the one it serves now (its observed spec;
-    "" for a new replica), the one it is given, and the cluster's current one."""
+    "" for a new replica or one of the release before side-by-side revisions), the one
+    it is given, the cluster's current one, and, when the cluster's hydration Failed,
+    the identity it failed for and its message."""
 
     replica: int
     cluster: str
     serves: str
     given: str
     current: str
+    failed: tuple[str, str] = ("", "")
+    existing: bool = False
 
 
 def _identity(footprint: _Footprint | None, cluster: str, view: _Observed | None) -> _Serving:
@@ -327,14 +336,25 @@ def _identity(footprint: _Footprint | None, cluster: str, view: _Observed | None
     The cluster's hydration Ready for its identity: that one (a replica on an older one
     moves; its workload rolls make-before-break). Not Ready yet (a new revision
     hydrating beside the old one, or failed): the replica keeps the identity it was
-    started on; a new replica gets the hydration's identity and waits for it.
+    started on; a new replica gets the hydration's identity and waits for it. An
+    existing replica without one (the release before side-by-side revisions: its
+    workload reads the PVC root) is given the current identity only once the
+    hydration stores it in its own directory (``status.stored``); until then its spec
+    stays as it is.
     """
     serves = view.identity if view is not None else ""
     if footprint is None:
         return _Serving(-1, cluster, serves, "", "")
     current, ready = footprint.identity(cluster)
-    given = current if ready or not serves else serves
-    return _Serving(-1, cluster, serves, given, current)
+    if serves:
+        given = current if ready else serves
+    elif view is not None:
+        given = current if current and current in footprint.stored(cluster) else ""
+    else:
+        given = current
+    return _Serving(
+        -1, cluster, serves, given, current, footprint.failure(cluster), view is not None
+    )
 
 
 def _children(
@@ -372,35 +392,102 @@ def _children(
     return rows, serving
 
 
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def _rollout_status(out: Outcome, serving: list[_Serving]) -> None:
-    """``status.cacheIdentities`` (replicas per source identity they serve now) and,
-    while any replica serves an identity other than its cluster's current one,
-    ``status.cacheRollout``: what is served and where it is moving, for example
-    ``2 replicas serve identity X; moving to Y as each cluster's hydration becomes Ready``.
+    """``status.cacheIdentities`` (replicas per source identity they serve now; those
+    of the release before side-by-side revisions, reading the PVC root, as one
+    ``{pvcRoot: true}`` row) and, while any replica serves an identity other than its
+    cluster's current one, ``status.cacheRollout``: what is served and where it is
+    moving, for example ``2 replicas serve identity X; moving to Y as each cluster's
+    hydration becomes Ready``; where the hydration Failed for the new identity, the
+    clusters and that the replicas there keep serving the old one.
     """
     counts: dict[str, int] = {}
+    root = 0
     for s in serving:
         if s.serves:
             counts[s.serves] = counts.get(s.serves, 0) + 1
-    out.status[CACHE_IDENTITIES] = [
+        elif s.existing and not s.given:
+            root += 1
+    rows: list[dict[str, Any]] = [
         {"identity": i, "replicas": n} for i, n in sorted(counts.items())
     ]
+    if root:
+        rows.append({"pvcRoot": True, "replicas": root})
+    out.status[CACHE_IDENTITIES] = rows
     behind = [s for s in serving if s.serves and s.current and s.serves != s.current]
-    if not behind:
-        return
+    legacy = [s for s in serving if s.existing and not s.serves and not s.given]
+    parts = _behind_parts(behind) if behind else []
+    if legacy:
+        parts.append(
+            f"{_plural(len(legacy), 'replica reads', 'replicas read')} the PVC root (the "
+            "layout before side-by-side revisions); each moves to its identity's directory "
+            "once its cluster's hydration stores it"
+        )
+    if parts:
+        out.status[CACHE_ROLLOUT] = "; ".join(parts)
+
+
+def _behind_parts(behind: list[_Serving]) -> list[str]:
+    """The ``cacheRollout`` sentences of replicas serving an identity other than their
+    cluster's current one: what they serve, where they move, where the new one Failed."""
     olds: dict[str, int] = {}
     for s in behind:
         olds[s.serves] = olds.get(s.serves, 0) + 1
-    served = "; ".join(
-        f"{n} replica{'s' if n != 1 else ''} serve{'s' if n == 1 else ''} identity {i}"
-        for i, n in sorted(olds.items())
+    parts = [
+        "; ".join(
+            f"{_plural(n, 'replica serves', 'replicas serve')} identity {i}"
+            for i, n in sorted(olds.items())
+        )
+    ]
+    failed = [s for s in behind if s.failed[0] == s.current]
+    waiting = [s for s in behind if s not in failed]
+    if waiting:
+        targets = ", ".join(sorted({s.current for s in waiting}))
+        msg = f"moving to {targets} as each cluster's hydration becomes Ready"
+        moving = sorted({s.cluster for s in waiting if s.given != s.serves})
+        if moving:
+            msg += f" (rolling on {', '.join(moving)})"
+        parts.append(msg)
+    by_identity: dict[str, list[_Serving]] = {}
+    for s in failed:
+        by_identity.setdefault(s.current, []).append(s)
+    for ident, group in sorted(by_identity.items()):
+        clusters = ", ".join(sorted({s.cluster for s in group}))
+        keep = ", ".join(sorted({s.serves for s in group}))
+        n = _plural(len(group), "replica", "replicas")
+        parts.append(
+            f"the hydration of identity {ident} Failed on {clusters}: {n} there keep "
+            f"serving identity {keep}"
+        )
+    return parts
+
+
+def _held_report(call: _Call, held: list[_Serving]) -> None:
+    """Replicas kept serving an earlier identity on a cluster whose hydration Failed for
+    the new one (``Placement.held``): ``ReplicasReady`` (when True) says so with
+    :data:`SERVING_PREVIOUS_IDENTITY`, naming the clusters and the identity that failed,
+    and a Warning event is emitted when that message changes."""
+    if not held:
+        return
+    out = call.out
+    detail = "; ".join(
+        f"replica {s.replica} on {s.cluster} keeps serving identity {s.serves}: the hydration "
+        f"of ModelCache {call.cache} Failed for identity {s.failed[0]}"
+        + (f" ({s.failed[1]})" if s.failed[1] else "")
+        for s in held[:5]
     )
-    targets = ", ".join(sorted({s.current for s in behind}))
-    moving = [s for s in behind if s.given != s.serves]
-    msg = f"{served}; moving to {targets} as each cluster's hydration becomes Ready"
-    if moving:
-        msg += f" (rolling on {', '.join(sorted({s.cluster for s in moving}))})"
-    out.status[CACHE_ROLLOUT] = msg
+    current = next((c for c in out.conditions if c.type == READY_COND), None)
+    if current is None or current.status != "True":
+        return
+    msg = f"{current.message}; {detail}"
+    out.condition(READY_COND, "True", SERVING_PREVIOUS_IDENTITY, msg)
+    prev = structs.conditions(call.inputs.xr).get(READY_COND)
+    if prev is None or structs.get_str(prev, "message") != msg:
+        out.warning(detail, SERVING_PREVIOUS_IDENTITY)
 
 
 def _report(call: _Call, placement: Placement, rows: list[Any]) -> None:

@@ -12,7 +12,13 @@ from typing import Any
 from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function.api import inferencecluster
-from function.api.modelcachehydration import PENDING, READY, source_identity_of
+from function.api.modelcachehydration import (
+    FAILED,
+    PENDING,
+    READY,
+    source_identity_of,
+    stored_identities,
+)
 from function.composers.deployment.status import _replica_state
 from function.core import structs
 from function.core.memo import memo
@@ -229,6 +235,26 @@ class _Footprint(Mapping[str, str]):
             repo = structs.sval(hf, "repo")
             ident = source_identity(repo, structs.sval(hf, "revision") or "main") if repo else ""
         return ident, structs.sval(status, "phase") == READY
+
+    def _status(self, cluster: str) -> Struct | None:
+        """The status of the cache's hydration on ``cluster`` (None without one)."""
+        h = self._by_name.get(hydration_name(self._ns, self._cache, cluster))
+        if h is None or cluster not in self:
+            return None
+        return structs.sub(h, "status")
+
+    def stored(self, cluster: str) -> frozenset[str]:
+        """The identities complete on ``cluster``'s cache PVC: its hydration's
+        ``status.stored`` (``function.api.modelcachehydration.stored_identities``)."""
+        return stored_identities(self._status(cluster))
+
+    def failure(self, cluster: str) -> tuple[str, str]:
+        """``(identity, message)`` of ``cluster``'s hydration when it is Failed (the
+        identity of ``status.source``, "" when not reported); ``("", "")`` otherwise."""
+        status = self._status(cluster)
+        if structs.sval(status, "phase") != FAILED:
+            return "", ""
+        return source_identity_of(structs.sub(status, "source")), structs.sval(status, "message")
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._full())

@@ -26,6 +26,7 @@ from function.api.modelreplica import (
     REASON_HYDRATING,
     REASON_HYDRATION_FAILED,
     REASON_HYDRATION_NOT_FOUND,
+    STATUS_CACHE_IDENTITIES,
 )
 from function.composers.replica import children
 from function.composers.replica.children import Defaults, Head, PlanKey, canonical
@@ -43,6 +44,7 @@ from function.core.outcome import Outcome
 from function.manifests import workloads as wl
 from function.manifests.objects import sync_error
 from function.serving.flashloader import FlashLoader
+from jobs.contract import IDENTITY_PATTERN
 
 # Status fields this composer owns, with the type it writes (echoed while undecided).
 _STATUS_FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -52,6 +54,7 @@ _STATUS_FIELDS: dict[str, type | tuple[type, ...]] = {
     "cluster": str,
     "engines": (ListValue, list),
     "hydration": (Struct, dict),
+    STATUS_CACHE_IDENTITIES: (ListValue, list),
 }
 
 
@@ -125,7 +128,7 @@ def compose(inputs: Inputs) -> Outcome:
         if isinstance(cached, Gate):
             return _gate(c, cached)
         flash, hydration = cached
-        identity = hydration["identity"]
+        identity = hydration.get("identity", "")
 
     plan = children.plan(
         PlanKey(
@@ -216,11 +219,18 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
     source = structs.sub(hyd_status, "source")
     current = source_identity_of(source) if source is not None else _spec_identity(hyd_req.items[0])
     want = c.head.identity
+    stored = stored_identities(hyd_status)
     hydration = {"name": hyd_name, "phase": phase, "message": msg or f"hydration is {phase}"}
-    if want is not None and want in stored_identities(hyd_status):
+    if want is not None and want in stored:
         # The identity this replica serves is complete on the PVC: it keeps serving it
         # while the cache's new identity hydrates beside it (or failed to).
         hydration["identity"] = want
+    elif want is None and phase != FAILED and current not in stored and _reads_root(c.inputs):
+        # Upgrade: a workload of the release before side-by-side revisions reads the
+        # PVC root; it keeps doing so (no roll onto a directory that does not exist)
+        # until the hydration stores the identity in its own directory and the
+        # deployment names it in the spec.
+        pass
     elif phase == FAILED and want in (None, current):
         return Gate(
             REASON_HYDRATION_FAILED,
@@ -248,6 +258,65 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
     return hydration
 
 
+def _observed_workloads(inputs: Inputs) -> list[tuple[str, Struct]]:
+    """``(kind, manifest)`` of every observed workload Object (provider-kubernetes'
+    ``status.atProvider.manifest``: the object as the workload cluster reports it)."""
+    out = []
+    for key in inputs.observed:
+        if not key.startswith(WORKLOAD_PREFIX):
+            continue
+        manifest = structs.get(inputs.observed_body(key), "status", "atProvider", "manifest")
+        if isinstance(manifest, Struct):
+            out.append((structs.sval(manifest, "kind"), manifest))
+    return out
+
+
+def _reads_root(inputs: Inputs) -> bool:
+    """Whether an observed workload's pods read the cache PVC root (the layout of the
+    release before side-by-side revisions)."""
+    return any(
+        wl.ROOT_SOURCE in wl.template_sources(m, kind) for kind, m in _observed_workloads(inputs)
+    )
+
+
+def _write_cache_identities(c: _Call, status: dict[str, Any], serving: str | None) -> None:
+    """``status.cacheIdentities`` (the contract of ``function.api.modelreplica``): the
+    identities the replica's pods may read now, so that its cluster's hydration prunes
+    none of them.
+
+    The identity composed (``serving``; None when gated, "" for the PVC root) and the
+    spec's, first; then, until every observed workload has fully rolled onto
+    ``serving`` (:func:`function.manifests.workloads.rollout_complete` True and its pod
+    templates read only ``serving``), every identity the replica may have served before:
+    those of its last status (``cacheIdentities`` and ``hydration.identity``) and those
+    its observed workloads' templates read. Rollout state not known: all are kept.
+    """
+    if c.head.cache is None:
+        return
+    first = [i for i in (serving, c.head.identity) if i]
+    rolled = serving is not None
+    earlier: set[str] = set()
+    prev = structs.sub(c.inputs.xr, "status")
+    for v in structs.items(prev, STATUS_CACHE_IDENTITIES):
+        if isinstance(v, str):
+            earlier.add(v)
+    earlier.add(structs.get_str(prev, "hydration", "identity"))
+    workloads = _observed_workloads(c.inputs)
+    for kind, manifest in workloads:
+        sources = wl.template_sources(manifest, kind)
+        earlier |= sources
+        done = wl.rollout_complete(manifest, kind) is True
+        if sources != {serving or wl.ROOT_SOURCE} or not done:
+            rolled = False
+    if not workloads:
+        rolled = False
+    keep = dict.fromkeys(first)
+    if not rolled:
+        keep.update(dict.fromkeys(sorted(i for i in earlier if IDENTITY_PATTERN.fullmatch(i))))
+    if keep:
+        status[STATUS_CACHE_IDENTITIES] = list(keep)
+
+
 def _spec_identity(hydration: Struct) -> str:
     """The source identity of a hydration's spec (a status without ``source``: not
     written by this function's hydration composer, which always writes it)."""
@@ -269,10 +338,12 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
         return _gate(c, Gate(stop.reason, stop.message, hydration=hydration, warn=True))
     for key, body in plan.bodies():
         out.add(key, body)
-    engines_status = [_engine_status(inputs, e) for e in plan.engines]
+    source = hydration.get("identity", wl.ROOT_SOURCE) if hydration is not None else None
+    engines_status = [_engine_status(inputs, e, source) for e in plan.engines]
     status: dict[str, Any] = {"cluster": c.head.clusterName, "engines": engines_status}
     if hydration is not None:
         status["hydration"] = hydration
+    _write_cache_identities(c, status, source)
     n = len(engines_status)
     if all(e["ready"] for e in engines_status):
         url = plan.url
@@ -299,9 +370,9 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
     return out
 
 
-def _engine_status(inputs: Inputs, e: children.EnginePlan) -> dict[str, Any]:
+def _engine_status(inputs: Inputs, e: children.EnginePlan, source: str | None) -> dict[str, Any]:
     """``status.engines[]`` entry of engine ``e``: whether its workload serves, and why not."""
-    serves, why = _serving(inputs, e.key, e.kind)
+    serves, why = _serving(inputs, e.key, e.kind, source)
     entry: dict[str, Any] = {"name": e.name, "kind": e.kind, "workload": e.workload}
     entry["ready"] = serves
     if why:
@@ -309,8 +380,15 @@ def _engine_status(inputs: Inputs, e: children.EnginePlan) -> dict[str, Any]:
     return entry
 
 
-def _serving(inputs: Inputs, key: str, kind: str) -> tuple[bool, str]:
-    """Whether the observed workload Object serves, and why not."""
+def _serving(inputs: Inputs, key: str, kind: str, source: str | None) -> tuple[bool, str]:
+    """Whether the observed workload Object serves, and why not.
+
+    With a cache (``source``: the identity composed, "" for the PVC root), the pods
+    that serve must be those of the template that reads it: a workload whose observed
+    template still reads another identity (the new one not applied yet), or that still
+    runs pods of an older template (rolling make-before-break), does not serve
+    ``source`` yet, though the old pods answer.
+    """
     obj = inputs.observed_body(key)
     if obj is None:
         return False, "not created yet"
@@ -331,9 +409,29 @@ def _serving(inputs: Inputs, key: str, kind: str) -> tuple[bool, str]:
     else:
         ok = wl.deployment_serving(manifest)
         have, unit = _count(manifest, "status", "availableReplicas"), "pods available"
-    if ok:
-        return True, ""
-    return False, f"{have}/{_count(manifest, 'spec', 'replicas')} {unit}"
+    if not ok:
+        return False, f"{have}/{_count(manifest, 'spec', 'replicas')} {unit}"
+    why = _not_rolled(manifest, kind, source) if source is not None else ""
+    return not why, why
+
+
+def _not_rolled(manifest: Struct, kind: str, source: str) -> str:
+    """Why the observed workload's serving pods are not yet those reading ``source``
+    ("" when they are, or when its rollout state is not known)."""
+    sources = wl.template_sources(manifest, kind)
+    onto = f"rolling onto {_source_name(source)}"
+    if sources and sources != {source}:
+        return f"{onto}: the observed pods read " + ", ".join(
+            _source_name(s) for s in sorted(sources)
+        )
+    if wl.rollout_complete(manifest, kind) is False:
+        return f"{onto}: pods of the previous template still run"
+    return ""
+
+
+def _source_name(source: str) -> str:
+    """``identity <id>``, or ``the PVC root`` for ``workloads.ROOT_SOURCE``."""
+    return f"identity {source}" if source else "the PVC root"
 
 
 def _conditions_ok(status: Struct | None) -> bool:
@@ -382,6 +480,7 @@ def _gate(c: _Call, gate: Gate) -> Outcome:
         status["cluster"] = cluster
     if gate.hydration is not None:
         status["hydration"] = gate.hydration
+    _write_cache_identities(c, status, None)
     times.write(status)
     out.status.update(status)
     out.condition(CONDITION, "False", gate.reason, message)

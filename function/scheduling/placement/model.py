@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from function.scheduling.devices import Device, DeviceRequest
 from function.scheduling.selectors import LabelSelector
@@ -77,6 +78,23 @@ class Existing:
     serving: bool = False
     """The replica serves (its ``ModelReady`` is True): a retiring replica goes only
     once enough replicas serve elsewhere."""
+    identity: str = ""
+    """The cache's source identity it serves (its spec's ``modelCacheRef.identity``;
+    "" when unset or without a cache)."""
+
+
+class CacheIdentities(Protocol):
+    """What placement reads of the cache's hydrations beyond their phases."""
+
+    def stored(self, cluster: str) -> frozenset[str]:
+        """The identities complete on ``cluster``'s cache PVC (the hydration's
+        ``status.stored``; empty without a hydration)."""
+        ...
+
+    def failure(self, cluster: str) -> tuple[str, str]:
+        """``(identity, message)`` of ``cluster``'s hydration when it is Failed: the
+        source identity it failed for and its message; ``("", "")`` otherwise."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +134,19 @@ class Placement:
         removed: Existing replicas dropped, sorted by index.
         reason: Why fewer replicas than wanted are placed (None when all are).
         message: A sentence for the condition, naming what was checked.
+        held: See the field.
     """
 
     replicas: list[Placed]
     removed: list[Removed]
     reason: str | None
     message: str
+    held: list[int] = field(default_factory=list)
+    """Indexes of replicas kept serving the identity still stored on a cluster whose
+    hydration Failed for the cache's new identity (not moved, not removed)."""
+
+    def indexes(self) -> set[int]:
+        return {p.index for p in self.replicas}
 
 
 @dataclass(frozen=True)
@@ -144,6 +169,9 @@ class Request:
         footprint: With a cache: cluster name to its hydration phase (every
             hydration, Failed too); None without a cache.
         cache: The cache's name (for messages), or None.
+        identities: With a cache, the identities its hydrations store and what a
+            Failed one failed for (:class:`CacheIdentities`); None reads as nothing
+            stored.
         retained: Clusters of the footprint that the cache keeps only while a live
             replica uses them (they left its ``clusterSelector``): no new replica goes
             there, and replicas there retire make-before-break.
@@ -165,3 +193,4 @@ class Request:
     cache: str | None = None
     fleet: Mapping[str, Cluster] | None = None
     retained: frozenset[str] = frozenset()
+    identities: CacheIdentities | None = None

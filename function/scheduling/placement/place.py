@@ -15,6 +15,7 @@ from typing import Any
 
 from function.api.modelcachehydration import FAILED, READY
 from function.api.modeldeployment import (
+    HYDRATION_FAILED,
     INSUFFICIENT_CAPACITY,
     NO_CLUSTER_IN_FOOTPRINT,
     NO_MATCHING_CLUSTERS,
@@ -54,7 +55,11 @@ def place(req: Request) -> Placement:
     chooser.place(req.replicas - len(standing.solid))
     kept_soft = _replace_moved(run, standing, chooser.new)
     kept_retiring = _retire(run, standing)
-    return _report(run, standing.solid + kept_soft + chooser.new, kept_retiring, chooser.checked)
+    placement = _report(
+        run, standing.solid + kept_soft + chooser.new, kept_retiring, chooser.checked
+    )
+    placement.held = sorted(p.index for p in run.held if p.index in placement.indexes())
+    return placement
 
 
 @dataclass
@@ -66,6 +71,9 @@ class _Run:
     ledger: Ledger
     fits: StaticFits
     removed: list[Removed] = field(default_factory=list)
+    held: list[Placed] = field(default_factory=list)
+    """Replicas kept on a cluster whose hydration Failed for the cache's new identity
+    while the identity they serve is still stored there (they take part in no move)."""
 
     def phase(self, name: str) -> str | None:
         fp = self.req.footprint
@@ -108,7 +116,7 @@ def _sort_existing(run: _Run) -> _Standing:
         run.ledger.charge(c.name, charges(run.req.engines, pools))
         if ex.serving:
             standing.serving.add(ex.index)
-        _file(run.req, standing, p, c)
+        _file(run, standing, p, c, ex)
     return standing
 
 
@@ -140,8 +148,14 @@ def _displaced(req: Request, ex: Existing, c: Cluster | None) -> str:
     return ""
 
 
-def _file(req: Request, standing: _Standing, p: Placed, c: Cluster) -> None:
-    """Put a replica that stays into retiring, due to move, or solid."""
+def _file(run: _Run, standing: _Standing, p: Placed, c: Cluster, ex: Existing) -> None:
+    """Put a replica that stays into retiring, due to move, or solid.
+
+    A replica on a cluster whose hydration Failed moves, unless the identity it serves
+    is still complete there (``status.stored``) and is not the one that failed: the
+    download of the cache's new identity failed beside it, and it keeps serving (held).
+    """
+    req = run.req
     fp = req.footprint
     if c.name in req.retained:
         standing.retiring.append(p)
@@ -150,9 +164,23 @@ def _file(req: Request, standing: _Standing, p: Placed, c: Cluster) -> None:
     elif fp is not None and not fp:
         standing.soft.append((p, f"ModelCache {req.cache} has no hydration"))
     elif fp is not None and fp.get(c.name) == FAILED:
-        standing.soft.append((p, f"hydration of ModelCache {req.cache} Failed"))
+        if _still_stored(req, ex):
+            standing.solid.append(p)
+            run.held.append(p)
+        else:
+            standing.soft.append((p, f"hydration of ModelCache {req.cache} Failed"))
     else:
         standing.solid.append(p)
+
+
+def _still_stored(req: Request, ex: Existing) -> bool:
+    """Whether the identity ``ex`` serves is complete on its cluster's PVC and is not
+    the identity its Failed hydration failed for."""
+    ids = req.identities
+    if not ex.identity or ids is None:
+        return False
+    failed, _ = ids.failure(ex.cluster)
+    return ex.identity != failed and ex.identity in ids.stored(ex.cluster)
 
 
 # ---- scale-down ---------------------------------------------------------------
@@ -368,6 +396,8 @@ def _shortfall(
         inside = [n for n in selected if n in fp]
         if not [n for n in inside if fp[n] != FAILED and n not in req.retained]:
             failed = sorted(n for n in inside if fp[n] == FAILED)
+            if failed and len(failed) == len([n for n in inside if n not in req.retained]):
+                return HYDRATION_FAILED, _failed_everywhere(req, failed)
             detail = (
                 f"clusterSelector matches {names(selected) or 'no cluster'}; the footprint of "
                 f"ModelCache {req.cache} is {names(live) or 'empty'}"
@@ -388,4 +418,25 @@ def _shortfall(
     more = f"; and {len(parts) - MAX_NAMED} more" if len(parts) > MAX_NAMED else ""
     return INSUFFICIENT_CAPACITY, (
         f"checked {len(checked)} cluster(s): " + "; ".join(parts[:MAX_NAMED]) + more
+    )
+
+
+def _failed_everywhere(req: Request, failed: list[str]) -> str:
+    """The shortfall when the hydration Failed on every selected footprint cluster:
+    where, for which identity and why (the first message of each identity)."""
+    by_identity: dict[str, list[str]] = {}
+    why: dict[str, str] = {}
+    for n in failed:
+        ident, msg = req.identities.failure(n) if req.identities is not None else ("", "")
+        by_identity.setdefault(ident, []).append(n)
+        why.setdefault(ident, msg)
+    parts = []
+    for ident, where_ in sorted(by_identity.items()):
+        of = f" for identity {ident}" if ident else ""
+        msg = f" ({why[ident]})" if why[ident] else ""
+        parts.append(f"on {names(where_)}{of}{msg}")
+    return (
+        f"the hydration of ModelCache {req.cache} Failed " + "; ".join(parts) + "; a new replica "
+        "is placed only where the cache is Ready or hydrating (fix the cache's source, or "
+        "select clusters where it hydrates)"
     )

@@ -1,0 +1,446 @@
+"""Side-by-side revisions, the serving side (issue 13, review of the side-by-side build).
+
+Table-driven, over the function's own composers (tests/support/harness):
+
+- a ModelReplica writes ``status.cacheIdentities``: the identity it serves, and the one
+  it served before until its workload has fully rolled onto the new one (the contract
+  of ``function.api.modelreplica``, read by the hydration's prune); ``ModelReady`` is not
+  True while only the old pods serve;
+- an existing replica from the release before side-by-side revisions (weights at the
+  PVC root, no identity in its spec) keeps reading the root until its cluster's
+  hydration stores the identity in its own directory.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from google.protobuf.struct_pb2 import Struct
+
+from function.api.modelreplica import STATUS_CACHE_IDENTITIES, identities_in_use
+from function.manifests import workloads as wl
+from jobs.contract import CACHE_MOUNT_PATH, identity_dir
+from tests.support import harness as h
+from tests.support.replica_fixtures import multi_spec, observed_object, single_spec
+from tests.support.table import Case, table
+from tests.test_replica import engine_of, manifest, run
+from tests.test_side_by_side import NEW, OLD, _hydrating_new
+
+WORKLOAD = "workload-vllm"
+DEP_FULL = {  # kubectl rollout status: complete
+    "observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1,
+}  # fmt: skip
+DEP_SURGE = {  # maxSurge 1: the new pod is not available yet, the old one serves
+    "observedGeneration": 1, "replicas": 2, "updatedReplicas": 1, "availableReplicas": 1,
+}  # fmt: skip
+DEP_OLD_GEN = {  # the Deployment controller has not seen the new template yet
+    "observedGeneration": 0, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1,
+}  # fmt: skip
+DEP_NO_COUNTS = {"observedGeneration": 1}  # counts not reported: not known
+
+
+def _spec(identity: str | None, multi: bool = False) -> dict[str, Any]:
+    spec = multi_spec() if multi else single_spec()
+    if identity is not None:
+        spec["modelCacheRef"] = {**spec["modelCacheRef"], "identity": identity}
+    return spec
+
+
+def _reading(desired: dict[str, Any], source: str) -> dict[str, Any]:
+    """``desired`` with every MODELPLANE_MODEL pointing at ``source`` (an identity, or
+    "" for the PVC root): the workload as a previous call composed it."""
+    path = wl.cache_source(source)
+    body = copy.deepcopy(desired)
+    m = body["spec"]["forProvider"]["manifest"]
+    for t in wl.pod_templates(m, m["kind"]):
+        for c in t["spec"].get("containers", []):
+            for e in c.get("env", []):
+                if e["name"] == "MODELPLANE_MODEL":
+                    e["value"] = path
+    return body
+
+
+def _observed(spec: dict[str, Any], source: str, remote: dict[str, Any]) -> dict[str, Any]:
+    """The replica's workload observed reading ``source`` with remote status ``remote``."""
+    first = h.desired(run(spec, _hydrating_new("Ready", [NEW, OLD])))
+    return {WORKLOAD: observed_object(_reading(first[WORKLOAD], source), remote)}
+
+
+class Rolling(NamedTuple):
+    """The replica's spec identity, what its workload's observed template reads and
+    its rollout status, and its last ``status.cacheIdentities`` (None: absent)."""
+
+    spec: str
+    reads: str
+    remote: dict[str, Any]
+    last: list[str] | None = None
+
+
+class Reads(NamedTuple):
+    """``status.cacheIdentities`` and whether ``ModelReady`` is True."""
+
+    identities: list[str]
+    serving: bool
+
+
+ROLLOUT_CASES = [
+    Case("steady", "a replica fully rolled on its identity names only it",
+         Rolling(OLD, OLD, DEP_FULL, [OLD]), Reads([OLD], True)),
+    Case("spec-moved-not-applied", "the deployment moved the spec; the observed template still "
+         "reads the old identity: both are named, and the replica does not claim to serve NEW",
+         Rolling(NEW, OLD, DEP_FULL, [OLD]), Reads([NEW, OLD], False)),
+    Case("surge", "the new pod is not available yet, the old one serves: both named, not Ready",
+         Rolling(NEW, NEW, DEP_SURGE, [NEW, OLD]), Reads([NEW, OLD], False)),
+    Case("old-generation", "the controller has not observed the new template yet",
+         Rolling(NEW, NEW, DEP_OLD_GEN, [NEW, OLD]), Reads([NEW, OLD], False)),
+    Case("unknown-counts", "a rollout state not reported is not known: both kept",
+         Rolling(NEW, NEW, DEP_NO_COUNTS, [NEW, OLD]), Reads([NEW, OLD], False)),
+    Case("rolled", "every pod updated and available, none of the old template: OLD dropped",
+         Rolling(NEW, NEW, DEP_FULL, [NEW, OLD]), Reads([NEW], True)),
+    Case("remembered-from-hydration-status", "a status written before cacheIdentities existed: "
+         "the identity served is remembered from status.hydration.identity",
+         Rolling(NEW, NEW, DEP_SURGE, None), Reads([NEW, OLD], False)),
+]  # fmt: skip
+
+
+@table(ROLLOUT_CASES)
+def test_replica_names_every_identity_its_pods_may_read(case: Case[Rolling, Reads]) -> None:
+    spec = _spec(case.inputs.spec)
+    observed = _observed(spec, case.inputs.reads, case.inputs.remote)
+    status: dict[str, Any] = {"hydration": {"identity": OLD}}
+    if case.inputs.last is not None:
+        status[STATUS_CACHE_IDENTITIES] = case.inputs.last
+    rsp = run(spec, _hydrating_new("Ready", [NEW, OLD]), observed=observed, status=status)
+    st = h.status(rsp)
+    assert st[STATUS_CACHE_IDENTITIES] == case.want.identities, case.reason
+    cond = h.conditions(rsp)["ModelReady"]
+    assert (cond["status"] == "True") == case.want.serving, (case.reason, cond)
+    # The contract's reader (the hydration's prune) sees the same identities.
+    xr = Struct()
+    xr.update({"spec": spec, "status": st})
+    assert identities_in_use(xr) == set(case.want.identities)
+
+
+def test_a_gated_replica_keeps_naming_what_its_kept_workload_reads() -> None:
+    """Spec moved to NEW but NEW is not stored: the replica is gated, its workload is
+    kept as it is (reading OLD), and OLD stays named."""
+    spec = _spec(NEW)
+    observed = _observed(spec, OLD, DEP_FULL)
+    rsp = run(spec, _hydrating_new("Hydrating", [OLD]), observed=observed)
+    assert h.conditions(rsp)["ModelReady"]["reason"] == "Hydrating"
+    assert h.status(rsp)[STATUS_CACHE_IDENTITIES] == [NEW, OLD]
+
+
+def test_unresolved_requirements_echo_the_identities() -> None:
+    spec = _spec(NEW)
+    req = _hydrating_new("Ready", [NEW, OLD])
+    req["hydration"] = None
+    rsp = run(spec, req, status={STATUS_CACHE_IDENTITIES: [NEW, OLD]})
+    assert h.status(rsp)[STATUS_CACHE_IDENTITIES] == [NEW, OLD]
+
+
+LWS_FULL = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1,
+            "conditions": [{"type": "Available", "status": "True"}]}  # fmt: skip
+LWS_UPDATING = {
+    **LWS_FULL,
+    "conditions": [
+        {"type": "Available", "status": "True"},
+        {"type": "UpdateInProgress", "status": "True"},
+    ],
+}
+LWS_SURGE = {**LWS_FULL, "replicas": 2}
+LWS_NO_GEN = {k: v for k, v in LWS_FULL.items() if k != "observedGeneration"}
+
+LWS_CASES = [
+    Case("lws-rolled", "LWS: updated == replicas == spec, ready, at the observed generation",
+         LWS_FULL, Reads([NEW], True)),
+    Case("lws-update-in-progress", "LWS: UpdateInProgress=True", LWS_UPDATING,
+         Reads([NEW, OLD], False)),
+    Case("lws-surge", "LWS: a surge group of the old template still runs", LWS_SURGE,
+         Reads([NEW, OLD], False)),
+    Case("lws-no-generation", "LWS without observedGeneration: not known, both kept "
+         "(ModelReady as the LWS readiness rule says)", LWS_NO_GEN, Reads([NEW, OLD], True)),
+]  # fmt: skip
+
+
+@table(LWS_CASES)
+def test_leaderworkerset_rollout(case: Case[dict[str, Any], Reads]) -> None:
+    spec = _spec(NEW, multi=True)
+    first = h.desired(run(spec, _hydrating_new("Ready", [NEW, OLD])))
+    (key,) = [k for k in first if k.startswith("workload-")]
+    observed = {key: observed_object(first[key], case.inputs)}
+    status = {STATUS_CACHE_IDENTITIES: [NEW, OLD]}
+    rsp = run(spec, _hydrating_new("Ready", [NEW, OLD]), observed=observed, status=status)
+    assert h.status(rsp)[STATUS_CACHE_IDENTITIES] == case.want.identities, case.reason
+    cond = h.conditions(rsp)["ModelReady"]
+    assert (cond["status"] == "True") == case.want.serving, (case.reason, cond)
+
+
+# ---- upgrade: a replica of the release before side-by-side revisions -----------------
+
+
+class Legacy(NamedTuple):
+    """What the hydration stores (None: no status.stored, as the previous release)."""
+
+    stored: list[str] | None
+    phase: str = "Ready"
+
+
+class Path(NamedTuple):
+    """MODELPLANE_MODEL of the composed workload, None when the replica is gated."""
+
+    model: str | None
+
+
+def _legacy_required(legacy: Legacy) -> dict[str, Any]:
+    req = _hydrating_new(legacy.phase, legacy.stored or [])
+    (hyd,) = req["hydration"]
+    hyd["spec"]["huggingFace"]["revision"] = "main"
+    hyd["status"]["source"] = {"repo": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "main",
+                               "identity": OLD}  # fmt: skip
+    if legacy.stored is None:
+        del hyd["status"]["stored"]
+    return req
+
+
+LEGACY_CASES = [
+    Case("latched-without-stored", "a Ready hydration of the previous release (no stored): "
+         "the workload keeps reading the PVC root, no roll onto a missing directory",
+         Legacy(None), Path(CACHE_MOUNT_PATH)),
+    Case("rehydrating-into-its-directory", "while the hydration writes the identity's "
+         "directory, the root still serves", Legacy([], "Hydrating"), Path(CACHE_MOUNT_PATH)),
+    Case("stored", "once the identity is stored in its directory, the replica reads it",
+         Legacy([OLD]), Path(identity_dir(CACHE_MOUNT_PATH, OLD))),
+    Case("failed", "a failed hydration gates the replica as before", Legacy([], "Failed"),
+         Path(None)),
+]  # fmt: skip
+
+
+@table(LEGACY_CASES)
+def test_a_replica_of_the_previous_release_keeps_the_pvc_root(case: Case[Legacy, Path]) -> None:
+    spec = _spec(None)
+    observed = _observed(spec, "", DEP_FULL)
+    rsp = run(spec, _legacy_required(case.inputs), observed=observed)
+    desired = h.desired(rsp)
+    if case.want.model is None:
+        kept = desired[WORKLOAD]["spec"]["forProvider"]["manifest"]  # kept as it is
+        assert kept == observed[WORKLOAD]["spec"]["forProvider"]["manifest"], case.reason
+        return
+    pod = manifest(rsp, WORKLOAD)["spec"]["template"]
+    env = engine_of(pod)["env"][0]
+    assert env == {"name": "MODELPLANE_MODEL", "value": case.want.model}, case.reason
+    reads_root = case.want.model == CACHE_MOUNT_PATH
+    # Reading the root, the observed pods serve what is composed; moved to the
+    # identity's directory, the workload rolls (not serving it until rolled).
+    cond = h.conditions(rsp)["ModelReady"]
+    assert (cond["status"] == "True") == reads_root, (case.reason, cond)
+    st = h.status(rsp)
+    assert ("identity" in st["hydration"]) != reads_root, case.reason
+    assert (STATUS_CACHE_IDENTITIES in st) != reads_root, case.reason
+
+
+def test_template_sources_and_rollout_complete() -> None:
+    dep: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda path, status: {  # noqa: E731
+        "kind": "Deployment",
+        "metadata": {"generation": 2},
+        "spec": {"replicas": 2, "template": {"spec": {"containers": [
+            {"name": "engine", "env": [{"name": "MODELPLANE_MODEL", "value": path}]}]}}},
+        "status": status,
+    }  # fmt: skip
+    assert wl.template_sources(dep(f"/mnt/models/{OLD}", {}), "Deployment") == {OLD}
+    assert wl.template_sources(dep("/mnt/models", {}), "Deployment") == {wl.ROOT_SOURCE}
+    assert wl.template_sources(dep("/mnt/models/../x", {}), "Deployment") == set()
+    full = {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2}
+    assert wl.rollout_complete(dep("", full), "Deployment") is True
+    assert wl.rollout_complete(dep("", {**full, "observedGeneration": 1}), "Deployment") is False
+    assert wl.rollout_complete(dep("", {**full, "replicas": 3}), "Deployment") is False
+    assert wl.rollout_complete(dep("", {"observedGeneration": 2}), "Deployment") is None
+
+
+# ---- the ModelDeployment: a failed new identity never removes a replica serving the old --
+
+from tests import test_deployment as td  # noqa: E402 - the deployment's fixtures
+from tests.test_side_by_side import DEP_NEW, DEP_OLD, _hyd, _two_serving  # noqa: E402
+
+FAILED_MSG = "Job BackoffLimitExceeded: revision v2 not found"
+BASE = [td.ic("gpu-a"), td.ic("gpu-b"), td.cache()]
+
+
+def _hyd_at(cluster: str, phase: str, stored: list[str]) -> dict[str, Any]:
+    """The hydration on ``cluster`` moved to the new identity, in ``phase``, with
+    ``stored`` complete on the PVC."""
+    b = _hyd(cluster, phase, DEP_NEW)
+    b["status"]["stored"] = [{"identity": i} for i in stored]
+    if phase == "Failed":
+        b["status"]["message"] = FAILED_MSG
+    return b
+
+
+class Fleet2(NamedTuple):
+    """(phase, stored) of the new identity's hydration on gpu-a and gpu-b."""
+
+    a: tuple[str, list[str]]
+    b: tuple[str, list[str]]
+
+
+class Kept(NamedTuple):
+    """The replicas that exist after the call (name: cluster), the ReplicasReady reason,
+    and what status.cacheRollout must say (substrings)."""
+
+    replicas: dict[str, str]
+    ready_reason: str
+    rollout_has: tuple[str, ...]
+
+
+FAILED_CASES = [
+    Case("failed-on-one-old-stored", "the new identity Failed on gpu-a, the old one is still "
+         "stored there: replica 0 keeps serving it, is not moved, and the deployment says so",
+         Fleet2(("Failed", [DEP_OLD]), ("Hydrating", [DEP_OLD])),
+         Kept({"replica-0": "gpu-a", "replica-1": "gpu-b"}, "ServingPreviousIdentity",
+              (f"identity {DEP_NEW} Failed on gpu-a", f"keep serving identity {DEP_OLD}",
+               f"moving to {DEP_NEW}"))),
+    Case("failed-everywhere-old-stored", "a revision typo fails on every cluster: no replica "
+         "is moved or removed, and the rollout names every cluster",
+         Fleet2(("Failed", [DEP_OLD]), ("Failed", [DEP_OLD])),
+         Kept({"replica-0": "gpu-a", "replica-1": "gpu-b"}, "ServingPreviousIdentity",
+              (f"identity {DEP_NEW} Failed on gpu-a, gpu-b",
+               f"2 replicas there keep serving identity {DEP_OLD}"))),
+    Case("failed-nothing-stored", "a Failed hydration with nothing the replica serves on the "
+         "PVC: the replica moves, as before (make-before-break: it stays until a "
+         "replacement is placed)",
+         Fleet2(("Failed", []), ("Ready", [DEP_NEW])),
+         Kept({"replica-1": "gpu-b", "replica-2": "gpu-b"}, "ReplicasNotReady", ())),
+]  # fmt: skip
+
+
+@table(FAILED_CASES)
+def test_a_failed_new_identity_keeps_replicas_serving_the_old(case: Case[Fleet2, Kept]) -> None:
+    xr, observed = _two_serving()
+    (pa, sa), (pb, sb) = case.inputs
+    w = td.world(_hyd_at("gpu-a", pa, sa), _hyd_at("gpu-b", pb, sb), base=BASE)
+    rsp = td.drive(xr, w, observed)
+    reps = td.replicas_of(rsp)
+    assert {k: r["spec"]["clusterName"] for k, r in reps.items()} == case.want.replicas, case.reason
+    for i, k in enumerate(("replica-0", "replica-1")):
+        if k in reps and case.inputs[i][0] == "Failed":  # held: still the old identity
+            assert reps[k]["spec"]["modelCacheRef"]["identity"] == DEP_OLD, case.reason
+    cond = h.conditions(rsp)["ReplicasReady"]
+    assert cond["reason"] == case.want.ready_reason, (case.reason, cond)
+    st = h.status(rsp)
+    for part in case.want.rollout_has:
+        assert part in st["cacheRollout"], (case.reason, st["cacheRollout"])
+    if case.want.ready_reason == "ServingPreviousIdentity":
+        assert cond["status"] == "True" and "gpu-a" in cond["message"]
+        assert DEP_NEW in cond["message"] and FAILED_MSG in cond["message"]
+        warnings = [m for s, m in h.results(rsp) if s == "Warning"]
+        assert any("keeps serving identity" in m for m in warnings), case.reason
+        assert not any("removed replica" in m for m in warnings), case.reason
+
+
+def test_the_held_warning_is_emitted_on_change_only() -> None:
+    xr, observed = _two_serving()
+    w = td.world(_hyd_at("gpu-a", "Failed", [DEP_OLD]), _hyd_at("gpu-b", "Failed", [DEP_OLD]),
+                 base=BASE)  # fmt: skip
+    first = td.drive(xr, w, observed)
+    again = copy.deepcopy(xr)
+    again["status"] = {
+        **h.status(first),
+        "conditions": [{"type": t, **c} for t, c in h.conditions(first).items()],
+    }
+    rsp = td.drive(again, w, observed)
+    assert h.conditions(rsp)["ReplicasReady"]["reason"] == "ServingPreviousIdentity"
+    assert not [m for s, m in h.results(rsp) if s == "Warning"]
+
+
+class Scale(NamedTuple):
+    """The hydrations of the new identity (phase on gpu-a, gpu-b; old stored on each)."""
+
+    a: str
+    b: str
+
+
+NEW_DEPLOYMENT_CASES = [
+    Case("failed-everywhere", "created while the new identity Failed everywhere: the reason "
+         "names the failed hydrations, not an empty footprint",
+         Scale("Failed", "Failed"), ("HydrationFailed", ("Failed on gpu-a, gpu-b",
+                                                         f"for identity {DEP_NEW}", FAILED_MSG))),
+    Case("failed-on-one", "one cluster still hydrating: replicas wait there, none on the "
+         "Failed one", Scale("Failed", "Hydrating"), ("Scheduled", ())),
+]  # fmt: skip
+
+
+@table(NEW_DEPLOYMENT_CASES)
+def test_a_new_deployment_while_the_new_identity_failed(
+    case: Case[Scale, tuple[str, tuple[str, ...]]],
+) -> None:
+    w = td.world(_hyd_at("gpu-a", case.inputs.a, [DEP_OLD]),
+                 _hyd_at("gpu-b", case.inputs.b, [DEP_OLD]), base=BASE)  # fmt: skip
+    rsp = td.drive(td.deployment(2), w)
+    reason, has = case.want
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert c["reason"] == reason, (case.reason, c)
+    for part in has:
+        assert part in c["message"], (case.reason, c["message"])
+    assert "is empty" not in c["message"]
+    assert all(r["spec"]["clusterName"] != "gpu-a" for r in td.replicas_of(rsp).values())
+
+
+def test_scaling_up_while_the_new_identity_failed_everywhere_keeps_the_old_replicas() -> None:
+    xr, observed = _two_serving()
+    xr = copy.deepcopy(xr)
+    xr["spec"]["replicas"] = 3
+    w = td.world(_hyd_at("gpu-a", "Failed", [DEP_OLD]), _hyd_at("gpu-b", "Failed", [DEP_OLD]),
+                 base=BASE)  # fmt: skip
+    rsp = td.drive(xr, w, observed)
+    assert sorted(td.replicas_of(rsp)) == ["replica-0", "replica-1"]
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert c["reason"] == "HydrationFailed" and "Failed on gpu-a, gpu-b" in c["message"]
+    assert c["message"].startswith("2 of 3 replicas placed")
+
+
+# ---- upgrade: replicas of the release before side-by-side revisions ------------------
+
+
+class Upgrade(NamedTuple):
+    """What each cluster's hydration stores (None: no status.stored)."""
+
+    stored: list[str] | None
+
+
+UPGRADE_CASES = [
+    Case("not-stored", "the hydration stores nothing yet: the spec stays without identity "
+         "(its workload keeps reading the PVC root) and the status says so",
+         Upgrade(None), (None, [{"pvcRoot": True, "replicas": 2}])),
+    Case("stored", "once the hydration stores the identity in its directory, the replica "
+         "is given it", Upgrade([DEP_OLD]), (DEP_OLD, [])),
+]  # fmt: skip
+
+
+@table(UPGRADE_CASES)
+def test_an_existing_replica_without_identity_moves_only_once_stored(
+    case: Case[Upgrade, tuple[str | None, list[dict[str, Any]]]],
+) -> None:
+    def hyd(cluster: str) -> dict[str, Any]:
+        b = _hyd(cluster, "Ready", DEP_OLD)
+        if case.inputs.stored is not None:
+            b["status"]["stored"] = [{"identity": i} for i in case.inputs.stored]
+        return b
+
+    w = td.world(hyd("gpu-a"), hyd("gpu-b"), base=BASE)
+    xr = td.deployment(2)
+    observed = td.observe(td.drive(xr, w), {0: ("True", "Serving", "ok"),
+                                            1: ("True", "Serving", "ok")})  # fmt: skip
+    for b in observed.values():
+        if b.get("kind") == "ModelReplica":
+            b["spec"]["modelCacheRef"].pop("identity")
+    rsp = td.drive(xr, w, observed)
+    want_identity, rows = case.want
+    for r in td.replicas_of(rsp).values():
+        assert r["spec"]["modelCacheRef"].get("identity") == want_identity, case.reason
+    st = h.status(rsp)
+    if rows:
+        assert st["cacheIdentities"] == rows, case.reason
+        assert "PVC root" in st["cacheRollout"]
+    assert h.conditions(rsp)["ReplicasReady"]["status"] == "True"
