@@ -686,9 +686,7 @@ def prune_identities(root: Path, keep: set[str]) -> list[str]:
     if not root.is_dir():
         return removed
     entries = [
-        (e, *_split(e.name))
-        for e in sorted(root.iterdir())
-        if not e.is_symlink() and e.is_dir()
+        (e, *_split(e.name)) for e in sorted(root.iterdir()) if not e.is_symlink() and e.is_dir()
     ]
     for entry, ident, suffix in entries:  # leftovers first: a retire may reuse the name
         if ident and suffix == PRUNING_SUFFIX:

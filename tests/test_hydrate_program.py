@@ -421,8 +421,10 @@ PRUNE_ROWS += [
 @pytest.mark.parametrize(("entries", "keep", "removed"), PRUNE_ROWS)
 def test_prune_identities(tmp_path, entries, keep, removed) -> None:
     for name in entries:
-        if "." in name and not name.startswith(".") and not name.endswith(
-            (PARTIAL_SUFFIX, PRUNING_SUFFIX)
+        if (
+            "." in name
+            and not name.startswith(".")
+            and not name.endswith((PARTIAL_SUFFIX, PRUNING_SUFFIX))
         ):
             (tmp_path / name).write_text("x")
         else:
@@ -759,7 +761,9 @@ def test_a_damaged_identity_is_never_skipped(hub, tmp_path, damage) -> None:
     d = idir(target)
     damage(d)
     with pytest.raises(RuntimeError, match="damaged"):
-        hydrate.hydrate(hydrate.Source("org/tiny", "main", OLD_ID), target, token=None, endpoint=None)
+        hydrate.hydrate(
+            hydrate.Source("org/tiny", "main", OLD_ID), target, token=None, endpoint=None
+        )
     proc = run_program(hub.endpoint, target)
     assert proc.returncode == 1 and "damaged" in proc.stderr
     assert (d / MARKER_FILE).exists()  # nothing written into it
