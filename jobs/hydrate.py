@@ -520,12 +520,12 @@ def damaged(d: Path, marker: dict[str, Any]) -> str | None:
 
     Compares the model's files (every regular file but the marker, its temporary
     files and the hub's ``.cache`` at the top) and their total size with the
-    marker's ``files`` and ``bytes``; a marker without those counts is trusted.
-    Only ``stat`` is called, no file is read.
+    marker's ``files`` and ``bytes`` (every marker this program writes has them: one
+    without is not trusted). Only ``stat`` is called, no file is read.
     """
     files, size = marker.get("files"), marker.get("bytes")
     if not isinstance(files, int) or not isinstance(size, int):
-        return None
+        return "has a marker without the files and bytes it counts"
     n = total = 0
     for root, dirs, names in os.walk(d):
         if Path(root) == d:

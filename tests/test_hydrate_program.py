@@ -751,6 +751,10 @@ def test_a_prune_killed_half_way_never_leaves_a_gutted_identity(hub, tmp_path, m
         pytest.param(lambda d: (d / "model.safetensors").unlink(), id="a-file-gone"),
         pytest.param(lambda d: (d / "config.json").write_bytes(b"{}"), id="a-file-truncated"),
         pytest.param(lambda d: (d / "tokenizer" / "tokenizer.json").unlink(), id="in-a-subdir"),
+        pytest.param(
+            lambda d: (d / MARKER_FILE).write_text(json.dumps({"identity": OLD_ID, "commit": C1})),
+            id="a-marker-that-counts-nothing",
+        ),
     ],
 )
 def test_a_damaged_identity_is_never_skipped(hub, tmp_path, damage) -> None:
