@@ -721,8 +721,8 @@ def test_the_new_identity_hydrates_beside_the_old_one() -> None:
 # ---- the PVC request refused (issue 13 p11) -----------------------------------------
 
 
-def _pvc_refused(message: str) -> dict[str, Any]:
-    p = th.pvc("Bound")
+def _pvc_refused(message: str, phase: str = "Bound") -> dict[str, Any]:
+    p = th.pvc(phase)
     p["pvc"]["status"]["atProvider"]["manifest"]["spec"]["resources"]["requests"] = {
         "storage": "2Gi"
     }
@@ -774,3 +774,15 @@ def test_pvc_room_for_two_copies_and_never_shrunk(observed: str, want: str) -> N
     rsp = th.run(th.request(th.hydration_xr(), observed=pvc, required=th.resolved()))
     body = h.desired(rsp)["pvc"]["spec"]["forProvider"]["manifest"]
     assert body["spec"]["resources"]["requests"]["storage"] == want
+
+
+def test_a_pvc_that_cannot_be_created_is_said_once() -> None:
+    """Not bound because provider-kubernetes cannot apply it: the error is said once."""
+    required = {**th.resolved(), "replicas": []}
+    rsp = th.run(
+        th.request(th.hydration_xr(), observed=_pvc_refused(REFUSED, "Pending"), required=required)
+    )
+    st = th.status(rsp)
+    assert (st["phase"], st["reason"]) == ("Pending", "PVCNotBound")
+    assert st["message"].count(REFUSED) == 1, st["message"]
+    assert [w for w in th.warnings(rsp) if REFUSED in w]

@@ -558,10 +558,8 @@ class _Composer:
         st.reason = REASON_PVC_NOT_BOUND
         pvc = cache_pvc_name(self.ns, self.cache)
         err = _sync_error(pvc_obj)
-        detail = f"waiting for PVC {pvc} to bind ({pvc_phase or 'not created yet'})" + (
-            f": {err}" if err else ""
-        )
-        st.message = detail
+        # An apply error is said by the PVCNotSynced warning (see _add_pvc), not twice.
+        st.message = f"waiting for PVC {pvc} to bind ({pvc_phase or 'not created yet'})"
         self.out.requeue_after(settings.poll_seconds)
         if not job_desired:
             # A WaitForFirstConsumer PVC cannot bind before the Job's pod exists:
