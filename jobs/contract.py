@@ -27,6 +27,11 @@ CACHE_MOUNT_PATH = "/mnt/models"
 # ``<mount>/<identity>`` only once complete and verified (``rename(2)`` is atomic), so
 # a half-written identity is never visible under its final name.
 PARTIAL_SUFFIX = ".partial"
+# An identity being removed by the prune Job: ``<mount>/<identity>`` is first renamed to
+# ``<mount>/<identity>.pruning`` (atomic) and only then deleted, so a half-deleted
+# identity is never visible under its name; a leftover of that form (a prune pod killed
+# half-way) is never read and is removed by the next download or prune.
+PRUNING_SUFFIX = ".pruning"
 # Where the flash loader's node-local copy (a memory-backed emptyDir) is mounted.
 FLASH_MOUNT_PATH = "/mnt/flash-models"
 

@@ -25,8 +25,16 @@ Each source identity has its own directory on the PVC,
 ``<target>/<identity>`` (``jobs.contract.identity_dir``), so a new revision
 hydrates beside the old one while replicas keep reading the old one.
 
-1. If ``<target>/<identity>/.modelplane-hydrated`` exists and records the same
-   source identity, the weights are already there: exit 0 without contacting the hub.
+0. It removes what other runs left behind and no replica ever reads: the
+   ``<other identity>.partial`` downloads of every other identity (a download
+   abandoned when the source changed again, or failed) and every
+   ``<identity>.pruning`` (a prune pod killed half-way). Identity directories are
+   never touched. A failure here is logged, never fails the download.
+1. If ``<target>/<identity>/.modelplane-hydrated`` exists, records the same source
+   identity and the directory holds the files and bytes the marker counts, the
+   weights are already there: exit 0 without contacting the hub. A directory that
+   holds less than its marker counts is damaged: the run fails (it is never written
+   into; remove it to hydrate again).
 2. Otherwise it resolves ``revision`` to a commit (``HfApi.model_info``), downloads
    that commit with ``snapshot_download(local_dir=<target>/<identity>.partial)``
    (resumable: files already complete are not downloaded again), and removes files
@@ -52,9 +60,13 @@ hydrates beside the old one while replicas keep reading the old one.
    when the marker was already there, so a lost report is repeated.
 
 With ``--prune-keep`` it downloads nothing: it removes every identity directory
-(and ``.partial`` download) under ``--target`` whose identity is not listed, and
-leaves everything else alone (the hydration composes this Job once its current
-identity is Ready, with the identities live replicas still serve).
+(and ``.partial`` download) under ``--target`` whose identity is not listed, and every
+``.pruning`` leftover, and leaves everything else alone (the hydration composes this
+Job once its current identity is Ready, with the identities live replicas still
+serve). An identity directory is first renamed to ``<identity>.pruning`` (atomic) and
+then deleted, so a half-deleted identity is never visible under its name (a download
+of that identity then starts afresh instead of trusting a marker in a gutted
+directory).
 
 Exit codes: 0 done (or skipped); 1 a failure worth retrying (network, hub 5xx,
 disk); 2 bad arguments; 3 a permanent failure (repository or revision not found,
@@ -91,6 +103,7 @@ from jobs.contract import (
     IDENTITY_PATTERN,
     MARKER_FILE,
     PARTIAL_SUFFIX,
+    PRUNING_SUFFIX,
     RESULT_COMMIT,
     RESULT_DATA_KEY,
     RESULT_DIGEST,
@@ -431,6 +444,104 @@ class Source:
     identity: str
 
 
+def _split(name: str) -> tuple[str, str]:
+    """``(identity, suffix)`` of a mount entry named ``<identity>``, ``<identity>.partial``
+    or ``<identity>.pruning`` (suffix ``""``, :data:`PARTIAL_SUFFIX`,
+    :data:`PRUNING_SUFFIX`); ``("", "")`` for anything else."""
+    for suffix in (PARTIAL_SUFFIX, PRUNING_SUFFIX):
+        if name.endswith(suffix):
+            ident = name[: -len(suffix)]
+            return (ident, suffix) if IDENTITY_PATTERN.fullmatch(ident) else ("", "")
+    return (name, "") if IDENTITY_PATTERN.fullmatch(name) else ("", "")
+
+
+def _fsync_dir(d: Path) -> None:
+    dfd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove the directory tree ``path``; entries another pod removed meanwhile (two
+    cleanups of the same leftover) are not an error."""
+    for _ in range(3):
+        try:
+            shutil.rmtree(path)
+            return
+        except FileNotFoundError:
+            if not path.exists():
+                return
+    shutil.rmtree(path)
+
+
+def _retire(entry: Path) -> None:
+    """Remove the identity directory ``entry``: rename it to ``<identity>.pruning``
+    (``rename(2)`` is atomic; the parent is fsynced so the rename survives a crash),
+    then delete that. A reader sees the whole identity or none of it."""
+    doomed = entry.with_name(entry.name + PRUNING_SUFFIX)
+    if doomed.exists():
+        _remove_tree(doomed)
+    os.rename(entry, doomed)
+    _fsync_dir(entry.parent)
+    _remove_tree(doomed)
+
+
+def remove_abandoned(root: Path, current: str) -> list[str]:
+    """Remove the leftovers under the mount ``root`` that no replica ever reads: the
+    ``<identity>.partial`` download of every identity but ``current`` (abandoned: the
+    source changed again before it completed, or it failed) and every
+    ``<identity>.pruning`` (a prune pod killed half-way). Identity directories and
+    anything not named after an identity are left alone.
+
+    Returns:
+        The removed entry names, sorted.
+
+    Raises:
+        OSError: a removal failed (the caller logs it and carries on).
+    """
+    removed: list[str] = []
+    if not root.is_dir():
+        return removed
+    for entry in sorted(root.iterdir()):
+        ident, suffix = _split(entry.name)
+        if not suffix or entry.is_symlink() or not entry.is_dir():
+            continue
+        if suffix == PARTIAL_SUFFIX and ident == current:
+            continue
+        _remove_tree(entry)
+        removed.append(entry.name)
+    return removed
+
+
+def damaged(d: Path, marker: dict[str, Any]) -> str | None:
+    """Why the identity directory ``d`` does not hold what its ``marker`` counts, or None.
+
+    Compares the model's files (every regular file but the marker, its temporary
+    files and the hub's ``.cache`` at the top) and their total size with the
+    marker's ``files`` and ``bytes`` (every marker this program writes has them: one
+    without is not trusted). Only ``stat`` is called, no file is read.
+    """
+    files, size = marker.get("files"), marker.get("bytes")
+    if not isinstance(files, int) or not isinstance(size, int):
+        return "has a marker without the files and bytes it counts"
+    n = total = 0
+    for root, dirs, names in os.walk(d):
+        if Path(root) == d:
+            dirs[:] = [x for x in dirs if x != ".cache"]
+        for name in names:
+            if Path(root) == d and (name == MARKER_FILE or name.startswith(f".{MARKER_FILE}.")):
+                continue
+            p = Path(root) / name
+            if p.is_file() and not p.is_symlink():
+                n += 1
+                total += p.stat().st_size
+    if (n, total) == (files, size):
+        return None
+    return f"holds {n} files ({total} bytes), its marker counts {files} ({size} bytes)"
+
+
 def hydrate(
     source: Source,
     root: Path,
@@ -447,15 +558,18 @@ def hydrate(
     verified, the marker inside: ``rename(2)`` is atomic, so a reader sees the whole
     identity or none of it. An existing identity directory is never written into;
     other identities' directories (the weights live replicas may still read) are not
-    touched.
+    touched; their abandoned ``.partial`` downloads and any ``.pruning`` leftover are
+    removed first (:func:`remove_abandoned`).
 
     Returns:
         The marker (dict); ``skipped`` is True when the identity's directory already
-        holds a marker recording ``identity`` and nothing was downloaded.
+        holds a marker recording ``identity``, and the files and bytes it counts, and
+        nothing was downloaded.
 
     Raises:
         huggingface_hub errors for the hub, OSError for the disk, RuntimeError for an
-        identity directory without its marker (written by someone else: never used).
+        identity directory without its marker (written by someone else: never used)
+        or holding less than its marker counts (damaged: never written into).
     """
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.hf_api import RepoFile
@@ -464,8 +578,20 @@ def hydrate(
     final = Path(identity_dir(str(root), identity))
     partial = final.with_name(final.name + PARTIAL_SUFFIX)
     root.mkdir(parents=True, exist_ok=True)
+    try:
+        cleaned = remove_abandoned(root, identity)
+    except OSError as e:  # a leftover stays until the next run; the download goes on
+        log.warning("could not remove abandoned downloads: %s", e)
+    else:
+        if cleaned:
+            log.info("removed abandoned downloads: %s", ", ".join(cleaned))
     marker = read_marker(final)
     if marker is not None and marker.get("identity") == identity:
+        why = damaged(final, marker)
+        if why is not None:
+            raise RuntimeError(
+                f"{final} {why}: damaged; it is never written into (remove it to hydrate again)"
+            )
         log.info("already hydrated: %s@%s commit %s", repo, revision, marker.get("commit"))
         return {**marker, "skipped": True}
     if final.exists():
@@ -532,42 +658,49 @@ def publish(partial: Path, final: Path) -> None:
     if final.exists():
         raise FileExistsError(f"{final} exists; it is never replaced")
     os.rename(partial, final)
-    dfd = os.open(final.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    _fsync_dir(final.parent)
 
 
 def prune_identities(root: Path, keep: set[str]) -> list[str]:
     """Remove the identity directories under ``root`` whose identity is not in ``keep``.
 
-    Only entries named as an identity (``jobs.contract.IDENTITY_PATTERN``) or an
-    identity's download in progress (``<identity>.partial``) are candidates; anything
-    else under the mount (``.cache``, ``lost+found``, files someone else put there) is
-    left alone. A kept identity's ``.partial`` directory is kept too (its download may
-    be running).
+    Only entries named as an identity (``jobs.contract.IDENTITY_PATTERN``), an
+    identity's download in progress (``<identity>.partial``) or an identity being
+    removed (``<identity>.pruning``) are candidates; anything else under the mount
+    (``.cache``, ``lost+found``, the files a release before side-by-side revisions
+    wrote at the root, files someone else put there) is left alone. A kept identity's
+    ``.partial`` directory is kept too (its download may be running); every
+    ``.pruning`` leftover goes. An identity directory is renamed to
+    ``<identity>.pruning`` (atomic) before it is deleted (:func:`_retire`), so a pod
+    killed half-way never leaves a gutted directory under the identity's name.
 
     Args:
         root: The cache mount.
         keep: The identities in use: the current source's and every identity a live
-            replica on this cluster serves (the hydration composes the list).
+            replica on this cluster may read (the hydration composes the list).
 
     Returns:
-        The removed entry names, sorted.
+        The removed entry names, sorted (a ``.pruning`` leftover by its own name).
     """
     removed: list[str] = []
     if not root.is_dir():
         return removed
-    for entry in sorted(root.iterdir()):
-        name = entry.name
-        ident = name[: -len(PARTIAL_SUFFIX)] if name.endswith(PARTIAL_SUFFIX) else name
-        if not IDENTITY_PATTERN.fullmatch(ident) or ident in keep or entry.is_symlink():
+    entries = [
+        (e, *_split(e.name)) for e in sorted(root.iterdir()) if not e.is_symlink() and e.is_dir()
+    ]
+    for entry, ident, suffix in entries:  # leftovers first: a retire may reuse the name
+        if ident and suffix == PRUNING_SUFFIX:
+            _remove_tree(entry)
+            removed.append(entry.name)
+    for entry, ident, suffix in entries:
+        if not ident or suffix == PRUNING_SUFFIX or ident in keep:
             continue
-        if entry.is_dir():
-            shutil.rmtree(entry)
-            removed.append(name)
-    return removed
+        if suffix == PARTIAL_SUFFIX:
+            _remove_tree(entry)  # never read by a replica: no need to rename first
+        else:
+            _retire(entry)
+        removed.append(entry.name)
+    return sorted(removed)
 
 
 def _prune_main(target: Path, keep_arg: str) -> int:

@@ -18,7 +18,13 @@ import pytest
 
 from function.naming import source_identity
 from jobs import hydrate
-from jobs.contract import EXIT_PERMANENT, MARKER_FILE, PARTIAL_SUFFIX, identity_dir
+from jobs.contract import (
+    EXIT_PERMANENT,
+    MARKER_FILE,
+    PARTIAL_SUFFIX,
+    PRUNING_SUFFIX,
+    identity_dir,
+)
 from tests.support.fake_hf_hub import FakeHub, Repo
 from tests.support.fake_kube_api import FakeKubeAPI
 
@@ -390,10 +396,36 @@ PRUNE_ROWS = [
 ]
 
 
+PRUNE_ROWS += [
+    pytest.param(
+        ["aaaaaaaaaaaa", "bbbbbbbbbbbb.pruning", "aaaaaaaaaaaa.pruning"],
+        {"aaaaaaaaaaaa"},
+        ["aaaaaaaaaaaa.pruning", "bbbbbbbbbbbb.pruning"],
+        id="pruning-leftovers-go-even-of-a-kept-identity",
+    ),
+    pytest.param(
+        ["aaaaaaaaaaaa", "bbbbbbbbbbbb", "bbbbbbbbbbbb.pruning"],
+        {"aaaaaaaaaaaa"},
+        ["bbbbbbbbbbbb", "bbbbbbbbbbbb.pruning"],
+        id="a-leftover-of-the-pruned-identity-itself",
+    ),
+    pytest.param(
+        ["aaaaaaaaaaaa", "model.safetensors", "tokenizer", MARKER_FILE, "lost+found"],
+        {"aaaaaaaaaaaa"},
+        [],
+        id="root-layout-of-the-release-before-side-by-side-is-left-alone",
+    ),
+]
+
+
 @pytest.mark.parametrize(("entries", "keep", "removed"), PRUNE_ROWS)
 def test_prune_identities(tmp_path, entries, keep, removed) -> None:
     for name in entries:
-        if "." in name and not name.startswith(".") and not name.endswith(PARTIAL_SUFFIX):
+        if (
+            "." in name
+            and not name.startswith(".")
+            and not name.endswith((PARTIAL_SUFFIX, PRUNING_SUFFIX))
+        ):
             (tmp_path / name).write_text("x")
         else:
             (tmp_path / name).mkdir()
@@ -675,3 +707,113 @@ def test_the_composed_job_runs_the_program(hub, kube, tmp_path) -> None:
     assert req["path"] == f"/api/v1/namespaces/default/configmaps/{cm}"
     assert json.loads(req["body"]["data"]["result"])["digest"] == expected_digest(FILES_C1)
     assert_no_token(proc)
+
+
+# ---- a prune killed half-way, damaged directories, abandoned downloads (issue 13) ----
+
+OLD_ID = source_identity("org/tiny", "main")
+NEW_ID = source_identity("org/tiny", "v2")
+
+
+def test_a_prune_killed_half_way_never_leaves_a_gutted_identity(hub, tmp_path, monkeypatch) -> None:
+    """The prune renames ``<identity>`` to ``<identity>.pruning`` before deleting it: a
+    pod killed mid-delete leaves no directory under the identity's name, so a later
+    download of that identity starts afresh (never skips on the marker of a gutted
+    directory), and the leftover is removed by the next run."""
+    target = tmp_path / "models"
+    assert run_program(hub.endpoint, target).returncode == 0
+    old = idir(target, "main")
+    real_rmtree = hydrate.shutil.rmtree
+
+    def killed(path, *a, **kw):  # deletes one file, then the pod is killed
+        victim = Path(path) / "model.safetensors"
+        victim.unlink()
+        raise OSError("pod killed")
+
+    monkeypatch.setattr(hydrate.shutil, "rmtree", killed)
+    with pytest.raises(OSError, match="killed"):
+        hydrate.prune_identities(target, {NEW_ID})
+    monkeypatch.setattr(hydrate.shutil, "rmtree", real_rmtree)
+    leftover = old.with_name(old.name + PRUNING_SUFFIX)
+    assert not old.exists() and leftover.is_dir()
+    assert (leftover / MARKER_FILE).exists()  # the marker survived; it is not trusted
+    seen = len(hub.requests)
+    proc = run_program(hub.endpoint, target)
+    assert proc.returncode == 0, proc.stderr
+    assert len(hub.requests) > seen and "already hydrated" not in proc.stderr
+    assert model_files(old) == FILES_C1
+    assert not leftover.exists()  # removed at the start of the download
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda d: (d / "model.safetensors").unlink(), id="a-file-gone"),
+        pytest.param(lambda d: (d / "config.json").write_bytes(b"{}"), id="a-file-truncated"),
+        pytest.param(lambda d: (d / "tokenizer" / "tokenizer.json").unlink(), id="in-a-subdir"),
+        pytest.param(
+            lambda d: (d / MARKER_FILE).write_text(json.dumps({"identity": OLD_ID, "commit": C1})),
+            id="a-marker-that-counts-nothing",
+        ),
+    ],
+)
+def test_a_damaged_identity_is_never_skipped(hub, tmp_path, damage) -> None:
+    """A marker alone does not decide the skip: a directory holding less than its
+    marker counts fails the run (the Job fails; it is never written into)."""
+    target = tmp_path / "models"
+    assert run_program(hub.endpoint, target).returncode == 0
+    d = idir(target)
+    damage(d)
+    with pytest.raises(RuntimeError, match="damaged"):
+        hydrate.hydrate(
+            hydrate.Source("org/tiny", "main", OLD_ID), target, token=None, endpoint=None
+        )
+    proc = run_program(hub.endpoint, target)
+    assert proc.returncode == 1 and "damaged" in proc.stderr
+    assert (d / MARKER_FILE).exists()  # nothing written into it
+
+
+# Each row: what is on the mount before the download of ``revision``, what is left
+# after it (identity directories by revision name, leftovers by suffix).
+ABANDONED_ROWS = [
+    pytest.param(
+        "main",
+        [NEW_ID + PARTIAL_SUFFIX],
+        [OLD_ID],
+        id="revert-after-a-failed-new-revision-removes-its-partial",
+    ),
+    pytest.param(
+        "v2",
+        ["cccccccccccc" + PARTIAL_SUFFIX, OLD_ID, "dddddddddddd" + PRUNING_SUFFIX],
+        [NEW_ID, OLD_ID],
+        id="a-third-edit-removes-the-abandoned-second-and-pruning-leftovers",
+    ),
+    pytest.param(
+        "v2",
+        [OLD_ID, "lost+found", "config.json", "model.safetensors"],
+        [NEW_ID, OLD_ID, "config.json", "lost+found", "model.safetensors"],
+        id="identity-directories-and-the-root-layout-stay",
+    ),
+]
+
+
+@pytest.mark.parametrize(("revision", "before", "after"), ABANDONED_ROWS)
+def test_a_download_removes_other_identities_abandoned_partials(
+    hub, tmp_path, revision, before, after
+) -> None:
+    target = tmp_path / "models"
+    target.mkdir()
+    for name in before:
+        if name == OLD_ID:
+            assert run_program(hub.endpoint, target).returncode == 0
+        elif name in ("config.json", "model.safetensors"):
+            (target / name).write_bytes(b"root layout")
+        else:
+            (target / name).mkdir()
+            (target / name / "model.safetensors").write_bytes(b"x" * 1024)
+    kept = tree(idir(target, "main")) if OLD_ID in before else None
+    proc = run_program(hub.endpoint, target, revision=revision)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in target.iterdir()) == sorted(after)
+    if kept is not None:
+        assert tree(idir(target, "main")) == kept  # another identity is never touched

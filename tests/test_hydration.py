@@ -163,7 +163,14 @@ DEADLINE = [
 
 
 def prev_status(phase: str, identity: str = IDENTITY, **extra: Any) -> dict:
+    """A status as the function writes it: a Ready one lists its identity in ``stored``
+    unless ``stored`` is given (``stored=None``: no ``stored`` at all, as the release
+    before side-by-side revisions wrote it)."""
     repo, revision = (REPO, "main")
+    if phase == "Ready":
+        extra.setdefault("stored", [{"identity": identity}])
+    if extra.get("stored", ...) is None:
+        del extra["stored"]
     return {
         "phase": phase,
         "reason": extra.pop("reason", phase),
@@ -768,6 +775,7 @@ def evidence_from_result(result: str, *, repo: str = REPO, revision: str = "main
     prev = {
         "phase": "Ready",
         "source": {"repo": repo, "revision": revision, "identity": identity},
+        "stored": [{"identity": identity}],
     }
     composite = hydration_xr(prev, repo=repo, revision=revision)
     observed = {**pvc("Bound"), **result_object(result, repo=repo, revision=revision)}

@@ -274,8 +274,17 @@ H_OLD = th.IDENTITY
 H_NEW = source_identity(th.REPO, "v2")
 
 
-def _live(identity: str, name: str = "r0", cache: str = th.CACHE, cluster: str = th.CLUSTER):
-    return {
+def _live(
+    identity: str,
+    name: str = "r0",
+    cache: str = th.CACHE,
+    cluster: str = th.CLUSTER,
+    rolling_from: list[Any] | None = None,
+):
+    """A live ModelReplica of the cache on the cluster, serving ``identity`` (its spec);
+    ``rolling_from``: its ``status.cacheIdentities`` (the identities its pods may still
+    read while the workload rolls; written by the ModelReplica composer)."""
+    body: dict[str, Any] = {
         "apiVersion": "modelplane.ai/v1alpha1",
         "kind": "ModelReplica",
         "metadata": {
@@ -286,13 +295,32 @@ def _live(identity: str, name: str = "r0", cache: str = th.CACHE, cluster: str =
         },
         "spec": {"clusterName": cluster, "modelCacheRef": {"name": cache, "identity": identity}},
     }
+    if rolling_from is not None:
+        body["status"] = {"cacheIdentities": rolling_from}
+    return body
+
+
+H_THIRD = source_identity(th.REPO, "v3")
+REVISION = {H_OLD: "main", H_NEW: "v2", H_THIRD: "v3"}
+
+
+def _at(
+    identity: str, phase: str, stored: list[str] | None, now: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """The hydration whose last status is ``phase`` for ``identity`` with ``stored``
+    (None: no ``stored``, as the release before side-by-side wrote), its spec naming
+    ``now``'s revision (the user's edit; default: the same)."""
+    st = th.prev_status(
+        phase, identity, stored=None if stored is None else [{"identity": i} for i in stored]
+    )
+    st["source"]["revision"] = REVISION[identity]
+    st.update(extra)
+    return th.hydration_xr(st, revision=REVISION[now or identity])
 
 
 def _ready_new(stored: list[str]) -> dict[str, Any]:
     """The hydration of revision v2, Ready (latched) with ``stored`` on the PVC."""
-    st = th.prev_status("Ready", H_NEW, stored=[{"identity": i} for i in stored])
-    st["source"]["revision"] = "v2"
-    return th.hydration_xr(st, revision="v2")
+    return _at(H_NEW, "Ready", stored)
 
 
 class Live(NamedTuple):
@@ -324,22 +352,44 @@ PRUNE_CASES = [
         ),
     ),
     Case(
+        "a-replica-still-rolling-onto-the-new-identity",
+        "issue 13 p1: a replica whose spec was moved to the new identity while its old "
+        "pods still serve the old one (status.cacheIdentities lists both) keeps the old one",
+        Live([_live(H_NEW, "r0", rolling_from=[H_NEW, H_OLD])]),
+        Pruned(
+            None, [{"identity": H_NEW, "usedBy": ["r0"]}, {"identity": H_OLD, "usedBy": ["r0"]}]
+        ),
+    ),
+    Case(
+        "rolled-out",
+        "once the replica's status names the new identity only, the old one goes",
+        Live([_live(H_NEW, "r0", rolling_from=[H_NEW])]),
+        Pruned((H_NEW,), [{"identity": H_NEW, "usedBy": ["r0"]}]),
+    ),
+    Case(
+        "malformed-status-identities-are-not-known",
+        "status is read, not trusted: entries that are not identities keep nothing",
+        Live([_live(H_NEW, "r0", rolling_from=["../" + H_OLD, 7, H_OLD.upper()])]),
+        Pruned((H_NEW,), [{"identity": H_NEW, "usedBy": ["r0"]}]),
+    ),
+    Case(
         "every-replica-moved",
-        "once no live replica serves the old identity, a prune Job keeps only the current one",
+        "once no live replica may read the old identity, a prune Job keeps only the current "
+        "one; the old one leaves status.stored at once (it is being removed)",
         Live([_live(H_NEW, "r0"), _live(H_NEW, "r1")]),
-        Pruned((H_NEW,), [{"identity": H_NEW, "usedBy": ["r0", "r1"]}, {"identity": H_OLD}]),
+        Pruned((H_NEW,), [{"identity": H_NEW, "usedBy": ["r0", "r1"]}]),
     ),
     Case(
         "no-replicas",
         "no live replica at all (resolved, empty): the old identity goes",
         Live([]),
-        Pruned((H_NEW,), [{"identity": H_NEW}, {"identity": H_OLD}]),
+        Pruned((H_NEW,), [{"identity": H_NEW}]),
     ),
     Case(
         "another-cache-or-cluster",
         "a replica of another cache or cluster whose shortened labels collide keeps nothing",
         Live([_live(H_OLD, "x", cache="other"), _live(H_OLD, "y", cluster="gpu-b")]),
-        Pruned((H_NEW,), [{"identity": H_NEW}, {"identity": H_OLD}]),
+        Pruned((H_NEW,), [{"identity": H_NEW}]),
     ),
 ]
 
@@ -348,57 +398,368 @@ def _prune_jobs(rsp) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in h.desired(rsp).items() if k.startswith("prune-")}
 
 
+def _keep_of(obj: dict[str, Any]) -> tuple[str, ...]:
+    (c,) = obj["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]["containers"]
+    assert c["args"][:3] == ["--target", CACHE_MOUNT_PATH, "--prune-keep"]
+    assert "env" not in c  # no token, no API access: it only removes directories
+    return tuple(c["args"][3].split(","))
+
+
 @table(PRUNE_CASES)
 def test_prune_keeps_what_live_replicas_serve(case: Case[Live, Pruned]) -> None:
     required = th.resolved()
     if case.inputs.replicas is not None:
         required["replicas"] = case.inputs.replicas
-    rsp = th.run(
-        th.request(_ready_new([H_NEW, H_OLD]), observed=th.pvc("Bound"), required=required)
-    )
+    composite = _ready_new([H_NEW, H_OLD])
+    rsp = th.run(th.request(composite, observed=th.pvc("Bound"), required=required))
     st = th.status(rsp)
     assert st["phase"] == "Ready"
     assert st["stored"] == case.want.stored, case.reason
+    th.validate_status(composite, rsp)
     jobs = _prune_jobs(rsp)
     if case.want.keep is None:
         assert not jobs, case.reason
         return
     (obj,) = jobs.values()
-    (c,) = obj["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]["containers"]
-    assert c["args"] == ["--target", CACHE_MOUNT_PATH, "--prune-keep", ",".join(case.want.keep)]
-    assert "env" not in c  # no token, no API access: it only removes directories
+    assert _keep_of(obj) == case.want.keep, case.reason
 
 
-def test_a_completed_prune_leaves_the_current_identity_only() -> None:
-    required = {**th.resolved(), "replicas": []}
+# ---- a prune Job is never dropped before its outcome is read (issue 13 p2/p3) ---------
+
+RUNNING_JOB = {"active": 1}
+COMPLETE_JOB = {"conditions": th.COMPLETE, "succeeded": 1}
+FAILED_JOB = {"conditions": th.BACKOFF, "failed": 4}
+
+
+def _observed_prune(keep: tuple[str, ...], remote: dict[str, Any]) -> dict[str, Any]:
+    """The observed prune Job Object keeping ``keep`` (which holds H_NEW), its Job in
+    ``remote`` state: the one the hydration composed when H_THIRD had to go."""
+    live = [_live(i, f"k-{i}") for i in keep if i != H_NEW]
     first = th.run(
-        th.request(_ready_new([H_NEW, H_OLD]), observed=th.pvc("Bound"), required=required)
-    )
-    (key,) = _prune_jobs(first)
-    done = th.observed_object(h.desired(first)[key], {"conditions": th.COMPLETE})
-    rsp = th.run(
         th.request(
-            _ready_new([H_NEW, H_OLD]),
-            observed={**th.pvc("Bound"), key: done},
-            required=required,
+            _ready_new([H_NEW, *[i for i in keep if i != H_NEW], H_THIRD]),
+            observed=th.pvc("Bound"),
+            required={**th.resolved(), "replicas": live},
         )
     )
-    assert th.status(rsp)["stored"] == [{"identity": H_NEW}]
+    ((key, body),) = _prune_jobs(first).items()
+    assert _keep_of(body) == tuple(sorted(keep))
+    return {key: th.observed_object(body, remote)}
+
+
+class Around(NamedTuple):
+    """The hydration (its current identity, last phase, stored), the prune Job observed
+    (its keep-list and remote state; None: none), and the live replicas."""
+
+    xr: dict[str, Any]
+    prune: tuple[tuple[str, ...], dict[str, Any]] | None
+    replicas: list[dict[str, Any]] | None
+
+
+class Then(NamedTuple):
+    """Phase, reason, status.stored identities, the prune Job kept, the download Job
+    of the current identity composed, and a fragment of a Warning (None: none)."""
+
+    phase: str
+    reason: str
+    stored: list[str]
+    prune_kept: bool
+    download: bool
+    warning: str | None = None
+
+
+SERVING_NEW = [_live(H_NEW, "r0")]
+
+PRUNE_LIFECYCLE = [
+    Case(
+        "running-prune-is-kept-while-ready",
+        "a running prune Job is kept (dropping it would kill its pod mid-delete); no "
+        "second prune starts while it runs",
+        Around(_ready_new([H_NEW]), ((H_NEW,), RUNNING_JOB), SERVING_NEW),
+        Then("Ready", "Ready", [H_NEW], True, False),
+    ),
+    Case(
+        "running-prune-is-kept-while-replicas-not-known",
+        "not known keeps everything: the running prune Job too",
+        Around(_ready_new([H_NEW]), ((H_NEW,), RUNNING_JOB), None),
+        Then("Ready", "Ready", [H_NEW], True, False),
+    ),
+    Case(
+        "revert-while-the-prune-removing-it-runs",
+        "p2/p3: a revert to the identity a running prune removes waits for it: no "
+        "download into a directory being deleted, and stored does not list it",
+        Around(_at(H_NEW, "Ready", [H_NEW], H_OLD), ((H_NEW,), RUNNING_JOB), SERVING_NEW),
+        Then("Pending", "WaitingForPrune", [H_NEW], True, False),
+    ),
+    Case(
+        "revert-after-the-prune-completed",
+        "p2: the prune's outcome is read: the reverted identity is not stored (it was "
+        "removed), so it downloads again; the recorded prune Job is dropped",
+        Around(_at(H_NEW, "Ready", [H_NEW], H_OLD), ((H_NEW,), COMPLETE_JOB), SERVING_NEW),
+        Then("Hydrating", "JobRunning", [H_NEW], False, True),
+    ),
+    Case(
+        "completed-prune-not-recorded-yet",
+        "p2: a completed prune whose removals the last status still lists is kept for the "
+        "call that records them (never dropped before its outcome is read)",
+        Around(_ready_new([H_NEW, H_OLD]), ((H_NEW,), COMPLETE_JOB), SERVING_NEW),
+        Then("Ready", "Ready", [H_NEW], True, False),
+    ),
+    Case(
+        "completed-prune-recorded",
+        "recorded (the last status lists nothing it removed): dropped, nothing new",
+        Around(_ready_new([H_NEW]), ((H_NEW,), COMPLETE_JOB), SERVING_NEW),
+        Then("Ready", "Ready", [H_NEW], False, False),
+    ),
+    Case(
+        "failed-prune",
+        "a failed prune Job is kept (not run again) and said; what it may have removed "
+        "is not listed",
+        Around(_ready_new([H_NEW, H_OLD]), ((H_NEW,), FAILED_JOB), SERVING_NEW),
+        Then("Ready", "Ready", [H_NEW], True, False, "prune Job"),
+    ),
+    Case(
+        "revert-to-an-identity-the-running-prune-keeps",
+        "p8: an identity the running prune keeps is complete: Ready at once",
+        Around(
+            _at(H_NEW, "Ready", [H_NEW, H_OLD], H_OLD), ((H_NEW, H_OLD), RUNNING_JOB), SERVING_NEW
+        ),
+        Then("Ready", "Hydrated", [H_OLD, H_NEW], True, False),
+    ),
+    Case(
+        "edit-to-a-third-identity-while-a-prune-runs",
+        "a new identity is not kept by the running prune (its .partial would be removed): "
+        "its download waits",
+        Around(_at(H_NEW, "Ready", [H_NEW], H_THIRD), ((H_NEW,), RUNNING_JOB), SERVING_NEW),
+        Then("Pending", "WaitingForPrune", [H_NEW], True, False),
+    ),
+]
+
+
+@table(PRUNE_LIFECYCLE)
+def test_a_prune_job_is_never_dropped_before_its_outcome_is_read(
+    case: Case[Around, Then],
+) -> None:
+    xr, prune, replicas = case.inputs
+    # The last status was Ready for the prune's identity; the spec may name another now.
+    observed = th.pvc("Bound")
+    prune_key = None
+    if prune is not None:
+        obj = _observed_prune(*prune)
+        (prune_key,) = obj
+        observed.update(obj)
+    required = th.resolved()
+    if replicas is not None:
+        required["replicas"] = replicas
+    rsp = th.run(th.request(copy.deepcopy(xr), observed=observed, required=required))
+    st = th.status(rsp)
+    want = case.want
+    assert (st["phase"], st["reason"]) == (want.phase, want.reason), (case.reason, st)
+    assert [r["identity"] for r in st["stored"]] == want.stored, case.reason
+    desired = h.desired(rsp)
+    assert (prune_key in desired) is want.prune_kept, case.reason
+    if want.prune_kept and prune is not None:
+        # Kept exactly as it was desired (a changed pod template would be a new Job).
+        assert desired[prune_key]["spec"] == observed[prune_key]["spec"]
+    if not want.prune_kept:
+        assert not _prune_jobs(rsp), case.reason  # and no other started meanwhile
+    current = st["source"]["identity"]
+    assert (th.hydration.job_key(current) in desired) is want.download, case.reason
+    warns = th.warnings(rsp)
+    if want.warning is None:
+        assert not warns, warns
+    else:
+        assert any(want.warning in w for w in warns) and want.warning in st["message"]
+    th.validate_status(xr, rsp)
+
+
+def test_no_prune_while_a_download_job_of_another_identity_still_exists() -> None:
+    """A download Job being deleted (the source changed) may still write its .partial:
+    the prune that would remove it waits until it is gone."""
+    composite = _ready_new([H_NEW, H_OLD])
+    other = th.job([], active=1)  # the download Job of H_OLD (th.JOB_KEY), still there
+    required = {**th.resolved(), "replicas": []}
+    rsp = th.run(th.request(composite, observed={**th.pvc("Bound"), **other}, required=required))
     assert not _prune_jobs(rsp)
+    assert [r["identity"] for r in th.status(rsp)["stored"]] == [H_NEW, H_OLD]
+    rsp = th.run(th.request(composite, observed=th.pvc("Bound"), required=required))
+    assert [_keep_of(b) for b in _prune_jobs(rsp).values()] == [(H_NEW,)]
+
+
+def test_a_prune_lifecycle_leaves_the_current_identity_only() -> None:
+    """Composed (the old identity leaves stored), running (kept), completed (recorded,
+    then dropped): each call's status is the next call's input."""
+    required = {**th.resolved(), "replicas": []}
+    composite = _ready_new([H_NEW, H_OLD])
+    first = th.run(th.request(composite, observed=th.pvc("Bound"), required=required))
+    (key,) = _prune_jobs(first)
+    assert th.status(first)["stored"] == [{"identity": H_NEW}]
+    body = h.desired(first)[key]
+    for remote, kept in ((RUNNING_JOB, True), (COMPLETE_JOB, False)):
+        composite = th.hydration_xr(th.status(first), revision="v2")
+        observed = {**th.pvc("Bound"), key: th.observed_object(body, remote)}
+        first = th.run(th.request(composite, observed=observed, required=required))
+        assert (key in h.desired(first)) is kept
+        assert th.status(first)["stored"] == [{"identity": H_NEW}]
+        assert th.status(first)["phase"] == "Ready"
+
+
+# ---- a change of source: revert, third edit, upgrade (issue 13 p4/p5/p8) --------------
+
+
+class Before(NamedTuple):
+    """The hydration as the user left it, and whether the auth Secret still exists."""
+
+    xr: dict[str, Any]
+    secret: bool = True
+    pvc: dict[str, Any] | None = None
+
+
+class After(NamedTuple):
+    """Phase, status.stored (identity -> usedBy), the download Jobs composed, and a
+    fragment the message must hold (None: nothing particular)."""
+
+    phase: str
+    stored: dict[str, list[str]]
+    jobs: list[str]
+    says: str | None = None
+
+
+SERVING_OLD = [_live(H_OLD, "r0", rolling_from=[H_OLD])]
+
+SOURCE_CASES = [
+    Case(
+        "revert-while-the-new-identity-hydrates",
+        "p8: the old identity is complete on the PVC (stored): Ready at once, no download",
+        Before(_at(H_NEW, "Hydrating", [H_OLD], H_OLD)),
+        After("Ready", {H_OLD: ["r0"]}, []),
+    ),
+    Case(
+        "revert-without-the-token",
+        "p8: no download, so no token needed: a deleted auth Secret does not block it",
+        Before(_at(H_NEW, "Hydrating", [H_OLD], H_OLD), secret=False),
+        After("Ready", {H_OLD: ["r0"]}, []),
+    ),
+    Case(
+        "revert-after-the-new-identity-failed",
+        "p4: the failed download does not matter to the identity still on the PVC",
+        Before(_at(H_NEW, "Failed", [H_OLD], H_OLD, reason="BackoffLimitExceeded")),
+        After("Ready", {H_OLD: ["r0"]}, []),
+    ),
+    Case(
+        "revert-onto-a-re-created-pvc",
+        "stored describes the PVC it was written for: re-created (another uid), it is empty",
+        Before(
+            _at(H_NEW, "Hydrating", [H_OLD], H_OLD, pvcUID="uid-1"),
+            pvc=th.pvc_with("Bound", "uid-2"),
+        ),
+        After("Hydrating", {}, [H_OLD], "re-created"),
+    ),
+    Case(
+        "a-third-identity-before-the-second-was-ready",
+        "p4b: the new edit downloads its own identity; the second one's Job is not composed "
+        "(its .partial is removed by the next download); the served one stays, with usedBy",
+        Before(_at(H_NEW, "Hydrating", [H_OLD], H_THIRD)),
+        After("Hydrating", {H_OLD: ["r0"]}, [H_THIRD]),
+    ),
+    Case(
+        "upgrade-from-the-release-before-side-by-side",
+        "p5: Ready without status.stored (weights at the PVC root): hydrates again into the "
+        "identity's directory and says why; stored lists nothing yet",
+        Before(_at(H_OLD, "Ready", None, reason="Hydrated")),
+        After("Hydrating", {}, [H_OLD], "before side-by-side revisions"),
+    ),
+    Case(
+        "upgrade-without-the-token",
+        "p5: the download needs the token again; the message says why it is needed",
+        Before(_at(H_OLD, "Ready", None, reason="Hydrated"), secret=False),
+        After("Pending", {}, [], "before side-by-side revisions"),
+    ),
+    Case(
+        "ready-but-not-stored",
+        "Ready counts only when status.stored lists the identity",
+        Before(_at(H_OLD, "Ready", [], reason="Hydrated")),
+        After("Hydrating", {}, [H_OLD], "status.stored does not list"),
+    ),
+]
+
+
+@table(SOURCE_CASES)
+def test_a_source_change_is_ready_only_for_what_the_pvc_holds(case: Case[Before, After]) -> None:
+    xr, secret, pvc = case.inputs
+    required = {**th.resolved(secret=None if secret else []), "replicas": SERVING_OLD}
+    observed = pvc if pvc is not None else th.pvc("Bound")
+    rsp = th.run(th.request(copy.deepcopy(xr), observed=observed, required=required))
+    st = th.status(rsp)
+    assert st["phase"] == case.want.phase, (case.reason, st)
+    assert {r["identity"]: r.get("usedBy", []) for r in st["stored"]} == case.want.stored
+    jobs = sorted(k[len("job-") :] for k in h.desired(rsp) if k.startswith("job-"))
+    assert jobs == case.want.jobs, case.reason
+    if case.want.says is not None:
+        assert case.want.says in st["message"], st["message"]
+    if case.want.phase == "Ready":
+        assert "token-secret" not in h.desired(rsp)
+        assert "auth-secret" not in h.requirements(rsp)
+        assert h.xr_ready(rsp) == "READY_TRUE"
+    th.validate_status(xr, rsp)
 
 
 def test_the_new_identity_hydrates_beside_the_old_one() -> None:
-    """A revision edit: the old identity stays stored (replicas keep serving it), the new
-    one downloads, nothing is pruned while it is not Ready."""
+    """A revision edit: the old identity stays stored (replicas keep serving it, usedBy
+    says so), the new one downloads, nothing is pruned while it is not Ready."""
     prev = th.prev_status("Ready", H_OLD, stored=[{"identity": H_OLD}])
     composite = th.hydration_xr(prev, revision="v2")
     required = {**th.resolved(), "replicas": [_live(H_OLD)]}
     rsp = th.run(th.request(composite, observed=th.pvc("Bound"), required=required))
     st = th.status(rsp)
     assert st["phase"] == "Hydrating" and st["source"]["identity"] == H_NEW
-    assert st["stored"] == [{"identity": H_OLD}]
+    assert st["stored"] == [{"identity": H_OLD, "usedBy": ["r0"]}]
     assert th.hydration.job_key(H_NEW) in h.desired(rsp)
     assert not _prune_jobs(rsp)
+
+
+# ---- the PVC request refused (issue 13 p11) -----------------------------------------
+
+
+def _pvc_refused(message: str, phase: str = "Bound") -> dict[str, Any]:
+    p = th.pvc(phase)
+    p["pvc"]["status"]["atProvider"]["manifest"]["spec"]["resources"]["requests"] = {
+        "storage": "2Gi"
+    }
+    p["pvc"]["status"]["conditions"] = [
+        {"type": "Synced", "status": "False", "reason": "ReconcileError", "message": message}
+    ]
+    return p
+
+
+REFUSED = (
+    'cannot update object: persistentvolumeclaims "x" is forbidden: only dynamically '
+    "provisioned pvc can be resized and the storageclass that provisions the pvc must "
+    "support resize"
+)
+
+
+@pytest.mark.parametrize(
+    ("phase", "xr"),
+    [("Ready", _at(H_OLD, "Ready", [H_OLD])), ("Hydrating", _at(H_NEW, "Hydrating", [H_OLD]))],
+    ids=["ready", "hydrating"],
+)
+def test_a_refused_pvc_request_is_said_in_every_phase(phase: str, xr: dict[str, Any]) -> None:
+    required = {**th.resolved(), "replicas": []}
+    rsp = th.run(th.request(copy.deepcopy(xr), observed=_pvc_refused(REFUSED), required=required))
+    st = th.status(rsp)
+    assert st["phase"] == phase
+    pvc = th.cache_pvc_name(NAMESPACE, th.CACHE)
+    for text in (st["message"], *th.warnings(rsp)):
+        assert f"PVC {pvc} (request 4Gi) not applied: {REFUSED}" in text
+    # Said once: the next call (the message recorded) emits no second event ...
+    again = copy.deepcopy(xr)
+    again["status"]["message"] = st["message"]
+    rsp = th.run(th.request(again, observed=_pvc_refused(REFUSED), required=required))
+    assert not th.warnings(rsp) and REFUSED in th.status(rsp)["message"]
+    # ... and once the PVC is applied, the message no longer carries it.
+    rsp = th.run(th.request(again, observed=th.pvc("Bound"), required=required))
+    assert REFUSED not in th.status(rsp)["message"]
 
 
 @pytest.mark.parametrize(
@@ -413,3 +774,15 @@ def test_pvc_room_for_two_copies_and_never_shrunk(observed: str, want: str) -> N
     rsp = th.run(th.request(th.hydration_xr(), observed=pvc, required=th.resolved()))
     body = h.desired(rsp)["pvc"]["spec"]["forProvider"]["manifest"]
     assert body["spec"]["resources"]["requests"]["storage"] == want
+
+
+def test_a_pvc_that_cannot_be_created_is_said_once() -> None:
+    """Not bound because provider-kubernetes cannot apply it: the error is said once."""
+    required = {**th.resolved(), "replicas": []}
+    rsp = th.run(
+        th.request(th.hydration_xr(), observed=_pvc_refused(REFUSED, "Pending"), required=required)
+    )
+    st = th.status(rsp)
+    assert (st["phase"], st["reason"]) == ("Pending", "PVCNotBound")
+    assert st["message"].count(REFUSED) == 1, st["message"]
+    assert [w for w in th.warnings(rsp) if REFUSED in w]

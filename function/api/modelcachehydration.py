@@ -24,10 +24,15 @@ The condition :data:`CONDITION` carries the phase as its reason.
 
 ``status.stored`` lists the source identities whose weights are complete on the PVC,
 each in its own directory (``jobs.contract.identity_dir``): the current identity once
-Ready, and earlier ones kept while a live replica on the cluster serves them, each
+Ready, and earlier ones kept while a live replica on the cluster may read them, each
 entry ``{identity, usedBy: [ModelReplica names]}``
 (:func:`stored_identities` reads it). A new revision hydrates beside the identities
-stored; the ModelReplica cache gate lets a replica serve any identity listed there.
+stored; the ModelReplica cache gate lets a replica serve any identity listed there. An
+identity leaves the list in the call that composes the prune Job removing it (before
+any of it is deleted), so the list never names an identity that is being removed or
+is gone. Ready holds only for an identity listed there: a status written before
+side-by-side revisions (Ready, no ``stored``; weights at the PVC root) hydrates again
+into the identity's directory.
 
 The weights a hydration writes are read where ``jobs.contract.CACHE_MOUNT_PATH`` mounts
 the cache PVC: the download Job (``python -m jobs.hydrate``) writes there and every
@@ -65,6 +70,14 @@ REASON_HYDRATED = "Hydrated"
 REASON_PVC_BIND_TIMEOUT = "PVCBindTimeout"
 # Warning reason (status message and event) when the latched PVC is gone or re-created.
 REASON_PVC_LOST = "PVCLost"
+# Warning reason when provider-kubernetes cannot apply the PVC (its Object reports
+# Synced=False), e.g. a storage class that cannot expand refusing the larger request.
+REASON_PVC_NOT_SYNCED = "PVCNotSynced"
+# status.reason while the current identity's download waits for a running prune Job
+# that removes it (never a download into a directory being deleted).
+REASON_WAITING_FOR_PRUNE = "WaitingForPrune"
+# Warning reason when a prune Job failed (kept, not run again).
+REASON_PRUNE_FAILED = "PruneFailed"
 
 # status.stored: the identities complete on the PVC (see the module docstring).
 STATUS_STORED = "stored"

@@ -12,38 +12,64 @@ A ModelCacheHydration is composed by the ModelCache composer, never authored::
         sizeGiB: 2
         authSecret: {name: hf-token, key: HF_TOKEN}   # a reference, never the value
 
-It requires its InferenceCluster by name (requirement ``cluster``) and, when
-``authSecret`` is set, that Secret by name in the XR's own namespace (requirement
-``auth-secret``), and composes three provider-kubernetes Objects applied with
-the cluster's provider config (``status.providerConfigRef``):
+It requires its InferenceCluster by name (requirement ``cluster``), the live
+ModelReplicas of its cache on its cluster (requirement ``replicas``: labels
+``modelplane.ai/cache`` and ``modelplane.ai/cluster`` in its namespace, the spec's cache
+and cluster checked too; every identity ``modelreplica.identities_in_use`` names for one
+of them is kept on the PVC) and, until Ready, when ``authSecret`` is set, that Secret by
+name in the XR's own namespace (requirement ``auth-secret``). It composes, as
+provider-kubernetes Objects applied with the cluster's provider config
+(``status.providerConfigRef``):
 
-- ``pvc``: a ReadWriteMany PVC of ``sizeGiB`` with the cluster's
-  ``status.cache.storageClassName``, named ``naming.cache_pvc_name`` (the name
-  the serving side mounts and Modelplane already uses, so an existing PVC is
-  adopted, not downloaded again);
-- ``token-secret``: the remote token Secret (only with ``authSecret``); its
-  manifest has no data, the token is copied from the control-plane Secret by
-  provider-kubernetes through ``spec.references[].patchesFrom``;
-- ``job-<identity>``: the download Job, named ``naming.hydration_job_name`` (it
-  carries the source identity: a Job's pod template is immutable, so a new
-  repo/revision gets a new Job instead of colliding with the old one).
+- ``pvc``: a ReadWriteMany PVC of twice ``sizeGiB`` (room for two source identities side
+  by side; ``CacheSource.size_quantity``; grown, never shrunk) with the cluster's
+  ``status.cache.storageClassName``, named ``naming.cache_pvc_name`` (the name the
+  serving side mounts). A PVC Object that reports ``Synced=False`` (e.g. a storage class
+  that cannot expand refusing the larger request) is a ``PVCNotSynced`` warning naming
+  the PVC, the request and the error, in every phase;
+- ``token-secret``: the remote token Secret (only with ``authSecret``, only while a
+  download is composed); its manifest has no data, the token is copied from the
+  control-plane Secret by provider-kubernetes through ``spec.references[].patchesFrom``;
+- ``job-<identity>``: the download Job, named ``naming.hydration_job_name`` (a Job's
+  pod template is immutable, so a new repo/revision gets a new Job), writing
+  ``<mount>/<identity>.partial`` and renaming it to ``<mount>/<identity>``
+  (``jobs.contract.identity_dir``) once complete and verified;
+- ``prune-<hash>``: once the current identity is Ready, the prune Job
+  (``python -m jobs.hydrate --prune-keep``) keeping the current identity and those live
+  replicas may read, and removing the other identities stored (renamed to
+  ``<identity>.pruning`` first, so a half-deleted identity is never visible).
+
+``status.stored`` (``function.api.modelcachehydration``) lists the identities complete on
+the PVC, each with ``usedBy`` (the live replicas that may read it) whenever the live
+replicas are known. An identity leaves it in the call that composes the prune Job
+removing it (Crossplane writes the status only after applying the Job). A prune Job is
+never dropped before its outcome is read: kept while it runs, and a completed one whose
+removals the last status still lists is kept for the call that records them; a failed
+one is kept (not run again) with a ``PruneFailed`` warning. One prune at a time, none
+while a download Job of an identity it removes still exists, and none while the live
+replicas are not known.
 
 Phases come from observed state (``status.atProvider.manifest`` of the Objects):
 
 - ``Pending``: the PVC is not bound yet, or the auth Secret is missing (a warning
   names ``<namespace>/<secret>``; creating the Secret recovers), or a requirement
-  is not resolved yet (existing children are kept as they are, no warning).
+  is not resolved yet (existing children are kept as they are, no warning), or a
+  running prune Job removes the current identity (``WaitingForPrune``: its download
+  starts once the prune is done).
 - ``Hydrating``: the PVC is bound and the Job is running.
-- ``Ready``: the Job has condition ``Complete=True``. Latched in status together
-  with the source identity (``status.source``) and the PVC's uid (``status.pvcUID``);
-  the Job and the token Secret are then dropped and never re-created while the latch
-  holds. A new repo or revision is a new identity and hydrates again. The latch holds
-  only while the PVC it describes exists and is Bound: a PVC Object that is no longer
-  observed (deleted), a PVC whose phase is not ``Bound`` (``Lost``, ``Pending``) or
-  one with another uid (re-created, so empty) breaks it: a warning (``PVCLost``) says
-  why, and the hydration goes back to the download (Pending/Hydrating, a fresh
-  ``startedAt``). A PVC whose state provider-kubernetes has not reported yet is "not
-  known" and keeps the latch.
+- ``Ready``: the current identity is in ``status.stored``: its Job has condition
+  ``Complete=True``, or it was stored already (a revert: Ready at once, no Job, no
+  token). Latched in status together with the source identity (``status.source``) and
+  the PVC's uid (``status.pvcUID``); the Job and the token Secret are then dropped and
+  never re-created while the latch holds. A Ready status whose ``stored`` does not list
+  its identity (written before side-by-side revisions: weights at the PVC root)
+  downloads again into the identity's directory, and the message says why. The latch
+  (and ``stored``) holds only while the PVC it describes exists and is Bound: a PVC
+  Object that is no longer observed (deleted), a PVC whose phase is not ``Bound``
+  (``Lost``, ``Pending``) or one with another uid (re-created, so empty) breaks it: a
+  warning (``PVCLost``) says why, ``stored`` is emptied, and the hydration goes back to
+  the download (Pending/Hydrating, a fresh ``startedAt``). A PVC whose state
+  provider-kubernetes has not reported yet is "not known" and keeps the latch.
 - ``Failed``: the Job has condition ``Failed=True`` (its reason, for example
   ``BackoffLimitExceeded`` or ``DeadlineExceeded``, and message are reported;
   ``status.failed`` counts are never used), or the PVC did not bind within
@@ -59,14 +85,16 @@ ConfigMap; dropped with the Job once Ready).
 Status (declared in ``compositions/modelcachehydration/definition.yaml``):
 ``phase``; ``reason`` (CamelCase: ``WaitingForRequirements``, ``AuthSecretMissing``,
 ``AuthSecretKeyMissing``, ``ClusterUnavailable``, ``PVCNotBound``, ``WaitingForJob``,
-``JobRunning``, ``Hydrated``, the Job's failure reason, ``PVCBindTimeout``);
-``message`` (also carries every warning); ``source {repo, revision, identity}``;
-``pvcName``; ``jobName`` (until Ready); ``pendingSince`` (RFC 3339, while the PVC
-waits to bind with the Job desired); ``startedAt`` (the current source's Job first
-desired), ``readyAt``, ``failedAt``; ``evidence {commit, digest, validatedAt}``
-from the result ConfigMap when it reports the current identity (validated;
-carried over while the identity stays the same). Condition ``Hydrated`` (reason =
-phase), and the XR's readiness (True only when Ready).
+``JobRunning``, ``Hydrated``, the Job's failure reason, ``PVCBindTimeout``,
+``WaitingForPrune``); ``message`` (also carries every warning: ``PVCLost``,
+``PVCNotSynced``, ``PruneFailed``, ``AuthSecretMissing``...); ``source {repo, revision,
+identity}``; ``stored [{identity, usedBy}]``; ``pvcUID`` (while Ready or anything is
+stored); ``pvcName``; ``jobName`` (until Ready); ``pendingSince`` (RFC 3339, while the
+PVC waits to bind with the Job desired); ``startedAt`` (the current source's Job first
+desired), ``readyAt``, ``failedAt``; ``evidence {commit, digest, validatedAt}`` from the
+result ConfigMap when it reports the current identity (validated; carried over while the
+identity stays the same). Condition ``Hydrated`` (reason = phase), and the XR's
+readiness (True only when Ready).
 
 Events: a Normal one on each phase transition (Warning for Failed, see
 ``function.core.events``) and a Warning once when a warning is first recorded in the
@@ -136,8 +164,9 @@ def compose(inputs: Inputs) -> Outcome:
             ``cacheName``, ``source`` and ``huggingFace``.
 
     Returns:
-        The outcome: Objects ``pvc``, ``token-secret`` and ``job-<identity>``,
-        status, condition ``Hydrated``, results and requirements.
+        The outcome: Objects ``pvc``, ``result``, ``token-secret``, the RBAC children,
+        ``job-<identity>`` and ``prune-<hash>``, status, condition ``Hydrated``,
+        results and requirements.
 
     Raises:
         SpecError: for a missing ``spec.clusterName``/``spec.cacheName`` or an

@@ -15,17 +15,22 @@ from function.api.modelcachehydration import (
     REASON_CLUSTER_UNAVAILABLE,
     REASON_HYDRATED,
     REASON_JOB_RUNNING,
+    REASON_PRUNE_FAILED,
+    REASON_PVC_LOST,
     REASON_PVC_NOT_BOUND,
+    REASON_PVC_NOT_SYNCED,
     REASON_WAITING_FOR_JOB,
+    REASON_WAITING_FOR_PRUNE,
     REASON_WAITING_FOR_REQUIREMENTS,
     STATUS_STORED,
-    source_identity_of,
     stored_identities,
 )
+from function.api.modelreplica import identities_in_use
 from function.composers.hydration.keys import (
     CONDITION,
     FAILED,
     HYDRATING,
+    JOB_PREFIX,
     LASTING_KEYS,
     PENDING,
     PHASES,
@@ -45,6 +50,8 @@ from function.composers.hydration.keys import (
 from function.composers.hydration.observed import (
     _job_result,
     _manifest,
+    _manifest_name,
+    _prune_keep,
     _pvc_phase,
     _secret_has_key,
     _sync_error,
@@ -72,19 +79,21 @@ from function.naming import (
     label_value,
 )
 from function.scheduling.devices import parse_quantity
-from jobs.contract import RESULT_DATA_KEY
+from jobs.contract import CACHE_MOUNT_PATH, RESULT_DATA_KEY, identity_dir
 
 
 class _State:
-    """What the composer decided so far: phase, message, and why."""
+    """What the composer decided so far: phase, message, and why (warnings: a Warning
+    event when first recorded; notes: said in the message only)."""
 
-    __slots__ = ("message", "phase", "reason", "warnings")
+    __slots__ = ("message", "notes", "phase", "reason", "warnings")
 
     def __init__(self) -> None:
         self.phase = PENDING
         self.reason = ""
         self.message = ""
         self.warnings: list[tuple[str, str]] = []
+        self.notes: list[str] = []
 
 
 def _keep_sanitized(out: Outcome, name: str, observed: Struct) -> None:
@@ -127,23 +136,34 @@ class _Composer:
         self.prev_reason = structs.sval(self.prev, "reason")
         self.pending_since: str | None = None
         self.state = _State()
-        # Why a Ready latch no longer holds (its PVC is gone, not Bound, or re-created).
+        # Why a Ready latch no longer holds (its PVC is gone, not Bound, or re-created; or
+        # its identity is not in status.stored): nothing of the last Ready is carried.
         self.unlatched: str | None = None
         # The identities complete on the PVC as far as the status says (side by side):
-        # the list written last, and the identity the last status was Ready for.
+        # the list written last. Only that list: a Ready status without it (written
+        # before side-by-side revisions, weights at the PVC root) stores nothing.
         self.stored = set(stored_identities(self.prev))
-        prev_identity = source_identity_of(structs.sub(self.prev, "source"))
-        if self.prev_phase == READY and prev_identity:
-            self.stored.add(prev_identity)
-        # Identity -> the live replicas on this cluster serving it (None: not known).
+        self.prev_stored = frozenset(self.stored)
+        self.has_stored = self.prev is not None and STATUS_STORED in self.prev.fields
+        # Identity -> the live replicas on this cluster that may read it (None: not known).
         self.live: dict[str, list[str]] | None = None
+        # Observed prune Jobs: kept ones by key, the running ones' (Job name, keep-list),
+        # and the failed ones' keys.
+        self.prunes_kept: dict[str, Struct] = {}
+        self.prunes_running: list[tuple[str, frozenset[str]]] = []
+        self.prunes_failed: set[str] = set()
+        # The auth Secret's problem (reason, message), once read.
+        self.auth_warning: tuple[str, str] | None = None
 
     # ---- composition -----------------------------------------------------
 
     def compose(self) -> Outcome:
         """Require the cluster (and the auth Secret until Ready), then compose what the
-        phase needs: the lasting Objects always, the token Secret and the Job until
-        Ready (never a Job that cannot read its token)."""
+        phase needs: the lasting Objects always, the prune Jobs that are running or not
+        recorded yet, the token Secret and the Job until Ready (never a Job that cannot
+        read its token, nor one for an identity a running prune removes)."""
+        self.live = self._live_identities()
+        self._read_prunes()
         latched = self._latched()
         self._require(latched)
         token_ok = None if latched else self._auth_state()
@@ -153,9 +173,14 @@ class _Composer:
         pc, storage_class = usable
         target = Target(self.ns, self.name, self.cache, self.cluster_name, pc)
         self._add_pvc(target, storage_class)
+        for key, body in self.prunes_kept.items():
+            self.out.keep(key, body)
+        blocking = None if latched else self._prune_blocking()
         if latched:
             self._ready_latched()
             self._prune(target)
+        elif blocking is not None:
+            self._wait_for_prune(blocking)
         elif token_ok:
             self._compose_download(target)
         else:
@@ -163,18 +188,41 @@ class _Composer:
         return self._finish()
 
     def _latched(self) -> bool:
-        """Whether the Ready latch holds: Ready for this source and its PVC intact (a
-        broken latch warns and hydrates again)."""
-        if not (self.prev_phase == READY and self.same_source):
+        """Whether the current identity is Ready without a download: ``status.stored``
+        lists it (complete in its directory, not being pruned: a revert to an identity
+        still on the PVC is Ready at once) and the PVC it was stored on is intact. A
+        broken PVC warns, empties ``stored`` and hydrates again; a Ready status that does
+        not list its identity (written before side-by-side revisions) hydrates again
+        into the identity's directory and says so."""
+        was_ready = self.prev_phase == READY and self.same_source
+        listed = self.identity in self.stored
+        why = self._latch_broken() if (listed or was_ready or self.stored) else None
+        if why is not None:
+            self.stored.clear()  # the PVC is gone or empty: nothing is stored on it
+            if listed or was_ready:
+                self.unlatched = why
+                text = f"{why}; hydrating {self.repo}@{self.revision} again"
+            else:
+                text = f"{why}; the identities stored on it are gone"
+            self.state.warnings.append((REASON_PVC_LOST, text))
             return False
-        self.unlatched = self._latch_broken()
-        if self.unlatched is None:
+        if listed:
             return True
-        self.stored.clear()  # the PVC is gone or empty: nothing is stored on it
-        self.state.warnings.append(
-            ("PVCLost", f"{self.unlatched}; hydrating {self.repo}@{self.revision} again")
-        )
+        if was_ready:
+            self.unlatched = self._relayout_note()
+            self.state.notes.append(self.unlatched)
         return False
+
+    def _relayout_note(self) -> str:
+        """Why a Ready hydration downloads again: its identity is not in ``stored``."""
+        where = identity_dir(CACHE_MOUNT_PATH, self.identity)
+        if not self.has_stored:
+            return (
+                "Ready under a release before side-by-side revisions (no status.stored: "
+                f"the weights are at the PVC root); hydrating again into {where}, the "
+                "files at the root are left in place"
+            )
+        return f"status.stored does not list {self.identity}; hydrating again into {where}"
 
     def _require(self, latched: bool) -> None:
         """Ask for the InferenceCluster, and for the auth Secret until Ready (once Ready
@@ -203,8 +251,8 @@ class _Composer:
         cluster_req = self.inputs.required(REQ_CLUSTER)
         if not isinstance(cluster_req, Resolved):
             self._unresolved(latched, "the InferenceCluster " + self.cluster_name)
-            if token_ok is False and self.state.phase == PENDING:
-                self.state.reason, self.state.message = self.state.warnings[-1]
+            if self.auth_warning is not None and self.state.phase == PENDING:
+                self.state.reason, self.state.message = self.auth_warning
             return None
         cluster = cluster_req.by_name().get(self.cluster_name)
         pc = inferencecluster.provider_config(cluster) if cluster is not None else None
@@ -236,12 +284,12 @@ class _Composer:
         self._derive_from_observed(job_desired=self._job_observed() is not None)
         if self.state.phase != PENDING:
             return
-        if token_ok is None:
+        if token_ok is None or self.auth_warning is None:
             self.state.message = (
                 f"waiting for Crossplane to resolve Secret {self.ns}/{self.auth_name}"
             )
         else:
-            self.state.reason, self.state.message = self.state.warnings[-1]
+            self.state.reason, self.state.message = self.auth_warning
 
     @property
     def auth_name(self) -> str:
@@ -257,24 +305,34 @@ class _Composer:
         secret = req.by_name().get(self.auth.name)
         ref = f"{self.ns}/{self.auth.name}"
         if secret is None:
-            self.state.warnings.append(
-                ("AuthSecretMissing", f"auth Secret {ref} not found; create it to start hydration")
+            self.auth_warning = (
+                "AuthSecretMissing",
+                f"auth Secret {ref} not found; create it to start hydration",
             )
-            return False
-        if not _secret_has_key(secret, self.auth.key):
-            self.state.warnings.append(
-                (
-                    REASON_AUTH_SECRET_KEY_MISSING,
-                    f"auth Secret {ref} has no key {self.auth.key}; add it to start hydration",
-                )
+        elif not _secret_has_key(secret, self.auth.key):
+            self.auth_warning = (
+                REASON_AUTH_SECRET_KEY_MISSING,
+                f"auth Secret {ref} has no key {self.auth.key}; add it to start hydration",
             )
-            return False
-        return True
+        else:
+            return True
+        self.state.warnings.append(self.auth_warning)
+        return False
 
     def _add_pvc(self, target: Target, storage_class: str) -> None:
-        pvc, result = lasting_objects(target, storage_class, self._pvc_size())
+        """The PVC and the result ConfigMap; a warning when provider-kubernetes cannot
+        apply the PVC (``Synced=False``: e.g. a storage class without
+        ``allowVolumeExpansion`` refusing the larger request), in every phase."""
+        size = self._pvc_size()
+        pvc, result = lasting_objects(target, storage_class, size)
         self.out.add(RESULT_KEY, result)
         self.out.add(PVC_KEY, pvc)
+        err = _sync_error(self.inputs.observed_body(PVC_KEY))
+        if err:
+            name = cache_pvc_name(self.ns, self.cache)
+            self.state.warnings.append(
+                (REASON_PVC_NOT_SYNCED, f"PVC {name} (request {size}) not applied: {err}")
+            )
 
     def _pvc_size(self) -> str:
         """The PVC request: room for two copies (``CacheSource.size_quantity``), or the
@@ -294,8 +352,10 @@ class _Composer:
     # ---- side-by-side identities: what is kept on the PVC, and pruning ----------
 
     def _live_identities(self) -> dict[str, list[str]] | None:
-        """Identity -> names of the live ModelReplicas of this cache on this cluster that
-        serve it; None while the requirement is not resolved ("not known")."""
+        """Identity -> names of the live ModelReplicas of this cache on this cluster whose
+        pods may read it (``modelreplica.identities_in_use``: the spec's identity and,
+        while the workload rolls, the one it served before); None while the requirement
+        is not resolved ("not known")."""
         req = self.inputs.required(REQ_REPLICAS)
         if not isinstance(req, Resolved):
             return None
@@ -308,42 +368,99 @@ class _Composer:
                 continue
             if structs.sval(spec, "clusterName") != self.cluster_name:
                 continue
-            ident = source_identity_of(ref)
-            if ident:
-                name = structs.sval(structs.sub(item, "metadata"), "name")
+            name = structs.sval(structs.sub(item, "metadata"), "name")
+            for ident in identities_in_use(item):
                 live.setdefault(ident, []).append(name)
         return {k: sorted(v) for k, v in live.items()}
 
+    def _read_prunes(self) -> None:
+        """Read every observed prune Job before anything is decided.
+
+        A prune Job is never dropped before its outcome is read: one that runs (or has
+        not started) is kept, and what it does not keep is not in ``stored`` (never
+        trusted while it may be half-way deleted); a completed one whose removals the
+        last status still lists is kept for this call, which records them, and dropped
+        in the next; a failed one is kept (not run again) with a ``PruneFailed`` warning.
+        The current identity is never dropped from ``stored`` by a completed or failed
+        prune (it was downloaded after: a download of an identity a prune removes waits
+        for the prune).
+        """
+        for key, child in self.inputs.observed.items():
+            if not key.startswith(PRUNE_PREFIX):
+                continue
+            body = child.resource
+            keep = _prune_keep(body)
+            result = _job_result(body)
+            name = _manifest_name(body) or key
+            if result is None:
+                self.prunes_kept[key] = body
+                self.prunes_running.append((name, keep))
+                self.stored &= keep
+                continue
+            removed = {i for i in self.stored if i not in keep and i != self.identity}
+            self.stored -= removed
+            if result[0] == READY:
+                if removed & self.prev_stored:
+                    self.prunes_kept[key] = body
+                continue
+            self.prunes_kept[key] = body
+            self.prunes_failed.add(key)
+            self.state.warnings.append(
+                (REASON_PRUNE_FAILED, f"prune Job {name} {result[1]}: {result[2] or 'no message'}")
+            )
+
+    def _prune_blocking(self) -> str | None:
+        """The name of a running prune Job that removes the current identity (its
+        download waits for it), or None. A download Job already observed is not held."""
+        if self._job_observed() is not None:
+            return None
+        for name, keep in self.prunes_running:
+            if self.identity not in keep:
+                return name
+        return None
+
+    def _wait_for_prune(self, name: str) -> None:
+        """Hold the download until the prune Job ``name`` is done; keep what exists."""
+        self._keep_job_and_secret()
+        st = self.state
+        st.phase = PENDING
+        st.reason = REASON_WAITING_FOR_PRUNE
+        st.message = (
+            f"waiting for prune Job {name} to finish before downloading "
+            f"{self.repo}@{self.revision} on {self.cluster_name} (it removes what the PVC "
+            "holds of that identity)"
+        )
+        self.out.requeue_after(self.inputs.settings.poll_seconds)
+
     def _prune(self, target: Target) -> None:
         """Ready for the current identity: remove the stored identities no live replica
-        serves, with a prune Job that keeps the current one and those in use. Nothing
-        is pruned while the live replicas are not known (the requirement not resolved):
-        a prune Job that exists is kept as it is."""
-        self.live = self._live_identities()
+        may read, with a prune Job that keeps the current one and those in use. They
+        leave ``stored`` in this call (the status is written only after Crossplane
+        applied the Job). Nothing is pruned while the live replicas are not known (the
+        requirement not resolved), while another prune Job runs or is being recorded
+        (one at a time), or while a download Job of an identity it would remove still
+        exists (it may still write)."""
         if self.live is None:
-            for key, child in self.inputs.observed.items():
-                if key.startswith(PRUNE_PREFIX):
-                    self.out.keep(key, child.resource)
             return
-        self.stored.add(self.identity)
+        if any(key not in self.prunes_failed for key in self.prunes_kept):
+            return
         keep = tuple(sorted({self.identity} | (self.stored & set(self.live))))
         gone = self.stored - set(keep)
         if not gone:
             return
+        settings = self.inputs.settings
+        for key in self.inputs.observed:
+            if key.startswith(JOB_PREFIX) and key[len(JOB_PREFIX) :] not in keep:
+                self.out.requeue_after(settings.poll_seconds)
+                return
         key = prune_key(keep)
-        observed = self.inputs.observed_body(key)
-        result = _job_result(observed)
-        if result is not None and result[0] == READY:
-            self.stored -= gone  # pruned; the Job is dropped
+        if key in self.prunes_failed:
             return
-        if result is not None:  # failed: kept (not run again), said in the message
-            self.out.keep(key, observed)
-            self.state.warnings.append(
-                ("PruneFailed", f"prune Job {result[1]}: {result[2] or 'no message'}")
-            )
-            return
-        self.out.add(key, prune_object(target, self.inputs.settings.hydration_image, keep))
-        self.out.requeue_after(self.inputs.settings.poll_seconds)
+        for failed in self.prunes_failed:  # superseded: a failed Job runs nothing
+            self.out.resources.pop(failed, None)
+        self.out.add(key, prune_object(target, settings.hydration_image, keep))
+        self.stored -= gone
+        self.out.requeue_after(settings.poll_seconds)
 
     def _stored_status(self) -> list[dict[str, Any]]:
         """``status.stored``: the current identity first once Ready, then the others, each
@@ -441,10 +558,8 @@ class _Composer:
         st.reason = REASON_PVC_NOT_BOUND
         pvc = cache_pvc_name(self.ns, self.cache)
         err = _sync_error(pvc_obj)
-        detail = f"waiting for PVC {pvc} to bind ({pvc_phase or 'not created yet'})" + (
-            f": {err}" if err else ""
-        )
-        st.message = detail
+        # An apply error is said by the PVCNotSynced warning (see _add_pvc), not twice.
+        st.message = f"waiting for PVC {pvc} to bind ({pvc_phase or 'not created yet'})"
         self.out.requeue_after(settings.poll_seconds)
         if not job_desired:
             # A WaitForFirstConsumer PVC cannot bind before the Job's pod exists:
@@ -506,12 +621,13 @@ class _Composer:
         return structs.sval(structs.sub(manifest, "metadata"), "uid")
 
     def _ready_latched(self) -> None:
+        """Ready without a download. The message is built anew (never carried: a warning
+        that no longer holds must not stay in it)."""
         st = self.state
         st.phase = READY
-        st.reason = self.prev_reason or REASON_HYDRATED
-        st.message = self.prev_message or (
-            f"{self.repo}@{self.revision} hydrated on {self.cluster_name}"
-        )
+        carried = self.prev_reason if self.prev_phase == READY and self.same_source else ""
+        st.reason = carried or REASON_HYDRATED
+        st.message = f"{self.repo}@{self.revision} hydrated on {self.cluster_name}"
 
     def _unresolved(self, latched: bool, what: str) -> None:
         """A requirement is not resolved yet: keep every child as it is, no warning."""
@@ -523,7 +639,13 @@ class _Composer:
             else:
                 self.out.keep(key, child.resource)
         st = self.state
-        if self.same_source and self.prev_phase and self.unlatched is None:
+        if latched:
+            self._ready_latched()
+        elif (
+            self.same_source
+            and self.prev_phase not in ("", READY)  # Ready holds only while latched
+            and self.unlatched is None
+        ):
             st.phase = self.prev_phase
             st.reason = self.prev_reason or self.prev_phase
             st.message = self.prev_message or f"hydration is {st.phase}"
@@ -574,6 +696,9 @@ class _Composer:
         st = self.state
         if not st.message:
             st.message = f"hydration is {st.phase}"
+        for note in st.notes:
+            if note not in st.message:
+                st.message = f"{st.message}; {note}"
         for reason, msg in st.warnings:
             if msg not in st.message:
                 st.message = f"{st.message}; {msg}"
@@ -608,13 +733,13 @@ class _Composer:
             started = format_time(self.inputs.now)
         if started is not None:
             status["startedAt"] = started
-        if self.state.phase != READY:
-            return
-        status["readyAt"] = self._ready_at(started)
-        # The PVC the latch describes: its uid from now on (carried while latched).
-        uid = self._pvc_uid() or structs.sval(self.prev, "pvcUID")
-        if uid:
-            status["pvcUID"] = uid
+        if self.state.phase == READY:
+            status["readyAt"] = self._ready_at(started)
+        if self.state.phase == READY or self.stored:
+            # The PVC the latch and status.stored describe: its uid from now on.
+            uid = self._pvc_uid() or structs.sval(self.prev, "pvcUID")
+            if uid:
+                status["pvcUID"] = uid
 
     def _ready_at(self, started: str | None) -> str:
         """When Ready was recorded: carried, or now (then the hydration's duration since

@@ -3,6 +3,8 @@ hot path; no decisions here)."""
 
 from __future__ import annotations
 
+import itertools
+
 from google.protobuf.struct_pb2 import Struct
 
 from function.composers.hydration.keys import (
@@ -10,6 +12,7 @@ from function.composers.hydration.keys import (
     READY,
 )
 from function.core import structs
+from jobs.contract import IDENTITY_PATTERN
 
 # ---- reading observed state (hot path: straight from the Structs) ------------------
 
@@ -74,3 +77,25 @@ def _pvc_phase(pvc_obj: Struct | None) -> str:
 def _secret_has_key(secret: Struct, key: str) -> bool:
     """True when the Secret's ``data`` (or ``stringData``) has ``key``; values are never read."""
     return any(key in structs.fields_of(secret, field) for field in ("data", "stringData"))
+
+
+def _prune_keep(prune_obj: Struct | None) -> frozenset[str]:
+    """The identities an observed prune Job Object keeps: the value after
+    ``--prune-keep`` in its container's args (``function.manifests.hydration.prune_job``),
+    as it was desired. Malformed entries are dropped; an unreadable Object keeps nothing
+    (the safe reading: every identity it may remove is treated as removed)."""
+    args = structs.items(
+        prune_obj,
+        *("spec", "forProvider", "manifest", "spec", "template", "spec", "containers"),
+        0,
+        "args",
+    )
+    for flag, value in itertools.pairwise(args):
+        if flag == "--prune-keep" and isinstance(value, str):
+            return frozenset(k for k in value.split(",") if IDENTITY_PATTERN.fullmatch(k))
+    return frozenset()
+
+
+def _manifest_name(obj: Struct | None) -> str:
+    """``metadata.name`` of the remote object an Object manifests, as desired."""
+    return structs.get_str(obj, "spec", "forProvider", "manifest", "metadata", "name")
