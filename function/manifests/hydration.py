@@ -248,13 +248,7 @@ def hydration_job(name: str, namespace: str, **job: Unpack[HydrationJob]) -> dic
                 "spec": {
                     "restartPolicy": "Never",
                     **identity_fields,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": HYDRATION_UID,
-                        "runAsGroup": HYDRATION_UID,
-                        "fsGroup": HYDRATION_UID,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    "securityContext": _pod_security(),
                     "containers": [_hydrate_container(job)],
                     "volumes": [
                         {"name": "cache", "persistentVolumeClaim": {"claimName": job["pvc_name"]}},
@@ -263,6 +257,29 @@ def hydration_job(name: str, namespace: str, **job: Unpack[HydrationJob]) -> dic
                 },
             },
         },
+    }
+
+
+def _pod_security() -> dict[str, Any]:
+    """The pod security context of both Jobs on the cache PVC (download and prune): a
+    non-root user whose group owns the volume (``fsGroup``), the runtime's seccomp
+    profile. https://kubernetes.io/docs/tasks/configure-pod-container/security-context/"""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": HYDRATION_UID,
+        "runAsGroup": HYDRATION_UID,
+        "fsGroup": HYDRATION_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _container_security() -> dict[str, Any]:
+    """The container security context of both Jobs: no privilege escalation, a read-only
+    root filesystem (writes go to the PVC and ``/tmp``), no capabilities."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
     }
 
 
@@ -320,13 +337,7 @@ def prune_job(name: str, namespace: str, **job: Unpack[PruneJob]) -> dict[str, A
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": HYDRATION_UID,
-                        "runAsGroup": HYDRATION_UID,
-                        "fsGroup": HYDRATION_UID,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    "securityContext": _pod_security(),
                     "containers": [
                         {
                             "name": "prune",
@@ -342,11 +353,7 @@ def prune_job(name: str, namespace: str, **job: Unpack[PruneJob]) -> dict[str, A
                                 "requests": {"cpu": "100m", "memory": "128Mi"},
                                 "limits": {"memory": "512Mi"},
                             },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
+                            "securityContext": _container_security(),
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                             "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT_PATH}],
                         }
@@ -412,11 +419,7 @@ def _hydrate_container(job: HydrationJob) -> dict[str, Any]:
             "requests": {"cpu": "500m", "memory": "1Gi"},
             "limits": {"memory": "8Gi"},
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": _container_security(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "cache", "mountPath": CACHE_MOUNT_PATH},
