@@ -312,11 +312,9 @@ def go_client() -> tuple[str | None, str]:
     digest = hashlib.sha256()
     for name in ("go.mod", "go.sum", "main.go"):
         digest.update((GRPCLOAD / name).read_bytes())
-    cache = Path(
-        os.environ.get("MODELPLANE_TOOLS_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "function-modelplane"
-    )
-    out = cache / f"grpcload-{digest.hexdigest()[:12]}" / "grpcload"
+    from tests.support.crossplane import cache_dir
+
+    out = cache_dir() / f"grpcload-{digest.hexdigest()[:12]}" / "grpcload"
     if out.exists():
         return str(out), ""
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -50,13 +50,24 @@ def is_ready(cluster: Struct | None) -> bool:
     Hot path (placement reads every cluster of a fleet): scans ``status.conditions``
     through the field maps; the first ``Ready`` entry decides.
     """
-    conds = structs.fields_of(cluster, "status").get("conditions")
-    if conds is None:
+    return _ready_in(structs.fields_of(cluster, "status"))
+
+
+def _ready_in(status: Any) -> bool:
+    """The Ready rule over a status field map: the first ``Ready`` condition decides.
+
+    Reading ``list_value``, ``struct_value`` or ``string_value`` of a ``Value`` that holds
+    another kind yields the empty default, so a malformed status reads as not Ready.
+    """
+    v = status.get("conditions")
+    if v is None:
         return False
-    for cv in conds.list_value.values:
+    for cv in v.list_value.values:
         c = cv.struct_value.fields
-        if "type" in c and c["type"].string_value == READY:
-            return "status" in c and c["status"].string_value == "True"
+        t = c.get("type")
+        if t is not None and t.string_value == READY:
+            s = c.get("status")
+            return s is not None and s.string_value == "True"
     return False
 
 
@@ -127,17 +138,7 @@ def cache_host_problem(cluster: Struct) -> str | None:
     if v is None:
         return "cluster is not Ready"
     status = v.struct_value.fields
-    v = status.get("conditions")
-    ready = False
-    if v is not None:
-        for cv in v.list_value.values:
-            c = cv.struct_value.fields
-            t = c.get("type")
-            if t is not None and t.string_value == READY:
-                s = c.get("status")
-                ready = s is not None and s.string_value == "True"
-                break
-    if not ready:
+    if not _ready_in(status):
         return "cluster is not Ready"
     v = status.get(STATUS_PROVIDER_CONFIG_REF)
     name = v.struct_value.fields.get("name") if v is not None else None

@@ -110,16 +110,19 @@ def _pairs(st: Any, key: str) -> list[tuple[str, str]]:
     for e in v.list_value.values:
         if e.HasField("struct_value"):
             f = e.struct_value.fields
-            n, m = f.get("name"), f.get("message")
-            # string_value of a Value holding another kind is "" (what get_str reads).
-            out.append(
-                (n.string_value if n is not None else "", m.string_value if m is not None else "")
-            )
+            out.append((_str(f, "name"), _str(f, "message")))
     return out
 
 
 def _count(v: Any) -> int:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0
+
+
+def _str(fields: Any, key: str) -> str:
+    """The string at one key of a Struct's field map; "" when absent or not a string
+    (``string_value`` of a Value holding another kind is "", what ``get_str`` reads)."""
+    v = fields.get(key)
+    return v.string_value if v is not None else ""
 
 
 def _at(fields: Any, key: str) -> Any:
@@ -142,8 +145,7 @@ def read_report(shard: Struct) -> ShardReport:
     if v is None or not v.HasField("struct_value"):
         return r
     st = v.struct_value.fields
-    v = st.get("specHash")
-    r.spec_hash = v.string_value if v is not None else ""
+    r.spec_hash = _str(st, "specHash")
     v = st.get("summary")
     if v is not None and v.HasField("struct_value"):
         summary = v.struct_value.fields
@@ -160,11 +162,10 @@ def read_report(shard: Struct) -> ShardReport:
         for e in ev.list_value.values:
             if e.HasField("struct_value"):
                 f = e.struct_value.fields
-                c, d = f.get("commit"), f.get("digest")
                 r.evidence.append(
                     (
-                        c.string_value if c is not None else "",
-                        d.string_value if d is not None else "",
+                        _str(f, "commit"),
+                        _str(f, "digest"),
                         _count(_at(f, "clusters")),
                         _count(_at(f, "validated")),
                     )

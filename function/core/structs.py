@@ -20,8 +20,9 @@ _MISSING: Any = object()
 _EMPTY = Struct()
 
 
-def _unwrap(v: Value) -> Any:
-    """The Python view of a ``Value``: str, float, bool, None, Struct or ListValue."""
+def unwrap(v: Value) -> Any:
+    """The Python view of one ``Value`` (what :func:`get` returns for its last step):
+    str, float, bool, None, Struct or ListValue."""
     kind = v.WhichOneof("kind")
     if kind == "string_value":
         return v.string_value
@@ -34,10 +35,6 @@ def _unwrap(v: Value) -> Any:
     if kind == "list_value":
         return v.list_value
     return None
-
-
-unwrap = _unwrap
-"""The Python view of one ``Value`` (what :func:`get` returns for its last step)."""
 
 
 def get(node: Any, *path: str | int, default: Any = None) -> Any:  # noqa: C901, PLR0911
@@ -65,11 +62,11 @@ def get(node: Any, *path: str | int, default: Any = None) -> Any:  # noqa: C901,
             v = cur.fields.get(step)
             if v is None:
                 return default
-            cur = _unwrap(v)
+            cur = unwrap(v)
         elif isinstance(cur, ListValue):
             if not isinstance(step, int) or not -len(cur.values) <= step < len(cur.values):
                 return default
-            cur = _unwrap(cur.values[step])
+            cur = unwrap(cur.values[step])
         elif isinstance(cur, dict):
             if step not in cur:
                 return default
@@ -107,7 +104,7 @@ def items(node: Any, *path: str | int) -> list[Any]:
     """The elements of the list at ``path`` (unwrapped), or ``[]``."""
     v = get(node, *path)
     if isinstance(v, ListValue):
-        return [_unwrap(x) for x in v.values]
+        return [unwrap(x) for x in v.values]
     if isinstance(v, list):
         return v
     return []

@@ -63,7 +63,10 @@ def _parse(out: str) -> Tools:
     )
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
+    """The tools cache: ``MODELPLANE_TOOLS_CACHE``, else
+    ``$XDG_CACHE_HOME/function-modelplane`` (``~/.cache`` without XDG), as
+    ``scripts/crossplane-tools`` resolves it."""
     base = os.environ.get("MODELPLANE_TOOLS_CACHE")
     if base:
         return Path(base)
@@ -84,7 +87,7 @@ def find() -> Tools | None:
         return _parse(check.stdout)
     if shutil.which("go") is None:
         return None
-    cache = _cache_dir()
+    cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
