@@ -213,8 +213,12 @@ LEGACY_CASES = [
          "directory, the root still serves", Legacy([], "Hydrating"), Path(CACHE_MOUNT_PATH)),
     Case("stored", "once the identity is stored in its directory, the replica reads it",
          Legacy([OLD]), Path(identity_dir(CACHE_MOUNT_PATH, OLD))),
-    Case("failed", "a failed hydration gates the replica as before", Legacy([], "Failed"),
-         Path(None)),
+    Case("failed", "the re-download into the identity's directory Failed: the root is "
+         "intact (never written or pruned by the new layout), the replica keeps serving it",
+         Legacy([], "Failed"), Path(CACHE_MOUNT_PATH)),
+    Case("failed-never-latched", "Failed before the previous release stored anything (no "
+         "stored): the root the workload reads is not touched, it keeps serving",
+         Legacy(None, "Failed"), Path(CACHE_MOUNT_PATH)),
 ]  # fmt: skip
 
 
@@ -239,6 +243,17 @@ def test_a_replica_of_the_previous_release_keeps_the_pvc_root(case: Case[Legacy,
     st = h.status(rsp)
     assert ("identity" in st["hydration"]) != reads_root, case.reason
     assert (STATUS_CACHE_IDENTITIES in st) != reads_root, case.reason
+    assert st["hydration"]["phase"] == case.inputs.phase, case.reason
+    assert not [m for sev, m in h.results(rsp) if sev == "Warning"], case.reason
+
+
+def test_a_gated_replica_of_the_previous_release_without_workload_stays_gated() -> None:
+    """No observed workload reading the root (it never served): a Failed hydration gates
+    it as before."""
+    rsp = run(_spec(None), _legacy_required(Legacy([], "Failed")))
+    cond = h.conditions(rsp)["ModelReady"]
+    assert (cond["status"], cond["reason"]) == ("False", "HydrationFailed")
+    assert WORKLOAD not in h.desired(rsp)
 
 
 def test_template_sources_and_rollout_complete() -> None:
@@ -444,3 +459,82 @@ def test_an_existing_replica_without_identity_moves_only_once_stored(
         assert st["cacheIdentities"] == rows, case.reason
         assert "PVC root" in st["cacheRollout"]
     assert h.conditions(rsp)["ReplicasReady"]["status"] == "True"
+
+
+class RootReplica(NamedTuple):
+    """The last status of replica 0 (spec without identity) on gpu-a, whose re-download
+    into the identity's directory Failed: ``status.phase``, whether ``status.hydration``
+    names an identity, and its ModelReady (status, reason)."""
+
+    phase: str | None
+    hydration_identity: bool
+    ready: tuple[str, str]
+
+
+class Held(NamedTuple):
+    """Whether replica 0 stays on gpu-a (held) and what ReplicasReady says."""
+
+    held: bool
+    ready_reason: str
+
+
+ENOSPC = "Job BackoffLimitExceeded: OSError: [Errno 28] No space left on device"
+
+ROOT_HELD_CASES = [
+    Case("serving-from-root", "the replica composer reports it serving from the PVC root: "
+         "held, not moved; ReplicasReady says it keeps serving the PVC root",
+         RootReplica("Serving", False, ("True", "Serving")),
+         Held(True, "ServingPreviousIdentity")),
+    Case("starting-from-root", "its pods restart (Starting) but still read the intact root: "
+         "held", RootReplica("Starting", False, ("False", "Starting")),
+         Held(True, "HydrationFailed")),
+    Case("ready-without-phase", "ModelReady True without status.phase (an older status "
+         "shape): its workload serves what the PVC holds, held",
+         RootReplica(None, False, ("True", "Serving")), Held(True, "ServingPreviousIdentity")),
+    Case("gated-never-served", "gated (HydrationFailed, no workload composed): nothing "
+         "serves, it moves as before", RootReplica("Failed", False, ("False", "HydrationFailed")),
+         Held(False, "ReplicasNotReady")),
+]  # fmt: skip
+
+
+@table(ROOT_HELD_CASES)
+def test_a_replica_reading_the_pvc_root_is_held_when_the_redownload_failed(
+    case: Case[RootReplica, Held],
+) -> None:
+    a = _hyd("gpu-a", "Ready", DEP_OLD)
+    b = _hyd("gpu-b", "Ready", DEP_OLD)
+    xr = td.deployment(2)
+    observed = td.observe(td.drive(xr, td.world(a, b, base=BASE)),
+                          {0: ("True", "Serving", "ok"), 1: ("True", "Serving", "ok")})  # fmt: skip
+    for body in observed.values():
+        if body.get("kind") == "ModelReplica":
+            body["spec"]["modelCacheRef"].pop("identity")
+    r0 = observed["replica-0"]["status"]
+    st, reason = case.inputs.ready
+    r0["conditions"] = [{"type": "ModelReady", "status": st, "reason": reason, "message": "m"}]
+    if case.inputs.phase is not None:
+        r0["phase"] = case.inputs.phase
+        r0["hydration"] = {"name": "h", "phase": "Failed", "message": ENOSPC}
+        if case.inputs.hydration_identity:
+            r0["hydration"]["identity"] = DEP_OLD
+    a = _hyd("gpu-a", "Failed", DEP_OLD)
+    a["status"]["stored"] = []
+    a["status"]["message"] = ENOSPC
+    b["status"]["stored"] = [{"identity": DEP_OLD}]
+    rsp = td.drive(xr, td.world(a, b, base=BASE), observed)
+    reps = td.replicas_of(rsp)
+    on_a = reps.get("replica-0", {}).get("spec", {}).get("clusterName") == "gpu-a"
+    assert on_a == case.want.held, (case.reason, sorted(reps))
+    warnings = [m for sev, m in h.results(rsp) if sev == "Warning"]
+    assert any("removed replica 0" in m for m in warnings) != case.want.held, warnings
+    cond = h.conditions(rsp)["ReplicasReady"]
+    assert cond["reason"] == case.want.ready_reason, (case.reason, cond)
+    if case.want.held:
+        assert "identity" not in reps["replica-0"]["spec"]["modelCacheRef"], case.reason
+        rollout = h.status(rsp)["cacheRollout"]
+        assert f"identity {DEP_OLD} Failed on gpu-a: 1 replica there keeps reading the " \
+            "PVC root" in rollout, rollout
+    if case.want.ready_reason == "ServingPreviousIdentity":
+        assert "replica 0 on gpu-a keeps serving the PVC root" in cond["message"], cond
+        assert ENOSPC in cond["message"]
+        assert any("keeps serving the PVC root" in m for m in warnings), warnings

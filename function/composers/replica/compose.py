@@ -22,6 +22,8 @@ from function.api.modelcachehydration import (
     stored_identities,
 )
 from function.api.modelreplica import (
+    PHASE_SERVING,
+    PHASE_STARTING,
     REASON_CACHE_NOT_FOUND,
     REASON_HYDRATING,
     REASON_HYDRATION_FAILED,
@@ -225,11 +227,13 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
         # The identity this replica serves is complete on the PVC: it keeps serving it
         # while the cache's new identity hydrates beside it (or failed to).
         hydration["identity"] = want
-    elif want is None and phase != FAILED and current not in stored and _reads_root(c.inputs):
+    elif want is None and (phase == FAILED or current not in stored) and _reads_root(c.inputs):
         # Upgrade: a workload of the release before side-by-side revisions reads the
         # PVC root; it keeps doing so (no roll onto a directory that does not exist)
         # until the hydration stores the identity in its own directory and the
-        # deployment names it in the spec.
+        # deployment names it in the spec. The side-by-side layout never writes or
+        # prunes the root, so a Failed download into the identity's directory leaves
+        # it serving (held, like a replica whose identity is still stored).
         pass
     elif phase == FAILED and want in (None, current):
         return Gate(
@@ -347,7 +351,7 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
     n = len(engines_status)
     if all(e["ready"] for e in engines_status):
         url = plan.url
-        status.update(phase="Serving", message=f"{n}/{n} engines serving at {url}", endpoint=url)
+        status.update(phase=PHASE_SERVING, message=f"{n}/{n} engines serving at {url}", endpoint=url)
         out.condition(CONDITION, "True", "Serving", status["message"])
         out.ready = True
         if times.serving_since is None:
@@ -361,7 +365,7 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
             if not e["ready"]
         )
         msg = f"{ready}/{n} engines serving; waiting for {waiting}"
-        status.update(phase="Starting", message=msg)
+        status.update(phase=PHASE_STARTING, message=msg)
         out.condition(CONDITION, "False", "Starting", msg)
         out.ready = False
         out.requeue_after(inputs.settings.poll_seconds)
