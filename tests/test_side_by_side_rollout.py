@@ -39,6 +39,7 @@ DEP_OLD_GEN = {  # the Deployment controller has not seen the new template yet
     "observedGeneration": 0, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1,
 }  # fmt: skip
 DEP_NO_COUNTS = {"observedGeneration": 1}  # counts not reported: not known
+DEP_DRAINING = {**DEP_FULL, "terminatingReplicas": 1}  # an old pod drains (1.33+)
 
 
 def _spec(identity: str | None, multi: bool = False) -> dict[str, Any]:
@@ -99,6 +100,13 @@ ROLLOUT_CASES = [
          Rolling(NEW, NEW, DEP_NO_COUNTS, [NEW, OLD]), Reads([NEW, OLD], False)),
     Case("rolled", "every pod updated and available, none of the old template: OLD dropped",
          Rolling(NEW, NEW, DEP_FULL, [NEW, OLD]), Reads([NEW], True)),
+    Case("old-pods-terminating", "every pod updated and available, but a pod of the old "
+         "template still terminates (status.terminatingReplicas, Kubernetes 1.33+): it may "
+         "still read OLD, both kept",
+         Rolling(NEW, NEW, DEP_DRAINING, [NEW, OLD]), Reads([NEW, OLD], False)),
+    Case("terminated", "terminatingReplicas 0: rolled, OLD dropped",
+         Rolling(NEW, NEW, {**DEP_DRAINING, "terminatingReplicas": 0}, [NEW, OLD]),
+         Reads([NEW], True)),
     Case("remembered-from-hydration-status", "a status written before cacheIdentities existed: "
          "the identity served is remembered from status.hydration.identity",
          Rolling(NEW, NEW, DEP_SURGE, None), Reads([NEW, OLD], False)),
@@ -213,8 +221,12 @@ LEGACY_CASES = [
          "directory, the root still serves", Legacy([], "Hydrating"), Path(CACHE_MOUNT_PATH)),
     Case("stored", "once the identity is stored in its directory, the replica reads it",
          Legacy([OLD]), Path(identity_dir(CACHE_MOUNT_PATH, OLD))),
-    Case("failed", "a failed hydration gates the replica as before", Legacy([], "Failed"),
-         Path(None)),
+    Case("failed", "the re-download into the identity's directory Failed: the root is "
+         "intact (never written or pruned by the new layout), the replica keeps serving it",
+         Legacy([], "Failed"), Path(CACHE_MOUNT_PATH)),
+    Case("failed-never-latched", "Failed before the previous release stored anything (no "
+         "stored): the root the workload reads is not touched, it keeps serving",
+         Legacy(None, "Failed"), Path(CACHE_MOUNT_PATH)),
 ]  # fmt: skip
 
 
@@ -239,6 +251,17 @@ def test_a_replica_of_the_previous_release_keeps_the_pvc_root(case: Case[Legacy,
     st = h.status(rsp)
     assert ("identity" in st["hydration"]) != reads_root, case.reason
     assert (STATUS_CACHE_IDENTITIES in st) != reads_root, case.reason
+    assert st["hydration"]["phase"] == case.inputs.phase, case.reason
+    assert not [m for sev, m in h.results(rsp) if sev == "Warning"], case.reason
+
+
+def test_a_gated_replica_of_the_previous_release_without_workload_stays_gated() -> None:
+    """No observed workload reading the root (it never served): a Failed hydration gates
+    it as before."""
+    rsp = run(_spec(None), _legacy_required(Legacy([], "Failed")))
+    cond = h.conditions(rsp)["ModelReady"]
+    assert (cond["status"], cond["reason"]) == ("False", "HydrationFailed")
+    assert WORKLOAD not in h.desired(rsp)
 
 
 def test_template_sources_and_rollout_complete() -> None:
@@ -444,3 +467,169 @@ def test_an_existing_replica_without_identity_moves_only_once_stored(
         assert st["cacheIdentities"] == rows, case.reason
         assert "PVC root" in st["cacheRollout"]
     assert h.conditions(rsp)["ReplicasReady"]["status"] == "True"
+
+
+class RootReplica(NamedTuple):
+    """The last status of replica 0 (spec without identity) on gpu-a, whose re-download
+    into the identity's directory Failed: ``status.phase``, whether ``status.hydration``
+    names an identity, and its ModelReady (status, reason)."""
+
+    phase: str | None
+    hydration_identity: bool
+    ready: tuple[str, str]
+
+
+class Held(NamedTuple):
+    """Whether replica 0 stays on gpu-a (held) and what ReplicasReady says."""
+
+    held: bool
+    ready_reason: str
+
+
+ENOSPC = "Job BackoffLimitExceeded: OSError: [Errno 28] No space left on device"
+
+ROOT_HELD_CASES = [
+    Case("serving-from-root", "the replica composer reports it serving from the PVC root: "
+         "held, not moved; ReplicasReady says it keeps serving the PVC root",
+         RootReplica("Serving", False, ("True", "Serving")),
+         Held(True, "ServingPreviousIdentity")),
+    Case("starting-from-root", "its pods restart (Starting) but still read the intact root: "
+         "held", RootReplica("Starting", False, ("False", "Starting")),
+         Held(True, "HydrationFailed")),
+    Case("ready-without-phase", "ModelReady True without status.phase (an older status "
+         "shape): its workload serves what the PVC holds, held",
+         RootReplica(None, False, ("True", "Serving")), Held(True, "ServingPreviousIdentity")),
+    Case("gated-never-served", "gated (HydrationFailed, no workload composed): nothing "
+         "serves, it moves as before", RootReplica("Failed", False, ("False", "HydrationFailed")),
+         Held(False, "ReplicasNotReady")),
+]  # fmt: skip
+
+
+@table(ROOT_HELD_CASES)
+def test_a_replica_reading_the_pvc_root_is_held_when_the_redownload_failed(
+    case: Case[RootReplica, Held],
+) -> None:
+    a = _hyd("gpu-a", "Ready", DEP_OLD)
+    b = _hyd("gpu-b", "Ready", DEP_OLD)
+    xr = td.deployment(2)
+    observed = td.observe(td.drive(xr, td.world(a, b, base=BASE)),
+                          {0: ("True", "Serving", "ok"), 1: ("True", "Serving", "ok")})  # fmt: skip
+    for body in observed.values():
+        if body.get("kind") == "ModelReplica":
+            body["spec"]["modelCacheRef"].pop("identity")
+    r0 = observed["replica-0"]["status"]
+    st, reason = case.inputs.ready
+    r0["conditions"] = [{"type": "ModelReady", "status": st, "reason": reason, "message": "m"}]
+    if case.inputs.phase is not None:
+        r0["phase"] = case.inputs.phase
+        r0["hydration"] = {"name": "h", "phase": "Failed", "message": ENOSPC}
+        if case.inputs.hydration_identity:
+            r0["hydration"]["identity"] = DEP_OLD
+    a = _hyd("gpu-a", "Failed", DEP_OLD)
+    a["status"]["stored"] = []
+    a["status"]["message"] = ENOSPC
+    b["status"]["stored"] = [{"identity": DEP_OLD}]
+    rsp = td.drive(xr, td.world(a, b, base=BASE), observed)
+    reps = td.replicas_of(rsp)
+    on_a = reps.get("replica-0", {}).get("spec", {}).get("clusterName") == "gpu-a"
+    assert on_a == case.want.held, (case.reason, sorted(reps))
+    warnings = [m for sev, m in h.results(rsp) if sev == "Warning"]
+    assert any("removed replica 0" in m for m in warnings) != case.want.held, warnings
+    cond = h.conditions(rsp)["ReplicasReady"]
+    assert cond["reason"] == case.want.ready_reason, (case.reason, cond)
+    if case.want.held:
+        assert "identity" not in reps["replica-0"]["spec"]["modelCacheRef"], case.reason
+        rollout = h.status(rsp)["cacheRollout"]
+        keeps = f"identity {DEP_OLD} Failed on gpu-a: 1 replica there keeps reading the PVC root"
+        assert keeps in rollout, rollout
+    if case.want.ready_reason == "ServingPreviousIdentity":
+        assert "replica 0 on gpu-a keeps serving the PVC root" in cond["message"], cond
+        assert ENOSPC in cond["message"]
+        assert any("keeps serving the PVC root" in m for m in warnings), warnings
+
+
+# ---- make-before-break with no room for the surge pod --------------------------------
+
+PROGRESSING_OK = {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}
+DEADLINE = {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+            "message": 'ReplicaSet "w-7d9" has timed out progressing.'}  # fmt: skip
+
+
+class Stall(NamedTuple):
+    """The observed Deployment's remote status and the last ModelReady reason."""
+
+    remote: dict[str, Any]
+    last_reason: str = "Starting"
+
+
+class Said(NamedTuple):
+    """ModelReady (status, reason), whether a RolloutStalled Warning is emitted, and the
+    identities the replica keeps naming."""
+
+    ready: tuple[str, str]
+    warns: bool
+    identities: list[str]
+
+
+STALL_CASES = [
+    Case("no-room-for-surge", "the surge pod never schedules: Progressing=False "
+         "ProgressDeadlineExceeded; RolloutStalled, what still serves and what to do, a "
+         "Warning", Stall({**DEP_SURGE, "conditions": [DEADLINE]}),
+         Said(("False", "RolloutStalled"), True, [NEW, OLD])),
+    Case("stalled-again", "the same stall on the next call: the condition stays, no second "
+         "Warning", Stall({**DEP_SURGE, "conditions": [DEADLINE]}, "RolloutStalled"),
+         Said(("False", "RolloutStalled"), False, [NEW, OLD])),
+    Case("surging", "the surge pod starts (Progressing=True): Starting, no Warning",
+         Stall({**DEP_SURGE, "conditions": [PROGRESSING_OK]}),
+         Said(("False", "Starting"), False, [NEW, OLD])),
+    Case("resumed-and-rolled", "room freed, the roll completed (Kubernetes sets "
+         "Progressing=True again): Serving, OLD released",
+         Stall({**DEP_FULL, "conditions": [PROGRESSING_OK]}, "RolloutStalled"),
+         Said(("True", "Serving"), False, [NEW])),
+    Case("rolled-stale-condition", "every pod rolled: a deadline condition left over does "
+         "not make it stalled", Stall({**DEP_FULL, "conditions": [DEADLINE]}),
+         Said(("True", "Serving"), False, [NEW])),
+]  # fmt: skip
+
+
+@table(STALL_CASES)
+def test_a_stalled_roll_says_so(case: Case[Stall, Said]) -> None:
+    spec = _spec(NEW)
+    observed = _observed(spec, NEW, case.inputs.remote)
+    status = {
+        "hydration": {"identity": OLD},
+        STATUS_CACHE_IDENTITIES: [NEW, OLD],
+        "conditions": [{"type": "ModelReady", "status": "False",
+                        "reason": case.inputs.last_reason, "message": "m"}],
+    }  # fmt: skip
+    rsp = run(spec, _hydrating_new("Ready", [NEW, OLD]), observed=observed, status=status)
+    cond = h.conditions(rsp)["ModelReady"]
+    assert (cond["status"], cond["reason"]) == case.want.ready, (case.reason, cond)
+    warnings = [m for sev, m in h.results(rsp) if sev == "Warning"]
+    assert bool(warnings) == case.want.warns, (case.reason, warnings)
+    assert h.status(rsp)[STATUS_CACHE_IDENTITIES] == case.want.identities, case.reason
+    if case.want.ready[1] == "RolloutStalled":
+        msg = cond["message"]
+        workload = manifest(rsp, WORKLOAD)["metadata"]["name"]
+        for part in (f"workload {workload} (Deployment)", f"rollout onto identity {NEW}",
+                     "ProgressDeadlineExceeded", "timed out progressing",
+                     f"old pods still serve identity {OLD}", "one surge pod per workload",
+                     "free one GPU slot per replica"):  # fmt: skip
+            assert part in msg, (part, msg)
+        assert h.status(rsp)["phase"] == "Starting"
+        if case.want.warns:
+            assert warnings == [msg]
+
+
+def test_a_leaderworkerset_reports_no_stall() -> None:
+    """kubernetes-sigs/lws has no progress deadline: a surge group that never schedules
+    leaves UpdateInProgress=True, read as Starting (README)."""
+    spec = _spec(NEW, multi=True)
+    first = h.desired(run(spec, _hydrating_new("Ready", [NEW, OLD])))
+    (key,) = [k for k in first if k.startswith("workload-")]
+    stuck = {**LWS_UPDATING, "conditions": [*LWS_UPDATING["conditions"], DEADLINE]}
+    observed = {key: observed_object(first[key], stuck)}
+    rsp = run(spec, _hydrating_new("Ready", [NEW, OLD]), observed=observed,
+              status={STATUS_CACHE_IDENTITIES: [NEW, OLD]})  # fmt: skip
+    assert h.conditions(rsp)["ModelReady"]["reason"] == "Starting"
+    assert wl.rollout_stalled({"status": stuck}, "LeaderWorkerSet") is None

@@ -71,10 +71,13 @@ from jobs.contract import IDENTITY_PATTERN
 __all__ = [
     "CACHE_GATE_REASONS",
     "MODEL_READY",
+    "PHASE_SERVING",
+    "PHASE_STARTING",
     "REASON_CACHE_NOT_FOUND",
     "REASON_HYDRATING",
     "REASON_HYDRATION_FAILED",
     "REASON_HYDRATION_NOT_FOUND",
+    "REASON_ROLLOUT_STALLED",
     "STATUS_CACHE_IDENTITIES",
     "CacheRef",
     "Engine",
@@ -88,6 +91,7 @@ __all__ = [
     "Worker",
     "identities_in_use",
     "parse",
+    "reads_pvc_root",
 ]
 
 
@@ -276,6 +280,10 @@ REASON_CACHE_NOT_FOUND = "CacheNotFound"
 REASON_HYDRATION_NOT_FOUND = "HydrationNotFound"
 REASON_HYDRATING = "Hydrating"
 REASON_HYDRATION_FAILED = "HydrationFailed"
+# The workload's roll onto a new identity stopped (its controller reports the progress
+# deadline exceeded: no room for the surge pod, an image that does not pull...). The old
+# pods still serve the old identity; the replica is not ready for the new one.
+REASON_ROLLOUT_STALLED = "RolloutStalled"
 # Every reason that means "waiting on (or failed by) the cache", not the workload.
 CACHE_GATE_REASONS = frozenset(
     {REASON_CACHE_NOT_FOUND, REASON_HYDRATION_NOT_FOUND, REASON_HYDRATING, REASON_HYDRATION_FAILED}
@@ -311,3 +319,39 @@ def identities_in_use(replica: Struct | None) -> set[str]:
         if isinstance(v, str) and IDENTITY_PATTERN.fullmatch(v):
             out.add(v)
     return out
+
+
+# ``status.phase`` of a replica whose workload is composed (the cache gate lifted).
+PHASE_SERVING = "Serving"
+PHASE_STARTING = "Starting"
+
+
+def reads_pvc_root(replica: Struct | None) -> bool:
+    """Whether a ModelReplica's workload reads the cache PVC root: a replica of the
+    release before side-by-side revisions, held there until its cluster's hydration
+    stores the identity in its own directory (README, "Side-by-side revisions").
+
+    Args:
+        replica: A ModelReplica as observed (``spec`` and ``status``).
+
+    Returns:
+        True when ``spec.modelCacheRef`` names no identity, ``status.hydration`` reports
+        none (the schema: absent while the engines read the PVC root) and the last
+        status shows the workload composed: ``status.phase`` :data:`PHASE_SERVING` or
+        :data:`PHASE_STARTING`, or :data:`MODEL_READY` True. A gated replica (phase
+        ``Pending``, ``Hydrating`` or ``Failed``, not ready) or one without status:
+        False. The side-by-side layout never writes or prunes the PVC root, so such a
+        replica keeps serving whatever its cluster's hydration does.
+    """
+    if replica is None:
+        return False
+    ref = structs.sub(structs.sub(replica, "spec"), "modelCacheRef")
+    if ref is None or source_identity_of(ref):
+        return False
+    status = structs.sub(replica, "status")
+    if structs.sval(structs.sub(status, "hydration"), "identity"):
+        return False
+    if structs.sval(status, "phase") in (PHASE_SERVING, PHASE_STARTING):
+        return True
+    ready = structs.conditions(replica).get(MODEL_READY)
+    return ready is not None and structs.get(ready, "status") == "True"

@@ -597,6 +597,9 @@ def rollout_complete(manifest: Any, kind: str) -> bool | None:
     of an older template (``status.replicas == updatedReplicas``; a scale-down's surplus
     pods are updated ones)
     (https://kubernetes.io/docs/concepts/workloads/controllers/deployment/#complete-deployment).
+    Pods of an older template still terminating (``status.terminatingReplicas > 0``,
+    Kubernetes 1.33+, not counted in ``status.replicas``; absent reads as 0) still read
+    what they read: not complete.
     A LeaderWorkerSet (kubernetes-sigs/lws ``LeaderWorkerSetStatus``):
     ``observedGeneration >= generation``, ``updatedReplicas == replicas >=
     spec.replicas``, ``readyReplicas >= spec.replicas`` and no ``UpdateInProgress=True``.
@@ -615,15 +618,55 @@ def rollout_complete(manifest: Any, kind: str) -> bool | None:
     total = _num(manifest, "status", "replicas")
     lws = kind == "LeaderWorkerSet"
     up = _num(manifest, "status", "readyReplicas" if lws else "availableReplicas")
+    terminating = _num(manifest, "status", "terminatingReplicas")
     behind = (
         (lws and structs.condition_is(manifest, "UpdateInProgress", "True"))
         or (seen is not None and gen is not None and seen < gen)
         or (want is not None and any(v is not None and v < want for v in (updated, up)))
         # pods (groups) of an older template still run
         or (updated is not None and total is not None and total > updated)
+        # or still terminate (graceful drain): their containers may still read
+        or (terminating is not None and terminating > 0)
     )
     if behind:
         return False
     if None in (want, seen, gen, updated, up, total):
         return None
     return True
+
+
+PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+"""A Deployment's ``Progressing=False`` reason once ``spec.progressDeadlineSeconds``
+(default 600) passed without progress
+(https://kubernetes.io/docs/concepts/workloads/controllers/deployment/#failed-deployment)."""
+
+
+def rollout_stalled(manifest: Any, kind: str) -> str | None:
+    """Why an observed workload's rollout stopped progressing, or None.
+
+    A Deployment: its ``Progressing`` condition is ``False`` with reason
+    :data:`PROGRESS_DEADLINE_EXCEEDED` (a surge pod that never schedules: no free GPU
+    slot; an image that does not pull; a pod that never becomes ready). Kubernetes
+    keeps the old pods running; it does not roll back.
+
+    A LeaderWorkerSet reports no equivalent (kubernetes-sigs/lws has no progress
+    deadline: its ``Progressing`` and ``UpdateInProgress`` conditions stay True while a
+    surge group waits), so this is always None for one; a stuck LWS roll reads as a
+    replica ``Starting`` with the groups it waits for.
+
+    Returns:
+        ``"Progressing=False, ProgressDeadlineExceeded"`` followed by the condition's
+        message in parentheses when it has one; None otherwise.
+    """
+    if kind == "LeaderWorkerSet":
+        return None
+    for c in structs.items(manifest, "status", "conditions"):
+        if (
+            structs.get(c, "type") == "Progressing"
+            and structs.get(c, "status") == "False"
+            and structs.get(c, "reason") == PROGRESS_DEADLINE_EXCEEDED
+        ):
+            msg = structs.get(c, "message")
+            why = f"Progressing=False, {PROGRESS_DEADLINE_EXCEEDED}"
+            return f"{why} ({msg})" if isinstance(msg, str) and msg else why
+    return None

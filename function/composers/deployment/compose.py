@@ -234,7 +234,9 @@ def _request(
     existing = []
     for v in call.placed:
         assert v.index is not None
-        existing.append(Existing(v.index, v.cluster, v.pools, v.state[0], v.identity))
+        existing.append(
+            Existing(v.index, v.cluster, v.pools, v.state[0], v.identity, v.reads_root)
+        )
     tolerations = [t.model_dump(exclude_none=True) for t in spec.template.spec.tolerations]
     return Request(
         replicas=spec.replicas,
@@ -427,6 +429,17 @@ def _rollout_status(out: Outcome, serving: list[_Serving]) -> None:
             "layout before side-by-side revisions); each moves to its identity's directory "
             "once its cluster's hydration stores it"
         )
+        by_failed: dict[str, list[_Serving]] = {}
+        for s in legacy:
+            if s.failed[0]:
+                by_failed.setdefault(s.failed[0], []).append(s)
+        for ident, group in sorted(by_failed.items()):
+            clusters = ", ".join(sorted({s.cluster for s in group}))
+            n = _plural(len(group), "replica there keeps", "replicas there keep")
+            parts.append(
+                f"the hydration of identity {ident} Failed on {clusters}: {n} reading the "
+                "PVC root"
+            )
     if parts:
         out.status[CACHE_ROLLOUT] = "; ".join(parts)
 
@@ -467,15 +480,16 @@ def _behind_parts(behind: list[_Serving]) -> list[str]:
 
 
 def _held_report(call: _Call, held: list[_Serving]) -> None:
-    """Replicas kept serving an earlier identity on a cluster whose hydration Failed for
-    the new one (``Placement.held``): ``ReplicasReady`` (when True) says so with
+    """Replicas kept serving an earlier identity (or, of the release before side-by-side
+    revisions, the PVC root) on a cluster whose hydration Failed for the new one
+    (``Placement.held``): ``ReplicasReady`` (when True) says so with
     :data:`SERVING_PREVIOUS_IDENTITY`, naming the clusters and the identity that failed,
     and a Warning event is emitted when that message changes."""
     if not held:
         return
     out = call.out
     detail = "; ".join(
-        f"replica {s.replica} on {s.cluster} keeps serving identity {s.serves}: the hydration "
+        f"replica {s.replica} on {s.cluster} keeps serving {_served(s)}: the hydration "
         f"of ModelCache {call.cache} Failed for identity {s.failed[0]}"
         + (f" ({s.failed[1]})" if s.failed[1] else "")
         for s in held[:5]
@@ -488,6 +502,16 @@ def _held_report(call: _Call, held: list[_Serving]) -> None:
     prev = structs.conditions(call.inputs.xr).get(READY_COND)
     if prev is None or structs.get_str(prev, "message") != msg:
         out.warning(detail, SERVING_PREVIOUS_IDENTITY)
+
+
+def _served(s: _Serving) -> str:
+    """What a held replica keeps serving: ``identity <id>``, or the PVC root."""
+    if s.serves:
+        return f"identity {s.serves}"
+    return (
+        "the PVC root (the layout before side-by-side revisions; the new layout never "
+        "writes or prunes it)"
+    )
 
 
 def _report(call: _Call, placement: Placement, rows: list[Any]) -> None:

@@ -19,6 +19,7 @@ from function.api.modelcachehydration import (
     source_identity_of,
     stored_identities,
 )
+from function.api.modelreplica import reads_pvc_root
 from function.composers.deployment.status import _replica_state
 from function.core import structs
 from function.core.memo import memo
@@ -324,6 +325,7 @@ class _Observed:
     pools: dict[tuple[str, int], str]
     state: tuple[bool, str, str]
     identity: str = ""  # spec.modelCacheRef.identity: the source identity it serves
+    reads_root: bool = False  # its workload reads the PVC root (api.modelreplica.reads_pvc_root)
 
     @classmethod
     def of(cls, obj: Struct) -> _Observed:
@@ -335,7 +337,8 @@ class _Observed:
         identity = ""
         if ref is not None and ref.WhichOneof("kind") == "struct_value":
             identity = source_identity_of(ref.struct_value)
-        return cls(obj, index, cluster, pools, _replica_state(obj), identity)
+        reads_root = not identity and ref is not None and reads_pvc_root(obj)
+        return cls(obj, index, cluster, pools, _replica_state(obj), identity, reads_root)
 
 
 def _is_own(item: Struct, ns: str, name: str) -> bool:

@@ -22,10 +22,13 @@ from function.api.modelcachehydration import (
     stored_identities,
 )
 from function.api.modelreplica import (
+    PHASE_SERVING,
+    PHASE_STARTING,
     REASON_CACHE_NOT_FOUND,
     REASON_HYDRATING,
     REASON_HYDRATION_FAILED,
     REASON_HYDRATION_NOT_FOUND,
+    REASON_ROLLOUT_STALLED,
     STATUS_CACHE_IDENTITIES,
 )
 from function.composers.replica import children
@@ -225,11 +228,13 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
         # The identity this replica serves is complete on the PVC: it keeps serving it
         # while the cache's new identity hydrates beside it (or failed to).
         hydration["identity"] = want
-    elif want is None and phase != FAILED and current not in stored and _reads_root(c.inputs):
+    elif want is None and (phase == FAILED or current not in stored) and _reads_root(c.inputs):
         # Upgrade: a workload of the release before side-by-side revisions reads the
         # PVC root; it keeps doing so (no roll onto a directory that does not exist)
         # until the hydration stores the identity in its own directory and the
-        # deployment names it in the spec.
+        # deployment names it in the spec. The side-by-side layout never writes or
+        # prunes the root, so a Failed download into the identity's directory leaves
+        # it serving (held, like a replica whose identity is still stored).
         pass
     elif phase == FAILED and want in (None, current):
         return Gate(
@@ -339,7 +344,8 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
     for key, body in plan.bodies():
         out.add(key, body)
     source = hydration.get("identity", wl.ROOT_SOURCE) if hydration is not None else None
-    engines_status = [_engine_status(inputs, e, source) for e in plan.engines]
+    stalled: list[tuple[children.EnginePlan, str]] = []
+    engines_status = [_engine_status(inputs, e, source, stalled) for e in plan.engines]
     status: dict[str, Any] = {"cluster": c.head.clusterName, "engines": engines_status}
     if hydration is not None:
         status["hydration"] = hydration
@@ -347,7 +353,8 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
     n = len(engines_status)
     if all(e["ready"] for e in engines_status):
         url = plan.url
-        status.update(phase="Serving", message=f"{n}/{n} engines serving at {url}", endpoint=url)
+        msg = f"{n}/{n} engines serving at {url}"
+        status.update(phase=PHASE_SERVING, message=msg, endpoint=url)
         out.condition(CONDITION, "True", "Serving", status["message"])
         out.ready = True
         if times.serving_since is None:
@@ -361,8 +368,14 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
             if not e["ready"]
         )
         msg = f"{ready}/{n} engines serving; waiting for {waiting}"
-        status.update(phase="Starting", message=msg)
-        out.condition(CONDITION, "False", "Starting", msg)
+        reason = "Starting"
+        if stalled and source is not None:
+            reason = REASON_ROLLOUT_STALLED
+            msg = _stalled_message(c, stalled, source, status.get(STATUS_CACHE_IDENTITIES, []))
+            if _last_reason(inputs) != REASON_ROLLOUT_STALLED:
+                out.warning(msg, REASON_ROLLOUT_STALLED)
+        status.update(phase=PHASE_STARTING, message=msg)
+        out.condition(CONDITION, "False", reason, msg)
         out.ready = False
         out.requeue_after(inputs.settings.poll_seconds)
     times.write(status)
@@ -370,9 +383,45 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
     return out
 
 
-def _engine_status(inputs: Inputs, e: children.EnginePlan, source: str | None) -> dict[str, Any]:
-    """``status.engines[]`` entry of engine ``e``: whether its workload serves, and why not."""
-    serves, why = _serving(inputs, e.key, e.kind, source)
+def _stalled_message(
+    c: _Call, stalled: list[tuple[children.EnginePlan, str]], source: str, keep: list[str]
+) -> str:
+    """The ``RolloutStalled`` message: the workloads whose roll onto ``source`` stopped
+    and why, what the old pods still serve, and what to do."""
+    olds = [i for i in keep if i != source] or [wl.ROOT_SOURCE]
+    what = ", ".join(
+        f"workload {e.workload} ({e.kind}) on cluster {c.head.clusterName}: {why}"
+        for e, why in stalled
+    )
+    return (
+        f"rollout onto {_source_name(source)} stalled: {what}; its old pods still serve "
+        + " and ".join(_source_name(i) for i in olds)
+        + ". A roll needs room for one surge pod per workload (maxSurge 1, maxUnavailable "
+        "0): free one GPU slot per replica on the cluster for the surge pod (scale down "
+        "or move another workload there), or, if the new pods do not start for another "
+        "reason, see their events (kubectl describe pod); Kubernetes resumes the roll by "
+        "itself once the surge pod runs"
+    )
+
+
+def _last_reason(inputs: Inputs) -> str:
+    """The reason of the last written ``ModelReady`` condition ("" when none)."""
+    prev = structs.conditions(inputs.xr).get(CONDITION)
+    return structs.get_str(prev, "reason") if prev is not None else ""
+
+
+def _engine_status(
+    inputs: Inputs,
+    e: children.EnginePlan,
+    source: str | None,
+    stalled: list[tuple[children.EnginePlan, str]],
+) -> dict[str, Any]:
+    """``status.engines[]`` entry of engine ``e``: whether its workload serves, and why
+    not; appends ``(e, why)`` to ``stalled`` when its roll onto ``source`` stopped
+    (:func:`function.manifests.workloads.rollout_stalled`)."""
+    serves, why, stall = _serving(inputs, e.key, e.kind, source)
+    if stall:
+        stalled.append((e, stall))
     entry: dict[str, Any] = {"name": e.name, "kind": e.kind, "workload": e.workload}
     entry["ready"] = serves
     if why:
@@ -380,8 +429,11 @@ def _engine_status(inputs: Inputs, e: children.EnginePlan, source: str | None) -
     return entry
 
 
-def _serving(inputs: Inputs, key: str, kind: str, source: str | None) -> tuple[bool, str]:
-    """Whether the observed workload Object serves, and why not.
+def _serving(
+    inputs: Inputs, key: str, kind: str, source: str | None
+) -> tuple[bool, str, str | None]:
+    """Whether the observed workload Object serves, why not, and why its roll onto
+    ``source`` stalled (None unless the old pods serve while the roll stopped).
 
     With a cache (``source``: the identity composed, "" for the PVC root), the pods
     that serve must be those of the template that reads it: a workload whose observed
@@ -391,18 +443,18 @@ def _serving(inputs: Inputs, key: str, kind: str, source: str | None) -> tuple[b
     """
     obj = inputs.observed_body(key)
     if obj is None:
-        return False, "not created yet"
+        return False, "not created yet", None
     status = structs.sub(obj, "status")
     # observed_manifest(obj), reading each level once
     manifest = structs.get(structs.sub(status, "atProvider"), "manifest")
     remote_status = structs.sub(manifest, "status") if isinstance(manifest, Struct) else None
     if not _conditions_ok(status) or not _conditions_ok(remote_status):
-        return False, "reports malformed status.conditions"
+        return False, "reports malformed status.conditions", None
     err = sync_error(obj)
     if err:
-        return False, f"not applied: {err}"
+        return False, f"not applied: {err}", None
     if manifest is None:
-        return False, "not observed yet"
+        return False, "not observed yet", None
     if kind == "LeaderWorkerSet":
         ok = wl.lws_serving(manifest)
         have, unit = _count(manifest, "status", "readyReplicas"), "groups ready"
@@ -410,9 +462,10 @@ def _serving(inputs: Inputs, key: str, kind: str, source: str | None) -> tuple[b
         ok = wl.deployment_serving(manifest)
         have, unit = _count(manifest, "status", "availableReplicas"), "pods available"
     if not ok:
-        return False, f"{have}/{_count(manifest, 'spec', 'replicas')} {unit}"
+        return False, f"{have}/{_count(manifest, 'spec', 'replicas')} {unit}", None
     why = _not_rolled(manifest, kind, source) if source is not None else ""
-    return not why, why
+    stall = wl.rollout_stalled(manifest, kind) if why else None
+    return not why, why, stall
 
 
 def _not_rolled(manifest: Struct, kind: str, source: str) -> str:

@@ -81,6 +81,10 @@ class Existing:
     identity: str = ""
     """The cache's source identity it serves (its spec's ``modelCacheRef.identity``;
     "" when unset or without a cache)."""
+    reads_root: bool = False
+    """Its workload reads the cache PVC root (a replica of the release before side-by-side
+    revisions, ``function.api.modelreplica.reads_pvc_root``): the side-by-side layout
+    never writes or prunes the root, so a Failed hydration does not take what it serves."""
 
 
 class CacheIdentities(Protocol):
@@ -142,8 +146,9 @@ class Placement:
     reason: str | None
     message: str
     held: list[int] = field(default_factory=list)
-    """Indexes of replicas kept serving the identity still stored on a cluster whose
-    hydration Failed for the cache's new identity (not moved, not removed)."""
+    """Indexes of replicas kept serving what they serve on a cluster whose hydration
+    Failed for the cache's new identity (not moved, not removed): the identity still
+    stored there, or the PVC root (:attr:`Existing.reads_root`)."""
 
     def indexes(self) -> set[int]:
         return {p.index for p in self.replicas}

@@ -151,9 +151,11 @@ def _displaced(req: Request, ex: Existing, c: Cluster | None) -> str:
 def _file(run: _Run, standing: _Standing, p: Placed, c: Cluster, ex: Existing) -> None:
     """Put a replica that stays into retiring, due to move, or solid.
 
-    A replica on a cluster whose hydration Failed moves, unless the identity it serves
-    is still complete there (``status.stored``) and is not the one that failed: the
-    download of the cache's new identity failed beside it, and it keeps serving (held).
+    A replica on a cluster whose hydration Failed moves, unless what it serves is still
+    complete there: its identity is stored (``status.stored``) and is not the one that
+    failed, or it reads the PVC root (a replica of the release before side-by-side
+    revisions: the download into the identity's directory failed beside it). It keeps
+    serving (held).
     """
     req = run.req
     fp = req.footprint
@@ -174,8 +176,11 @@ def _file(run: _Run, standing: _Standing, p: Placed, c: Cluster, ex: Existing) -
 
 
 def _still_stored(req: Request, ex: Existing) -> bool:
-    """Whether the identity ``ex`` serves is complete on its cluster's PVC and is not
-    the identity its Failed hydration failed for."""
+    """Whether what ``ex`` serves is complete on its cluster's PVC: its identity is
+    stored and is not the identity its Failed hydration failed for, or it reads the PVC
+    root (never written or pruned by the side-by-side layout)."""
+    if ex.reads_root and not ex.identity:
+        return True
     ids = req.identities
     if not ex.identity or ids is None:
         return False
