@@ -27,6 +27,7 @@ from function.api.modelcachehydration import FAILED, READY
 from function.core import structs
 from function.core.errors import SpecError, pydantic_errors
 from function.core.numbers import WholeInt
+from function.naming import source_identity
 
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -72,6 +73,21 @@ class HuggingFace(BaseModel):
         if not _REPO.match(v):
             raise ValueError("must look like org/name")
         return v
+
+
+# ``spec.huggingFace.revision`` when the spec leaves it out.
+DEFAULT_REVISION: str = HuggingFace.model_fields["revision"].default
+
+
+def spec_source_identity(resource: Any) -> str:
+    """The source identity (``naming.source_identity``) of ``spec.huggingFace`` of a
+    ModelCache or a ModelCacheHydration (Struct or dict), the revision defaulting to
+    :data:`DEFAULT_REVISION`; ``""`` when the spec names no repo."""
+    repo = structs.get_str(resource, "spec", "huggingFace", "repo")
+    if not repo:
+        return ""
+    revision = structs.get_str(resource, "spec", "huggingFace", "revision") or DEFAULT_REVISION
+    return source_identity(repo, revision)
 
 
 # Copies of the weights the cache PVC has room for: a revision edit hydrates the new

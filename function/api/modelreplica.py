@@ -236,7 +236,7 @@ class CacheRef(Ref):
     serves (``function.naming.source_identity``; set by the ModelDeployment, see the
     README's "Side-by-side revisions")."""
 
-    identity: Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{12}$")] | None = None
+    identity: Annotated[StrictStr, Field(pattern=f"^{IDENTITY_PATTERN.pattern}$")] | None = None
 
 
 class ModelReplicaSpec(_Model):

@@ -12,6 +12,7 @@ from typing import Any
 from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function.api import inferencecluster
+from function.api.modelcache import spec_source_identity
 from function.api.modelcachehydration import (
     FAILED,
     PENDING,
@@ -25,7 +26,6 @@ from function.core import structs
 from function.core.memo import memo
 from function.naming import (
     hydration_name,
-    source_identity,
 )
 from function.scheduling.devices import (
     Device,
@@ -232,9 +232,7 @@ class _Footprint(Mapping[str, str]):
         source = structs.sub(status, "source")
         ident = source_identity_of(source)
         if source is None:
-            hf = structs.sub(structs.sub(h, "spec"), "huggingFace")
-            repo = structs.sval(hf, "repo")
-            ident = source_identity(repo, structs.sval(hf, "revision") or "main") if repo else ""
+            ident = spec_source_identity(h)
         return ident, structs.sval(status, "phase") == READY
 
     def _status(self, cluster: str) -> Struct | None:

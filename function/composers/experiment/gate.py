@@ -13,10 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from function.api.modelcache import ARTIFACT_READY, CacheRollup, read_rollup
+from function.api.modelcache import (
+    ARTIFACT_READY,
+    DEFAULT_REVISION,
+    CacheRollup,
+    read_rollup,
+    spec_source_identity,
+)
 from function.api.modelexperiment import ArtifactGate, ExperimentSpec
 from function.core import structs
-from function.naming import source_identity
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # The ModelCache XRD accepts a digest with or without the ``sha256:`` prefix.
@@ -132,9 +137,9 @@ def _source_mismatch(spec: ExperimentSpec, namespace: str, ref: str) -> Gate | N
 def _stale_source(cache: Any, ref: str) -> Gate | None:
     """Closed while the status does not describe the source the cache's spec names."""
     repo = structs.get_str(cache, "spec", "huggingFace", "repo")
-    revision = structs.get_str(cache, "spec", "huggingFace", "revision") or "main"
+    revision = structs.get_str(cache, "spec", "huggingFace", "revision") or DEFAULT_REVISION
     reported = structs.get_str(cache, "status", "source", "identity")
-    if repo and reported == source_identity(repo, revision):
+    if repo and reported == spec_source_identity(cache):
         return None
     wants = f"{repo}@{revision}" if repo else "a source its spec does not name"
     says = f"source identity {reported}" if reported else "no source"

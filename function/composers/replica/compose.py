@@ -13,6 +13,7 @@ from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import API_VERSION, naming
 from function.api.inferencecluster import STATUS_GPU_POOLS, provider_config_ref
+from function.api.modelcache import spec_source_identity
 from function.api.modelcachehydration import (
     FAILED,
     HYDRATING,
@@ -220,7 +221,10 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
     phase = structs.sval(hyd_status, "phase") or PENDING
     msg = structs.sval(hyd_status, "message")
     source = structs.sub(hyd_status, "source")
-    current = source_identity_of(source) if source is not None else _spec_identity(hyd_req.items[0])
+    if source is not None:
+        current = source_identity_of(source)
+    else:
+        current = spec_source_identity(hyd_req.items[0])
     want = c.head.identity
     stored = stored_identities(hyd_status)
     hydration = {"name": hyd_name, "phase": phase, "message": msg or f"hydration is {phase}"}
@@ -320,14 +324,6 @@ def _write_cache_identities(c: _Call, status: dict[str, Any], serving: str | Non
         keep.update(dict.fromkeys(sorted(i for i in earlier if IDENTITY_PATTERN.fullmatch(i))))
     if keep:
         status[STATUS_CACHE_IDENTITIES] = list(keep)
-
-
-def _spec_identity(hydration: Struct) -> str:
-    """The source identity of a hydration's spec (a status without ``source``: not
-    written by this function's hydration composer, which always writes it)."""
-    hf = structs.sub(structs.sub(hydration, "spec"), "huggingFace")
-    repo = structs.sval(hf, "repo")
-    return naming.source_identity(repo, structs.sval(hf, "revision") or "main") if repo else ""
 
 
 def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> Outcome:
