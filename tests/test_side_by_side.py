@@ -880,9 +880,7 @@ PRUNE_FAILURES = [
         "failed-prune-no-longer-covers-the-current-identity",
         "the source moved on: a failed prune keeping only the old identity is dropped at "
         "once (recorded in the same call) and the new identity downloads",
-        Failing(
-            _at(H_NEW, "Ready", [H_NEW], H_THIRD), None, ((H_NEW,), FAILED_JOB), SERVING_NEW
-        ),
+        Failing(_at(H_NEW, "Ready", [H_NEW], H_THIRD), None, ((H_NEW,), FAILED_JOB), SERVING_NEW),
         Handled("Hydrating", "JobRunning", False, None, True, BACKOFF_REASON, True, None, True),
     ),
     Case(

@@ -73,6 +73,7 @@ from function.core import events, structs
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
 from function.core.timeutil import elapsed, format_time, parse_time
+from function.manifests.hydration import PRUNE_RETRY_SECONDS
 from function.naming import (
     LABEL_CACHE,
     LABEL_CLUSTER,
@@ -80,7 +81,6 @@ from function.naming import (
     hydration_job_name,
     label_value,
 )
-from function.manifests.hydration import PRUNE_RETRY_SECONDS
 from function.scheduling.devices import parse_quantity
 from jobs.contract import CACHE_MOUNT_PATH, IDENTITY_PATTERN, RESULT_DATA_KEY, identity_dir
 
