@@ -513,7 +513,8 @@ PRUNE_LIFECYCLE = [
     ),
     Case(
         "failed-prune",
-        "a failed prune Job is kept (not run again) and said; what it may have removed "
+        "a failed prune Job is kept for the call that records it (status.prune) and said; "
+        "what it may have removed "
         "is not listed",
         Around(_ready_new([H_NEW, H_OLD]), ((H_NEW,), FAILED_JOB), SERVING_NEW),
         Then("Ready", "Ready", [H_NEW], True, False, "prune Job"),
@@ -786,3 +787,276 @@ def test_a_pvc_that_cannot_be_created_is_said_once() -> None:
     assert (st["phase"], st["reason"]) == ("Pending", "PVCNotBound")
     assert st["message"].count(REFUSED) == 1, st["message"]
     assert [w for w in th.warnings(rsp) if REFUSED in w]
+
+
+# ---- a failed or never-created prune Job is recorded, dropped, retried after a back-off ---
+
+import datetime  # noqa: E402
+
+from function.manifests.hydration import PRUNE_RETRY_SECONDS  # noqa: E402
+
+QUOTA = (
+    'cannot create object: jobs.batch "x" is forbidden: exceeded quota: jobs, requested: '
+    "count/jobs.batch=1, used: count/jobs.batch=10, limited: count/jobs.batch=10"
+)
+UNAPPLIED = "unapplied"  # the prune Object's state: Synced=False, no remote Job
+NOT_REPORTED = "not-reported"  # created, provider-kubernetes reported nothing yet
+
+
+def _prune_observed(keep: tuple[str, ...], remote: Any) -> dict[str, Any]:
+    """The observed prune Job Object keeping ``keep``: its remote Job in ``remote`` state,
+    or one provider-kubernetes could not create (UNAPPLIED) or has not reported on."""
+    if remote not in (UNAPPLIED, NOT_REPORTED):
+        return _observed_prune(keep, remote)
+    ((key, obs),) = _observed_prune(keep, RUNNING_JOB).items()
+    obs["status"] = {}
+    if remote == UNAPPLIED:
+        obs["status"]["conditions"] = [
+            {"type": "Synced", "status": "False", "reason": "ReconcileError", "message": QUOTA},
+            {"type": "Ready", "status": "False", "reason": "Creating"},
+        ]
+    return {key: obs}
+
+
+def _prune_job_name(keep: tuple[str, ...]) -> str:
+    (obj,) = _prune_observed(keep, RUNNING_JOB).values()
+    return obj["spec"]["forProvider"]["manifest"]["metadata"]["name"]
+
+
+class Record(NamedTuple):
+    """``status.prune`` as the last status wrote it: the failed keep-list, seconds since
+    ``failedAt``, and the reason."""
+
+    keep: tuple[str, ...]
+    age: float
+    reason: str = "BackoffLimitExceeded"
+
+
+class Failing(NamedTuple):
+    """The hydration, its last ``status.prune`` (None: none), the prune Job observed
+    (keep-list and remote state; None: none), and the live replicas (None: not known)."""
+
+    xr: dict[str, Any]
+    record: Record | None
+    prune: tuple[tuple[str, ...], Any] | None
+    replicas: list[dict[str, Any]] | None
+
+
+class Handled(NamedTuple):
+    """Phase and reason; the observed prune Job still desired; the keep-list of a prune
+    Job composed anew (None: none); the current identity's download composed;
+    ``status.prune.reason`` (None: no record) and whether its ``failedAt`` is now; a
+    fragment of the message (None: nothing particular) and whether a Warning is emitted."""
+
+    phase: str
+    reason: str
+    prune_kept: bool
+    new_prune: tuple[str, ...] | None
+    download: bool
+    record: str | None
+    recorded_now: bool = False
+    says: str | None = None
+    warned: bool = False
+
+
+BACKOFF_REASON = "BackoffLimitExceeded"
+
+PRUNE_FAILURES = [
+    Case(
+        "failed-prune-not-recorded-yet",
+        "a failed prune whose keep-list still covers the current identity and what live "
+        "replicas read is kept for the call that records its failure (status.prune)",
+        Failing(_ready_new([H_NEW, H_OLD]), None, ((H_NEW,), FAILED_JOB), SERVING_NEW),
+        Handled("Ready", "Ready", True, None, False, BACKOFF_REASON, True, "prune Job", True),
+    ),
+    Case(
+        "failed-prune-recorded",
+        "once status.prune records it, the failed Job is dropped (deleted on the cluster, it "
+        "is never re-created to run again); the warning stays in the message",
+        Failing(_ready_new([H_NEW]), Record((H_NEW,), 60), ((H_NEW,), FAILED_JOB), SERVING_NEW),
+        Handled("Ready", "Ready", False, None, False, BACKOFF_REASON, False, "prune Job"),
+    ),
+    Case(
+        "failed-prune-no-longer-covers-the-current-identity",
+        "the source moved on: a failed prune keeping only the old identity is dropped at "
+        "once (recorded in the same call) and the new identity downloads",
+        Failing(_at(H_NEW, "Ready", [H_NEW], H_THIRD), None, ((H_NEW,), FAILED_JOB), SERVING_NEW),
+        Handled("Hydrating", "JobRunning", False, None, True, BACKOFF_REASON, True, None, True),
+    ),
+    Case(
+        "failed-prune-no-longer-covers-a-live-replica",
+        "a live replica reads an identity the failed keep-list does not name: dropped at once",
+        Failing(
+            _ready_new([H_NEW]),
+            None,
+            ((H_NEW,), FAILED_JOB),
+            [_live(H_NEW, "r0", rolling_from=[H_NEW, H_THIRD])],
+        ),
+        Handled("Ready", "Ready", False, None, False, BACKOFF_REASON, True, None, True),
+    ),
+    Case(
+        "failed-prune-while-replicas-not-known",
+        "not known is not covered: a failed prune is dropped at once (it runs nothing)",
+        Failing(_ready_new([H_NEW]), None, ((H_NEW,), FAILED_JOB), None),
+        Handled("Ready", "Ready", False, None, False, BACKOFF_REASON, True, None, True),
+    ),
+    Case(
+        "the-failed-keep-list-waits-for-the-back-off",
+        "the keep-list that just failed is not composed again before the back-off",
+        Failing(_ready_new([H_NEW]), Record((H_NEW,), PRUNE_RETRY_SECONDS - 60), None, SERVING_NEW),
+        Handled("Ready", "Ready", False, None, False, BACKOFF_REASON, False, "prune Job"),
+    ),
+    Case(
+        "retried-after-the-back-off",
+        "after the back-off a prune of the current keep-list is composed (what the failed "
+        "one should have removed may still be on the PVC); the record is cleared",
+        Failing(_ready_new([H_NEW]), Record((H_NEW,), PRUNE_RETRY_SECONDS + 1), None, SERVING_NEW),
+        Handled("Ready", "Ready", False, (H_NEW,), False, None),
+    ),
+    Case(
+        "a-changed-keep-list-is-not-held",
+        "a keep-list other than the failed one is composed at once",
+        Failing(
+            _ready_new([H_NEW, H_OLD]),
+            Record((H_NEW,), 60),
+            None,
+            [_live(H_NEW, "r0", rolling_from=[H_NEW, H_OLD])],
+        ),
+        Handled("Ready", "Ready", False, tuple(sorted((H_NEW, H_OLD))), False, None),
+    ),
+    Case(
+        "a-download-comes-before-any-prune",
+        "a prune is composed only once the current identity is Ready and stored: an owed "
+        "retry waits while it downloads",
+        Failing(
+            _at(H_THIRD, "Hydrating", [H_NEW]), Record((H_NEW,), PRUNE_RETRY_SECONDS + 1), None, []
+        ),
+        Handled("Hydrating", "JobRunning", False, None, True, BACKOFF_REASON, False, "prune Job"),
+    ),
+    # ---- a prune Job provider-kubernetes cannot create is not running ----
+    Case(
+        "unapplied-prune-blocks-no-revert",
+        "Synced=False and no remote Job (a jobs quota): not running, so the revert to the "
+        "identity it would remove downloads; the warning names the Job and the error",
+        Failing(_at(H_NEW, "Ready", [H_NEW], H_OLD), None, ((H_NEW,), UNAPPLIED), SERVING_NEW),
+        Handled("Hydrating", "JobRunning", False, None, True, "PruneNotSynced", True, QUOTA, True),
+    ),
+    Case(
+        "unapplied-prune-blocks-no-new-revision",
+        "nor a later revision: the cache is never stuck on it",
+        Failing(_at(H_NEW, "Ready", [H_NEW], H_THIRD), None, ((H_NEW,), UNAPPLIED), SERVING_NEW),
+        Handled("Hydrating", "JobRunning", False, None, True, "PruneNotSynced", True, QUOTA, True),
+    ),
+    Case(
+        "unapplied-prune-while-ready",
+        "dropped and recorded; the same keep-list is tried again only after the back-off",
+        Failing(_ready_new([H_NEW]), None, ((H_NEW,), UNAPPLIED), SERVING_NEW),
+        Handled("Ready", "Ready", False, None, False, "PruneNotSynced", True, QUOTA, True),
+    ),
+    Case(
+        "prune-not-reported-yet-is-running",
+        "an Object provider-kubernetes has not reported on (no Synced, no Job) may be "
+        "creating the Job: not known, so it still holds a download it would remove",
+        Failing(_at(H_NEW, "Ready", [H_NEW], H_OLD), None, ((H_NEW,), NOT_REPORTED), SERVING_NEW),
+        Handled("Pending", "WaitingForPrune", True, None, False, None),
+    ),
+]
+
+
+def _with_record(xr: dict[str, Any], record: Record | None) -> dict[str, Any]:
+    """``xr`` whose last status carries ``record`` in ``status.prune`` (and, as the
+    function writes it, its warning in the message)."""
+    xr = copy.deepcopy(xr)
+    if record is None:
+        return xr
+    name = _prune_job_name(record.keep)
+    failed_at = h.NOW - datetime.timedelta(seconds=record.age)
+    xr["status"]["prune"] = {
+        "jobName": name,
+        "keep": list(record.keep),
+        "reason": record.reason,
+        "message": "Job has reached the specified backoff limit",
+        "failedAt": failed_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    xr["status"]["message"] += (
+        f"; prune Job {name} {record.reason}: Job has reached the specified backoff limit"
+    )
+    return xr
+
+
+@table(PRUNE_FAILURES)
+def test_a_failed_or_uncreated_prune_is_recorded_and_dropped(
+    case: Case[Failing, Handled],
+) -> None:
+    xr, record, prune, replicas = case.inputs
+    xr = _with_record(xr, record)
+    observed = th.pvc("Bound")
+    key = None
+    if prune is not None:
+        obj = _prune_observed(*prune)
+        (key,) = obj
+        observed.update(obj)
+    required = th.resolved()
+    if replicas is not None:
+        required["replicas"] = replicas
+    rsp = th.run(th.request(xr, observed=observed, required=required))
+    st, want = th.status(rsp), case.want
+    assert (st["phase"], st["reason"]) == (want.phase, want.reason), (case.reason, st)
+    desired = h.desired(rsp)
+    if key is not None:
+        assert (key in desired) is want.prune_kept, case.reason
+    composed = {k: _keep_of(b) for k, b in _prune_jobs(rsp).items() if k != key}
+    assert list(composed.values()) == ([] if want.new_prune is None else [want.new_prune])
+    current = st["source"]["identity"]
+    assert (th.hydration.job_key(current) in desired) is want.download, case.reason
+    rec = st.get("prune")
+    assert (rec or {}).get("reason") == want.record, (case.reason, rec)
+    if rec is not None:
+        now = h.NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert (rec["failedAt"] == now) is want.recorded_now, case.reason
+        assert rec["jobName"] in st["message"]
+        if prune is not None:
+            assert rec["keep"] == list(prune[0])
+    if want.says is not None:
+        assert want.says in st["message"], (case.reason, st["message"])
+    assert bool(th.warnings(rsp)) is want.warned, (case.reason, th.warnings(rsp))
+    if want.warned and want.says is not None:
+        assert any(want.says in w for w in th.warnings(rsp))
+    # Never desired: a prune whose keep-list misses the current identity or a live read.
+    for body in _prune_jobs(rsp).values():
+        keep = set(_keep_of(body))
+        assert current in keep or want.reason == "WaitingForPrune", case.reason
+        if replicas is not None and body is not desired.get(key):
+            for r in replicas:
+                assert set(r.get("status", {}).get("cacheIdentities", [])) <= keep
+    th.validate_status(xr, rsp)
+
+
+def test_a_failed_prune_lifecycle() -> None:
+    """Failed (kept, recorded), recorded (dropped; the warning stays, said once), held by
+    the back-off, then retried from the current keep-list: each status feeds the next call."""
+    required = {**th.resolved(), "replicas": SERVING_NEW}
+    clock = h.Clock()
+    failed = _prune_observed((H_NEW,), FAILED_JOB)
+    (key,) = failed
+    observed = {**th.pvc("Bound"), **failed}
+    xr = _ready_new([H_NEW, H_OLD])
+    calls = [
+        (observed, True, 1),  # the failure is recorded, the Job kept for that call
+        (observed, False, 0),  # recorded: dropped, no second Warning
+        (th.pvc("Bound"), False, 0),  # gone from the cluster: not composed again
+    ]
+    for obs, kept, warned in calls:
+        rsp = th.run(th.request(xr, observed=obs, required=required), now=clock)
+        st = th.status(rsp)
+        assert st["phase"] == "Ready" and st["prune"]["reason"] == BACKOFF_REASON
+        assert (key in h.desired(rsp)) is kept and len(_prune_jobs(rsp)) == int(kept)
+        assert len(th.warnings(rsp)) == warned and "prune Job" in st["message"]
+        assert rsp.meta.ttl.seconds <= PRUNE_RETRY_SECONDS
+        xr = th.hydration_xr(st, revision="v2")
+        clock.now += datetime.timedelta(seconds=60)
+    clock.now += datetime.timedelta(seconds=PRUNE_RETRY_SECONDS)
+    rsp = th.run(th.request(xr, observed=th.pvc("Bound"), required=required), now=clock)
+    st = th.status(rsp)
+    assert [_keep_of(b) for b in _prune_jobs(rsp).values()] == [(H_NEW,)]
+    assert "prune" not in st and "prune Job" not in st["message"]

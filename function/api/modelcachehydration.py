@@ -34,6 +34,16 @@ is gone. Ready holds only for an identity listed there: a status written before
 side-by-side revisions (Ready, no ``stored``; weights at the PVC root) hydrates again
 into the identity's directory.
 
+``status.prune`` records the last prune Job that failed (a Job condition
+``Failed=True``) or that provider-kubernetes could not create (its Object
+``Synced=False`` with no remote Job): ``{jobName, keep: [identities], reason, message,
+failedAt}``. The Job is dropped once that is recorded (a failed Job deleted on the
+cluster must never be re-created with a keep-list that may no longer cover what live
+replicas read); its ``PruneFailed``/``PruneNotSynced`` warning stays in the message
+while the record stands. The next prune is composed from the current keep-list, not
+before ``function.manifests.hydration.PRUNE_RETRY_SECONDS`` after ``failedAt`` when
+that keep-list is the failed one; composing it clears the record.
+
 The weights a hydration writes are read where ``jobs.contract.CACHE_MOUNT_PATH`` mounts
 the cache PVC: the download Job (``python -m jobs.hydrate``) writes there and every
 engine container reads there; that path, the completion marker and the result
@@ -76,11 +86,19 @@ REASON_PVC_NOT_SYNCED = "PVCNotSynced"
 # status.reason while the current identity's download waits for a running prune Job
 # that removes it (never a download into a directory being deleted).
 REASON_WAITING_FOR_PRUNE = "WaitingForPrune"
-# Warning reason when a prune Job failed (kept, not run again).
+# Warning reason when a prune Job failed (recorded in status.prune, then dropped: never
+# run again with that keep-list; retried from the current keep-list after a back-off).
 REASON_PRUNE_FAILED = "PruneFailed"
+# Warning reason (and status.prune.reason) when provider-kubernetes cannot create a prune
+# Job (its Object reports Synced=False and no remote Job: a jobs quota, an admission
+# webhook): it is not running, is dropped, and blocks nothing.
+REASON_PRUNE_NOT_SYNCED = "PruneNotSynced"
 
 # status.stored: the identities complete on the PVC (see the module docstring).
 STATUS_STORED = "stored"
+# status.prune: the last prune Job that failed or could not be created, while no newer
+# prune has been composed: {jobName, keep: [identities], reason, message, failedAt}.
+STATUS_PRUNE = "prune"
 
 
 def stored_identities(status: Struct | None) -> frozenset[str]:

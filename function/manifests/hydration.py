@@ -304,6 +304,10 @@ class PruneJob(TypedDict):
 # The prune Job removes directories: bounded retries and time.
 PRUNE_BACKOFF_LIMIT = 3
 PRUNE_DEADLINE_SECONDS = 900
+# A keep-list whose prune Job failed (or could not be created) is not composed again
+# before this many seconds after the failure was recorded (``status.prune.failedAt``),
+# unless the keep-list changes: a failing prune is not retried in a loop.
+PRUNE_RETRY_SECONDS = 3600
 
 
 def prune_job(name: str, namespace: str, **job: Unpack[PruneJob]) -> dict[str, Any]:

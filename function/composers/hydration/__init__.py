@@ -44,10 +44,19 @@ the PVC, each with ``usedBy`` (the live replicas that may read it) whenever the 
 replicas are known. An identity leaves it in the call that composes the prune Job
 removing it (Crossplane writes the status only after applying the Job). A prune Job is
 never dropped before its outcome is read: kept while it runs, and a completed one whose
-removals the last status still lists is kept for the call that records them; a failed
-one is kept (not run again) with a ``PruneFailed`` warning. One prune at a time, none
-while a download Job of an identity it removes still exists, and none while the live
-replicas are not known.
+removals the last status still lists is kept for the call that records them. A failed
+one is recorded in ``status.prune`` (a ``PruneFailed`` warning, in the message while the
+record stands) and dropped once recorded, at once when its keep-list no longer covers
+the current identity and every identity live replicas may read: deleted on the
+cluster, a desired failed Job would be re-created and run again. One that
+provider-kubernetes cannot create (``Synced=False``, no remote Job: a jobs quota, a
+webhook) is not running: a ``PruneNotSynced`` warning naming the Job and the error,
+recorded the same way, dropped, and it holds no download. The next prune keeps the
+current identities; the keep-list that failed is not composed again before
+``function.manifests.hydration.PRUNE_RETRY_SECONDS`` (1 h) after ``failedAt``. One prune
+at a time, only while the current identity is Ready and stored (a download always comes
+first), none while a download Job of an identity it removes still exists, and none while
+the live replicas are not known.
 
 Phases come from observed state (``status.atProvider.manifest`` of the Objects):
 
@@ -87,14 +96,15 @@ Status (declared in ``compositions/modelcachehydration/definition.yaml``):
 ``AuthSecretKeyMissing``, ``ClusterUnavailable``, ``PVCNotBound``, ``WaitingForJob``,
 ``JobRunning``, ``Hydrated``, the Job's failure reason, ``PVCBindTimeout``,
 ``WaitingForPrune``); ``message`` (also carries every warning: ``PVCLost``,
-``PVCNotSynced``, ``PruneFailed``, ``AuthSecretMissing``...); ``source {repo, revision,
-identity}``; ``stored [{identity, usedBy}]``; ``pvcUID`` (while Ready or anything is
-stored); ``pvcName``; ``jobName`` (until Ready); ``pendingSince`` (RFC 3339, while the
-PVC waits to bind with the Job desired); ``startedAt`` (the current source's Job first
-desired), ``readyAt``, ``failedAt``; ``evidence {commit, digest, validatedAt}`` from the
-result ConfigMap when it reports the current identity (validated; carried over while the
-identity stays the same). Condition ``Hydrated`` (reason = phase), and the XR's
-readiness (True only when Ready).
+``PVCNotSynced``, ``PruneFailed``, ``PruneNotSynced``, ``AuthSecretMissing``...);
+``source {repo, revision, identity}``; ``stored [{identity, usedBy}]``; ``prune {jobName,
+keep, reason, message, failedAt}`` (the last failed or never-created prune); ``pvcUID``
+(while Ready or anything is stored); ``pvcName``; ``jobName`` (until Ready);
+``pendingSince`` (RFC 3339, while the PVC waits to bind with the Job desired);
+``startedAt`` (the current source's Job first desired), ``readyAt``, ``failedAt``;
+``evidence {commit, digest, validatedAt}`` from the result ConfigMap when it reports the
+current identity (validated; carried over while the identity stays the same).
+Condition ``Hydrated`` (reason = phase), and the XR's readiness (True only when Ready).
 
 Events: a Normal one on each phase transition (Warning for Failed, see
 ``function.core.events``) and a Warning once when a warning is first recorded in the

@@ -3,7 +3,7 @@ events, from the observed state and the memoized builders."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
@@ -16,12 +16,14 @@ from function.api.modelcachehydration import (
     REASON_HYDRATED,
     REASON_JOB_RUNNING,
     REASON_PRUNE_FAILED,
+    REASON_PRUNE_NOT_SYNCED,
     REASON_PVC_LOST,
     REASON_PVC_NOT_BOUND,
     REASON_PVC_NOT_SYNCED,
     REASON_WAITING_FOR_JOB,
     REASON_WAITING_FOR_PRUNE,
     REASON_WAITING_FOR_REQUIREMENTS,
+    STATUS_PRUNE,
     STATUS_STORED,
     stored_identities,
 )
@@ -71,6 +73,7 @@ from function.core import events, structs
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
 from function.core.timeutil import elapsed, format_time, parse_time
+from function.manifests.hydration import PRUNE_RETRY_SECONDS
 from function.naming import (
     LABEL_CACHE,
     LABEL_CLUSTER,
@@ -79,7 +82,7 @@ from function.naming import (
     label_value,
 )
 from function.scheduling.devices import parse_quantity
-from jobs.contract import CACHE_MOUNT_PATH, RESULT_DATA_KEY, identity_dir
+from jobs.contract import CACHE_MOUNT_PATH, IDENTITY_PATTERN, RESULT_DATA_KEY, identity_dir
 
 
 class _State:
@@ -108,6 +111,51 @@ def _keep_sanitized(out: Outcome, name: str, observed: Struct) -> None:
         for field in ("data", "stringData"):
             if field in manifest:
                 del manifest[field]
+
+
+class _PruneFailure(NamedTuple):
+    """A prune Job that failed or could not be created (``status.prune``)."""
+
+    job_name: str
+    keep: tuple[str, ...]
+    reason: str  # the Job's failure reason, or REASON_PRUNE_NOT_SYNCED
+    message: str
+    failed_at: str  # RFC 3339
+
+    def warning(self) -> tuple[str, str]:
+        """The warning (reason, text) the status message carries while it is recorded."""
+        if self.reason == REASON_PRUNE_NOT_SYNCED:
+            return REASON_PRUNE_NOT_SYNCED, f"prune Job {self.job_name} not applied: {self.message}"
+        return REASON_PRUNE_FAILED, f"prune Job {self.job_name} {self.reason}: {self.message}"
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "jobName": self.job_name,
+            "keep": list(self.keep),
+            "reason": self.reason,
+            "message": self.message,
+            "failedAt": self.failed_at,
+        }
+
+
+def _recorded_failure(prev: Struct | None) -> _PruneFailure | None:
+    """``status.prune`` as the last status wrote it, or None (absent or malformed: a
+    record without a job name, a valid keep-list or a ``failedAt`` is not one)."""
+    node = structs.sub(prev, STATUS_PRUNE)
+    keep = tuple(sorted(k for k in structs.items(node, "keep") if isinstance(k, str)))
+    failed_at = parse_time(structs.sval(node, "failedAt"))
+    name = structs.sval(node, "jobName")
+    if not name or not keep or failed_at is None:
+        return None
+    if not all(IDENTITY_PATTERN.fullmatch(k) for k in keep):
+        return None
+    return _PruneFailure(
+        name,
+        keep,
+        structs.sval(node, "reason") or "Failed",
+        structs.sval(node, "message") or "no message",
+        format_time(failed_at),
+    )
 
 
 class _Composer:
@@ -152,6 +200,12 @@ class _Composer:
         self.prunes_kept: dict[str, Struct] = {}
         self.prunes_running: list[tuple[str, frozenset[str]]] = []
         self.prunes_failed: set[str] = set()
+        # Observed prune Objects never desired again (failed and recorded, failed with a
+        # keep-list that no longer covers what must stay, or never created).
+        self.prunes_dropped: set[str] = set()
+        # The last prune that failed or could not be created (status.prune), carried
+        # until a newer prune is composed.
+        self.prune_failure = _recorded_failure(self.prev)
         # The auth Secret's problem (reason, message), once read.
         self.auth_warning: tuple[str, str] | None = None
 
@@ -199,6 +253,7 @@ class _Composer:
         why = self._latch_broken() if (listed or was_ready or self.stored) else None
         if why is not None:
             self.stored.clear()  # the PVC is gone or empty: nothing is stored on it
+            self.prune_failure = None  # nor anything a prune left on it
             if listed or was_ready:
                 self.unlatched = why
                 text = f"{why}; hydrating {self.repo}@{self.revision} again"
@@ -380,10 +435,16 @@ class _Composer:
         not started) is kept, and what it does not keep is not in ``stored`` (never
         trusted while it may be half-way deleted); a completed one whose removals the
         last status still lists is kept for this call, which records them, and dropped
-        in the next; a failed one is kept (not run again) with a ``PruneFailed`` warning.
-        The current identity is never dropped from ``stored`` by a completed or failed
-        prune (it was downloaded after: a download of an identity a prune removes waits
-        for the prune).
+        in the next. A failed one is recorded in ``status.prune`` (a ``PruneFailed``
+        warning) and dropped once the last status records it, at once when its
+        keep-list does not cover the current identity and every identity the live
+        replicas may read (or those are not known): a failed Job deleted on the cluster
+        is re-created by provider-kubernetes while desired, and would run again. An
+        Object provider-kubernetes cannot create (``Synced=False``, no remote Job) is
+        not running: recorded (``PruneNotSynced``, the apply error) and dropped at once,
+        blocking nothing. The current identity is never dropped from ``stored`` by a
+        completed or failed prune (it was downloaded after: a download of an identity a
+        prune removes waits for the prune).
         """
         for key, child in self.inputs.observed.items():
             if not key.startswith(PRUNE_PREFIX):
@@ -393,6 +454,12 @@ class _Composer:
             result = _job_result(body)
             name = _manifest_name(body) or key
             if result is None:
+                err = _sync_error(body)
+                if err and _manifest(body) is None:
+                    # Never created on the cluster: nothing runs, nothing was removed.
+                    self.prunes_dropped.add(key)
+                    self._record_prune_failure(name, keep, REASON_PRUNE_NOT_SYNCED, err)
+                    continue
                 self.prunes_kept[key] = body
                 self.prunes_running.append((name, keep))
                 self.stored &= keep
@@ -403,11 +470,32 @@ class _Composer:
                 if removed & self.prev_stored:
                     self.prunes_kept[key] = body
                 continue
-            self.prunes_kept[key] = body
             self.prunes_failed.add(key)
-            self.state.warnings.append(
-                (REASON_PRUNE_FAILED, f"prune Job {name} {result[1]}: {result[2] or 'no message'}")
-            )
+            recorded = self._record_prune_failure(name, keep, result[1], result[2])
+            if recorded or not self._covers(keep):
+                self.prunes_dropped.add(key)
+            else:
+                self.prunes_kept[key] = body
+
+    def _record_prune_failure(
+        self, name: str, keep: frozenset[str], reason: str, message: str
+    ) -> bool:
+        """Record a prune Job that failed or was not created in ``status.prune``; True
+        when the last status recorded it already (its ``failedAt`` is kept)."""
+        ordered = tuple(sorted(keep))
+        prev = self.prune_failure
+        if prev is not None and (prev.job_name, prev.keep) == (name, ordered):
+            return True
+        self.prune_failure = _PruneFailure(
+            name, ordered, reason, message or "no message", format_time(self.inputs.now)
+        )
+        return False
+
+    def _covers(self, keep: frozenset[str]) -> bool:
+        """Whether a prune keeping ``keep`` removes nothing that must stay: the current
+        identity and every identity a live replica may read (False while those are not
+        known)."""
+        return self.live is not None and self.identity in keep and keep.issuperset(self.live)
 
     def _prune_blocking(self) -> str | None:
         """The name of a running prune Job that removes the current identity (its
@@ -446,19 +534,29 @@ class _Composer:
             return
         keep = tuple(sorted({self.identity} | (self.stored & set(self.live))))
         gone = self.stored - set(keep)
-        if not gone:
+        failure = self.prune_failure
+        # A recorded failure is owed a retry: what it should have removed is no longer
+        # listed, but may still be on the PVC.
+        if not gone and failure is None:
             return
         settings = self.inputs.settings
         for key in self.inputs.observed:
             if key.startswith(JOB_PREFIX) and key[len(JOB_PREFIX) :] not in keep:
                 self.out.requeue_after(settings.poll_seconds)
                 return
+        if failure is not None and failure.keep == keep:
+            since = parse_time(failure.failed_at) or self.inputs.now
+            wait = PRUNE_RETRY_SECONDS - elapsed(since, self.inputs.now)
+            if wait > 0:  # the keep-list that just failed: not before the back-off
+                self.out.requeue_after(wait)
+                return
         key = prune_key(keep)
         if key in self.prunes_failed:
-            return
+            return  # that very Job is still observed, failed
         for failed in self.prunes_failed:  # superseded: a failed Job runs nothing
             self.out.resources.pop(failed, None)
         self.out.add(key, prune_object(target, settings.hydration_image, keep))
+        self.prune_failure = None  # superseded by this attempt
         self.stored -= gone
         self.out.requeue_after(settings.poll_seconds)
 
@@ -634,6 +732,8 @@ class _Composer:
         for key, child in self.inputs.observed.items():
             if latched and key not in LASTING_KEYS and not key.startswith(PRUNE_PREFIX):
                 continue
+            if key in self.prunes_dropped:
+                continue  # a failed or never-created prune is not kept (see _read_prunes)
             if key == SECRET_KEY:
                 _keep_sanitized(self.out, key, child.resource)
             else:
@@ -676,6 +776,8 @@ class _Composer:
     def _finish(self) -> Outcome:
         """Write the state: status message with its warnings, status fields, condition,
         readiness, and the transition's event and metrics."""
+        if self.prune_failure is not None:
+            self.state.warnings.append(self.prune_failure.warning())
         self._settle_message()
         status = self._phase_status()
         self._timestamps(status)
@@ -685,6 +787,8 @@ class _Composer:
         if self.state.phase == READY:
             self.stored.add(self.identity)
         status[STATUS_STORED] = self._stored_status()
+        if self.prune_failure is not None:
+            status[STATUS_PRUNE] = self.prune_failure.status()
         self.out.status.update(status)
         self._conclude()
         return self.out
