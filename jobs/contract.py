@@ -4,18 +4,38 @@ The function builds the download Job (:mod:`function.manifests.hydration`) and t
 flash loader init container (:mod:`function.manifests.workloads`) from these names, and
 reads the download's result back (:mod:`function.composers.hydration`); the programs
 (:mod:`jobs.hydrate`, :mod:`jobs.flashload`) take their arguments, environment and
-files by the same names. Plain constants only: the server imports this module without
+files by the same names. Constants and pure helpers only: the server imports this module without
 the programs' dependencies.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 # ---- commands (the image's ``python`` is the virtual environment's) -----------------
 
 HYDRATE_COMMAND = ("python", "-m", "jobs.hydrate")
 FLASHLOAD_COMMAND = ("python", "-m", "jobs.flashload")
+
+# The prune program's flag: ``--prune-keep <identity>[,<identity>...]`` (the identities
+# to keep; every other identity directory on the PVC goes).
+PRUNE_KEEP_FLAG = "--prune-keep"
+
+
+def prune_keep_arg(keep: Iterable[str]) -> str:
+    """The value of :data:`PRUNE_KEEP_FLAG` for identities ``keep``: comma-separated."""
+    return ",".join(keep)
+
+
+def parse_prune_keep(value: str) -> tuple[set[str], list[str]]:
+    """``(identities, malformed)`` of a :data:`PRUNE_KEEP_FLAG` value: the entries that
+    match :data:`IDENTITY_PATTERN` and, sorted, those that do not (empty entries are
+    skipped)."""
+    entries = {k for k in value.split(",") if k}
+    good = {k for k in entries if IDENTITY_PATTERN.fullmatch(k)}
+    return good, sorted(entries - good)
+
 
 # ---- mount paths ---------------------------------------------------------------------
 

@@ -103,6 +103,7 @@ from jobs.contract import (
     IDENTITY_PATTERN,
     MARKER_FILE,
     PARTIAL_SUFFIX,
+    PRUNE_KEEP_FLAG,
     PRUNING_SUFFIX,
     RESULT_COMMIT,
     RESULT_DATA_KEY,
@@ -110,6 +111,7 @@ from jobs.contract import (
     RESULT_IDENTITY,
     RESULT_VALIDATED_AT,
     identity_dir,
+    parse_prune_keep,
 )
 
 if TYPE_CHECKING:
@@ -705,8 +707,7 @@ def prune_identities(root: Path, keep: set[str]) -> list[str]:
 
 def _prune_main(target: Path, keep_arg: str) -> int:
     """``--prune-keep``: remove the identities not kept; exit code as for a download."""
-    keep = {k for k in keep_arg.split(",") if k}
-    bad = sorted(k for k in keep if not IDENTITY_PATTERN.fullmatch(k))
+    keep, bad = parse_prune_keep(keep_arg)
     if not keep or bad:
         print(f"--prune-keep: expected source identities, got {keep_arg!r}", file=sys.stderr)
         return EXIT_USAGE
@@ -729,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--identity", help="source identity (default: computed)")
     parser.add_argument("--target", required=True, type=Path, help="the cache mount")
     parser.add_argument(
-        "--prune-keep",
+        PRUNE_KEEP_FLAG,
         metavar="IDENTITY[,IDENTITY...]",
         help="prune instead of downloading: remove every identity directory under "
         "--target except these (the current one and those live replicas serve)",

@@ -37,6 +37,8 @@ from jobs.contract import (
     ENV_RESULT_CONFIGMAP,
     EXIT_PERMANENT,
     HYDRATE_COMMAND,
+    PRUNE_KEEP_FLAG,
+    prune_keep_arg,
 )
 
 # Key of the token in the remote Secret (whatever the control-plane key is).
@@ -350,8 +352,8 @@ def prune_job(name: str, namespace: str, **job: Unpack[PruneJob]) -> dict[str, A
                             "args": [
                                 "--target",
                                 CACHE_MOUNT_PATH,
-                                "--prune-keep",
-                                ",".join(job["keep"]),
+                                PRUNE_KEEP_FLAG,
+                                prune_keep_arg(job["keep"]),
                             ],
                             "resources": {
                                 "requests": {"cpu": "100m", "memory": "128Mi"},

@@ -12,7 +12,7 @@ from function.composers.hydration.keys import (
     READY,
 )
 from function.core import structs
-from jobs.contract import IDENTITY_PATTERN
+from jobs.contract import PRUNE_KEEP_FLAG, parse_prune_keep
 
 # ---- reading observed state (hot path: straight from the Structs) ------------------
 
@@ -91,8 +91,8 @@ def _prune_keep(prune_obj: Struct | None) -> frozenset[str]:
         "args",
     )
     for flag, value in itertools.pairwise(args):
-        if flag == "--prune-keep" and isinstance(value, str):
-            return frozenset(k for k in value.split(",") if IDENTITY_PATTERN.fullmatch(k))
+        if flag == PRUNE_KEEP_FLAG and isinstance(value, str):
+            return frozenset(parse_prune_keep(value)[0])
     return frozenset()
 
 
