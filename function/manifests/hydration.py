@@ -55,6 +55,17 @@ JOB_COMPLETE_CEL = (
 _SIMPLE_KEY = re.compile(r"^[A-Za-z0-9_]+$")
 
 
+
+def _metadata(
+    name: str, namespace: str, labels: dict[str, str], annotations: dict[str, str] | None
+) -> dict[str, Any]:
+    """``metadata`` of a remote object: name, namespace, a copy of the labels and, when
+    any, of the annotations."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
 def secret_field_path(key: str) -> str:
     """The Crossplane field path of ``data[key]`` in a Secret.
 
@@ -89,9 +100,7 @@ def cache_pvc(
     Returns:
         A ``v1`` PersistentVolumeClaim manifest.
     """
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
-    if annotations:
-        meta["annotations"] = dict(annotations)
+    meta = _metadata(name, namespace, labels, annotations)
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -124,9 +133,7 @@ def token_secret(
         A ``v1`` Secret manifest without ``data``/``stringData``; pair it with
         :func:`token_reference` in the Object's ``spec.references``.
     """
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
-    if annotations:
-        meta["annotations"] = dict(annotations)
+    meta = _metadata(name, namespace, labels, annotations)
     return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque"}
 
 
@@ -215,9 +222,7 @@ def hydration_job(name: str, namespace: str, **job: Unpack[HydrationJob]) -> dic
         if reports
         else {"automountServiceAccountToken": False}
     )
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
-    if annotations:
-        meta["annotations"] = dict(annotations)
+    meta = _metadata(name, namespace, labels, annotations)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -328,9 +333,7 @@ def prune_job(name: str, namespace: str, **job: Unpack[PruneJob]) -> dict[str, A
         A ``batch/v1`` Job manifest.
     """
     labels, annotations = job["labels"], job.get("annotations")
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
-    if annotations:
-        meta["annotations"] = dict(annotations)
+    meta = _metadata(name, namespace, labels, annotations)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -447,9 +450,7 @@ def result_configmap(
     Returns:
         A ``v1`` ConfigMap manifest without ``data``.
     """
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
-    if annotations:
-        meta["annotations"] = dict(annotations)
+    meta = _metadata(name, namespace, labels, annotations)
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
 
 
@@ -471,9 +472,7 @@ def result_rbac(
     Returns:
         ``(ServiceAccount, Role, RoleBinding)`` manifests, all named ``name``.
     """
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
-    if annotations:
-        meta["annotations"] = dict(annotations)
+    meta = _metadata(name, namespace, labels, annotations)
     sa = {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
