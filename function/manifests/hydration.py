@@ -55,7 +55,6 @@ JOB_COMPLETE_CEL = (
 _SIMPLE_KEY = re.compile(r"^[A-Za-z0-9_]+$")
 
 
-
 def _metadata(
     name: str, namespace: str, labels: dict[str, str], annotations: dict[str, str] | None
 ) -> dict[str, Any]:
@@ -65,6 +64,7 @@ def _metadata(
     if annotations:
         meta["annotations"] = dict(annotations)
     return meta
+
 
 def secret_field_path(key: str) -> str:
     """The Crossplane field path of ``data[key]`` in a Secret.
