@@ -464,14 +464,15 @@ class _Composer:
                 self.prunes_running.append((name, keep))
                 self.stored &= keep
                 continue
+            phase, reason, message = result
             removed = {i for i in self.stored if i not in keep and i != self.identity}
             self.stored -= removed
-            if result[0] == READY:
+            if phase == READY:
                 if removed & self.prev_stored:
                     self.prunes_kept[key] = body
                 continue
             self.prunes_failed.add(key)
-            recorded = self._record_prune_failure(name, keep, result[1], result[2])
+            recorded = self._record_prune_failure(name, keep, reason, message)
             if recorded or not self._covers(keep):
                 self.prunes_dropped.add(key)
             else:
