@@ -39,7 +39,7 @@ DEP_OLD_GEN = {  # the Deployment controller has not seen the new template yet
     "observedGeneration": 0, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1,
 }  # fmt: skip
 DEP_NO_COUNTS = {"observedGeneration": 1}  # counts not reported: not known
-DEP_DRAINING = {**DEP_FULL, "terminatingReplicas": 1}  # an old pod drains (1.33+)
+DEP_DRAINING = {**DEP_FULL, "terminatingReplicas": 1}  # a pod terminates (1.33+)
 
 
 def _spec(identity: str | None, multi: bool = False) -> dict[str, Any]:
@@ -100,10 +100,13 @@ ROLLOUT_CASES = [
          Rolling(NEW, NEW, DEP_NO_COUNTS, [NEW, OLD]), Reads([NEW, OLD], False)),
     Case("rolled", "every pod updated and available, none of the old template: OLD dropped",
          Rolling(NEW, NEW, DEP_FULL, [NEW, OLD]), Reads([NEW], True)),
-    Case("old-pods-terminating", "every pod updated and available, but a pod of the old "
-         "template still terminates (status.terminatingReplicas, Kubernetes 1.33+): it may "
-         "still read OLD, both kept",
-         Rolling(NEW, NEW, DEP_DRAINING, [NEW, OLD]), Reads([NEW, OLD], False)),
+    Case("old-pods-terminating", "every pod updated and available, a pod still terminates "
+         "(status.terminatingReplicas, Kubernetes 1.33+, counts every template's): a "
+         "terminating pod reads no files, so rolled, OLD dropped",
+         Rolling(NEW, NEW, DEP_DRAINING, [NEW, OLD]), Reads([NEW], True)),
+    Case("current-pod-terminating", "steady on NEW, a pod of the current template is "
+         "evicted (or stuck Terminating on a lost node): still Ready, only NEW named",
+         Rolling(NEW, NEW, DEP_DRAINING, [NEW]), Reads([NEW], True)),
     Case("terminated", "terminatingReplicas 0: rolled, OLD dropped",
          Rolling(NEW, NEW, {**DEP_DRAINING, "terminatingReplicas": 0}, [NEW, OLD]),
          Reads([NEW], True)),

@@ -597,9 +597,10 @@ def rollout_complete(manifest: Any, kind: str) -> bool | None:
     of an older template (``status.replicas == updatedReplicas``; a scale-down's surplus
     pods are updated ones)
     (https://kubernetes.io/docs/concepts/workloads/controllers/deployment/#complete-deployment).
-    Pods of an older template still terminating (``status.terminatingReplicas > 0``,
-    Kubernetes 1.33+, not counted in ``status.replicas``; absent reads as 0) still read
-    what they read: not complete.
+    ``status.terminatingReplicas`` (Kubernetes 1.33+) is not read: it counts every
+    terminating pod of any template (an eviction, a node drain, a pod stuck Terminating
+    on a lost node), and a terminating pod has already loaded its weights; it reads no
+    files.
     A LeaderWorkerSet (kubernetes-sigs/lws ``LeaderWorkerSetStatus``):
     ``observedGeneration >= generation``, ``updatedReplicas == replicas >=
     spec.replicas``, ``readyReplicas >= spec.replicas`` and no ``UpdateInProgress=True``.
@@ -618,15 +619,12 @@ def rollout_complete(manifest: Any, kind: str) -> bool | None:
     total = _num(manifest, "status", "replicas")
     lws = kind == "LeaderWorkerSet"
     up = _num(manifest, "status", "readyReplicas" if lws else "availableReplicas")
-    terminating = _num(manifest, "status", "terminatingReplicas")
     behind = (
         (lws and structs.condition_is(manifest, "UpdateInProgress", "True"))
         or (seen is not None and gen is not None and seen < gen)
         or (want is not None and any(v is not None and v < want for v in (updated, up)))
         # pods (groups) of an older template still run
         or (updated is not None and total is not None and total > updated)
-        # or still terminate (graceful drain): their containers may still read
-        or (terminating is not None and terminating > 0)
     )
     if behind:
         return False
