@@ -267,6 +267,88 @@ def test_a_gated_replica_of_the_previous_release_without_workload_stays_gated() 
     assert WORKLOAD not in h.desired(rsp)
 
 
+class Unset(NamedTuple):
+    """A replica whose spec names no identity: its cluster's hydration (phase of the new
+    identity, stored), its last ``status.hydration.identity`` (None: absent) and what its
+    observed workload's template reads."""
+
+    phase: str
+    stored: list[str]
+    last: str | None
+    reads: str
+
+
+class Composed(NamedTuple):
+    """ModelReady reason and MODELPLANE_MODEL composed (None: gated, workload kept)."""
+
+    reason: str
+    model: str | None
+
+
+AT_OLD = identity_dir(CACHE_MOUNT_PATH, OLD)
+UNSET_CASES = [
+    Case("failed-serving-stored-old", "the new identity Failed; the workload serves OLD "
+         "(status.hydration.identity), still stored: it keeps serving OLD, not gated",
+         Unset("Failed", [OLD], OLD, OLD), Composed("Serving", AT_OLD)),
+    Case("failed-template-reads-old", "no status.hydration.identity (written gated before): "
+         "the observed template's identity decides; OLD stored: keeps serving OLD",
+         Unset("Failed", [OLD], None, OLD), Composed("Serving", AT_OLD)),
+    Case("hydrating-serving-stored-old", "the new identity hydrates beside OLD: OLD keeps "
+         "serving meanwhile", Unset("Hydrating", [OLD], OLD, OLD),
+         Composed("Serving", AT_OLD)),
+    Case("failed-old-pruned", "what it serves is no longer stored: gated HydrationFailed, the "
+         "workload kept", Unset("Failed", [], OLD, OLD), Composed("HydrationFailed", None)),
+    Case("failed-for-what-it-serves", "the identity it serves is the one that Failed: gated",
+         Unset("Failed", [NEW, OLD], NEW, NEW), Composed("HydrationFailed", None)),
+    Case("ready-follows-current", "the new identity Ready: a spec without identity follows the "
+         "cache's current one (rolls onto NEW)", Unset("Ready", [NEW, OLD], OLD, OLD),
+         Composed("Starting", identity_dir(CACHE_MOUNT_PATH, NEW))),
+]  # fmt: skip
+
+
+@table(UNSET_CASES)
+def test_an_unset_identity_replica_keeps_the_stored_identity_it_serves(
+    case: Case[Unset, Composed],
+) -> None:
+    spec = _spec(None)
+    observed = _observed(spec, case.inputs.reads, DEP_FULL)
+    status: dict[str, Any] = {"phase": "Serving", "hydration": {"name": "h", "phase": "Ready"},
+                              "conditions": [{"type": "ModelReady", "status": "True",
+                                              "reason": "Serving", "message": "m"}]}  # fmt: skip
+    if case.inputs.last is not None:
+        status["hydration"]["identity"] = case.inputs.last
+    req = _hydrating_new(case.inputs.phase, case.inputs.stored)
+    rsp = run(spec, req, observed=observed, status=status)
+    cond = h.conditions(rsp)["ModelReady"]
+    assert cond["reason"] == case.want.reason, (case.reason, cond)
+    desired = h.desired(rsp)
+    if case.want.model is None:
+        kept = desired[WORKLOAD]["spec"]["forProvider"]["manifest"]
+        assert kept == observed[WORKLOAD]["spec"]["forProvider"]["manifest"], case.reason
+        return
+    env = engine_of(manifest(rsp, WORKLOAD)["spec"]["template"])["env"][0]
+    assert env == {"name": "MODELPLANE_MODEL", "value": case.want.model}, case.reason
+    assert h.status(rsp)["hydration"]["identity"] == case.want.model.rsplit("/", 1)[1]
+
+
+def test_the_hydration_failed_warning_is_emitted_once_per_episode() -> None:
+    """HydrationFailed: a Warning when the replica enters it, none on the next calls
+    (the condition carries it), as RolloutStalled."""
+    spec = _spec(NEW)
+    observed = _observed(spec, NEW, DEP_FULL)
+    req = _hydrating_new("Failed", [OLD])
+    status: dict[str, Any] = {"conditions": [{"type": "ModelReady", "status": "True",
+                                              "reason": "Serving", "message": "m"}]}  # fmt: skip
+    warned = []
+    for _ in range(3):
+        rsp = run(spec, copy.deepcopy(req), observed=observed, status=status)
+        cond = h.conditions(rsp)["ModelReady"]
+        assert cond["reason"] == "HydrationFailed", cond
+        warned.append(len([m for sev, m in h.results(rsp) if sev == "Warning"]))
+        status = {**h.status(rsp), "conditions": [{"type": "ModelReady", **cond}]}
+    assert warned == [1, 0, 0]
+
+
 def test_template_sources_and_rollout_complete() -> None:
     dep: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda path, status: {  # noqa: E731
         "kind": "Deployment",
@@ -549,6 +631,32 @@ def test_a_replica_reading_the_pvc_root_is_held_when_the_redownload_failed(
         assert "replica 0 on gpu-a keeps serving the PVC root" in cond["message"], cond
         assert ENOSPC in cond["message"]
         assert any("keeps serving the PVC root" in m for m in warnings), warnings
+
+
+def test_an_unset_identity_replica_serving_a_stored_identity_is_held() -> None:
+    """Replica 0's spec names no identity but its workload serves OLD
+    (status.hydration.identity); NEW Failed on gpu-a, OLD still stored there: held, not
+    moved, and reported as serving OLD (not the PVC root)."""
+    a = _hyd("gpu-a", "Ready", DEP_OLD)
+    b = _hyd("gpu-b", "Ready", DEP_OLD)
+    xr = td.deployment(2)
+    observed = td.observe(td.drive(xr, td.world(a, b, base=BASE)),
+                          {0: ("True", "Serving", "ok"), 1: ("True", "Serving", "ok")})  # fmt: skip
+    observed["replica-0"]["spec"]["modelCacheRef"].pop("identity")
+    r0 = observed["replica-0"]["status"]
+    r0["phase"] = "Serving"
+    r0["hydration"] = {"name": "h", "phase": "Ready", "identity": DEP_OLD}
+    w = td.world(_hyd_at("gpu-a", "Failed", [DEP_OLD]), _hyd_at("gpu-b", "Ready",
+                 [DEP_NEW, DEP_OLD]), base=BASE)  # fmt: skip
+    rsp = td.drive(xr, w, observed)
+    reps = td.replicas_of(rsp)
+    assert reps["replica-0"]["spec"]["clusterName"] == "gpu-a"
+    warnings = [m for s, m in h.results(rsp) if s == "Warning"]
+    assert not any("removed replica 0" in m for m in warnings), warnings
+    assert any(f"replica 0 on gpu-a keeps serving identity {DEP_OLD}" in m for m in warnings)
+    st = h.status(rsp)
+    assert "PVC root" not in st["cacheRollout"], st["cacheRollout"]
+    assert f"keep serving identity {DEP_OLD}" in st["cacheRollout"], st["cacheRollout"]
 
 
 # ---- make-before-break with no room for the surge pod --------------------------------

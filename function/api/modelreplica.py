@@ -92,6 +92,7 @@ __all__ = [
     "identities_in_use",
     "parse",
     "reads_pvc_root",
+    "status_identity",
 ]
 
 
@@ -355,3 +356,21 @@ def reads_pvc_root(replica: Struct | None) -> bool:
         return True
     ready = structs.conditions(replica).get(MODEL_READY)
     return ready is not None and structs.get(ready, "status") == "True"
+
+
+def status_identity(replica: Struct | None) -> str:
+    """The source identity a ModelReplica's workload was last composed to read, as its
+    status reports it: ``status.hydration.identity`` (written by
+    :mod:`function.composers.replica` whenever it composes the workload on an identity).
+
+    Args:
+        replica: A ModelReplica as observed or as the XR of its own call (its
+            ``status`` is read).
+
+    Returns:
+        The identity when it is well-formed (``jobs.contract.IDENTITY_PATTERN``; a
+        status is read, not trusted); "" when absent, malformed or the workload reads
+        the PVC root.
+    """
+    v = structs.get_str(structs.sub(replica, "status"), "hydration", "identity")
+    return v if IDENTITY_PATTERN.fullmatch(v) else ""

@@ -235,7 +235,7 @@ def _request(
     for v in call.placed:
         assert v.index is not None
         existing.append(
-            Existing(v.index, v.cluster, v.pools, v.state[0], v.identity, v.reads_root)
+            Existing(v.index, v.cluster, v.pools, v.state[0], v.identity, v.serves, v.reads_root)
         )
     tolerations = [t.model_dump(exclude_none=True) for t in spec.template.spec.tolerations]
     return Request(
@@ -344,12 +344,15 @@ def _identity(footprint: _Footprint | None, cluster: str, view: _Observed | None
     hydration stores it in its own directory (``status.stored``); until then its spec
     stays as it is.
     """
-    serves = view.identity if view is not None else ""
+    named = view.identity if view is not None else ""
+    # What it serves: its spec's identity, else the one its workload serves (its
+    # status.hydration.identity); only the spec's decides what it is given.
+    serves = named or (view.serves if view is not None else "")
     if footprint is None:
         return _Serving(-1, cluster, serves, "", "")
     current, ready = footprint.identity(cluster)
-    if serves:
-        given = current if ready else serves
+    if named:
+        given = current if ready else named
     elif view is not None:
         given = current if current and current in footprint.stored(cluster) else ""
     else:
@@ -461,7 +464,7 @@ def _behind_parts(behind: list[_Serving]) -> list[str]:
     if waiting:
         targets = ", ".join(sorted({s.current for s in waiting}))
         msg = f"moving to {targets} as each cluster's hydration becomes Ready"
-        moving = sorted({s.cluster for s in waiting if s.given != s.serves})
+        moving = sorted({s.cluster for s in waiting if s.given and s.given != s.serves})
         if moving:
             msg += f" (rolling on {', '.join(moving)})"
         parts.append(msg)

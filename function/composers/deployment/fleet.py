@@ -20,7 +20,7 @@ from function.api.modelcachehydration import (
     source_identity_of,
     stored_identities,
 )
-from function.api.modelreplica import reads_pvc_root
+from function.api.modelreplica import reads_pvc_root, status_identity
 from function.composers.deployment.status import _replica_state
 from function.core import structs
 from function.core.memo import memo
@@ -324,6 +324,7 @@ class _Observed:
     state: tuple[bool, str, str]
     identity: str = ""  # spec.modelCacheRef.identity: the source identity it serves
     reads_root: bool = False  # its workload reads the PVC root (api.modelreplica.reads_pvc_root)
+    serves: str = ""  # spec names none: the identity its workload serves (status_identity)
 
     @classmethod
     def of(cls, obj: Struct) -> _Observed:
@@ -336,7 +337,9 @@ class _Observed:
         if ref is not None and ref.WhichOneof("kind") == "struct_value":
             identity = source_identity_of(ref.struct_value)
         reads_root = not identity and ref is not None and reads_pvc_root(obj)
-        return cls(obj, index, cluster, pools, _replica_state(obj), identity, reads_root)
+        serves = status_identity(obj) if not identity and ref is not None else ""
+        state = _replica_state(obj)
+        return cls(obj, index, cluster, pools, state, identity, reads_root, serves)
 
 
 def _is_own(item: Struct, ns: str, name: str) -> bool:

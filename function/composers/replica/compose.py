@@ -31,6 +31,7 @@ from function.api.modelreplica import (
     REASON_HYDRATION_NOT_FOUND,
     REASON_ROLLOUT_STALLED,
     STATUS_CACHE_IDENTITIES,
+    status_identity,
 )
 from function.composers.replica import children
 from function.composers.replica.children import Defaults, Head, PlanKey, canonical
@@ -240,6 +241,16 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
         # prunes the root, so a Failed download into the identity's directory leaves
         # it serving (held, like a replica whose identity is still stored).
         pass
+    elif (
+        want is None
+        and phase != READY
+        and (served := _served(c.inputs)) in stored
+        and (phase != FAILED or served != current)
+    ):
+        # A spec naming no identity, a workload serving one that is complete on the PVC
+        # (not the one that failed): it keeps serving it while the cache's identity
+        # hydrates beside it (or failed to), as a replica whose spec names it does.
+        hydration["identity"] = served
     elif phase == FAILED and want in (None, current):
         return Gate(
             REASON_HYDRATION_FAILED,
@@ -278,6 +289,23 @@ def _observed_workloads(inputs: Inputs) -> list[tuple[str, Struct]]:
         if isinstance(manifest, Struct):
             out.append((structs.sval(manifest, "kind"), manifest))
     return out
+
+
+def _served(inputs: Inputs) -> str:
+    """The identity the replica's workload serves when its spec names none: the one its
+    last status reports (``status.hydration.identity``), else the one its observed pod
+    templates read (when they all read one identity); "" when neither is known."""
+    last = status_identity(inputs.xr)
+    if last:
+        return last
+    read: set[str] = set()
+    for kind, m in _observed_workloads(inputs):
+        read |= wl.template_sources(m, kind)
+    if len(read) == 1:
+        (only,) = read
+        if IDENTITY_PATTERN.fullmatch(only):
+            return only
+    return ""
 
 
 def _reads_root(inputs: Inputs) -> bool:
@@ -533,7 +561,8 @@ def _gate(c: _Call, gate: Gate) -> Outcome:
     times.write(status)
     out.status.update(status)
     out.condition(CONDITION, "False", gate.reason, message)
-    if gate.warn:
+    if gate.warn and _last_reason(inputs) != gate.reason:
+        # Once per episode (as RolloutStalled): the condition carries it meanwhile.
         out.warning(message, gate.reason)
     out.ready = False
     out.requeue_after(inputs.settings.poll_seconds)

@@ -81,6 +81,10 @@ class Existing:
     identity: str = ""
     """The cache's source identity it serves (its spec's ``modelCacheRef.identity``;
     "" when unset or without a cache)."""
+    serves: str = ""
+    """The identity its workload serves when its spec names none (its last
+    ``status.hydration.identity``, ``function.api.modelreplica.status_identity``); ""
+    otherwise."""
     reads_root: bool = False
     """Its workload reads the cache PVC root (a replica of the release before side-by-side
     revisions, ``function.api.modelreplica.reads_pvc_root``): the side-by-side layout

@@ -176,16 +176,18 @@ def _file(run: _Run, standing: _Standing, p: Placed, c: Cluster, ex: Existing) -
 
 
 def _still_stored(req: Request, ex: Existing) -> bool:
-    """Whether what ``ex`` serves is complete on its cluster's PVC: its identity is
-    stored and is not the identity its Failed hydration failed for, or it reads the PVC
-    root (never written or pruned by the side-by-side layout)."""
-    if ex.reads_root and not ex.identity:
+    """Whether what ``ex`` serves is complete on its cluster's PVC: its identity (its
+    spec's, else the one its workload serves, ``Existing.serves``) is stored and is not
+    the identity its Failed hydration failed for, or it reads the PVC root (never
+    written or pruned by the side-by-side layout)."""
+    serves = ex.identity or ex.serves
+    if ex.reads_root and not serves:
         return True
     ids = req.identities
-    if not ex.identity or ids is None:
+    if not serves or ids is None:
         return False
     failed, _ = ids.failure(ex.cluster)
-    return ex.identity != failed and ex.identity in ids.stored(ex.cluster)
+    return serves != failed and serves in ids.stored(ex.cluster)
 
 
 # ---- scale-down ---------------------------------------------------------------
