@@ -789,6 +789,58 @@ def test_a_pvc_that_cannot_be_created_is_said_once() -> None:
     assert [w for w in th.warnings(rsp) if REFUSED in w]
 
 
+def _quota(used: int) -> str:
+    return (
+        'cannot update object: persistentvolumeclaims "x" is forbidden: exceeded quota: '
+        f"storage, requested: requests.storage=4Gi, used: requests.storage={used}Gi, "
+        "limited: requests.storage=100Gi"
+    )
+
+
+class Carried(NamedTuple):
+    """A phase carried from the last status (message included) while the PVC apply
+    error changes each call: the status, and the observed PVC's phase."""
+
+    prev: dict[str, Any]
+    pvc_phase: str = "Bound"
+
+
+CARRIED_CASES = [
+    Case("failed-job-gone", "Failed, the download Job not observed: the message is carried; "
+         "the refused PVC's quota counts change each call",
+         Carried(th.prev_status("Failed", th.IDENTITY, stored=[], reason="BackoffLimitExceeded",
+                                message="Job BackoffLimitExceeded: revision v2 not found")),
+         "Job BackoffLimitExceeded: revision v2 not found"),
+    Case("failed-huge-job-message", "a Job message beyond the bound is cut, then stays cut",
+         Carried(th.prev_status("Failed", th.IDENTITY, stored=[], reason="BackoffLimitExceeded",
+                                message="Job BackoffLimitExceeded: " + "x" * 5000)),
+         "Job BackoffLimitExceeded: xxx"),
+]  # fmt: skip
+
+
+@table(CARRIED_CASES)
+def test_a_carried_message_is_rebuilt_and_bounded(case: Case[Carried, str]) -> None:
+    """Six calls, a different PVC apply error each: ``status.message`` is the base plus
+    this call's warning (never the last message plus warnings), bounded, and the
+    Warning is emitted once for the reason, not per text."""
+    xr = th.hydration_xr(copy.deepcopy(case.inputs.prev))
+    required = {**th.resolved(), "replicas": []}
+    lengths, warned = [], []
+    for used in range(10, 16):
+        observed = _pvc_refused(_quota(used), case.inputs.pvc_phase)
+        rsp = th.run(th.request(copy.deepcopy(xr), observed=observed, required=required))
+        st = th.status(rsp)
+        assert st["phase"] == "Failed", case.reason
+        assert st["message"].startswith(case.want), (case.reason, st["message"][:200])
+        assert st["message"].count("PVCNotSynced: ") == 1, (case.reason, st["message"])
+        assert _quota(used) in st["message"] and _quota(used - 1) not in st["message"]
+        lengths.append(len(st["message"]))
+        warned.append(len(th.warnings(rsp)))
+        xr = th.hydration_xr(st)
+    assert len(set(lengths[1:])) == 1 and max(lengths) <= 2048, (case.reason, lengths)
+    assert warned == [1, 0, 0, 0, 0, 0], (case.reason, warned)
+
+
 # ---- a failed or never-created prune Job is recorded, dropped, retried after a back-off ---
 
 import datetime  # noqa: E402

@@ -84,6 +84,20 @@ from function.naming import (
 from function.scheduling.devices import parse_quantity
 from jobs.contract import CACHE_MOUNT_PATH, IDENTITY_PATTERN, RESULT_DATA_KEY, identity_dir
 
+_ALSO = "; also: "
+"""Where ``status.message``'s notes and warnings begin, after the phase's base message."""
+_BASE_LIMIT = 1024
+"""Characters of the base message kept (a Job's message is the workload's to write)."""
+_PART_LIMIT = 512
+"""Characters kept of each note or warning."""
+_MESSAGE_LIMIT = 2048
+"""Characters of ``status.message`` at most."""
+
+
+def _bounded(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters (the last one an ellipsis) when longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
 
 class _State:
     """What the composer decided so far: phase, message, and why (warnings: a Warning
@@ -795,20 +809,35 @@ class _Composer:
         return self.out
 
     def _settle_message(self) -> None:
-        """Every warning is in the status message; its event is emitted once, in the
-        call that first records it there (function.core.events: a result on every call
-        floods the XR's events)."""
+        """``status.message``: the phase's base message, then every note and warning not
+        already in it, rebuilt each call (never the previous message plus warnings, so
+        a carried phase cannot make it grow) and bounded (:data:`_BASE_LIMIT`,
+        :data:`_PART_LIMIT`, :data:`_MESSAGE_LIMIT` characters).
+
+        A carried base (the last message, on a carried Failed or unresolved phase) is
+        cut at :data:`_ALSO`, where the parts began. Each warning is written
+        ``<Reason>: <message>``; its Warning event is emitted once per reason, in the
+        call that first records it: not when the previous message already had that
+        reason or that text (a message written before :data:`_ALSO`), or the previous
+        ``status.reason`` was it, whatever its text now (an apply error's counts change
+        each call; function.core.events: a result on every call floods the XR's
+        events)."""
         st = self.state
-        if not st.message:
-            st.message = f"hydration is {st.phase}"
+        base = (st.message or f"hydration is {st.phase}").split(_ALSO, 1)[0]
+        base = _bounded(base, _BASE_LIMIT)
+        prev_parts = self.prev_message.partition(_ALSO)[2]
+        parts: list[str] = []
         for note in st.notes:
-            if note not in st.message:
-                st.message = f"{st.message}; {note}"
+            if note not in base:
+                parts.append(_bounded(note, _PART_LIMIT))
         for reason, msg in st.warnings:
-            if msg not in st.message:
-                st.message = f"{st.message}; {msg}"
-            if msg not in self.prev_message:
+            if msg not in base:
+                parts.append(_bounded(f"{reason}: {msg}", _PART_LIMIT))
+            seen = reason == self.prev_reason or f"{reason}: " in prev_parts
+            if not seen and msg not in self.prev_message:
                 self.out.warning(msg, reason)
+        parts = list(dict.fromkeys(parts))
+        st.message = _bounded(base + (_ALSO + "; ".join(parts) if parts else ""), _MESSAGE_LIMIT)
 
     def _phase_status(self) -> dict[str, Any]:
         """``phase``, ``reason``, ``message``, ``source``, ``pvcName``, and ``jobName``,
