@@ -732,6 +732,35 @@ def test_a_stalled_roll_says_so(case: Case[Stall, Said]) -> None:
             assert warnings == [msg]
 
 
+STALL_FROM_CASES = [
+    Case("onto-a-new-identity", "spec moved OLD -> NEW: the old pods serve OLD",
+         {"hydration": {"name": "h", "phase": "Ready", "identity": OLD},
+          STATUS_CACHE_IDENTITIES: [NEW, OLD]}, f"old pods still serve identity {OLD}"),
+    Case("same-identity", "a roll for an image or engine argument change, the identity "
+         "unchanged: the old pods serve the same identity, not the PVC root",
+         {"hydration": {"name": "h", "phase": "Ready", "identity": NEW},
+          STATUS_CACHE_IDENTITIES: [NEW]}, f"old pods still serve the same identity {NEW}"),
+    Case("from-the-pvc-root", "a replica of the release before side-by-side revisions "
+         "moving to its identity's directory: the old pods read the PVC root",
+         {"hydration": {"name": "h", "phase": "Ready"}}, "old pods still serve the PVC root"),
+]  # fmt: skip
+
+
+@table(STALL_FROM_CASES)
+def test_a_stalled_roll_says_what_the_old_pods_read(case: Case[dict[str, Any], str]) -> None:
+    spec = _spec(NEW)
+    observed = _observed(spec, NEW, {**DEP_SURGE, "conditions": [DEADLINE]})
+    status = {**case.inputs, "phase": "Serving", "conditions": [
+        {"type": "ModelReady", "status": "True", "reason": "Serving", "message": "m"}]}  # fmt: skip
+    rsp = run(spec, _hydrating_new("Ready", [NEW, OLD]), observed=observed, status=status)
+    cond = h.conditions(rsp)["ModelReady"]
+    assert cond["reason"] == "RolloutStalled", (case.reason, cond)
+    assert case.want in cond["message"], (case.reason, cond["message"])
+    for other in (f"identity {OLD}", "the same identity", "the PVC root"):
+        if other not in case.want:
+            assert f"old pods still serve {other}" not in cond["message"], (case.reason, other)
+
+
 def test_a_leaderworkerset_reports_no_stall() -> None:
     """kubernetes-sigs/lws has no progress deadline: a surge group that never schedules
     leaves UpdateInProgress=True, read as Starting (README)."""

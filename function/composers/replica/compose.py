@@ -412,20 +412,38 @@ def _stalled_message(
 ) -> str:
     """The ``RolloutStalled`` message: the workloads whose roll onto ``source`` stopped
     and why, what the old pods still serve, and what to do."""
-    olds = [i for i in keep if i != source] or [wl.ROOT_SOURCE]
     what = ", ".join(
         f"workload {e.workload} ({e.kind}) on cluster {c.head.clusterName}: {why}"
         for e, why in stalled
     )
     return (
         f"rollout onto {_source_name(source)} stalled: {what}; its old pods still serve "
-        + " and ".join(_source_name(i) for i in olds)
+        + _old_pods_serve(c, source, keep)
         + ". A roll needs room for one surge pod per workload (maxSurge 1, maxUnavailable "
         "0): free one GPU slot per replica on the cluster for the surge pod (scale down "
         "or move another workload there), or, if the new pods do not start for another "
         "reason, see their events (kubectl describe pod); Kubernetes resumes the roll by "
         "itself once the surge pod runs"
     )
+
+
+def _old_pods_serve(c: _Call, source: str, keep: list[str]) -> str:
+    """What the old pods of a stalled roll onto ``source`` read: the other identities
+    the replica names (``keep``: its ``status.cacheIdentities``); with none, the same
+    identity when its last status served ``source`` (a roll for an image or engine
+    argument change), the PVC root when it served the root (a replica of the release
+    before side-by-side revisions moving to its identity's directory)."""
+    olds = [i for i in keep if i != source]
+    if olds:
+        return " and ".join(_source_name(i) for i in olds)
+    prev = structs.sub(c.inputs.xr, "status")
+    before = {structs.get_str(prev, "hydration", "identity")}
+    before.update(v for v in structs.items(prev, STATUS_CACHE_IDENTITIES) if isinstance(v, str))
+    if source in before:
+        return f"the same {_source_name(source)}"
+    if structs.sub(prev, "hydration") is not None:
+        return _source_name(wl.ROOT_SOURCE)
+    return "what they were started on"
 
 
 def _last_reason(inputs: Inputs) -> str:
