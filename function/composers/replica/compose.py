@@ -96,6 +96,26 @@ class _Call:
     out: Outcome
     head: Head
     times: Times
+    _workloads: dict[str, tuple[str, Struct, set[str]]] | None = None
+
+    def workloads(self) -> dict[str, tuple[str, Struct, set[str]]]:
+        """Observed workload Objects by composition-resource name: ``(kind, manifest,
+        sources)``, the manifest being provider-kubernetes' ``status.atProvider.manifest``
+        (the object as the workload cluster reports it) and ``sources`` what its pod
+        templates read (:func:`function.manifests.workloads.template_sources`). Read
+        once per call."""
+        if self._workloads is None:
+            found = {}
+            for key in self.inputs.observed:
+                if not key.startswith(WORKLOAD_PREFIX):
+                    continue
+                body = self.inputs.observed_body(key)
+                manifest = structs.get(body, "status", "atProvider", "manifest")
+                if isinstance(manifest, Struct):
+                    kind = structs.sval(manifest, "kind")
+                    found[key] = (kind, manifest, wl.template_sources(manifest, kind))
+            self._workloads = found
+        return self._workloads
 
 
 def compose(inputs: Inputs) -> Outcome:
@@ -233,7 +253,7 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
         # The identity this replica serves is complete on the PVC: it keeps serving it
         # while the cache's new identity hydrates beside it (or failed to).
         hydration["identity"] = want
-    elif want is None and (phase == FAILED or current not in stored) and _reads_root(c.inputs):
+    elif want is None and (phase == FAILED or current not in stored) and _reads_root(c):
         # Upgrade: a workload of the release before side-by-side revisions reads the
         # PVC root; it keeps doing so (no roll onto a directory that does not exist)
         # until the hydration stores the identity in its own directory and the
@@ -244,7 +264,7 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
     elif (
         want is None
         and phase != READY
-        and (served := _served(c.inputs)) in stored
+        and (served := _served(c)) in stored
         and (phase != FAILED or served != current)
     ):
         # A spec naming no identity, a workload serving one that is complete on the PVC
@@ -278,29 +298,16 @@ def _hydration(c: _Call, hyd_name: str, hyd_req: Resolved) -> Gate | dict[str, A
     return hydration
 
 
-def _observed_workloads(inputs: Inputs) -> list[tuple[str, Struct]]:
-    """``(kind, manifest)`` of every observed workload Object (provider-kubernetes'
-    ``status.atProvider.manifest``: the object as the workload cluster reports it)."""
-    out = []
-    for key in inputs.observed:
-        if not key.startswith(WORKLOAD_PREFIX):
-            continue
-        manifest = structs.get(inputs.observed_body(key), "status", "atProvider", "manifest")
-        if isinstance(manifest, Struct):
-            out.append((structs.sval(manifest, "kind"), manifest))
-    return out
-
-
-def _served(inputs: Inputs) -> str:
+def _served(c: _Call) -> str:
     """The identity the replica's workload serves when its spec names none: the one its
     last status reports (``status.hydration.identity``), else the one its observed pod
     templates read (when they all read one identity); "" when neither is known."""
-    last = status_identity(inputs.xr)
+    last = status_identity(c.inputs.xr)
     if last:
         return last
     read: set[str] = set()
-    for kind, m in _observed_workloads(inputs):
-        read |= wl.template_sources(m, kind)
+    for _, _, sources in c.workloads().values():
+        read |= sources
     if len(read) == 1:
         (only,) = read
         if IDENTITY_PATTERN.fullmatch(only):
@@ -308,12 +315,10 @@ def _served(inputs: Inputs) -> str:
     return ""
 
 
-def _reads_root(inputs: Inputs) -> bool:
+def _reads_root(c: _Call) -> bool:
     """Whether an observed workload's pods read the cache PVC root (the layout of the
     release before side-by-side revisions)."""
-    return any(
-        wl.ROOT_SOURCE in wl.template_sources(m, kind) for kind, m in _observed_workloads(inputs)
-    )
+    return any(wl.ROOT_SOURCE in sources for _, _, sources in c.workloads().values())
 
 
 def _write_cache_identities(c: _Call, status: dict[str, Any], serving: str | None) -> None:
@@ -331,22 +336,13 @@ def _write_cache_identities(c: _Call, status: dict[str, Any], serving: str | Non
     if c.head.cache is None:
         return
     first = [i for i in (serving, c.head.identity) if i]
-    rolled = serving is not None
-    earlier: set[str] = set()
-    prev = structs.sub(c.inputs.xr, "status")
-    for v in structs.items(prev, STATUS_CACHE_IDENTITIES):
-        if isinstance(v, str):
-            earlier.add(v)
-    earlier.add(structs.get_str(prev, "hydration", "identity"))
-    workloads = _observed_workloads(c.inputs)
-    for kind, manifest in workloads:
-        sources = wl.template_sources(manifest, kind)
+    earlier = _last_identities(c.inputs)
+    workloads = c.workloads()
+    rolled = serving is not None and bool(workloads)
+    for kind, manifest, sources in workloads.values():
         earlier |= sources
-        done = wl.rollout_complete(manifest, kind) is True
-        if sources != {serving or wl.ROOT_SOURCE} or not done:
+        if serving is not None and _rolled(manifest, kind, sources, serving)[0] is not True:
             rolled = False
-    if not workloads:
-        rolled = False
     keep = dict.fromkeys(first)
     if not rolled:
         keep.update(dict.fromkeys(sorted(i for i in earlier if IDENTITY_PATTERN.fullmatch(i))))
@@ -369,7 +365,7 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
         out.add(key, body)
     source = hydration.get("identity", wl.ROOT_SOURCE) if hydration is not None else None
     stalled: list[tuple[children.EnginePlan, str]] = []
-    engines_status = [_engine_status(inputs, e, source, stalled) for e in plan.engines]
+    engines_status = [_engine_status(c, e, source, stalled) for e in plan.engines]
     status: dict[str, Any] = {"cluster": c.head.clusterName, "engines": engines_status}
     if hydration is not None:
         status["hydration"] = hydration
@@ -436,14 +432,20 @@ def _old_pods_serve(c: _Call, source: str, keep: list[str]) -> str:
     olds = [i for i in keep if i != source]
     if olds:
         return " and ".join(_source_name(i) for i in olds)
-    prev = structs.sub(c.inputs.xr, "status")
-    before = {structs.get_str(prev, "hydration", "identity")}
-    before.update(v for v in structs.items(prev, STATUS_CACHE_IDENTITIES) if isinstance(v, str))
-    if source in before:
+    if source in _last_identities(c.inputs):
         return f"the same {_source_name(source)}"
-    if structs.sub(prev, "hydration") is not None:
+    if structs.sub(structs.sub(c.inputs.xr, "status"), "hydration") is not None:
         return _source_name(wl.ROOT_SOURCE)
     return "what they were started on"
+
+
+def _last_identities(inputs: Inputs) -> set[str]:
+    """The identities the replica's last status names (``status.hydration.identity`` and
+    ``status.cacheIdentities``), as written: "" included when it served the PVC root."""
+    prev = structs.sub(inputs.xr, "status")
+    out = {structs.get_str(prev, "hydration", "identity")}
+    out.update(v for v in structs.items(prev, STATUS_CACHE_IDENTITIES) if isinstance(v, str))
+    return out
 
 
 def _last_reason(inputs: Inputs) -> str:
@@ -453,7 +455,7 @@ def _last_reason(inputs: Inputs) -> str:
 
 
 def _engine_status(
-    inputs: Inputs,
+    c: _Call,
     e: children.EnginePlan,
     source: str | None,
     stalled: list[tuple[children.EnginePlan, str]],
@@ -461,7 +463,7 @@ def _engine_status(
     """``status.engines[]`` entry of engine ``e``: whether its workload serves, and why
     not; appends ``(e, why)`` to ``stalled`` when its roll onto ``source`` stopped
     (:func:`function.manifests.workloads.rollout_stalled`)."""
-    serves, why, stall = _serving(inputs, e.key, e.kind, source)
+    serves, why, stall = _serving(c, e.key, e.kind, source)
     if stall:
         stalled.append((e, stall))
     entry: dict[str, Any] = {"name": e.name, "kind": e.kind, "workload": e.workload}
@@ -471,9 +473,7 @@ def _engine_status(
     return entry
 
 
-def _serving(
-    inputs: Inputs, key: str, kind: str, source: str | None
-) -> tuple[bool, str, str | None]:
+def _serving(c: _Call, key: str, kind: str, source: str | None) -> tuple[bool, str, str | None]:
     """Whether the observed workload Object serves, why not, and why its roll onto
     ``source`` stalled (None unless the old pods serve while the roll stopped).
 
@@ -483,7 +483,7 @@ def _serving(
     runs pods of an older template (rolling make-before-break), does not serve
     ``source`` yet, though the old pods answer.
     """
-    obj = inputs.observed_body(key)
+    obj = c.inputs.observed_body(key)
     if obj is None:
         return False, "not created yet", None
     status = structs.sub(obj, "status")
@@ -505,23 +505,35 @@ def _serving(
         have, unit = _count(manifest, "status", "availableReplicas"), "pods available"
     if not ok:
         return False, f"{have}/{_count(manifest, 'spec', 'replicas')} {unit}", None
-    why = _not_rolled(manifest, kind, source) if source is not None else ""
+    why = ""
+    if source is not None:
+        observed = c.workloads().get(key)
+        if observed is not None and observed[0] == kind:
+            sources = observed[2]
+        else:  # a manifest that does not say its kind: read as the plan's
+            sources = wl.template_sources(manifest, kind)
+        why = _rolled(manifest, kind, sources, source)[1]
     stall = wl.rollout_stalled(manifest, kind) if why else None
     return not why, why, stall
 
 
-def _not_rolled(manifest: Struct, kind: str, source: str) -> str:
-    """Why the observed workload's serving pods are not yet those reading ``source``
-    ("" when they are, or when its rollout state is not known)."""
-    sources = wl.template_sources(manifest, kind)
+def _rolled(manifest: Struct, kind: str, sources: set[str], source: str) -> tuple[bool | None, str]:
+    """Whether an observed workload (its ``manifest`` and the ``sources`` its templates
+    read) has rolled onto ``source``: ``(False, why)``; ``(True, "")``; ``(None, "")``
+    when not known (its templates read no cache, or its rollout counts are not reported).
+
+    Readiness waits only on False (an unknown state does not hold a replica back);
+    ``status.cacheIdentities`` keeps the earlier identities on anything but True (an
+    unknown state never lets them be pruned)."""
     onto = f"rolling onto {_source_name(source)}"
     if sources and sources != {source}:
-        return f"{onto}: the observed pods read " + ", ".join(
+        return False, f"{onto}: the observed pods read " + ", ".join(
             _source_name(s) for s in sorted(sources)
         )
-    if wl.rollout_complete(manifest, kind) is False:
-        return f"{onto}: pods of the previous template still run"
-    return ""
+    done = wl.rollout_complete(manifest, kind)
+    if done is False:
+        return False, f"{onto}: pods of the previous template still run"
+    return (True if sources and done else None), ""
 
 
 def _source_name(source: str) -> str:
