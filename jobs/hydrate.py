@@ -457,6 +457,20 @@ def _split(name: str) -> tuple[str, str]:
     return (name, "") if IDENTITY_PATTERN.fullmatch(name) else ("", "")
 
 
+def _identity_entries(root: Path) -> list[tuple[Path, str, str]]:
+    """``(entry, identity, suffix)`` of the directories under the mount ``root`` named
+    after an identity (:func:`_split`), sorted; symlinks, files and every other name are
+    left out (nothing else under the mount is ever removed). Empty without ``root``."""
+    if not root.is_dir():
+        return []
+    out = []
+    for entry in sorted(root.iterdir()):
+        ident, suffix = _split(entry.name)
+        if ident and not entry.is_symlink() and entry.is_dir():
+            out.append((entry, ident, suffix))
+    return out
+
+
 def _fsync_dir(d: Path) -> None:
     dfd = os.open(d, os.O_RDONLY)
     try:
@@ -504,13 +518,8 @@ def remove_abandoned(root: Path, current: str) -> list[str]:
         OSError: a removal failed (the caller logs it and carries on).
     """
     removed: list[str] = []
-    if not root.is_dir():
-        return removed
-    for entry in sorted(root.iterdir()):
-        ident, suffix = _split(entry.name)
-        if not suffix or entry.is_symlink() or not entry.is_dir():
-            continue
-        if suffix == PARTIAL_SUFFIX and ident == current:
+    for entry, ident, suffix in _identity_entries(root):
+        if not suffix or (suffix == PARTIAL_SUFFIX and ident == current):
             continue
         _remove_tree(entry)
         removed.append(entry.name)
@@ -685,17 +694,13 @@ def prune_identities(root: Path, keep: set[str]) -> list[str]:
         The removed entry names, sorted (a ``.pruning`` leftover by its own name).
     """
     removed: list[str] = []
-    if not root.is_dir():
-        return removed
-    entries = [
-        (e, *_split(e.name)) for e in sorted(root.iterdir()) if not e.is_symlink() and e.is_dir()
-    ]
-    for entry, ident, suffix in entries:  # leftovers first: a retire may reuse the name
-        if ident and suffix == PRUNING_SUFFIX:
+    entries = _identity_entries(root)
+    for entry, _, suffix in entries:  # leftovers first: a retire may reuse the name
+        if suffix == PRUNING_SUFFIX:
             _remove_tree(entry)
             removed.append(entry.name)
     for entry, ident, suffix in entries:
-        if not ident or suffix == PRUNING_SUFFIX or ident in keep:
+        if suffix == PRUNING_SUFFIX or ident in keep:
             continue
         if suffix == PARTIAL_SUFFIX:
             _remove_tree(entry)  # never read by a replica: no need to rename first
