@@ -155,7 +155,8 @@ def compose(inputs: Inputs) -> Outcome:
     _report(call, placement, rows)
     if serving is not None:
         _rollout_status(call.out, serving)
-        _held_report(call, [s for s in serving if s.replica in placement.held])
+        held = set(placement.held)
+        _held_report(call, [s for s in serving if s.replica in held])
     if nxt:
         out.status[NEXT_CLUSTERS] = nxt
     return out

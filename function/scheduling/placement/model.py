@@ -154,9 +154,6 @@ class Placement:
     Failed for the cache's new identity (not moved, not removed): the identity still
     stored there, or the PVC root (:attr:`Existing.reads_root`)."""
 
-    def indexes(self) -> set[int]:
-        return {p.index for p in self.replicas}
-
 
 @dataclass(frozen=True)
 class Request:

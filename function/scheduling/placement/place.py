@@ -55,11 +55,7 @@ def place(req: Request) -> Placement:
     chooser.place(req.replicas - len(standing.solid))
     kept_soft = _replace_moved(run, standing, chooser.new)
     kept_retiring = _retire(run, standing)
-    placement = _report(
-        run, standing.solid + kept_soft + chooser.new, kept_retiring, chooser.checked
-    )
-    placement.held = sorted(p.index for p in run.held if p.index in placement.indexes())
-    return placement
+    return _report(run, standing.solid + kept_soft + chooser.new, kept_retiring, chooser.checked)
 
 
 @dataclass
@@ -367,6 +363,8 @@ def _report(
     req = run.req
     replicas = sorted(wanted + kept_retiring, key=lambda p: p.index)
     removed = sorted(run.removed, key=lambda r: r.index)
+    indexes = {p.index for p in replicas}
+    held = sorted(p.index for p in run.held if p.index in indexes)
     placed = len(wanted)
     retire_note = ""
     if kept_retiring:
@@ -381,10 +379,11 @@ def _report(
             removed,
             None,
             f"{placed} of {req.replicas} replicas placed{where(wanted)}{retire_note}",
+            held,
         )
     reason, detail = _shortfall(req, run.clusters, checked)
     msg = f"{placed} of {req.replicas} replicas placed: {detail}{retire_note}"
-    return Placement(replicas, removed, reason, msg)
+    return Placement(replicas, removed, reason, msg, held)
 
 
 def _shortfall(
