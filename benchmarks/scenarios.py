@@ -8,6 +8,7 @@ child observed and ready), both with every requirement resolved.
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,12 @@ def fleet(n: int) -> list[dict[str, Any]]:
             {
                 "apiVersion": "modelplane.ai/v1alpha1",
                 "kind": "InferenceCluster",
+                # The API server gives every object a uid and a resourceVersion (only these two of
+                # the fields it sets are here: the request is no larger than it must be).
                 "metadata": {
                     "name": f"gpu-{i:05d}",
+                    "uid": str(uuid.UUID(int=i + 1)),
+                    "resourceVersion": str(100_000 + i),
                     "labels": {
                         "modelplane.ai/gpu": "h100" if i % 5 else "a100",
                         "topology.kubernetes.io/region": REGIONS[i % len(REGIONS)],
@@ -99,7 +104,7 @@ def modelcache(n: int) -> tuple[bytes, bytes]:
     # Each shard observed with the status it writes once its hydrations are all Ready.
     observed = {}
     for name, res in rsp.desired.resources.items():
-        body = _to_dict(res.resource)
+        body = _stored(_to_dict(res.resource))
         body["status"] = _ready_shard_status(body)
         observed[name] = body
     return first.SerializeToString(), _settle(xr, observed, required)
@@ -179,6 +184,16 @@ def _settle(xr: dict[str, Any], observed: dict[str, Any], required: dict[str, An
     return build_request(body, observed, required, tag="bench").SerializeToString()
 
 
+def _stored(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the API server returns it, with a ``metadata.uid`` and a
+    ``metadata.resourceVersion`` (Crossplane sends observed composed resources so)."""
+    meta = body.setdefault("metadata", {})
+    key = f"{body.get('kind')}/{meta.get('namespace', '')}/{meta.get('name', '')}"
+    meta.setdefault("uid", str(uuid.uuid5(uuid.NAMESPACE_URL, key)))
+    meta.setdefault("resourceVersion", "200000")
+    return body
+
+
 def _to_dict(s: Any) -> dict[str, Any]:
     from google.protobuf import json_format
 
@@ -191,7 +206,7 @@ def _observe_all(
     """Observed children built from desired ones, each given the status ``status_for`` returns."""
     observed = {}
     for name, res in rsp.desired.resources.items():
-        body = _to_dict(res.resource)
+        body = _stored(_to_dict(res.resource))
         body["status"] = status_for(name, body)
         observed[name] = body
     return observed

@@ -24,11 +24,11 @@ raise on malformed status: what is missing or of the wrong type reads as absent.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import ListValue, Struct, Value
 
-from function.core import structs
+from function.core import structs, versioned
 
 KIND = "InferenceCluster"
 
@@ -149,3 +149,31 @@ def cache_host_problem(cluster: Struct) -> str | None:
     if sc is None or not sc.string_value:
         return "cluster reports no status.cache.storageClassName"
     return None
+
+
+
+
+class HostReading(NamedTuple):
+    """What the ModelCache reads of each cluster its requirement returns (:func:`host_reading`).
+
+    Attributes:
+        name: ``metadata.name`` ("" when absent).
+        labels: ``metadata.labels`` as a label selector reads them (a value that is not a
+            string reads as "", as :meth:`LabelSelector.matches_fields` reads it).
+        problem: :func:`cache_host_problem`, "" when the cluster can host a cache.
+    """
+
+    name: str
+    labels: dict[str, str]
+    problem: str
+
+
+@versioned.reading(65536, weight=4)
+def host_reading(cluster: Struct) -> HostReading:
+    """:class:`HostReading` of ``cluster``, read once per ``(uid, resourceVersion)``
+    (:mod:`function.core.versioned`); pass the version when it is known:
+    ``host_reading(cluster, version)``. The result is shared: never mutate it.
+    """
+    f = versioned.object_facts(cluster)
+    labels = f.labels if not f.odd_labels else {**dict.fromkeys(f.odd_labels, ""), **f.labels}
+    return HostReading(f.name, labels, cache_host_problem(cluster) or "")

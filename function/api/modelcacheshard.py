@@ -29,8 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from function.api.modelcache import UNAVAILABLE as UNAVAILABLE
 from function.api.modelcachehydration import PHASES as PHASES
-from function.core import structs
+from function.core import structs, versioned
 from function.core.errors import pydantic_errors
+from function.core.memo import memo
 from function.core.numbers import WholeInt
 from function.naming import CACHE_SHARDS, name_hash
 
@@ -72,7 +73,8 @@ def parse_spec(spec: dict[str, Any]) -> ShardSpec:
         raise pydantic_errors("spec", e) from None
 
 
-def spec_hash(identity: str, shard: int, clusters: list[tuple[str, str]]) -> str:
+@memo(8192, weight=2)
+def spec_hash(identity: str, shard: int, clusters: tuple[tuple[str, str], ...]) -> str:
     """What a shard's status describes: ``name_hash`` of the source identity, the shard
     number and each ``(name, unavailable or "")`` of ``spec.clusters`` in order.
 
@@ -131,8 +133,11 @@ def _at(fields: Any, key: str) -> Any:
     return None if v is None else structs.unwrap(v)
 
 
+@versioned.reading(4096, weight=2)
 def read_report(shard: Struct) -> ShardReport:
-    """The roll-up a shard reported in ``status`` (empty when it reported none).
+    """The roll-up a shard reported in ``status`` (empty when it reported none), read
+    once per ``(uid, resourceVersion)`` of the shard (:mod:`function.core.versioned`):
+    the result is shared, never mutate it.
 
     ``hydrations`` is None when the shard has not reported how many hydrations it
     keeps ("not known": the ModelCache then keeps it).

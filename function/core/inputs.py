@@ -16,7 +16,7 @@ nothing matched" differ, and a composer must never treat the first as the second
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import structlog
 from google.protobuf.struct_pb2 import Struct
 
-from function.core import structs
+from function.core import structs, versioned
 from function.core.errors import SpecError, written_as
 
 if TYPE_CHECKING:
@@ -39,6 +39,9 @@ class Resolved:
     """A requirement Crossplane resolved: ``items`` may be empty (nothing matched)."""
 
     items: tuple[Struct, ...]
+    versions: tuple[versioned.Version | None, ...] | None = None
+    """Each item's ``(uid, resourceVersion)`` when the request view read them (None:
+    not read; readings then read it themselves)."""
 
     def by_name(self) -> dict[str, Struct]:
         """Index the items by ``metadata.name``."""
@@ -187,50 +190,52 @@ def _match_reason(asked: Requirement, meta: Mapping[str, Any]) -> str | None:
 _NO_FIELDS: Mapping[str, Any] = {}
 
 
-def admits(asked: Requirement) -> Any:  # noqa: C901 - one flat closure, see below
-    """A fast test of "``item`` is what ``asked`` selects" (``item -> bool``), the same
-    verdict as :func:`foreign_reason` (which says why not), for checking thousands of
-    items: only the fields ``asked`` constrains are read, each once."""
+def admits(asked: Requirement) -> Callable[..., bool]:
+    """A fast test of "``item`` is what ``asked`` selects" (``ok(item, version=...)``),
+    the same verdict as :func:`foreign_reason` (which says why not), for checking
+    thousands of items.
+
+    Reads the item's :func:`function.core.versioned.object_facts`: once per
+    ``(uid, resourceVersion)`` and process, so a steady reconcile that gets the same
+    objects again compares strings only. Pass ``version`` when it was read already.
+    """
     kind, api_version = asked.kind, asked.api_version
     group = _group(api_version)
-    namespace, match_name, labels = asked.namespace, asked.match_name, asked.match_labels
+    namespace, match_name = asked.namespace, asked.match_name
+    labels = asked.match_labels or ()
+    scoped = namespace is not None or match_name is not None
+    want_ns = namespace or ""
 
-    # Hot path (every required item of every call: thousands at fleet scale): the test is
-    # one closure with the constraints bound and each field read once, measured faster
-    # than composing smaller checks; foreign_reason says the same in small steps.
-    def ok(item: Struct) -> bool:  # noqa: C901, PLR0911
-        f = item.fields
-        v = f.get("kind")
-        if v is None or v.string_value != kind:
+    facts = versioned.object_facts
+
+    def ok(item: Struct, version: Any = ...) -> bool:
+        f = facts(item, version)
+        if f.kind != kind:
             return False
-        v = f.get("apiVersion")
-        if v is None:
+        av = f.api_version
+        if not av or (av != api_version and _group(av) != group):
             return False
-        av = v.string_value
-        if av != api_version and _group(av) != group:
+        if scoped and f.namespace != want_ns:
             return False
-        v = f.get("metadata")
-        meta = v.struct_value.fields if v is not None else _NO_FIELDS
-        if namespace is not None or match_name is not None:
-            v = meta.get("namespace")
-            ns = v.string_value if v is not None else ""
-            if ns != (namespace or ""):
-                return False
         if match_name is not None:
-            v = meta.get("name")
-            return v is not None and v.string_value == match_name
-        if labels:
-            v = meta.get("labels")
-            if v is None:
+            return f.name == match_name
+        have = f.labels
+        # A loop, not all() over a generator: measured faster on this hot path.
+        for k, want in labels:  # noqa: SIM110
+            if have.get(k) != want:
                 return False
-            have = v.struct_value.fields
-            for k, want in labels:
-                v = have.get(k)
-                if v is None or v.string_value != want or not v.HasField("string_value"):
-                    return False
         return True
 
     return ok
+
+
+@versioned.over_versions(1024, weight=2)
+def _all_admitted(
+    items: tuple[Struct, ...], versions: tuple[versioned.Version | None, ...], asked: Requirement
+) -> bool:
+    """Whether :func:`admits` ``asked`` every one of ``items`` (of these ``versions``)."""
+    ok = admits(asked)
+    return all(ok(i, v) for i, v in zip(items, versions, strict=True))
 
 
 class RequiredView(Mapping[str, tuple[Struct, ...]]):
@@ -248,12 +253,13 @@ class RequiredView(Mapping[str, tuple[Struct, ...]]):
             items of a requirement not named here are given as they are.
     """
 
-    __slots__ = ("_asked", "_cache", "_resources")
+    __slots__ = ("_asked", "_cache", "_resources", "_versions")
 
     def __init__(self, resources: Any, asked: Mapping[str, Requirement] | None = None) -> None:
         self._resources = resources
         self._asked = asked
         self._cache: dict[str, tuple[Struct, ...]] = {}
+        self._versions: dict[str, tuple[versioned.Version | None, ...]] = {}
 
     def __getitem__(self, key: str) -> tuple[Struct, ...]:
         got = self._cache.get(key)
@@ -261,14 +267,17 @@ class RequiredView(Mapping[str, tuple[Struct, ...]]):
             r = self._resources.get(key) if isinstance(key, str) else None
             if r is None:
                 raise KeyError(key)
-            got = tuple(i.resource for i in r.items)
+            # Each item's (uid, resourceVersion) is read once per call: the scope check
+            # and the composer's own readings (function.core.versioned) share it.
+            got, versions = versioned.items_with_versions(r.items)
             asked = self._asked.get(key) if self._asked is not None else None
             if asked is not None:
-                kept = []
+                kept, kept_versions = [], []
                 ok = admits(asked)
-                for item in got:
-                    if ok(item):
+                for item, version in zip(got, versions, strict=True):
+                    if ok(item, version):
                         kept.append(item)
+                        kept_versions.append(version)
                     else:
                         why = foreign_reason(asked, item)
                         _log.debug(
@@ -279,9 +288,19 @@ class RequiredView(Mapping[str, tuple[Struct, ...]]):
                             name=structs.get_str(item, "metadata", "name"),
                             because=why,
                         )
-                got = tuple(kept)
+                got, versions = tuple(kept), tuple(kept_versions)
             self._cache[key] = got
+            self._versions[key] = versions
         return got
+
+    def versions(self, key: str) -> tuple[versioned.Version | None, ...]:
+        """The ``(uid, resourceVersion)`` of each of ``self[key]``'s items, in order.
+
+        Raises:
+            KeyError: when Crossplane has not resolved requirement ``key``.
+        """
+        self[key]
+        return self._versions[key]
 
     def foreign(self, asked: Mapping[str, Requirement]) -> bool:
         """Whether a requirement read so far holds an item that ``asked`` does not select.
@@ -292,11 +311,8 @@ class RequiredView(Mapping[str, tuple[Struct, ...]]):
         """
         for key, items in self._cache.items():
             q = asked.get(key)
-            if q is not None:
-                ok = admits(q)
-                for i in items:
-                    if not ok(i):
-                        return True
+            if q is not None and not _all_admitted(items, self._versions[key], q):
+                return True
         return False
 
     def __contains__(self, key: object) -> bool:
@@ -423,7 +439,10 @@ class Inputs:
         """
         if name not in self.required_resources:
             return UNRESOLVED
-        return Resolved(tuple(self.required_resources[name]))
+        view = self.required_resources
+        if isinstance(view, RequiredView):
+            return Resolved(view[name], view.versions(name))
+        return Resolved(tuple(view[name]))
 
     def observed_body(self, name: str) -> Struct | None:
         """The body of observed composed resource ``name``, or None."""

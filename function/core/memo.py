@@ -113,6 +113,23 @@ class ByteLRU:
         call.memo = self  # type: ignore[attr-defined]
         return call
 
+    def fetcher(self) -> Callable[..., Any]:
+        """A fast ``fetch(key, fn, *args)``: the value kept under ``key`` (now the most
+        recent), or ``fn(*args)``, kept under ``key`` (for memos whose key is not the
+        arguments, such as :mod:`function.core.versioned`'s)."""
+        get, to_end = self._entries.get, self._entries.move_to_end
+        hits, miss = self._hits, self._miss
+
+        def fetch(key: Any, fn: Callable[..., Any], *args: Any) -> Any:
+            got = get(key)
+            if got is not None:
+                to_end(key)
+                hits[0] += 1
+                return got[0]
+            return miss(key, fn(*args))
+
+        return fetch
+
     def _keyword_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         key = (*args, _KW, *sorted(kwargs.items()))
         got = self._entries.get(key)
@@ -161,6 +178,13 @@ _KW = object()  # separates positional from keyword arguments in a key
 REGISTRY: list[ByteLRU] = []
 
 
+def register(m: ByteLRU) -> ByteLRU:
+    """Give ``m`` its share of the byte budget (and list it in :func:`report`)."""
+    REGISTRY.append(m)
+    _split()
+    return m
+
+
 def memo(maxsize: int, weight: float = 1.0) -> Callable[[F], F]:
     """Decorate a pure function with a :class:`ByteLRU` memo.
 
@@ -171,10 +195,7 @@ def memo(maxsize: int, weight: float = 1.0) -> Callable[[F], F]:
     """
 
     def wrap(fn: F) -> F:
-        m = ByteLRU(fn, maxsize, weight)
-        REGISTRY.append(m)
-        _split()
-        return m._call  # type: ignore[return-value]
+        return register(ByteLRU(fn, maxsize, weight))._call  # type: ignore[return-value]
 
     return wrap
 

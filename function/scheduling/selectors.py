@@ -154,7 +154,11 @@ class LabelSelector:
         for k, v in self.match_labels:
             if labels.get(k) != v:
                 return False
-        return all(r.matches(labels) for r in self.expressions)
+        # A loop, not all() over a generator: measured faster on this hot path.
+        for r in self.expressions:  # noqa: SIM110
+            if not r.matches_value(labels.get(r.key)):
+                return False
+        return True
 
     def matches_fields(self, labels: Any) -> bool:
         """Like :meth:`matches`, for a protobuf ``Struct.fields`` map of label Values.

@@ -9,7 +9,7 @@ from google.protobuf.struct_pb2 import Struct
 
 from function.api import inferencecluster
 from function.api.modelcacheshard import ShardReport
-from function.core import structs
+from function.core import structs, versioned
 from function.core.inputs import Resolved
 from function.naming import cache_shard
 from function.scheduling.selectors import LabelSelector
@@ -34,21 +34,25 @@ def match(clusters: Resolved, selector: LabelSelector) -> dict[str, str]:
     """Matched cluster name -> why it cannot host a cache ("" when it can).
 
     The full selector with Kubernetes semantics (the requirement carried only its
-    ``matchLabels``).
+    ``matchLabels``). The result is shared between calls that get the same clusters at
+    the same versions (:func:`function.core.versioned.over_versions`): never mutate it.
     """
+    return _match(clusters.items, clusters.versions, selector)
+
+
+@versioned.over_versions(256, weight=4)
+def _match(
+    items: tuple[Struct, ...],
+    versions: tuple[versioned.Version | None, ...] | None,
+    selector: LabelSelector,
+) -> dict[str, str]:
     out: dict[str, str] = {}
-    matches = selector.matches_fields
-    for c in clusters.items:
-        mv = c.fields.get("metadata")
-        if mv is None:
-            continue
-        meta = mv.struct_value.fields
-        nv = meta.get("name")
-        name = nv.string_value if nv is not None else ""
-        lv = meta.get("labels")
-        if not name or not matches(lv.struct_value.fields if lv is not None else _NO_LABELS):
-            continue
-        out[name] = inferencecluster.cache_host_problem(c) or ""
+    matches = selector.matches
+    read = inferencecluster.host_reading
+    for c, version in zip(items, versions or (...,) * len(items), strict=True):
+        r = read(c, version)
+        if r.name and matches(r.labels):
+            out[r.name] = r.problem
     return out
 
 

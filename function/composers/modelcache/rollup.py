@@ -46,7 +46,7 @@ class Rollup:
         """
         if report is not None:
             self.retained += report.retained
-        if report is None or report.spec_hash != spec_hash(identity, shard, list(entries)):
+        if report is None or report.spec_hash != spec_hash(identity, shard, entries):
             self.stale.append(shard)
             for name, why in entries:
                 if why:

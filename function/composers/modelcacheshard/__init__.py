@@ -236,7 +236,7 @@ def _write_status(call: _Call, tally: Tally, same_list: ListValue | None) -> Non
     spec, hf = call.spec, call.source.huggingFace
     st = call.out.status
     st["specHash"] = spec_hash(
-        call.identity, spec.shard, [(c.name, c.unavailable or "") for c in spec.clusters]
+        call.identity, spec.shard, tuple((c.name, c.unavailable or "") for c in spec.clusters)
     )
     st["source"] = wire.source_status(hf.repo, hf.revision, call.identity)
     st["summary"] = {
