@@ -97,7 +97,7 @@ def test_readings_share_the_process_budget() -> None:
     names = set(memo.report()["memos"])
     for want in (
         "function.core.versioned.object_facts",
-        "function.api.inferencecluster.host_reading",
+        "function.api.inferencecluster.host_problem",
         "function.api.modelcacheshard.read_report",
         "function.core.inputs._all_admitted",
         "function.composers.modelcache.footprint._match",

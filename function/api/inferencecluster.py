@@ -24,7 +24,7 @@ raise on malformed status: what is missing or of the wrong type reads as absent.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Struct, Value
 
@@ -153,27 +153,12 @@ def cache_host_problem(cluster: Struct) -> str | None:
 
 
 
-class HostReading(NamedTuple):
-    """What the ModelCache reads of each cluster its requirement returns (:func:`host_reading`).
-
-    Attributes:
-        name: ``metadata.name`` ("" when absent).
-        labels: ``metadata.labels`` as a label selector reads them (a value that is not a
-            string reads as "", as :meth:`LabelSelector.matches_fields` reads it).
-        problem: :func:`cache_host_problem`, "" when the cluster can host a cache.
-    """
-
-    name: str
-    labels: dict[str, str]
-    problem: str
-
 
 @versioned.reading(65536, weight=4)
-def host_reading(cluster: Struct) -> HostReading:
-    """:class:`HostReading` of ``cluster``, read once per ``(uid, resourceVersion)``
-    (:mod:`function.core.versioned`); pass the version when it is known:
-    ``host_reading(cluster, version)``. The result is shared: never mutate it.
+def host_problem(cluster: Struct) -> str:
+    """:func:`cache_host_problem` of ``cluster`` as a string ("" when it can host a
+    cache), read once per ``(uid, resourceVersion)`` (:mod:`function.core.versioned`).
+
+    Pass the version when it is known: ``host_problem(cluster, version)``.
     """
-    f = versioned.object_facts(cluster)
-    labels = f.labels if not f.odd_labels else {**dict.fromkeys(f.odd_labels, ""), **f.labels}
-    return HostReading(f.name, labels, cache_host_problem(cluster) or "")
+    return cache_host_problem(cluster) or ""

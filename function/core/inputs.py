@@ -229,7 +229,7 @@ def admits(asked: Requirement) -> Callable[..., bool]:
     return ok
 
 
-@versioned.over_versions(1024, weight=2)
+@versioned.over_versions(1024, weight=4)
 def _all_admitted(
     items: tuple[Struct, ...], versions: tuple[versioned.Version | None, ...], asked: Requirement
 ) -> bool:

@@ -119,7 +119,7 @@ def _str(fields: Any, key: str) -> str:
     return v.string_value if v is not None else ""
 
 
-@reading(65536, weight=4)
+@reading(65536, weight=12)
 def object_facts(item: Struct) -> ObjectFacts:
     """:class:`ObjectFacts` of ``item``, read once per ``(uid, resourceVersion)``.
 

@@ -40,7 +40,7 @@ def match(clusters: Resolved, selector: LabelSelector) -> dict[str, str]:
     return _match(clusters.items, clusters.versions, selector)
 
 
-@versioned.over_versions(256, weight=4)
+@versioned.over_versions(256, weight=8)
 def _match(
     items: tuple[Struct, ...],
     versions: tuple[versioned.Version | None, ...] | None,
@@ -48,11 +48,13 @@ def _match(
 ) -> dict[str, str]:
     out: dict[str, str] = {}
     matches = selector.matches
-    read = inferencecluster.host_reading
+    facts, problem = versioned.object_facts, inferencecluster.host_problem
     for c, version in zip(items, versions or (...,) * len(items), strict=True):
-        r = read(c, version)
-        if r.name and matches(r.labels):
-            out[r.name] = r.problem
+        f = facts(c, version)
+        # A label value that is not a string reads as "" (LabelSelector.matches_fields).
+        labels = f.labels if not f.odd_labels else {**dict.fromkeys(f.odd_labels, ""), **f.labels}
+        if f.name and matches(labels):
+            out[f.name] = problem(c, version)
     return out
 
 
