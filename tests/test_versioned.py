@@ -100,7 +100,7 @@ def test_readings_share_the_process_budget() -> None:
         "function.api.inferencecluster.host_problem",
         "function.api.modelcacheshard.read_report",
         "function.core.inputs._all_admitted",
-        "function.composers.modelcache.footprint._match",
+        "function.composers.modelcache.footprint._footprint",
     ):
         assert want in names, sorted(names)
 
@@ -207,3 +207,26 @@ def test_a_foreign_object_with_its_own_uid_is_ignored_on_a_warm_memo() -> None:
     moved["metadata"]["labels"]["tier"] = "dev"  # not what the requirement selects
     moved["metadata"]["uid"] = "yet-another-object"
     assert _respond([moved, *fleet]) == want
+
+
+def test_a_draining_shard_never_leaks_into_the_kept_footprint() -> None:
+    from function.naming import cache_shard
+
+    fleet = [_cluster(i) for i in range(10)]
+    used = {cache_shard(c["metadata"]["name"]) for c in fleet}
+    gone = next(n for n in range(64) if n not in used)
+    draining = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelCacheShard",
+        "metadata": {"name": f"qwen-shard-{gone}", "namespace": NS},
+        "spec": {"shard": gone, "clusters": [{"name": "left-the-selector"}]},
+    }
+
+    def desired(observed: dict[str, Any]) -> set[str]:
+        req = build_request(XR, observed, {"clusters": copy.deepcopy(fleet)})
+        return set(FunctionRunner().run(req).desired.resources)
+
+    plain = desired({})
+    with_draining = desired({f"shard-{gone}": draining})
+    assert with_draining == plain | {f"shard-{gone}"}  # kept while it drains
+    assert desired({}) == plain  # the kept footprint was not changed by that call

@@ -143,14 +143,14 @@ def compose(inputs: Inputs) -> Outcome:
     assert isinstance(clusters, Resolved)
 
     repo, revision = source.huggingFace.repo, source.huggingFace.revision
-    matched = footprint.match(clusters, selector)
+    matched, shards = footprint.match(clusters, selector)
     call = _Call(
         inputs,
         out,
         {"repo": repo, "revision": revision, "identity": source_identity(repo, revision)},
         json.dumps(source.to_spec(), sort_keys=True),
         matched,
-        _desired_shards(footprint.shards(matched), observed),
+        _desired_shards(shards, observed),
         Rollup(),
     )
     new = [n for n in call.desired if n not in observed]
@@ -189,7 +189,9 @@ def _resolving(inputs: Inputs, out: Outcome) -> Outcome:
 def _desired_shards(
     desired: dict[int, wire.Entries], observed: dict[int, Struct]
 ) -> dict[int, wire.Entries]:
-    """``desired`` plus every observed shard that left it but still drains (no clusters)."""
+    """``desired`` plus every observed shard that left it but still drains (no clusters),
+    as a new dict (``desired`` is the shared footprint: :func:`footprint.match`)."""
+    desired = dict(desired)
     for n, obs in observed.items():
         if n not in desired and footprint.keep_draining(obs, read_report(obs)):
             desired[n] = ()

@@ -30,23 +30,28 @@ def _str_at(fields: Any, *path: str) -> str:
     return v.string_value if v is not None and v.HasField("string_value") else ""
 
 
-def match(clusters: Resolved, selector: LabelSelector) -> dict[str, str]:
-    """Matched cluster name -> why it cannot host a cache ("" when it can).
+def match(clusters: Resolved, selector: LabelSelector) -> tuple[dict[str, str], dict[int, Entries]]:
+    """The footprint: matched cluster name -> why it cannot host a cache ("" when it can),
+    and the shard number -> its ``spec.clusters`` entries, sorted by name.
 
     The full selector with Kubernetes semantics (the requirement carried only its
-    ``matchLabels``). The result is shared between calls that get the same clusters at
-    the same versions (:func:`function.core.versioned.over_versions`): never mutate it.
+    ``matchLabels``). A cluster's shard is ``naming.cache_shard`` of its name only: a
+    cluster never moves between shards, whatever the fleet or the footprint (a moved
+    hydration would be deleted with its PVC by the shard that stopped desiring it).
+
+    Both are shared between calls that get the same clusters at the same versions
+    (:func:`function.core.versioned.over_versions`): never mutate them.
     """
-    return _match(clusters.items, clusters.versions, selector)
+    return _footprint(clusters.items, clusters.versions, selector)
 
 
 @versioned.over_versions(256, weight=8)
-def _match(
+def _footprint(
     items: tuple[Struct, ...],
     versions: tuple[versioned.Version | None, ...] | None,
     selector: LabelSelector,
-) -> dict[str, str]:
-    out: dict[str, str] = {}
+) -> tuple[dict[str, str], dict[int, Entries]]:
+    matched: dict[str, str] = {}
     matches = selector.matches
     facts, problem = versioned.object_facts, inferencecluster.host_problem
     for c, version in zip(items, versions or (...,) * len(items), strict=True):
@@ -54,21 +59,11 @@ def _match(
         # A label value that is not a string reads as "" (LabelSelector.matches_fields).
         labels = f.labels if not f.odd_labels else {**dict.fromkeys(f.odd_labels, ""), **f.labels}
         if f.name and matches(labels):
-            out[f.name] = problem(c, version)
-    return out
-
-
-def shards(matched: dict[str, str]) -> dict[int, Entries]:
-    """Shard number -> its ``spec.clusters`` entries, sorted by name.
-
-    ``naming.cache_shard`` of the cluster's name only: a cluster never moves between
-    shards, whatever the fleet or the footprint (a moved hydration would be deleted
-    with its PVC by the shard that stopped desiring it).
-    """
+            matched[f.name] = problem(c, version)
     buckets: dict[int, list[tuple[str, str]]] = {}
     for name in sorted(matched):
         buckets.setdefault(cache_shard(name), []).append((name, matched[name]))
-    return {n: tuple(v) for n, v in buckets.items()}
+    return matched, {n: tuple(v) for n, v in buckets.items()}
 
 
 def keep_draining(observed: Struct, report: ShardReport) -> bool:
