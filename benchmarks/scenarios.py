@@ -279,12 +279,14 @@ def _synthetic_fleet(
         name = f"fleet-{i:05d}"
         c = copy.deepcopy(like)
         c["metadata"]["name"] = name
+        c["metadata"].pop("uid", None)  # another object: its own uid (_stored)
         c["status"]["providerConfigRef"] = {"kind": "ClusterProviderConfig", "name": name}
         out.append(c)
         for h in hydrations:
             h2 = copy.deepcopy(h)
             ns, cache = h2["metadata"].get("namespace", NAMESPACE), h2["spec"]["cacheName"]
             h2["metadata"]["name"] = hydration_name(ns, cache, name)
+            h2["metadata"].pop("uid", None)
             h2["metadata"].setdefault("labels", {})["modelplane.ai/cluster"] = name
             h2["spec"]["clusterName"] = name
             out.append(h2)
@@ -305,7 +307,8 @@ def _example_docs(
         docs += _synthetic_fleet(n - len(clusters), clusters[0], docs)
     if world is not None:
         world(docs, n)
-    return docs
+    # As the API server returns them: a uid and a resourceVersion on every object.
+    return [_stored(d) for d in docs]
 
 
 def from_example(
