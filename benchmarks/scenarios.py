@@ -8,6 +8,8 @@ child observed and ready), both with every requirement resolved.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -104,9 +106,9 @@ def modelcache(n: int) -> tuple[bytes, bytes]:
     # Each shard observed with the status it writes once its hydrations are all Ready.
     observed = {}
     for name, res in rsp.desired.resources.items():
-        body = _stored(_to_dict(res.resource))
+        body = _to_dict(res.resource)
         body["status"] = _ready_shard_status(body)
-        observed[name] = body
+        observed[name] = _stored(body)
     return first.SerializeToString(), _settle(xr, observed, required)
 
 
@@ -185,12 +187,15 @@ def _settle(xr: dict[str, Any], observed: dict[str, Any], required: dict[str, An
 
 
 def _stored(body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` as the API server returns it, with a ``metadata.uid`` and a
-    ``metadata.resourceVersion`` (Crossplane sends observed composed resources so)."""
+    """``body`` as the API server returns it: a ``metadata.uid`` per object (kind,
+    namespace, name) and a ``metadata.resourceVersion`` that changes whenever its
+    content does (a hash of it), as Crossplane sends required and observed objects."""
     meta = body.setdefault("metadata", {})
+    meta.pop("resourceVersion", None)
     key = f"{body.get('kind')}/{meta.get('namespace', '')}/{meta.get('name', '')}"
     meta.setdefault("uid", str(uuid.uuid5(uuid.NAMESPACE_URL, key)))
-    meta.setdefault("resourceVersion", "200000")
+    content = json.dumps(body, sort_keys=True).encode()
+    meta["resourceVersion"] = str(int(hashlib.sha256(content).hexdigest()[:12], 16))
     return body
 
 
@@ -206,8 +211,9 @@ def _observe_all(
     """Observed children built from desired ones, each given the status ``status_for`` returns."""
     observed = {}
     for name, res in rsp.desired.resources.items():
-        body = _stored(_to_dict(res.resource))
+        body = _to_dict(res.resource)
         body["status"] = status_for(name, body)
+        body = _stored(body)
         observed[name] = body
     return observed
 

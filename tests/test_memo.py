@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from google.protobuf.struct_pb2 import Struct
 
 import function.composers.deployment
@@ -11,18 +14,36 @@ import function.composers.replica  # noqa: F401 - registers their memos
 from function.core import memo
 
 
-def test_a_memo_keeps_its_byte_budget_and_evicts_least_recently_used() -> None:
+@pytest.fixture
+def alone() -> Iterator[None]:
+    """The memo registry of a process with no memo but the test's own (restored after)."""
+    saved = (list(memo.REGISTRY), memo._total, memo._used[0])
+    memo.REGISTRY.clear()
+    memo._used[0] = 0
+    try:
+        yield
+    finally:
+        memo.REGISTRY[:] = saved[0]
+        memo._total, memo._used[0] = saved[1], saved[2]
+        memo._split()
+
+
+def _blob_memo(weight: float = 1) -> tuple[memo.ByteLRU, list[str]]:
     calls: list[str] = []
 
     def body(key: str) -> bytes:
         calls.append(key)
         return b"x" * 64 * 1024
 
-    m = memo.ByteLRU(body, maxsize=10_000, weight=1)
-    m.budget = 1024 * 1024  # 1 MiB: about 15 entries of 64 KiB
+    return memo.register(memo.ByteLRU(body, maxsize=10_000, weight=weight)), calls
+
+
+def test_memos_keep_the_byte_budget_and_evict_least_recently_used(alone: None) -> None:
+    m, calls = _blob_memo()
+    memo.configure(1024 * 1024)  # 1 MiB: about 15 entries of 64 KiB
     for i in range(100):
         m(f"k{i}")
-    assert m.bytes <= m.budget
+    assert m.bytes <= 1024 * 1024
     assert 10 <= m.cache_info().currsize < 16
     m("k99")  # most recent: kept
     assert calls.count("k99") == 1
@@ -30,11 +51,33 @@ def test_a_memo_keeps_its_byte_budget_and_evicts_least_recently_used() -> None:
     assert calls.count("k0") == 2
 
 
-def test_an_entry_larger_than_the_budget_is_not_kept() -> None:
-    m = memo.ByteLRU(lambda n: "y" * n, maxsize=10, weight=1)
-    m.budget = 1000
-    m(5000)
-    assert m.cache_info().currsize == 0 and m.bytes == 0
+def test_a_memo_uses_what_the_others_leave_free_and_gives_it_back(alone: None) -> None:
+    busy, _ = _blob_memo()
+    idle, _ = _blob_memo()
+    memo.configure(2 * 1024 * 1024)  # 1 MiB guaranteed to each
+    for i in range(100):
+        busy(f"b{i}")
+    # The idle memo's share is used: the busy one holds about the whole budget.
+    assert 1024 * 1024 < busy.bytes <= 2 * 1024 * 1024
+    for i in range(100):
+        idle(f"i{i}")
+    # Now both are busy: each keeps its share, and the total stays within the budget.
+    assert memo._used[0] <= 2 * 1024 * 1024
+    assert 0.8 * 1024 * 1024 <= idle.bytes <= 1024 * 1024
+    assert busy.bytes <= 1024 * 1024 + 64 * 1024 + 512
+    memo.configure(512 * 1024)  # a smaller budget trims both
+    assert memo._used[0] <= 512 * 1024
+
+
+def test_an_entry_larger_than_its_share_and_an_eighth_of_the_total_is_not_kept(
+    alone: None,
+) -> None:
+    m = memo.register(memo.ByteLRU(lambda n: "y" * n, maxsize=10, weight=1))
+    memo.configure(8000)  # its share 8,000 bytes, an eighth 1,000
+    m(5000)  # within its share: kept
+    assert m.cache_info().currsize == 1
+    m(9000)  # over both: not kept
+    assert m.cache_info().currsize == 1 and m.bytes < 8000
 
 
 def test_sizes_count_messages_and_containers() -> None:
@@ -52,7 +95,10 @@ def test_configure_splits_one_budget_by_weight_and_trims() -> None:
         rep = memo.report()
         assert rep["budget_bytes"] == 8 * 1024 * 1024
         assert sum(m["budget_bytes"] for m in rep["memos"].values()) <= 8 * 1024 * 1024
-        assert all(m["used_bytes"] <= m["budget_bytes"] for m in rep["memos"].values())
+        # A memo may hold more than its share while the others leave room; together
+        # they hold no more than the budget.
+        assert rep["used_bytes"] <= rep["budget_bytes"]
+        assert rep["used_bytes"] == sum(m.bytes for m in memo.REGISTRY)
         assert len(rep["memos"]) >= 20  # every memo of the function is registered
     finally:
         memo.configure(before)

@@ -23,6 +23,7 @@ another object: it has its own uid), so the readings memoized by version
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,36 +61,43 @@ def _bytes(rsp: fnv1.RunFunctionResponse) -> bytes:
     return rsp.SerializeToString(deterministic=True)
 
 
-def _stored(req: fnv1.RunFunctionRequest) -> Any:
-    """``req`` with a uid and a resourceVersion on every required item that lacks them."""
+def _stored(req: fnv1.RunFunctionRequest, seed: str) -> Any:
+    """``req`` with every required item as the API server returns it: a uid of its own
+    (seed, requirement, position) and a resourceVersion that changes with its content."""
     out = _with(req, None)
     for name, r in out.required_resources.items():
         for i, it in enumerate(r.items):
             meta = it.resource.fields["metadata"].struct_value
             if not meta.fields["uid"].string_value:
-                meta.fields["uid"].string_value = f"uid-{name}-{i}"
-            if not meta.fields["resourceVersion"].string_value:
-                meta.fields["resourceVersion"].string_value = "42"
+                meta.fields["uid"].string_value = f"uid-{seed}-{name}-{i}"
+            meta.fields.pop("resourceVersion", None)
+            content = it.resource.SerializeToString(deterministic=True)
+            meta.fields["resourceVersion"].string_value = hashlib.sha256(content).hexdigest()[:12]
     return out
 
 
 def _foreign(
     item: dict[str, Any], sel: fnv1.ResourceSelector
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    item = copy.deepcopy(item)
     meta = item.get("metadata") or {}
-    if meta.get("uid"):
-        meta["uid"] = "foreign-" + meta["uid"]  # another object: another uid
     by_name = sel.WhichOneof("match") == "match_name"
     if sel.HasField("namespace") or by_name:
         moved = copy.deepcopy(item)
         moved.setdefault("metadata", {})["namespace"] = (
             ELSEWHERE if meta.get("namespace") != ELSEWHERE else ELSEWHERE + "-2"
         )
-        yield "other-namespace", moved
+        yield "other-namespace", _another(moved, "other-namespace")
     other = copy.deepcopy(item)
     other["kind"] = "ConfigMap" if item.get("kind") != "ConfigMap" else "Secret"
-    yield "other-kind", other
+    yield "other-kind", _another(other, "other-kind")
+
+
+def _another(obj: dict[str, Any], label: str) -> dict[str, Any]:
+    """``obj`` as another object: its own uid (when it has one)."""
+    meta = obj.get("metadata") or {}
+    if meta.get("uid"):
+        meta["uid"] = f"{label}-{meta['uid']}"
+    return obj
 
 
 def _resolves_something(seed: Any) -> bool:
@@ -129,7 +137,7 @@ def test_foreign_required_items_are_ignored(seed: Any, versions: bool) -> None:
     if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
         pytest.skip("the seed settles on a fatal result: nothing is composed from requirements")
     if versions:
-        req = _stored(req)
+        req = _stored(req, seed.id)
     want = _bytes(run(req))
     checked = 0
     for name, resolved in _items(req).items():

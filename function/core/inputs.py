@@ -190,14 +190,16 @@ def _match_reason(asked: Requirement, meta: Mapping[str, Any]) -> str | None:
 _NO_FIELDS: Mapping[str, Any] = {}
 
 
-def admits(asked: Requirement) -> Callable[..., bool]:
+def admits(asked: Requirement) -> Callable[..., bool]:  # noqa: C901 - two flat paths
     """A fast test of "``item`` is what ``asked`` selects" (``ok(item, version=...)``),
     the same verdict as :func:`foreign_reason` (which says why not), for checking
     thousands of items.
 
-    Reads the item's :func:`function.core.versioned.object_facts`: once per
-    ``(uid, resourceVersion)`` and process, so a steady reconcile that gets the same
-    objects again compares strings only. Pass ``version`` when it was read already.
+    An item with a ``(uid, resourceVersion)`` is judged by its
+    :func:`function.core.versioned.object_facts` (read once per version and process: a
+    steady reconcile that gets the same objects again compares strings only); one
+    without is judged by reading only the fields ``asked`` constrains, each once. Pass
+    ``version`` when it was read already (None: the item has none).
     """
     kind, api_version = asked.kind, asked.api_version
     group = _group(api_version)
@@ -205,15 +207,16 @@ def admits(asked: Requirement) -> Callable[..., bool]:
     labels = asked.match_labels or ()
     scoped = namespace is not None or match_name is not None
     want_ns = namespace or ""
-
-    facts = versioned.object_facts
+    facts, version_of = versioned.object_facts, versioned.version_of
 
     def ok(item: Struct, version: Any = ...) -> bool:
+        if version is ...:
+            version = version_of(item)
+        if version is None:
+            return unversioned(item)
         f = facts(item, version)
-        if f.kind != kind:
-            return False
         av = f.api_version
-        if not av or (av != api_version and _group(av) != group):
+        if f.kind != kind or (av != api_version and _group(av) != group):
             return False
         if scoped and f.namespace != want_ns:
             return False
@@ -224,6 +227,33 @@ def admits(asked: Requirement) -> Callable[..., bool]:
         for k, want in labels:  # noqa: SIM110
             if have.get(k) != want:
                 return False
+        return True
+
+    def unversioned(item: Struct) -> bool:
+        f = item.fields
+        v = f.get("kind")
+        if v is None or v.string_value != kind:
+            return False
+        v = f.get("apiVersion")
+        av = v.string_value if v is not None else ""
+        if av != api_version and _group(av) != group:
+            return False
+        v = f.get("metadata")
+        meta = v.struct_value.fields if v is not None else _NO_FIELDS
+        if scoped:
+            v = meta.get("namespace")
+            if (v.string_value if v is not None else "") != want_ns:
+                return False
+        if match_name is not None:
+            v = meta.get("name")
+            return v is not None and v.string_value == match_name
+        if labels:
+            v = meta.get("labels")
+            have = v.struct_value.fields if v is not None else _NO_FIELDS
+            for k, want in labels:
+                v = have.get(k)
+                if v is None or not v.HasField("string_value") or v.string_value != want:
+                    return False
         return True
 
     return ok

@@ -1,12 +1,18 @@
 """Memos bounded in bytes, least recently used first out.
 
 Every memo of the function (``@memo(...)`` instead of ``functools.lru_cache``) keeps
-at most ``maxsize`` entries **and** at most its share of one byte budget per process:
-``MODELPLANE_CACHE_BUDGET_MIB`` (``function.ops.settings``) split between the memos by
-their ``weight``. An entry's size is estimated from its key and value (:func:`size_of`:
-the length of strings and bytes, the serialized size of protobuf messages times
+at most ``maxsize`` entries, and all of them together at most one byte budget per
+process: ``MODELPLANE_CACHE_BUDGET_MIB`` (``function.ops.settings``). Each memo is
+guaranteed its share of the budget (split between the memos by their ``weight``) and
+may use more while the others leave it free: a process that serves a 10,000-cluster
+ModelCache uses the room the kinds it does not serve would have. When the total is
+full, a memo that holds more than its share gives up its least recently used entries
+first (the one inserting, if it is over its share; else the one most over its share).
+An entry's size is estimated from its key and value (:func:`size_of`: the length of
+strings and bytes, the serialized size of protobuf messages times
 :data:`MESSAGE_FACTOR`, containers and plain objects summed member by member, plus a
-fixed overhead per object). An entry larger than the memo's whole budget is not kept.
+fixed overhead per object). An entry larger than the memo's share and than an eighth
+of the total is not kept.
 
 Like ``functools.lru_cache``: positional and keyword arguments must be hashable, an
 exception is never cached, and the decorated function has ``cache_clear()`` and
@@ -142,16 +148,32 @@ class ByteLRU:
     def _miss(self, key: Any, value: Any) -> Any:
         self.misses += 1
         size = _OBJECT * 3 + size_of(key) + size_of(value)
-        if size > self.budget:
+        if size > self.budget and size > _total // 8:
             return value
         entries = self._entries
+        if key in entries:  # computed again while kept (keyword calls): replace it
+            self._evict(key)
         entries[key] = (value, size)
         self.bytes += size
-        while self.bytes > self.budget or len(entries) > self.maxsize:
-            _, (_, gone) = entries.popitem(last=False)
-            self.bytes -= gone
-            self.evictions += 1
+        _used[0] += size
+        while len(entries) > self.maxsize:
+            self._evict()
+        while _used[0] > _total:
+            victim = self if self.bytes > self.budget else _most_over()
+            if victim is None or not victim._entries:
+                break
+            victim._evict()
         return value
+
+    def _evict(self, key: Any = None) -> None:
+        """Drop ``key`` (default: the least recently used entry)."""
+        if key is None:
+            _, (_, gone) = self._entries.popitem(last=False)
+        else:
+            gone = self._entries.pop(key)[1]
+        self.bytes -= gone
+        _used[0] -= gone
+        self.evictions += 1
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._call(*args, **kwargs)
@@ -164,6 +186,7 @@ class ByteLRU:
     def cache_clear(self) -> None:
         """Forget every entry (and the counters)."""
         self._entries.clear()
+        _used[0] -= self.bytes
         self.bytes = self.misses = self.evictions = 0
         self._hits[0] = 0
 
@@ -201,6 +224,16 @@ def memo(maxsize: int, weight: float = 1.0) -> Callable[[F], F]:
 
 
 _total = DEFAULT_BUDGET_BYTES
+_used = [0]  # bytes held by every memo of the process
+
+
+def _most_over() -> ByteLRU | None:
+    """The memo holding the most bytes over its share (None when none is over it)."""
+    worst, over = None, 0
+    for m in REGISTRY:
+        if m.bytes - m.budget > over:
+            worst, over = m, m.bytes - m.budget
+    return worst
 
 
 def _split() -> None:
@@ -214,18 +247,18 @@ def configure(total_bytes: int) -> None:
     global _total
     _total = int(total_bytes)
     _split()
-    for m in REGISTRY:
-        while m.bytes > m.budget and m._entries:
-            _, (_, gone) = m._entries.popitem(last=False)
-            m.bytes -= gone
-            m.evictions += 1
+    while _used[0] > _total:
+        victim = _most_over()
+        if victim is None or not victim._entries:
+            break
+        victim._evict()
 
 
 def report() -> dict[str, Any]:
     """Budget and use of every memo: ``{"budget_bytes", "used_bytes", "memos": {...}}``."""
     return {
         "budget_bytes": _total,
-        "used_bytes": sum(m.bytes for m in REGISTRY),
+        "used_bytes": _used[0],
         "memos": {
             f"{m.fn.__module__}.{m.fn.__qualname__}": {
                 "budget_bytes": m.budget,
