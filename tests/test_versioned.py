@@ -230,3 +230,32 @@ def test_a_draining_shard_never_leaks_into_the_kept_footprint() -> None:
     with_draining = desired({f"shard-{gone}": draining})
     assert with_draining == plain | {f"shard-{gone}"}  # kept while it drains
     assert desired({}) == plain  # the kept footprint was not changed by that call
+
+
+def _unversioned(clusters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = copy.deepcopy(clusters)
+    for c in out:
+        c["metadata"].pop("uid", None)
+        c["metadata"].pop("resourceVersion", None)
+    return out
+
+
+def test_versions_not_trusted_read_an_object_edited_under_the_same_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from function.ops.settings import load_settings
+
+    fleet = [_cluster(i) for i in range(4)]
+    _respond(fleet)  # warm: every cluster read once
+    edited = copy.deepcopy(fleet)
+    edited[2]["status"]["conditions"][0]["status"] = "False"  # same uid, same version
+    fresh = _respond(_unversioned(edited))
+    # Trusted (the default; what the API server guarantees): read as it was.
+    assert _respond(copy.deepcopy(edited)) == _respond(_unversioned(fleet)) != fresh
+    monkeypatch.setenv("MODELPLANE_TRUST_RESOURCE_VERSIONS", "false")
+    try:
+        runner = FunctionRunner(settings=load_settings())
+        req = build_request(XR, {}, {"clusters": copy.deepcopy(edited)})
+        assert runner.run(req).SerializeToString(deterministic=True) == fresh
+    finally:
+        versioned.trust(True)

@@ -32,8 +32,22 @@ Version = tuple[str, str]
 """``(metadata.uid, metadata.resourceVersion)`` of an object."""
 
 
+_trusted = [True]
+
+
+def trust(on: bool) -> None:
+    """Whether versions are read at all (``MODELPLANE_TRUST_RESOURCE_VERSIONS``): when
+    off, :func:`version_of` is None for every object, so every reading reads the object
+    on every call (for ``crossplane render`` of hand-edited files, where an object may
+    change under the same ``resourceVersion``)."""
+    _trusted[0] = bool(on)
+
+
 def version_of(item: Struct) -> Version | None:
-    """``(uid, resourceVersion)`` of ``item``, or None when either is absent or empty."""
+    """``(uid, resourceVersion)`` of ``item``, or None when either is absent or empty (or
+    when versions are not trusted: :func:`trust`)."""
+    if not _trusted[0]:
+        return None
     v = item.fields.get("metadata")
     if v is None:
         return None

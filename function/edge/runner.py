@@ -22,7 +22,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from function.composers import composer_for, served
-from function.core import memo
+from function.core import memo, versioned
 from function.core.errors import SpecError
 from function.core.inputs import Inputs, RequiredView, XRRef
 from function.core.outcome import Outcome, Requirement
@@ -78,6 +78,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         self.replace_me = False
         devices.set_cost_limit(self.settings.selector_cost_limit)
         memo.configure(self.settings.cache_budget_mib * 1024 * 1024)
+        versioned.trust(self.settings.trust_resource_versions)
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, context: grpc.aio.ServicerContext | None = None

@@ -228,6 +228,16 @@ class Settings(BaseSettings):
             le=65536,
         ),
     ] = 64
+    trust_resource_versions: Annotated[
+        bool,
+        _env(
+            "MODELPLANE_TRUST_RESOURCE_VERSIONS",
+            "read an object once per uid and resourceVersion (the API server changes "
+            "resourceVersion on every write); false: read every object on every call, "
+            "for crossplane render of hand-edited files with a long-running function",
+            "boolean",
+        ),
+    ] = True
     metrics_address: Annotated[
         str,
         _env(
