@@ -186,7 +186,7 @@ CACHE_SHARDS = 64
 _SHARD_SCHEME = b"modelplane-shard-v1\x00"
 
 
-@memo(65536, weight=4)
+@memo(65536, weight=8)
 def cache_shard(cluster: str) -> int:
     """The shard (``0 .. CACHE_SHARDS-1``) that holds the hydration on ``cluster``.
 

@@ -78,10 +78,36 @@ def test_a_reading_is_read_once_per_version() -> None:
     assert data(_obj(rv="8", data="b")) == "b"  # written again: read again
     assert data(_obj(uid="u2", data="c")) == "c"  # another object
     assert read == ["a", "b", "c"]
-    # A version the caller read already is used as it is.
-    assert data(_obj(uid="u9", data="d"), ("u1", "7")) == "a"
+    # A version the caller read already is used as it is (u1 is kept at version 8 now).
+    assert data(_obj(uid="u9", data="d"), ("u1", "8")) == "b"
     assert data(_obj(data="e"), None) == "e"  # None: not known, read
     assert read == ["a", "b", "c", "e"]
+
+
+def test_an_object_written_again_replaces_its_reading() -> None:
+    data, read = _counting()
+    for rv in range(1, 20):
+        assert data(_obj(rv=str(rv), data=f"v{rv}")) == f"v{rv}"
+    assert data.memo.cache_info().currsize == 1  # one entry per object, not per version
+    assert data(_obj(rv="19", data="v19")) == "v19"
+    assert read == [f"v{rv}" for rv in range(1, 20)]
+
+
+def test_a_list_whose_fields_hold_a_separator_is_not_remembered() -> None:
+    assert versioned.digest((("a\x01b", "c"),)) is None
+    assert versioned.digest((("a", "b"), ("c\x00", "d"))) is None
+    assert versioned.digest((("a", "b"),)) != versioned.digest((("a", "c"),))
+    calls: list[int] = []
+
+    @versioned.over_versions(8)
+    def count(items: tuple[Struct, ...], versions: Any) -> int:
+        calls.append(1)
+        return len(items)
+
+    odd = (("u\x01", "1"),)
+    count((_obj(),), odd)
+    count((_obj(),), odd)
+    assert len(calls) == 2
 
 
 def test_an_object_without_a_version_is_read_every_time() -> None:

@@ -154,7 +154,7 @@ def cache_host_problem(cluster: Struct) -> str | None:
 
 
 
-@versioned.reading(65536, weight=4)
+@versioned.reading(65536, weight=11)
 def host_problem(cluster: Struct) -> str:
     """:func:`cache_host_problem` of ``cluster`` as a string ("" when it can host a
     cache), read once per ``(uid, resourceVersion)`` (:mod:`function.core.versioned`).

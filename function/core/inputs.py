@@ -232,7 +232,7 @@ def admits(asked: Requirement) -> Callable[..., bool]:  # noqa: C901 - two flat 
     def unversioned(item: Struct) -> bool:
         f = item.fields
         v = f.get("kind")
-        if v is None or v.string_value != kind:
+        if (v.string_value if v is not None else "") != kind:
             return False
         v = f.get("apiVersion")
         av = v.string_value if v is not None else ""
@@ -246,7 +246,7 @@ def admits(asked: Requirement) -> Callable[..., bool]:  # noqa: C901 - two flat 
                 return False
         if match_name is not None:
             v = meta.get("name")
-            return v is not None and v.string_value == match_name
+            return (v.string_value if v is not None else "") == match_name
         if labels:
             v = meta.get("labels")
             have = v.struct_value.fields if v is not None else _NO_FIELDS

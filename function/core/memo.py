@@ -6,8 +6,8 @@ process: ``MODELPLANE_CACHE_BUDGET_MIB`` (``function.ops.settings``). Each memo 
 guaranteed its share of the budget (split between the memos by their ``weight``) and
 may use more while the others leave it free: a process that serves a 10,000-cluster
 ModelCache uses the room the kinds it does not serve would have. When the total is
-full, a memo that holds more than its share gives up its least recently used entries
-first (the one inserting, if it is over its share; else the one most over its share).
+full, the memo holding the most bytes over its share gives up its least recently used
+entries first.
 An entry's size is estimated from its key and value (:func:`size_of`: the length of
 strings and bytes, the serialized size of protobuf messages times
 :data:`MESSAGE_FACTOR`, containers and plain objects summed member by member, plus a
@@ -119,20 +119,24 @@ class ByteLRU:
         call.memo = self  # type: ignore[attr-defined]
         return call
 
-    def fetcher(self) -> Callable[..., Any]:
-        """A fast ``fetch(key, fn, *args)``: the value kept under ``key`` (now the most
-        recent), or ``fn(*args)``, kept under ``key`` (for memos whose key is not the
-        arguments, such as :mod:`function.core.versioned`'s)."""
+    def tagged_fetcher(self) -> Callable[..., Any]:
+        """A fast ``fetch(key, tag, fn, *args)``: the value kept under ``key`` when it was
+        kept with ``tag`` (now the most recent); otherwise ``fn(*args)``, kept under
+        ``key`` with ``tag`` in place of what ``key`` held. One entry per key whatever its
+        tags: an object read again at a new version replaces its old reading instead of
+        adding one (:mod:`function.core.versioned`)."""
         get, to_end = self._entries.get, self._entries.move_to_end
         hits, miss = self._hits, self._miss
 
-        def fetch(key: Any, fn: Callable[..., Any], *args: Any) -> Any:
+        def fetch(key: Any, tag: Any, fn: Callable[..., Any], *args: Any) -> Any:
             got = get(key)
-            if got is not None:
+            if got is not None and got[0][0] == tag:
                 to_end(key)
                 hits[0] += 1
-                return got[0]
-            return miss(key, fn(*args))
+                return got[0][1]
+            value = fn(*args)
+            miss(key, (tag, value))
+            return value
 
         return fetch
 
@@ -159,7 +163,7 @@ class ByteLRU:
         while len(entries) > self.maxsize:
             self._evict()
         while _used[0] > _total:
-            victim = self if self.bytes > self.budget else _most_over()
+            victim = _most_over()
             if victim is None or not victim._entries:
                 break
             victim._evict()

@@ -92,12 +92,14 @@ def reading(
 
     def wrap(fn: Callable[[Struct], T]) -> Callable[..., T]:
         m = register(ByteLRU(fn, maxsize, weight))
-        fetch = m.fetcher()
+        fetch = m.tagged_fetcher()
 
         @functools.wraps(fn)
         def call(item: Struct, version: Any = ...) -> T:
             key = version_of(item) if version is ... else version
-            value: T = fn(item) if key is None else fetch(key, fn, item)
+            # Kept by uid, tagged with the resourceVersion: an object written since is
+            # read again and its reading replaced, so the memo holds one per object.
+            value: T = fn(item) if key is None else fetch(key[0], key[1], fn, item)
             return value
 
         call.memo = m  # type: ignore[attr-defined]
@@ -134,7 +136,7 @@ def _str(fields: Any, key: str) -> str:
     return v.string_value if v is not None else ""
 
 
-@reading(65536, weight=12)
+@reading(65536, weight=34)
 def object_facts(item: Struct) -> ObjectFacts:
     """:class:`ObjectFacts` of ``item``, read once per ``(uid, resourceVersion)``.
 
@@ -163,12 +165,15 @@ def object_facts(item: Struct) -> ObjectFacts:
     )
 
 
-def digest(versions: tuple[Version, ...]) -> bytes:
-    """16 bytes that stand for ``versions`` (in order) in a memo's key: BLAKE2b of each
-    ``uid`` and ``resourceVersion``, separated so that no two lists give the same input
-    (neither field holds a control character), instead of the list itself (2 MiB of key
-    at 10,000 objects)."""
+def digest(versions: tuple[Version, ...]) -> bytes | None:
+    """16 bytes that stand for ``versions`` (in order) in a memo, instead of the list
+    itself (2 MiB at 10,000 objects): BLAKE2b of every ``uid`` and ``resourceVersion``
+    joined with separators. None when a field holds a separator (never from the API
+    server: a uid is a UUID, a resourceVersion a number), where two lists could give the
+    same input: such a list is not memoized."""
     text = "\x00".join(map("\x01".join, versions))
+    if text.count("\x00") != len(versions) - 1 or text.count("\x01") != len(versions):
+        return None
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
@@ -179,11 +184,11 @@ def over_versions(
     and hashable arguments, with a memo keyed by ``(versions, *args)``.
 
     ``versions`` is the :func:`version_of` of each of ``items``, in order (kept as its
-    :func:`digest`): when every object has one, the same versions mean the same
-    objects, so a steady reconcile that gets the same list again (Crossplane 2.1 and
-    later list required resources sorted by namespace and name) is answered from the
-    memo; a list with any object of unknown version is computed each time. The result
-    is shared: never mutate it.
+    :func:`digest`, one entry per value of the other arguments): when every object has
+    one, the same versions mean the same objects, so a steady reconcile that gets the
+    same list again (Crossplane 2.1 and later list required resources sorted by
+    namespace and name) is answered from the memo; a list with any object of unknown
+    version is computed each time. The result is shared: never mutate it.
 
     Args:
         maxsize: Most lists remembered.
@@ -192,14 +197,18 @@ def over_versions(
 
     def wrap(fn: Callable[..., T]) -> Callable[..., T]:
         m = register(ByteLRU(fn, maxsize, weight))
-        fetch = m.fetcher()
+        fetch = m.tagged_fetcher()
 
         @functools.wraps(fn)
         def call(items: Any, versions: tuple[Version | None, ...] | None, *args: Any) -> T:
             if versions is None or None in versions:
                 return fn(items, versions, *args)
-            known = cast("tuple[Version, ...]", versions)  # no None: checked above
-            value: T = fetch((digest(known), *args), fn, items, versions, *args)
+            tag = digest(cast("tuple[Version, ...]", versions))  # no None: checked above
+            if tag is None:
+                return fn(items, versions, *args)
+            # Kept by the other arguments (a selector, a requirement), tagged with the
+            # list's digest: a list that changed replaces what was kept for them.
+            value: T = fetch(args, tag, fn, items, versions, *args)
             return value
 
         call.memo = m  # type: ignore[attr-defined]
