@@ -38,17 +38,32 @@ def _blob_memo(weight: float = 1) -> tuple[memo.ByteLRU, list[str]]:
     return memo.register(memo.ByteLRU(body, maxsize=10_000, weight=weight)), calls
 
 
-def test_memos_keep_the_byte_budget_and_evict_least_recently_used(alone: None) -> None:
+def test_a_full_memo_keeps_what_it_holds_through_a_scan_larger_than_it(alone: None) -> None:
     m, calls = _blob_memo()
     memo.configure(1024 * 1024)  # 1 MiB: about 15 entries of 64 KiB
-    for i in range(100):
-        m(f"k{i}")
+    keys = [f"k{i}" for i in range(100)]
+    for k in keys:
+        m(k)
+    kept = m.cache_info().currsize
     assert m.bytes <= 1024 * 1024
-    assert 10 <= m.cache_info().currsize < 16
-    m("k99")  # most recent: kept
-    assert calls.count("k99") == 1
-    m("k0")  # long evicted: computed again
-    assert calls.count("k0") == 2
+    assert 10 <= kept < 16
+    for k in keys:  # the same scan again, as a steady reconcile reads a sorted fleet
+        m(k)
+    # Evicting the least recently used entry on every miss would hit nothing here (each
+    # new entry pushes out the one the scan needs next); a full memo refuses the new
+    # entry instead, and gives up its oldest on one refusal in SCAN_DRAIN.
+    assert m.cache_info().hits >= kept - len(keys) // memo.SCAN_DRAIN - 1
+    assert m.bytes <= 1024 * 1024
+
+
+def test_an_entry_too_large_to_keep_still_replaces_its_key(alone: None) -> None:
+    m = memo.register(memo.ByteLRU(lambda n: "y" * n, maxsize=10, weight=1))
+    memo.configure(8000)
+    fetch = m.tagged_fetcher()
+    fetch("k", "a", lambda: "x" * 100)
+    assert m.cache_info().currsize == 1
+    fetch("k", "b", lambda: "x" * 9000)  # too large to keep: "k" holds nothing now
+    assert m.cache_info().currsize == 0 and m.bytes == 0 and memo._used[0] == 0
 
 
 def test_a_memo_uses_what_the_others_leave_free_and_gives_it_back(alone: None) -> None:

@@ -97,6 +97,7 @@ class ByteLRU:
         self.evictions = 0
         self._entries: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
         self._hits = [0]
+        self._refused = 0
         self._call = self._build()
 
     def _build(self) -> Callable[..., Any]:
@@ -151,23 +152,42 @@ class ByteLRU:
 
     def _miss(self, key: Any, value: Any) -> Any:
         self.misses += 1
+        entries = self._entries
+        if key in entries:  # kept under another tag, or computed again: replace it
+            self._evict(key)
         size = _OBJECT * 3 + size_of(key) + size_of(value)
         if size > self.budget and size > _total // 8:
             return value
-        entries = self._entries
-        if key in entries:  # computed again while kept (keyword calls): replace it
-            self._evict(key)
         entries[key] = (value, size)
         self.bytes += size
         _used[0] += size
         while len(entries) > self.maxsize:
             self._evict()
+        if _used[0] > _total:
+            self._make_room(key)
+        return value
+
+    def _make_room(self, key: Any) -> None:
+        """Bring the total back within the budget after ``key`` was kept.
+
+        The memo most over its share gives up its least recently used entries. When that
+        is this memo, the new entry is given up instead, except for one miss in
+        :data:`SCAN_DRAIN` (which gives up the least recently used one): a sorted scan
+        larger than the memo (a fleet past what the budget holds) then keeps hitting
+        what it holds instead of evicting, on each miss, the entry it needs next, and
+        entries no call reads any more still leave.
+        """
         while _used[0] > _total:
             victim = _most_over()
             if victim is None or not victim._entries:
-                break
+                return
+            if victim is self and key in self._entries:
+                self._refused += 1
+                if self._refused % SCAN_DRAIN:
+                    self._evict(key)
+                    self.evictions -= 1  # not kept, rather than evicted
+                    return
             victim._evict()
-        return value
 
     def _evict(self, key: Any = None) -> None:
         """Drop ``key`` (default: the least recently used entry)."""
@@ -198,6 +218,10 @@ class ByteLRU:
         """Hits, misses, the entry bound and the entries kept (like ``lru_cache``)."""
         return CacheInfo(self.hits, self.misses, self.maxsize, len(self._entries))
 
+
+SCAN_DRAIN = 16
+"""When a full memo refuses a new entry (:meth:`ByteLRU._make_room`), one refusal in this
+many evicts its least recently used entry instead."""
 
 _KW = object()  # separates positional from keyword arguments in a key
 
