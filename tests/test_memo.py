@@ -53,6 +53,7 @@ def test_a_full_memo_keeps_what_it_holds_through_a_scan_larger_than_it(alone: No
     # new entry pushes out the one the scan needs next); a full memo refuses the new
     # entry instead, and gives up its oldest on one refusal in SCAN_DRAIN.
     assert m.cache_info().hits >= kept - len(keys) // memo.SCAN_DRAIN - 1
+    assert len(calls) == 2 * len(keys) - m.cache_info().hits  # a miss computes, a hit not
     assert m.bytes <= 1024 * 1024
 
 
