@@ -160,21 +160,6 @@ class LabelSelector:
                 return False
         return True
 
-    def matches_fields(self, labels: Any) -> bool:
-        """Like :meth:`matches`, for a protobuf ``Struct.fields`` map of label Values.
-
-        Looks up only the keys the selector names (the hot path: no dict of all labels).
-        """
-        for k, v in self.match_labels:
-            x = labels.get(k)
-            if x is None or x.string_value != v:
-                return False
-        for r in self.expressions:
-            x = labels.get(r.key)
-            if not r.matches_value(None if x is None else x.string_value):
-                return False
-        return True
-
     def is_empty(self) -> bool:
         """True for ``{}``, which selects everything."""
         return not self.match_labels and not self.expressions

@@ -3,8 +3,6 @@ the shard of each, and which shards stay desired (no wire bytes here)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from google.protobuf.struct_pb2 import Struct
 
 from function.api import inferencecluster
@@ -14,20 +12,7 @@ from function.core.inputs import Resolved
 from function.naming import cache_shard
 from function.scheduling.selectors import LabelSelector
 
-_NO_LABELS = Struct().fields
-
 Entries = tuple[tuple[str, str], ...]
-
-
-def _str_at(fields: Any, *path: str) -> str:
-    """The string at ``path`` under a Struct's fields ("" when absent or not a string)."""
-    for key in path[:-1]:
-        v = fields.get(key)
-        if v is None or not v.HasField("struct_value"):
-            return ""
-        fields = v.struct_value.fields
-    v = fields.get(path[-1])
-    return v.string_value if v is not None and v.HasField("string_value") else ""
 
 
 def match(clusters: Resolved, selector: LabelSelector) -> tuple[dict[str, str], dict[int, Entries]]:
@@ -56,7 +41,7 @@ def _footprint(
     facts, problem = versioned.object_facts, inferencecluster.host_problem
     for c, version in zip(items, versions or (...,) * len(items), strict=True):
         f = facts(c, version)
-        # A label value that is not a string reads as "" (LabelSelector.matches_fields).
+        # A label value that is not a string (only in a malformed request) reads as "".
         labels = f.labels if not f.odd_labels else {**dict.fromkeys(f.odd_labels, ""), **f.labels}
         if f.name and matches(labels):
             matched[f.name] = problem(c, version)
