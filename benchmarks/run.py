@@ -69,7 +69,11 @@ PER_CLUSTER_KINDS = ("ModelCacheShard", "ModelCacheHydration", "ModelReplica")
 
 
 def _quiet() -> None:
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    # Warnings and errors only; loggers bound once, as function.ops.logs configures them.
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        cache_logger_on_first_use=True,
+    )
 
 
 def _times(fn: Callable[[], Any], repeat: int) -> list[float]:

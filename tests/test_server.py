@@ -79,7 +79,7 @@ def test_spliced_wire_entries_equal_copied_bodies():
     from function.edge.codec import state_entry
     from function.edge.runner import FunctionRunner
 
-    out_a, out_b = Outcome(), Outcome()
+    out_a, out_b, out_c = Outcome(), Outcome(), Outcome()
     for i in range(3):
         body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}"}}
         from google.protobuf.struct_pb2 import Struct
@@ -88,11 +88,35 @@ def test_spliced_wire_entries_equal_copied_bodies():
         s.update(body)
         out_a.resources[f"cm-{i}"] = Desired(s, i % 2 == 0)
         out_b.resources[f"cm-{i}"] = Desired(s, i % 2 == 0, state_entry(f"cm-{i}", s, i % 2 == 0))
+        out_c.resources[f"cm-{i}"] = Desired(s.SerializeToString(deterministic=True), i % 2 == 0)
     req = _cache_request(1)
     runner = FunctionRunner(clock=lambda: datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))
     a = runner.encode(req, out_a).SerializeToString(deterministic=True)
     b = runner.encode(req, out_b).SerializeToString(deterministic=True)
-    assert a == b
+    c = runner.encode(req, out_c).SerializeToString(deterministic=True)
+    assert a == b == c
+
+
+@pytest.mark.parametrize("ready", [True, False, None])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}},
+        {"data": {"k": "v" * 300}, "n": [1.5, True, None, {"x": []}]},  # multi-byte lengths
+    ],
+)
+def test_resource_entry_equals_state_entry(body, ready):
+    """A serialized body spliced by concatenation gives the bytes protobuf itself writes."""
+    from google.protobuf.struct_pb2 import Struct
+
+    from function.edge.codec import resource_entry, state_entry
+
+    s = Struct()
+    s.update(body)
+    name = "child-" + "n" * 130  # a key longer than one varint byte
+    got = resource_entry(name, s.SerializeToString(deterministic=True), ready)
+    assert got == state_entry(name, s, ready)
 
 
 def test_wire_bytes_parse_to_the_same_response_as_the_message():

@@ -439,12 +439,21 @@ class Inputs:
             SpecError: ``spec`` is present but not an object (``spec: 5``), which every
                 kind's XRD rejects; named here rather than read as an empty spec.
         """
+        self.check_spec()
         s = structs.to_py(structs.get(self.xr, "spec"))
-        if s is None:
-            return {}
-        if not isinstance(s, dict):
-            raise SpecError("spec", f"expected an object, got {written_as(s)}")
-        return s
+        return s if isinstance(s, dict) else {}
+
+    def check_spec(self) -> None:
+        """Check that the XR's ``spec`` is an object, absent or null, without converting it
+        (kinds that read their spec in its wire form never pay for :attr:`spec`).
+
+        Raises:
+            SpecError: ``spec`` is present but not an object (``spec: 5``).
+        """
+        v = self.xr.fields.get("spec")
+        if v is not None and v.WhichOneof("kind") not in ("struct_value", "null_value", None):
+            got = written_as(structs.value_to_py(v))
+            raise SpecError("spec", f"expected an object, got {got}")
 
     @cached_property
     def labels(self) -> dict[str, str]:

@@ -85,14 +85,15 @@ class Observation:
 
 @dataclass(slots=True)
 class Desired:
-    """A desired composed resource: a body (dict, or a Struct to copy) and readiness.
+    """A desired composed resource: a body (dict, a Struct to copy, or a Struct's
+    deterministic serialization to splice as it is) and readiness.
 
     ``wire``, when set, is this entry already encoded as protobuf wire bytes of a
     ``State.resources`` map entry (see :func:`function.edge.codec.state_entry`); the runner
     then splices the bytes instead of copying ``body``. Both must describe the same thing.
     """
 
-    body: dict[str, Any] | Struct
+    body: dict[str, Any] | Struct | bytes
     ready: bool | None = None
     wire: bytes | None = None
 
@@ -124,8 +125,11 @@ class Outcome:
     ready: bool | None = None
     observations: list[Observation] = field(default_factory=list)
 
-    def add(self, name: str, body: dict[str, Any] | Struct, ready: bool | None = None) -> None:
-        """Desire composed resource ``name``."""
+    def add(
+        self, name: str, body: dict[str, Any] | Struct | bytes, ready: bool | None = None
+    ) -> None:
+        """Desire composed resource ``name`` (``body`` as bytes: a serialized Struct, as
+        ``Struct.SerializeToString(deterministic=True)`` gives it)."""
         self.resources[name] = Desired(body, ready)
 
     def keep(self, name: str, observed: Struct, ready: bool | None = None) -> None:

@@ -201,6 +201,10 @@ def conditions(node: Any) -> dict[str, Any]:
 
 
 def condition_is(node: Any, typ: str, status: str = "True") -> bool:
-    """True when the resource has condition ``typ`` with the given status."""
-    c = conditions(node).get(typ)
-    return c is not None and get(c, "status") == status
+    """True when the resource has condition ``typ`` with the given status (the last
+    condition of that type counts, as in :func:`conditions`)."""
+    found = None
+    for c in items(node, "status", "conditions"):
+        if get(c, "type") == typ:
+            found = c
+    return found is not None and get(found, "status") == status

@@ -27,7 +27,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import duration_pb2
 from google.protobuf.struct_pb2 import ListValue, Struct
 
-from function.core import structs
+from function.core import structfill, structs
 from function.core.inputs import Inputs, ObservedView, RequiredView
 from function.core.outcome import Outcome, Requirement
 from function.ops.settings import Settings
@@ -112,7 +112,7 @@ def _set_struct(target: Struct, key: str, value: Any) -> None:
     elif isinstance(value, ListValue):
         target.get_or_create_list(key).CopyFrom(value)
     else:
-        target.update({key: value})
+        structfill.fill(target.fields, {key: value})
 
 
 def _encode_results(rsp: fnv1.RunFunctionResponse, out: Outcome) -> None:
@@ -164,11 +164,6 @@ def _encode_resources(
         if d.wire is not None:
             wires.append(d.wire)
             continue
-        target = resources[name]
-        if isinstance(d.body, Struct):
-            target.resource.CopyFrom(d.body)
-        else:
-            target.resource.update(d.body)
         ready = d.ready
         if ready is None:
             # Every composed resource gets explicit readiness: Crossplane counts only
@@ -177,6 +172,15 @@ def _encode_resources(
             # what observes it (provider-kubernetes for an Object, Crossplane for a
             # composed XR) reports Ready=True, as function-auto-ready decides.
             ready = name in observed and structs.condition_is(observed[name].resource, "Ready")
+        body = d.body
+        if isinstance(body, bytes):  # a serialized Struct: spliced, never parsed
+            wires.append(resource_entry(name, body, ready))
+            continue
+        target = resources[name]
+        if isinstance(body, Struct):
+            target.resource.CopyFrom(body)
+        else:
+            structfill.fill(target.resource.fields, body)
         target.ready = fnv1.READY_TRUE if ready else fnv1.READY_FALSE
     return wires
 
@@ -256,6 +260,38 @@ def state_entry(name: str, body: Struct, ready: bool | None) -> bytes:
     if ready is not None:
         res.ready = fnv1.READY_TRUE if ready else fnv1.READY_FALSE
     return bytes(state.SerializeToString(deterministic=True))
+
+
+_STATE_RESOURCES_TAG = bytes([(2 << 3) | 2])  # State.resources: field 2, length-delimited
+_ENTRY_KEY_TAG = bytes([(1 << 3) | 2])  # map entry key: field 1, length-delimited
+_ENTRY_VALUE_TAG = bytes([(2 << 3) | 2])  # map entry value: field 2, length-delimited
+_RESOURCE_TAG = bytes([(1 << 3) | 2])  # Resource.resource: field 1, length-delimited
+_READY = {  # Resource.ready: field 3, varint
+    True: bytes([(3 << 3) | 0, fnv1.READY_TRUE]),
+    False: bytes([(3 << 3) | 0, fnv1.READY_FALSE]),
+}
+
+
+def resource_entry(name: str, body: bytes, ready: bool | None) -> bytes:
+    """:func:`state_entry` for a body that is already a serialized ``Struct``.
+
+    Concatenates the record instead of parsing ``body`` into a message and serializing it
+    again: ``State{resources: {name: Resource{resource: body, ready}}}``, fields in number
+    order as deterministic serialization writes them, so the bytes equal
+    ``state_entry(name, Struct.FromString(body), ready)``.
+
+    Args:
+        name: The composition-resource name (the map key).
+        body: A deterministic serialization of the desired composed resource (a Struct).
+        ready: READY_TRUE/READY_FALSE, or None for READY_UNSPECIFIED (not written).
+    """
+    key = name.encode()
+    resource = _RESOURCE_TAG + _varint(len(body)) + body
+    if ready is not None:
+        resource += _READY[ready]
+    entry = _ENTRY_KEY_TAG + _varint(len(key)) + key
+    entry += _ENTRY_VALUE_TAG + _varint(len(resource)) + resource
+    return _STATE_RESOURCES_TAG + _varint(len(entry)) + entry
 
 
 # ---- reading request bytes without parsing them ----------------------------------------

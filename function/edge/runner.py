@@ -292,7 +292,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         with span("decode"):
             inputs = self.decode(req)
         with span("compose"):
-            inputs.spec  # noqa: B018 - every kind: a spec that is not an object is named
+            inputs.check_spec()  # every kind: a spec that is not an object is named
             outcome = composer(inputs)
             # Required resources are used only if they are what was asked for: when a
             # requirement the composer read holds something else (another namespace,

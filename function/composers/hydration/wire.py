@@ -81,8 +81,9 @@ def _parse_spec(raw: bytes) -> _Spec:
 # Each builds its Objects once per distinct input (names, the provider config, settings
 # values: one entry per hydration and source) and keeps them serialized: a Struct held
 # in memory costs about 6 times its wire size (about 80 KiB per hydration against 10
-# KiB), and parsing the bytes back (``_from_wire``) is a small part of a call. Building
-# from dicts (``Struct.update``) is what would cost: it was most of a call's time.
+# KiB), and the runner splices the bytes into the response as they are
+# (:func:`function.edge.codec.resource_entry`). Building from dicts (``Struct.update``)
+# is what would cost: it was most of a call's time.
 # The caches are bounded; a Ready hydration needs only ``_lasting_objects``, so that
 # one is sized for a large fleet and the others for the hydrations running at once.
 
@@ -92,11 +93,6 @@ def _wire(d: dict[str, Any]) -> bytes:
     s = Struct()
     s.update(d)
     return s.SerializeToString(deterministic=True)
-
-
-def _from_wire(data: bytes) -> Struct:
-    """A new Struct parsed from :func:`_wire` output (the caller owns it)."""
-    return Struct.FromString(data)
 
 
 def _labels(cache: str, cluster: str, component: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -313,25 +309,26 @@ def _prune_object(target: Target, image: str, keep: tuple[str, ...]) -> bytes:
     )
 
 
-def prune_object(target: Target, image: str, keep: tuple[str, ...]) -> Struct:
-    """The prune Job Object (a new Struct the caller owns)."""
-    return _from_wire(_prune_object(target, image, keep))
+def prune_object(target: Target, image: str, keep: tuple[str, ...]) -> bytes:
+    """The prune Job Object (a serialized Struct, for :meth:`Outcome.add`)."""
+    return _prune_object(target, image, keep)
 
 
-def lasting_objects(target: Target, storage_class: str, size: str) -> tuple[Struct, Struct]:
-    """The ``pvc`` and ``result`` Objects (new Structs the caller owns)."""
-    pvc, result = _lasting_objects(target, storage_class, size)
-    return _from_wire(pvc), _from_wire(result)
+def lasting_objects(target: Target, storage_class: str, size: str) -> tuple[bytes, bytes]:
+    """The ``pvc`` and ``result`` Objects (serialized Structs, for :meth:`Outcome.add`)."""
+    return _lasting_objects(target, storage_class, size)
 
 
-def token_object(target: Target, auth_name: str, auth_key: str) -> Struct:
-    """The ``token-secret`` Object (a new Struct the caller owns); no token in it."""
-    return _from_wire(_token_object(target, auth_name, auth_key))
+def token_object(target: Target, auth_name: str, auth_key: str) -> bytes:
+    """The ``token-secret`` Object (a serialized Struct, for :meth:`Outcome.add`); no
+    token in it."""
+    return _token_object(target, auth_name, auth_key)
 
 
-def download_objects(target: Target, download: Download) -> list[tuple[str, Struct]]:
-    """``(key, Object)`` of the RBAC children and the download Job (new Structs)."""
-    return [(key, _from_wire(body)) for key, body in _download_objects(target, download)]
+def download_objects(target: Target, download: Download) -> tuple[tuple[str, bytes], ...]:
+    """``(key, Object)`` of the RBAC children and the download Job (serialized Structs,
+    for :meth:`Outcome.add`)."""
+    return _download_objects(target, download)
 
 
 @memo(1024, weight=4)

@@ -361,8 +361,8 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
     if plan.gate is not None:
         stop = plan.gate
         return _gate(c, Gate(stop.reason, stop.message, hydration=hydration, warn=True))
-    for key, body in plan.bodies():
-        out.add(key, body)
+    for key, body in plan.children:
+        out.add(key, body)  # serialized: the runner splices it into the response
     source = hydration.get("identity", wl.ROOT_SOURCE) if hydration is not None else None
     stalled: list[tuple[children.EnginePlan, str]] = []
     engines_status = [_engine_status(c, e, source, stalled) for e in plan.engines]
