@@ -158,7 +158,7 @@ class _Builder:
         return Desired(
             None,
             results,
-            {key: d.body for key, d in self.out.resources.items()},
+            {key: _as_dict(d.body) for key, d in self.out.resources.items()},
             tuple(self.engines),
             wl.service_url(self.svc_name, remote_ns, port),
         )
@@ -265,3 +265,9 @@ class _Builder:
                     f"engine {engine} ({role}) references $({var}), which is not set for {why}; "
                     f"Kubernetes leaves the reference as literal text"
                 )
+
+
+def _as_dict(body: Any) -> dict[str, Any]:
+    """A body this builder added (always a dict: :meth:`_Builder.add`)."""
+    assert isinstance(body, dict)
+    return body
