@@ -208,3 +208,22 @@ def condition_is(node: Any, typ: str, status: str = "True") -> bool:
         if get(c, "type") == typ:
             found = c
     return found is not None and get(found, "status") == status
+
+
+def canonical(node: Struct | None, name: str) -> bytes:
+    """A canonical form of ``node[name]``: its deterministic serialization (b"" when absent).
+
+    Deterministic serialization orders map keys, so equal values give equal bytes (a
+    memo key that needs no conversion), and the bytes parse back into the value
+    (:func:`plain`).
+    """
+    if node is None:
+        return b""
+    v = node.fields.get(name)
+    return v.SerializeToString(deterministic=True) if v is not None else b""
+
+
+def plain(key: bytes) -> Any:
+    """The plain Python value (:func:`to_py`) whose :func:`canonical` form is ``key``;
+    None for ``b""``."""
+    return value_to_py(Value.FromString(key))

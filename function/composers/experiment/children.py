@@ -7,7 +7,6 @@ state into bodies that are the same on every call.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from google.protobuf.struct_pb2 import Struct
@@ -111,7 +110,7 @@ def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> d
     """
     labels, ann = child_labels(inputs.name, st)
     tlabels = template_labels(inputs.name, st)
-    cand = copy.deepcopy(drop_nulls(spec_dict.get("candidate") or {}))
+    cand = drop_nulls(spec_dict.get("candidate") or {})  # a copy: every dict and list is new
     cand.pop("backend", None)
     # The spec was validated (engines and members are lists of objects, a member has a
     # template object); anything deeper is the ModelDeployment's to judge, so odd

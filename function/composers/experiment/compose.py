@@ -26,11 +26,26 @@ from function.composers.experiment.state import RunState, next_run
 from function.core import events, structs
 from function.core.errors import SpecError
 from function.core.inputs import Inputs
+from function.core.memo import memo
 from function.core.outcome import Outcome
 from function.core.timeutil import format_time
 
 # Phases of a run in progress (not Blocked, Suspended or decided).
 ACTIVE_PHASES = frozenset({"Deploying", "Serving", "Evaluating"})
+
+
+@memo(1024, weight=1)
+def _parsed(spec_key: bytes) -> tuple[ExperimentSpec, str]:
+    """The validated spec and its :func:`definition_hash`, from the spec's canonical form
+    (:func:`function.core.structs.canonical`; memoized: Crossplane calls again with the
+    same spec every reconcile). The model is shared between calls: read it, never change it.
+
+    Raises:
+        SpecError: naming the first invalid field (not memoized: raised on every call).
+    """
+    raw = structs.plain(spec_key)
+    spec = parse_spec(raw if isinstance(raw, dict) else {})
+    return spec, definition_hash(spec)
 
 
 class _Composer:
@@ -76,11 +91,11 @@ class _Composer:
         inputs, out = self.inputs, self.out
         st = RunState.read(inputs)
         try:
-            spec = parse_spec(inputs.spec)
+            spec, h = _parsed(structs.canonical(inputs.xr, "spec"))
         except SpecError as e:
             return self.invalid(st, e)
 
-        self.advance(spec, st)
+        self.advance(spec, h, st)
         self.prune_history(spec, st)
 
         if st.verdict:
@@ -101,10 +116,10 @@ class _Composer:
         )
         return out
 
-    def advance(self, spec: ExperimentSpec, st: RunState) -> None:
-        """Start run 1, or the next run on a spec change or when a passed run is due again."""
+    def advance(self, spec: ExperimentSpec, h: str, st: RunState) -> None:
+        """Start run 1, or the next run on a spec change (``h``: the spec's
+        :func:`definition_hash`) or when a passed run is due again."""
         inputs, out = self.inputs, self.out
-        h = definition_hash(spec)
         if st.number == 0:
             st.start(inputs.name, 1, h, inputs.generation)
         elif st.spec_hash != h:

@@ -5,7 +5,8 @@ desires changes rarely. Its children are a pure function of the spec, the cluste
 provider config and ``status.gpuPools``, the effective flash-loader and ``/dev/shm``
 settings, and the XR's name and namespace, so :func:`plan` builds them once per distinct
 input (:func:`.desired.build`) and keeps them serialized. Inputs are keyed by their
-canonical form (:func:`canonical`: the deterministic serialization of a Struct field),
+canonical form (:func:`function.core.structs.canonical`: the deterministic serialization
+of a Struct field),
 so equal values give equal keys without converting them. Invalid input is never
 memoized (an exception is never cached): it is rejected on every call.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from google.protobuf.struct_pb2 import Struct, Value
+from google.protobuf.struct_pb2 import Struct
 
 from function.api.inferencecluster import pools_by_name
 from function.api.modelreplica import ModelReplicaSpec
@@ -41,29 +42,12 @@ from function.serving.flashloader import (
 CACHE_SIZE = 4096
 
 
-def canonical(node: Struct | None, name: str) -> bytes:
-    """A canonical form of ``node[name]``: its deterministic serialization (b"" when absent).
-
-    Deterministic serialization orders map keys, so equal values give equal bytes,
-    and the bytes parse back into the value (``Value.FromString``).
-    """
-    if node is None:
-        return b""
-    v = node.fields.get(name)
-    return v.SerializeToString(deterministic=True) if v is not None else b""
-
-
 def from_canonical(key: bytes) -> Any:
     """The value whose canonical form is ``key``, as :func:`function.core.structs.get` reads it:
     a str, float, bool, Struct or ListValue; None when absent or null."""
     holder = Struct()
     holder.fields["v"].MergeFromString(key)
     return structs.get(holder, "v")
-
-
-def plain(key: bytes) -> Any:
-    """``structs.to_py(from_canonical(key))``, about 1.5x faster (one dispatch per value)."""
-    return structs.value_to_py(Value.FromString(key))
 
 
 @memo(32, weight=4)
@@ -76,7 +60,7 @@ def parsed(spec_key: bytes) -> ModelReplicaSpec:
     Raises:
         SpecError: naming the first invalid field (not memoized).
     """
-    raw = plain(spec_key)
+    raw = structs.plain(spec_key)
     return parse_spec(raw if isinstance(raw, dict) else {})
 
 
@@ -140,11 +124,11 @@ def flash(defaults: Defaults, cache_key: bytes, own_key: bytes, cache_level: str
         SpecError: the ModelCache's ``spec.flashLoader`` is not an object, or a level
             holds an invalid value (``function.serving.flashloader.resolve_flash_loader``).
     """
-    cache_fl = plain(cache_key)
+    cache_fl = structs.plain(cache_key)
     if cache_fl is not None and not isinstance(cache_fl, dict):
         raise SpecError(cache_level, "must be an object (level: ModelCache)")
     return resolve_flash_loader(
-        defaults.settings, cache_fl, plain(own_key), cache_level=cache_level
+        defaults.settings, cache_fl, structs.plain(own_key), cache_level=cache_level
     )
 
 

@@ -34,7 +34,7 @@ from function.api.modelreplica import (
     status_identity,
 )
 from function.composers.replica import children
-from function.composers.replica.children import Defaults, Head, PlanKey, canonical
+from function.composers.replica.children import Defaults, Head, PlanKey
 from function.composers.replica.lifecycle import Times, gate_lifted_at, record_serving, was_gated
 from function.composers.replica.names import (
     CONDITION,
@@ -126,7 +126,7 @@ def compose(inputs: Inputs) -> Outcome:
             or an invalid flash-loader or ``/dev/shm`` setting (named with its level).
     """
     out = Outcome()
-    spec_key = canonical(inputs.xr, "spec")
+    spec_key = structs.canonical(inputs.xr, "spec")
     head = children.head(spec_key)
     hyd_name = _require(inputs, out, head)
     defaults = Defaults.of(inputs.settings)
@@ -197,7 +197,7 @@ def _cluster(head: Head, cluster_req: Resolved) -> Gate | tuple[bytes, dict[str,
             "ClusterNotReady",
             f"InferenceCluster {head.clusterName} reports no status.providerConfigRef yet",
         )
-    return canonical(structs.sub(cluster, "status"), STATUS_GPU_POOLS), pc
+    return structs.canonical(structs.sub(cluster, "status"), STATUS_GPU_POOLS), pc
 
 
 def _cache(
@@ -212,8 +212,8 @@ def _cache(
         return Gate(REASON_CACHE_NOT_FOUND, msg, warn=True, cache_gate=True)
     fl = children.flash(
         defaults,
-        canonical(structs.sub(cache_req.items[0], "spec"), "flashLoader"),
-        canonical(structs.sub(inputs.xr, "spec"), "flashLoader"),
+        structs.canonical(structs.sub(cache_req.items[0], "spec"), "flashLoader"),
+        structs.canonical(structs.sub(inputs.xr, "spec"), "flashLoader"),
         f"ModelCache {ref} spec.flashLoader",
     )
     flash = fl if fl.enabled else None
