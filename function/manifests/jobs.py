@@ -14,6 +14,8 @@ import copy
 from collections.abc import Sequence
 from typing import Any, TypedDict, Unpack
 
+from google.protobuf.struct_pb2 import Struct
+
 from function.core import structs
 from function.core.errors import SpecError
 from function.serving.env import literal_env, set_env
@@ -102,8 +104,11 @@ def job_from_cronjob(
             object; the field is named relative to the CronJob. The API server never
             stores such a CronJob, but a composer must not crash on one.
     """
-    tmpl = _obj(structs.to_py(structs.get(cronjob, "spec", "jobTemplate")), "spec.jobTemplate")
-    spec = copy.deepcopy(_obj(tmpl.get("spec"), "spec.jobTemplate.spec"))
+    raw = structs.get(cronjob, "spec", "jobTemplate")
+    tmpl = _obj(structs.to_py(raw), "spec.jobTemplate")
+    spec = _obj(tmpl.get("spec"), "spec.jobTemplate.spec")
+    if not isinstance(raw, Struct):  # to_py converted nothing: the caller's dict
+        spec = copy.deepcopy(spec)
     pod = _obj(spec.get("template"), "spec.jobTemplate.spec.template")
     pod_spec = _obj(pod.get("spec"), "spec.jobTemplate.spec.template.spec")
     containers = pod_spec.get("containers")

@@ -36,7 +36,7 @@ from function.composers.backfill.status import (
     SUSPENDED,
     WAITING,
 )
-from function.core import structs
+from function.core import structs, versioned
 from function.core.inputs import Resolved
 from function.core.timeutil import elapsed, format_time, parse_time
 from function.naming import ANNOTATION_LAST_FOREGROUND
@@ -78,7 +78,7 @@ def admit(c: Call, p: Parsed, req: Required) -> bool:
     if replica is None:
         return True
     assert req.template is not None  # template_problem found it
-    return start(c, p, replica, structs.to_py(req.template))
+    return start(c, p, replica, req.template)
 
 
 def _stopped(c: Call, p: Parsed) -> bool:
@@ -127,13 +127,19 @@ def _held_by_result(c: Call, p: Parsed) -> bool:
     return False
 
 
+@versioned.reading(1024)
+def _accelerator_uses(cronjob: Struct) -> tuple[str, ...]:
+    """:func:`accelerator_uses` of a CronJob (kept by its uid and resourceVersion)."""
+    return tuple(accelerator_uses(structs.to_py(cronjob)))
+
+
 def template_problem(c: Call, p: Parsed, req: Required) -> tuple[str, str] | None:
     """(reason, message) when the referenced CronJob cannot template a Job, else None."""
     ref = f"CronJob {c.inputs.namespace}/{p.spec.templateRef.name}"
     tmpl = req.template
     if tmpl is None:
         return ("TemplateNotFound", f"spec.templateRef: {ref} not found")
-    uses = accelerator_uses(structs.to_py(tmpl))
+    uses = _accelerator_uses(tmpl)
     if uses:
         return (
             "GPURequestForbidden",
@@ -235,7 +241,7 @@ def provider_config(cluster: Resolved) -> dict[str, str] | None:
     return provider_config_ref(cluster.items[0]) if cluster.items else None
 
 
-def start(c: Call, p: Parsed, replica: Struct, cronjob: dict) -> bool:
+def start(c: Call, p: Parsed, replica: Struct, cronjob: Struct) -> bool:
     """Start the next attempt on ``replica``; False while its cluster is not resolved."""
     st = c.st
     cluster = structs.get_str(replica, "spec", "clusterName")
@@ -274,7 +280,7 @@ def start(c: Call, p: Parsed, replica: Struct, cronjob: dict) -> bool:
     return True
 
 
-def emit_job(c: Call, p: Parsed, a: Attempt, cronjob: dict) -> None:
+def emit_job(c: Call, p: Parsed, a: Attempt, cronjob: Struct) -> None:
     """Desire attempt ``a``'s Job Object and record the Job's name."""
     name, obj = job_object(a, p, cronjob)
     c.out.add(job_key(a.number), obj, ready=True)

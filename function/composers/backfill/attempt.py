@@ -318,7 +318,7 @@ def create(c: Call, p: Parsed, req: Required, attempt: int) -> bool:
         c,
         p,
         Attempt(c.inputs.name, c.inputs.namespace, c.model, attempt, rep, pc),
-        structs.to_py(tmpl),
+        tmpl,
     )
     c.st.set(
         STARTING,

@@ -5,12 +5,27 @@ from __future__ import annotations
 
 import datetime
 
-from function.api.modelbackfill import definition_hash, parse
+from function.api.modelbackfill import Parsed, definition_hash, parse
 from function.composers.backfill.status import WAITING, Status
 from function.core import structs
 from function.core.inputs import Inputs
+from function.core.memo import memo
 from function.core.outcome import Outcome
 from function.core.timeutil import format_time
+
+
+@memo(1024, weight=1)
+def _parsed(spec_key: bytes) -> tuple[Parsed, str]:
+    """The validated spec and its :func:`definition_hash`, from the spec's canonical form
+    (:func:`function.core.structs.canonical`; memoized: Crossplane calls again with the
+    same spec every reconcile). Shared between calls: read it, never change it.
+
+    Raises:
+        SpecError: naming the first invalid field (not memoized: raised on every call).
+    """
+    raw = structs.plain(spec_key)
+    parsed = parse(raw if isinstance(raw, dict) else {})
+    return parsed, definition_hash(parsed)
 
 
 class Call:
@@ -22,8 +37,8 @@ class Call:
         self.inputs = inputs
         self.out = Outcome()
         self.now: datetime.datetime = inputs.now
-        self.parsed = parse(inputs.spec)  # SpecError: nothing is applied (see the package)
-        self.hash = definition_hash(self.parsed)
+        # SpecError: nothing is applied (see the package)
+        self.parsed, self.hash = _parsed(structs.canonical(inputs.xr, "spec"))
         self.prior = Status.read(inputs)
         self.st = self.prior.copy()
         self.model = self.parsed.spec.modelRef.name

@@ -58,7 +58,7 @@ class Attempt:
     provider_config: Mapping[str, str]
 
 
-def job_object(a: Attempt, p: Parsed, cronjob: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def job_object(a: Attempt, p: Parsed, cronjob: Struct) -> tuple[str, dict[str, Any]]:
     """The remote Job's name and the Object that creates it on the replica's cluster."""
     job_name = backfill_job_name(a.namespace, a.backfill, a.number)
     cluster = structs.get_str(a.replica, "spec", "clusterName")
