@@ -27,7 +27,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import duration_pb2
 from google.protobuf.struct_pb2 import ListValue, Struct
 
-from function.core import structfill, structs
+from function.core import structfill, structs, versioned
 from function.core.inputs import Inputs, ObservedView, RequiredView
 from function.core.outcome import Outcome, Requirement
 from function.ops.settings import Settings
@@ -171,7 +171,7 @@ def _encode_resources(
             # reconcile. Where the composer did not decide, the resource is ready when
             # what observes it (provider-kubernetes for an Object, Crossplane for a
             # composed XR) reports Ready=True, as function-auto-ready decides.
-            ready = name in observed and structs.condition_is(observed[name].resource, "Ready")
+            ready = name in observed and _reports_ready(observed[name].resource)
         body = d.body
         if isinstance(body, bytes):  # a serialized Struct: spliced, never parsed
             wires.append(resource_entry(name, body, ready))
@@ -183,6 +183,13 @@ def _encode_resources(
             structfill.fill(target.resource.fields, body)
         target.ready = fnv1.READY_TRUE if ready else fnv1.READY_FALSE
     return wires
+
+
+@versioned.reading(65536)
+def _reports_ready(resource: Struct) -> bool:
+    """Whether an observed composed resource reports ``Ready=True`` (read once per uid and
+    resourceVersion: provider-kubernetes and Crossplane write it into the status)."""
+    return structs.condition_is(resource, "Ready")
 
 
 def _encode_requirements(rsp: fnv1.RunFunctionResponse, out: Outcome) -> None:
@@ -205,10 +212,13 @@ def _encode_requirements(rsp: fnv1.RunFunctionResponse, out: Outcome) -> None:
 # ---- the wire splice ----------------------------------------------------------------
 
 
-_DESIRED_TAG = bytes([(2 << 3) | 2])  # RunFunctionResponse.desired: field 2, length-delimited
+_DESIRED_TAG = bytes([(2 << 3) | 2])
+_ONE_BYTE = [bytes((i,)) for i in range(0x80)]  # the varints below 128  # RunFunctionResponse.desired: field 2, length-delimited
 
 
 def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return _ONE_BYTE[n]
     out = bytearray()
     while True:
         b = n & 0x7F
