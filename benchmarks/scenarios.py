@@ -172,7 +172,7 @@ def modelcacheshard(n: int) -> tuple[bytes, bytes]:
             "source": identity,
             "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}],
         }
-        observed[name] = body
+        observed[name] = _stored(body)
     return first.SerializeToString(), _settle(xr, observed, {})
 
 
@@ -344,7 +344,10 @@ def from_example(
             patch(xr, n)
         resolver = World(_example_docs(example, n, grow_fleet, world))
         seen = (
-            observed_by_name(load_yaml([str(base / observed)]))
+            {
+                k: _stored(v)
+                for k, v in observed_by_name(load_yaml([str(base / observed)])).items()
+            }
             if observed and (base / observed).exists()
             else {}
         )

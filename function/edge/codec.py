@@ -212,8 +212,8 @@ def _encode_requirements(rsp: fnv1.RunFunctionResponse, out: Outcome) -> None:
 # ---- the wire splice ----------------------------------------------------------------
 
 
-_DESIRED_TAG = bytes([(2 << 3) | 2])
-_ONE_BYTE = [bytes((i,)) for i in range(0x80)]  # the varints below 128  # RunFunctionResponse.desired: field 2, length-delimited
+_DESIRED_TAG = bytes([(2 << 3) | 2])  # RunFunctionResponse.desired: field 2, length-delimited
+_ONE_BYTE = [bytes((i,)) for i in range(0x80)]  # the varints below 128
 
 
 def _varint(n: int) -> bytes:

@@ -43,11 +43,11 @@ from function.composers.replica.names import (
     REQ_HYDRATION,
     WORKLOAD_PREFIX,
 )
+from function.composers.replica.observed import WorkloadFacts, observed_workload, read_workload
 from function.core import structs
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
 from function.manifests import workloads as wl
-from function.manifests.objects import sync_error
 from function.serving.flashloader import FlashLoader
 from jobs.contract import IDENTITY_PATTERN
 
@@ -96,24 +96,21 @@ class _Call:
     out: Outcome
     head: Head
     times: Times
-    _workloads: dict[str, tuple[str, Struct, set[str]]] | None = None
+    _workloads: dict[str, WorkloadFacts] | None = None
 
-    def workloads(self) -> dict[str, tuple[str, Struct, set[str]]]:
-        """Observed workload Objects by composition-resource name: ``(kind, manifest,
-        sources)``, the manifest being provider-kubernetes' ``status.atProvider.manifest``
-        (the object as the workload cluster reports it) and ``sources`` what its pod
-        templates read (:func:`function.manifests.workloads.template_sources`). Read
-        once per call."""
+    def workloads(self) -> dict[str, WorkloadFacts]:
+        """Observed workload Objects whose ``status.atProvider.manifest`` (the object as
+        the workload cluster reports it) is observed, by composition-resource name, each
+        read as the kind its manifest names (:func:`.observed.observed_workload`)."""
         if self._workloads is None:
             found = {}
             for key in self.inputs.observed:
                 if not key.startswith(WORKLOAD_PREFIX):
                     continue
                 body = self.inputs.observed_body(key)
-                manifest = structs.get(body, "status", "atProvider", "manifest")
-                if isinstance(manifest, Struct):
-                    kind = structs.sval(manifest, "kind")
-                    found[key] = (kind, manifest, wl.template_sources(manifest, kind))
+                facts = observed_workload(body) if body is not None else None
+                if facts is not None and facts.manifest:
+                    found[key] = facts
             self._workloads = found
         return self._workloads
 
@@ -306,8 +303,8 @@ def _served(c: _Call) -> str:
     if last:
         return last
     read: set[str] = set()
-    for _, _, sources in c.workloads().values():
-        read |= sources
+    for w in c.workloads().values():
+        read |= w.sources
     if len(read) == 1:
         (only,) = read
         if IDENTITY_PATTERN.fullmatch(only):
@@ -318,7 +315,7 @@ def _served(c: _Call) -> str:
 def _reads_root(c: _Call) -> bool:
     """Whether an observed workload's pods read the cache PVC root (the layout of the
     release before side-by-side revisions)."""
-    return any(wl.ROOT_SOURCE in sources for _, _, sources in c.workloads().values())
+    return any(wl.ROOT_SOURCE in w.sources for w in c.workloads().values())
 
 
 def _write_cache_identities(c: _Call, status: dict[str, Any], serving: str | None) -> None:
@@ -339,9 +336,9 @@ def _write_cache_identities(c: _Call, status: dict[str, Any], serving: str | Non
     earlier = _last_identities(c.inputs)
     workloads = c.workloads()
     rolled = serving is not None and bool(workloads)
-    for kind, manifest, sources in workloads.values():
-        earlier |= sources
-        if serving is not None and _rolled(manifest, kind, sources, serving)[0] is not True:
+    for w in workloads.values():
+        earlier |= w.sources
+        if serving is not None and _rolled(w, serving)[0] is not True:
             rolled = False
     keep = dict.fromkeys(first)
     if not rolled:
@@ -486,72 +483,43 @@ def _serving(c: _Call, key: str, kind: str, source: str | None) -> tuple[bool, s
     obj = c.inputs.observed_body(key)
     if obj is None:
         return False, "not created yet", None
-    status = structs.sub(obj, "status")
-    # observed_manifest(obj), reading each level once
-    manifest = structs.get(structs.sub(status, "atProvider"), "manifest")
-    remote_status = structs.sub(manifest, "status") if isinstance(manifest, Struct) else None
-    if not _conditions_ok(status) or not _conditions_ok(remote_status):
+    w = observed_workload(obj)
+    if w.kind != kind:  # a manifest of another kind, or naming none: read as the plan's
+        w = read_workload(obj, kind)
+    if w.malformed:
         return False, "reports malformed status.conditions", None
-    err = sync_error(obj)
-    if err:
-        return False, f"not applied: {err}", None
-    if manifest is None:
+    if w.sync_error:
+        return False, f"not applied: {w.sync_error}", None
+    if not w.reported:
         return False, "not observed yet", None
-    if kind == "LeaderWorkerSet":
-        ok = wl.lws_serving(manifest)
-        have, unit = _count(manifest, "status", "readyReplicas"), "groups ready"
-    else:
-        ok = wl.deployment_serving(manifest)
-        have, unit = _count(manifest, "status", "availableReplicas"), "pods available"
-    if not ok:
-        return False, f"{have}/{_count(manifest, 'spec', 'replicas')} {unit}", None
-    why = ""
-    if source is not None:
-        observed = c.workloads().get(key)
-        if observed is not None and observed[0] == kind:
-            sources = observed[2]
-        else:  # a manifest that does not say its kind: read as the plan's
-            sources = wl.template_sources(manifest, kind)
-        why = _rolled(manifest, kind, sources, source)[1]
-    stall = wl.rollout_stalled(manifest, kind) if why else None
-    return not why, why, stall
+    if not w.serving:
+        unit = "groups ready" if kind == "LeaderWorkerSet" else "pods available"
+        return False, f"{w.have}/{w.want} {unit}", None
+    why = _rolled(w, source)[1] if source is not None else ""
+    return not why, why, w.stalled if why else None
 
 
-def _rolled(manifest: Struct, kind: str, sources: set[str], source: str) -> tuple[bool | None, str]:
-    """Whether an observed workload (its ``manifest`` and the ``sources`` its templates
-    read) has rolled onto ``source``: ``(False, why)``; ``(True, "")``; ``(None, "")``
-    when not known (its templates read no cache, or its rollout counts are not reported).
+def _rolled(w: WorkloadFacts, source: str) -> tuple[bool | None, str]:
+    """Whether an observed workload has rolled onto ``source``: ``(False, why)``;
+    ``(True, "")``; ``(None, "")`` when not known (its templates read no cache, or its
+    rollout counts are not reported).
 
     Readiness waits only on False (an unknown state does not hold a replica back);
     ``status.cacheIdentities`` keeps the earlier identities on anything but True (an
     unknown state never lets them be pruned)."""
     onto = f"rolling onto {_source_name(source)}"
-    if sources and sources != {source}:
+    if w.sources and w.sources != {source}:
         return False, f"{onto}: the observed pods read " + ", ".join(
-            _source_name(s) for s in sorted(sources)
+            _source_name(s) for s in sorted(w.sources)
         )
-    done = wl.rollout_complete(manifest, kind)
-    if done is False:
+    if w.complete is False:
         return False, f"{onto}: pods of the previous template still run"
-    return (True if sources and done else None), ""
+    return (True if w.sources and w.complete else None), ""
 
 
 def _source_name(source: str) -> str:
     """``identity <id>``, or ``the PVC root`` for ``workloads.ROOT_SOURCE``."""
     return f"identity {source}" if source else "the PVC root"
-
-
-def _conditions_ok(status: Struct | None) -> bool:
-    """Whether ``status.conditions`` is absent, null or a list (``status`` may be None)."""
-    if status is None:
-        return True
-    c = status.fields.get("conditions")
-    return c is None or c.WhichOneof("kind") in (None, "null_value", "list_value")
-
-
-def _count(node: Any, *path: str) -> int:
-    v = structs.get(node, *path)
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
 
 
 def _hold_observed(inputs: Inputs, out: Outcome) -> bool:
