@@ -17,8 +17,10 @@ No assertion is about time: the waits only order events.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -131,6 +133,80 @@ def test_a_call_past_its_deadline_gets_a_fatal_result_and_others_are_served(
         again = [call.future(small_request(f"again-{i}"), timeout=120) for i in range(6)]
         for f in again:
             assert not fatal(f.result())
+
+
+def _compute_pids(acceptor: int) -> list[int]:
+    """The compute processes of the acceptor ``acceptor`` (its children that run Python)."""
+    kids = []
+    for task in Path(f"/proc/{acceptor}/task").iterdir():  # spawned from any thread
+        with contextlib.suppress(OSError):
+            kids += [int(p) for p in (task / "children").read_text().split()]
+    out = []
+    for pid in kids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"spawn_main" in f.read():
+                out.append(pid)
+    return out
+
+
+def _policies(acceptor: int) -> dict[int, int]:
+    got = {}
+    for pid in _compute_pids(acceptor):
+        with contextlib.suppress(OSError):
+            got[pid] = os.sched_getscheduler(pid)
+    return got
+
+
+# Three nested macros over ten elements: about a second of cel-python, under the 60 s
+# deadline below: a long call that ends.
+LONG = (
+    "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10]"
+    ".all(c, a+b+c > 0)))"
+)
+
+
+@pytest.mark.parametrize(
+    "server", [{**LIFTED, "MODELPLANE_CALL_DEADLINE_SECONDS": "60"}], indirect=True
+)
+def test_a_long_call_becomes_background_work_and_its_process_is_replaced(
+    server: tuple[Any, str, Path],
+) -> None:
+    """A call past DEMOTE_AFTER_CPU_SECONDS of CPU runs as SCHED_IDLE (every other process
+    preempts it on wake-up), answers normally, and its process is replaced by one at the
+    normal policy; the small calls beside it are served meanwhile."""
+    proc, address, _log = server
+    before = _policies(proc.pid)
+    assert len(before) == 3 and set(before.values()) == {os.SCHED_OTHER}, before
+    req = runaway_request("long")
+    member = json_format.MessageToDict(req.observed.composite.resource)
+    member["spec"]["template"]["spec"]["engines"][0]["members"][0]["nodeSelector"]["devices"][
+        0
+    ]["selectors"][0]["cel"] = LONG
+    req = _rebuild(req, member, "long")
+    with grpc.insecure_channel(address) as ch:
+        call = _stub(ch)
+        slow = call.future(req, timeout=120)
+        demoted = None
+        give_up = time.monotonic() + 60
+        while demoted is None and not slow.done() and time.monotonic() < give_up:
+            idle = [p for p, pol in _policies(proc.pid).items() if pol == os.SCHED_IDLE]
+            demoted = idle[0] if idle else None
+            time.sleep(0.01)
+        small = [call.future(small_request(f"beside-{i}"), timeout=120) for i in range(6)]
+        for f in small:
+            assert not fatal(f.result())
+        rsp = slow.result()
+        assert not fatal(rsp), fatal(rsp)
+        assert demoted is not None, "the long call's process never ran as SCHED_IDLE"
+        give_up = time.monotonic() + 60
+        while time.monotonic() < give_up:
+            now = _policies(proc.pid)
+            if demoted not in now and len(now) == 3:
+                break
+            time.sleep(0.05)
+        assert demoted not in now and len(now) == 3, now
+        assert set(now.values()) == {os.SCHED_OTHER}, now
+        assert not fatal(call(small_request("after"), timeout=120))
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,7 @@ import struct
 import time
 import zlib
 from collections import OrderedDict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,7 @@ START_SECONDS = 60.0
 # passed its deadline and exits now), _READY (once, after start-up).
 _REQ = struct.Struct("<QdIB")
 _RSP = struct.Struct("<BQ")
-_OK, _EXIT, _READY = 0, 1, 2
+_OK, _EXIT, _READY, _RETIRE = 0, 1, 2, 3
 _ON_SOCKET, _SHARED = 0, 1
 # Requests up to this size are handed over through shared memory: one copy by the
 # acceptor, none by the kernel nor by the compute process (which parses it in place).
@@ -88,6 +89,10 @@ SHARED_REQUEST_BYTES = 8 * 1024 * 1024
 # process, not per call).
 LARGE_REQUEST_BYTES = 2 * 1024 * 1024
 LARGE_CALL_NICE = 10
+# CPU time after which a call in one of the other processes is background work (see
+# _child): no call of a request under LARGE_REQUEST_BYTES takes this long unless its
+# spec is pathological (a runaway device selector).
+DEMOTE_AFTER_CPU_SECONDS = 0.25
 # Socket buffers, each way: a 1,000-cluster request (0.8 MiB) goes in one write
 # (the kernel caps this at net.core.wmem_max / rmem_max).
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
@@ -104,6 +109,7 @@ def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no c
     if nice:
         with contextlib.suppress(OSError):
             os.nice(nice)
+    background = _Background(enabled=not nice)
     # The acceptor owns signals: it stops taking calls, lets these finish, then closes
     # the socket (end-of-file ends this loop).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -148,16 +154,51 @@ def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no c
             # protobuf copies what it keeps while parsing: the region is free again
             # once this call answers (the acceptor writes the next request only then).
             data = view[meta_size:] if where == _ON_SOCKET else memoryview(shared)[:size]
-            out = runner.run_bytes(data, metadata, seconds)
-            flag = _EXIT if runner.replace_me else _OK
+            with background.watch():
+                out = runner.run_bytes(data, metadata, seconds)
+            flag = _EXIT if runner.replace_me else _RETIRE if background.demoted else _OK
             sock.sendall(_RSP.pack(flag, len(out)))
             sock.sendall(out)
-            if runner.replace_me:
+            if flag != _OK:
                 return
     except OSError:
         return
     finally:
         traces.shutdown()
+
+
+class _Background:
+    """Demote this compute process to background work once a call has used
+    :data:`DEMOTE_AFTER_CPU_SECONDS` of CPU (a user-CPU interval timer, ``SIGVTALRM``).
+
+    Background work is ``SCHED_IDLE``: any other runnable process preempts it as soon as
+    it wakes, where a nice value only shares the CPU out and lets a running slice finish
+    first (sched(7)). An unprivileged process cannot return from it, so a demoted process
+    answers its call and exits (flag ``_RETIRE``); the acceptor replaces it.
+    """
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self.demoted = False
+        if enabled:
+            signal.signal(signal.SIGVTALRM, self._demote)
+
+    def _demote(self, _signum: int, _frame: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            self.demoted = True
+
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[None]:
+        """Time one call."""
+        if not self.enabled:
+            yield
+            return
+        signal.setitimer(signal.ITIMER_VIRTUAL, DEMOTE_AFTER_CPU_SECONDS)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
 
 
 def _recv_into(sock: socket.socket, view: memoryview) -> bool:  # pragma: no cover - child
@@ -468,6 +509,9 @@ class ComputePool:
         if flag == _EXIT:  # past its deadline: the process exits and is replaced
             if job is not None:
                 self._resolve(job, self._remember(job, body))
+            self._replace_soon(slot, kill=False)
+        elif flag == _RETIRE:  # demoted to background work while composing: replaced
+            self._resolve(job, body)
             self._replace_soon(slot, kill=False)
         else:
             self._resolve(job, body)
