@@ -21,6 +21,7 @@ import contextlib
 import copy
 import functools
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -155,6 +156,41 @@ def _policies(acceptor: int) -> dict[int, int]:
         with contextlib.suppress(OSError):
             got[pid] = os.sched_getscheduler(pid)
     return got
+
+
+def _slices_ns(pid: int) -> set[int]:
+    """The time slices (``se.slice``, ns) of every thread of process ``pid``."""
+    out = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            for line in (task / "sched").read_text().splitlines():
+                if line.startswith("se.slice"):
+                    out.add(int(line.split(":")[1]))
+    return out
+
+
+def test_the_call_path_asks_for_short_slices_and_the_large_call_process_does_not(
+    server: tuple[Any, str, Path],
+) -> None:
+    """Every thread of the acceptor and of the compute processes runs with the call
+    path's slice; the large-call process (nice 10) with the scheduler's default, longer
+    one, so that a small call's next step preempts it on wake-up."""
+    from function.edge.latency import CALL_PATH_SLICE_SECONDS
+
+    proc, _address, _log = server
+    release = tuple(int(x) for x in re.findall(r"\d+", os.uname().release)[:2])
+    if release < (6, 12) or not _slices_ns(proc.pid):
+        pytest.skip(f"Linux {os.uname().release}: no custom slices (6.12+) to check")
+    short = round(CALL_PATH_SLICE_SECONDS * 1e9)
+    assert _slices_ns(proc.pid) == {short}
+    by_nice = {pid: os.getpriority(os.PRIO_PROCESS, pid) for pid in _compute_pids(proc.pid)}
+    assert sorted(by_nice.values()) == [0, 0, 10], by_nice
+    for pid, nice in by_nice.items():
+        got = _slices_ns(pid)
+        if nice == 0:
+            assert got == {short}, (pid, got)
+        else:
+            assert len(got) == 1 and min(got) > short, (pid, got)
 
 
 # Three nested macros over ten elements: about a second of cel-python, under the 60 s

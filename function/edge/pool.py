@@ -63,6 +63,7 @@ from typing import Any
 import structlog
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function.edge import latency
 from function.edge.codec import peek, peek_composite, serialize
 
 # How long past its budget the acceptor waits for a compute process before killing it.
@@ -109,6 +110,9 @@ def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no c
     if nice:
         with contextlib.suppress(OSError):
             os.nice(nice)
+        # The large-call process: the default slice, longer than the call path's, so
+        # that a small call's next step preempts it on wake-up (function.edge.latency).
+        latency.request_slice(None)
     background = _Background(enabled=not nice)
     # The acceptor owns signals: it stops taking calls, lets these finish, then closes
     # the socket (end-of-file ends this loop).
