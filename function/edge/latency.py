@@ -1,7 +1,8 @@
 """How the serving processes ask the Linux scheduler for short waits.
 
 Linux's EEVDF scheduler (6.6+) lets a running task finish its time slice (the base
-slice, 3 ms by default on 6.x) before a task that wakes up runs on its CPU, unless
+slice: 0.7 ms times 1 + log2 of the CPU count, 1.4 ms on 2 CPUs) before a task that
+wakes up runs on its CPU, unless
 the woken task asked for a shorter slice than the running one: since 6.12 a task may set
 its own slice (``sched_setattr(2)``, ``sched_runtime`` of a ``SCHED_OTHER`` task,
 0.1-100 ms; no privilege needed), and a shorter slice preempts a longer one on wake-up
