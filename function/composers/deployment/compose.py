@@ -216,7 +216,7 @@ def _resolve_lists(call: _Call) -> _Lists | Outcome:
         return _cache_not_found(call)
     return _Lists(
         clusters,
-        _Footprint(hyd_r.items, inputs.namespace, cache),
+        _Footprint(hyd_r.items, inputs.namespace, cache, hyd_r.versions),
         retained_clusters(cache_r.items[0]),
     )
 
@@ -244,7 +244,7 @@ def _request(
         engines=engines,
         selector=selector,
         tolerations=parse_tolerations(tolerations),
-        fleet=_Fleet(lists.clusters.items),
+        fleet=_Fleet(lists.clusters.items, lists.clusters.versions, selector.match_labels),
         existing=tuple(existing),
         footprint=lists.footprint,
         retained=lists.retained,

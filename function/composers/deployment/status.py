@@ -21,7 +21,7 @@ from function.composers.deployment.terms import (
     REPLACEMENT_METRIC,
     WAITING_FOR_CACHE,
 )
-from function.core import structs
+from function.core import structs, versioned
 from function.core.inputs import Inputs
 from function.core.numbers import is_whole
 from function.core.outcome import Outcome
@@ -35,12 +35,15 @@ _CREATING = (False, "Creating", "not created yet")
 
 
 def _replica_state(obj: Struct | None) -> tuple[bool, str, str]:
-    """(ready, reason, message) of an observed ModelReplica from its ModelReady condition.
+    """(ready, reason, message) of an observed ModelReplica from its ModelReady condition
+    (:data:`_CREATING` for None)."""
+    return _CREATING if obj is None else _state_of(obj)
 
-    Hot path: scans ``status.conditions`` through the field maps, once per replica.
-    """
-    if obj is None:
-        return _CREATING
+
+@versioned.reading(16384, weight=2)
+def _state_of(obj: Struct) -> tuple[bool, str, str]:
+    """:func:`_replica_state` of an object, read once per uid and resourceVersion: scans
+    ``status.conditions`` through the field maps."""
     conds = structs.fields_of(obj, "status").get("conditions")
     if conds is not None:
         for cv in conds.list_value.values:
