@@ -297,46 +297,51 @@ class _Footprint(Mapping[str, str]):
         self._by_name = _index(hydrations, versions, ("hydrations", ns, cache)).position
         self._all: dict[str, str] | None = None
         self._nonempty: bool | None = None
-        # The reading of the hydration named for each cluster looked up so far.
-        self._named: dict[str, _Hydration | None] = {}
+        # Per cluster looked up so far: the reading of the hydration named for it (None
+        # without one) and the phase it gives the cluster (None: not in the footprint).
+        self._named: dict[str, tuple[_Hydration | None, str | None]] = {}
 
     def _full(self) -> dict[str, str]:
         if self._all is None:
             self._all = _footprint(self._items, self._versions, self._ns, self._cache)
         return self._all
 
-    def _named_for(self, cluster: str) -> _Hydration | None:
-        """The reading of the hydration named for ``cluster`` (None without one); it may
-        be another cluster's (checked by the callers)."""
-        if cluster in self._named:
-            return self._named[cluster]
-        i = self._by_name.get(hydration_name(self._ns, self._cache, cluster))
-        got = _hydration(self._items[i], _version(self._versions, i)) if i is not None else None
-        self._named[cluster] = got
+    def _lookup(self, cluster: str) -> tuple[_Hydration | None, str | None]:
+        """The reading of the hydration named for ``cluster`` (it may be another
+        cluster's) and the phase it gives ``cluster`` (None when absent or when the
+        hydration is another cluster's)."""
+        got = self._named.get(cluster)
+        if got is None:
+            i = self._by_name.get(hydration_name(self._ns, self._cache, cluster))
+            h = _hydration(self._items[i], _version(self._versions, i)) if i is not None else None
+            ph = _entry(h, self._ns, self._cache) if h is not None and h.cluster == cluster else None
+            got = self._named[cluster] = (h, ph)
         return got
 
     def __getitem__(self, cluster: str) -> str:
         if self._all is not None:
             return self._all[cluster]
-        h = self._named_for(cluster)
-        # None when absent or when the hydration is another cluster's.
-        ph = _entry(h, self._ns, self._cache) if h is not None and h.cluster == cluster else None
+        ph = self._lookup(cluster)[1]
         if ph is None:
             raise KeyError(cluster)
         return ph
 
+    def get(self, cluster: str, default: Any = None) -> Any:
+        if self._all is not None:
+            return self._all.get(cluster, default)
+        ph = self._lookup(cluster)[1]
+        return default if ph is None else ph
+
     def __contains__(self, cluster: object) -> bool:
         if not isinstance(cluster, str):
             return False
-        try:
-            self[cluster]
-        except KeyError:
-            return False
-        return True
+        if self._all is not None:
+            return cluster in self._all
+        return self._lookup(cluster)[1] is not None
 
     def _of(self, cluster: str) -> _Hydration | None:
         """The reading of the cache's hydration on ``cluster`` (None without one)."""
-        h = self._named_for(cluster)
+        h = self._lookup(cluster)[0]
         if h is None or cluster not in self:
             return None
         return h
