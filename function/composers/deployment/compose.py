@@ -27,8 +27,8 @@ from function.composers.deployment.fleet import (
     _Observed,
 )
 from function.composers.deployment.spec import (
-    DeploymentSpec,
-    _engines,
+    Parsed,
+    _compiled,
     _parse,
     _selector_fields,
 )
@@ -75,7 +75,6 @@ from function.scheduling.placement import (
     place,
 )
 from function.scheduling.selectors import LabelSelector
-from function.scheduling.tolerations import parse_tolerations
 
 
 @dataclass(frozen=True)
@@ -132,22 +131,22 @@ def compose(inputs: Inputs) -> Outcome:
         SpecError: for an invalid spec (the runner returns a fatal result naming the field).
     """
     out = Outcome()
-    spec, selector = _parse(inputs)
-    raw_engines = inputs.spec.get("template", {}).get("spec", {}).get("engines") or []
+    parsed = _parse(inputs)
+    spec = parsed.spec
     ts = spec.template.spec
     cache = ts.modelCacheRef.name if ts.modelCacheRef else None
-    _require_lists(inputs, out, selector, cache)
+    _require_lists(inputs, out, parsed.selector, cache)
     call = _observe(inputs, out, spec.replicas, cache)
 
-    engines, bad = _engines(raw_engines)
+    engines, bad = _compiled(parsed.key)
     if bad:
         call.require_upfront()
         return _invalid_selector(call, "; ".join(bad[:3]))
     lists = _resolve_lists(call)
     if isinstance(lists, Outcome):
         return lists
-    request = _request(call, spec, selector, engines, lists)
-    placement = _place(call, request, raw_engines)
+    request = _request(call, parsed, engines, lists)
+    placement = _place(call, request, parsed.raw_engines)
     if isinstance(placement, Outcome):
         return placement
     nxt = _next_clusters(request, placement, spec.replicas)
@@ -226,8 +225,7 @@ def _resolve_lists(call: _Call) -> _Lists | Outcome:
 
 def _request(
     call: _Call,
-    spec: DeploymentSpec,
-    selector: LabelSelector,
+    parsed: Parsed,
     engines: tuple[Engine, ...],
     lists: _Lists,
 ) -> Request:
@@ -238,12 +236,12 @@ def _request(
         existing.append(
             Existing(v.index, v.cluster, v.pools, v.state[0], v.identity, v.serves, v.reads_root)
         )
-    tolerations = [t.model_dump(exclude_none=True) for t in spec.template.spec.tolerations]
+    selector = parsed.selector
     return Request(
-        replicas=spec.replicas,
+        replicas=parsed.spec.replicas,
         engines=engines,
         selector=selector,
-        tolerations=parse_tolerations(tolerations),
+        tolerations=parsed.tolerations,
         fleet=_Fleet(lists.clusters.items, lists.clusters.versions, selector.match_labels),
         existing=tuple(existing),
         footprint=lists.footprint,

@@ -314,7 +314,8 @@ class _Footprint(Mapping[str, str]):
         if got is None:
             i = self._by_name.get(hydration_name(self._ns, self._cache, cluster))
             h = _hydration(self._items[i], _version(self._versions, i)) if i is not None else None
-            ph = _entry(h, self._ns, self._cache) if h is not None and h.cluster == cluster else None
+            mine = h is not None and h.cluster == cluster
+            ph = _entry(h, self._ns, self._cache) if h is not None and mine else None
             got = self._named[cluster] = (h, ph)
         return got
 
