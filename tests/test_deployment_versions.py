@@ -36,6 +36,13 @@ def _cold() -> None:
         m.cache_clear()
 
 
+@pytest.fixture(autouse=True)
+def _cold_memos() -> None:
+    """Each test starts on a cold memo: the rows reuse uids with other content at the
+    same resourceVersion (which the API server never does)."""
+    _cold()
+
+
 def _stamp(doc: dict[str, Any], rv: str = "1") -> dict[str, Any]:
     """``doc`` as the API server returns it: with a uid (stable per kind and name) and a
     resourceVersion."""
