@@ -331,7 +331,9 @@ class _Serving(NamedTuple):
     existing: bool = False
 
 
-def _identity(footprint: _Footprint | None, cluster: str, view: _Observed | None) -> _Serving:
+def _identity(
+    footprint: _Footprint | None, replica: int, cluster: str, view: _Observed | None
+) -> _Serving:
     """Which source identity the replica on ``cluster`` is given (side-by-side revisions).
 
     The cluster's hydration Ready for its identity: that one (a replica on an older one
@@ -348,7 +350,7 @@ def _identity(footprint: _Footprint | None, cluster: str, view: _Observed | None
     # status.hydration.identity); only the spec's decides what it is given.
     serves = named or (view.serves if view is not None else "")
     if footprint is None:
-        return _Serving(-1, cluster, serves, "", "")
+        return _Serving(replica, cluster, serves, "", "")
     current, ready = footprint.identity(cluster)
     if named:
         given = current if ready else named
@@ -357,7 +359,7 @@ def _identity(footprint: _Footprint | None, cluster: str, view: _Observed | None
     else:
         given = current
     return _Serving(
-        -1, cluster, serves, given, current, footprint.failure(cluster), view is not None
+        replica, cluster, serves, given, current, footprint.failure(cluster), view is not None
     )
 
 
@@ -376,7 +378,7 @@ def _children(
     for p in placement.replicas:
         view = by_index.get(p.index) if p.existing else None
         pools = tuple(sorted(p.pools.items()))
-        ident = _identity(footprint, p.cluster, view)._replace(replica=p.index)
+        ident = _identity(footprint, p.index, p.cluster, view)
         if serving is not None:
             serving.append(ident)
         slot = Slot(p.index, p.cluster, pools, ident.given)

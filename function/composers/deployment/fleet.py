@@ -179,6 +179,12 @@ class _Fleet(Mapping[str, Cluster]):
             c = self._built[name] = _versioned_cluster(self._items[i], _version(self._versions, i))
         return c
 
+    def get(self, name: str, default: Any = None) -> Any:
+        c = self._built.get(name)
+        if c is not None:
+            return c
+        return self[name] if name in self._index.position else default
+
     def __contains__(self, name: object) -> bool:
         return name in self._index.position
 
@@ -330,8 +336,8 @@ class _Footprint(Mapping[str, str]):
     def get(self, cluster: str, default: Any = None) -> Any:
         if self._all is not None:
             return self._all.get(cluster, default)
-        ph = self._lookup(cluster)[1]
-        return default if ph is None else ph
+        got = self._named.get(cluster) or self._lookup(cluster)  # hot: placement's walk
+        return default if got[1] is None else got[1]
 
     def __contains__(self, cluster: object) -> bool:
         if not isinstance(cluster, str):
