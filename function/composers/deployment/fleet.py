@@ -348,10 +348,11 @@ class _Footprint(Mapping[str, str]):
 
     def _of(self, cluster: str) -> _Hydration | None:
         """The reading of the cache's hydration on ``cluster`` (None without one)."""
-        h = self._lookup(cluster)[0]
-        if h is None or cluster not in self:
+        h, ph = self._named.get(cluster) or self._lookup(cluster)
+        if h is None:
             return None
-        return h
+        mine = cluster in self._all if self._all is not None else ph is not None
+        return h if mine else None
 
     def identity(self, cluster: str) -> tuple[str, bool]:
         """``(identity, ready)`` of the cache's hydration on ``cluster``: the source
@@ -382,7 +383,12 @@ class _Footprint(Mapping[str, str]):
         if self._all is not None:
             return bool(self._all)
         if self._nonempty is None:
-            self._nonempty = bool(_footprint(self._items, self._versions, self._ns, self._cache))
+            # Reads hydrations until one is the cache's (the first, but for a foreign one).
+            ns, cache, versions = self._ns, self._cache, self._versions
+            self._nonempty = any(
+                _entry(_hydration(h, _version(versions, i)), ns, cache) is not None
+                for i, h in enumerate(self._items)
+            )
         return self._nonempty
 
 
