@@ -4,6 +4,7 @@ side), the cache Usage, and keeping observed children as they are."""
 from __future__ import annotations
 
 import copy
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
@@ -12,7 +13,7 @@ from function import API_VERSION
 from function.composers.deployment.status import _replica_state
 from function.composers.deployment.terms import REPLICA_KIND, USAGE_API_VERSION
 from function.core import structfill, structs
-from function.core.inputs import Inputs
+from function.core.inputs import Inputs, ObservedView
 from function.core.memo import memo
 from function.core.outcome import Outcome
 from function.naming import (
@@ -175,11 +176,15 @@ def _usage(namespace: str, name: str, cache: str) -> bytes:
 
 
 def _observed_replicas(inputs: Inputs) -> dict[str, Struct]:
-    """Observed ModelReplica children by composition-resource name."""
+    """Observed ModelReplica children by composition-resource name, sorted by name."""
+    obs = inputs.observed
+    bodies = (
+        obs.bodies() if isinstance(obs, ObservedView) else ((k, c.resource) for k, c in obs.items())
+    )
     return {
-        k: c.resource
-        for k, c in sorted(inputs.observed.items())
-        if structs.sval(c.resource, "kind") == REPLICA_KIND
+        k: body
+        for k, body in sorted(bodies, key=itemgetter(0))
+        if structs.sval(body, "kind") == REPLICA_KIND
     }
 
 
