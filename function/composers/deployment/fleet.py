@@ -234,7 +234,7 @@ def _hydration(h: Struct) -> _Hydration:
     return _Hydration(
         name=_str_field(structs.fields_of(h, "metadata"), "name"),
         cluster=_str_field(structs.fields_of(h, "spec"), "clusterName"),
-        phase=_str_field(structs.fields_of(h, "status"), "phase") or PENDING,
+        phase=phase or PENDING,
         identity=source_identity_of(source) if source is not None else spec_source_identity(h),
         ready=phase == READY,
         stored=stored_identities(status),

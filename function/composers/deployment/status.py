@@ -38,7 +38,9 @@ _CREATING = (False, "Creating", "not created yet")
 def _replica_state(obj: Struct | None) -> tuple[bool, str, str]:
     """(ready, reason, message) of an observed ModelReplica from its ModelReady condition
     (:data:`_CREATING` for None)."""
-    return _CREATING if obj is None else _state_of(obj)
+    if obj is None:
+        return _CREATING
+    return _state_of(obj)
 
 
 @versioned.reading(16384, weight=2)
