@@ -60,10 +60,24 @@ def version_of(item: Struct) -> Version | None:
     return (uid, rv) if uid and rv else None
 
 
+class Versions(tuple[Version | None, ...]):
+    """The :func:`version_of` of each object of a list, in order: a tuple that computes
+    its :func:`digest` once (:attr:`tag`), however many memos of the call key by it
+    (:func:`over_versions`)."""
+
+    @functools.cached_property
+    def tag(self) -> bytes | None:
+        """:func:`digest` of these versions; None when one is not known (or holds a
+        separator): such a list is not memoized."""
+        if None in self:
+            return None
+        return digest(cast("tuple[Version, ...]", self))
+
+
 def items_with_versions(items: Any) -> tuple[tuple[Struct, ...], tuple[Version | None, ...]]:
     """The objects of a ``Resources.items`` list (``item.resource``) and, in the same
-    order, the :func:`version_of` of each (one pass: the hot path of every required
-    resource of every call)."""
+    order, the :func:`version_of` of each, as :class:`Versions` (one pass: the hot path
+    of every required resource of every call)."""
     objects: list[Struct] = []
     versions: list[Version | None] = []
     add_object, add_version = objects.append, versions.append
@@ -71,7 +85,7 @@ def items_with_versions(items: Any) -> tuple[tuple[Struct, ...], tuple[Version |
         item = i.resource
         add_object(item)
         add_version(version_of(item))
-    return tuple(objects), tuple(versions)
+    return tuple(objects), Versions(versions)
 
 
 def reading(
@@ -201,9 +215,12 @@ def over_versions(
 
         @functools.wraps(fn)
         def call(items: Any, versions: tuple[Version | None, ...] | None, *args: Any) -> T:
-            if versions is None or None in versions:
+            if isinstance(versions, Versions):
+                tag = versions.tag  # computed once per list
+            elif versions is None or None in versions:
                 return fn(items, versions, *args)
-            tag = digest(cast("tuple[Version, ...]", versions))  # no None: checked above
+            else:
+                tag = digest(cast("tuple[Version, ...]", versions))  # no None: checked above
             if tag is None:
                 return fn(items, versions, *args)
             # Kept by the other arguments (a selector, a requirement), tagged with the

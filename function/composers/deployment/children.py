@@ -4,6 +4,7 @@ side), the cache Usage, and keeping observed children as they are."""
 from __future__ import annotations
 
 import copy
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
@@ -11,8 +12,8 @@ from google.protobuf.struct_pb2 import Struct
 from function import API_VERSION
 from function.composers.deployment.status import _replica_state
 from function.composers.deployment.terms import REPLICA_KIND, USAGE_API_VERSION
-from function.core import structs
-from function.core.inputs import Inputs
+from function.core import structfill, structs
+from function.core.inputs import Inputs, ObservedView
 from function.core.memo import memo
 from function.core.outcome import Outcome
 from function.naming import (
@@ -100,14 +101,14 @@ class Slot(NamedTuple):
 
 
 @memo(4096, weight=4)
-def _replica_body(namespace: str, name: str, template: bytes, slot: Slot) -> Struct:
+def _replica_body(namespace: str, name: str, template: bytes, slot: Slot) -> bytes:
     """The desired ModelReplica ``slot.replica`` of deployment ``namespace/name`` on
-    ``slot.cluster``.
+    ``slot.cluster``, as its deterministic serialization (a Struct's).
 
     A pure function of its arguments (``template`` is :func:`_template_key`), memoized
-    because a steady deployment desires the same bodies on every reconcile. The
-    returned Struct is shared: callers only read it (the runner copies it into the
-    response).
+    because a steady deployment desires the same bodies on every reconcile. The runner
+    splices the bytes into the response as they are
+    (:func:`function.edge.codec.resource_entry`): no copy, no parse.
     """
     out = Struct()
     f = out.fields
@@ -130,38 +131,60 @@ def _replica_body(namespace: str, name: str, template: bytes, slot: Slot) -> Str
     ref = spec.fields.get("modelCacheRef")
     if slot.identity and ref is not None and ref.WhichOneof("kind") == "struct_value":
         ref.struct_value.fields["identity"].string_value = slot.identity
-    return out
+    return out.SerializeToString(deterministic=True)
 
 
-def _usage_body(inputs: Inputs, cache: str) -> dict[str, Any]:
+def _usage_body(inputs: Inputs, cache: str) -> bytes:
+    """The cache's Usage (:func:`_usage`) of this deployment."""
+    return _usage(inputs.namespace, inputs.name, cache)
+
+
+@memo(1024, weight=1)
+def _usage(namespace: str, name: str, cache: str) -> bytes:
+    """The Usage that keeps ModelCache ``cache`` while deployment ``namespace/name``
+    serves from it, as a Struct's deterministic serialization (memoized; spliced into
+    the response as it is)."""
     labels, ann = labels_with_full(
-        {LABEL_DEPLOYMENT: inputs.name, LABEL_CACHE: cache, LABEL_MANAGED_BY: MANAGED_BY}
+        {LABEL_DEPLOYMENT: name, LABEL_CACHE: cache, LABEL_MANAGED_BY: MANAGED_BY}
     )
     meta: dict[str, Any] = {
-        "name": child_name("modeldeployment", inputs.namespace, inputs.name, "cache-usage"),
-        "namespace": inputs.namespace,
+        "name": child_name("modeldeployment", namespace, name, "cache-usage"),
+        "namespace": namespace,
         "labels": labels,
     }
     if ann:
         meta["annotations"] = ann
-    return {
-        "apiVersion": USAGE_API_VERSION,
-        "kind": "Usage",
-        "metadata": meta,
-        "spec": {
-            "of": {"apiVersion": API_VERSION, "kind": "ModelCache", "resourceRef": {"name": cache}},
-            "reason": f"ModelDeployment {inputs.name} serves from this ModelCache",
-            "replayDeletion": True,
+    body = Struct()
+    structfill.fill(
+        body.fields,
+        {
+            "apiVersion": USAGE_API_VERSION,
+            "kind": "Usage",
+            "metadata": meta,
+            "spec": {
+                "of": {
+                    "apiVersion": API_VERSION,
+                    "kind": "ModelCache",
+                    "resourceRef": {"name": cache},
+                },
+                "reason": f"ModelDeployment {name} serves from this ModelCache",
+                "replayDeletion": True,
+            },
         },
-    }
+    )
+    return body.SerializeToString(deterministic=True)
 
 
 def _observed_replicas(inputs: Inputs) -> dict[str, Struct]:
-    """Observed ModelReplica children by composition-resource name."""
+    """Observed ModelReplica children by composition-resource name, sorted by name."""
+    obs = inputs.observed
+    bodies = (
+        obs.bodies() if isinstance(obs, ObservedView) else ((k, c.resource) for k, c in obs.items())
+    )
     return {
-        k: c.resource
-        for k, c in sorted(inputs.observed.items())
-        if structs.sval(c.resource, "kind") == REPLICA_KIND
+        k: body
+        for k, body in sorted(bodies, key=itemgetter(0))
+        if structs.sval(body, "kind") == REPLICA_KIND
     }
 
 

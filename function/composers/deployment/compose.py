@@ -27,8 +27,8 @@ from function.composers.deployment.fleet import (
     _Observed,
 )
 from function.composers.deployment.spec import (
-    DeploymentSpec,
-    _engines,
+    Parsed,
+    _compiled,
     _parse,
     _selector_fields,
 )
@@ -75,7 +75,6 @@ from function.scheduling.placement import (
     place,
 )
 from function.scheduling.selectors import LabelSelector
-from function.scheduling.tolerations import parse_tolerations
 
 
 @dataclass(frozen=True)
@@ -132,22 +131,22 @@ def compose(inputs: Inputs) -> Outcome:
         SpecError: for an invalid spec (the runner returns a fatal result naming the field).
     """
     out = Outcome()
-    spec, selector = _parse(inputs)
-    raw_engines = inputs.spec.get("template", {}).get("spec", {}).get("engines") or []
+    parsed = _parse(inputs)
+    spec = parsed.spec
     ts = spec.template.spec
     cache = ts.modelCacheRef.name if ts.modelCacheRef else None
-    _require_lists(inputs, out, selector, cache)
+    _require_lists(inputs, out, parsed.selector, cache)
     call = _observe(inputs, out, spec.replicas, cache)
 
-    engines, bad = _engines(raw_engines)
+    engines, bad = _compiled(parsed.key)
     if bad:
         call.require_upfront()
         return _invalid_selector(call, "; ".join(bad[:3]))
     lists = _resolve_lists(call)
     if isinstance(lists, Outcome):
         return lists
-    request = _request(call, spec, selector, engines, lists)
-    placement = _place(call, request, raw_engines)
+    request = _request(call, parsed, engines, lists)
+    placement = _place(call, request, parsed.raw_engines)
     if isinstance(placement, Outcome):
         return placement
     nxt = _next_clusters(request, placement, spec.replicas)
@@ -216,7 +215,7 @@ def _resolve_lists(call: _Call) -> _Lists | Outcome:
         return _cache_not_found(call)
     return _Lists(
         clusters,
-        _Footprint(hyd_r.items, inputs.namespace, cache),
+        _Footprint(hyd_r.items, inputs.namespace, cache, hyd_r.versions),
         retained_clusters(cache_r.items[0]),
     )
 
@@ -226,8 +225,7 @@ def _resolve_lists(call: _Call) -> _Lists | Outcome:
 
 def _request(
     call: _Call,
-    spec: DeploymentSpec,
-    selector: LabelSelector,
+    parsed: Parsed,
     engines: tuple[Engine, ...],
     lists: _Lists,
 ) -> Request:
@@ -238,13 +236,13 @@ def _request(
         existing.append(
             Existing(v.index, v.cluster, v.pools, v.state[0], v.identity, v.serves, v.reads_root)
         )
-    tolerations = [t.model_dump(exclude_none=True) for t in spec.template.spec.tolerations]
+    selector = parsed.selector
     return Request(
-        replicas=spec.replicas,
+        replicas=parsed.spec.replicas,
         engines=engines,
         selector=selector,
-        tolerations=parse_tolerations(tolerations),
-        fleet=_Fleet(lists.clusters.items),
+        tolerations=parsed.tolerations,
+        fleet=_Fleet(lists.clusters.items, lists.clusters.versions, selector.match_labels),
         existing=tuple(existing),
         footprint=lists.footprint,
         retained=lists.retained,
@@ -333,7 +331,9 @@ class _Serving(NamedTuple):
     existing: bool = False
 
 
-def _identity(footprint: _Footprint | None, cluster: str, view: _Observed | None) -> _Serving:
+def _identity(
+    footprint: _Footprint | None, replica: int, cluster: str, view: _Observed | None
+) -> _Serving:
     """Which source identity the replica on ``cluster`` is given (side-by-side revisions).
 
     The cluster's hydration Ready for its identity: that one (a replica on an older one
@@ -350,7 +350,7 @@ def _identity(footprint: _Footprint | None, cluster: str, view: _Observed | None
     # status.hydration.identity); only the spec's decides what it is given.
     serves = named or (view.serves if view is not None else "")
     if footprint is None:
-        return _Serving(-1, cluster, serves, "", "")
+        return _Serving(replica, cluster, serves, "", "")
     current, ready = footprint.identity(cluster)
     if named:
         given = current if ready else named
@@ -359,7 +359,7 @@ def _identity(footprint: _Footprint | None, cluster: str, view: _Observed | None
     else:
         given = current
     return _Serving(
-        -1, cluster, serves, given, current, footprint.failure(cluster), view is not None
+        replica, cluster, serves, given, current, footprint.failure(cluster), view is not None
     )
 
 
@@ -378,7 +378,7 @@ def _children(
     for p in placement.replicas:
         view = by_index.get(p.index) if p.existing else None
         pools = tuple(sorted(p.pools.items()))
-        ident = _identity(footprint, p.cluster, view)._replace(replica=p.index)
+        ident = _identity(footprint, p.index, p.cluster, view)
         if serving is not None:
             serving.append(ident)
         slot = Slot(p.index, p.cluster, pools, ident.given)

@@ -5,9 +5,9 @@ through the Struct field maps, memoized where fleets repeat)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import ListValue, Struct
 
@@ -22,7 +22,7 @@ from function.api.modelcachehydration import (
 )
 from function.api.modelreplica import reads_pvc_root, status_identity
 from function.composers.deployment.status import _replica_state
-from function.core import structs
+from function.core import structs, versioned
 from function.core.memo import memo
 from function.naming import (
     hydration_name,
@@ -97,7 +97,8 @@ def _cluster(item: Struct) -> Cluster:
 
 
 def _cached_cluster(item: Struct) -> Cluster:
-    """:func:`_cluster`, memoized by the object's serialized bytes.
+    """:func:`_cluster`, memoized by the object's serialized bytes (an object without a
+    uid and resourceVersion: :func:`_versioned_cluster` keeps the others).
 
     An InferenceCluster changes rarely and is read on every reconcile of every
     deployment; serializing it (one C call) costs less than half of reading it field by
@@ -112,60 +113,159 @@ def _cluster_from(raw: bytes) -> Cluster:
     return _cluster(Struct.FromString(raw))
 
 
+@versioned.reading(16384, weight=4)
+def _versioned_cluster(item: Struct) -> Cluster:
+    """:func:`_cached_cluster`, kept by the object's uid and resourceVersion
+    (:mod:`function.core.versioned`): a hit costs no serialization. Call it as
+    ``_versioned_cluster(item, version)`` when the version is known."""
+    return _cached_cluster(item)
+
+
+class _Index(NamedTuple):
+    """Where each named object of a list is (a name seen twice: its last position, as a
+    dict would keep it; an object without a name, or with an empty or non-string one,
+    is left out), and the names sorted."""
+
+    position: dict[str, int]
+    ordered: tuple[str, ...]
+
+
+@versioned.over_versions(1024, weight=4)
+def _index(
+    items: Sequence[Struct], versions: tuple[versioned.Version | None, ...] | None, key: Hashable
+) -> _Index:
+    """:class:`_Index` of ``items``, kept by their versions (``key`` names the list: one
+    entry per requirement). Shared between calls: never mutated."""
+    position: dict[str, int] = {}
+    for i, it in enumerate(items):
+        v = it.fields.get("metadata")
+        x = v.struct_value.fields.get("name") if v is not None else None
+        if x is not None and x.string_value:
+            position[x.string_value] = i
+    return _Index(position, tuple(sorted(position)))
+
+
+def _version(versions: tuple[versioned.Version | None, ...] | None, i: int) -> Any:
+    """The version of item ``i`` as a reading takes it (``...``: not read yet)."""
+    return versions[i] if versions is not None else ...
+
+
 class _Fleet(Mapping[str, Cluster]):
     """The resolved InferenceClusters by name; each becomes a :class:`Cluster` only when
     placement first reads it (``Request.fleet``). Building one costs far more than
     finding its name, and a steady-state reconcile reads only the clusters its
-    replicas run on. A name seen twice keeps the last object (as a dict would)."""
+    replicas run on. A name seen twice keeps the last object (as a dict would).
 
-    __slots__ = ("_built", "_names", "_raw")
+    With the items' versions (``Resolved.versions``), the index by name is kept by the
+    list's versions and each Cluster by its object's (:mod:`function.core.versioned`);
+    ``key`` names the list (the requirement's labels)."""
 
-    def __init__(self, items: Sequence[Struct]) -> None:
-        raw: dict[str, Struct] = {}
-        for it in items:
-            v = structs.fields_of(it, "metadata").get("name")
-            if v is not None and v.string_value:
-                raw[v.string_value] = it
-        self._raw = raw
+    __slots__ = ("_built", "_index", "_items", "_versions")
+
+    def __init__(
+        self,
+        items: Sequence[Struct],
+        versions: tuple[versioned.Version | None, ...] | None = None,
+        key: Hashable = (),
+    ) -> None:
+        self._items, self._versions = items, versions
+        self._index = _index(items, versions, ("clusters", key))
         self._built: dict[str, Cluster] = {}
-        self._names: list[str] | None = None
 
     def __getitem__(self, name: str) -> Cluster:
         c = self._built.get(name)
         if c is None:
-            c = self._built[name] = _cached_cluster(self._raw[name])
+            i = self._index.position[name]
+            c = self._built[name] = _versioned_cluster(self._items[i], _version(self._versions, i))
         return c
 
+    def get(self, name: str, default: Any = None) -> Any:
+        c = self._built.get(name)
+        if c is not None:
+            return c
+        return self[name] if name in self._index.position else default
+
     def __contains__(self, name: object) -> bool:
-        return name in self._raw
+        return name in self._index.position
 
     def __iter__(self) -> Iterator[str]:
-        if self._names is None:
-            self._names = sorted(self._raw)
-        return iter(self._names)
+        return iter(self._index.ordered)
 
     def __len__(self) -> int:
-        return len(self._raw)
+        return len(self._index.position)
 
 
-def _footprint(hydrations: Sequence[Struct], ns: str, cache: str) -> dict[str, str]:
+class _Hydration(NamedTuple):
+    """What the deployment reads of one ModelCacheHydration (:func:`_hydration`)."""
+
+    name: str
+    """``metadata.name`` ("" unless a string)."""
+    cluster: str
+    """``spec.clusterName`` ("" unless a string)."""
+    phase: str
+    """``status.phase``; ``Pending`` when absent or empty (the footprint's phase)."""
+    identity: str
+    """The source identity it reports (``status.source.identity``; its spec's before it
+    reported a source)."""
+    ready: bool
+    """``status.phase`` is ``Ready``."""
+    stored: frozenset[str]
+    """``status.stored`` (``function.api.modelcachehydration.stored_identities``)."""
+    failure: tuple[str, str]
+    """When Failed: the identity of ``status.source`` ("" when not reported) and
+    ``status.message``; ``("", "")`` otherwise."""
+
+
+def _str_field(fields: Any, key: str) -> str:
+    x = fields.get(key)
+    return x.string_value if x is not None else ""  # "" unless a string
+
+
+@versioned.reading(65536, weight=8)
+def _hydration(h: Struct) -> _Hydration:
+    """:class:`_Hydration` of ``h``, read once per uid and resourceVersion (Call it as
+    ``_hydration(h, version)`` when the version is known)."""
+    status = structs.sub(h, "status")
+    source = structs.sub(status, "source")
+    phase = structs.sval(status, "phase")
+    failure = ("", "")
+    if phase == FAILED:
+        failure = (source_identity_of(source), structs.sval(status, "message"))
+    return _Hydration(
+        name=_str_field(structs.fields_of(h, "metadata"), "name"),
+        cluster=_str_field(structs.fields_of(h, "spec"), "clusterName"),
+        phase=phase or PENDING,
+        identity=source_identity_of(source) if source is not None else spec_source_identity(h),
+        ready=phase == READY,
+        stored=stored_identities(status),
+        failure=failure,
+    )
+
+
+def _entry(h: _Hydration, ns: str, cache: str) -> str | None:
+    """The footprint phase ``h`` gives its cluster: None without a cluster, or when it
+    is another cache's (a shortened label shared by two caches)."""
+    if not h.cluster or h.name != hydration_name(ns, cache, h.cluster):
+        return None
+    return h.phase
+
+
+@versioned.over_versions(1024, weight=4)
+def _footprint(
+    hydrations: Sequence[Struct],
+    versions: tuple[versioned.Version | None, ...] | None,
+    ns: str,
+    cache: str,
+) -> dict[str, str]:
     """Cluster name to hydration phase (``Pending`` when none yet) of ``cache``'s
-    ModelCacheHydrations. Hot path (one per cluster): three field-map reads each."""
+    ModelCacheHydrations; a cluster named twice keeps the last. Kept by the list's
+    versions (shared between calls: never mutated)."""
     out: dict[str, str] = {}
-    for h in hydrations:
-        f = h.fields
-        v = f.get("spec")
-        x = v.struct_value.fields.get("clusterName") if v is not None else None
-        cl = x.string_value if x is not None else ""  # "" unless a string
-        if not cl:
-            continue
-        v = f.get("metadata")
-        x = v.struct_value.fields.get("name") if v is not None else None
-        if x is None or x.string_value != hydration_name(ns, cache, cl):
-            continue  # another cache whose shortened label collides
-        v = f.get("status")
-        x = v.struct_value.fields.get("phase") if v is not None else None
-        out[cl] = (x.string_value if x is not None else "") or PENDING
+    for h, version in zip(hydrations, versions or (...,) * len(hydrations), strict=True):
+        f = _hydration(h, version)
+        phase = _entry(f, ns, cache)
+        if phase is not None:
+            out[f.cluster] = phase
     return out
 
 
@@ -174,86 +274,104 @@ class _Footprint(Mapping[str, str]):
 
     A steady-state reconcile looks up only the clusters its replicas run on; finding a
     hydration by its name (:func:`function.naming.hydration_name`) needs one field per
-    hydration to index, against three to read the whole footprint. Iterating (new
-    replicas, a shortfall message) reads it all once.
+    hydration to index (kept by the list's versions when it has them), against a whole
+    reading of each to read the whole footprint. Iterating (new replicas, a shortfall
+    message) reads it all once. Each hydration is read once per version
+    (:func:`_hydration`).
     """
 
-    __slots__ = ("_all", "_by_name", "_cache", "_items", "_nonempty", "_ns", "_seen")
+    __slots__ = (
+        "_all",
+        "_by_name",
+        "_cache",
+        "_items",
+        "_named",
+        "_nonempty",
+        "_ns",
+        "_versions",
+    )
 
-    def __init__(self, hydrations: Sequence[Struct], ns: str, cache: str) -> None:
+    def __init__(
+        self,
+        hydrations: Sequence[Struct],
+        ns: str,
+        cache: str,
+        versions: tuple[versioned.Version | None, ...] | None = None,
+    ) -> None:
         self._items, self._ns, self._cache = hydrations, ns, cache
-        by_name: dict[str, Struct] = {}
-        for h in hydrations:
-            v = h.fields.get("metadata")
-            x = v.struct_value.fields.get("name") if v is not None else None
-            if x is not None and x.string_value:
-                by_name[x.string_value] = h
-        self._by_name = by_name
+        self._versions = versions
+        self._by_name = _index(hydrations, versions, ("hydrations", ns, cache)).position
         self._all: dict[str, str] | None = None
         self._nonempty: bool | None = None
-        self._seen: dict[str, str | None] = {}  # clusters looked up so far
+        # Per cluster looked up so far: the reading of the hydration named for it (None
+        # without one) and the phase it gives the cluster (None: not in the footprint).
+        self._named: dict[str, tuple[_Hydration | None, str | None]] = {}
 
     def _full(self) -> dict[str, str]:
         if self._all is None:
-            self._all = _footprint(self._items, self._ns, self._cache)
+            self._all = _footprint(self._items, self._versions, self._ns, self._cache)
         return self._all
+
+    def _lookup(self, cluster: str) -> tuple[_Hydration | None, str | None]:
+        """The reading of the hydration named for ``cluster`` (it may be another
+        cluster's) and the phase it gives ``cluster`` (None when absent or when the
+        hydration is another cluster's)."""
+        got = self._named.get(cluster)
+        if got is None:
+            i = self._by_name.get(hydration_name(self._ns, self._cache, cluster))
+            h = _hydration(self._items[i], _version(self._versions, i)) if i is not None else None
+            mine = h is not None and h.cluster == cluster
+            ph = _entry(h, self._ns, self._cache) if h is not None and mine else None
+            got = self._named[cluster] = (h, ph)
+        return got
 
     def __getitem__(self, cluster: str) -> str:
         if self._all is not None:
             return self._all[cluster]
-        if cluster in self._seen:
-            ph = self._seen[cluster]
-        else:
-            h = self._by_name.get(hydration_name(self._ns, self._cache, cluster))
-            # None when absent or when the hydration is another cluster's.
-            ph = _footprint((h,), self._ns, self._cache).get(cluster) if h is not None else None
-            self._seen[cluster] = ph
+        ph = self._lookup(cluster)[1]
         if ph is None:
             raise KeyError(cluster)
         return ph
 
+    def get(self, cluster: str, default: Any = None) -> Any:
+        if self._all is not None:
+            return self._all.get(cluster, default)
+        got = self._named.get(cluster) or self._lookup(cluster)  # hot: placement's walk
+        return default if got[1] is None else got[1]
+
     def __contains__(self, cluster: object) -> bool:
         if not isinstance(cluster, str):
             return False
-        try:
-            self[cluster]
-        except KeyError:
-            return False
-        return True
+        if self._all is not None:
+            return cluster in self._all
+        return self._lookup(cluster)[1] is not None
+
+    def _of(self, cluster: str) -> _Hydration | None:
+        """The reading of the cache's hydration on ``cluster`` (None without one)."""
+        h, ph = self._named.get(cluster) or self._lookup(cluster)
+        if h is None:
+            return None
+        mine = cluster in self._all if self._all is not None else ph is not None
+        return h if mine else None
 
     def identity(self, cluster: str) -> tuple[str, bool]:
         """``(identity, ready)`` of the cache's hydration on ``cluster``: the source
         identity it reports (``status.source.identity``; its spec's before it reported
         one) and whether it is Ready for it. ``("", False)`` without a hydration."""
-        h = self._by_name.get(hydration_name(self._ns, self._cache, cluster))
-        if h is None or cluster not in self:
-            return "", False
-        status = structs.sub(h, "status")
-        source = structs.sub(status, "source")
-        ident = source_identity_of(source)
-        if source is None:
-            ident = spec_source_identity(h)
-        return ident, structs.sval(status, "phase") == READY
-
-    def _status(self, cluster: str) -> Struct | None:
-        """The status of the cache's hydration on ``cluster`` (None without one)."""
-        h = self._by_name.get(hydration_name(self._ns, self._cache, cluster))
-        if h is None or cluster not in self:
-            return None
-        return structs.sub(h, "status")
+        h = self._of(cluster)
+        return (h.identity, h.ready) if h is not None else ("", False)
 
     def stored(self, cluster: str) -> frozenset[str]:
         """The identities complete on ``cluster``'s cache PVC: its hydration's
         ``status.stored`` (``function.api.modelcachehydration.stored_identities``)."""
-        return stored_identities(self._status(cluster))
+        h = self._of(cluster)
+        return h.stored if h is not None else frozenset()
 
     def failure(self, cluster: str) -> tuple[str, str]:
         """``(identity, message)`` of ``cluster``'s hydration when it is Failed (the
         identity of ``status.source``, "" when not reported); ``("", "")`` otherwise."""
-        status = self._status(cluster)
-        if structs.sval(status, "phase") != FAILED:
-            return "", ""
-        return source_identity_of(structs.sub(status, "source")), structs.sval(status, "message")
+        h = self._of(cluster)
+        return h.failure if h is not None else ("", "")
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._full())
@@ -265,7 +383,12 @@ class _Footprint(Mapping[str, str]):
         if self._all is not None:
             return bool(self._all)
         if self._nonempty is None:
-            self._nonempty = any(_footprint((h,), self._ns, self._cache) for h in self._items)
+            # Reads hydrations until one is the cache's (the first, but for a foreign one).
+            ns, cache, versions = self._ns, self._cache, self._versions
+            self._nonempty = any(
+                _entry(_hydration(h, _version(versions, i)), ns, cache) is not None
+                for i, h in enumerate(self._items)
+            )
         return self._nonempty
 
 
@@ -313,6 +436,37 @@ def _replica_usage(item: Struct) -> tuple[str, dict[tuple[str, int], str], list[
     return _usage_of(structs.fields_of(item, "spec"))
 
 
+class _Replica(NamedTuple):
+    """What the deployment reads of one of its observed ModelReplicas
+    (:func:`_replica`); the fields of :class:`_Observed` but the object, in its order."""
+
+    replica_index: int | None
+    cluster: str
+    pools: Mapping[tuple[str, int], str]
+    state: tuple[bool, str, str]
+    identity: str
+    reads_root: bool
+    serves: str
+
+
+@versioned.reading(16384, weight=4)
+def _replica(obj: Struct) -> _Replica:
+    """:class:`_Replica` of an observed ModelReplica, read once per uid and
+    resourceVersion (shared between calls: never mutated)."""
+    spec = structs.fields_of(obj, "spec")
+    cluster, pools, _ = _usage_of(spec)
+    iv = spec.get("index")
+    index = _num(iv, -1) if iv is not None and iv.WhichOneof("kind") == "number_value" else None
+    ref = spec.get("modelCacheRef")
+    identity = ""
+    if ref is not None and ref.WhichOneof("kind") == "struct_value":
+        identity = source_identity_of(ref.struct_value)
+    reads_root = not identity and ref is not None and reads_pvc_root(obj)
+    serves = status_identity(obj) if not identity and ref is not None else ""
+    state = _replica_state(obj)
+    return _Replica(index, cluster, pools, state, identity, reads_root, serves)
+
+
 @dataclass(slots=True)
 class _Observed:
     """What the deployment reads of one of its observed ModelReplicas, read once."""
@@ -320,7 +474,7 @@ class _Observed:
     obj: Struct
     index: int | None
     cluster: str
-    pools: dict[tuple[str, int], str]
+    pools: Mapping[tuple[str, int], str]
     state: tuple[bool, str, str]
     identity: str = ""  # spec.modelCacheRef.identity: the source identity it serves
     reads_root: bool = False  # its workload reads the PVC root (api.modelreplica.reads_pvc_root)
@@ -328,18 +482,7 @@ class _Observed:
 
     @classmethod
     def of(cls, obj: Struct) -> _Observed:
-        spec = structs.fields_of(obj, "spec")
-        cluster, pools, _ = _usage_of(spec)
-        iv = spec.get("index")
-        index = _num(iv, -1) if iv is not None and iv.WhichOneof("kind") == "number_value" else None
-        ref = spec.get("modelCacheRef")
-        identity = ""
-        if ref is not None and ref.WhichOneof("kind") == "struct_value":
-            identity = source_identity_of(ref.struct_value)
-        reads_root = not identity and ref is not None and reads_pvc_root(obj)
-        serves = status_identity(obj) if not identity and ref is not None else ""
-        state = _replica_state(obj)
-        return cls(obj, index, cluster, pools, state, identity, reads_root, serves)
+        return cls(obj, *_replica(obj))
 
 
 def _is_own(item: Struct, ns: str, name: str) -> bool:

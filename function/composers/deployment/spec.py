@@ -4,7 +4,7 @@ compiled from it (CEL selectors checked here, where the user wrote them)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -13,8 +13,10 @@ from function.api.modeldeployment import DeploymentSpec, TemplateSpec
 from function.api.modelreplica import Engine as EngineSpec
 from function.api.modelreplica import Member as MemberSpec
 from function.api.modelreplica import NodeSelector
+from function.core import structs
 from function.core.errors import SpecError, pydantic_errors
 from function.core.inputs import Inputs
+from function.core.memo import memo
 from function.scheduling.devices import (
     DeviceRequest,
     InvalidSelector,
@@ -25,13 +27,65 @@ from function.scheduling.placement import (
     Member,
 )
 from function.scheduling.selectors import LabelSelector
+from function.scheduling.tolerations import Toleration, parse_tolerations
 from function.serving.env import check_reserved
 
 
-def _parse(inputs: Inputs) -> tuple[DeploymentSpec, LabelSelector]:
-    """Validate the spec; raises SpecError naming the field."""
+class Parsed(NamedTuple):
+    """The validated spec and what the composer reads of it (:func:`_parse`).
+
+    Attributes:
+        key: The spec's canonical form (:func:`function.core.structs.canonical`).
+        spec: The validated model.
+        selector: ``spec.template.spec.clusterSelector``.
+        tolerations: ``spec.template.spec.tolerations`` as placement reads them.
+        raw_engines: ``spec.template.spec.engines`` as plain Python (what :func:`_engines`
+            and :func:`_selector_fields` read).
+    """
+
+    key: bytes
+    spec: DeploymentSpec
+    selector: LabelSelector
+    tolerations: tuple[Toleration, ...]
+    raw_engines: list[Any]
+
+
+def _parse(inputs: Inputs) -> Parsed:
+    """Validate the spec (:func:`_parsed` of its canonical form); raises SpecError naming
+    the field."""
+    return _parsed(structs.canonical(inputs.xr, "spec"))
+
+
+@memo(1024, weight=2)
+def _parsed(spec_key: bytes) -> Parsed:
+    """:class:`Parsed` of the spec whose canonical form (:func:`function.core.structs.
+    canonical`) is ``spec_key``: memoized, as Crossplane calls again with the same spec
+    on every reconcile. Shared between calls: read it, never change it.
+
+    Raises:
+        SpecError: naming the first invalid field (not memoized: raised on every call).
+    """
+    raw = structs.plain(spec_key)
+    raw = raw if isinstance(raw, dict) else {}
+    spec, selector = _validate(raw)
+    tolerations = parse_tolerations(
+        [t.model_dump(exclude_none=True) for t in spec.template.spec.tolerations]
+    )
+    raw_engines = raw.get("template", {}).get("spec", {}).get("engines") or []
+    return Parsed(spec_key, spec, selector, tolerations, raw_engines)
+
+
+@memo(1024, weight=2)
+def _compiled(spec_key: bytes) -> tuple[tuple[Engine, ...], list[str]]:
+    """:func:`_engines` of the spec whose canonical form is ``spec_key`` (memoized like
+    :func:`_parsed`; shared between calls: never change the result)."""
+    return _engines(_parsed(spec_key).raw_engines)
+
+
+def _validate(raw: dict[str, Any]) -> tuple[DeploymentSpec, LabelSelector]:
+    """Validate the spec (plain Python); raises SpecError naming the field."""
     try:
-        spec = DeploymentSpec.model_validate(inputs.spec)
+        spec = DeploymentSpec.model_validate(raw)
     except ValidationError as err:
         raise pydantic_errors("spec", err) from None
     ts = spec.template.spec

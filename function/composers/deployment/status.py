@@ -21,8 +21,9 @@ from function.composers.deployment.terms import (
     REPLACEMENT_METRIC,
     WAITING_FOR_CACHE,
 )
-from function.core import structs
+from function.core import structs, versioned
 from function.core.inputs import Inputs
+from function.core.memo import memo
 from function.core.numbers import is_whole
 from function.core.outcome import Outcome
 from function.core.timeutil import elapsed, format_time, parse_time
@@ -35,12 +36,17 @@ _CREATING = (False, "Creating", "not created yet")
 
 
 def _replica_state(obj: Struct | None) -> tuple[bool, str, str]:
-    """(ready, reason, message) of an observed ModelReplica from its ModelReady condition.
-
-    Hot path: scans ``status.conditions`` through the field maps, once per replica.
-    """
+    """(ready, reason, message) of an observed ModelReplica from its ModelReady condition
+    (:data:`_CREATING` for None)."""
     if obj is None:
         return _CREATING
+    return _state_of(obj)
+
+
+@versioned.reading(16384, weight=2)
+def _state_of(obj: Struct) -> tuple[bool, str, str]:
+    """:func:`_replica_state` of an object, read once per uid and resourceVersion: scans
+    ``status.conditions`` through the field maps."""
     conds = structs.fields_of(obj, "status").get("conditions")
     if conds is not None:
         for cv in conds.list_value.values:
@@ -133,17 +139,12 @@ def _status_from(
         its cache or any replica not serving is False.
     """
     tally = _Tally()
-    placement = ListValue()  # built in place: 100s of rows, no dict-to-Struct round trip
+    entries = []
     for row in sorted(rows, key=lambda r: r[0]):
         ok, reason = tally.add(row, cache)
-        item = placement.values.add().struct_value.fields
-        item["index"].number_value = row[0]
-        item["cluster"].string_value = row[1]
-        item["ready"].bool_value = ok
-        if reason:
-            item["reason"].string_value = reason
+        entries.append((row[0], row[1], ok, reason))
     out.status["replicas"] = {"total": tally.total, "ready": tally.ready}
-    out.status["placement"] = placement
+    out.status["placement"] = _placement(tuple(entries))
     # Levels, set on every call (a gauge: idempotent, no transition record needed).
     labels = {"namespace": inputs.namespace, "model": inputs.name}
     for state, n in (("requested", wanted), ("placed", len(rows)), ("ready", tally.ready)):
@@ -153,6 +154,23 @@ def _status_from(
     # function states it; "every placed replica ready" is not "the work is done".
     out.ready = done
     return done
+
+
+@memo(256, weight=2)
+def _placement(entries: tuple[tuple[int, str, bool, str], ...]) -> ListValue:
+    """``status.placement`` of ``(index, cluster, ready, reason)`` rows (reason "": not
+    written), built in place (100s of rows, no dict-to-Struct round trip) and memoized:
+    a steady deployment writes the same rows on every reconcile. Shared between calls:
+    read it, never change it."""
+    placement = ListValue()
+    for index, cluster, ok, reason in entries:
+        item = placement.values.add().struct_value.fields
+        item["index"].number_value = index
+        item["cluster"].string_value = cluster
+        item["ready"].bool_value = ok
+        if reason:
+            item["reason"].string_value = reason
+    return placement
 
 
 # ---- displaced replicas: the replacement-duration metric ---------------------------
