@@ -97,6 +97,37 @@ def test_spliced_wire_entries_equal_copied_bodies():
     assert a == b == c
 
 
+@pytest.mark.parametrize("how", ["struct", "bytes", "wire"])
+def test_an_earlier_steps_connection_details_survive_every_way_of_encoding(how):
+    """A child an earlier pipeline step desired keeps what that step set besides the body
+    (``connection_details``), whichever way the composer hands its body over."""
+    import datetime
+
+    from google.protobuf.struct_pb2 import Struct
+
+    from function.core.outcome import Desired, Outcome
+    from function.edge.codec import state_entry
+    from function.edge.runner import FunctionRunner
+
+    req = _cache_request(1)
+    req.desired.resources["cm"].connection_details["prior"] = b"from-an-earlier-step"
+    req.desired.resources["cm"].resource.update({"kind": "Old", "stale": True})
+    body = Struct()
+    body.update({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}})
+    d = {
+        "struct": Desired(body, True),
+        "bytes": Desired(body.SerializeToString(deterministic=True), True),
+        "wire": Desired(body, True, state_entry("cm", body, True)),
+    }[how]
+    out = Outcome()
+    out.resources["cm"] = d
+    runner = FunctionRunner(clock=lambda: datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))
+    got = runner.encode(req, out).desired.resources["cm"]
+    assert dict(got.connection_details) == {"prior": b"from-an-earlier-step"}
+    assert got.resource == body
+    assert got.ready == fnv1.READY_TRUE
+
+
 @pytest.mark.parametrize("ready", [True, False, None])
 @pytest.mark.parametrize(
     "body",

@@ -161,7 +161,11 @@ def _encode_resources(
     wires: list[bytes] = []
     for name in sorted(out.resources):
         d = out.resources[name]
-        if d.wire is not None:
+        # A spliced entry replaces the whole Resource; where an earlier pipeline step
+        # desired this name, its other fields (connection_details) are kept by setting
+        # the body into the message instead.
+        earlier = name in resources
+        if d.wire is not None and not earlier:
             wires.append(d.wire)
             continue
         ready = d.ready
@@ -173,11 +177,14 @@ def _encode_resources(
             # composed XR) reports Ready=True, as function-auto-ready decides.
             ready = name in observed and _reports_ready(observed[name].resource)
         body = d.body
-        if isinstance(body, bytes):  # a serialized Struct: spliced, never parsed
+        if isinstance(body, bytes) and not earlier:  # a serialized Struct: spliced as it is
             wires.append(resource_entry(name, body, ready))
             continue
         target = resources[name]
-        if isinstance(body, Struct):
+        if isinstance(body, bytes):
+            target.resource.Clear()
+            target.resource.MergeFromString(body)
+        elif isinstance(body, Struct):
             target.resource.CopyFrom(body)
         else:
             structfill.fill(target.resource.fields, body)

@@ -11,16 +11,18 @@ CPU it gets: its share is still set by its nice value.
 
 So the acceptor and the compute processes, whose work for a call is a fraction of a
 millisecond at a time, ask for :data:`CALL_PATH_SLICE_SECONDS`; the large-call process
-asks for the default again (:func:`request_slice` with None), so a small call's next step
-preempts it instead of waiting out its slice. Threads and child processes inherit the
-slice of the thread that creates them. Python has no binding for ``sched_setattr``; it is
-called through the C library, and on a kernel or platform without it nothing changes.
+asks for the default again (:func:`request_slice` with None), and a compute process
+whose call runs long asks for a long slice while it does (``function.edge.pool``), so a
+small call's next step preempts them instead of waiting out their slice. Threads and
+child processes inherit the slice of the thread that creates them. Python has no
+binding for ``sched_setattr``; it is called through the C library, and on a kernel or
+platform without it nothing changes.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import os
 import sys
 
@@ -58,18 +60,29 @@ def request_slice(seconds: float | None) -> bool:
     number = _SYS_SCHED_SETATTR.get(os.uname().machine) if sys.platform == "linux" else None
     if number is None or os.sched_getscheduler(0) != os.SCHED_OTHER:
         return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc = _libc()
     runtime = 0 if seconds is None else int(seconds * 1e9)
     ok = True
     for tid in _threads():
+        try:
+            nice = os.getpriority(os.PRIO_PROCESS, tid)
+        except OSError:  # the thread ended meanwhile
+            continue
         attr = _SchedAttr(
             size=ctypes.sizeof(_SchedAttr),
             sched_policy=os.SCHED_OTHER,
-            sched_nice=os.getpriority(os.PRIO_PROCESS, tid),
+            sched_nice=nice,
             sched_runtime=runtime,
         )
         ok = libc.syscall(number, tid, ctypes.byref(attr), 0) == 0 and ok
     return ok
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library's symbols, through the process's own (no library search: this runs
+    in a signal handler too)."""
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _threads() -> list[int]:

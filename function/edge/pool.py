@@ -78,7 +78,7 @@ START_SECONDS = 60.0
 # passed its deadline and exits now), _READY (once, after start-up).
 _REQ = struct.Struct("<QdIB")
 _RSP = struct.Struct("<BQ")
-_OK, _EXIT, _READY, _RETIRE = 0, 1, 2, 3
+_OK, _EXIT, _READY = 0, 1, 2
 _ON_SOCKET, _SHARED = 0, 1
 # Requests up to this size are handed over through shared memory: one copy by the
 # acceptor, none by the kernel nor by the compute process (which parses it in place).
@@ -90,10 +90,12 @@ SHARED_REQUEST_BYTES = 8 * 1024 * 1024
 # process, not per call).
 LARGE_REQUEST_BYTES = 2 * 1024 * 1024
 LARGE_CALL_NICE = 10
-# CPU time after which a call in one of the other processes is background work (see
-# _child): no call of a request under LARGE_REQUEST_BYTES takes this long unless its
-# spec is pathological (a runaway device selector).
+# CPU time after which a call of a request under LARGE_REQUEST_BYTES yields the CPU on
+# wake-ups (_Background): such calls take under 0.05 s unless the spec is pathological
+# (a runaway device selector) or the fleet far larger than the README's limits.
 DEMOTE_AFTER_CPU_SECONDS = 0.25
+# The slice such a call asks for (the longest the kernel accepts is 0.1 s).
+BACKGROUND_SLICE_SECONDS = 0.1
 # Socket buffers, each way: a 1,000-cluster request (0.8 MiB) goes in one write
 # (the kernel caps this at net.core.wmem_max / rmem_max).
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
@@ -158,9 +160,9 @@ def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no c
             # protobuf copies what it keeps while parsing: the region is free again
             # once this call answers (the acceptor writes the next request only then).
             data = view[meta_size:] if where == _ON_SOCKET else memoryview(shared)[:size]
-            with background.watch():
+            with background.watch(size):
                 out = runner.run_bytes(data, metadata, seconds)
-            flag = _EXIT if runner.replace_me else _RETIRE if background.demoted else _OK
+            flag = _EXIT if runner.replace_me else _OK
             sock.sendall(_RSP.pack(flag, len(out)))
             sock.sendall(out)
             if flag != _OK:
@@ -172,13 +174,14 @@ def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no c
 
 
 class _Background:
-    """Demote this compute process to background work once a call has used
-    :data:`DEMOTE_AFTER_CPU_SECONDS` of CPU (a user-CPU interval timer, ``SIGVTALRM``).
+    """Yield the CPU on wake-ups once a call has used :data:`DEMOTE_AFTER_CPU_SECONDS` of
+    CPU (a user-CPU interval timer, ``SIGVTALRM``): the process asks for a long time slice
+    (:data:`BACKGROUND_SLICE_SECONDS`) until the call ends, then for the call path's again.
 
-    Background work is ``SCHED_IDLE``: any other runnable process preempts it as soon as
-    it wakes, where a nice value only shares the CPU out and lets a running slice finish
-    first (sched(7)). An unprivileged process cannot return from it, so a demoted process
-    answers its call and exits (flag ``_RETIRE``); the acceptor replaces it.
+    On Linux 6.12+ a process whose slice is shorter preempts it as soon as it wakes
+    (``function.edge.latency``), so the acceptor and the other compute processes no
+    longer wait out its slice; its share of the CPU (its nice value) does not change, so
+    it keeps its pace toward its deadline, and the slice is given back after the call.
     """
 
     def __init__(self, *, enabled: bool) -> None:
@@ -188,14 +191,13 @@ class _Background:
             signal.signal(signal.SIGVTALRM, self._demote)
 
     def _demote(self, _signum: int, _frame: Any) -> None:
-        with contextlib.suppress(OSError):
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            self.demoted = True
+        self.demoted = latency.request_slice(BACKGROUND_SLICE_SECONDS)
 
     @contextlib.contextmanager
-    def watch(self) -> Iterator[None]:
-        """Time one call."""
-        if not self.enabled:
+    def watch(self, size: int) -> Iterator[None]:
+        """Time one call of a ``size``-byte request (a large one is not timed: it is large
+        work wherever it runs, and the large-call process asks for no short slice)."""
+        if not self.enabled or size >= LARGE_REQUEST_BYTES:
             yield
             return
         signal.setitimer(signal.ITIMER_VIRTUAL, DEMOTE_AFTER_CPU_SECONDS)
@@ -203,6 +205,9 @@ class _Background:
             yield
         finally:
             signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+            if self.demoted:
+                latency.request_slice(latency.CALL_PATH_SLICE_SECONDS)
+                self.demoted = False
 
 
 def _recv_into(sock: socket.socket, view: memoryview) -> bool:  # pragma: no cover - child
@@ -513,9 +518,6 @@ class ComputePool:
         if flag == _EXIT:  # past its deadline: the process exits and is replaced
             if job is not None:
                 self._resolve(job, self._remember(job, body))
-            self._replace_soon(slot, kill=False)
-        elif flag == _RETIRE:  # demoted to background work while composing: replaced
-            self._resolve(job, body)
             self._replace_soon(slot, kill=False)
         else:
             self._resolve(job, body)
