@@ -223,7 +223,7 @@ def _str_field(fields: Any, key: str) -> str:
 
 @versioned.reading(65536, weight=8)
 def _hydration(h: Struct) -> _Hydration:
-    """:class:`_Hydration` of ``h``, read once per uid and resourceVersion (Call it as
+    """:class:`_Hydration` of ``h``, read once per uid and resourceVersion (call it as
     ``_hydration(h, version)`` when the version is known)."""
     status = structs.sub(h, "status")
     source = structs.sub(status, "source")
