@@ -1061,7 +1061,7 @@ INVALID_SPECS: list[Case[Any, str]] = [
     Case("repeatAfter 30s", "repeatAfter is at least 1m",
          lambda s: s.update(repeatAfter="30s"), "spec.repeatAfter"),
     Case("history without repeat", "historyLimit needs repeatAfter",
-         lambda s: s.update(historyLimit=3), "spec"),
+         lambda s: s.update(historyLimit=3), "spec.historyLimit"),
     Case("historyLimit 21", "historyLimit is at most 20",
          lambda s: s.update(repeatAfter="1h", historyLimit=21), "spec.historyLimit"),
     Case("timeout not a duration", "timeout is a Go duration",

@@ -302,12 +302,6 @@ class ExperimentSpec(BaseModel):
             raise ValueError("must be 0 (one-shot) or at least 1m")
         return v
 
-    @model_validator(mode="after")
-    def _history(self) -> ExperimentSpec:
-        if self.historyLimit is not None and self.repeat_seconds == 0:
-            raise ValueError("historyLimit is only allowed with a non-zero repeatAfter")
-        return self
-
     @property
     def timeout_seconds(self) -> float:
         """The timeout in seconds (> 0)."""
@@ -346,6 +340,10 @@ def parse_spec(spec: dict[str, Any]) -> ExperimentSpec:
         raise pydantic_errors("spec", e, SHAPES) from None
     except ValueError as e:  # a duration that does not parse inside a validator
         raise SpecError("spec", str(e)) from None
+    if parsed.historyLimit is not None and parsed.repeat_seconds == 0:
+        raise SpecError(
+            "spec.historyLimit", "is only allowed with a non-zero spec.repeatAfter (remove it)"
+        )
     if parsed.candidate.clusterSelector is not None:
         LabelSelector.parse(parsed.candidate.clusterSelector, "spec.candidate.clusterSelector")
     for ei, engine in enumerate(parsed.candidate.engines):
