@@ -17,11 +17,8 @@ No assertion is about time: the waits only order events.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
-import os
-import re
 import signal
 import time
 from collections.abc import Iterator
@@ -134,107 +131,6 @@ def test_a_call_past_its_deadline_gets_a_fatal_result_and_others_are_served(
         again = [call.future(small_request(f"again-{i}"), timeout=120) for i in range(6)]
         for f in again:
             assert not fatal(f.result())
-
-
-def _compute_pids(acceptor: int) -> list[int]:
-    """The compute processes of the acceptor ``acceptor`` (its children that run Python)."""
-    kids = []
-    for task in Path(f"/proc/{acceptor}/task").iterdir():  # spawned from any thread
-        with contextlib.suppress(OSError):
-            kids += [int(p) for p in (task / "children").read_text().split()]
-    out = []
-    for pid in kids:
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-            if b"spawn_main" in f.read():
-                out.append(pid)
-    return out
-
-
-def _slices_ns(pid: int) -> set[int]:
-    """The time slices (``se.slice``, ns) of every thread of process ``pid``."""
-    out = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            for line in (task / "sched").read_text().splitlines():
-                if line.startswith("se.slice"):
-                    out.add(int(line.split(":")[1]))
-    return out
-
-
-def test_the_call_path_asks_for_short_slices_and_the_large_call_process_does_not(
-    server: tuple[Any, str, Path],
-) -> None:
-    """Every thread of the acceptor and of the compute processes runs with the call
-    path's slice; the large-call process (nice 10) with the scheduler's default, longer
-    one, so that a small call's next step preempts it on wake-up."""
-    from function.edge.latency import CALL_PATH_SLICE_SECONDS
-
-    proc, _address, _log = server
-    release = tuple(int(x) for x in re.findall(r"\d+", os.uname().release)[:2])
-    if release < (6, 12) or not _slices_ns(proc.pid):
-        pytest.skip(f"Linux {os.uname().release}: no custom slices (6.12+) to check")
-    short = round(CALL_PATH_SLICE_SECONDS * 1e9)
-    assert _slices_ns(proc.pid) == {short}
-    by_nice = {pid: os.getpriority(os.PRIO_PROCESS, pid) for pid in _compute_pids(proc.pid)}
-    assert sorted(by_nice.values()) == [0, 0, 10], by_nice
-    for pid, nice in by_nice.items():
-        got = _slices_ns(pid)
-        if nice == 0:
-            assert got == {short}, (pid, got)
-        else:
-            assert len(got) == 1 and min(got) > short, (pid, got)
-
-
-# Three nested macros over ten elements: about a second of cel-python, under the 60 s
-# deadline below: a long call that ends.
-LONG = (
-    "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10]"
-    ".all(c, a+b+c > 0)))"
-)
-
-
-@pytest.mark.parametrize(
-    "server", [{**LIFTED, "MODELPLANE_CALL_DEADLINE_SECONDS": "60"}], indirect=True
-)
-def test_a_long_call_yields_on_wake_ups_and_gives_its_slice_back(
-    server: tuple[Any, str, Path],
-) -> None:
-    """Past DEMOTE_AFTER_CPU_SECONDS of CPU a call's process asks for the long background
-    slice (every call-path process preempts it on wake-up), answers normally, and asks
-    for the call path's slice again; it is the same process (nothing replaced), and the
-    small calls beside it are served meanwhile."""
-    from function.edge.latency import CALL_PATH_SLICE_SECONDS
-    from function.edge.pool import BACKGROUND_SLICE_SECONDS
-
-    proc, address, _log = server
-    release = tuple(int(x) for x in re.findall(r"\d+", os.uname().release)[:2])
-    if release < (6, 12) or not _slices_ns(proc.pid):
-        pytest.skip(f"Linux {os.uname().release}: no custom slices (6.12+) to check")
-    short, long = round(CALL_PATH_SLICE_SECONDS * 1e9), round(BACKGROUND_SLICE_SECONDS * 1e9)
-    before = set(_compute_pids(proc.pid))
-    req = runaway_request("long")
-    xr = json_format.MessageToDict(req.observed.composite.resource)
-    member = xr["spec"]["template"]["spec"]["engines"][0]["members"][0]
-    member["nodeSelector"]["devices"][0]["selectors"][0]["cel"] = LONG
-    req = _rebuild(req, xr, "long")
-    with grpc.insecure_channel(address) as ch:
-        call = _stub(ch)
-        slow = call.future(req, timeout=120)
-        yielding = None
-        give_up = time.monotonic() + 60
-        while yielding is None and not slow.done() and time.monotonic() < give_up:
-            found = [p for p in _compute_pids(proc.pid) if long in _slices_ns(p)]
-            yielding = found[0] if found else None
-            time.sleep(0.01)
-        small = [call.future(small_request(f"beside-{i}"), timeout=120) for i in range(6)]
-        for f in small:
-            assert not fatal(f.result())
-        rsp = slow.result()
-        assert not fatal(rsp), fatal(rsp)
-        assert yielding is not None, "the long call's process never asked for the long slice"
-        assert _slices_ns(yielding) == {short}  # given back once it answered
-        assert set(_compute_pids(proc.pid)) == before  # nothing replaced
-        assert not fatal(call(small_request("after"), timeout=120))
 
 
 @pytest.mark.parametrize(

@@ -56,14 +56,12 @@ import struct
 import time
 import zlib
 from collections import OrderedDict, deque
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.edge import latency
 from function.edge.codec import peek, peek_composite, serialize
 
 # How long past its budget the acceptor waits for a compute process before killing it.
@@ -90,12 +88,6 @@ SHARED_REQUEST_BYTES = 8 * 1024 * 1024
 # process, not per call).
 LARGE_REQUEST_BYTES = 2 * 1024 * 1024
 LARGE_CALL_NICE = 10
-# CPU time after which a call of a request under LARGE_REQUEST_BYTES yields the CPU on
-# wake-ups (_Background): such calls take under 0.05 s unless the spec is pathological
-# (a runaway device selector) or the fleet far larger than the README's limits.
-DEMOTE_AFTER_CPU_SECONDS = 0.25
-# The slice such a call asks for (the longest the kernel accepts is 0.1 s).
-BACKGROUND_SLICE_SECONDS = 0.1
 # Socket buffers, each way: a 1,000-cluster request (0.8 MiB) goes in one write
 # (the kernel caps this at net.core.wmem_max / rmem_max).
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
@@ -112,10 +104,6 @@ def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no c
     if nice:
         with contextlib.suppress(OSError):
             os.nice(nice)
-        # The large-call process: the default slice, longer than the call path's, so
-        # that a small call's next step preempts it on wake-up (function.edge.latency).
-        latency.request_slice(None)
-    background = _Background(enabled=not nice)
     # The acceptor owns signals: it stops taking calls, lets these finish, then closes
     # the socket (end-of-file ends this loop).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -160,54 +148,16 @@ def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no c
             # protobuf copies what it keeps while parsing: the region is free again
             # once this call answers (the acceptor writes the next request only then).
             data = view[meta_size:] if where == _ON_SOCKET else memoryview(shared)[:size]
-            with background.watch(size):
-                out = runner.run_bytes(data, metadata, seconds)
+            out = runner.run_bytes(data, metadata, seconds)
             flag = _EXIT if runner.replace_me else _OK
             sock.sendall(_RSP.pack(flag, len(out)))
             sock.sendall(out)
-            if flag != _OK:
+            if runner.replace_me:
                 return
     except OSError:
         return
     finally:
         traces.shutdown()
-
-
-class _Background:
-    """Yield the CPU on wake-ups once a call has used :data:`DEMOTE_AFTER_CPU_SECONDS` of
-    CPU (a user-CPU interval timer, ``SIGVTALRM``): the process asks for a long time slice
-    (:data:`BACKGROUND_SLICE_SECONDS`) until the call ends, then for the call path's again.
-
-    On Linux 6.12+ a process whose slice is shorter preempts it as soon as it wakes
-    (``function.edge.latency``), so the acceptor and the other compute processes no
-    longer wait out its slice; its share of the CPU (its nice value) does not change, so
-    it keeps its pace toward its deadline, and the slice is given back after the call.
-    """
-
-    def __init__(self, *, enabled: bool) -> None:
-        self.enabled = enabled
-        self.demoted = False
-        if enabled:
-            signal.signal(signal.SIGVTALRM, self._demote)
-
-    def _demote(self, _signum: int, _frame: Any) -> None:
-        self.demoted = latency.request_slice(BACKGROUND_SLICE_SECONDS)
-
-    @contextlib.contextmanager
-    def watch(self, size: int) -> Iterator[None]:
-        """Time one call of a ``size``-byte request (a large one is not timed: it is large
-        work wherever it runs, and the large-call process asks for no short slice)."""
-        if not self.enabled or size >= LARGE_REQUEST_BYTES:
-            yield
-            return
-        signal.setitimer(signal.ITIMER_VIRTUAL, DEMOTE_AFTER_CPU_SECONDS)
-        try:
-            yield
-        finally:
-            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
-            if self.demoted:
-                latency.request_slice(latency.CALL_PATH_SLICE_SECONDS)
-                self.demoted = False
 
 
 def _recv_into(sock: socket.socket, view: memoryview) -> bool:  # pragma: no cover - child

@@ -188,11 +188,8 @@ async def serve_async(
         loop.add_signal_handler(sig, stop.set)
     pool = None
     if processes > 0:
-        from function.edge import latency
         from function.edge.pool import ComputePool
 
-        # Before any thread or compute process starts: they inherit it.
-        latency.request_slice(latency.CALL_PATH_SLICE_SECONDS)
         pool = ComputePool(processes, debug=debug)
         await pool.start()
         server, port = build_server(pool.call, cfg)
