@@ -5,9 +5,10 @@ whole request to dicts (``MessageToDict``) costs 5-10x the cost of parsing it
 (measured in the README's Performance section), so the hot path reads only the fields it
 needs with these helpers and converts only small subtrees (an XR's ``spec``).
 
-Bracket access on a Struct never inserts keys (only ``get_or_create_*`` does),
-but it raises ``KeyError`` for a missing key; these helpers return a default
-instead. Numbers in a Struct are doubles: ``3`` comes back as ``3.0``.
+Bracket access on a Struct (``s[key]``, ``s.fields[key]``) inserts a missing key, an
+empty value (protobuf's upb backend), which would change the request; these helpers read
+with ``fields.get`` and return a default instead. Numbers in a Struct are doubles: ``3``
+comes back as ``3.0``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def get(node: Any, *path: str | int, default: Any = None) -> Any:  # noqa: C901,
     """Walk ``path`` from ``node`` and return what is there.
 
     Reads the underlying ``fields`` map and ``values`` list of Struct/ListValue
-    directly (C-level lookups in protobuf's upb backend), never inserting keys.
+    directly (C-level ``fields.get`` lookups in protobuf's upb backend), never inserting keys.
 
     Args:
         node: A Struct, ListValue, dict, list, or None.
