@@ -13,6 +13,7 @@ import datetime
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -220,3 +221,49 @@ def test_an_observed_child_written_since_is_seen(kind: str) -> None:
         if meta is not None and "resourceVersion" in meta.struct_value.fields:
             meta.struct_value["resourceVersion"] = meta.struct_value["resourceVersion"] + "9"
     assert _respond(req) == _respond(_strip_versions(req))
+
+
+MULTI_NODE = sorted(
+    p.parent
+    for p in Path(__file__).parent.glob("golden/modelreplica/*multi-node*/observed.yaml")
+    if "kind: LeaderWorkerSet" in p.read_text()
+)
+
+
+@pytest.mark.parametrize("case", MULTI_NODE, ids=[c.name for c in MULTI_NODE])
+@pytest.mark.parametrize("kind", [None, "Deployment"])
+def test_a_workload_manifest_of_another_kind_is_read_as_the_plans(
+    case: Path, kind: str | None
+) -> None:
+    """An observed LeaderWorkerSet whose manifest names no kind, or another one, is read as
+    the kind the replica composes (its serving state, counts and roll): ``status.engines``
+    equals the one read from the manifest as it is (``read_workload``, not the reading
+    kept as the manifest's own kind)."""
+    from tests.support.golden import load_request
+    from tests.support.harness import run
+
+    def engines(rsp: fnv1.RunFunctionResponse) -> Any:
+        status = rsp.desired.composite.resource.fields.get("status")
+        return status and status.struct_value.fields.get("engines")
+
+    req, now = load_request(case)
+    want = engines(run(req, now=now))
+    if want is None:
+        pytest.skip("this call reports no engines (the replica is gated)")
+    changed = 0
+    for res in req.observed.resources.values():
+        manifest = res.resource.fields.get("status")
+        manifest = manifest and manifest.struct_value.fields.get("atProvider")
+        manifest = manifest and manifest.struct_value.fields.get("manifest")
+        if manifest is None or manifest.struct_value.fields.get("kind") is None:
+            continue
+        fields = manifest.struct_value.fields
+        if fields["kind"].string_value != "LeaderWorkerSet":
+            continue
+        if kind is None:
+            del manifest.struct_value["kind"]
+        else:
+            manifest.struct_value["kind"] = kind
+        changed += 1
+    assert changed, "the case observes no LeaderWorkerSet manifest"
+    assert engines(run(req, now=now)) == want
