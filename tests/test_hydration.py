@@ -900,9 +900,9 @@ def test_deterministic_response() -> None:
 def _clear_memos() -> None:
     for memo in (
         hydration._parse_spec,
-        hydration._lasting_objects,
-        hydration._token_object,
-        hydration._download_objects,
+        hydration.lasting_objects,
+        hydration.token_object,
+        hydration.download_objects,
         hydration._source_status,
         hydration._evidence_memo,
     ):

@@ -228,3 +228,10 @@ def plain(key: bytes) -> Any:
     """The plain Python value (:func:`to_py`) whose :func:`canonical` form is ``key``;
     None for ``b""``."""
     return value_to_py(Value.FromString(key))
+
+
+def plain_object(key: bytes) -> dict[str, Any]:
+    """:func:`plain`, as an object: ``{}`` for an absent, null or non-object value (an XR's
+    spec whose type the runner already checked: ``Inputs.check_spec``)."""
+    value = plain(key)
+    return value if isinstance(value, dict) else {}

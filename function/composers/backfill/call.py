@@ -23,8 +23,7 @@ def _parsed(spec_key: bytes) -> tuple[Parsed, str]:
     Raises:
         SpecError: naming the first invalid field (not memoized: raised on every call).
     """
-    raw = structs.plain(spec_key)
-    parsed = parse(raw if isinstance(raw, dict) else {})
+    parsed = parse(structs.plain_object(spec_key))
     return parsed, definition_hash(parsed)
 
 

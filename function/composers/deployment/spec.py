@@ -65,8 +65,7 @@ def _parsed(spec_key: bytes) -> Parsed:
     Raises:
         SpecError: naming the first invalid field (not memoized: raised on every call).
     """
-    raw = structs.plain(spec_key)
-    raw = raw if isinstance(raw, dict) else {}
+    raw = structs.plain_object(spec_key)
     spec, selector = _validate(raw)
     tolerations = parse_tolerations(
         [t.model_dump(exclude_none=True) for t in spec.template.spec.tolerations]

@@ -43,8 +43,7 @@ def _parsed(spec_key: bytes) -> tuple[ExperimentSpec, str]:
     Raises:
         SpecError: naming the first invalid field (not memoized: raised on every call).
     """
-    raw = structs.plain(spec_key)
-    spec = parse_spec(raw if isinstance(raw, dict) else {})
+    spec = parse_spec(structs.plain_object(spec_key))
     return spec, definition_hash(spec)
 
 

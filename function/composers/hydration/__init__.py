@@ -136,14 +136,14 @@ from function.composers.hydration.keys import (
     job_key,
 )
 from function.composers.hydration.wire import (
-    _download_objects,
     _evidence_memo,
-    _lasting_objects,
     _parse_spec,
     _source_status,
-    _token_object,
+    download_objects,
+    lasting_objects,
     rbac_name,
     result_configmap_name,
+    token_object,
 )
 from function.core.inputs import Inputs
 from function.core.outcome import Outcome
@@ -153,16 +153,16 @@ __all__ = [
     "RBAC_KEYS",
     "REQ_CLUSTER",
     "REQ_SECRET",
-    "_download_objects",
     "_evidence_memo",
-    "_lasting_objects",
     "_parse_spec",
     "_source_status",
-    "_token_object",
     "compose",
+    "download_objects",
     "job_key",
+    "lasting_objects",
     "rbac_name",
     "result_configmap_name",
+    "token_object",
 ]
 
 

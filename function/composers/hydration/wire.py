@@ -84,7 +84,7 @@ def _parse_spec(raw: bytes) -> _Spec:
 # KiB), and the runner splices the bytes into the response as they are
 # (:func:`function.edge.codec.resource_entry`). Building from dicts (``Struct.update``)
 # is what would cost: it was most of a call's time.
-# The caches are bounded; a Ready hydration needs only ``_lasting_objects``, so that
+# The caches are bounded; a Ready hydration needs only ``lasting_objects``, so that
 # one is sized for a large fleet and the others for the hydrations running at once.
 
 
@@ -136,7 +136,7 @@ class Target(NamedTuple):
 
 
 class Download(NamedTuple):
-    """What the download Job runs (a tuple; part of :func:`_download_objects`' key).
+    """What the download Job runs (a tuple; part of :func:`download_objects`' key).
 
     Attributes:
         repo: The Hugging Face repository.
@@ -156,7 +156,7 @@ class Download(NamedTuple):
 
 
 @memo(16384, weight=4)
-def _lasting_objects(target: Target, storage_class: str, size: str) -> tuple[bytes, bytes]:
+def lasting_objects(target: Target, storage_class: str, size: str) -> tuple[bytes, bytes]:
     """The ``pvc`` and ``result`` Objects, serialized (memoized)."""
     ns, xr_name, cache, cluster, pc = target
     pc_ref = {"kind": pc[0], "name": pc[1]}
@@ -202,7 +202,7 @@ def _lasting_objects(target: Target, storage_class: str, size: str) -> tuple[byt
 
 
 @memo(2048, weight=4)
-def _token_object(target: Target, auth_name: str, auth_key: str) -> bytes:
+def token_object(target: Target, auth_name: str, auth_key: str) -> bytes:
     """The ``token-secret`` Object, serialized (memoized); no token in it."""
     ns, xr_name, cache, cluster, pc = target
     labels, ann = _labels(cache, cluster, "hydration-token")
@@ -223,7 +223,7 @@ def _token_object(target: Target, auth_name: str, auth_key: str) -> bytes:
 
 
 @memo(2048, weight=4)
-def _download_objects(target: Target, download: Download) -> tuple[tuple[str, bytes], ...]:
+def download_objects(target: Target, download: Download) -> tuple[tuple[str, bytes], ...]:
     """``(key, serialized Object)`` of the RBAC children and the download Job (memoized)."""
     ns, xr_name, cache, cluster, pc = target
     repo, revision, with_token, image, backoff_limit, deadline_seconds = download
@@ -281,7 +281,7 @@ def _download_objects(target: Target, download: Download) -> tuple[tuple[str, by
 
 
 @memo(1024, weight=4)
-def _prune_object(target: Target, image: str, keep: tuple[str, ...]) -> bytes:
+def prune_object(target: Target, image: str, keep: tuple[str, ...]) -> bytes:
     """The prune Job Object that keeps ``keep`` (sorted identities), serialized."""
     ns, xr_name, cache, cluster, pc = target
     labels, ann = _labels(cache, cluster, "hydration-prune")
@@ -307,28 +307,6 @@ def _prune_object(target: Target, image: str, keep: tuple[str, ...]) -> bytes:
             deletion_policy="Background",
         )
     )
-
-
-def prune_object(target: Target, image: str, keep: tuple[str, ...]) -> bytes:
-    """The prune Job Object (a serialized Struct, for :meth:`Outcome.add`)."""
-    return _prune_object(target, image, keep)
-
-
-def lasting_objects(target: Target, storage_class: str, size: str) -> tuple[bytes, bytes]:
-    """The ``pvc`` and ``result`` Objects (serialized Structs, for :meth:`Outcome.add`)."""
-    return _lasting_objects(target, storage_class, size)
-
-
-def token_object(target: Target, auth_name: str, auth_key: str) -> bytes:
-    """The ``token-secret`` Object (a serialized Struct, for :meth:`Outcome.add`); no
-    token in it."""
-    return _token_object(target, auth_name, auth_key)
-
-
-def download_objects(target: Target, download: Download) -> tuple[tuple[str, bytes], ...]:
-    """``(key, Object)`` of the RBAC children and the download Job (serialized Structs,
-    for :meth:`Outcome.add`)."""
-    return _download_objects(target, download)
 
 
 @memo(1024, weight=4)

@@ -60,8 +60,7 @@ def parsed(spec_key: bytes) -> ModelReplicaSpec:
     Raises:
         SpecError: naming the first invalid field (not memoized).
     """
-    raw = structs.plain(spec_key)
-    return parse_spec(raw if isinstance(raw, dict) else {})
+    return parse_spec(structs.plain_object(spec_key))
 
 
 @dataclass(frozen=True, slots=True)
