@@ -15,7 +15,10 @@ the longest duration, raised inside the ModelBackfill composer; so did a pod tem
 whose ``metadata`` is null and an empty member ``pool`` (ModelReplica), an
 InferenceCluster whose ``status.gpuPools[].devices`` is not a list (ModelDeployment),
 and a ModelCache whose ``status.clusters`` is not a list or whose
-``metadata.generation`` is a string (ModelExperiment's artifact gate).
+``metadata.generation`` is a string (ModelExperiment's artifact gate); and a bring-your-own
+InferenceCluster whose ``spec.nodePools`` is not a list or whose ``nodeCount`` is null or
+not a number (it also dropped its ProviderConfig: for the InferenceCluster, every observed
+child must stay desired).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import pytest
 from google.protobuf import json_format
 
 from function.render import build_request
+from tests.support import golden
 from tests.support.harness import fatal, run
 from tests.support.reliability import available_kinds, seeds, settle
 
@@ -75,6 +79,36 @@ def _cases() -> list[Any]:
 @pytest.mark.parametrize("seed", _cases())
 def test_malformed_fields_are_named_never_internal_errors(seed: Any) -> None:
     req, _ = settle(seed)
+    bad = _attack(req)
+    assert not bad, "\n".join(bad[:20])
+
+
+# A bring-your-own InferenceCluster has no example of its own (the examples hold
+# InferenceClusters only as required resources of other kinds): its recorded calls with
+# every class resolved, Ready and with a missing class, are the requests attacked.
+_CLUSTER_CASES = (
+    "inferencecluster/test-byo-inferencecluster-from-nothing-to-ready-06",
+    "inferencecluster/test-byo-inferencecluster-missing-class-is-not-ready-04",
+)
+
+
+@pytest.mark.parametrize("case", _CLUSTER_CASES)
+def test_malformed_inferencecluster_fields_are_named_and_keep_children(case: str) -> None:
+    """Before the fix, ``spec.nodePools[0].nodeCount: "x"`` raised in ``gpu_pools``."""
+    req, _ = golden.load_request(golden.GOLDEN / case)
+    assert req.observed.resources, "the case observes the ProviderConfig it composed"
+    bad = _attack(req, keep_observed=True)
+    assert not bad, "\n".join(bad[:20])
+
+
+def _attack(req: Any, *, keep_observed: bool = False) -> list[str]:
+    """Every single-point mutation of ``req`` (see the module docstring); what went wrong.
+
+    Args:
+        req: A RunFunctionRequest as Crossplane sends it.
+        keep_observed: Also require every observed child to stay desired (the kinds whose
+            design keeps children on invalid input by name, not by a fatal result).
+    """
     xr = json_format.MessageToDict(req.observed.composite.resource)
     required = {
         n: [json_format.MessageToDict(i.resource) for i in r.items]
@@ -105,4 +139,7 @@ def test_malformed_fields_are_named_never_internal_errors(seed: Any) -> None:
                         bad.append(f"{where}: {msg[:200]}")
                     elif not any(p in msg for p in ("spec.", "status.", "metadata.")):
                         bad.append(f"{where}: fatal names no field: {msg[:200]}")
-    assert not bad, "\n".join(bad[:20])
+                lost = set(observed) - set(rsp.desired.resources)
+                if keep_observed and lost:
+                    bad.append(f"{where}: observed children dropped: {sorted(lost)}")
+    return bad

@@ -31,7 +31,10 @@ states the XR not ready (left unstated, Crossplane would derive Ready from zero
 composed resources).
 
 Bad input never removes what exists: a missing or unknown ``spec.cluster.source``,
-or an Existing cluster without ``spec.cluster.existing.secretRef.name``, keeps every
+an Existing cluster without ``spec.cluster.existing.secretRef.name``, a
+``spec.nodePools`` entry that is not as the XRD declares it (an object with a
+``className``; ``nodeCount`` a whole number from 0, ``maxNodeCount`` from 1), or an
+InferenceClass whose ``spec.devices[].count`` is not a whole number from 1, keeps every
 observed child (the ClusterProviderConfig that replicas and hydrations use) and the
 last status, with ``PoolsResolved=False``, reason ``InvalidSpec``, and a warning
 naming the field and what to write.
@@ -66,6 +69,17 @@ SOURCES = ("Existing", "GKE", "EKS", "AKS", "Nebius", "Vultr")
 INVALID_SPEC = "InvalidSpec"
 
 
+_COUNT_MAXIMUM = 2**31 - 1  # an integer field of a CRD is an int32 to most clients
+
+
+def _count_ok(n: Any, least: int) -> bool:
+    """Whether ``n`` is a whole number from ``least`` to ``_COUNT_MAXIMUM`` (a JSON number
+    arrives as a float; a bool is not a number here)."""
+    if isinstance(n, bool) or not isinstance(n, (int, float)):
+        return False
+    return float(n).is_integer() and least <= n <= _COUNT_MAXIMUM
+
+
 def class_requirement(name: str) -> str:
     """The requirement name under which InferenceClass ``name`` is asked for."""
     return f"class-{name}"
@@ -81,6 +95,34 @@ def _devices(cls: Any) -> list[dict[str, Any]]:
             dev["count"] = int(dev["count"])
         out.append(dev)
     return out
+
+
+def _class_problem(name: str, cls: Any) -> str:
+    """What makes InferenceClass ``name`` unusable for ``status.gpuPools``, or ``""``.
+
+    The class's CRD declares ``spec.devices`` a list of objects whose ``count`` is a whole
+    number of at least 1 (default 1); the API server enforces it, but the function does
+    not rely on it: a class that is not so is named with the field, never passed on.
+    """
+    devices = structs.to_py(structs.get(cls, "spec", "devices"))
+    if devices is None:
+        return ""
+    if not isinstance(devices, list):
+        return (
+            f"InferenceClass {name}: spec.devices: expected a list of devices, got {devices!r:.60}"
+        )
+    for i, d in enumerate(devices):
+        if not isinstance(d, dict):
+            continue  # not a device; _devices leaves it out, as it always has
+        n = d.get("count")
+        if n is None:
+            continue
+        if not _count_ok(n, 1):
+            return (
+                f"InferenceClass {name}: spec.devices[{i}].count: expected a whole number of "
+                f"devices from 1 to {_COUNT_MAXIMUM}, got {n!r:.60}"
+            )
+    return ""
 
 
 def gpu_pools(
@@ -105,9 +147,71 @@ def gpu_pools(
             continue
         nodes = p.get("maxNodeCount")
         if nodes is None:
-            nodes = p.get("nodeCount", 1)
+            nodes = p.get("nodeCount")
+        if nodes is None:
+            nodes = 1
         pools.append({"name": p.get("name"), "nodes": int(nodes), "devices": _devices(cls)})
     return pools, sorted(missing)
+
+
+# Least values of spec.nodePools[] counts (the InferenceCluster XRD's minimums).
+_COUNT_MINIMUM = {"nodeCount": 0, "maxNodeCount": 1}
+
+
+def _existing_spec(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    """``spec.cluster.existing`` and ``spec.nodePools`` of an Existing cluster, and ``""``;
+    or a message naming the first field that is not as the XRD declares it."""
+    existing = (spec.get("cluster") or {}).get("existing") or {}
+    ref = existing.get("secretRef") if isinstance(existing, dict) else None
+    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
+        return (
+            {},
+            [],
+            "spec.cluster.existing.secretRef.name: required for source Existing: the "
+            f"kubeconfig Secret in {SECRET_NAMESPACE}, written as "
+            "{secretRef: {name: <Secret>, key: kubeconfig}}",
+        )
+    node_pools, bad = _node_pools(spec.get("nodePools"))
+    return existing, node_pools, bad
+
+
+def _node_pools(value: Any) -> tuple[list[dict[str, Any]], str]:
+    """``spec.nodePools`` checked as the XRD declares it.
+
+    Args:
+        value: ``spec.nodePools`` as given (absent is no pools).
+
+    Returns:
+        The pools, and ``""``; or ``[]`` and a message naming the first field that is
+        not what the XRD declares (``spec.nodePools[i].nodeCount``, say) and what to
+        write. Counts arrive as JSON numbers (floats): a whole number is accepted.
+    """
+    if value is None:
+        return [], ""
+    if not isinstance(value, list):
+        return [], (
+            f"spec.nodePools: expected a list of node pools, each "
+            f"{{name, className, nodeCount}}, got {type(value).__name__}"
+        )
+    for i, p in enumerate(value):
+        where = f"spec.nodePools[{i}]"
+        if not isinstance(p, dict):
+            return [], f"{where}: expected an object {{name, className, nodeCount}}, got {p!r:.60}"
+        cname = p.get("className")
+        if not isinstance(cname, str) or not cname:
+            return [], (
+                f"{where}.className: required, the name of an InferenceClass, got {cname!r:.60}"
+            )
+        for key, least in _COUNT_MINIMUM.items():
+            n = p.get(key)
+            if n is None:
+                continue
+            if not _count_ok(n, least):
+                return [], (
+                    f"{where}.{key}: expected a whole number of nodes from {least} to "
+                    f"{_COUNT_MAXIMUM}, got {n!r:.60}"
+                )
+    return value, ""
 
 
 def _provider_config(inputs: Inputs, existing: Mapping[str, Any]) -> dict[str, Any]:
@@ -185,17 +289,9 @@ def compose(inputs: Inputs) -> Outcome:
         )
     if source != "Existing":
         return _not_served(inputs, out, source)
-    existing = (spec.get("cluster") or {}).get("existing") or {}
-    ref = existing.get("secretRef") if isinstance(existing, dict) else None
-    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
-        return _invalid(
-            inputs,
-            out,
-            "spec.cluster.existing.secretRef.name: required for source Existing: the "
-            f"kubeconfig Secret in {SECRET_NAMESPACE}, written as "
-            "{secretRef: {name: <Secret>, key: kubeconfig}}; existing children are kept",
-        )
-    node_pools = [p for p in spec.get("nodePools") or [] if isinstance(p, dict)]
+    existing, node_pools, bad = _existing_spec(spec)
+    if bad:
+        return _invalid(inputs, out, bad + "; existing children are kept")
     class_names = sorted(
         {p["className"] for p in node_pools if isinstance(p.get("className"), str)}
     )
@@ -220,6 +316,9 @@ def compose(inputs: Inputs) -> Outcome:
         return out
 
     classes = {c: r.items[0] for c, r in resolved.items() if isinstance(r, Resolved) and r.items}
+    bad = next(filter(None, (_class_problem(c, cls) for c, cls in classes.items())), "")
+    if bad:
+        return _invalid(inputs, out, bad + "; the last status and existing children are kept")
     pools, missing = gpu_pools(node_pools, classes)
     _write_status(out, spec, existing, pools, pc["metadata"]["name"])
     _pools_resolved(out, pools, missing, len(node_pools))
