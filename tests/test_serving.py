@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 
+from function.edge.pool import LARGE_CALL_NICE, slow_lane, usable_cpus
 from function.render import build_request
 from tests.support.harness import fatal
 from tests.support.reliability import seeds, settle, start_process
@@ -263,3 +265,95 @@ def test_metrics_of_every_process_on_one_endpoint_with_every_family_from_start_u
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("affinity", "usable", "lane"),
+    [
+        ((0,), 1, ()),  # one CPU: no lane, every call runs anywhere
+        ((0, 1), 1, ()),  # a 1-CPU quota on 2 CPUs: no CPU could be kept for short calls
+        ((0, 1), 2, (1,)),
+        ((1, 0), 2, (1,)),  # the mask's order does not matter
+        ((0, 1, 2, 3), 4, (1, 2, 3)),
+        ((0, 1, 2, 3, 4, 5, 6, 7), 2, (7,)),  # a 2-CPU quota on 8: slow calls take 1 CPU
+        ((2, 5, 9), 8, (5, 9)),  # a quota above the mask: the mask decides
+    ],
+)
+def test_slow_lane_leaves_one_cpu_for_short_calls(
+    affinity: tuple[int, ...], usable: int, lane: tuple[int, ...]
+) -> None:
+    assert slow_lane(affinity, usable) == lane
+
+
+def _stat(pid: int) -> list[str]:
+    """Fields of ``/proc/<pid>/stat`` from the state on (field 3 is index 0)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def _children(pid: int) -> dict[int, tuple[int, set[int]]]:
+    """The live children of ``pid``: their nice value and CPU affinity."""
+    out = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            fields = _stat(int(p.name))
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out[int(p.name)] = (int(fields[16]), os.sched_getaffinity(int(p.name)))
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile
+    return out
+
+
+# Three nested macros over ten elements: 1,000 evaluations, about 0.5 s of cel-python:
+# slow, but well within the deadline, so the call answers and its process is kept.
+SLOW = (
+    "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10]"
+    ".all(c, a+b+c > 0)))"
+)
+
+
+@pytest.mark.parametrize(
+    "server",
+    [{"MODELPLANE_SELECTOR_COST_LIMIT": "1000000000", "MODELPLANE_CALL_DEADLINE_SECONDS": "30"}],
+    indirect=True,
+)
+def test_a_slow_call_runs_in_the_slow_lane_until_it_answers(
+    server: tuple[Any, str, Path],
+) -> None:
+    """Slow and large calls are confined to every CPU but one, so short calls keep one
+    (``function.edge.pool.slow_lane``); a process is confined only while its slow call
+    composes, and kept."""
+    proc, address, _log = server
+    everything = os.sched_getaffinity(proc.pid)
+    lane = set(slow_lane(everything, usable_cpus()))
+    children = _children(proc.pid)
+    large = [p for p, (nice, _) in children.items() if nice == LARGE_CALL_NICE]
+    assert len(large) == 1, children
+    assert children[large[0]][1] == (lane or everything)
+    assert all(cpus == everything for nice, cpus in children.values() if nice == 0), children
+    xr = json_format.MessageToDict(_settled("ModelDeployment").observed.composite.resource)
+    member = xr["spec"]["template"]["spec"]["engines"][0]["members"][0]
+    member["nodeSelector"]["devices"][0]["selectors"][0]["cel"] = SLOW
+    req = _rebuild(_settled("ModelDeployment"), xr, "slow")
+    with grpc.insecure_channel(address) as ch:
+        call = _stub(ch)
+        slow = call.future(req, timeout=120)
+        confined: set[int] = set()
+        while not slow.done():
+            now = _children(proc.pid)
+            confined |= {p for p, (nice, cpus) in now.items() if nice == 0 and cpus == lane}
+            time.sleep(0.005)
+        assert not fatal(slow.result())
+        small = [call.future(small_request(f"small-{i}"), timeout=120) for i in range(6)]
+        for f in small:
+            assert not fatal(f.result())
+        after = _children(proc.pid)
+    if not lane:  # fewer than 2 usable CPUs: nothing is confined
+        assert not confined
+        return
+    assert len(confined) == 1, f"one process ran the slow call, confined to {lane}: {confined}"
+    (pid,) = confined
+    assert pid in after, "the process was kept, not replaced"
+    assert after[pid][1] == everything, "its affinity was restored when it answered"

@@ -14,6 +14,14 @@ large one only while another of them stays free. So small calls never queue behi
 large one, and while one composes the scheduler prefers everything else (a process
 cannot raise its priority again, so the class belongs to the process, not the call).
 
+Slow lane: where the container may use 2 CPUs or more, slow and large calls are
+confined to :func:`slow_lane`, every CPU but one CPU's worth, so that short calls always
+have one to themselves: the large-call process always, and a process whose call has
+composed for :data:`SLOW_CALL_SECONDS` until it answers (its CPU affinity, which the
+acceptor sets and restores; the process is kept). A runaway selector and a 5,000-cluster
+ModelCache then share the lane, and the small calls beside them do not wait for a turn
+behind either.
+
 Routing: calls wait in one queue. Calls for the same XR (kind, namespace, name, read
 from the request's first bytes without decoding the rest) have a home process, which
 takes them first so its memos keep hitting; a free process takes a call whose home is
@@ -56,6 +64,7 @@ import struct
 import time
 import zlib
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +97,10 @@ SHARED_REQUEST_BYTES = 8 * 1024 * 1024
 # process, not per call).
 LARGE_REQUEST_BYTES = 2 * 1024 * 1024
 LARGE_CALL_NICE = 10
+# A call still composing after this long is a slow call: its process moves to the slow
+# lane (see slow_lane) until it answers. Far above a steady call of any kind (a
+# 1,000-cluster ModelCache composes in about 6 ms), far below a deadline.
+SLOW_CALL_SECONDS = 0.05
 # Socket buffers, each way: a 1,000-cluster request (0.8 MiB) goes in one write
 # (the kernel caps this at net.core.wmem_max / rmem_max).
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
@@ -98,12 +111,56 @@ RUNAWAY_MEMO_ENTRIES = 1024
 _log = structlog.get_logger("pool")
 
 
-def _child(sock: socket.socket, debug: bool, nice: int) -> None:  # pragma: no cover - child
+def usable_cpus() -> int:
+    """How many CPUs this process may use: the CPUs in its affinity mask, lowered to the
+    cgroup v2 CPU quota (``/sys/fs/cgroup/cpu.max``, what a Kubernetes CPU limit sets,
+    rounded up) when there is one. At least 1."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cpus)
+
+
+def slow_lane(affinity: Iterable[int], usable: int) -> tuple[int, ...]:
+    """The CPUs that slow and large calls are confined to: one CPU's worth fewer than
+    the process may use, so that one always stays for short calls.
+
+    Args:
+        affinity: The CPU numbers in the acceptor's affinity mask
+            (``os.sched_getaffinity``).
+        usable: How many CPUs the process may use (:func:`usable_cpus`: the mask lowered
+            to the cgroup CPU quota).
+
+    Returns:
+        The last ``min(usable, len(affinity)) - 1`` CPU numbers of the mask, sorted; empty
+        (no lane: every call may run anywhere) when fewer than 2 CPUs may be used. Under
+        a CPU quota on a larger node (a 2-CPU limit on a 64-CPU node), confining slow
+        calls to ``usable - 1`` CPUs also bounds the quota they can take, so short calls
+        are not throttled with them (Linux's CFS bandwidth control throttles the whole
+        cgroup once its quota is spent).
+    """
+    cpus = sorted(set(affinity))
+    n = min(usable, len(cpus)) - 1
+    return tuple(cpus[-n:]) if n >= 1 else ()
+
+
+def _child(
+    sock: socket.socket, debug: bool, nice: int, lane: tuple[int, ...]
+) -> None:  # pragma: no cover - child
     """Entry point of one compute process: serve requests from ``sock`` until it closes,
-    ``nice`` steps below the acceptor's CPU priority (the large-call process)."""
+    ``nice`` steps below the acceptor's CPU priority and confined to the CPUs ``lane``
+    (the large-call process; empty: no confinement)."""
     if nice:
         with contextlib.suppress(OSError):
             os.nice(nice)
+    if lane:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, lane)
     # The acceptor owns signals: it stops taking calls, lets these finish, then closes
     # the socket (end-of-file ends this loop).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -263,6 +320,9 @@ class _Slot:
     shared: mmap.mmap | None = None
     job: _Job | None = None
     timer: asyncio.TimerHandle | None = None
+    # Moves the call's process to the slow lane once it has composed SLOW_CALL_SECONDS.
+    lane_timer: asyncio.TimerHandle | None = None
+    in_lane: bool = False
     # Being replaced (or stopped): takes no call, and its end-of-file is expected.
     retiring: bool = True
 
@@ -282,7 +342,9 @@ class ComputePool:
     ``await close()`` to let the processes finish their calls and exit.
     """
 
-    def __init__(self, processes: int, *, debug: bool = False) -> None:
+    def __init__(
+        self, processes: int, *, debug: bool = False, lane: tuple[int, ...] | None = None
+    ) -> None:
         if processes < 1:
             raise ValueError("a compute pool needs at least 1 process")
         self.processes = processes
@@ -299,6 +361,12 @@ class ComputePool:
         self._closing = False
         self._idle: asyncio.Event | None = None
         self._replacing: set[asyncio.Task[None]] = set()
+        self._cpus: tuple[int, ...] = ()
+        if hasattr(os, "sched_getaffinity"):
+            self._cpus = tuple(sorted(os.sched_getaffinity(0)))
+        # The slow lane (see slow_lane); ``lane`` overrides it (tests).
+        self.lane = slow_lane(self._cpus, usable_cpus()) if lane is None else lane
+        self.moved_to_lane = 0
 
     def pids(self) -> list[int]:
         """The process ids of the compute processes now running."""
@@ -314,7 +382,12 @@ class ComputePool:
                     sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
         proc = self._ctx.Process(
             target=_child,
-            args=(child, self.debug, LARGE_CALL_NICE if self._slots[index].large else 0),
+            args=(
+                child,
+                self.debug,
+                LARGE_CALL_NICE if self._slots[index].large else 0,
+                self.lane if self._slots[index].large else (),
+            ),
             name=f"compute-{index}",
             daemon=True,
         )
@@ -445,16 +518,40 @@ class ComputePool:
         else:
             slot.transport.write(_REQ.pack(size, budget, len(meta), _ON_SOCKET) + meta)
             slot.transport.write(job.data)  # sent at once when the socket buffer holds it
+        loop = asyncio.get_running_loop()
         if job.budget is not None:
-            slot.timer = asyncio.get_running_loop().call_later(
-                job.budget + KILL_MARGIN_SECONDS, self._expired, slot, job
-            )
+            slot.timer = loop.call_later(job.budget + KILL_MARGIN_SECONDS, self._expired, slot, job)
+        if self.lane and not slot.large:
+            slot.lane_timer = loop.call_later(SLOW_CALL_SECONDS, self._to_lane, slot, job)
+
+    def _to_lane(self, slot: _Slot, job: _Job) -> None:
+        """Slot's call has composed :data:`SLOW_CALL_SECONDS`: confine its process to the
+        slow lane until it answers (an unprivileged process may widen its affinity again,
+        unlike its CPU priority, so the process is kept)."""
+        slot.lane_timer = None
+        if slot.job is not job or slot.proc is None:
+            return
+        try:
+            os.sched_setaffinity(slot.proc.pid, self.lane)
+        except OSError:  # it exited meanwhile: _lost or _answered follows
+            return
+        slot.in_lane = True
+        self.moved_to_lane += 1
+        _log.debug("slow call moved to the slow lane", pid=slot.proc.pid, cpus=self.lane)
 
     def _finish(self, slot: _Slot) -> _Job | None:
         job, slot.job = slot.job, None
         if slot.timer is not None:
             slot.timer.cancel()
             slot.timer = None
+        if slot.lane_timer is not None:
+            slot.lane_timer.cancel()
+            slot.lane_timer = None
+        if slot.in_lane:
+            slot.in_lane = False
+            if slot.proc is not None:
+                with contextlib.suppress(OSError):  # exiting (replaced): nothing to undo
+                    os.sched_setaffinity(slot.proc.pid, self._cpus)
         return job
 
     @staticmethod

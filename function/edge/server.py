@@ -20,7 +20,6 @@ reflection, on one address:
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import signal
 import socket
@@ -248,17 +247,9 @@ def check_serving_config(cfg: ServerConfig) -> str | None:
 
 
 def default_processes() -> int:
-    """Compute processes to run by default: the CPUs this process may use, at most 8.
+    """Compute processes to run by default: the CPUs this process may use
+    (:func:`function.edge.pool.usable_cpus`: the affinity mask lowered to the cgroup
+    CPU quota), at most 8."""
+    from function.edge.pool import usable_cpus
 
-    Counts the CPUs in the affinity mask, lowered to the cgroup v2 CPU quota
-    (``/sys/fs/cgroup/cpu.max``, what a Kubernetes CPU limit sets) when there is one.
-    """
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        with open("/sys/fs/cgroup/cpu.max") as f:
-            quota, period = f.read().split()[:2]
-        if quota != "max":
-            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(1, min(cpus, 8))
+    return min(usable_cpus(), 8)
