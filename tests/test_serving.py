@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import os
 import signal
 import time
@@ -325,9 +326,11 @@ def test_a_slow_call_runs_in_the_slow_lane_until_it_answers(
     """Slow and large calls are confined to every CPU but one, so short calls keep one
     (``function.edge.pool.slow_lane``); a process is confined only while its slow call
     composes, and kept."""
-    proc, address, _log = server
+    proc, address, log = server
     everything = os.sched_getaffinity(proc.pid)
     lane = set(slow_lane(everything, usable_cpus()))
+    started = next(json.loads(x) for x in log.read_text().splitlines() if '"serving"' in x)
+    assert set(started["slow_lane_cpus"]) == lane, "the start-up line names the lane"
     children = _children(proc.pid)
     large = [p for p, (nice, _) in children.items() if nice == LARGE_CALL_NICE]
     assert len(large) == 1, children

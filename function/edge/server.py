@@ -199,7 +199,14 @@ async def serve_async(
     hs: health.aio.HealthServicer = server._modelplane_health  # type: ignore[attr-defined]
     for svc in ("", *sdk_runtime.SERVICE_NAMES[1:]):
         await hs.set(svc, health_pb2.HealthCheckResponse.SERVING)
-    log.info("serving", address=cfg.address, port=port, tls=not cfg.insecure, processes=processes)
+    log.info(
+        "serving",
+        address=cfg.address,
+        port=port,
+        tls=not cfg.insecure,
+        processes=processes,
+        slow_lane_cpus=list(pool.lane) if pool is not None else [],
+    )
     await stop.wait()
     log.info("stopping", grace_seconds=cfg.grace_seconds)
     stopped = asyncio.ensure_future(server.stop(grace=cfg.grace_seconds))
