@@ -3,8 +3,9 @@
     python -m benchmarks.fuzz [--cases 10000] [--processes 2] [--seed 14]
 
 Bases: the benchmark's scenarios (``benchmarks.scenarios``) at 10 clusters, first and
-steady call of every kind. Each case takes a base and applies one mutation, chosen by a
-seeded ``random.Random`` (the same cases every run):
+steady call of every kind, and a bring-your-own InferenceCluster's
+(``benchmarks.scenarios.inferencecluster``). Each case takes a base and applies one
+mutation, chosen by a seeded ``random.Random`` (the same cases every run):
 
 - a field of the XR's ``spec`` or ``status``, of a required resource or of an observed
   child replaced by a value of another type (null, numbers negative and huge, strings
@@ -36,7 +37,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Struct
 
-from benchmarks.scenarios import SCENARIOS
+from benchmarks.scenarios import SCENARIOS, inferencecluster
 from function.render import start_function
 
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
@@ -148,7 +149,7 @@ def fuzz(cases: int, processes: int = 2, seed: int = 14) -> dict[str, Any]:
     """Send ``cases`` mutated requests; return the counts (see the module docstring)."""
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     rng = random.Random(seed)
-    bases = [b for k in SCENARIOS for b in SCENARIOS[k](10)]
+    bases = [b for k in SCENARIOS for b in SCENARIOS[k](10)] + list(inferencecluster())
     counts: collections.Counter[str] = collections.Counter()
     examples: list[str] = []
     lock = threading.Lock()

@@ -344,10 +344,7 @@ def from_example(
             patch(xr, n)
         resolver = World(_example_docs(example, n, grow_fleet, world))
         seen = (
-            {
-                k: _stored(v)
-                for k, v in observed_by_name(load_yaml([str(base / observed)])).items()
-            }
+            {k: _stored(v) for k, v in observed_by_name(load_yaml([str(base / observed)])).items()}
             if observed and (base / observed).exists()
             else {}
         )
@@ -459,6 +456,39 @@ def deployment_scale_up(n: int) -> tuple[bytes, bytes]:
     required = {k: resolver.resolve(sel) for k, sel in rsp.requirements.resources.items()}
     first = build_request(xr, observed, required, tag="bench")
     return first.SerializeToString(), SCENARIOS["ModelDeployment"](n)[1]
+
+
+def inferencecluster(_n: int = 0) -> tuple[bytes, bytes]:
+    """A bring-your-own InferenceCluster (``spec.cluster.source: Existing``) with one node
+    pool per InferenceClass of the modeldeployment example: the call with its classes
+    resolved and nothing observed, and the steady call (its ProviderConfig observed and
+    ready). Its request does not grow with the fleet; not in :data:`SCENARIOS` (no
+    per-kind row), a base of the gRPC fuzz (``benchmarks.fuzz``)."""
+    from function.composers.inferencecluster import PROVIDER_CONFIG_KEY, class_requirement
+
+    root = Path(__file__).resolve().parent.parent / "examples" / "modeldeployment" / "required"
+    classes = [_stored(d) for d in load_yaml([str(root / "inferenceclasses.yaml")])]
+    xr = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "InferenceCluster",
+        "metadata": {"name": "byo-fleet", "uid": "u-byo-fleet", "generation": 1},
+        "spec": {
+            "cluster": {
+                "source": "Existing",
+                "existing": {"secretRef": {"name": "byo-kubeconfig"}},
+            },
+            "nodePools": [
+                {"name": f"pool-{i}", "className": c["metadata"]["name"], "nodeCount": 2}
+                for i, c in enumerate(classes)
+            ],
+        },
+    }
+    required = {class_requirement(c["metadata"]["name"]): [c] for c in classes}
+    first = build_request(xr, {}, required, tag="bench")
+    rsp = FunctionRunner().run(first)
+    observed = _observe_all(rsp, _ready_synced)
+    assert PROVIDER_CONFIG_KEY in observed, rsp
+    return first.SerializeToString(), _settle(xr, observed, required)
 
 
 SCENARIOS: dict[str, Callable[[int], tuple[bytes, bytes]]] = {
