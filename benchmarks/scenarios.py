@@ -475,8 +475,13 @@ def inferencecluster(_n: int = 0) -> tuple[bytes, bytes]:
         "spec": {
             "cluster": {
                 "source": "Existing",
-                "existing": {"secretRef": {"name": "byo-kubeconfig"}},
+                "existing": {
+                    "secretRef": {"name": "byo-kubeconfig"},
+                    "identitySecretRef": {"name": "byo-identity", "key": "private_key"},
+                    "cache": {"storageClassName": "efs-rwx"},
+                },
             },
+            "gateway": {"hostname": "byo.example.com"},
             "nodePools": [
                 {"name": f"pool-{i}", "className": c["metadata"]["name"], "nodeCount": 2}
                 for i, c in enumerate(classes)

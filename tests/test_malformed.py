@@ -97,6 +97,14 @@ def test_malformed_inferencecluster_fields_are_named_and_keep_children(case: str
     """Before the fix, ``spec.nodePools[0].nodeCount: "x"`` raised in ``gpu_pools``."""
     req, _ = golden.load_request(golden.GOLDEN / case)
     assert req.observed.resources, "the case observes the ProviderConfig it composed"
+    # Every optional field the composer reads, so that each is attacked too.
+    spec = req.observed.composite.resource["spec"]
+    spec.get_or_create_struct("gateway").update({"hostname": "gw.example.com"})
+    existing = spec["cluster"]["existing"]
+    existing.get_or_create_struct("cache").update({"storageClassName": "efs-rwx"})
+    existing.get_or_create_struct("identitySecretRef").update(
+        {"name": "gcp-identity", "key": "private_key", "type": "GoogleApplicationCredentials"}
+    )
     bad = _attack(req, keep_observed=True)
     assert not bad, "\n".join(bad[:20])
 

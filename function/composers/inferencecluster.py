@@ -69,15 +69,29 @@ SOURCES = ("Existing", "GKE", "EKS", "AKS", "Nebius", "Vultr")
 INVALID_SPEC = "InvalidSpec"
 
 
-_COUNT_MAXIMUM = 2**31 - 1  # an integer field of a CRD is an int32 to most clients
+# Whole numbers beyond this are not exact as JSON numbers (doubles), which is how they
+# arrive; the XRDs' integer fields have no smaller format.
+_COUNT_MAXIMUM = 2**53
+# The InferenceClass XRD's bounds of spec.devices[].count.
+_DEVICE_COUNT = (1, 64)
 
 
-def _count_ok(n: Any, least: int) -> bool:
-    """Whether ``n`` is a whole number from ``least`` to ``_COUNT_MAXIMUM`` (a JSON number
-    arrives as a float; a bool is not a number here)."""
+def _count_ok(n: Any, least: int, most: int = _COUNT_MAXIMUM) -> bool:
+    """Whether ``n`` is a whole number from ``least`` to ``most`` (a JSON number arrives
+    as a float; a bool is not a number here)."""
     if isinstance(n, bool) or not isinstance(n, (int, float)):
         return False
-    return float(n).is_integer() and least <= n <= _COUNT_MAXIMUM
+    return float(n).is_integer() and least <= n <= most
+
+
+def _optional(obj: Mapping[str, Any], key: str, kind: type, where: str) -> str:
+    """``""`` when ``obj[key]`` is absent, null or a ``kind``; else a message naming
+    ``where`` (the field's path) and what it should be."""
+    v = obj.get(key)
+    if v is None or isinstance(v, kind):
+        return ""
+    what = "an object" if kind is dict else "a string"
+    return f"{where}: expected {what}, got {v!r:.60}"
 
 
 def class_requirement(name: str) -> str:
@@ -117,10 +131,10 @@ def _class_problem(name: str, cls: Any) -> str:
         n = d.get("count")
         if n is None:
             continue
-        if not _count_ok(n, 1):
+        if not _count_ok(n, *_DEVICE_COUNT):
             return (
                 f"InferenceClass {name}: spec.devices[{i}].count: expected a whole number of "
-                f"devices from 1 to {_COUNT_MAXIMUM}, got {n!r:.60}"
+                f"devices from {_DEVICE_COUNT[0]} to {_DEVICE_COUNT[1]}, got {n!r:.60}"
             )
     return ""
 
@@ -160,7 +174,8 @@ _COUNT_MINIMUM = {"nodeCount": 0, "maxNodeCount": 1}
 
 def _existing_spec(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
     """``spec.cluster.existing`` and ``spec.nodePools`` of an Existing cluster, and ``""``;
-    or a message naming the first field that is not as the XRD declares it."""
+    or a message naming the first field that is not as the XRD declares it (the fields
+    this composer reads: the Secret references, the cache, the gateway, the node pools)."""
     existing = (spec.get("cluster") or {}).get("existing") or {}
     ref = existing.get("secretRef") if isinstance(existing, dict) else None
     if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
@@ -171,6 +186,33 @@ def _existing_spec(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[s
             f"kubeconfig Secret in {SECRET_NAMESPACE}, written as "
             "{secretRef: {name: <Secret>, key: kubeconfig}}",
         )
+    at = "spec.cluster.existing"
+    ident = existing.get("identitySecretRef")
+    gateway = spec.get("gateway")
+    cache = existing.get("cache")
+    problem = (
+        _optional(ref, "key", str, f"{at}.secretRef.key")
+        or _optional(existing, "identitySecretRef", dict, f"{at}.identitySecretRef")
+        or _optional(existing, "cache", dict, f"{at}.cache")
+        or _optional(spec, "gateway", dict, "spec.gateway")
+    )
+    if not problem and isinstance(ident, dict):
+        problem = next(
+            filter(
+                None,
+                (
+                    _optional(ident, k, str, f"{at}.identitySecretRef.{k}")
+                    for k in ("name", "key", "type")
+                ),
+            ),
+            "",
+        )
+    if not problem and isinstance(cache, dict):
+        problem = _optional(cache, STATUS_STORAGE_CLASS, str, f"{at}.cache.{STATUS_STORAGE_CLASS}")
+    if not problem and isinstance(gateway, dict):
+        problem = _optional(gateway, "hostname", str, "spec.gateway.hostname")
+    if problem:
+        return {}, [], problem
     node_pools, bad = _node_pools(spec.get("nodePools"))
     return existing, node_pools, bad
 
@@ -193,25 +235,35 @@ def _node_pools(value: Any) -> tuple[list[dict[str, Any]], str]:
             f"spec.nodePools: expected a list of node pools, each "
             f"{{name, className, nodeCount}}, got {type(value).__name__}"
         )
+    names: set[str] = set()
     for i, p in enumerate(value):
-        where = f"spec.nodePools[{i}]"
-        if not isinstance(p, dict):
-            return [], f"{where}: expected an object {{name, className, nodeCount}}, got {p!r:.60}"
-        cname = p.get("className")
-        if not isinstance(cname, str) or not cname:
-            return [], (
-                f"{where}.className: required, the name of an InferenceClass, got {cname!r:.60}"
-            )
-        for key, least in _COUNT_MINIMUM.items():
-            n = p.get(key)
-            if n is None:
-                continue
-            if not _count_ok(n, least):
-                return [], (
-                    f"{where}.{key}: expected a whole number of nodes from {least} to "
-                    f"{_COUNT_MAXIMUM}, got {n!r:.60}"
-                )
+        bad = _pool_problem(f"spec.nodePools[{i}]", p, names)
+        if bad:
+            return [], bad
+        names.add(p["name"])
     return value, ""
+
+
+def _pool_problem(where: str, p: Any, earlier: set[str]) -> str:
+    """What is wrong with node pool ``p`` at ``where`` (``""``: nothing); ``earlier``
+    are the names of the pools before it (names are the list's key, so unique)."""
+    if not isinstance(p, dict):
+        return f"{where}: expected an object {{name, className, nodeCount}}, got {p!r:.60}"
+    name = p.get("name")
+    if not isinstance(name, str) or not name:
+        return f"{where}.name: required, the pool's name, got {name!r:.60}"
+    if name in earlier:
+        return f"{where}.name: {name!r:.60} names an earlier pool too; names are unique"
+    cname = p.get("className")
+    if not isinstance(cname, str) or not cname:
+        return f"{where}.className: required, the name of an InferenceClass, got {cname!r:.60}"
+    for key, least in _COUNT_MINIMUM.items():
+        n = p.get(key)
+        if n is not None and not _count_ok(n, least):
+            return (
+                f"{where}.{key}: expected a whole number of nodes, at least {least}, got {n!r:.60}"
+            )
+    return ""
 
 
 def _provider_config(inputs: Inputs, existing: Mapping[str, Any]) -> dict[str, Any]:
