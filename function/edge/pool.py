@@ -14,13 +14,17 @@ large one only while another of them stays free. So small calls never queue behi
 large one, and while one composes the scheduler prefers everything else (a process
 cannot raise its priority again, so the class belongs to the process, not the call).
 
-Slow lane: where the container may use 2 CPUs or more, slow and large calls are
-confined to :func:`slow_lane`, every CPU but one CPU's worth, so that short calls always
-have one to themselves: the large-call process always, and a process whose call has
-composed for :data:`SLOW_CALL_SECONDS` until it answers (its CPU affinity, which the
-acceptor sets and restores; the process is kept). A runaway selector and a 5,000-cluster
-ModelCache then share the lane, and the small calls beside them do not wait for a turn
-behind either.
+Slow lane: where the container may use 2 whole CPUs or more, slow and large calls are
+confined to :func:`slow_lane`, all but one whole CPU of them, so that short calls always
+have one to themselves: the large-call process always, and a regular process whose call
+has been composing for :data:`SLOW_CALL_SECONDS` (wall time since it was handed over)
+until it answers, as long as another regular process stays outside the lane (so the
+lane never leaves a CPU idle while every process waits in it). It is the CPU affinity of
+the process's main thread, which composes; the acceptor sets and restores it, and the
+process is kept. A runaway selector and a 5,000-cluster ModelCache then share the lane,
+and the small calls beside them do not wait for a turn behind either. The price: a
+large call in the lane beside a runaway gets the share of its lower priority (about a
+tenth of the lane) until the runaway's deadline ends it.
 
 Routing: calls wait in one queue. Calls for the same XR (kind, namespace, name, read
 from the request's first bytes without decoding the rest) have a home process, which
@@ -97,9 +101,10 @@ SHARED_REQUEST_BYTES = 8 * 1024 * 1024
 # process, not per call).
 LARGE_REQUEST_BYTES = 2 * 1024 * 1024
 LARGE_CALL_NICE = 10
-# A call still composing after this long is a slow call: its process moves to the slow
-# lane (see slow_lane) until it answers. Far above a steady call of any kind (a
-# 1,000-cluster ModelCache composes in about 6 ms), far below a deadline.
+# A call still composing this long (wall time) after it was handed over is a slow call:
+# its process moves to the slow lane (see slow_lane) until it answers. Far above a
+# steady call of any kind (a 1,000-cluster ModelCache composes in about 6 ms), far below
+# a deadline.
 SLOW_CALL_SECONDS = 0.05
 # Socket buffers, each way: a 1,000-cluster request (0.8 MiB) goes in one write
 # (the kernel caps this at net.core.wmem_max / rmem_max).
@@ -111,42 +116,57 @@ RUNAWAY_MEMO_ENTRIES = 1024
 _log = structlog.get_logger("pool")
 
 
-def usable_cpus() -> int:
+def cpu_limit() -> float:
     """How many CPUs this process may use: the CPUs in its affinity mask, lowered to the
-    cgroup v2 CPU quota (``/sys/fs/cgroup/cpu.max``, what a Kubernetes CPU limit sets,
-    rounded up) when there is one. At least 1."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cgroup v2 CPU quota (``/sys/fs/cgroup/cpu.max``, what a Kubernetes CPU limit sets)
+    when there is one; a fraction under a fractional quota (``1.5``). A cgroup v1 quota
+    is not read (the mask alone counts)."""
+    cpus = float(
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )
     try:
         with open("/sys/fs/cgroup/cpu.max") as f:
             quota, period = f.read().split()[:2]
         if quota != "max":
-            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
+            cpus = min(cpus, int(quota) / int(period))
+    except (OSError, ValueError, ZeroDivisionError):
         pass
-    return max(1, cpus)
+    return cpus
 
 
-def slow_lane(affinity: Iterable[int], usable: int) -> tuple[int, ...]:
-    """The CPUs that slow and large calls are confined to: one CPU's worth fewer than
-    the process may use, so that one always stays for short calls.
+def usable_cpus() -> int:
+    """:func:`cpu_limit` rounded up (a process for each CPU or part of one), at least 1."""
+    return max(1, math.ceil(cpu_limit()))
+
+
+def slow_lane(affinity: Iterable[int], limit: float, offset: int = 0) -> tuple[int, ...]:
+    """The CPUs that slow and large calls are confined to: all but one whole CPU of what
+    the process may use, so that at least one always stays for short calls.
 
     Args:
         affinity: The CPU numbers in the acceptor's affinity mask
             (``os.sched_getaffinity``).
-        usable: How many CPUs the process may use (:func:`usable_cpus`: the mask lowered
-            to the cgroup CPU quota).
+        limit: How many CPUs the process may use (:func:`cpu_limit`: the mask lowered to
+            the cgroup CPU quota, possibly a fraction).
+        offset: Where in the mask the lane ends (the acceptor's pid: replicas of the
+            function on one node pick different CPUs).
 
     Returns:
-        The last ``min(usable, len(affinity)) - 1`` CPU numbers of the mask, sorted; empty
-        (no lane: every call may run anywhere) when fewer than 2 CPUs may be used. Under
-        a CPU quota on a larger node (a 2-CPU limit on a 64-CPU node), confining slow
-        calls to ``usable - 1`` CPUs also bounds the quota they can take, so short calls
-        are not throttled with them (Linux's CFS bandwidth control throttles the whole
-        cgroup once its quota is spent).
+        ``floor(min(limit, len(affinity))) - 1`` CPU numbers of the mask, sorted: the
+        ones before position ``offset`` of the sorted mask, cyclically (with offset 0,
+        the last ones); empty (no lane: every call may run anywhere) when fewer than 2
+        whole CPUs may be used. Under a CPU quota on a larger node (a 2.5-CPU limit on a
+        64-CPU node: a lane of 1 CPU), confining slow calls also bounds the quota they
+        can spend, so that short calls keep at least one CPU's worth of it (Linux's CFS
+        bandwidth control throttles the whole cgroup once its quota is spent).
     """
     cpus = sorted(set(affinity))
-    n = min(usable, len(cpus)) - 1
-    return tuple(cpus[-n:]) if n >= 1 else ()
+    n = math.floor(min(limit, len(cpus))) - 1
+    if n < 1:
+        return ()
+    k = offset % len(cpus)
+    ring = cpus[k:] + cpus[:k]
+    return tuple(sorted(ring[-n:]))
 
 
 def _child(
@@ -159,8 +179,10 @@ def _child(
         with contextlib.suppress(OSError):
             os.nice(nice)
     if lane:
-        with contextlib.suppress(OSError):
+        try:
             os.sched_setaffinity(0, lane)
+        except OSError as e:  # a narrowed cpuset: runs unconfined, at its lower priority
+            structlog.get_logger("pool").warning("not confined to the slow lane", error=str(e))
     # The acceptor owns signals: it stops taking calls, lets these finish, then closes
     # the socket (end-of-file ends this loop).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -320,7 +342,7 @@ class _Slot:
     shared: mmap.mmap | None = None
     job: _Job | None = None
     timer: asyncio.TimerHandle | None = None
-    # Moves the call's process to the slow lane once it has composed SLOW_CALL_SECONDS.
+    # Moves the call's process to the slow lane SLOW_CALL_SECONDS after it was handed over.
     lane_timer: asyncio.TimerHandle | None = None
     in_lane: bool = False
     # Being replaced (or stopped): takes no call, and its end-of-file is expected.
@@ -365,8 +387,7 @@ class ComputePool:
         if hasattr(os, "sched_getaffinity"):
             self._cpus = tuple(sorted(os.sched_getaffinity(0)))
         # The slow lane (see slow_lane); ``lane`` overrides it (tests).
-        self.lane = slow_lane(self._cpus, usable_cpus()) if lane is None else lane
-        self.moved_to_lane = 0
+        self.lane = slow_lane(self._cpus, cpu_limit(), os.getpid()) if lane is None else lane
 
     def pids(self) -> list[int]:
         """The process ids of the compute processes now running."""
@@ -525,18 +546,21 @@ class ComputePool:
             slot.lane_timer = loop.call_later(SLOW_CALL_SECONDS, self._to_lane, slot, job)
 
     def _to_lane(self, slot: _Slot, job: _Job) -> None:
-        """Slot's call has composed :data:`SLOW_CALL_SECONDS`: confine its process to the
-        slow lane until it answers (an unprivileged process may widen its affinity again,
-        unlike its CPU priority, so the process is kept)."""
+        """Slot's call has been composing :data:`SLOW_CALL_SECONDS`: confine its process
+        to the slow lane until it answers, unless no other regular process would be left
+        outside it (an unprivileged process may widen its affinity again, unlike its CPU
+        priority, so the process is kept)."""
         slot.lane_timer = None
         if slot.job is not job or slot.proc is None:
             return
+        if sum(1 for s in self._slots if s.in_lane) + 1 >= self.processes:
+            return  # every other regular process is in the lane: this one keeps the rest
         try:
             os.sched_setaffinity(slot.proc.pid, self.lane)
-        except OSError:  # it exited meanwhile: _lost or _answered follows
+        except OSError as e:  # it exited meanwhile (_lost or _answered follows), or refused
+            _log.debug("slow call not moved to the slow lane", pid=slot.proc.pid, error=str(e))
             return
         slot.in_lane = True
-        self.moved_to_lane += 1
         _log.debug("slow call moved to the slow lane", pid=slot.proc.pid, cpus=self.lane)
 
     def _finish(self, slot: _Slot) -> _Job | None:

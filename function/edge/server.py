@@ -254,9 +254,9 @@ def check_serving_config(cfg: ServerConfig) -> str | None:
 
 
 def default_processes() -> int:
-    """Compute processes to run by default: the CPUs this process may use
-    (:func:`function.edge.pool.usable_cpus`: the affinity mask lowered to the cgroup
-    CPU quota), at most 8."""
+    """Compute processes to run by default: the CPUs this process may use, a fraction
+    rounded up (:func:`function.edge.pool.usable_cpus`: the affinity mask lowered to the
+    cgroup CPU quota), at most 8."""
     from function.edge.pool import usable_cpus
 
     return min(usable_cpus(), 8)
