@@ -32,9 +32,11 @@ composed resources).
 
 Bad input never removes what exists: a missing or unknown ``spec.cluster.source``,
 an Existing cluster without ``spec.cluster.existing.secretRef.name``, a
-``spec.nodePools`` entry that is not as the XRD declares it (an object with a
-``className``; ``nodeCount`` a whole number from 0, ``maxNodeCount`` from 1), or an
-InferenceClass whose ``spec.devices[].count`` is not a whole number from 1, keeps every
+``spec.nodePools`` entry that is not as the XRD declares it (an object with a unique
+``name`` and a ``className``; ``nodeCount`` a whole number from 0, ``maxNodeCount``
+from 1), an optional field the composer reads of the wrong type (``secretRef.key``,
+``identitySecretRef``, ``cache``, ``gateway`` and their fields), or an InferenceClass
+whose ``spec.devices[].count`` is not a whole number from 1 to 64, keeps every
 observed child (the ClusterProviderConfig that replicas and hydrations use) and the
 last status, with ``PoolsResolved=False``, reason ``InvalidSpec``, and a warning
 naming the field and what to write.
