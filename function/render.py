@@ -561,9 +561,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.include_function_results:
         docs = [d for d in docs if d.get("kind") != "Result"]
     print(f"# {calls} RunFunction call(s) in Crossplane's requirements loop", file=sys.stderr)
-    for d in docs:
-        sys.stdout.write("---\n")
-        yaml.safe_dump(d, sys.stdout, sort_keys=False, default_flow_style=False)
+    try:
+        for d in docs:
+            sys.stdout.write("---\n")
+            yaml.safe_dump(d, sys.stdout, sort_keys=False, default_flow_style=False)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped early (``| head``): no traceback, and none at exit either
+        # (the Python documentation's recipe for SIGPIPE).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
 
 

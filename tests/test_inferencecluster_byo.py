@@ -168,7 +168,7 @@ def _without(path: tuple[str, ...]) -> dict[str, Any]:
     return spec
 
 
-def _with(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+def _with(path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
     spec = copy.deepcopy(CLUSTER["spec"])
     node = spec
     for k in path[:-1]:
@@ -197,7 +197,51 @@ BAD_INPUT = [
         "spec.cluster.existing.secretRef.name",
         "{secretRef: {name: <Secret>",
     ),
+    (
+        "node count not a number",
+        _with(("nodePools", 0, "nodeCount"), "three"),
+        "spec.nodePools[0].nodeCount",
+        "whole number of nodes from 0",
+    ),
+    (
+        "pool names repeated",
+        _with(("nodePools", 1, "name"), "fake-l4"),
+        "spec.nodePools[1].name",
+        "names an earlier pool",
+    ),
+    (
+        "gateway not an object",
+        _with(("gateway",), "gw.example.com"),
+        "spec.gateway",
+        "expected an object",
+    ),
 ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("name", ""), ("nodeCount", 2**60), ("maxNodeCount", 2**62)],
+)
+def test_values_the_xrd_allows_are_not_refused(field: str, value: Any) -> None:
+    """An empty pool name (the XRD sets no minLength) and int64 counts are valid."""
+    rsp, _ = h.drive(
+        h.run, cluster_xr(_with(("nodePools", 0, field), value)), None, h.World(CLASSES)
+    )
+    assert h.conditions(rsp)["PoolsResolved"]["reason"] == "Resolved", h.conditions(rsp)
+
+
+def test_a_source_switched_away_from_existing_keeps_the_provider_config() -> None:
+    """Another source on this composition composes nothing new, and deletes nothing:
+    replicas and hydrations use the ProviderConfig composed while it was Existing."""
+    good, _ = h.drive(h.run, cluster_xr(), None, h.World(CLASSES))
+    pc = h.desired(good)["provider-config"]
+    spec = {"cluster": {"source": "GKE", "gke": {"region": "us-central1"}}}
+    rsp = h.run(
+        h.request(cluster_xr(spec, status=h.status(good)), observed={"provider-config": pc})
+    )
+    assert h.desired(rsp)["provider-config"] == pc
+    assert h.conditions(rsp)["PoolsResolved"]["reason"] == "SourceNotServed"
+    assert h.xr_ready(rsp) == "READY_FALSE"
 
 
 @pytest.mark.parametrize("transport", ["in-process", "grpc"])

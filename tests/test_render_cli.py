@@ -72,3 +72,37 @@ def test_render_refuses(case: Case, tmp_path: Path, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert code == 2
     assert case.want in err, err
+
+
+def test_a_reader_that_stops_early_gets_no_traceback() -> None:
+    """``python -m function.render ... | head``: the pipe closes before the output ends;
+    the command says nothing more and exits 1 (a read end closed before the first write
+    makes it certain)."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "function.render",
+                "examples/modelcache/xr.yaml",
+                "--required",
+                "examples/modelcache/required",
+                "--observed",
+                "examples/modelcache/observed",
+            ],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            cwd=Path(__file__).resolve().parent.parent,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert "Traceback" not in proc.stderr.decode(), proc.stderr.decode()
+    assert proc.returncode == 1

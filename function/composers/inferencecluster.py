@@ -71,9 +71,8 @@ SOURCES = ("Existing", "GKE", "EKS", "AKS", "Nebius", "Vultr")
 INVALID_SPEC = "InvalidSpec"
 
 
-# Whole numbers beyond this are not exact as JSON numbers (doubles), which is how they
-# arrive; the XRDs' integer fields have no smaller format.
-_COUNT_MAXIMUM = 2**53
+# The XRDs' integer fields have no format: int64 (Kubernetes' structural schemas).
+_COUNT_MAXIMUM = 2**63 - 1
 # The InferenceClass XRD's bounds of spec.devices[].count.
 _DEVICE_COUNT = (1, 64)
 
@@ -116,11 +115,17 @@ def _devices(cls: Any) -> list[dict[str, Any]]:
 def _class_problem(name: str, cls: Any) -> str:
     """What makes InferenceClass ``name`` unusable for ``status.gpuPools``, or ``""``.
 
-    The class's CRD declares ``spec.devices`` a list of objects whose ``count`` is a whole
-    number of at least 1 (default 1); the API server enforces it, but the function does
-    not rely on it: a class that is not so is named with the field, never passed on.
+    The class's CRD declares ``spec`` an object and ``spec.devices`` a list of objects,
+    each with a ``name`` and a ``driver``, whose ``count`` is a whole number from 1 to 64
+    (default 1); the API server enforces it, but the function does not rely on it: a
+    class that is not so is named with the field, never passed on.
     """
-    devices = structs.to_py(structs.get(cls, "spec", "devices"))
+    spec = structs.to_py(structs.get(cls, "spec"))
+    if spec is None:
+        return ""  # no devices: its pools add no capacity
+    if not isinstance(spec, dict):
+        return f"InferenceClass {name}: spec: expected an object, got {spec!r:.60}"
+    devices = spec.get("devices")
     if devices is None:
         return ""
     if not isinstance(devices, list):
@@ -128,16 +133,25 @@ def _class_problem(name: str, cls: Any) -> str:
             f"InferenceClass {name}: spec.devices: expected a list of devices, got {devices!r:.60}"
         )
     for i, d in enumerate(devices):
-        if not isinstance(d, dict):
-            continue  # not a device; _devices leaves it out, as it always has
-        n = d.get("count")
-        if n is None:
-            continue
-        if not _count_ok(n, *_DEVICE_COUNT):
-            return (
-                f"InferenceClass {name}: spec.devices[{i}].count: expected a whole number of "
-                f"devices from {_DEVICE_COUNT[0]} to {_DEVICE_COUNT[1]}, got {n!r:.60}"
-            )
+        bad = _device_problem(f"InferenceClass {name}: spec.devices[{i}]", d)
+        if bad:
+            return bad
+    return ""
+
+
+def _device_problem(at: str, d: Any) -> str:
+    """What is wrong with the InferenceClass device ``d`` at ``at`` (``""``: nothing)."""
+    if not isinstance(d, dict):
+        return f"{at}: expected an object {{name, driver, count}}, got {d!r:.60}"
+    for key in ("name", "driver"):
+        if not isinstance(d.get(key), str) or not d[key]:
+            return f"{at}.{key}: required, a string, got {d.get(key)!r:.60}"
+    n = d.get("count")
+    if n is not None and not _count_ok(n, *_DEVICE_COUNT):
+        return (
+            f"{at}.count: expected a whole number of devices from {_DEVICE_COUNT[0]} to "
+            f"{_DEVICE_COUNT[1]}, got {n!r:.60}"
+        )
     return ""
 
 
@@ -252,8 +266,8 @@ def _pool_problem(where: str, p: Any, earlier: set[str]) -> str:
     if not isinstance(p, dict):
         return f"{where}: expected an object {{name, className, nodeCount}}, got {p!r:.60}"
     name = p.get("name")
-    if not isinstance(name, str) or not name:
-        return f"{where}.name: required, the pool's name, got {name!r:.60}"
+    if not isinstance(name, str):
+        return f"{where}.name: required, the pool's name (a string), got {name!r:.60}"
     if name in earlier:
         return f"{where}.name: {name!r:.60} names an earlier pool too; names are unique"
     cname = p.get("className")
@@ -263,7 +277,8 @@ def _pool_problem(where: str, p: Any, earlier: set[str]) -> str:
         n = p.get(key)
         if n is not None and not _count_ok(n, least):
             return (
-                f"{where}.{key}: expected a whole number of nodes, at least {least}, got {n!r:.60}"
+                f"{where}.{key}: expected a whole number of nodes from {least} to "
+                f"{_COUNT_MAXIMUM} (an int64), got {n!r:.60}"
             )
     return ""
 
@@ -339,13 +354,13 @@ def compose(inputs: Inputs) -> Outcome:
             inputs,
             out,
             f"spec.cluster.source: expected one of {', '.join(SOURCES)} (Existing for a "
-            f"bring-your-own cluster), got {got}; existing children are kept",
+            f"bring-your-own cluster), got {got}; what this XR composed is kept",
         )
     if source != "Existing":
         return _not_served(inputs, out, source)
     existing, node_pools, bad = _existing_spec(spec)
     if bad:
-        return _invalid(inputs, out, bad + "; existing children are kept")
+        return _invalid(inputs, out, bad + "; what this XR composed is kept")
     class_names = sorted(
         {p["className"] for p in node_pools if isinstance(p.get("className"), str)}
     )
@@ -372,7 +387,7 @@ def compose(inputs: Inputs) -> Outcome:
     classes = {c: r.items[0] for c, r in resolved.items() if isinstance(r, Resolved) and r.items}
     bad = next(filter(None, (_class_problem(c, cls) for c, cls in classes.items())), "")
     if bad:
-        return _invalid(inputs, out, bad + "; the last status and existing children are kept")
+        return _invalid(inputs, out, bad + "; what this XR composed and its last status are kept")
     pools, missing = gpu_pools(node_pools, classes)
     _write_status(out, spec, existing, pools, pc["metadata"]["name"])
     _pools_resolved(out, pools, missing, len(node_pools))
@@ -381,7 +396,13 @@ def compose(inputs: Inputs) -> Outcome:
 
 
 def _not_served(inputs: Inputs, out: Outcome, source: str) -> Outcome:
-    """A source Modelplane's compositions provision: nothing composed here, not ready."""
+    """A source Modelplane's compositions provision: nothing new composed here, not ready.
+
+    What this composer composed before (the ProviderConfig of a cluster whose source was
+    ``Existing``) is kept as observed: replicas and hydrations use it, and switching
+    sources on this composition must not delete it by surprise.
+    """
+    out.keep_observed(inputs, True)
     _echo(inputs, out)
     out.condition(
         CONDITION,
