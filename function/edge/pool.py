@@ -106,7 +106,7 @@ LARGE_CALL_NICE = 10
 # steady call of any kind (a 1,000-cluster ModelCache composes in about 6 ms), far below
 # a deadline.
 SLOW_CALL_SECONDS = 0.05
-# Socket buffers, each way: a 1,000-cluster request (0.8 MiB) goes in one write
+# Socket buffers, each way: a 1,000-cluster request (0.9 MiB) goes in one write
 # (the kernel caps this at net.core.wmem_max / rmem_max).
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 # How long, and for how many requests, a request that ran past its deadline is answered
