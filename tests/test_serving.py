@@ -12,7 +12,14 @@ Every test here starts ``python -m function`` (one acceptor and its compute proc
 - a request protobuf cannot parse (nested deeper than its limit) gets a fatal result
   saying why, not gRPC ``UNKNOWN``.
 
-No assertion is about time: the waits only order events.
+- slow calls run in the slow lane (CPU affinity) while they compose, one regular
+  process always stays outside it, and a slow call that found no room is confined once
+  there is some.
+
+No assertion is about time: the waits only order events. The slow-lane test samples
+each process's affinity every 5 ms while calls of 0.5 s and more compose (the lane
+takes them after 50 ms); each has a selector of its own, so none is answered from a
+memo.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ import functools
 import json
 import os
 import signal
+import socket
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -332,7 +341,7 @@ def test_a_slow_call_runs_in_the_slow_lane_until_it_answers(
     composes, and kept."""
     proc, address, log = server
     everything = os.sched_getaffinity(proc.pid)
-    lane = set(slow_lane(everything, cpu_limit(), proc.pid))
+    lane = set(slow_lane(everything, cpu_limit(), zlib.crc32(socket.gethostname().encode())))
     started = next(json.loads(x) for x in log.read_text().splitlines() if '"serving"' in x)
     assert set(started["slow_lane_cpus"]) == lane, "the start-up line names the lane"
     # Priorities relative to the acceptor's (the suite may itself run under nice).
@@ -346,7 +355,7 @@ def test_a_slow_call_runs_in_the_slow_lane_until_it_answers(
     with grpc.insecure_channel(address) as ch:
         call = _stub(ch)
         # One slow call: its process is confined while it composes.
-        confined, most = _watch(proc.pid, base, lane, [call.future(_slow("a"), timeout=120)])
+        confined, _ = _watch(proc.pid, base, lane, [call.future(_slow("a"), timeout=120)])
         small = [call.future(small_request(f"small-{i}"), timeout=120) for i in range(6)]
         for f in small:
             assert not fatal(f.result())
@@ -355,28 +364,44 @@ def test_a_slow_call_runs_in_the_slow_lane_until_it_answers(
         # leaves, rather than both waiting in it while a CPU idles).
         slow2 = [call.future(_slow(x), timeout=120) for x in ("b", "c")]
         _, most2 = _watch(proc.pid, base, lane, slow2)
+        # A slow call that found no room is confined once the lane has room: a short
+        # slow call confined first, a longer one beside it (refused: only one process is
+        # left outside), then the short one answers.
+        short = call.future(_slow("d"), timeout=120)
+        while not short.done() and not _confined(proc.pid, base, lane):
+            time.sleep(0.005)
+        long = call.future(_slow("e", longer=True), timeout=120)
+        waited, most3 = _watch(proc.pid, base, lane, [short, long])
     if not lane:  # fewer than 2 whole CPUs: nothing is confined
-        assert not confined and not most2
+        assert not confined and not most2 and not waited
         return
     assert len(confined) == 1, f"one process ran the slow call, confined to {lane}: {confined}"
-    assert most == 1
     (pid,) = confined
     assert pid in after, "the process was kept, not replaced"
     assert after[pid][1] == everything, "its affinity was restored when it answered"
     assert most2 == 1, "of 2 processes with slow calls, 1 at most is confined"
+    assert most3 == 1
+    assert len(waited) == 2, f"the longer call's process was confined after the short one: {waited}"
 
 
-def _slow(name: str) -> Any:
+def _slow(name: str, longer: bool = False) -> Any:
     """The settled ModelDeployment example as XR ``name`` with a :data:`SLOW` selector of
-    its own."""
+    its own (``longer``: over 15 elements, not 10: about 3.4 times the evaluations)."""
     xr = json_format.MessageToDict(_settled("ModelDeployment").observed.composite.resource)
     xr["metadata"]["name"] = f"slow-{name}"
     member = xr["spec"]["template"]["spec"]["engines"][0]["members"][0]
     # A selector of its own (the same one would be answered from the memo of a process
     # that evaluated it before).
     cel = SLOW.replace("a+b+c > 0", f"a+b+c > -{len(name)}{ord(name[0])}")
+    if longer:
+        cel = cel.replace("9,10]", "9,10,11,12,13,14,15]")
     member["nodeSelector"]["devices"][0]["selectors"][0]["cel"] = cel
     return _rebuild(_settled("ModelDeployment"), xr, f"slow-{name}")
+
+
+def _confined(pid: int, base: int, lane: set[int]) -> set[int]:
+    """The regular processes of acceptor ``pid`` (nice ``base``) confined to ``lane`` now."""
+    return {p for p, (nice, cpus) in _children(pid).items() if nice == base and cpus == lane}
 
 
 def _watch(pid: int, base: int, lane: set[int], calls: list[Any]) -> tuple[set[int], int]:
@@ -385,7 +410,7 @@ def _watch(pid: int, base: int, lane: set[int], calls: list[Any]) -> tuple[set[i
     confined: set[int] = set()
     most = 0
     while not all(c.done() for c in calls):
-        now = {p for p, (nice, cpus) in _children(pid).items() if nice == base and cpus == lane}
+        now = _confined(pid, base, lane)
         confined |= now
         most = max(most, len(now))
         time.sleep(0.005)

@@ -15,16 +15,17 @@ large one, and while one composes the scheduler prefers everything else (a proce
 cannot raise its priority again, so the class belongs to the process, not the call).
 
 Slow lane: where the container may use 2 whole CPUs or more, slow and large calls are
-confined to :func:`slow_lane`, all but one whole CPU of them, so that short calls always
-have one to themselves: the large-call process always, and a regular process whose call
-has been composing for :data:`SLOW_CALL_SECONDS` (wall time since it was handed over)
-until it answers, as long as another regular process stays outside the lane (so the
-lane never leaves a CPU idle while every process waits in it). It is the CPU affinity of
-the process's main thread, which composes; the acceptor sets and restores it, and the
+confined to :func:`slow_lane`, all but one whole CPU of them, so that the hogs never run
+on that one: the large-call process always, and a regular process whose call has been
+composing for :data:`SLOW_CALL_SECONDS` (wall time since it was handed over) until it
+answers, as long as another live regular process stays outside the lane (the lane never
+holds every process that takes small calls; a slow call that finds no room runs
+unconfined and is confined when another leaves the lane). It is the CPU affinity of the
+process's main thread, which composes; the acceptor sets and restores it, and the
 process is kept. A runaway selector and a 5,000-cluster ModelCache then share the lane,
-and the small calls beside them do not wait for a turn behind either. The price: a
-large call in the lane beside a runaway gets the share of its lower priority (about a
-tenth of the lane) until the runaway's deadline ends it.
+and the small calls beside them do not take turns with either. The price: a large call
+in the lane beside a runaway gets the share of its lower priority (about a tenth of the
+lane) until the runaway's deadline ends it, while the CPU outside may idle.
 
 Routing: calls wait in one queue. Calls for the same XR (kind, namespace, name, read
 from the request's first bytes without decoding the rest) have a home process, which
@@ -102,9 +103,10 @@ SHARED_REQUEST_BYTES = 8 * 1024 * 1024
 LARGE_REQUEST_BYTES = 2 * 1024 * 1024
 LARGE_CALL_NICE = 10
 # A call still composing this long (wall time) after it was handed over is a slow call:
-# its process moves to the slow lane (see slow_lane) until it answers. Far above a
-# steady call of any kind (a 1,000-cluster ModelCache composes in about 6 ms), far below
-# a deadline.
+# its process moves to the slow lane (see slow_lane) until it answers. Above a steady
+# call of most kinds at 1,000 clusters (a ModelCache composes in about 6 ms), far below a
+# deadline: first calls at 5,000 clusters and the shards of very large footprints take
+# longer and are meant to move, and on a loaded node (wall time) so may others.
 SLOW_CALL_SECONDS = 0.05
 # Socket buffers, each way: a 1,000-cluster request (0.9 MiB) goes in one write
 # (the kernel caps this at net.core.wmem_max / rmem_max).
@@ -345,6 +347,9 @@ class _Slot:
     # Moves the call's process to the slow lane SLOW_CALL_SECONDS after it was handed over.
     lane_timer: asyncio.TimerHandle | None = None
     in_lane: bool = False
+    # Its call is slow but was not confined (no other regular process would have stayed
+    # outside the lane): confined when room is made.
+    slow: bool = False
     # Being replaced (or stopped): takes no call, and its end-of-file is expected.
     retiring: bool = True
 
@@ -387,7 +392,10 @@ class ComputePool:
         if hasattr(os, "sched_getaffinity"):
             self._cpus = tuple(sorted(os.sched_getaffinity(0)))
         # The slow lane (see slow_lane); ``lane`` overrides it (tests).
-        self.lane = slow_lane(self._cpus, cpu_limit(), os.getpid()) if lane is None else lane
+        # Placed by the host name (in Kubernetes, the pod's name; its pid is 1 in every
+        # pod), so replicas of the function on one node pick different CPUs.
+        offset = zlib.crc32(socket.gethostname().encode())
+        self.lane = slow_lane(self._cpus, cpu_limit(), offset) if lane is None else lane
 
     def pids(self) -> list[int]:
         """The process ids of the compute processes now running."""
@@ -547,14 +555,25 @@ class ComputePool:
 
     def _to_lane(self, slot: _Slot, job: _Job) -> None:
         """Slot's call has been composing :data:`SLOW_CALL_SECONDS`: confine its process
-        to the slow lane until it answers, unless no other regular process would be left
-        outside it (an unprivileged process may widen its affinity again, unlike its CPU
-        priority, so the process is kept)."""
+        to the slow lane until it answers, unless no other live regular process would be
+        left outside it; then it waits (``slow``) until one leaves the lane (an
+        unprivileged process may widen its affinity again, unlike its CPU priority, so
+        the process is kept)."""
         slot.lane_timer = None
         if slot.job is not job or slot.proc is None:
             return
-        if sum(1 for s in self._slots if s.in_lane) + 1 >= self.processes:
-            return  # every other regular process is in the lane: this one keeps the rest
+        slot.slow = True
+        outside = [
+            s
+            for s in self._slots
+            if s is not slot
+            and not s.large
+            and not s.in_lane
+            and s.proc is not None
+            and not s.retiring
+        ]
+        if not outside:
+            return  # this one keeps what the lane leaves, until another leaves the lane
         try:
             os.sched_setaffinity(slot.proc.pid, self.lane)
         except OSError as e:  # it exited meanwhile (_lost or _answered follows), or refused
@@ -562,6 +581,13 @@ class ComputePool:
             return
         slot.in_lane = True
         _log.debug("slow call moved to the slow lane", pid=slot.proc.pid, cpus=self.lane)
+
+    def _make_room(self) -> None:
+        """A process left the lane: confine a slow call that had to wait for room."""
+        for s in self._slots:
+            if s.slow and not s.in_lane and s.job is not None:
+                self._to_lane(s, s.job)
+                return
 
     def _finish(self, slot: _Slot) -> _Job | None:
         job, slot.job = slot.job, None
@@ -571,11 +597,13 @@ class ComputePool:
         if slot.lane_timer is not None:
             slot.lane_timer.cancel()
             slot.lane_timer = None
+        slot.slow = False
         if slot.in_lane:
             slot.in_lane = False
             if slot.proc is not None:
                 with contextlib.suppress(OSError):  # exiting (replaced): nothing to undo
                     os.sched_setaffinity(slot.proc.pid, self._cpus)
+            self._make_room()
         return job
 
     @staticmethod
