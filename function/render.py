@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -521,7 +522,9 @@ def _drive(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point: print ``crossplane render``'s YAML stream; exit 1 on a fatal result."""
+    """CLI entry point: print ``crossplane render``'s YAML stream; exit 1 on a fatal result
+    (or bad input), 141 when the reader closed the output early (as a shell reports a
+    command ended by SIGPIPE: 128 + 13)."""
     p = argparse.ArgumentParser(prog="python -m function.render", description=plain_text(__doc__))
     p.add_argument("xr", help="the XR (YAML)")
     p.add_argument("--required", action="append", default=[], help="file or directory")
@@ -570,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         # The reader stopped early (``| head``): no traceback, and none at exit either
         # (the Python documentation's recipe for SIGPIPE).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 128 + signal.SIGPIPE
     return 0
 
 

@@ -27,8 +27,11 @@ from __future__ import annotations
 from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Struct, Value
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
+from function.api.fields import WholeInt
 from function.core import structs, versioned
+from function.core.errors import pydantic_errors
 
 KIND = "InferenceCluster"
 
@@ -162,3 +165,117 @@ def host_problem(cluster: Struct) -> str:
     Pass the version when it is known: ``host_problem(cluster, version)``.
     """
     return cache_host_problem(cluster) or ""
+
+
+# ---- spec of a bring-your-own cluster (read by function.composers.inferencecluster) --
+#
+# The fields of ``spec`` the composer reads when ``spec.cluster.source`` is ``Existing``,
+# as compositions/inferencecluster/definition.yaml declares them. Unknown fields are
+# kept (the XRD declares more than the composer reads); a value of the wrong type is an
+# error naming its field, never coerced (pydantic strict types, :mod:`function.api.fields`).
+
+
+class SecretRef(BaseModel):
+    """``spec.cluster.existing.secretRef``: the kubeconfig Secret (in modelplane-system)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: StrictStr = Field(min_length=1)
+    key: StrictStr | None = None
+
+
+class IdentitySecretRef(BaseModel):
+    """``spec.cluster.existing.identitySecretRef``: cloud credentials for IAM access."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: StrictStr = Field(min_length=1)
+    key: StrictStr | None = None
+    type: StrictStr | None = None
+
+
+class CacheStorage(BaseModel):
+    """``spec.cluster.existing.cache``: the RWX storage class of cache volumes."""
+
+    model_config = ConfigDict(extra="allow")
+
+    storageClassName: StrictStr | None = None
+
+
+class Existing(BaseModel):
+    """``spec.cluster.existing``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    secretRef: SecretRef
+    identitySecretRef: IdentitySecretRef | None = None
+    cache: CacheStorage | None = None
+
+
+class Cluster(BaseModel):
+    """``spec.cluster`` of an Existing cluster."""
+
+    model_config = ConfigDict(extra="allow")
+
+    existing: Existing
+
+
+class NodePool(BaseModel):
+    """``spec.nodePools[]``: ``maxNodeCount`` nodes when the pool autoscales, else
+    ``nodeCount`` (default 1), each as the InferenceClass ``className`` describes."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: StrictStr
+    className: StrictStr = Field(min_length=1)
+    nodeCount: WholeInt | None = Field(default=None, ge=0)
+    maxNodeCount: WholeInt | None = Field(default=None, ge=1)
+
+
+class Gateway(BaseModel):
+    """``spec.gateway``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    hostname: StrictStr | None = None
+
+
+class ExistingSpec(BaseModel):
+    """What the composer reads of the ``spec`` of an Existing cluster."""
+
+    model_config = ConfigDict(extra="allow")
+
+    cluster: Cluster
+    nodePools: list[NodePool] = Field(default_factory=list)
+    gateway: Gateway | None = None
+
+    @field_validator("nodePools")
+    @classmethod
+    def _names_unique(cls, pools: list[NodePool]) -> list[NodePool]:
+        """Pool names are the list's key (``x-kubernetes-list-map-keys: [name]``)."""
+        seen: set[str] = set()
+        for p in pools:
+            if p.name in seen:
+                raise ValueError(f"pool names are unique; {p.name!r} names two pools")
+            seen.add(p.name)
+        return pools
+
+
+_SHAPES = {
+    "spec.cluster.existing": "an object {secretRef: {name: <Secret>, key: kubeconfig}}",
+    "spec.nodePools": "a list of node pools, each {name, className, nodeCount}",
+    "spec.nodePools[]": "an object {name, className, nodeCount}",
+}
+
+
+def parse_existing(spec: Any) -> ExistingSpec:
+    """Validate the ``spec`` (plain Python) of an ``Existing`` cluster.
+
+    Raises:
+        SpecError: naming the first wrong field (``spec.nodePools[0].nodeCount`` ...)
+            and what to write, listing up to five problems.
+    """
+    try:
+        return ExistingSpec.model_validate(spec)
+    except ValidationError as e:
+        raise pydantic_errors("spec", e, _SHAPES) from None

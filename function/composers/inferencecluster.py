@@ -26,20 +26,21 @@ and ``PoolsResolved=False`` (reason ``ClassNotFound``) names it.
 The XR is ready when the ProviderConfig exists and every class resolved;
 Crossplane then sets its ``Ready`` condition, which placement requires.
 Other sources are provisioned by Modelplane's own compositions: the composer
-reports ``PoolsResolved=False`` (reason ``SourceNotServed``), composes nothing and
-states the XR not ready (left unstated, Crossplane would derive Ready from zero
-composed resources).
+reports ``PoolsResolved=False`` (reason ``SourceNotServed``), composes nothing new
+(a ProviderConfig it composed while the source was ``Existing`` is kept) and states
+the XR not ready (left unstated, Crossplane would derive Ready from the composed
+resources).
 
-Bad input never removes what exists: a missing or unknown ``spec.cluster.source``,
-an Existing cluster without ``spec.cluster.existing.secretRef.name``, a
-``spec.nodePools`` entry that is not as the XRD declares it (an object with a unique
-``name`` and a ``className``; ``nodeCount`` a whole number from 0, ``maxNodeCount``
-from 1), an optional field the composer reads of the wrong type (``secretRef.key``,
-``identitySecretRef``, ``cache``, ``gateway`` and their fields), or an InferenceClass
-whose ``spec.devices[].count`` is not a whole number from 1 to 64, keeps every
-observed child (the ClusterProviderConfig that replicas and hydrations use) and the
-last status, with ``PoolsResolved=False``, reason ``InvalidSpec``, and a warning
-naming the field and what to write.
+Bad input never removes what exists. The spec of an Existing cluster is checked as the
+XRD declares the fields read here (:func:`function.api.inferencecluster.parse_existing`:
+``spec.cluster.existing`` with its Secret references and cache, ``spec.nodePools[]``
+with unique names, a ``className`` and whole-number counts, ``spec.gateway``), and each
+InferenceClass as its CRD declares the devices copied
+(:func:`function.api.inferenceclass.check`). A missing or unknown
+``spec.cluster.source``, a spec that is not so (reason ``InvalidSpec``) or such a class
+(reason ``ClassInvalid``) keeps every observed child (the ClusterProviderConfig that
+replicas and hydrations use), the last status and the XR's readiness as it was, with
+``PoolsResolved=False`` and a warning naming the field and what to write.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from function import API_VERSION
+from function.api import inferenceclass
 from function.api.inferencecluster import (
     DEFAULT_PROVIDER_CONFIG_KIND,
     STATUS_CACHE,
@@ -55,8 +57,11 @@ from function.api.inferencecluster import (
     STATUS_GPU_POOLS,
     STATUS_PROVIDER_CONFIG_REF,
     STATUS_STORAGE_CLASS,
+    is_ready,
+    parse_existing,
 )
 from function.core import structs
+from function.core.errors import SpecError
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
 from function.naming import LABEL_MANAGED_BY, MANAGED_BY, child_name
@@ -69,30 +74,8 @@ _ECHO = (STATUS_GPU_POOLS, STATUS_PROVIDER_CONFIG_REF, STATUS_CACHE, STATUS_GATE
 # spec.cluster.source values of the InferenceCluster XRD (compositions/inferencecluster).
 SOURCES = ("Existing", "GKE", "EKS", "AKS", "Nebius", "Vultr")
 INVALID_SPEC = "InvalidSpec"
-
-
-# The XRDs' integer fields have no format: int64 (Kubernetes' structural schemas).
-_COUNT_MAXIMUM = 2**63 - 1
-# The InferenceClass XRD's bounds of spec.devices[].count.
-_DEVICE_COUNT = (1, 64)
-
-
-def _count_ok(n: Any, least: int, most: int = _COUNT_MAXIMUM) -> bool:
-    """Whether ``n`` is a whole number from ``least`` to ``most`` (a JSON number arrives
-    as a float; a bool is not a number here)."""
-    if isinstance(n, bool) or not isinstance(n, (int, float)):
-        return False
-    return float(n).is_integer() and least <= n <= most
-
-
-def _optional(obj: Mapping[str, Any], key: str, kind: type, where: str) -> str:
-    """``""`` when ``obj[key]`` is absent, null or a ``kind``; else a message naming
-    ``where`` (the field's path) and what it should be."""
-    v = obj.get(key)
-    if v is None or isinstance(v, kind):
-        return ""
-    what = "an object" if kind is dict else "a string"
-    return f"{where}: expected {what}, got {v!r:.60}"
+# An InferenceClass that a pool names is not what its CRD declares.
+CLASS_INVALID = "ClassInvalid"
 
 
 def class_requirement(name: str) -> str:
@@ -110,49 +93,6 @@ def _devices(cls: Any) -> list[dict[str, Any]]:
             dev["count"] = int(dev["count"])
         out.append(dev)
     return out
-
-
-def _class_problem(name: str, cls: Any) -> str:
-    """What makes InferenceClass ``name`` unusable for ``status.gpuPools``, or ``""``.
-
-    The class's CRD declares ``spec`` an object and ``spec.devices`` a list of objects,
-    each with a ``name`` and a ``driver``, whose ``count`` is a whole number from 1 to 64
-    (default 1); the API server enforces it, but the function does not rely on it: a
-    class that is not so is named with the field, never passed on.
-    """
-    spec = structs.to_py(structs.get(cls, "spec"))
-    if spec is None:
-        return ""  # no devices: its pools add no capacity
-    if not isinstance(spec, dict):
-        return f"InferenceClass {name}: spec: expected an object, got {spec!r:.60}"
-    devices = spec.get("devices")
-    if devices is None:
-        return ""
-    if not isinstance(devices, list):
-        return (
-            f"InferenceClass {name}: spec.devices: expected a list of devices, got {devices!r:.60}"
-        )
-    for i, d in enumerate(devices):
-        bad = _device_problem(f"InferenceClass {name}: spec.devices[{i}]", d)
-        if bad:
-            return bad
-    return ""
-
-
-def _device_problem(at: str, d: Any) -> str:
-    """What is wrong with the InferenceClass device ``d`` at ``at`` (``""``: nothing)."""
-    if not isinstance(d, dict):
-        return f"{at}: expected an object {{name, driver, count}}, got {d!r:.60}"
-    for key in ("name", "driver"):
-        if not isinstance(d.get(key), str) or not d[key]:
-            return f"{at}.{key}: required, a string, got {d.get(key)!r:.60}"
-    n = d.get("count")
-    if n is not None and not _count_ok(n, *_DEVICE_COUNT):
-        return (
-            f"{at}.count: expected a whole number of devices from {_DEVICE_COUNT[0]} to "
-            f"{_DEVICE_COUNT[1]}, got {n!r:.60}"
-        )
-    return ""
 
 
 def gpu_pools(
@@ -184,103 +124,24 @@ def gpu_pools(
     return pools, sorted(missing)
 
 
-# Least values of spec.nodePools[] counts (the InferenceCluster XRD's minimums).
-_COUNT_MINIMUM = {"nodeCount": 0, "maxNodeCount": 1}
+def _existing_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``spec.cluster.existing`` and ``spec.nodePools`` of an Existing cluster, as
+    written, once they are what the XRD declares (:func:`parse_existing`).
 
-
-def _existing_spec(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
-    """``spec.cluster.existing`` and ``spec.nodePools`` of an Existing cluster, and ``""``;
-    or a message naming the first field that is not as the XRD declares it (the fields
-    this composer reads: the Secret references, the cache, the gateway, the node pools)."""
-    existing = (spec.get("cluster") or {}).get("existing") or {}
-    ref = existing.get("secretRef") if isinstance(existing, dict) else None
-    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
-        return (
-            {},
-            [],
-            "spec.cluster.existing.secretRef.name: required for source Existing: the "
-            f"kubeconfig Secret in {SECRET_NAMESPACE}, written as "
-            "{secretRef: {name: <Secret>, key: kubeconfig}}",
-        )
-    at = "spec.cluster.existing"
-    ident = existing.get("identitySecretRef")
-    gateway = spec.get("gateway")
-    cache = existing.get("cache")
-    problem = (
-        _optional(ref, "key", str, f"{at}.secretRef.key")
-        or _optional(existing, "identitySecretRef", dict, f"{at}.identitySecretRef")
-        or _optional(existing, "cache", dict, f"{at}.cache")
-        or _optional(spec, "gateway", dict, "spec.gateway")
-    )
-    if not problem and isinstance(ident, dict):
-        problem = next(
-            filter(
-                None,
-                (
-                    _optional(ident, k, str, f"{at}.identitySecretRef.{k}")
-                    for k in ("name", "key", "type")
-                ),
-            ),
-            "",
-        )
-    if not problem and isinstance(cache, dict):
-        problem = _optional(cache, STATUS_STORAGE_CLASS, str, f"{at}.cache.{STATUS_STORAGE_CLASS}")
-    if not problem and isinstance(gateway, dict):
-        problem = _optional(gateway, "hostname", str, "spec.gateway.hostname")
-    if problem:
-        return {}, [], problem
-    node_pools, bad = _node_pools(spec.get("nodePools"))
-    return existing, node_pools, bad
-
-
-def _node_pools(value: Any) -> tuple[list[dict[str, Any]], str]:
-    """``spec.nodePools`` checked as the XRD declares it.
-
-    Args:
-        value: ``spec.nodePools`` as given (absent is no pools).
-
-    Returns:
-        The pools, and ``""``; or ``[]`` and a message naming the first field that is
-        not what the XRD declares (``spec.nodePools[i].nodeCount``, say) and what to
-        write. Counts arrive as JSON numbers (floats): a whole number is accepted.
+    Raises:
+        SpecError: naming the field; a missing kubeconfig Secret says what to write.
     """
-    if value is None:
-        return [], ""
-    if not isinstance(value, list):
-        return [], (
-            f"spec.nodePools: expected a list of node pools, each "
-            f"{{name, className, nodeCount}}, got {type(value).__name__}"
-        )
-    names: set[str] = set()
-    for i, p in enumerate(value):
-        bad = _pool_problem(f"spec.nodePools[{i}]", p, names)
-        if bad:
-            return [], bad
-        names.add(p["name"])
-    return value, ""
-
-
-def _pool_problem(where: str, p: Any, earlier: set[str]) -> str:
-    """What is wrong with node pool ``p`` at ``where`` (``""``: nothing); ``earlier``
-    are the names of the pools before it (names are the list's key, so unique)."""
-    if not isinstance(p, dict):
-        return f"{where}: expected an object {{name, className, nodeCount}}, got {p!r:.60}"
-    name = p.get("name")
-    if not isinstance(name, str):
-        return f"{where}.name: required, the pool's name (a string), got {name!r:.60}"
-    if name in earlier:
-        return f"{where}.name: {name!r:.60} names an earlier pool too; names are unique"
-    cname = p.get("className")
-    if not isinstance(cname, str) or not cname:
-        return f"{where}.className: required, the name of an InferenceClass, got {cname!r:.60}"
-    for key, least in _COUNT_MINIMUM.items():
-        n = p.get(key)
-        if n is not None and not _count_ok(n, least):
-            return (
-                f"{where}.{key}: expected a whole number of nodes from {least} to "
-                f"{_COUNT_MAXIMUM} (an int64), got {n!r:.60}"
+    existing = (spec.get("cluster") or {}).get("existing")
+    if existing is None or isinstance(existing, dict):
+        ref = (existing or {}).get("secretRef")
+        if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
+            raise SpecError(
+                "spec.cluster.existing.secretRef.name",
+                f"required for source Existing: the kubeconfig Secret in {SECRET_NAMESPACE}, "
+                "written as {secretRef: {name: <Secret>, key: kubeconfig}}",
             )
-    return ""
+    parse_existing(spec)
+    return spec["cluster"]["existing"], spec.get("nodePools") or []
 
 
 def _provider_config(inputs: Inputs, existing: Mapping[str, Any]) -> dict[str, Any]:
@@ -317,19 +178,20 @@ def _provider_config(inputs: Inputs, existing: Mapping[str, Any]) -> dict[str, A
     }
 
 
-def _invalid(inputs: Inputs, out: Outcome, message: str) -> Outcome:
+def _invalid(inputs: Inputs, out: Outcome, message: str, reason: str = INVALID_SPEC) -> Outcome:
     """Keep every observed child and the last status; say what is wrong and how to fix it.
 
-    Readiness says what is true: the kept ProviderConfig exists (ready, as observed),
-    and the cluster stays usable, so the XR is ready exactly when that ProviderConfig
-    is observed; the spec error is in ``PoolsResolved``, not in a fleet-wide move of
-    every replica off a working cluster.
+    Readiness stays as it was: the XR is ready when it was (its observed ``Ready``
+    condition, which Crossplane set from the last good reconcile) and its ProviderConfig
+    still exists. A typo neither moves every replica off a working cluster nor makes a
+    cluster that placement left out eligible; the error is in ``PoolsResolved``.
     """
     out.keep_observed(inputs, True)
-    out.ready = inputs.observed_body(PROVIDER_CONFIG_KEY) is not None
+    was_ready = is_ready(inputs.xr)
+    out.ready = was_ready and inputs.observed_body(PROVIDER_CONFIG_KEY) is not None
     _echo(inputs, out)
-    out.condition(CONDITION, "False", INVALID_SPEC, message)
-    out.warning(message, INVALID_SPEC)
+    out.condition(CONDITION, "False", reason, message)
+    out.warning(message, reason)
     return out
 
 
@@ -358,9 +220,10 @@ def compose(inputs: Inputs) -> Outcome:
         )
     if source != "Existing":
         return _not_served(inputs, out, source)
-    existing, node_pools, bad = _existing_spec(spec)
-    if bad:
-        return _invalid(inputs, out, bad + "; what this XR composed is kept")
+    try:
+        existing, node_pools = _existing_spec(spec)
+    except SpecError as e:
+        return _invalid(inputs, out, f"{e}; what this XR composed is kept")
     class_names = sorted(
         {p["className"] for p in node_pools if isinstance(p.get("className"), str)}
     )
@@ -385,9 +248,12 @@ def compose(inputs: Inputs) -> Outcome:
         return out
 
     classes = {c: r.items[0] for c, r in resolved.items() if isinstance(r, Resolved) and r.items}
-    bad = next(filter(None, (_class_problem(c, cls) for c, cls in classes.items())), "")
-    if bad:
-        return _invalid(inputs, out, bad + "; what this XR composed and its last status are kept")
+    try:
+        for c, cls in classes.items():
+            inferenceclass.check(c, structs.to_py(structs.get(cls, "spec")))
+    except SpecError as e:
+        message = f"{e}; the last status is kept"
+        return _invalid(inputs, out, message, reason=CLASS_INVALID)
     pools, missing = gpu_pools(node_pools, classes)
     _write_status(out, spec, existing, pools, pc["metadata"]["name"])
     _pools_resolved(out, pools, missing, len(node_pools))
