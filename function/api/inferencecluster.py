@@ -154,9 +154,6 @@ def cache_host_problem(cluster: Struct) -> str | None:
     return None
 
 
-
-
-
 @versioned.reading(65536, weight=11)
 def host_problem(cluster: Struct) -> str:
     """:func:`cache_host_problem` of ``cluster`` as a string ("" when it can host a
@@ -175,56 +172,50 @@ def host_problem(cluster: Struct) -> str:
 # error naming its field, never coerced (pydantic strict types, :mod:`function.api.fields`).
 
 
-class SecretRef(BaseModel):
-    """``spec.cluster.existing.secretRef``: the kubeconfig Secret (in modelplane-system)."""
+class _Declared(BaseModel):
+    """A part of the spec: the fields read here are checked, the others kept."""
 
     model_config = ConfigDict(extra="allow")
+
+
+class SecretRef(_Declared):
+    """``spec.cluster.existing.secretRef``: the kubeconfig Secret (in modelplane-system)."""
 
     name: StrictStr = Field(min_length=1)
     key: StrictStr | None = None
 
 
-class IdentitySecretRef(BaseModel):
+class IdentitySecretRef(_Declared):
     """``spec.cluster.existing.identitySecretRef``: cloud credentials for IAM access."""
-
-    model_config = ConfigDict(extra="allow")
 
     name: StrictStr = Field(min_length=1)
     key: StrictStr | None = None
     type: StrictStr | None = None
 
 
-class CacheStorage(BaseModel):
+class CacheStorage(_Declared):
     """``spec.cluster.existing.cache``: the RWX storage class of cache volumes."""
-
-    model_config = ConfigDict(extra="allow")
 
     storageClassName: StrictStr | None = None
 
 
-class Existing(BaseModel):
+class Existing(_Declared):
     """``spec.cluster.existing``."""
-
-    model_config = ConfigDict(extra="allow")
 
     secretRef: SecretRef
     identitySecretRef: IdentitySecretRef | None = None
     cache: CacheStorage | None = None
 
 
-class Cluster(BaseModel):
+class Cluster(_Declared):
     """``spec.cluster`` of an Existing cluster."""
-
-    model_config = ConfigDict(extra="allow")
 
     existing: Existing
 
 
-class NodePool(BaseModel):
+class NodePool(_Declared):
     """``spec.nodePools[]``: ``maxNodeCount`` nodes when the pool autoscales, else
     ``nodeCount`` (default 1), each as the InferenceClass ``className`` describes."""
-
-    model_config = ConfigDict(extra="allow")
 
     name: StrictStr
     className: StrictStr = Field(min_length=1)
@@ -232,18 +223,14 @@ class NodePool(BaseModel):
     maxNodeCount: WholeInt | None = Field(default=None, ge=1)
 
 
-class Gateway(BaseModel):
+class Gateway(_Declared):
     """``spec.gateway``."""
-
-    model_config = ConfigDict(extra="allow")
 
     hostname: StrictStr | None = None
 
 
-class ExistingSpec(BaseModel):
+class ExistingSpec(_Declared):
     """What the composer reads of the ``spec`` of an Existing cluster."""
-
-    model_config = ConfigDict(extra="allow")
 
     cluster: Cluster
     nodePools: list[NodePool] = Field(default_factory=list)
