@@ -188,8 +188,14 @@ BAD_INPUT = [
     (
         "cluster not an object",
         _with(("cluster",), "Existing"),
-        "spec.cluster.source",
-        "got nothing",
+        "spec.cluster",
+        "expected an object {source: Existing",
+    ),
+    (
+        "kubeconfig Secret name not a string",
+        _with(("cluster", "existing", "secretRef", "name"), 5),
+        "spec.cluster.existing.secretRef.name",
+        "expected a string",
     ),
     (
         "kubeconfig Secret not named",
@@ -280,3 +286,26 @@ def test_invalid_source_keeps_the_provider_config(
     # puts one in that was out (the kept ProviderConfig is ready as observed).
     assert h.desired_ready(rsp)["provider-config"] == "READY_TRUE"
     assert h.xr_ready(rsp) == ("READY_TRUE" if was_ready else "READY_FALSE")
+
+
+@pytest.mark.parametrize("was_ready", [True, False], ids=["was-ready", "was-not-ready"])
+def test_a_malformed_class_is_named_and_keeps_what_exists(was_ready: bool) -> None:
+    """An InferenceClass a pool names whose devices are not what its CRD declares:
+    reason ClassInvalid, naming the class and the field; the ProviderConfig, the last
+    status and the XR's readiness stay as they were."""
+    good, _ = h.drive(h.run, cluster_xr(), None, h.World(CLASSES))
+    pc = h.desired(good)["provider-config"]
+    last = h.status(good)
+    ready = {"type": "Ready", "status": "True" if was_ready else "False", "reason": "Available"}
+    xr = cluster_xr(status={**last, "conditions": [*last.get("conditions", []), ready]})
+    broken = copy.deepcopy(CLASSES)
+    broken[0]["spec"]["devices"][0]["count"] = 0
+    name = broken[0]["metadata"]["name"]
+    rsp, _ = h.drive(h.run, xr, {"provider-config": pc}, h.World(broken))
+    c = h.conditions(rsp)["PoolsResolved"]
+    assert (c["status"], c["reason"]) == ("False", "ClassInvalid"), c
+    assert c["message"].startswith(f"InferenceClass {name}: spec.devices[0].count:"), c
+    assert h.desired(rsp)["provider-config"] == pc
+    assert h.status(rsp)["gpuPools"] == last["gpuPools"]
+    assert h.xr_ready(rsp) == ("READY_TRUE" if was_ready else "READY_FALSE")
+    assert not h.fatal(rsp)

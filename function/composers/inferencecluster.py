@@ -61,7 +61,7 @@ from function.api.inferencecluster import (
     parse_existing,
 )
 from function.core import structs
-from function.core.errors import SpecError
+from function.core.errors import SpecError, written_as
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
 from function.naming import LABEL_MANAGED_BY, MANAGED_BY, child_name
@@ -124,6 +124,24 @@ def gpu_pools(
     return pools, sorted(missing)
 
 
+def _source(cluster: Any) -> tuple[str, str]:
+    """``spec.cluster.source``, and ``""``; or ``""`` and a message naming the field
+    (``spec.cluster`` itself when it is not an object) and what to write."""
+    if cluster is not None and not isinstance(cluster, dict):
+        return "", (
+            "spec.cluster: expected an object {source: Existing, existing: {secretRef: "
+            f"{{name: <Secret>}}}}}}, got {written_as(cluster)}"
+        )
+    source = cluster.get("source") if isinstance(cluster, dict) else None
+    if source not in SOURCES:
+        got = "nothing" if source is None else repr(source)
+        return "", (
+            f"spec.cluster.source: expected one of {', '.join(SOURCES)} (Existing for a "
+            f"bring-your-own cluster), got {got}"
+        )
+    return str(source), ""
+
+
 def _existing_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``spec.cluster.existing`` and ``spec.nodePools`` of an Existing cluster, as
     written, once they are what the XRD declares (:func:`parse_existing`).
@@ -134,7 +152,8 @@ def _existing_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str,
     existing = (spec.get("cluster") or {}).get("existing")
     if existing is None or isinstance(existing, dict):
         ref = (existing or {}).get("secretRef")
-        if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
+        # Missing: say what to write; of the wrong type: parse_existing names it.
+        if ref is None or (isinstance(ref, dict) and ref.get("name") in (None, "")):
             raise SpecError(
                 "spec.cluster.existing.secretRef.name",
                 f"required for source Existing: the kubeconfig Secret in {SECRET_NAMESPACE}, "
@@ -208,16 +227,9 @@ def compose(inputs: Inputs) -> Outcome:
     """Compose a bring-your-own InferenceCluster's status (see the module docstring)."""
     out = Outcome()
     spec = inputs.spec
-    cluster = spec.get("cluster")
-    source = cluster.get("source") if isinstance(cluster, dict) else None
-    if source not in SOURCES:
-        got = "nothing" if source is None else repr(source)
-        return _invalid(
-            inputs,
-            out,
-            f"spec.cluster.source: expected one of {', '.join(SOURCES)} (Existing for a "
-            f"bring-your-own cluster), got {got}; what this XR composed is kept",
-        )
+    source, bad = _source(spec.get("cluster"))
+    if bad:
+        return _invalid(inputs, out, f"{bad}; what this XR composed is kept")
     if source != "Existing":
         return _not_served(inputs, out, source)
     try:

@@ -150,8 +150,10 @@ def slow_lane(affinity: Iterable[int], limit: float, offset: int = 0) -> tuple[i
             (``os.sched_getaffinity``).
         limit: How many CPUs the process may use (:func:`cpu_limit`: the mask lowered to
             the cgroup CPU quota, possibly a fraction).
-        offset: Where in the mask the lane ends (the acceptor's pid: replicas of the
-            function on one node pick different CPUs).
+        offset: Where in the mask the lane ends (the pool passes a hash of the host name,
+            in Kubernetes the pod's name, so that replicas of the function on one node
+            tend to pick different CPUs: two pick the same ones with a chance of one in
+            the number of CPUs, and pods on the host network share the node's name).
 
     Returns:
         ``floor(min(limit, len(affinity))) - 1`` CPU numbers of the mask, sorted: the
@@ -393,7 +395,7 @@ class ComputePool:
             self._cpus = tuple(sorted(os.sched_getaffinity(0)))
         # The slow lane (see slow_lane); ``lane`` overrides it (tests).
         # Placed by the host name (in Kubernetes, the pod's name; its pid is 1 in every
-        # pod), so replicas of the function on one node pick different CPUs.
+        # pod), so replicas of the function on one node tend to pick different CPUs.
         offset = zlib.crc32(socket.gethostname().encode())
         self.lane = slow_lane(self._cpus, cpu_limit(), offset) if lane is None else lane
 
@@ -452,6 +454,8 @@ class ComputePool:
         slot.retiring = False
         if transport.is_closing():  # it died while being attached
             self._lost(slot)
+        else:
+            self._make_room()  # a process outside the lane again: a waiting slow call goes in
 
     async def start(self) -> None:
         """Start every process (in parallel)."""
@@ -582,12 +586,30 @@ class ComputePool:
         slot.in_lane = True
         _log.debug("slow call moved to the slow lane", pid=slot.proc.pid, cpus=self.lane)
 
+    def _retire(self, slot: _Slot) -> None:
+        """Slot's process is going (it died, passed its deadline, or is killed): it no
+        longer counts as outside the lane; if no live regular process would be left
+        outside, one in the lane is let out until a replacement is up (its call stays
+        ``slow``: it goes back in then, by :meth:`_make_room`)."""
+        slot.retiring = True
+        if slot.large or slot.in_lane:
+            return
+        live = [s for s in self._slots if not s.large and s.proc is not None and not s.retiring]
+        if live and all(s.in_lane for s in live):
+            freed = live[0]
+            freed.in_lane = False
+            freed.slow = True
+            if freed.proc is not None:
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(freed.proc.pid, self._cpus)
+
     def _make_room(self) -> None:
         """A process left the lane: confine a slow call that had to wait for room."""
         for s in self._slots:
             if s.slow and not s.in_lane and s.job is not None:
                 self._to_lane(s, s.job)
-                return
+                if s.in_lane:
+                    return
 
     def _finish(self, slot: _Slot) -> _Job | None:
         job, slot.job = slot.job, None
@@ -613,8 +635,10 @@ class ComputePool:
 
     def _answered(self, slot: _Slot, flag: int, body: bytes) -> None:
         """Slot's process answered its call (called by its :class:`_Reader`)."""
-        job = self._finish(slot)
         if flag == _EXIT:  # past its deadline: the process exits and is replaced
+            self._retire(slot)
+        job = self._finish(slot)
+        if flag == _EXIT:
             if job is not None:
                 self._resolve(job, self._remember(job, body))
             self._replace_soon(slot, kill=False)
@@ -626,6 +650,7 @@ class ComputePool:
         """Slot's socket closed: expected while it is replaced, else the process died."""
         if slot.retiring:
             return
+        self._retire(slot)
         job = self._finish(slot)
         code = slot.proc.exitcode if slot.proc is not None else None
         _log.error("compute process died", exitcode=code)
@@ -645,6 +670,7 @@ class ComputePool:
         """Slot's process did not answer within the call's budget plus the margin."""
         if slot.job is not job:
             return
+        self._retire(slot)
         self._finish(slot)
         pid = slot.proc.pid if slot.proc is not None else None
         _log.error("compute process killed past its deadline", pid=pid, seconds=job.budget)
