@@ -80,12 +80,18 @@ def _go(p: P.ComputePool, s: Any) -> None:
     p._to_lane(s, s.job)
 
 
-def test_a_slow_call_without_room_goes_in_when_the_lane_has_room(affinity: Any) -> None:
+def _x_in_lane_y_waiting() -> tuple[P.ComputePool, Any, Any]:
+    """Two regular processes, both composing slow calls: x's went in, y's found no room."""
     p = _pool(2)
     x, y = p._slots[0], p._slots[1]
     _busy(p, x, y)
     _go(p, x)
     _go(p, y)
+    return p, x, y
+
+
+def test_a_slow_call_without_room_goes_in_when_the_lane_has_room(affinity: Any) -> None:
+    p, x, y = _x_in_lane_y_waiting()
     assert (x.in_lane, y.in_lane, y.slow) == (True, False, True)
     p._finish(x)  # x answers
     assert y.in_lane and affinity[y.proc.pid] == LANE
@@ -93,11 +99,7 @@ def test_a_slow_call_without_room_goes_in_when_the_lane_has_room(affinity: Any) 
 
 
 def test_a_dying_process_in_the_lane_does_not_count_as_outside(affinity: Any) -> None:
-    p = _pool(2)
-    x, y = p._slots[0], p._slots[1]
-    _busy(p, x, y)
-    _go(p, x)
-    _go(p, y)
+    p, x, y = _x_in_lane_y_waiting()
     p._lost(x)  # x's process died while its call was in the lane
     assert x.retiring and not y.in_lane, "y is the only live process: it stays outside"
     # The replacement is up (what _attach does): y goes in.
