@@ -236,9 +236,7 @@ def compose(inputs: Inputs) -> Outcome:
         existing, node_pools = _existing_spec(spec)
     except SpecError as e:
         return _invalid(inputs, out, f"{e}; what this XR composed is kept")
-    class_names = sorted(
-        {p["className"] for p in node_pools if isinstance(p.get("className"), str)}
-    )
+    class_names = sorted({p["className"] for p in node_pools})  # checked by parse_existing
     for c in class_names:
         out.require(class_requirement(c), API_VERSION, "InferenceClass", match_name=c)
 

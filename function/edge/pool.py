@@ -567,16 +567,7 @@ class ComputePool:
         if slot.job is not job or slot.proc is None:
             return
         slot.slow = True
-        outside = [
-            s
-            for s in self._slots
-            if s is not slot
-            and not s.large
-            and not s.in_lane
-            and s.proc is not None
-            and not s.retiring
-        ]
-        if not outside:
+        if not any(s is not slot and not s.in_lane for s in self._live_regular()):
             return  # this one keeps what the lane leaves, until another leaves the lane
         try:
             os.sched_setaffinity(slot.proc.pid, self.lane)
@@ -594,14 +585,21 @@ class ComputePool:
         slot.retiring = True
         if slot.large or slot.in_lane:
             return
-        live = [s for s in self._slots if not s.large and s.proc is not None and not s.retiring]
+        live = self._live_regular()
         if live and all(s.in_lane for s in live):
-            freed = live[0]
-            freed.in_lane = False
-            freed.slow = True
-            if freed.proc is not None:
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(freed.proc.pid, self._cpus)
+            self._unconfine(live[0])
+            live[0].slow = True
+
+    def _live_regular(self) -> list[_Slot]:
+        """The regular processes that are up and not going (those that take small calls)."""
+        return [s for s in self._slots if not s.large and s.proc is not None and not s.retiring]
+
+    def _unconfine(self, slot: _Slot) -> None:
+        """Give slot's process every CPU again (a process exiting meanwhile: nothing to undo)."""
+        slot.in_lane = False
+        if slot.proc is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(slot.proc.pid, self._cpus)
 
     def _make_room(self) -> None:
         """A process left the lane: confine a slow call that had to wait for room."""
@@ -621,10 +619,7 @@ class ComputePool:
             slot.lane_timer = None
         slot.slow = False
         if slot.in_lane:
-            slot.in_lane = False
-            if slot.proc is not None:
-                with contextlib.suppress(OSError):  # exiting (replaced): nothing to undo
-                    os.sched_setaffinity(slot.proc.pid, self._cpus)
+            self._unconfine(slot)
             self._make_room()
         return job
 
