@@ -585,9 +585,14 @@ def serving(
             got["scaling"] = round(
                 got[f"calls_per_second_{processes}"] / got["calls_per_second_1"], 2
             )
+            got["scaling_bounds"] = scaling_bounds(
+                processes, got["cpu_ms_per_call_1"], got[f"cpu_ms_per_call_{processes}"]
+            )
             print(f"serving: {client} client, throughput scaling 1 -> {processes}: "
-                  f"{got['scaling']}x", flush=True)  # fmt: skip
+                  f"{got['scaling']}x, bounds {got['scaling_bounds']}", flush=True)  # fmt: skip
         out["scaling"] = out["python"]["scaling"] if "python" in out else None
+        out["compute_alone"] = compute_alone(processes, seconds, cache_steady)
+        print(f"serving: compute alone (no gRPC): {out['compute_alone']}", flush=True)
 
     # Isolation: small calls while a 5,000-cluster call and a runaway are in flight.
     for label, env in (
@@ -661,6 +666,76 @@ def serving(
     # The machine is shared: how busy it was says how far the figures can be trusted.
     out["load_average_at_end"] = os.getloadavg()
     print(f"serving: load average {out['load_average_at_start']} -> {out['load_average_at_end']}")
+    return out
+
+
+def scaling_bounds(
+    processes: int, one: dict[str, float], many: dict[str, float]
+) -> dict[str, float]:
+    """The most the throughput can scale, from the CPU each process spent per call
+    (``cpu_ms_per_call_*`` of :func:`serving`: ``compute``, ``acceptor``, ``client``).
+
+    With 1 compute process the call's own CPU ``T`` (``one["compute"]``) bounds the
+    rate, 1/T calls per second, while the acceptor and the client use the other cores.
+    With ``processes`` processes on as many cores, shared with the acceptor and the
+    client, the rate is at most cores / (CPU of every process per call). So:
+
+    - ``from_cpu``: processes x T / (compute + acceptor + client, all with ``processes``);
+    - ``no_acceptor_no_slowdown``: processes x T / (T + client with ``processes``): an
+      acceptor that cost nothing and a call that ran as fast with every core busy as
+      alone; the ceiling of any server on a machine that its load client shares.
+    """
+    t = one["compute"]
+    spent = many["compute"] + many["acceptor"] + many["client"]
+    return {
+        "from_cpu": round(processes * t / spent, 2) if spent else 0.0,
+        "no_acceptor_no_slowdown": round(processes * t / (t + many["client"]), 2) if t else 0.0,
+    }
+
+
+def _compose_loop(data: bytes, seconds: float, ready: Any, start: Any, results: Any) -> None:
+    """One process of :func:`compute_alone`: compose ``data`` for ``seconds``."""
+    _quiet()
+    runner = FunctionRunner()
+    for _ in range(50):
+        runner.run_bytes(data)
+    ready.put(None)
+    start.wait()
+    calls, t0, c0 = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - t0 < seconds:
+        runner.run_bytes(data)
+        calls += 1
+    results.put((calls, time.perf_counter() - t0, time.process_time() - c0))
+
+
+def compute_alone(processes: int, seconds: float, data: bytes) -> dict[str, Any]:
+    """Calls per second of ``processes`` processes that each compose ``data`` in a loop,
+    against one: no gRPC, no acceptor, no client. What the machine gives the compute
+    itself when every core composes (the scaling :func:`serving` measures cannot be more,
+    and the acceptor and the client take their CPU from it)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    out: dict[str, Any] = {}
+    for n in sorted({1, processes}):
+        ready, results, start = ctx.Queue(), ctx.Queue(), ctx.Event()
+        procs = [
+            ctx.Process(target=_compose_loop, args=(data, seconds, ready, start, results))
+            for _ in range(n)
+        ]
+        for p in procs:
+            p.start()
+        for _ in procs:
+            ready.get(timeout=120)
+        start.set()
+        got = [results.get(timeout=seconds + 120) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        calls = sum(c for c, _, _ in got)
+        out[f"calls_per_second_{n}"] = round(sum(c / w for c, w, _ in got), 1)
+        out[f"cpu_ms_per_call_{n}"] = round(sum(u for _, _, u in got) * 1e3 / max(1, calls), 2)
+    if processes > 1:
+        out["scaling"] = round(out[f"calls_per_second_{processes}"] / out["calls_per_second_1"], 2)
     return out
 
 
