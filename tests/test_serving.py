@@ -354,8 +354,10 @@ def test_a_slow_call_runs_in_the_slow_lane_until_it_answers(
     assert all(cpus == everything for nice, cpus in children.values() if nice == base), children
     with grpc.insecure_channel(address) as ch:
         call = _stub(ch)
-        # One slow call: its process is confined while it composes.
-        confined, _ = _watch(proc.pid, base, lane, [call.future(_slow("a"), timeout=120)])
+        # One slow call: its process is confined while it composes, and the acceptor and
+        # the other process are kept off the lane's CPUs meanwhile.
+        kept_off: list[bool] = []
+        confined, _ = _watch(proc.pid, base, lane, [call.future(_slow("a"), timeout=120)], kept_off)
         small = [call.future(small_request(f"small-{i}"), timeout=120) for i in range(6)]
         for f in small:
             assert not fatal(f.result())
@@ -379,6 +381,12 @@ def test_a_slow_call_runs_in_the_slow_lane_until_it_answers(
     (pid,) = confined
     assert pid in after, "the process was kept, not replaced"
     assert after[pid][1] == everything, "its affinity was restored when it answered"
+    # Sampled while it composed (the first samples may fall between its move and the
+    # others'), then everything may run anywhere again.
+    assert kept_off and kept_off[-1], kept_off
+    assert all(cpus == everything for nice, cpus in after.values() if nice == base), after
+    threads = [os.sched_getaffinity(int(t)) for t in os.listdir(f"/proc/{proc.pid}/task")]
+    assert all(t == everything for t in threads), "the acceptor's threads got every CPU back"
     assert most2 == 1, "of 2 processes with slow calls, 1 at most is confined"
     assert most3 == 1
     assert len(waited) == 2, f"the longer call's process was confined after the short one: {waited}"
@@ -404,15 +412,36 @@ def _confined(pid: int, base: int, lane: set[int]) -> set[int]:
     return {p for p, (nice, cpus) in _children(pid).items() if nice == base and cpus == lane}
 
 
-def _watch(pid: int, base: int, lane: set[int], calls: list[Any]) -> tuple[set[int], int]:
+def _compute(pid: int) -> bool:
+    """Whether ``pid`` is a compute process (spawned by multiprocessing), not its resource
+    tracker."""
+    try:
+        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _watch(
+    pid: int, base: int, lane: set[int], calls: list[Any], kept_off: list[bool] | None = None
+) -> tuple[set[int], int]:
     """Until ``calls`` answer (each without a fatal result): the regular processes of
-    acceptor ``pid`` (nice ``base``) seen confined to ``lane``, and the most at once."""
+    acceptor ``pid`` (nice ``base``) seen confined to ``lane``, and the most at once.
+    ``kept_off`` gets, for each sample with one confined, whether the acceptor's threads
+    and the other regular processes then ran off the lane's CPUs."""
     confined: set[int] = set()
     most = 0
     while not all(c.done() for c in calls):
         now = _confined(pid, base, lane)
         confined |= now
         most = max(most, len(now))
+        if kept_off is not None and now:
+            others = [
+                cpus
+                for p, (nice, cpus) in _children(pid).items()
+                if nice == base and p not in now and _compute(p)
+            ]
+            threads = [os.sched_getaffinity(int(t)) for t in os.listdir(f"/proc/{pid}/task")]
+            kept_off.append(all(not (c & lane) for c in others + threads))
         time.sleep(0.005)
     for c in calls:
         assert not fatal(c.result())

@@ -2,14 +2,17 @@
 
 The acceptor's state is driven directly, with stand-in processes whose CPU affinity is
 recorded instead of set (no process is spawned): what ``tests/test_serving.py`` cannot
-arrange on demand through a real server. The rule under test: one live regular process
+arrange on demand through a real server. The rules under test: one live regular process
 always stays outside the lane; a slow call that found no room goes in once there is
-some; a process that is dying or being replaced does not count as outside.
+some; a process that is dying or being replaced does not count as outside; while slow
+calls compose, every other process and the acceptor are kept off the CPUs they compose
+on, and get every CPU back when none does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import pytest
@@ -18,6 +21,9 @@ from function.edge import pool as P
 
 LANE = (1,)
 ALL = (0, 1)
+OUTSIDE = (0,)
+# Stand-in pids above Linux's largest (4,194,304): no /proc entry, no real process.
+PID = 10_000_000
 
 
 class _Proc:
@@ -58,7 +64,7 @@ def _pool(processes: int) -> P.ComputePool:
     p = P.ComputePool(processes, lane=LANE)
     p._cpus = ALL
     for s in p._slots:
-        s.proc, s.retiring = _Proc(100 + s.index), False
+        s.proc, s.retiring = _Proc(PID + s.index), False
         s.transport = _Transport()  # type: ignore[assignment]
     p._replace_soon = _retiring  # type: ignore[method-assign]
     p._dispatch = _nothing  # type: ignore[method-assign]
@@ -95,7 +101,10 @@ def test_a_slow_call_without_room_goes_in_when_the_lane_has_room(affinity: Any) 
     assert (x.in_lane, y.in_lane, y.slow) == (True, False, True)
     p._finish(x)  # x answers
     assert y.in_lane and affinity[y.proc.pid] == LANE
-    assert affinity[x.proc.pid] == ALL
+    assert affinity[x.proc.pid] == OUTSIDE, "x is kept off the CPU y composes on"
+    p._finish(y)
+    p._place()  # what _dispatch does after every answer
+    assert affinity[x.proc.pid] == affinity[y.proc.pid] == affinity[os.getpid()] == ALL
 
 
 def test_a_dying_process_in_the_lane_does_not_count_as_outside(affinity: Any) -> None:
@@ -103,9 +112,10 @@ def test_a_dying_process_in_the_lane_does_not_count_as_outside(affinity: Any) ->
     p._lost(x)  # x's process died while its call was in the lane
     assert x.retiring and not y.in_lane, "y is the only live process: it stays outside"
     # The replacement is up (what _attach does): y goes in.
-    x.proc, x.retiring = _Proc(200), False
+    x.proc, x.retiring = _Proc(PID + 200), False
     p._make_room()
     assert y.in_lane and affinity[y.proc.pid] == LANE
+    assert affinity[x.proc.pid] == OUTSIDE, "the replacement is kept off the lane's CPU too"
 
 
 def test_when_the_process_outside_dies_one_in_the_lane_is_let_out(affinity: Any) -> None:
@@ -115,7 +125,7 @@ def test_when_the_process_outside_dies_one_in_the_lane_is_let_out(affinity: Any)
     _go(p, y)  # y confined; x outside, composing a short call
     p._lost(x)
     assert not y.in_lane and y.slow and affinity[y.proc.pid] == ALL
-    x.proc, x.retiring = _Proc(201), False
+    x.proc, x.retiring = _Proc(PID + 201), False
     p._make_room()
     assert y.in_lane
 
@@ -126,3 +136,67 @@ def test_the_large_call_process_never_counts_as_outside(affinity: Any) -> None:
     _busy(p, x)
     _go(p, x)
     assert not x.in_lane and x.slow, "the only regular process stays outside"
+
+
+def test_slow_calls_keep_everything_else_off_their_cpus(affinity: Any) -> None:
+    """A slow call in the lane: the acceptor (every thread) and the other regular process
+    run on the CPU outside it; when it answers, every process may run anywhere again."""
+    p = _pool(2)
+    x, y = p._slots[0], p._slots[1]
+    _busy(p, x)
+    p._place()  # a short call composing: every process may run anywhere
+    assert affinity[x.proc.pid] == affinity[y.proc.pid] == affinity[os.getpid()] == ALL
+    _go(p, x)
+    assert affinity[x.proc.pid] == LANE
+    assert affinity[y.proc.pid] == affinity[os.getpid()] == OUTSIDE
+    assert all(affinity[int(t)] == OUTSIDE for t in os.listdir("/proc/self/task"))
+    p._finish(x)
+    p._place()
+    assert affinity[x.proc.pid] == affinity[y.proc.pid] == affinity[os.getpid()] == ALL
+    affinity.clear()
+    p._place()  # nothing changed since: no system call
+    assert affinity == {}
+    # A process that came up meanwhile (it may have inherited a narrowed mask from the
+    # thread that spawned it) gets every CPU.
+    y.proc = _Proc(PID + 300)
+    p._place()
+    assert affinity[y.proc.pid] == ALL
+
+
+def test_a_large_call_counts_as_slow_from_its_hand_over(affinity: Any) -> None:
+    p = _pool(2)
+    big = next(s for s in p._slots if s.large)
+    x = p._slots[0]
+    _busy(p, big)
+    p._place()
+    assert affinity[big.proc.pid] == LANE
+    assert affinity[x.proc.pid] == affinity[os.getpid()] == OUTSIDE
+    p._finish(big)
+    p._place()
+    assert affinity[x.proc.pid] == affinity[os.getpid()] == ALL
+    assert affinity[big.proc.pid] == LANE, "the idle large-call process was not moved"
+
+
+@pytest.mark.parametrize(
+    ("slow", "busy", "rest"),
+    [(1, (1,), (0, 2, 3)), (2, (1, 2), (0, 3)), (3, (1, 2, 3), (0,))],
+)
+def test_slow_calls_take_as_many_cpus_of_a_wider_lane_as_they_compose_on(
+    affinity: Any, slow: int, busy: tuple[int, ...], rest: tuple[int, ...]
+) -> None:
+    """A lane of 3 CPUs on 4: ``slow`` calls compose on that many of its CPUs (a process
+    composes on one thread); the others keep the rest, lane CPUs included."""
+    p = P.ComputePool(4, lane=(1, 2, 3))
+    p._cpus = (0, 1, 2, 3)
+    for s in p._slots:
+        s.proc, s.retiring = _Proc(PID + s.index), False
+        s.transport = _Transport()  # type: ignore[assignment]
+    p._dispatch = _nothing  # type: ignore[method-assign]
+    hogs = p._slots[:slow]
+    _busy(p, *hogs)
+    for s in hogs:
+        _go(p, s)
+    assert [affinity[s.proc.pid] for s in hogs] == [busy] * slow
+    others = [s for s in p._slots if s not in hogs and not s.large]
+    assert [affinity[s.proc.pid] for s in others] == [rest] * len(others)
+    assert affinity[os.getpid()] == rest
