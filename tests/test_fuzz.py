@@ -297,7 +297,12 @@ def structural_error(
     if typ == "object" and isinstance(value, dict):
         props_ = schema.get("properties") or {}
         for req in schema.get("required") or ():
-            if value.get(req) is None and not (props_.get(req) or {}).get("nullable"):
+            sub_ = props_.get(req) or {}
+            # The API server prunes a null (unless nullable) and then applies the field's
+            # default before it validates: a required field with a default is never
+            # missing (https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/
+            # custom-resource-definitions/#defaulting-and-nullable).
+            if value.get(req) is None and not sub_.get("nullable") and "default" not in sub_:
                 return f"{path}.{req}: required"
         props = schema.get("properties") or {}
         for k in sorted(value, key=str):
@@ -714,3 +719,13 @@ def test_structural_check() -> None:
     assert structural_error({"a": {"n": "1"}}, schema) == "spec.a.n: want integer"
     assert structural_error({"a": {"n": True}}, schema) == "spec.a.n: want integer"
     assert structural_error({"a": {}, "s": [1]}, schema) == "spec.s[0]: want string"
+    # A required field with a default is defaulted by the API server before it validates
+    # (an XRD's serving.mode: required, default Unified).
+    defaulted = {
+        "type": "object",
+        "required": ["mode"],
+        "properties": {"mode": {"type": "string", "default": "Unified"}},
+    }
+    assert structural_error({}, defaulted) is None
+    assert structural_error({"mode": None}, defaulted) is None
+    assert structural_error({"mode": 3}, defaulted) == "spec.mode: want string"

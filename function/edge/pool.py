@@ -22,10 +22,14 @@ answers, as long as another live regular process stays outside the lane (the lan
 holds every process that takes small calls; a slow call that finds no room runs
 unconfined and is confined when another leaves the lane). It is the CPU affinity of the
 process's main thread, which composes; the acceptor sets and restores it, and the
-process is kept. A runaway selector and a 5,000-cluster ModelCache then share the lane,
-and the small calls beside them do not take turns with either. The price: a large call
-in the lane beside a runaway gets the share of its lower priority (about a tenth of the
-lane) until the runaway's deadline ends it, while the CPU outside may idle.
+process is kept. While slow calls compose there, they run on as many of the lane's CPUs
+as there are of them, and every thread of the acceptor and of the other compute
+processes on the CPUs left (``ComputePool._place``); when none composes, everything may
+run anywhere again. A runaway selector and a 5,000-cluster ModelCache then share the
+lane, and the small calls beside them, and the acceptor's threads that carry them, do
+not take turns with either. The price: a large call in the lane beside a runaway gets
+the share of its lower priority (about a tenth of the lane) until the runaway's deadline
+ends it, and while slow calls compose, short calls do not use the CPUs they run on.
 
 Routing: calls wait in one queue. Calls for the same XR (kind, namespace, name, read
 from the request's first bytes without decoding the rest) have a home process, which
