@@ -31,7 +31,10 @@ load clients of ``--clients``: ``python`` (grpcio) and ``go`` (``benchmarks/grpc
 grpc-go client with one ClientConn and raw bytes, as Crossplane calls; built with the
 Go toolchain into the tools cache, skipped with a line saying why when Go is absent).
 Throughput is reported with the CPU time each process spent per call (acceptor,
-compute processes, client), which bounds the scaling on a machine the client shares.
+compute processes, client), which bounds the scaling on a machine the client shares
+(``scaling_bounds``), and with the scaling of the compute alone (``compute_alone``: no
+gRPC, no client). Isolation is measured with the load client anywhere on the machine and
+kept off the slow lane's CPUs (``--latency-calls`` small calls each, 1,000 by default).
 """
 
 from __future__ import annotations
