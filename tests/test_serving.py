@@ -441,7 +441,10 @@ def _watch(
                 if nice == base and p not in now and _compute(p)
             ]
             threads = [os.sched_getaffinity(int(t)) for t in os.listdir(f"/proc/{pid}/task")]
-            kept_off.append(all(not (c & lane) for c in others + threads))
+            # Kept only if the call was still composing when the sample ended (else the
+            # acceptor may have given every CPU back in between).
+            if _confined(pid, base, lane) == now:
+                kept_off.append(all(not (c & lane) for c in others + threads))
         time.sleep(0.005)
     for c in calls:
         assert not fatal(c.result())

@@ -49,6 +49,7 @@ def affinity(monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[int, ...]]:
     monkeypatch.setattr(
         P.os, "sched_setaffinity", lambda pid, cpus: got.__setitem__(pid, tuple(cpus))
     )
+    monkeypatch.setattr(P.os, "sched_getaffinity", lambda pid: set(got.get(pid, ALL)))
     return got
 
 
@@ -144,8 +145,8 @@ def test_slow_calls_keep_everything_else_off_their_cpus(affinity: Any) -> None:
     p = _pool(2)
     x, y = p._slots[0], p._slots[1]
     _busy(p, x)
-    p._place()  # a short call composing: every process may run anywhere
-    assert affinity[x.proc.pid] == affinity[y.proc.pid] == affinity[os.getpid()] == ALL
+    p._place()  # a short call composing: nothing is touched
+    assert affinity == {}
     _go(p, x)
     assert affinity[x.proc.pid] == LANE
     assert affinity[y.proc.pid] == affinity[os.getpid()] == OUTSIDE
@@ -156,11 +157,21 @@ def test_slow_calls_keep_everything_else_off_their_cpus(affinity: Any) -> None:
     affinity.clear()
     p._place()  # nothing changed since: no system call
     assert affinity == {}
-    # A process that came up meanwhile (it may have inherited a narrowed mask from the
-    # thread that spawned it) gets every CPU.
+    # A process that came up meanwhile gets every CPU if it inherited a narrowed mask
+    # from the thread that spawned it while a slow call composed, and is left alone if not.
     y.proc = _Proc(PID + 300)
+    affinity[y.proc.pid] = OUTSIDE
+    x.proc = _Proc(PID + 301)
     p._place()
     assert affinity[y.proc.pid] == ALL
+    assert x.proc.pid not in affinity
+    # A process being replaced is left alone (its pid may be reused once it is reaped).
+    _busy(p, x)
+    _go(p, x)
+    affinity.clear()
+    y.retiring = True
+    p._place()
+    assert y.proc.pid not in affinity and affinity[x.proc.pid] == LANE
 
 
 def test_a_large_call_counts_as_slow_from_its_hand_over(affinity: Any) -> None:

@@ -591,36 +591,45 @@ class ComputePool:
         While ``k`` calls compose in the lane (regular processes moved there, and the
         large-call process while it has a call), they run on the first ``min(k, lane
         size)`` CPUs of the lane (a process composes on one thread), and every thread of
-        the acceptor and of the other compute processes runs on the remaining CPUs; with
-        none, everything may run anywhere again. Otherwise a short call's process, the
-        acceptor's gRPC threads or its event loop, woken where a hog runs at the same
-        priority, waits for the hog's time slice (measured: a small call's p99 about 3x
-        its idle p99 beside one runaway, about 1x with this). Applied only when what
-        composes in the lane, or a process, changed (each thread's affinity is a system
-        call; a process started while slow calls composed inherits the mask of the thread
-        that spawned it, so every new process is placed here too).
+        the acceptor and of the other live compute processes runs on the remaining
+        CPUs; with none, everything may run anywhere again (the idle large-call process:
+        anywhere in the lane). Otherwise a short call's process, the acceptor's gRPC
+        threads or its event loop, woken where a hog runs at the same priority, waits
+        for the hog's time slice (measured: a small call's p99 about 3x its idle p99
+        beside one runaway, about 1x with this). Applied only when what composes in the
+        lane, or a live process, changed (each thread's affinity is a system call).
+        Nothing is touched while no slow call has composed, except a process started
+        while one did (it inherits the narrowed mask of the thread that spawned it).
+        Processes being replaced are left alone (their pid may be reused).
         """
         if not self.lane:
             return
-        hogs = [
-            s
-            for s in self._slots
-            if s.job is not None and s.proc is not None and (s.in_lane or s.large)
-        ]
+        live = [s for s in self._slots if s.proc is not None and s.proc.pid and not s.retiring]
+        hogs = [s for s in live if s.job is not None and (s.in_lane or s.large)]
         busy = self.lane[: min(len(hogs), len(self.lane))]
-        roles = tuple((s.proc.pid, s in hogs) for s in self._slots if s.proc is not None)
-        if (busy, roles) == self._placed:
+        roles = tuple((s.proc.pid, s in hogs) for s in live)
+        last_busy, last_roles = self._placed
+        if (busy, roles) == (last_busy, last_roles):
             return
         self._placed = (busy, roles)
+        if not busy and not last_busy:
+            # Nothing was kept off any CPU since the last restore: only a process that
+            # came up meanwhile may need every CPU back.
+            known = {pid for pid, _ in last_roles}
+            for s in live:
+                if s.proc.pid not in known and not s.large and _narrowed(s.proc.pid, self._cpus):
+                    _set_threads(s.proc.pid, self._cpus)
+            return
         rest = tuple(c for c in self._cpus if c not in busy) or self._cpus
         _set_threads(os.getpid(), rest)
-        for s in self._slots:
-            if s.proc is None or not s.proc.pid:
-                continue
+        for s in live:
             if s in hogs:
                 with contextlib.suppress(OSError):  # exiting meanwhile: nothing to place
                     os.sched_setaffinity(s.proc.pid, busy)
-            elif not s.large:  # the large-call process, idle, stays in the lane
+            elif s.large:  # idle: anywhere in the lane, as it started
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(s.proc.pid, self.lane)
+            else:
                 _set_threads(s.proc.pid, rest)
 
     def _retire(self, slot: _Slot) -> None:
@@ -802,6 +811,14 @@ class ComputePool:
                 continue
             await self._idle.wait()
         await asyncio.gather(*(self._stop_slot(s, kill=False, wait=10) for s in self._slots))
+
+
+def _narrowed(pid: int, cpus: tuple[int, ...]) -> bool:
+    """Whether process ``pid`` may run on fewer CPUs than ``cpus`` (False once it is gone)."""
+    try:
+        return os.sched_getaffinity(pid) != set(cpus)
+    except OSError:
+        return False
 
 
 def _set_threads(pid: int, cpus: tuple[int, ...]) -> None:
