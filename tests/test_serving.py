@@ -137,8 +137,18 @@ def test_a_call_past_its_deadline_gets_a_fatal_result_and_others_are_served(
         # and the acceptor kills it instead (then the path is not known, only the XR).
         assert SELECTOR_PATH in msgs[0] or "did not stop" in msgs[0], msgs
         assert rsp.meta.tag == "runaway"
-        # The same request again: the same fatal result (remembered, not composed again).
+        # The same request again: the same fatal result, remembered, not composed again
+        # (composing it would run past the deadline again and replace a process). Also
+        # with its maps in another order on the wire, as a retry from grpc-go sends it
+        # (Crossplane's tag, a hash of the request marshalled deterministically, is the
+        # same).
+        before = _settled_pids(_proc.pid)
         assert fatal(call(runaway_request(), timeout=120)) == msgs
+        again_bytes = _reordered(runaway_request())
+        assert again_bytes != runaway_request().SerializeToString()
+        assert fnv1.RunFunctionRequest.FromString(again_bytes) == runaway_request()
+        assert fatal(call(again_bytes, timeout=120)) == msgs
+        assert _settled_pids(_proc.pid) == before, "answered without composing it again"
         # The process that ran it was replaced: the server keeps serving every call.
         again = [call.future(small_request(f"again-{i}"), timeout=120) for i in range(6)]
         for f in again:
@@ -233,6 +243,37 @@ def test_sigterm_refuses_new_calls_and_connections_at_once_and_finishes_calls_in
         assert rsp.meta.tag == "in-flight"
         assert "compute deadline" in fatal(rsp)[0]
     assert proc.wait(timeout=60) == 0
+
+
+def test_after_the_grace_period_a_call_still_composing_does_not_hold_the_exit(
+    tmp_path: Path,
+) -> None:
+    """A compute deadline longer than the grace period: when the grace ends, the gRPC
+    server cancels the call, and the process composing it is stopped rather than waited
+    for, so the server exits within its grace period, not at the call's deadline."""
+    env = {**LIFTED, "MODELPLANE_CALL_DEADLINE_SECONDS": "120"}
+    proc, address = start_process(
+        tmp_path / "stderr", "--processes", "2", "--grace-seconds", "1", env=env
+    )
+    try:
+        with grpc.insecure_channel(address) as ch:
+            call = _stub(ch)
+            in_flight = call.future(runaway_request("held"), timeout=300)
+            time.sleep(1.0)  # ordering only: let the call reach a compute process
+            assert not in_flight.done()
+            computing = {p for p in _children(proc.pid) if _compute(p)}
+            proc.send_signal(signal.SIGTERM)
+            with pytest.raises(grpc.RpcError) as cut:
+                in_flight.result()
+            assert cut.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+        # Far below the 120 s deadline the runaway would otherwise run to.
+        assert proc.wait(timeout=60) == 0
+        left = [p for p in computing if _alive(p)]
+        assert not left, f"compute processes left running: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_metrics_of_every_process_on_one_endpoint_with_every_family_from_start_up(
@@ -410,6 +451,38 @@ def _slow(name: str, longer: bool = False) -> Any:
 def _confined(pid: int, base: int, lane: set[int]) -> set[int]:
     """The regular processes of acceptor ``pid`` (nice ``base``) confined to ``lane`` now."""
     return {p for p, (nice, cpus) in _children(pid).items() if nice == base and cpus == lane}
+
+
+def _reordered(req: fnv1.RunFunctionRequest) -> bytes:
+    """``req`` serialized with the observed XR's top-level keys in the reverse order: the
+    same message, other bytes (map order on the wire is not fixed)."""
+    out = fnv1.RunFunctionRequest()
+    out.CopyFrom(req)
+    xr = json_format.MessageToDict(req.observed.composite.resource)
+    out.observed.composite.resource.Clear()
+    out.observed.composite.resource.update({k: xr[k] for k in reversed(list(xr))})
+    return out.SerializeToString()
+
+
+def _settled_pids(pid: int) -> set[int]:
+    """The compute processes of acceptor ``pid`` once all 3 (2 regular, 1 for large calls)
+    are up and the set holds still for 0.2 s (a replacement may still be starting)."""
+    last: set[int] = set()
+    for _ in range(600):
+        now = {p for p in _children(pid) if _compute(p)}
+        if len(now) == 3 and now == last:
+            return now
+        last = now
+        time.sleep(0.2)
+    raise AssertionError(f"compute processes never settled: {last}")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (not gone, not a zombie)."""
+    try:
+        return _stat(pid)[0] != "Z"
+    except OSError:
+        return False
 
 
 def _compute(pid: int) -> bool:

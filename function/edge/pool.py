@@ -487,11 +487,21 @@ class ComputePool:
             deadline, or died, while composing it).
         """
         (tag, kind, namespace, name), composite = peek_composite(data)
-        # Identifies the request without hashing all of it (megabytes at fleet scale):
-        # Crossplane's tag, the XR as observed, and the request's length.
-        digest = hashlib.blake2b(
-            b"%d\0%s\0" % (len(data), tag.encode()) + composite, digest_size=16
-        ).digest()
+        # Identifies the request without hashing all of it (megabytes at fleet scale).
+        # Crossplane's tag is the SHA-256 of the request marshalled deterministically
+        # (xfn.Tag), so it names the same request however its maps were ordered on the
+        # wire (grpc-go marshals them in random order: the bytes of a retry differ). With
+        # it, the XR's name and the lengths (which no map order changes) guard against a
+        # client that reuses a tag; without one, the XR as observed stands in for it.
+        ident = b"%d\0%d\0%s\0%s/%s/%s\0" % (
+            len(data),
+            len(composite),
+            tag.encode(),
+            kind.encode(),
+            namespace.encode(),
+            name.encode(),
+        )
+        digest = hashlib.blake2b(ident if tag else ident + composite, digest_size=16).digest()
         known = self._runaways.get(digest)
         if known is not None:
             expiry, failed_budget, response = known
@@ -800,16 +810,30 @@ class ComputePool:
             self._idle.set()
 
     async def close(self) -> None:
-        """Let queued and running calls finish, then stop every process."""
+        """Let queued and running calls finish, then stop every process.
+
+        A call whose caller went away (the gRPC server cancels what is still running
+        when its grace period ends, before this is called) is not waited for: its
+        process is stopped at once, so the pod exits within its grace period however
+        long the compute deadline is.
+        """
         self._closing = True
         while True:
+            for slot in self._slots:
+                if slot.job is not None and slot.job.future.done() and not slot.retiring:
+                    self._retire(slot)
+                    self._finish(slot)
+                    self._replace_soon(slot, kill=True)  # closing: stopped, not replaced
             self._dispatch()
             if self._idle is None or self._idle.is_set():
                 if not self._replacing:
                     break
                 await asyncio.gather(*self._replacing, return_exceptions=True)
                 continue
-            await self._idle.wait()
+            # Woken when the last call answers; and now and then, to stop the process of
+            # a call whose caller has gone since.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), 0.5)
         await asyncio.gather(*(self._stop_slot(s, kill=False, wait=10) for s in self._slots))
 
 
