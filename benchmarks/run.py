@@ -56,7 +56,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 
 from benchmarks.scenarios import SCENARIOS, parse
-from function.edge.pool import cpu_limit, slow_lane
+from function.edge.pool import cpu_limit, set_threads, slow_lane
 from function.edge.runner import FunctionRunner
 from function.render import start_function
 
@@ -441,17 +441,11 @@ def _client_on(cpus: tuple[int, ...] | None) -> Iterator[None]:
         yield
         return
     before = os.sched_getaffinity(0)
-    _all_threads(cpus)
+    set_threads(os.getpid(), cpus)
     try:
         yield
     finally:
-        _all_threads(before)
-
-
-def _all_threads(cpus: Iterable[int]) -> None:
-    for tid in os.listdir("/proc/self/task"):
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            os.sched_setaffinity(int(tid), cpus)
+        set_threads(os.getpid(), before)
 
 
 def _p(ts: list[float], q: float) -> float:

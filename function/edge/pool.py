@@ -628,10 +628,10 @@ class ComputePool:
             known = {pid for pid, _ in last_roles}
             for s in live:
                 if s.proc.pid not in known and not s.large and _narrowed(s.proc.pid, self._cpus):
-                    _set_threads(s.proc.pid, self._cpus)
+                    set_threads(s.proc.pid, self._cpus)
             return
         rest = tuple(c for c in self._cpus if c not in busy) or self._cpus
-        _set_threads(os.getpid(), rest)
+        set_threads(os.getpid(), rest)
         for s in live:
             if s in hogs:
                 with contextlib.suppress(OSError):  # exiting meanwhile: nothing to place
@@ -640,7 +640,7 @@ class ComputePool:
                 with contextlib.suppress(OSError):
                     os.sched_setaffinity(s.proc.pid, self.lane)
             else:
-                _set_threads(s.proc.pid, rest)
+                set_threads(s.proc.pid, rest)
 
     def _retire(self, slot: _Slot) -> None:
         """Slot's process is going (it died, passed its deadline, or is killed): it no
@@ -845,7 +845,7 @@ def _narrowed(pid: int, cpus: tuple[int, ...]) -> bool:
         return False
 
 
-def _set_threads(pid: int, cpus: tuple[int, ...]) -> None:
+def set_threads(pid: int, cpus: Iterable[int]) -> None:
     """Set the CPU affinity of every thread of process ``pid`` (``sched_setaffinity``
     sets one thread's); threads that exit meanwhile, or a process that is gone, are
     skipped."""
