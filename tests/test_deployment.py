@@ -555,7 +555,7 @@ def test_invalid_device_selector_names_it_and_keeps_replicas() -> None:
 EVAL_ERRORS = [
     ("unknown attribute", 'device.attributes["gpu.nvidia.com"].missing', "missing"),
     ("division by zero", '1 / 0 == 1 || device.driver == "x"', "divide by zero"),
-    ("non-boolean result", "device.driver", "not a boolean"),
+    ("non-boolean result", "dyn(device.driver)", "not a boolean"),
 ]
 
 

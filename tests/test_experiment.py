@@ -1120,6 +1120,29 @@ def test_invalid_spec_mid_run_keeps_children(sim_factory, clock: Clock) -> None:
     assert sim.status["run"] == RUN1 and sim.status["gauntlet"]  # run state kept
 
 
+@pytest.mark.parametrize("cel", ["0", "device.driver"])
+def test_a_non_boolean_selector_mid_run_blocks_and_keeps_the_candidate(
+    sim_factory, clock: Clock, cel: str
+) -> None:
+    """Found by a trial: a selector that compiles but is not a condition started a new
+    run (deleting the running candidate) instead of blocking, as its deployment would
+    refuse it (cel-go's type check: a DRA selector must return a boolean)."""
+    sim = sim_factory()
+    sim.to_evaluating()
+    before = copy.deepcopy(sim.observed)
+    member = sim.xr["spec"]["candidate"]["engines"][0]["members"][0]
+    member["nodeSelector"]["devices"][0]["selectors"][0]["cel"] = cel
+    sim.reconcile()
+    assert sim.phase == "Blocked" and sim.status["reason"] == "InvalidSpec"
+    msg = sim.conditions()["Runnable"]["message"]
+    assert "spec.candidate.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel" in msg
+    assert "not a boolean" in msg, msg
+    assert set(sim.observed) == set(before)
+    for k in before:
+        assert sim.observed[k]["spec"] == before[k]["spec"]
+    assert sim.status["run"] == RUN1
+
+
 # ---- suspend, spec change -----------------------------------------------------------------
 
 
@@ -1703,6 +1726,12 @@ BAD_DEVICES: list[Case[dict[str, Any], str]] = [
          "nodeSelector.devices[0].selectors[0].cel"),
     Case("unknown variable", CANDIDATE_DEVICES,
          {"devices": [{"name": "gpu", "selectors": [{"cel": 'node.driver == "x"'}]}]},
+         "nodeSelector.devices[0].selectors[0].cel"),
+    Case("selector returns an int", CANDIDATE_DEVICES,
+         {"devices": [{"name": "gpu", "selectors": [{"cel": "0"}]}]},
+         "nodeSelector.devices[0].selectors[0].cel"),
+    Case("selector returns a string", CANDIDATE_DEVICES,
+         {"devices": [{"name": "gpu", "selectors": [{"cel": "device.driver"}]}]},
          "nodeSelector.devices[0].selectors[0].cel"),
     Case("count written as a string", CANDIDATE_DEVICES,
          {"devices": [{"name": "gpu", "count": "1",

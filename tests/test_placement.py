@@ -204,7 +204,7 @@ EVALUATION_ERRORS: list[Case[Match, str]] = [
          Match('quantity("not-a-quantity").compareTo(quantity("1")) >= 0', H100),
          "not-a-quantity"),
     Case("divide-by-zero", EVAL_ERROR, Match("1 / 0 == 0", H100), "divide by zero"),
-    Case("not-boolean", "a non-boolean result is an error too", Match("device.driver", H100),
+    Case("not-boolean", "a non-boolean result is an error too", Match("dyn(device.driver)", H100),
          "not a boolean"),
 ]  # fmt: skip
 

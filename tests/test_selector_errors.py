@@ -61,3 +61,45 @@ def test_evaluation_error_says_what_in_cel_terms(expression: str, want: str):
         devices.selector_matches(expression, GPU)
     assert e.value.reason == want
     assert "class" not in str(e.value) and "Token(" not in str(e.value)
+
+
+# A selector that returns no boolean by its shape is refused when it compiles, as cel-go's
+# type check refuses it when Kubernetes admits a DRA selector; one whose type is known
+# only at evaluation (an attribute read is dyn) is checked on each device instead.
+NOT_A_CONDITION = [
+    ("0", "it returns an int, not a boolean"),
+    ("device.driver", "it returns a string, not a boolean"),
+    ("device.attributes", "it returns a map, not a boolean"),
+    ("device", "it returns an object, not a boolean"),
+    ('device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("1Gi"))', "returns an int"),
+    ('quantity("1Gi")', "it returns a quantity"),
+    ("[true]", "it returns a list"),
+    ("1 + 1", "it returns a number, string, list or duration"),
+    ('true ? "a" : "b"', "it returns a string"),
+    ("(((1.5)))", "it returns a double"),
+]
+CONDITIONS = [
+    'device.driver == "gpu.nvidia.com"',
+    '!(device.driver == "x")',
+    'device.driver.startsWith("gpu")',
+    '"gpu.nvidia.com" in device.attributes',
+    'has(device.attributes["gpu.nvidia.com"].arch)',
+    '[1, 2].all(x, x > 0)',
+    'device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("1Gi"))',
+    'device.attributes["gpu.nvidia.com"].nvlink',  # dyn: a bool attribute is a condition
+    'true ? device.driver == "a" : false',
+    'device.attributes["gpu.nvidia.com"].nvlink ? 1 : true',  # dyn: checked when evaluated
+]
+
+
+@pytest.mark.parametrize(("expression", "want"), NOT_A_CONDITION)
+def test_a_selector_that_returns_no_boolean_does_not_compile(expression: str, want: str):
+    with pytest.raises(devices.InvalidSelector) as e:
+        devices.compile_selector(expression)
+    assert want in e.value.reason, e.value.reason
+    assert 'such as device.driver == "gpu.nvidia.com"' in e.value.reason
+
+
+@pytest.mark.parametrize("expression", CONDITIONS)
+def test_a_condition_or_a_dyn_result_compiles(expression: str):
+    devices.compile_selector(expression)

@@ -270,7 +270,108 @@ def _check(tree: Any) -> str | None:
     for name in idents:
         if name not in _VARIABLES and name not in bound:
             return f"undeclared reference to {name} (the only variable is device)"
+    returns = _result_type(tree)
+    if returns is not None and returns != "bool":
+        return (
+            f"it returns {_a(returns)}, not a boolean: a selector is a condition on the "
+            'device, such as device.driver == "gpu.nvidia.com"'
+        )
     return None
+
+
+# What an expression returns when its top node settles it (cel-go's type checker, which
+# Kubernetes runs on every DRA selector with the result type bool, refuses these at
+# admission; an attribute read, ``device.attributes["d"].x``, is dyn and checked at
+# evaluation instead). Global functions and methods by name, as the CEL spec and
+# Kubernetes' quantity and semver libraries declare them.
+_CALL_RETURNS = {
+    "size": "int", "int": "int", "uint": "uint", "double": "double", "string": "string",
+    "bytes": "bytes", "bool": "bool", "has": "bool", "matches": "bool",
+    "quantity": "quantity", "semver": "semver", "duration": "duration",
+    "timestamp": "timestamp", "type": "type",
+}  # fmt: skip
+_METHOD_RETURNS = {
+    "contains": "bool", "startsWith": "bool", "endsWith": "bool", "matches": "bool",
+    "all": "bool", "exists": "bool", "exists_one": "bool", "isGreaterThan": "bool",
+    "isLessThan": "bool", "size": "int", "compareTo": "int", "asInteger": "int",
+    "major": "int", "minor": "int", "patch": "int", "asApproximateFloat": "double",
+    "map": "list", "filter": "list",
+}  # fmt: skip
+_DEVICE_FIELDS = {"driver": "string", "attributes": "map", "capacity": "map"}
+_LITERALS = {
+    "INT_LIT": "int", "UINT_LIT": "uint", "FLOAT_LIT": "double", "STRING_LIT": "string",
+    "MLSTRING_LIT": "string", "BYTES_LIT": "bytes", "BOOL_LIT": "bool", "NULL_LIT": "null",
+}  # fmt: skip
+# Operators that never give a boolean, whatever their operands: + - * / % and unary -.
+_ARITHMETIC = "a number, string, list or duration"
+_NEGATED = "a number or duration"
+
+
+def _a(returns: str) -> str:
+    if returns in (_ARITHMETIC, _NEGATED):
+        return returns
+    return f"an {returns}" if returns[0] in "aeiou" else f"a {returns}"
+
+
+def _result_type(tree: Any) -> str | None:  # noqa: C901 - one branch per node kind
+    """The CEL type a parsed selector returns when its shape settles it, or None (dyn:
+    known only at evaluation).
+
+    Args:
+        tree: celpy's parse tree (``Environment.compile``).
+
+    ``"bool"`` for a comparison, ``&&``, ``||``, ``!``, ``in``, ``has()`` or a
+    predicate method; the literal's type for a literal; ``"string"`` for
+    ``device.driver``; the declared return of a known function; the arithmetic
+    description for ``+ - * / %``; for ``c ? a : b``, the type both branches share.
+    """
+    from lark import Token, Tree
+
+    node = tree
+    while True:
+        if isinstance(node, Token):
+            return _LITERALS.get(node.type)
+        kids = node.children
+        kind = node.data
+        if kind == "expr" and len(kids) == 3:
+            a, b = _result_type(kids[1]), _result_type(kids[2])
+            return a if a == b else None
+        if len(kids) == 2 and kind in ("conditionalor", "conditionaland", "relation"):
+            return "bool"
+        if len(kids) == 2 and kind in ("addition", "multiplication"):
+            return _ARITHMETIC
+        if len(kids) == 2 and kind == "unary":
+            return "bool" if kids[0].data == "unary_not" else _NEGATED
+        if kind == "member_dot_arg":
+            return _METHOD_RETURNS.get(str(kids[1]))
+        if kind == "ident_arg":
+            return _CALL_RETURNS.get(str(kids[0]))
+        if kind == "member_dot":
+            inner = kids[0]
+            while isinstance(inner, Tree) and inner.data in ("member", "primary") and len(
+                inner.children
+            ) == 1:
+                inner = inner.children[0]
+            is_device = isinstance(inner, Tree) and inner.data == "ident"
+            if is_device and str(inner.children[0]) in _VARIABLES:
+                return _DEVICE_FIELDS.get(str(kids[1]))
+            return None
+        if kind == "ident":
+            return "object" if str(kids[0]) in _VARIABLES else None
+        if kind == "list_lit":
+            return "list"
+        if kind == "map_lit":
+            return "map"
+        if kind == "literal" or (len(kids) == 1 and kind in _PASS_THROUGH):
+            node = kids[0]
+            continue
+        return None
+
+
+_PASS_THROUGH = frozenset(
+    {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication",
+     "unary", "member", "primary", "paren_expr"}
+)  # fmt: skip
 
 
 def _names(tree: Any) -> tuple[list[str], list[str], set[str]]:
