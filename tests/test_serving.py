@@ -24,6 +24,7 @@ memo.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -274,6 +275,38 @@ def test_after_the_grace_period_a_call_still_composing_does_not_hold_the_exit(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_compute_processes_die_with_the_acceptor_even_mid_call(tmp_path: Path) -> None:
+    """Found by a trial: after SIGKILL of the acceptor (no chance to stop anything), a
+    compute process in the middle of a call composed on until its own deadline. Each
+    now asks the kernel to kill it with the acceptor (PR_SET_PDEATHSIG), so nothing is
+    left running, the multiprocessing resource tracker included."""
+    env = {**LIFTED, "MODELPLANE_CALL_DEADLINE_SECONDS": "300"}
+    proc, address = start_process(tmp_path / "stderr", "--processes", "2", env=env)
+    try:
+        before = set(_children(proc.pid))
+        assert sum(1 for p in before if _compute(p)) == 3, before
+        with grpc.insecure_channel(address) as ch:
+            in_flight = _stub(ch).future(runaway_request("orphaned"), timeout=600)
+            time.sleep(1.0)  # ordering only: let the call reach a compute process
+            assert not in_flight.done()
+            proc.kill()
+            proc.wait()
+        # Far below the 300 s deadline the runaway would otherwise compose to.
+        for _ in range(600):
+            left = [p for p in before if _alive(p)]
+            if not left:
+                break
+            time.sleep(0.1)
+        assert not left, f"left running after the acceptor was killed: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for p in before if "before" in locals() else ():
+            with contextlib.suppress(OSError):
+                os.kill(p, signal.SIGKILL)
 
 
 def test_metrics_of_every_process_on_one_endpoint_with_every_family_from_start_up(

@@ -177,12 +177,37 @@ def slow_lane(affinity: Iterable[int], limit: float, offset: int = 0) -> tuple[i
     return tuple(sorted(ring[-n:]))
 
 
+_PR_SET_PDEATHSIG = 1  # prctl(2), <linux/prctl.h>
+
+
+def _die_with(acceptor: int) -> None:  # pragma: no cover - child
+    """Have the kernel kill this process (SIGKILL) when the acceptor ``acceptor`` exits
+    for any reason, SIGKILL included (prctl(2) ``PR_SET_PDEATHSIG``): a call composing
+    in C code, or with a long deadline, would otherwise outlive it. The signal follows
+    the thread that started this process, so the acceptor starts compute processes
+    from its event loop's thread, which lives as long as it does. Where prctl is not
+    available, the socket's end-of-file still ends an idle process. 0: nothing."""
+    import ctypes
+
+    if not acceptor:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != acceptor:  # it exited before the request took effect
+        os._exit(1)
+
+
 def _child(
-    sock: socket.socket, debug: bool, nice: int, lane: tuple[int, ...]
+    sock: socket.socket, debug: bool, nice: int, lane: tuple[int, ...], acceptor: int = 0
 ) -> None:  # pragma: no cover - child
     """Entry point of one compute process: serve requests from ``sock`` until it closes,
     ``nice`` steps below the acceptor's CPU priority and confined to the CPUs ``lane``
-    (the large-call process; empty: no confinement)."""
+    (the large-call process; empty: no confinement); killed with the acceptor, pid
+    ``acceptor`` (:func:`_die_with`; 0: not)."""
+    _die_with(acceptor)
     if nice:
         with contextlib.suppress(OSError):
             os.nice(nice)
@@ -409,9 +434,9 @@ class ComputePool:
         """The process ids of the compute processes now running."""
         return [s.proc.pid for s in self._slots if s.proc is not None and s.proc.pid]
 
-    def _spawn(self, index: int) -> tuple[Any, socket.socket, mmap.mmap]:
-        """Start process ``index`` and wait (blocking) until it is ready; returns it, the
-        acceptor's end of its socket and their shared request region."""
+    def _start(self, index: int) -> tuple[Any, socket.socket]:
+        """Start process ``index`` (on the event loop's thread: see :func:`_die_with`);
+        returns it and the acceptor's end of its socket."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         for sock in (parent, child):
             for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
@@ -424,14 +449,25 @@ class ComputePool:
                 self.debug,
                 LARGE_CALL_NICE if self._slots[index].large else 0,
                 self.lane if self._slots[index].large else (),
+                os.getpid(),
             ),
             name=f"compute-{index}",
             daemon=True,
         )
         try:
             proc.start()
+        except BaseException:
+            parent.close()
+            raise
         finally:
             child.close()
+        return proc, parent
+
+    def _ready(
+        self, index: int, proc: Any, parent: socket.socket
+    ) -> tuple[Any, socket.socket, mmap.mmap]:
+        """Wait (blocking) until process ``index`` is ready and hand it its shared request
+        region; returns the process, the acceptor's end of its socket and the region."""
         parent.settimeout(START_SECONDS)
         try:
             head = parent.recv(_RSP.size, socket.MSG_WAITALL)
@@ -454,7 +490,8 @@ class ComputePool:
     async def _attach(self, slot: _Slot) -> None:
         """(Re)start slot's process and connect its socket to the event loop."""
         loop = asyncio.get_running_loop()
-        proc, sock, shared = await loop.run_in_executor(None, self._spawn, slot.index)
+        started = self._start(slot.index)
+        proc, sock, shared = await loop.run_in_executor(None, self._ready, slot.index, *started)
         transport, _ = await loop.connect_accepted_socket(lambda: _Reader(self, slot), sock)
         slot.proc, slot.transport, slot.shared = proc, transport, shared  # type: ignore[assignment]
         slot.retiring = False
