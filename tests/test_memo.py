@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from google.protobuf.struct_pb2 import Struct
@@ -103,6 +105,30 @@ def test_sizes_count_messages_and_containers() -> None:
     assert memo.size_of(s) >= 10_000
     assert memo.size_of(("a" * 1000, [b"b" * 1000])) >= 2000
     assert memo.size_of({"k": "v" * 500}) >= 500
+
+
+def test_sizes_count_what_is_deep_shared_and_wide() -> None:
+    """Found by a trial: past 8 levels only the container itself was counted, so a
+    ModelReplica's pod-template labels (a dict inside a model inside lists inside a
+    model) were left out, the memos held about twice their budget and 400 distinct
+    label-heavy XRs took the process tree past 512 MiB."""
+    deep: Any = {"leaf": "x" * 100_000}
+    for i in range(60):  # deeper than a spec gets before protobuf refuses it (100 levels)
+        deep = {f"l{i}": deep} if i % 2 else [deep]
+    assert memo.size_of(deep) >= 100_000
+
+    class Holder:
+        def __init__(self, labels: dict[str, str]) -> None:
+            self.labels = labels
+
+    labels = {f"key-{i}": f"value-{i}" for i in range(20_000)}
+    real = sys.getsizeof(labels) + sum(
+        sys.getsizeof(k) + sys.getsizeof(v) for k, v in labels.items()
+    )
+    assert memo.size_of([[[[[[[[[Holder(labels)]]]]]]]]]) >= real
+    # One object reached twice is counted once; a non-ASCII string by its real size.
+    assert memo.size_of([labels, labels]) < 1.5 * memo.size_of(labels)
+    assert memo.size_of("\u20ac" * 100_000) >= 200_000
 
 
 def test_configure_splits_one_budget_by_weight_and_trims() -> None:
