@@ -95,7 +95,8 @@ def _expression(e: Any, f: str) -> Requirement:
             f"{f}.operator",
             f"unknown operator {op!r} (want one of {', '.join(_OPERATORS)})",
         )
-    values = e.get("values") or []
+    values = e.get("values")
+    values = [] if values is None else values
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise SpecError(f"{f}.values", "must be a list of strings")
     if op in ("In", "NotIn") and not values:
@@ -138,8 +139,12 @@ class LabelSelector:
         unknown = set(raw) - {"matchLabels", "matchExpressions"}
         if unknown:
             raise SpecError(f"{field}.{sorted(unknown)[0]}", "unknown field")
-        labels = _match_labels(raw.get("matchLabels") or {}, f"{field}.matchLabels")
-        me = raw.get("matchExpressions") or []
+        # Only an absent (or null) field is empty: a falsy value of another type ([], "",
+        # 0, false) is refused like any other value of that type.
+        ml = raw.get("matchLabels")
+        labels = _match_labels({} if ml is None else ml, f"{field}.matchLabels")
+        me = raw.get("matchExpressions")
+        me = [] if me is None else me
         if not isinstance(me, list):
             raise SpecError(f"{field}.matchExpressions", "must be a list")
         reqs = [_expression(e, f"{field}.matchExpressions[{i}]") for i, e in enumerate(me)]
