@@ -56,7 +56,12 @@ def _obj(uid: str | None = "u1", rv: str | None = "7", **extra: Any) -> Struct:
     ],
 )
 def test_version_of(item: Struct, want: Any) -> None:
+    before = item.SerializeToString(deterministic=True)
     assert versioned.version_of(item) == want
+    # A pure read: indexing a protobuf map of messages inserts the key (upb), so an
+    # absent metadata, uid or resourceVersion must not be read that way (a trial found
+    # metadata: {uid: null, resourceVersion: null} written into required objects).
+    assert item.SerializeToString(deterministic=True) == before
 
 
 def _counting() -> tuple[Any, list[str]]:

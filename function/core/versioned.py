@@ -48,14 +48,15 @@ def version_of(item: Struct) -> Version | None:
     when versions are not trusted: :func:`trust`)."""
     if not _trusted[0]:
         return None
-    # Indexing, with KeyError for an absent field, rather than .get: about a fifth less
-    # time per object (this runs for every required item of every call).
-    try:
-        meta = item.fields["metadata"].struct_value.fields
-        uid = meta["uid"].string_value
-        rv = meta["resourceVersion"].string_value
-    except KeyError:
+    v = item.fields.get("metadata")
+    if v is None:
         return None
+    meta = v.struct_value.fields
+    u = meta.get("uid")
+    r = meta.get("resourceVersion")
+    if u is None or r is None:
+        return None
+    uid, rv = u.string_value, r.string_value
     return (uid, rv) if uid and rv else None
 
 
