@@ -549,6 +549,28 @@ def test_invalid_device_selector_names_it_and_keeps_replicas() -> None:
     assert placed(rsp) == placed(first)
 
 
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "(" * 124 + 'device.driver == "gpu.nvidia.com"' + ")" * 124,
+        "||".join(["true"] * 1200),
+        "dyn(" * 113 + "true" + ")" * 113,
+    ],
+    ids=["124 parentheses", "1200 terms", "113 calls"],
+)
+def test_a_selector_nested_too_deeply_is_invalid_not_an_internal_error(expr: str) -> None:
+    """Found by a trial: the cost estimate recursed once per level of the parse tree, so
+    a selector within the XRD's 8,192 characters raised RecursionError ("internal
+    error", no field named)."""
+    first = drive(deployment(1), world())
+    rsp = drive(deployment(3, engines=[engine(selector=expr)]), world(), observe(first))
+    assert not h.fatal(rsp), h.fatal(rsp)
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert (c["status"], c["reason"]) == ("False", "InvalidDeviceSelector"), c
+    assert "levels deep, over the 300 it may" in c["message"], c["message"]
+    assert placed(rsp) == placed(first)
+
+
 # Issue 13: a selector that fails while evaluating is treated like one that does not
 # compile (DRA: "Any other result is an error and causes allocation of devices to
 # abort"): the replicas that exist are kept and the condition names field and error.

@@ -263,6 +263,13 @@ def _check(tree: Any) -> str | None:
     so unknown functions and undeclared variables are found here (otherwise
     they would fail at every evaluation and silently match nothing).
     """
+    depth = _depth(tree)
+    if depth > MAX_TREE_DEPTH:
+        return (
+            f"it nests {depth} levels deep, over the {MAX_TREE_DEPTH} it may (each "
+            "parenthesis, call, macro and operator adds levels: cel-python evaluates "
+            "recursively): write it with fewer levels"
+        )
     calls, idents, bound = _names(tree)
     for name in calls:
         if name not in _KNOWN:
@@ -313,7 +320,7 @@ def _a(returns: str) -> str:
     return f"an {returns}" if returns[0] in "aeiou" else f"a {returns}"
 
 
-def _result_type(tree: Any) -> str | None:  # noqa: C901 - one branch per node kind
+def _result_type(tree: Any) -> str | None:  # noqa: C901, PLR0911, PLR0912 - a branch per node kind
     """The CEL type a parsed selector returns when its shape settles it, or None (dyn:
     known only at evaluation).
 
@@ -372,6 +379,26 @@ _PASS_THROUGH = frozenset(
     {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication",
      "unary", "member", "primary", "paren_expr"}
 )  # fmt: skip
+
+
+# Deepest parse tree a selector may have (a bare comparison is 15 levels, each pair of
+# parentheses adds 10): cel-python evaluates recursively, and about 540 levels exhaust
+# Python's stack, fewer below a composer's own frames.
+MAX_TREE_DEPTH = 300
+
+
+def _depth(tree: Any) -> int:
+    """Levels of the parse tree ``tree`` (iterative: any depth)."""
+    from lark import Tree
+
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, level = stack.pop()
+        if level > deepest:
+            deepest = level
+        if isinstance(node, Tree):
+            stack.extend((child, level + 1) for child in node.children)
+    return deepest
 
 
 def _names(tree: Any) -> tuple[list[str], list[str], set[str]]:
@@ -547,7 +574,7 @@ def _compile_normalized(expression: str, limit: int) -> Any:
         ast = _ENV.compile(expression)
     except Exception as e:  # celpy raises CELParseError (and lark errors) for bad syntax
         return InvalidSelector(expression, _parse_reason(expression, e))
-    problem = _check(ast)
+    problem = _check(ast)  # first: it refuses a tree too deep for the recursive steps
     if problem is not None:
         return InvalidSelector(expression, problem)
     cost = estimate_cost(ast)
