@@ -23,7 +23,9 @@ thread-safe beyond the GIL: a memo is only used by one composing thread at a tim
 from __future__ import annotations
 
 import functools
+import logging
 import sys
+import types
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -44,6 +46,27 @@ _DICT_SLOT = 32
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "maxsize", "currsize"])
 
 
+# Process-wide objects a memo's value may reach (a compiled CEL program holds the shared
+# CEL environment, its parser and its logger): not charged to any entry.
+_UNCHARGED_TYPES: tuple[type, ...] = (
+    types.ModuleType,
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    logging.Logger,
+    logging.Manager,
+)
+_shared: set[int] = set()
+
+
+def shared(*objects: Any) -> None:
+    """Mark ``objects`` as process-wide (a module-level environment, a table of
+    functions): :func:`size_of` charges them to no entry that reaches them. They must
+    live as long as the process (their ids are kept)."""
+    _shared.update(id(o) for o in objects)
+
+
 def size_of(value: Any) -> int:
     """Estimated bytes ``value`` holds in memory, in bytes: every object it reaches, at
     any depth (an iterative walk, each container and object counted once however often
@@ -52,14 +75,17 @@ def size_of(value: Any) -> int:
     Strings and bytes count their ``sys.getsizeof`` (a non-ASCII string takes 2 or 4
     bytes a character); a protobuf message (upb, outside Python's heap) its serialized
     size times :data:`MESSAGE_FACTOR`; a tuple, list or set a slot per item, a dict
-    :data:`_DICT_SLOT` bytes per entry, plus what the items are; an object its
-    ``__dict__`` or ``__slots__``; numbers and None a fixed 32. A tenant controls how
-    deep a spec nests (up to protobuf's 100 levels), so nothing deep is left out.
+    :data:`_DICT_SLOT` bytes per entry, plus what the items are; an object a slot per
+    attribute and the values of its ``__dict__`` or ``__slots__``; numbers and None a
+    fixed 32. A tenant controls how deep a spec nests (up to protobuf's 100 levels), so
+    nothing deep is left out.
+    Modules, classes, functions, loggers and what :func:`shared` marks are process-wide:
+    not counted.
     """
     total = 0
     stack = [value]
-    seen: set[int] = set()
-    pop, push, extend, getsize = stack.pop, stack.append, stack.extend, sys.getsizeof
+    seen: set[int] = set(_shared)  # what is shared counts as seen already
+    pop, extend, getsize = stack.pop, stack.extend, sys.getsizeof
     while stack:
         v = pop()
         if v is None or isinstance(v, (bool, int, float)):
@@ -79,20 +105,31 @@ def size_of(value: Any) -> int:
             seen.add(id(v))
             total += _OBJECT + 8 * len(v)
             extend(v)
+        elif isinstance(v, _UNCHARGED_TYPES):
+            continue
         else:
             seen.add(id(v))
-            fields = getattr(v, "__dict__", None)
-            slots = getattr(type(v), "__slots__", None)
-            if isinstance(fields, dict):
-                total += _OBJECT
-                push(fields)
-            elif slots:
-                names = (slots,) if isinstance(slots, str) else slots
-                total += _OBJECT
-                extend(getattr(v, n, None) for n in names)
-            else:
-                total += getsize(v)
+            total += _object_parts(v, seen, extend)
     return total
+
+
+def _object_parts(v: Any, seen: set[int], extend: Callable[[Any], None]) -> int:
+    """:func:`size_of`'s own bytes of the object ``v``; puts its attribute values on the
+    walk (``extend``). An instance's attribute names are interned and its dict shares its
+    keys with the other instances of its class: a slot per attribute, and the values."""
+    fields = getattr(v, "__dict__", None)
+    if isinstance(fields, dict):
+        seen.add(id(fields))
+        extend(fields.values())
+        return _OBJECT + 8 * len(fields)
+    names: list[str] = []
+    for c in type(v).__mro__:  # a class's own __slots__ and its bases'
+        slots = c.__dict__.get("__slots__", ())
+        names.extend((slots,) if isinstance(slots, str) else slots)
+    if names:
+        extend(getattr(v, n, None) for n in names)
+        return _OBJECT + 8 * len(names)
+    return int(sys.getsizeof(v))
 
 
 class ByteLRU:

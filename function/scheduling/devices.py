@@ -53,7 +53,7 @@ import celpy
 from celpy import celtypes
 from celpy.evaluation import base_functions as ev_base_functions
 
-from function.core.memo import memo
+from function.core.memo import memo, shared
 
 # celpy logs every evaluation error at ERROR level; a non-matching device is not an error.
 logging.getLogger("celpy").setLevel(logging.CRITICAL)
@@ -215,6 +215,8 @@ FUNCTIONS: dict[str, Any] = {
 }
 
 _ENV = celpy.Environment()
+# A compiled program refers to both: not charged to each memo entry that holds one.
+shared(_ENV, FUNCTIONS)
 
 
 class InvalidSelector(ValueError):
