@@ -11,8 +11,8 @@ entries first.
 An entry's size is estimated from its key and value (:func:`size_of`: the size of
 strings and bytes, the serialized size of protobuf messages times
 :data:`MESSAGE_FACTOR`, containers and plain objects summed member by member at any
-depth, plus a fixed overhead per object). An entry larger than the memo's share and than an eighth
-of the total is not kept.
+depth, plus a fixed overhead per object). An entry larger than the memo's share and
+than an eighth of the total is not kept.
 
 Like ``functools.lru_cache``: positional and keyword arguments must be hashable, an
 exception is never cached, and the decorated function has ``cache_clear()`` and
@@ -94,6 +94,8 @@ def size_of(value: Any) -> int:
             total += getsize(v)
         elif isinstance(v, Message):
             total += _OBJECT + MESSAGE_FACTOR * v.ByteSize()
+        elif isinstance(v, memoryview):  # keeps the whole buffer it views alive
+            total += _OBJECT + getsize(v.obj)
         elif id(v) in seen:
             continue
         elif isinstance(v, dict):
