@@ -1071,3 +1071,56 @@ def test_integers_must_be_whole_numbers(field: str, path: str, value: Any) -> No
         member["nodeSelector"]["devices"][0]["count"] = value
     (msg,) = h.fatal(h.run(h.request(xr)))
     assert path in msg, msg
+
+
+# What every replica would refuse in a member's pod template, refused by the deployment
+# where it was written, with a fatal result (Crossplane applies nothing: its replicas
+# stay as they are). Found by a trial: ``resources.claims: "gpu"``
+# passed the deployment and failed every replica as an internal error; a volume named
+# like the function's own passed and failed every replica).
+POD_TEMPLATE_FAULTS = [
+    ("claims a string", ("containers", 0, "resources"), {"claims": "gpu"},
+     "template.spec.containers[0].resources.claims"),
+    ("claims of strings", ("containers", 0, "resources"), {"claims": ["gpu"]},
+     "template.spec.containers[0].resources.claims[0]"),
+    ("ports an object", ("containers", 0, "ports"), {}, "template.spec.containers[0].ports"),
+    ("volumes an object", ("volumes",), {"name": "x"}, "template.spec.volumes"),
+    ("the function's volume", ("volumes",), [{"name": "modelplane-dshm", "emptyDir": {}}],
+     "template.spec.volumes[0].name"),
+    ("the function's mount", ("containers", 0, "volumeMounts"),
+     [{"name": "x", "mountPath": "/dev/shm"}],
+     "template.spec.containers[0].volumeMounts[0].mountPath"),
+    ("reserved env in an init container", ("initContainers",),
+     [{"name": "init", "env": [{"name": "MODELPLANE_MODEL", "value": "x"}]}],
+     "template.spec.initContainers[0].env[0].name"),
+    ("no engine container", ("containers", 0, "name"), "server", "template.spec.containers"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [pytest.param(p, v, f, id=i) for i, p, v, f in POD_TEMPLATE_FAULTS],
+)
+def test_a_pod_template_fault_is_fatal_naming_it(
+    path: tuple[Any, ...], value: Any, field: str
+) -> None:
+    first = drive(deployment(1), world())
+    e = engine()
+    target = e["members"][0]["template"]["spec"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    rsp, _ = h.drive(h.run, deployment(1, engines=[e]), observe(first), world())
+    (msg,) = h.fatal(rsp)
+    assert f"spec.template.spec.engines[0].members[0].{field}" in msg, msg
+    assert "internal error" not in msg
+
+
+def test_cache_reference_removed_while_replicas_hydrate_names_no_none() -> None:
+    """Found by a trial: with ``modelCacheRef`` removed while the observed replicas still
+    reported Hydrating, ReplicasReady said "waiting for ModelCache None"."""
+    first = drive(deployment(1), world())
+    observed = observe(first, {0: ("False", "Hydrating", "hydrating on gpu-a")})
+    rsp = drive(deployment(1, cache_name=None), world(), observed)
+    c = h.conditions(rsp)["ReplicasReady"]
+    assert c["status"] == "False" and "None" not in c["message"], c

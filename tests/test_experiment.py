@@ -1607,8 +1607,9 @@ def test_reserved_env_in_the_candidate_blocks_before_any_gpu_is_claimed() -> Non
     container["env"] = [*container.get("env", []), {"name": "MODELPLANE_MODEL", "value": "/x"}]
     with pytest.raises(SpecError) as e:
         parse_spec(s)
-    assert e.value.field == "spec.candidate"
-    assert "MODELPLANE_MODEL" in str(e.value) and "containers[0].env" in str(e.value)
+    member = "spec.candidate.engines[0].members[0]"
+    assert e.value.field == f"{member}.template.spec.containers[0].env[1].name"
+    assert "MODELPLANE_MODEL" in str(e.value)
     rsp = run(request(xr("ModelExperiment", NAME, s), required={}))
     assert status(rsp)["phase"] == "Blocked" and status(rsp)["reason"] == "InvalidSpec"
     assert "MODELPLANE_MODEL" in conditions(rsp)["Runnable"]["message"]
@@ -1754,3 +1755,45 @@ def test_a_candidate_with_bad_devices_blocks_naming_the_field(
     msg = conditions(rsp)["Runnable"]["message"]
     assert f"spec.candidate.engines[0].members[0].{case.want}" in msg, msg
     assert not desired(rsp)
+
+
+# What the candidate's replicas would refuse in a member's pod template, refused where it
+# was written (found by a trial: these passed the experiment and its deployment and then
+# failed every replica, ``resources.claims: "gpu"`` as an internal error).
+POD_TEMPLATE_FAULTS = [
+    ("claims a string", ("containers", 0, "resources"), {"claims": "gpu"},
+     "template.spec.containers[0].resources.claims"),
+    ("ports an object", ("containers", 0, "ports"), {}, "template.spec.containers[0].ports"),
+    ("volumes an object", ("volumes",), {"name": "x"}, "template.spec.volumes"),
+    ("the function's volume", ("volumes",), [{"name": "modelplane-dshm", "emptyDir": {}}],
+     "template.spec.volumes[0].name"),
+    ("the function's mount", ("containers", 0, "volumeMounts"),
+     [{"name": "x", "mountPath": "/dev/shm"}],
+     "template.spec.containers[0].volumeMounts[0].mountPath"),
+    ("no engine container", ("containers", 0, "name"), "server", "template.spec.containers"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [pytest.param(p, v, f, id=i) for i, p, v, f in POD_TEMPLATE_FAULTS],
+)
+def test_a_pod_template_fault_mid_run_blocks_naming_it_and_keeps_the_candidate(
+    sim_factory, clock: Clock, path: tuple[Any, ...], value: Any, field: str
+) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    before = copy.deepcopy(sim.observed)
+    sim.validate = False  # past admission (the XRD types some of these)
+    target = sim.xr["spec"]["candidate"]["engines"][0]["members"][0]["template"]["spec"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    sim.reconcile()
+    assert sim.phase == "Blocked" and sim.status["reason"] == "InvalidSpec"
+    msg = sim.conditions()["Runnable"]["message"]
+    assert f"spec.candidate.engines[0].members[0].{field}" in msg, msg
+    assert set(sim.observed) == set(before)
+    for k in before:
+        assert sim.observed[k]["spec"] == before[k]["spec"]
+    assert sim.status["run"] == RUN1

@@ -151,3 +151,48 @@ def _attack(req: Any, *, keep_observed: bool = False) -> list[str]:
                 if keep_observed and lost:
                     bad.append(f"{where}: observed children dropped: {sorted(lost)}")
     return bad
+
+
+# The parts of a member's pod template that the ModelReplica composer merges into (the
+# device claim, volumes and mounts, env, labels, scheduling): absent from the examples,
+# so added first, then every one attacked as above. Before the fix, ``resources.claims``
+# of the wrong type (or null), ``volumes: null``, ``volumeMounts: null`` and
+# ``resources: null`` raised inside the composer ("internal error", naming no field).
+_MERGED_INTO = {
+    "metadata": {"labels": {"team": "ml"}, "annotations": {"note": "x"}},
+    "spec": {
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "nodeSelector": {"zone": "a"},
+        "tolerations": [{"key": "k", "operator": "Exists"}],
+        "resourceClaims": [{"name": "extra", "resourceClaimTemplateName": "t"}],
+    },
+    "container": {
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+        "resources": {"claims": [{"name": "extra"}], "limits": {"cpu": "1"}},
+        "ports": [{"containerPort": 8000, "name": "http"}],
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        pytest.param(s, id=s.id)
+        for s in (seeds("ModelReplica") if "ModelReplica" in available_kinds() else [])
+        if s.label.startswith("example") and "-0-" in s.id and not s.id.endswith("-fresh")
+    ],
+)
+def test_malformed_pod_template_parts_the_replica_merges_into(seed: Any) -> None:
+    req, _ = settle(seed)
+    spec = json_format.MessageToDict(req.observed.composite.resource)["spec"]
+    for engine in spec["engines"]:
+        for member in engine["members"]:
+            tmpl = member["template"]
+            tmpl.setdefault("metadata", {}).update(copy.deepcopy(_MERGED_INTO["metadata"]))
+            tmpl["spec"].update(copy.deepcopy(_MERGED_INTO["spec"]))
+            tmpl["spec"]["containers"][0].update(copy.deepcopy(_MERGED_INTO["container"]))
+    req.observed.composite.resource["spec"].Clear()
+    req.observed.composite.resource["spec"].update(spec)
+    assert not fatal(run(req)), "the seed with every merged-into part is valid"
+    bad = _attack(req)
+    assert not bad, "\n".join(bad[:20])

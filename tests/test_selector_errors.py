@@ -103,3 +103,40 @@ def test_a_selector_that_returns_no_boolean_does_not_compile(expression: str, wa
 @pytest.mark.parametrize("expression", CONDITIONS)
 def test_a_condition_or_a_dyn_result_compiles(expression: str):
     devices.compile_selector(expression)
+
+
+def test_a_large_non_boolean_result_is_shown_in_brief():
+    """Found by a trial: a selector that builds a large list put the whole value in the
+    message (1 MB in the ReplicasScheduled condition and the warning at 300 elements
+    squared: past etcd's object limit at about 370)."""
+    expression = 'dyn("' + "x" * 5000 + '")'
+    with pytest.raises(devices.SelectorEvaluationError) as e:
+        devices.selector_matches(expression, GPU)
+    assert e.value.reason.startswith("returned a string (xxx")
+    assert e.value.reason.endswith("characters)), not a boolean"), e.value.reason[-80:]
+    assert len(e.value.reason) < 250
+
+
+L600 = "[" + ",".join(["0"] * 600) + "]"
+# (expression, refused by the default cost limit): a variable bound to an element of a
+# literal is as long as that element. Found by a trial: ``[L].all(l, l.all(a, l.all(b,
+# true)))`` was estimated at 17,717 steps (``l`` taken for 32 elements) and ran 20 s.
+COSTS = [
+    (f"[{L600}].all(l, l.all(a, l.all(b, true)))", True),
+    (f"[{L600}].map(x, x).all(l, l.all(a, l.all(b, true)))", True),
+    (f"[{L600}].filter(x, true).all(l, l.all(a, l.all(b, true)))", True),
+    (f"[[{L600}]].all(m, m.all(l, l.all(a, l.all(b, true))))", True),
+    (f"[{L600}].all(l, l.size() > 0)", False),
+    ("[[1, 2, 3], [4]].all(l, l.all(a, a > 0))", False),
+    ('{"a": [1, 2], "b": [3]}.all(k, k != "")', False),
+    ('device.driver == "gpu.nvidia.com"', False),
+]
+
+
+@pytest.mark.parametrize(("expression", "refused"), COSTS, ids=range(len(COSTS)))
+def test_the_cost_estimate_follows_variables_bound_to_literals(expression: str, refused: bool):
+    if refused:
+        with pytest.raises(devices.InvalidSelector, match="estimated cost"):
+            devices.compile_selector(expression)
+    else:
+        devices.compile_selector(expression)

@@ -42,8 +42,11 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 
+from function.edge import deadline
 from function.edge.pool import LARGE_CALL_NICE, cpu_limit, slow_lane
+from function.edge.runner import FunctionRunner
 from function.render import build_request
+from function.scheduling import devices
 from tests.support.harness import fatal
 from tests.support.reliability import seeds, settle, start_process
 
@@ -115,6 +118,27 @@ def _stub(ch: grpc.Channel) -> Any:
 
 
 LIFTED = {"MODELPLANE_SELECTOR_COST_LIMIT": "1000000000", "MODELPLANE_CALL_DEADLINE_SECONDS": "2"}
+
+
+@pytest.mark.skipif(not deadline.can_arm(), reason="the deadline's timer needs the main thread")
+def test_the_deadline_names_a_selector_compiled_in_an_earlier_call() -> None:
+    """Found by a trial: the spec's selectors are compiled once (memoized by its canonical
+    form), so in the requirements loop the call that evaluates them had not compiled them
+    and the deadline message quoted the expression instead of naming its field."""
+    runaway = runaway_request()
+    first = fnv1.RunFunctionRequest()
+    first.observed.composite.CopyFrom(runaway.observed.composite)  # nothing resolved yet
+    runner = FunctionRunner()
+    limit = devices.cost_limit()
+    devices.set_cost_limit(10**9)
+    try:
+        rsp = fnv1.RunFunctionResponse.FromString(runner.run_bytes(first.SerializeToString()))
+        assert not fatal(rsp) and rsp.requirements.resources, rsp
+        data = runner.run_bytes(runaway.SerializeToString(), deadline_seconds=1)
+    finally:
+        devices.set_cost_limit(limit)
+    (msg,) = fatal(fnv1.RunFunctionResponse.FromString(data))
+    assert "compute deadline of 1 s" in msg and SELECTOR_PATH in msg, msg
 
 
 @pytest.mark.parametrize("server", [LIFTED], indirect=True)

@@ -54,13 +54,12 @@ from function.api.fields import Ref, WholeInt
 from function.api.modelreplica import Engine, NodeSelector
 from function.core.errors import SpecError, pydantic_errors
 from function.core.timeutil import parse_duration
-from function.manifests.workloads import ENGINE_CONTAINER
+from function.manifests.workloads import ENGINE_CONTAINER, check_template
 from function.scheduling.selectors import LabelSelector
 from function.serving.env import (
     MAX_LITERAL_ENV,
     LiteralEnvVar,
     check_literal_env,
-    check_reserved,
 )
 
 MAX_ENV = MAX_LITERAL_ENV
@@ -185,24 +184,6 @@ class Candidate(_Model):
                 "into MODELS=<candidate>=<backend>)"
             )
         return v
-
-    @model_validator(mode="after")
-    def _no_reserved_env(self) -> Candidate:
-        # The candidate's replicas would reject these (function.serving.env): say so here.
-        for ei, e in enumerate(self.engines):
-            for mi, m in enumerate(e.members):
-                pod = m.template.get("spec")
-                for group in ("initContainers", "containers"):
-                    cs = pod.get(group) if isinstance(pod, dict) else None
-                    for ci, c in enumerate(cs if isinstance(cs, list) else []):
-                        if not isinstance(c, dict):
-                            continue
-                        path = f"engines[{ei}].members[{mi}].template.spec.{group}[{ci}].env"
-                        try:
-                            check_reserved(c.get("env"), path)
-                        except SpecError as err:
-                            raise ValueError(str(err)) from None
-        return self
 
     @model_validator(mode="after")
     def _served_name_addressable(self) -> Candidate:
@@ -348,6 +329,8 @@ def parse_spec(spec: dict[str, Any]) -> ExperimentSpec:
         LabelSelector.parse(parsed.candidate.clusterSelector, "spec.candidate.clusterSelector")
     for ei, engine in enumerate(parsed.candidate.engines):
         for mi, member in enumerate(engine.members):
+            # What the candidate's replicas would refuse, said here where it was written.
+            check_template(member.template, f"spec.candidate.engines[{ei}].members[{mi}].template")
             if member.nodeSelector is not None:
                 _check_devices(
                     member.nodeSelector, f"spec.candidate.engines[{ei}].members[{mi}].nodeSelector"

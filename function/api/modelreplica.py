@@ -123,6 +123,14 @@ class _Mount(_Model):
     mountPath: StrictStr = Field(min_length=1)
 
 
+class _Named(_Model):
+    name: StrictStr = Field(min_length=1)
+
+
+class _Resources(_Model):
+    claims: list[_Named] | None = None
+
+
 class _Container(_Model):
     name: StrictStr = Field(min_length=1)
     image: StrictStr | None = None
@@ -131,11 +139,7 @@ class _Container(_Model):
     env: list[EnvVar] | None = None
     ports: list[_Port] | None = None
     volumeMounts: list[_Mount] | None = None
-    resources: dict[str, Any] | None = None
-
-
-class _Named(_Model):
-    name: StrictStr = Field(min_length=1)
+    resources: _Resources | None = None
 
 
 class _PodSpec(_Model):
@@ -188,12 +192,19 @@ class Worker(_Model):
 
 
 class Member(_Model):
-    """One member of an engine; ``template`` is a pod template."""
+    """One member of an engine; ``template`` is a pod template.
+
+    ``template`` is checked against :class:`PodTemplate` and ``nodeSelector`` against
+    :class:`NodeSelector` wherever a member is written (a ModelDeployment's
+    ``template.spec.engines``, a ModelExperiment's ``candidate.engines``), so a wrong
+    field inside them is refused where the user wrote it, naming it, before any replica
+    is composed from it; both stay the dicts the author wrote.
+    """
 
     role: Literal["Standalone", "Leader", "Worker"] = "Standalone"
     worker: Worker | None = None
-    nodeSelector: dict[str, Any] | None = None
-    template: dict[str, Any]
+    nodeSelector: Annotated[dict[str, Any] | None, checked(NodeSelector)] = None
+    template: Annotated[dict[str, Any], checked(PodTemplate)]
 
 
 class Engine(_Model):
@@ -219,11 +230,9 @@ class _Serving(_Model):
 
 
 class ReplicaMember(Member):
-    """A member as a ModelReplica holds it: placed on ``pool``; template and devices checked."""
+    """A member as a ModelReplica holds it: placed on ``pool``."""
 
     pool: StrictStr | None = None
-    nodeSelector: Annotated[dict[str, Any] | None, checked(NodeSelector)] = None
-    template: Annotated[dict[str, Any], checked(PodTemplate)]
 
 
 class ReplicaEngine(Engine):
@@ -247,9 +256,7 @@ class ModelReplicaSpec(_Model):
     index: WholeInt = Field(ge=0)
     clusterName: StrictStr = Field(min_length=1)
     modelCacheRef: CacheRef | None = None
-    tolerations: list[Annotated[dict[str, Any], checked(Toleration)]] = Field(
-        default_factory=list
-    )
+    tolerations: list[Annotated[dict[str, Any], checked(Toleration)]] = Field(default_factory=list)
     serving: Annotated[dict[str, Any] | None, checked(_Serving)] = None
     shmSizeLimit: StrictStr | None = None
     flashLoader: FlashLoader | None = None

@@ -208,6 +208,15 @@ def _check_shapes(t: dict[str, Any], engine: dict[str, Any], field_path: str, cp
 _A = {dict: "an object", list: "a list"}
 
 
+def _slot(parent: dict[str, Any], key: str, empty: Any) -> Any:
+    """``parent[key]``, set to ``empty`` when absent or null (the API server prunes a
+    null field, so null means absent)."""
+    value = parent.get(key)
+    if value is None:
+        value = parent[key] = empty
+    return value
+
+
 def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> dict[str, Any]:
     """The member's pod template with what the function adds; the user's parts unchanged.
 
@@ -242,12 +251,37 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
         _add_serving_defaults(t, engine, field_path)
     if plan.claim_template is not None:
         set_by_name(
-            spec.setdefault("resourceClaims", []),
+            _slot(spec, "resourceClaims", []),
             {"name": POD_CLAIM, "resourceClaimTemplateName": plan.claim_template},
         )
-        resources = engine.setdefault("resources", {})
-        set_by_name(resources.setdefault("claims", []), {"name": POD_CLAIM})
+        set_by_name(_slot(_slot(engine, "resources", {}), "claims", []), {"name": POD_CLAIM})
     return t
+
+
+def check_template(template: dict[str, Any], field_path: str) -> None:
+    """Refuse what :func:`pod_template` would refuse in a member's pod template: no
+    ``engine`` container, a part it merges into of the wrong type, a volume or mount of
+    the function's own, and a reserved env name in any container (init containers too).
+    For the kinds that write member templates (ModelDeployment, ModelExperiment's
+    candidate), so the error names the field where the user wrote it instead of failing
+    every replica composed from it.
+
+    Args:
+        template: The member's ``template`` as written (a dict; not changed).
+        field_path: Its path in the XR (``spec.template.spec.engines[0].members[0].template``).
+
+    Raises:
+        SpecError: naming the field and what to write.
+    """
+    idx = engine_index(template, field_path)
+    pod = template["spec"]
+    engine = pod["containers"][idx]
+    _check_user_parts(template, engine, field_path, f"{field_path}.spec.containers[{idx}]")
+    for group in ("initContainers", "containers"):
+        containers = pod.get(group)
+        for i, c in enumerate(containers if isinstance(containers, list) else []):
+            if isinstance(c, dict):
+                check_reserved(c.get("env"), f"{field_path}.spec.{group}[{i}].env")
 
 
 def _check_user_parts(
@@ -258,7 +292,11 @@ def _check_user_parts(
     check_reserved(engine.get("env"), f"{cpath}.env")
     for i, v in enumerate(t["spec"].get("volumes") or []):
         if isinstance(v, dict) and v.get("name") in _OWN_VOLUMES:
-            raise SpecError(f"{field_path}.spec.volumes[{i}].name", "is reserved by the function")
+            raise SpecError(
+                f"{field_path}.spec.volumes[{i}].name",
+                f"{v.get('name')} is the name of a volume the function adds (its names: "
+                f"{', '.join(_OWN_VOLUMES)}): name yours differently",
+            )
     for i, m in enumerate(engine.get("volumeMounts") or []):
         if isinstance(m, dict) and m.get("mountPath") in _OWN_PATHS:
             raise SpecError(
@@ -291,8 +329,8 @@ def _add_scheduling(spec: dict[str, Any], plan: PodPlan) -> None:
 def _add_volumes(spec: dict[str, Any], engine: dict[str, Any], plan: PodPlan) -> None:
     """``/dev/shm``; with a cache its PVC, ``MODELPLANE_MODEL`` and the flash loader; on
     a gang its env (ours first in the engine's env)."""
-    volumes: list[dict[str, Any]] = spec.setdefault("volumes", [])
-    mounts: list[dict[str, Any]] = engine.setdefault("volumeMounts", [])
+    volumes: list[dict[str, Any]] = _slot(spec, "volumes", [])
+    mounts: list[dict[str, Any]] = _slot(engine, "volumeMounts", [])
     set_by_name(
         volumes,
         {"name": VOLUME_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm_size_limit}},

@@ -456,53 +456,109 @@ def cost_limit() -> int:
     return _cost_limit
 
 
-def _size(node: Any) -> int:
-    """Estimated number of elements ``node`` evaluates to (for a macro's range)."""
+def _unwrap(node: Any) -> Any:
+    """``node`` without the single-child wrappers of celpy's grammar (down to a literal,
+    an identifier, a call or an operator)."""
     from lark import Tree
 
     while (
         isinstance(node, Tree)
         and len(node.children) == 1
-        and node.data
-        not in (
-            "list_lit",
-            "map_lit",
-        )
+        and node.data not in ("list_lit", "map_lit", "ident")
     ):
         node = node.children[0]
+    return node
+
+
+def _entries(node: Any) -> list[Any]:
+    """The element expressions of a list literal (the values of a map literal)."""
+    from lark import Tree
+
+    inner = node.children[0] if node.children else None
+    if not isinstance(inner, Tree):
+        return [] if inner is None else [inner]
+    if node.data == "map_lit":
+        return inner.children[1::2]
+    return inner.children
+
+
+# A variable bound by an enclosing macro -> a representative element of its range and
+# the scope that element is read in (None: not known).
+_Scope = Mapping[str, "tuple[Any, _Scope] | None"]
+
+
+def _size(node: Any, scope: _Scope) -> int:
+    """Estimated number of elements ``node`` evaluates to (for a macro's range), read in
+    ``scope`` (a variable's size is the size of its representative element)."""
+    from lark import Tree
+
+    node = _unwrap(node)
     if not isinstance(node, Tree):
         return UNKNOWN_SIZE
     if node.data in ("list_lit", "map_lit"):
-        inner = node.children[0] if node.children else None
-        if inner is None:
-            return 0
-        n = len(inner.children) if isinstance(inner, Tree) else 1
-        return n // 2 if node.data == "map_lit" else n
+        return len(_entries(node))
+    if node.data == "ident":
+        bound = scope.get(str(node.children[0]))
+        return UNKNOWN_SIZE if bound is None else _size(*bound)
     if node.data == "member_dot_arg" and str(node.children[1]) in ("map", "filter"):
-        return _size(node.children[0])
+        return _size(node.children[0], scope)
     if node.data.startswith("addition"):
-        return sum(_size(c) for c in node.children if isinstance(c, Tree))
+        return sum(_size(c, scope) for c in node.children if isinstance(c, Tree))
     return UNKNOWN_SIZE
 
 
-def estimate_cost(tree: Any) -> int:
+def _element(node: Any, scope: _Scope) -> tuple[Any, _Scope] | None:  # noqa: PLR0911
+    """A representative element of the range ``node`` (the largest of a list literal's;
+    what ``map`` makes of one) with the scope it is read in, or None when not known (a
+    variable bound to it is then :data:`UNKNOWN_SIZE` long; a map's keys are scalars)."""
+    from lark import Tree
+
+    node = _unwrap(node)
+    if not isinstance(node, Tree):
+        return None
+    if node.data == "list_lit":
+        entries = _entries(node)
+        return (max(entries, key=lambda e: _size(e, scope)), scope) if entries else None
+    if node.data == "ident":
+        bound = scope.get(str(node.children[0]))
+        return None if bound is None else _element(*bound)
+    if node.data == "member_dot_arg" and str(node.children[1]) == "filter":
+        return _element(node.children[0], scope)
+    if node.data == "member_dot_arg" and str(node.children[1]) == "map":
+        args = node.children[2] if len(node.children) > 2 else None
+        variable = _macro_variable(args)
+        if variable is None or not isinstance(args, Tree):
+            return None
+        return args.children[-1], {**scope, variable: _element(node.children[0], scope)}
+    return None
+
+
+def estimate_cost(tree: Any, scope: _Scope | None = None) -> int:
     """Estimated evaluation steps of a parsed CEL expression (an upper-bound heuristic).
 
     Every node costs 1; a macro (``all``, ``exists``, ``exists_one``, ``map``,
     ``filter``) costs its range plus the range's estimated size (:func:`_size`:
-    the element count of a literal, :data:`UNKNOWN_SIZE` otherwise) times its body.
-    Nested macros multiply.
+    the element count of a literal, of the largest element of a literal for a variable
+    bound to one, :data:`UNKNOWN_SIZE` otherwise) times its body. Nested macros
+    multiply. Call it on a tree whose depth was checked (it recurses).
     """
     from lark import Tree
 
     if not isinstance(tree, Tree):
         return 0
+    scope = scope or {}
     if tree.data == "member_dot_arg" and str(tree.children[1]) in _MACROS:
         target = tree.children[0]
         args = tree.children[2] if len(tree.children) > 2 else None
         body = args.children[-1] if isinstance(args, Tree) and args.children else None
-        return 1 + estimate_cost(target) + _size(target) * (1 + estimate_cost(body))
-    return 1 + sum(estimate_cost(c) for c in tree.children)
+        variable = _macro_variable(args)
+        inner = scope if variable is None else {**scope, variable: _element(target, scope)}
+        return (
+            1
+            + estimate_cost(target, scope)
+            + _size(target, scope) * (1 + estimate_cost(body, inner))
+        )
+    return 1 + sum(estimate_cost(c, scope) for c in tree.children)
 
 
 _WORD = re.compile(r"[A-Za-z0-9_]")
@@ -601,6 +657,17 @@ def path_of(expression: str | None) -> str | None:
     return _paths.get(expression) if expression is not None else None
 
 
+def note_paths(paths: Mapping[str, str]) -> None:
+    """Remember, for this call, the spec path of each normalized selector in ``paths``
+    (a spec compiled in an earlier call, whose :func:`compile_selector` did not run in
+    this one): a deadline message names the field (:func:`path_of`)."""
+    if len(_paths) + len(paths) <= _MAX_PATHS:
+        _paths.update(paths)
+
+
+_MAX_PATHS = 4096
+
+
 def forget_paths() -> None:
     """Forget the paths of the previous call (the runner calls this before each call)."""
     global _evaluating
@@ -622,7 +689,7 @@ def compile_selector(expression: str, path: str | None = None) -> Any:
             or variable, or its estimated cost (:func:`estimate_cost`) is over the
             limit (:func:`set_cost_limit`).
     """
-    if path is not None and len(_paths) < 4096:
+    if path is not None and len(_paths) < _MAX_PATHS:
         _paths[normalize(expression)] = path
     p = _compile(expression)
     if isinstance(p, InvalidSelector):
@@ -822,7 +889,15 @@ def _eval(expression: str, device: Device, limit: int) -> bool | SelectorEvaluat
             return False  # a device of another driver (see the module docstring)
         return SelectorEvaluationError(expression, device, _reason(result))
     kind = _cel_type(type(result).__name__)
-    return SelectorEvaluationError(expression, device, f"returned {kind} ({result}), not a boolean")
+    shown = str(result)
+    if len(shown) > _SHOWN_RESULT:  # the value is the tenant's: keep the condition small
+        shown = f"{shown[:_SHOWN_RESULT]}... ({len(shown)} characters)"
+    return SelectorEvaluationError(expression, device, f"returned {kind} ({shown}), not a boolean")
+
+
+# The most of a non-boolean result a message shows (a selector can build a list of
+# a million characters; the condition message stays far below etcd's object limit).
+_SHOWN_RESULT = 120
 
 
 def selector_matches(expression: str, device: Device) -> bool:

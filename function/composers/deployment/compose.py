@@ -65,6 +65,7 @@ from function.naming import (
 )
 from function.scheduling.devices import (
     SelectorEvaluationError,
+    note_paths,
 )
 from function.scheduling.placement import (
     Engine,
@@ -138,7 +139,8 @@ def compose(inputs: Inputs) -> Outcome:
     _require_lists(inputs, out, parsed.selector, cache)
     call = _observe(inputs, out, spec.replicas, cache)
 
-    engines, bad = _compiled(parsed.key)
+    engines, bad, paths = _compiled(parsed.key)
+    note_paths(paths)  # compiled in an earlier call: a deadline message still names them
     if bad:
         call.require_upfront()
         return _invalid_selector(call, "; ".join(bad[:3]))

@@ -12,15 +12,16 @@ from function import API_GROUP
 from function.api.modeldeployment import DeploymentSpec, TemplateSpec
 from function.api.modelreplica import Engine as EngineSpec
 from function.api.modelreplica import Member as MemberSpec
-from function.api.modelreplica import NodeSelector
 from function.core import structs
 from function.core.errors import SpecError, pydantic_errors
 from function.core.inputs import Inputs
 from function.core.memo import memo
+from function.manifests.workloads import check_template
 from function.scheduling.devices import (
     DeviceRequest,
     InvalidSelector,
     compile_selector,
+    normalize,
 )
 from function.scheduling.placement import (
     Engine,
@@ -28,7 +29,6 @@ from function.scheduling.placement import (
 )
 from function.scheduling.selectors import LabelSelector
 from function.scheduling.tolerations import Toleration, parse_tolerations
-from function.serving.env import check_reserved
 
 
 class Parsed(NamedTuple):
@@ -74,8 +74,24 @@ def _parsed(spec_key: bytes) -> Parsed:
     return Parsed(spec_key, spec, selector, tolerations, raw_engines)
 
 
+class Compiled(NamedTuple):
+    """The placement engines of a spec (:func:`_compiled`).
+
+    Attributes:
+        engines: The engines, every CEL selector compiled.
+        bad: For selectors that do not compile, messages naming them.
+        paths: Normalized selector (:func:`function.scheduling.devices.normalize`) -> the
+            first field that holds it, for a deadline message to name
+            (:func:`function.scheduling.devices.note_paths`, on every call).
+    """
+
+    engines: tuple[Engine, ...]
+    bad: list[str]
+    paths: dict[str, str]
+
+
 @memo(1024, weight=2)
-def _compiled(spec_key: bytes) -> tuple[tuple[Engine, ...], list[str]]:
+def _compiled(spec_key: bytes) -> Compiled:
     """:func:`_engines` of the spec whose canonical form is ``spec_key`` (memoized like
     :func:`_parsed`; shared between calls: never change the result)."""
     return _engines(_parsed(spec_key).raw_engines)
@@ -122,32 +138,22 @@ def _check_roles(ts: TemplateSpec, e: EngineSpec, f: str) -> None:
 
 
 def _check_member(m: MemberSpec, f: str) -> None:
-    """What the replicas would reject, said here where the user wrote it: ``worker`` on
-    a non-Worker, reserved env names, an invalid nodeSelector. ``f`` is the member's
+    """What the replicas would reject, said here where the user wrote it, beyond the
+    member's model (its pod template and nodeSelector, :class:`function.api.modelreplica.
+    Member`): ``worker`` on a non-Worker, and what the pod template may not hold
+    (:func:`function.manifests.workloads.check_template`). ``f`` is the member's
     field."""
     if m.worker is not None and m.role != "Worker":
         raise SpecError(f"{f}.worker", "only a Worker member has worker")
-    pod = m.template.get("spec") if isinstance(m.template, dict) else None
-    for group in ("initContainers", "containers"):
-        cs = pod.get(group) if isinstance(pod, dict) else None
-        for ci, c in enumerate(cs if isinstance(cs, list) else []):
-            if isinstance(c, dict):
-                check_reserved(c.get("env"), f"{f}.template.spec.{group}[{ci}].env")
-    if m.nodeSelector is not None:
-        try:
-            NodeSelector.model_validate(m.nodeSelector)
-        except ValidationError as err:
-            raise pydantic_errors(f"{f}.nodeSelector", err) from None
+    check_template(m.template, f"{f}.template")
 
 
-def _engines(raw_engines: list[dict[str, Any]]) -> tuple[tuple[Engine, ...], list[str]]:
-    """Placement engines from the template, compiling every CEL selector.
-
-    Returns:
-        The engines and, for selectors that do not compile, messages naming them.
-    """
+def _engines(raw_engines: list[dict[str, Any]]) -> Compiled:
+    """Placement engines from the template, compiling every CEL selector (see
+    :class:`Compiled`)."""
     out: list[Engine] = []
     bad: list[str] = []
+    paths: dict[str, str] = {}
     for ei, e in enumerate(raw_engines):
         members: list[Member] = []
         for mi, m in enumerate(e.get("members") or []):
@@ -170,12 +176,13 @@ def _engines(raw_engines: list[dict[str, Any]]) -> tuple[tuple[Engine, ...], lis
                         bad.append(f"{where}: {err}")
                         continue
                     sels.append(expr)
+                    paths.setdefault(normalize(expr), where)
                 reqs.append(
                     DeviceRequest(str(d.get("name", "")), int(d.get("count") or 1), tuple(sels))
                 )
             members.append(Member(role, pods, tuple(reqs)))
         out.append(Engine(str(e.get("name")), int(e.get("copies") or 1), tuple(members)))
-    return tuple(out), bad
+    return Compiled(tuple(out), bad, paths)
 
 
 def _selector_fields(raw_engines: list[dict[str, Any]]) -> dict[str, list[str]]:

@@ -85,7 +85,7 @@ class _Tally:
         elif reason == HYDRATION_FAILED or phase == FAILED:
             self.failed.append(
                 f"replica {index} on {cluster}: "
-                + (message or f"hydration of ModelCache {cache} on {cluster} Failed")
+                + (message or f"hydration of {_cache_name(cache)} on {cluster} Failed")
             )
             reason = HYDRATION_FAILED
         elif reason == REASON_HYDRATING or (phase is not None and phase != READY):
@@ -94,6 +94,12 @@ class _Tally:
         else:
             self.other.append(f"replica {index} on {cluster}: {reason or 'not ready'}")
         return ok, reason
+
+
+def _cache_name(cache: str | None) -> str:
+    """The cache a message names: ``ModelCache <name>``, or, when the spec no longer
+    references one while replicas still report on it, the one they were composed with."""
+    return f"ModelCache {cache}" if cache else "the ModelCache they were composed with"
 
 
 def _ready_condition(
@@ -116,7 +122,7 @@ def _ready_condition(
             READY_COND,
             "False",
             WAITING_FOR_CACHE,
-            f"{summary}; waiting for ModelCache {cache}: " + ", ".join(waiting[:5]),
+            f"{summary}; waiting for {_cache_name(cache)}: " + ", ".join(waiting[:5]),
         )
         return False
     detail = "; ".join((other + waiting)[:5]) or "replicas not placed"
