@@ -230,8 +230,8 @@ DRA_CHECKED = "checked like a DRA compiler: only DRA's functions and the device 
 
 UNCHECKED_SELECTORS: list[Case[str, str]] = [
     Case("unknown-function", DRA_CHECKED, "foo(1)", "unknown function foo"),
-    Case("unknown-method", DRA_CHECKED, 'device.driver.lowerAscii() == "x"',
-         "unknown function lowerAscii"),
+    Case("unknown-method", DRA_CHECKED, 'device.driver.toLower() == "x"',
+         "unknown function toLower"),
     Case("undeclared-variable", DRA_CHECKED, "other.x == 1", "undeclared reference to other"),
     Case("undeclared-in-macro", DRA_CHECKED, 'device.attributes["a"].exists(k, k == other)',
          "undeclared reference to other"),

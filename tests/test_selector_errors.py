@@ -126,7 +126,10 @@ COSTS = [
     (f"[{L600}].map(x, x).all(l, l.all(a, l.all(b, true)))", True),
     (f"[{L600}].filter(x, true).all(l, l.all(a, l.all(b, true)))", True),
     (f"[[{L600}]].all(m, m.all(l, l.all(a, l.all(b, true))))", True),
+    ("lists.range(10000).all(x, lists.range(10000).all(y, true))", True),
+    ("lists.range(1 + 1).all(x, true)", True),  # not a literal: the most it may make
     (f"[{L600}].all(l, l.size() > 0)", False),
+    ("lists.range(16).all(x, x >= 0)", False),
     ("[[1, 2, 3], [4]].all(l, l.all(a, a > 0))", False),
     ('{"a": [1, 2], "b": [3]}.all(k, k != "")', False),
     ('device.driver == "gpu.nvidia.com"', False),

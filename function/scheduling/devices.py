@@ -54,6 +54,7 @@ from celpy import celtypes
 from celpy.evaluation import base_functions as ev_base_functions
 
 from function.core.memo import memo, shared
+from function.scheduling import cel_library
 
 # celpy logs every evaluation error at ERROR level; a non-matching device is not an error.
 logging.getLogger("celpy").setLevel(logging.CRITICAL)
@@ -115,6 +116,11 @@ class Quantity:
         self.text = text
         self.value = parse_quantity(text)
 
+    @classmethod
+    def of(cls, value: Decimal) -> Quantity:
+        """The quantity of ``value`` (``add``, ``sub``)."""
+        return cls(format(value.normalize(), "f"))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Quantity) and self.value == other.value
 
@@ -164,10 +170,6 @@ def _quantity(text: Any) -> Quantity:
     return Quantity(str(text))
 
 
-def _semver(text: Any) -> Semver:
-    return Semver.parse(str(text))
-
-
 def _compare_to(a: Any, b: Any) -> celtypes.IntType:
     return celtypes.IntType(_cmp(a, b))
 
@@ -192,6 +194,69 @@ def _as_float(q: Any) -> celtypes.DoubleType:
     return celtypes.DoubleType(float(q.value))
 
 
+def _is_quantity(text: Any) -> celtypes.BoolType:
+    try:
+        parse_quantity(text)
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
+
+
+def _sign(q: Any) -> celtypes.IntType:
+    if not isinstance(q, Quantity):
+        raise TypeError("sign needs a quantity")
+    return celtypes.IntType((q.value > 0) - (q.value < 0))
+
+
+def _is_integer(q: Any) -> celtypes.BoolType:
+    if not isinstance(q, Quantity):
+        raise TypeError("isInteger needs a quantity")
+    return celtypes.BoolType(q.value == q.value.to_integral_value())
+
+
+def _operand(x: Any, what: str) -> Decimal:
+    if isinstance(x, Quantity):
+        return x.value
+    if isinstance(x, int) and not isinstance(x, bool):
+        return Decimal(int(x))
+    raise TypeError(f"{what} needs a quantity or an int")
+
+
+def _add(q: Any, x: Any) -> Quantity:
+    return Quantity.of(_operand(q, "add") + _operand(x, "add"))
+
+
+def _sub(q: Any, x: Any) -> Quantity:
+    return Quantity.of(_operand(q, "sub") - _operand(x, "sub"))
+
+
+_LOOSE_SEMVER = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$")
+
+
+def _normalized_semver(text: str) -> str:
+    """Kubernetes' semver normalization: a leading ``v`` dropped, a missing minor or
+    patch taken as 0, leading zeros removed (``v01.2`` -> ``1.2.0``)."""
+    m = _LOOSE_SEMVER.match(text.strip())
+    if m is None:
+        return text
+    parts = [str(int(p)) if p is not None else "0" for p in m.group(1, 2, 3)]
+    return ".".join(parts) + m.group(4)
+
+
+def _semver_of(text: Any, normalize: Any = False) -> Semver:
+    if not isinstance(text, str) or not isinstance(normalize, (bool, celtypes.BoolType)):
+        raise TypeError("semver needs a string and, optionally, a bool")
+    return Semver.parse(_normalized_semver(text) if normalize else text)
+
+
+def _is_semver(text: Any, normalize: Any = False) -> celtypes.BoolType:
+    try:
+        _semver_of(text, normalize)
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
+
+
 def _part(i: int) -> Any:
     def f(v: Any) -> celtypes.IntType:
         if not isinstance(v, Semver):
@@ -202,8 +267,15 @@ def _part(i: int) -> Any:
 
 
 FUNCTIONS: dict[str, Any] = {
+    **cel_library.FUNCTIONS,
     "quantity": _quantity,
-    "semver": _semver,
+    "isQuantity": _is_quantity,
+    "sign": _sign,
+    "isInteger": _is_integer,
+    "add": _add,
+    "sub": _sub,
+    "semver": _semver_of,
+    "isSemver": _is_semver,
     "compareTo": _compare_to,
     "isGreaterThan": _greater,
     "isLessThan": _less,
@@ -255,6 +327,10 @@ _KNOWN = (
     | frozenset(FUNCTIONS)
 )
 _VARIABLES = frozenset({"device"})
+# Identifiers that are not variables: the type identifiers and the namespaces of
+# ``sets.contains(...)``, ``strings.quote(...)`` and ``lists.range(...)``
+# (:mod:`function.scheduling.cel_library`).
+_IDENTIFIERS = cel_library.TYPE_IDENTIFIERS | frozenset(cel_library.NAMESPACES)
 
 
 def _check(tree: Any) -> str | None:
@@ -272,19 +348,39 @@ def _check(tree: Any) -> str | None:
             "parenthesis, call, macro and operator adds levels: cel-python evaluates "
             "recursively): write it with fewer levels"
         )
-    calls, idents, bound = _names(tree)
-    for name in calls:
-        if name not in _KNOWN:
-            return f"unknown function {name}"
-    for name in idents:
-        if name not in _VARIABLES and name not in bound:
-            return f"undeclared reference to {name} (the only variable is device)"
+    problem = _macro_arguments(tree) or _names_problem(tree)
+    if problem is not None:
+        return problem
     returns = _result_type(tree)
     if returns is not None and returns != "bool":
         return (
             f"it returns {_a(returns)}, not a boolean: a selector is a condition on the "
             'device, such as device.driver == "gpu.nvidia.com"'
         )
+    return None
+
+
+def _names_problem(tree: Any) -> str | None:
+    """A function or identifier the environment does not declare (or declares and this
+    evaluator does not evaluate), or None."""
+    calls, idents, bound = _names(tree)
+    for name in idents:
+        if name in cel_library.UNSUPPORTED_IDENTIFIERS and name not in bound:
+            return (
+                f"{name}.* is in Kubernetes' CEL library but this function does not "
+                "evaluate it: write the selector without it"
+            )
+    for name in calls:
+        if name in cel_library.UNSUPPORTED:
+            return (
+                f"{name} is in Kubernetes' CEL library but this function does not evaluate "
+                "it (nor optional values, URLs, IPs or CIDRs): write the selector without it"
+            )
+        if name not in _KNOWN:
+            return f"unknown function {name}"
+    for name in idents:
+        if name not in _VARIABLES and name not in bound and name not in _IDENTIFIERS:
+            return f"undeclared reference to {name} (the only variable is device)"
     return None
 
 
@@ -297,14 +393,15 @@ _CALL_RETURNS = {
     "size": "int", "int": "int", "uint": "uint", "double": "double", "string": "string",
     "bytes": "bytes", "bool": "bool", "has": "bool", "matches": "bool",
     "quantity": "quantity", "semver": "semver", "duration": "duration",
-    "timestamp": "timestamp", "type": "type",
+    "timestamp": "timestamp", "type": "type", "isQuantity": "bool", "isSemver": "bool",
 }  # fmt: skip
 _METHOD_RETURNS = {
     "contains": "bool", "startsWith": "bool", "endsWith": "bool", "matches": "bool",
     "all": "bool", "exists": "bool", "exists_one": "bool", "isGreaterThan": "bool",
     "isLessThan": "bool", "size": "int", "compareTo": "int", "asInteger": "int",
     "major": "int", "minor": "int", "patch": "int", "asApproximateFloat": "double",
-    "map": "list", "filter": "list",
+    "map": "list", "filter": "list", "sign": "int", "isInteger": "bool", "add": "quantity",
+    "sub": "quantity", **cel_library.METHOD_RETURNS,
 }  # fmt: skip
 _DEVICE_FIELDS = {"driver": "string", "attributes": "map", "capacity": "map"}
 _LITERALS = {
@@ -424,6 +521,31 @@ def _names(tree: Any) -> tuple[list[str], list[str], set[str]]:
     return calls, idents, bound
 
 
+def _macro_arguments(tree: Any) -> str | None:
+    """A macro called with other than (variable, expression): cel-python evaluates only
+    that form. Kubernetes also takes ``map(x, filter, transform)`` and the two-variable
+    ``all``, ``exists`` and ``exists_one`` (``list.all(i, v, ...)``)."""
+    from lark import Tree
+
+    for node in tree.iter_subtrees():
+        if node.data != "member_dot_arg" or str(node.children[1]) not in _MACROS:
+            continue
+        args = node.children[2] if len(node.children) > 2 else None
+        count = len(args.children) if isinstance(args, Tree) else 0
+        if count == 2:
+            continue
+        name = str(node.children[1])
+        if name == "map" and count == 3:
+            return (
+                "map(x, filter, transform) is not evaluated here: write "
+                ".filter(x, filter).map(x, transform)"
+            )
+        if count == 3:
+            return f"two-variable {name}(i, v, ...) is not evaluated here: iterate one variable"
+        return f"{name} takes a variable and an expression ({count} arguments given)"
+    return None
+
+
 def _macro_variable(args: Any) -> str | None:
     """The variable a macro's first argument binds, or None."""
     from lark import Token, Tree
@@ -487,7 +609,7 @@ def _entries(node: Any) -> list[Any]:
 _Scope = Mapping[str, "tuple[Any, _Scope] | None"]
 
 
-def _size(node: Any, scope: _Scope) -> int:
+def _size(node: Any, scope: _Scope) -> int:  # noqa: PLR0911 - a return per node kind
     """Estimated number of elements ``node`` evaluates to (for a macro's range), read in
     ``scope`` (a variable's size is the size of its representative element)."""
     from lark import Tree
@@ -502,9 +624,21 @@ def _size(node: Any, scope: _Scope) -> int:
         return UNKNOWN_SIZE if bound is None else _size(*bound)
     if node.data == "member_dot_arg" and str(node.children[1]) in ("map", "filter"):
         return _size(node.children[0], scope)
+    if node.data == "member_dot_arg" and str(node.children[1]) == "range":
+        return _range_size(node.children[2] if len(node.children) > 2 else None)
     if node.data.startswith("addition"):
         return sum(_size(c, scope) for c in node.children if isinstance(c, Tree))
     return UNKNOWN_SIZE
+
+
+def _range_size(args: Any) -> int:
+    """Elements of ``lists.range(n)``: ``n`` when a literal, else the most it may make."""
+    from lark import Token
+
+    literal = _unwrap(args.children[0]) if args is not None and args.children else None
+    if isinstance(literal, Token) and literal.type == "INT_LIT":
+        return max(0, min(int(literal, 0), cel_library.MAX_RANGE))
+    return cel_library.MAX_RANGE
 
 
 def _element(node: Any, scope: _Scope) -> tuple[Any, _Scope] | None:  # noqa: PLR0911
@@ -787,6 +921,7 @@ class Device:
                 }
             )
             self._activation["device"] = device
+            self._activation.update(cel_library.NAMESPACES)
         return self._activation
 
 

@@ -1,0 +1,157 @@
+"""Device selectors that Kubernetes' DRA environment admits are evaluated, with cel-go's
+semantics (``function.scheduling.cel_library`` and the quantity and semver functions of
+``function.scheduling.devices``); what it declares and this function does not evaluate is
+refused saying so.
+
+Found by a trial: ``lowerAscii``, ``split``, ``isSemver``, ``sets.contains``, ``type(x) ==
+string``, ``attr.index > 2.5`` and 40 more were refused as unknown (or failed at
+evaluation), so a selector Kubernetes admits could never place a replica.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from function.scheduling import devices
+
+GPU = devices.Device.from_status(
+    {
+        "name": "gpu-0",
+        "driver": "gpu.nvidia.com",
+        "attributes": {
+            "architecture": {"string": "Hopper"},
+            "productName": {"string": "NVIDIA H100 80GB HBM3"},
+            "cudaComputeCapability": {"version": "9.0.0"},
+            "index": {"int": 3},
+            "mig": {"bool": False},
+        },
+        "capacity": {"memory": {"value": "80Gi"}},
+    }
+)
+A = 'device.attributes["gpu.nvidia.com"]'
+C = 'device.capacity["gpu.nvidia.com"]'
+
+# Each is true on GPU (and would be admitted by Kubernetes, v1.34's base environment).
+TRUE = [
+    # strings (cel-go ext.Strings v2)
+    f'{A}.architecture.lowerAscii() == "hopper"',
+    f'{A}.architecture.upperAscii() == "HOPPER"',
+    f'{A}.productName.split(" ")[1] == "H100"',
+    f'{A}.productName.split(" ", 2) == ["NVIDIA", "H100 80GB HBM3"]',
+    f'{A}.productName.split(" ", 0) == []',
+    '"abc".split("") == ["a", "b", "c"]',
+    f'{A}.productName.indexOf("H100") == 7',
+    f'{A}.productName.indexOf("H", 8) == 17',
+    f'{A}.productName.lastIndexOf("H") == 17',
+    f'{A}.productName.lastIndexOf("H", 14) == 7',
+    f'{A}.productName.substring(7, 11) == "H100"',
+    f'{A}.productName.substring(17) == "HBM3"',
+    f'{A}.productName.replace(" ", "-") == "NVIDIA-H100-80GB-HBM3"',
+    f'{A}.productName.replace(" ", "-", 1) == "NVIDIA-H100 80GB HBM3"',
+    '"  x \\t".trim() == "x"',
+    f'{A}.architecture.charAt(0) == "H" && {A}.architecture.charAt(6) == ""',
+    '["a", "b"].join("-") == "a-b" && ["a", "b"].join() == "ab"',
+    '"%s has %d GiB (%.1f%%)".format(["H100", 80, 99.5]) == "H100 has 80 GiB (99.5%)"',
+    '"%x %o %b".format([255, 8, 5]) == "ff 10 101"',
+    'strings.quote("a\\"b") == "\\"a\\\\\\"b\\""',
+    '"ÄbC".lowerAscii() == "Äbc"',
+    # regex (Kubernetes library.Regex)
+    f'{A}.productName.find("H[0-9]+") == "H100"',
+    f'{A}.productName.find("A[0-9]+") == ""',
+    f'{A}.productName.findAll("[0-9]+") == ["100", "80", "3"]',
+    f'{A}.productName.findAll("[0-9]+", 2) == ["100", "80"]',
+    f'{A}.architecture.matches("^Hop")',
+    # lists (Kubernetes library.Lists, cel-go ext.Lists v3)
+    "[1, 2, 3].isSorted() && ![2, 1].isSorted()",
+    "[1, 2, 3].sum() == 6 && [1.5, 2.5].sum() == 4.0 && [].sum() == 0",
+    "[3, 1, 2].min() == 1 && [3, 1, 2].max() == 3",
+    "[1, 2, 3, 2].indexOf(2) == 1 && [1, 2, 3, 2].lastIndexOf(2) == 3",
+    "[1, 2, 3].indexOf(9) == -1",
+    "[1, 2, 3].slice(1, 3) == [2, 3]",
+    "[[1], [2, [3]]].flatten() == [1, 2, [3]] && [[1], [2, [3]]].flatten(2) == [1, 2, 3]",
+    "lists.range(3) == [0, 1, 2]",
+    "[1, 1, 2].distinct() == [1, 2] && [1, 2].reverse() == [2, 1]",
+    "[3, 1, 2].sort() == [1, 2, 3]",
+    # sets (cel-go ext.Sets)
+    "sets.contains([1, 2, 3], [1, 3]) && !sets.contains([1], [2])",
+    "sets.equivalent([1, 2], [2, 1, 1]) && sets.intersects([1, 2], [2, 3])",
+    # quantity (Kubernetes library.Quantity)
+    'isQuantity("40Gi") && !isQuantity("forty")',
+    f'{C}.memory.sign() == 1 && {C}.memory.isInteger()',
+    f'{C}.memory.add(quantity("1Gi")).isGreaterThan(quantity("80Gi"))',
+    f'{C}.memory.sub(quantity("1Gi")).isLessThan(quantity("80Gi"))',
+    f'{C}.memory.add(1).compareTo({C}.memory) == 1',
+    'quantity("500m").isInteger() == false && quantity("-1").sign() == -1',
+    # semver (Kubernetes library.Semver v1)
+    'isSemver("1.2.3") && !isSemver("v1.2") && isSemver("v1.2", true)',
+    'semver("v9.0", true).major() == 9 && semver("v9.0", true).minor() == 0',
+    f'{A}.cudaComputeCapability.isGreaterThan(semver("8.0.0"))',
+    # cross-type numeric comparisons and heterogeneous equality
+    f"{A}.index > 2.5 && {A}.index < 3.5 && {A}.index == 3.0 && {A}.index > 2u",
+    f"{A}.index != 3.5 && 1.0 <= {A}.index",
+    # type identifiers
+    f"type({A}.architecture) == string && type({A}.index) == int",
+    f"type({A}.mig) == bool && type({C}.memory) != string",
+    # the standard library, unchanged
+    f'{A}.architecture in ["Hopper", "Blackwell"] && has({A}.mig) && !{A}.mig',
+    f'"{{}}" != "" && {A}.exists(k, k == "index")',
+    "[1, 2, 3].filter(x, x > 1).map(x, x * 2) == [4, 6]",
+]
+
+
+@pytest.mark.parametrize("expression", TRUE, ids=range(len(TRUE)))
+def test_a_selector_of_kubernetes_cel_libraries_is_evaluated(expression: str) -> None:
+    devices.compile_selector(expression)
+    assert devices.selector_matches(expression, GPU) is True
+
+
+# (expression, the reason contains): Kubernetes declares these; this evaluator does not.
+UNSUPPORTED = [
+    (f"{A}.all(k, v, k != '')", "two-variable all(i, v, ...) is not evaluated here"),
+    ("[1, 2].exists(i, v, v > i)", "two-variable exists"),
+    ("[1, 2].map(x, x > 1, x * 2) == [4]", "write .filter(x, filter).map(x, transform)"),
+    ("[1, 2].transformList(i, v, v) == [1, 2]", "transformList is in Kubernetes' CEL library"),
+    ('isIP("10.0.0.1")', "isIP is in Kubernetes' CEL library"),
+    ('url("https://x").getHost() == "x"', "url is in Kubernetes' CEL library"),
+    ('cidr("10.0.0.0/8").containsIP("10.0.0.1")', "is in Kubernetes' CEL library"),
+    ("optional.of(1).hasValue()", "optional.* is in Kubernetes' CEL library"),
+    ('!format.dns1123Label().validate("x").hasValue()', "format.* is in Kubernetes'"),
+    ("[2, 1].sortBy(x, x) == [1, 2]", "sortBy is in Kubernetes' CEL library"),
+    # Not Kubernetes' at all: unknown, as before.
+    ("math.greatest(1, 2) == 2", "unknown function greatest"),
+    # Return no boolean by their shape (cel-go's type check).
+    (f"{A}.architecture.lowerAscii()", "it returns a string, not a boolean"),
+    ("lists.range(3)", "it returns a list, not a boolean"),
+    (f"{A}.productName.indexOf('H')", "it returns an int, not a boolean"),
+]
+
+
+@pytest.mark.parametrize(("expression", "want"), UNSUPPORTED, ids=range(len(UNSUPPORTED)))
+def test_what_is_not_evaluated_is_refused_saying_so(expression: str, want: str) -> None:
+    with pytest.raises(devices.InvalidSelector) as e:
+        devices.compile_selector(expression)
+    assert want in e.value.reason, e.value.reason
+
+
+# (expression, the reason contains): errors at evaluation, as cel-go's (never a non-match).
+ERRORS = [
+    (f"{A}.architecture.charAt(7) == ''", "charAt: index 7 out of range (0..6)"),
+    (f"{A}.architecture.substring(4, 2) == ''", "substring: range [4, 2) out of range"),
+    (f"{A}.architecture.indexOf('o', 9) == 1", "indexOf: offset 9 out of range"),
+    ("[].min() == 0", "empty sequence"),  # cel-python's own min (a reduction)
+    ("[].max() == 0", "max of an empty list"),
+    ("[1, 2].slice(1, 5) == [2]", "slice: range [1, 5) out of range (0..2)"),
+    ("lists.range(100000).size() > 0", "over the 10000 it may make"),
+    (f"{A}.architecture.find('(') == ''", "find: invalid regular expression"),
+    ('"%d".format(["x"]) == ""', "no such overload"),
+    ('"%s %s".format(["x"]) == ""', "format: too few arguments"),
+    ("[1, 'a'].sort() == []", "no such overload"),
+]
+
+
+@pytest.mark.parametrize(("expression", "want"), ERRORS, ids=range(len(ERRORS)))
+def test_library_errors_are_evaluation_errors_naming_why(expression: str, want: str) -> None:
+    devices.compile_selector(expression)
+    with pytest.raises(devices.SelectorEvaluationError) as e:
+        devices.selector_matches(expression, GPU)
+    assert want in e.value.reason, e.value.reason
