@@ -146,6 +146,14 @@ ERRORS = [
     ('"%d".format(["x"]) == ""', "no such overload"),
     ('"%s %s".format(["x"]) == ""', "format: too few arguments"),
     ("[1, 'a'].sort() == []", "no such overload"),
+    # What a selector builds is bounded (cel-go's runtime cost limit stops these): a
+    # string doubled 40 times would need a terabyte.
+    ('["a"]' + ".map(x, x + x)" * 40 + ".size() == 1", "a string of at most 1048576"),
+    ("[[1]]" + ".map(x, x + x)" * 40 + ".size() == 1", "a list of at most 100000"),
+    ('"' + "a" * 4000 + '".replace("", "' + "b" * 4000 + '") == ""', "(16008000 here)"),
+    ('"%.999999999f".format([1.0]) == ""', "a precision of at most 100 digits"),
+    ('["' + "a" * 4000 + '"]' + ".map(x, [x, x, x, x])" * 12 + ".flatten(12).size() > 0",
+     "a list of at most 100000"),
 ]
 
 

@@ -143,3 +143,12 @@ def test_the_cost_estimate_follows_variables_bound_to_literals(expression: str, 
             devices.compile_selector(expression)
     else:
         devices.compile_selector(expression)
+
+
+def test_a_result_nested_by_shared_reference_is_shown_without_building_its_text():
+    """2**40 leaves by shared reference: rendering it whole would never finish."""
+    expression = "dyn([1]" + ".map(x, [x, x])" * 40 + ")"
+    with pytest.raises(devices.SelectorEvaluationError) as e:
+        devices.selector_matches(expression, GPU)
+    assert e.value.reason.startswith("returned a list ([[[[")
+    assert len(e.value.reason) < 250

@@ -20,7 +20,9 @@ code points; an out-of-range index is an error, not a non-match):
 - ``<``, ``<=``, ``>``, ``>=``, ``==`` and ``!=`` between an int, a uint and a double
   (``cel.CrossTypeNumericComparisons``; equality as CEL's heterogeneous equality);
 - the type identifiers ``int``, ``uint``, ``double``, ``bool``, ``string``, ``bytes``,
-  ``list``, ``map``, ``null_type`` and ``type`` (``type(x) == string``).
+  ``list``, ``map``, ``null_type`` and ``type`` (``type(x) == string``);
+- bounds on what a selector builds (:data:`MAX_STRING`, :data:`MAX_LIST`), where cel-go
+  has its runtime cost limit.
 
 Quantity and semver functions live with the types in :mod:`function.scheduling.devices`.
 What Kubernetes declares and this evaluator does not (optional values and the ``.?``
@@ -89,6 +91,40 @@ UNSUPPORTED = frozenset(
 
 UNSUPPORTED_IDENTIFIERS = frozenset({"optional", "format"})
 
+# The largest string (characters) and list (elements) a selector may build. cel-go stops
+# a growing value with its runtime cost limit (a concatenation costs its length);
+# cel-python has none, so ``["a"].map(x, x + x).map(x, x + x)...`` would double a string
+# per step until the process runs out of memory. A value past these bounds is an
+# evaluation error naming them; no device attribute or quantity comes near them.
+MAX_STRING = 1 << 20
+MAX_LIST = 100_000
+MAX_PRECISION = 100
+
+
+def bounded(value: Any) -> Any:
+    """``value`` if it is within :data:`MAX_STRING` and :data:`MAX_LIST`.
+
+    Raises:
+        ValueError: naming the bound.
+    """
+    if isinstance(value, (str, bytes)) and len(value) > MAX_STRING:
+        raise ValueError(
+            f"a selector may build a string of at most {MAX_STRING} characters "
+            f"({len(value)} here)"
+        )
+    if isinstance(value, list) and len(value) > MAX_LIST:
+        raise ValueError(
+            f"a selector may build a list of at most {MAX_LIST} elements ({len(value)} here)"
+        )
+    return value
+
+
+def _sized(size: int, kind: str) -> None:
+    bound = MAX_LIST if kind == "list" else MAX_STRING
+    if size > bound:
+        unit = "elements" if kind == "list" else "characters"
+        raise ValueError(f"a selector may build a {kind} of at most {bound} {unit} ({size} here)")
+
 
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str):
@@ -154,8 +190,11 @@ def _upper_ascii(s: Any) -> celtypes.StringType:
 
 def _replace(s: Any, old: Any, new: Any, n: Any = -1) -> celtypes.StringType:
     count = _int(n, "replace")
-    text = _text(s, "replace")
-    return _S(text.replace(_text(old, "replace"), _text(new, "replace"), max(count, -1)))
+    text, before, after = _text(s, "replace"), _text(old, "replace"), _text(new, "replace")
+    found = text.count(before) if before else len(text) + 1
+    found = found if count < 0 else min(found, count)
+    _sized(len(text) + found * (len(after) - len(before)), "string")
+    return _S(text.replace(before, after, max(count, -1)))
 
 
 def _split(s: Any, sep: Any, n: Any = -1) -> celtypes.ListType:
@@ -186,7 +225,7 @@ def _trim(s: Any) -> celtypes.StringType:
 def _join(items: Any, sep: Any = "") -> celtypes.StringType:
     if not isinstance(items, list):
         raise TypeError("join needs a list of strings")
-    return _S(_text(sep, "join").join(_text(x, "join") for x in items))
+    return _S(bounded(_text(sep, "join").join(_text(x, "join") for x in items)))
 
 
 _QUOTES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
@@ -218,8 +257,7 @@ def _format(s: Any, args: Any) -> celtypes.StringType:
             raise ValueError(f"format: too few arguments for {template!r}") from None
         return _verb(verb, precision, value)
 
-    out = _VERB.sub(one, template)
-    return _S(out)
+    return _S(bounded(_VERB.sub(one, template)))
 
 
 def _verb(verb: str, precision: str | None, value: Any) -> str:
@@ -229,7 +267,10 @@ def _verb(verb: str, precision: str | None, value: Any) -> str:
         number = float(value) if isinstance(value, (int, float)) else None
         if number is None or isinstance(value, bool):
             raise ValueError(f"format: %{verb} needs a number")
-        return f"{number:.{int(precision) if precision else 6}{verb}}"
+        digits = int(precision) if precision else 6
+        if digits > MAX_PRECISION:
+            raise ValueError(f"format: a precision of at most {MAX_PRECISION} digits")
+        return f"{number:.{digits}{verb}}"
     whole = _int(value, f"format %{verb}")
     return str(whole) if verb == "d" else format(whole, verb)
 
@@ -322,6 +363,7 @@ def _flatten(items: Any, depth: Any = 1) -> celtypes.ListType:
     for _ in range(levels):
         if not any(isinstance(x, list) for x in out):
             break
+        _sized(sum(len(x) if isinstance(x, list) else 1 for x in out), "list")
         out = [y for x in out for y in (x if isinstance(x, list) else [x])]
     return _L(out)
 
@@ -419,6 +461,16 @@ def _relation(name: str, op: Callable[[Any, Any], bool]) -> Callable[[Any, Any],
     return compare
 
 
+_base_add = base_functions["_+_"]
+
+
+def _add(a: Any, b: Any) -> Any:
+    """``a + b``, refusing a string, bytes or list past the bounds before building it."""
+    if isinstance(a, (str, bytes, list)) and isinstance(b, (str, bytes, list)):
+        _sized(len(a) + len(b), "list" if isinstance(a, list) else "string")
+    return _base_add(a, b)
+
+
 def _equal(a: Any, b: Any) -> bool:
     return bool(_plain(a) == _plain(b)) if _mixed(a, b) else bool(a == b)
 
@@ -457,6 +509,7 @@ FUNCTIONS: dict[str, Any] = {
     "contains": _contains,
     "equivalent": _equivalent,
     "intersects": _intersects,
+    "_+_": _add,
     "_<_": _relation("_<_", operator.lt),
     "_<=_": _relation("_<=_", operator.le),
     "_>_": _relation("_>_", operator.gt),

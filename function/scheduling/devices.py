@@ -1024,15 +1024,54 @@ def _eval(expression: str, device: Device, limit: int) -> bool | SelectorEvaluat
             return False  # a device of another driver (see the module docstring)
         return SelectorEvaluationError(expression, device, _reason(result))
     kind = _cel_type(type(result).__name__)
-    shown = str(result)
-    if len(shown) > _SHOWN_RESULT:  # the value is the tenant's: keep the condition small
-        shown = f"{shown[:_SHOWN_RESULT]}... ({len(shown)} characters)"
+    shown = _brief(result)
     return SelectorEvaluationError(expression, device, f"returned {kind} ({shown}), not a boolean")
 
 
-# The most of a non-boolean result a message shows (a selector can build a list of
-# a million characters; the condition message stays far below etcd's object limit).
+# The most of a non-boolean result a message shows: the value is the tenant's (a list of
+# a million characters, or lists nested by shared reference whose full text would be
+# exponentially long), and the condition message must stay small.
 _SHOWN_RESULT = 120
+
+
+def _brief(value: Any) -> str:
+    """At most about :data:`_SHOWN_RESULT` characters of ``value``'s text, rendered
+    without ever building the whole text (``...`` and the length where cut)."""
+    out: list[str] = []
+    room = _SHOWN_RESULT
+    stack: list[Any] = [value]
+    while stack and room > 0:
+        item = stack.pop()
+        if isinstance(item, _Text):
+            piece = item.text
+        elif isinstance(item, list):
+            stack.append(_Text("]"))
+            for i, x in enumerate(reversed(item)):
+                stack.append(x)
+                if i < len(item) - 1:
+                    stack.append(_Text(", "))
+            piece = "["
+        elif isinstance(item, Mapping):
+            piece = f"{{...{len(item)} entries}}"
+        else:
+            piece = str(item)[: room + 1]
+        out.append(piece[:room])
+        room -= len(piece)
+    text = "".join(out)
+    if room < 0 or stack:
+        text += "..."
+        if isinstance(value, str):
+            text += f" ({len(value)} characters)"
+        elif isinstance(value, list):
+            text += f" ({len(value)} elements)"
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class _Text:
+    """Literal text in :func:`_brief`'s walk (brackets and separators)."""
+
+    text: str
 
 
 def selector_matches(expression: str, device: Device) -> bool:
