@@ -72,6 +72,9 @@ TRUE = [
     "lists.range(3) == [0, 1, 2]",
     "[1, 1, 2].distinct() == [1, 2] && [1, 2].reverse() == [2, 1]",
     "[3, 1, 2].sort() == [1, 2, 3]",
+    # heterogeneous equality inside list functions: numbers by value, other types unequal
+    'dyn([1, "a"]).indexOf("a") == 1 && sets.contains(dyn([1, "a"]), ["a"])',
+    "dyn([1, 1.0, 2u]).distinct() == [1, 2u] && [1, 2.0, 3u].isSorted()",
     # sets (cel-go ext.Sets)
     "sets.contains([1, 2, 3], [1, 3]) && !sets.contains([1], [2])",
     "sets.equivalent([1, 2], [2, 1, 1]) && sets.intersects([1, 2], [2, 3])",

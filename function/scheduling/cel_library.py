@@ -472,7 +472,13 @@ def _add(a: Any, b: Any) -> Any:
 
 
 def _equal(a: Any, b: Any) -> bool:
-    return bool(_plain(a) == _plain(b)) if _mixed(a, b) else bool(a == b)
+    """CEL's heterogeneous equality: numbers by value, other values of different types
+    unequal (celpy's own ``==`` raises on those)."""
+    if _mixed(a, b):
+        return bool(_plain(a) == _plain(b))
+    if type(a) is not type(b):
+        return False
+    return bool(a == b)
 
 
 def _less(a: Any, b: Any) -> bool:
