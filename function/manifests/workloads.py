@@ -31,6 +31,7 @@ Kubernetes and LWS facts they follow:
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -298,7 +299,8 @@ def _check_user_parts(
                 f"{', '.join(_OWN_VOLUMES)}): name yours differently",
             )
     for i, m in enumerate(engine.get("volumeMounts") or []):
-        if isinstance(m, dict) and m.get("mountPath") in _OWN_PATHS:
+        path = m.get("mountPath") if isinstance(m, dict) else None
+        if isinstance(path, str) and posixpath.normpath(path) in _OWN_PATHS:
             raise SpecError(
                 f"{cpath}.volumeMounts[{i}].mountPath",
                 f"{m.get('mountPath')} is mounted by the function "

@@ -38,18 +38,87 @@ Errors are raised as ``ValueError`` (a message celpy passes through) or ``TypeEr
 from __future__ import annotations
 
 import itertools
+import math
 import operator
-import re
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
-from celpy import celtypes
-from celpy.evaluation import base_functions
+import re2
+from celpy import InterpretedRunner, celtypes
+from celpy.evaluation import Evaluator, base_functions
 
 _S = celtypes.StringType
 _I = celtypes.IntType
 _B = celtypes.BoolType
-_L = celtypes.ListType
+
+# ---- the runtime budget ---------------------------------------------------------------
+#
+# cel-go charges every step and every call by the size of what it reads, and stops an
+# evaluation past the environment's limit. The compile-time estimate
+# (``function.scheduling.devices.estimate_cost``) cannot size a list a function makes
+# from a device's values (``lists.range(n).reverse()``, ``s.split(",")``), so an
+# evaluation is also counted as it runs: one unit per node of the parse tree visited
+# (:class:`CountingRunner`, macro bodies included) and, for the functions here, one per
+# element or character they read, charged before they read it. Past the limit given to
+# :func:`begin`, every further step raises, and the evaluation is an error
+# (``devices._eval`` checks :func:`over` too, since ``||`` and ``&&`` may absorb one).
+_spent = 0
+_limit = 0
+
+
+def begin(limit: int) -> None:
+    """Start the budget of one evaluation: ``limit`` units (see above)."""
+    global _spent, _limit
+    _spent, _limit = 0, limit
+
+
+def over() -> bool:
+    """Whether the evaluation since :func:`begin` passed its limit."""
+    return _spent > _limit
+
+
+def over_budget() -> str:
+    """The reason of an evaluation that passed its limit."""
+    return (
+        f"its evaluation passed {_limit:,} steps (each node of the expression evaluated, "
+        "each element or character its functions read): iterate shorter lists"
+    )
+
+
+def charge(units: int) -> None:
+    """Count ``units`` of work about to be done.
+
+    Raises:
+        ValueError: once past the limit (:func:`over_budget`).
+    """
+    global _spent
+    _spent += units
+    if _spent > _limit:
+        raise ValueError(over_budget())
+
+
+class _Counting(Evaluator):
+    """celpy's evaluator, charging one unit per node it visits (macro bodies too)."""
+
+    def visit(self, tree: Any) -> Any:
+        charge(1)
+        return super().visit(tree)
+
+    def sub_evaluator(self, ast: Any) -> Evaluator:
+        return _Counting(ast, activation=self.activation)
+
+
+class CountingRunner(InterpretedRunner):
+    """The runner of every compiled selector (``celpy.Environment(runner_class=...)``):
+    evaluates with :class:`_Counting`."""
+
+    def evaluate(self, context: Any) -> Any:
+        return _Counting(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+
+def _L(items: Any = ()) -> celtypes.ListType:
+    return celtypes.ListType(bounded(list(items)))
 
 
 class Namespace:
@@ -132,6 +201,13 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
+def _read(value: Any, what: str) -> str:
+    """A string a function reads whole (charged by its length)."""
+    text = _text(value, what)
+    charge(len(text))
+    return text
+
+
 def _int(value: Any, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{what} needs an int")
@@ -142,38 +218,54 @@ def _int(value: Any, what: str) -> int:
 
 
 def _char_at(s: Any, i: Any) -> celtypes.StringType:
-    text, index = _text(s, "charAt"), _int(i, "charAt")
+    text, index = _read(s, "charAt"), _int(i, "charAt")
     if not 0 <= index <= len(text):
         raise ValueError(f"charAt: index {index} out of range (0..{len(text)})")
     return _S(text[index : index + 1])
 
 
-def _offset(text: str, offset: Any, what: str) -> int:
+def _offset(offset: Any, what: str) -> int:
     index = _int(offset, what)
-    if not 0 <= index <= len(text):
-        raise ValueError(f"{what}: offset {index} out of range (0..{len(text)})")
+    if index < 0:
+        raise ValueError(f"{what}: index out of range: {index}")
     return index
 
 
 def _index_of(target: Any, item: Any, offset: Any = None) -> celtypes.IntType:
+    """cel-go's ``indexOf`` (v0.26, Kubernetes 1.35's): an offset past the end finds
+    nothing (-1); the empty string is found at the offset."""
     if isinstance(target, list):
         if offset is not None:
             raise TypeError("a list's indexOf takes one argument")
+        charge(len(target))
         return _I(next((i for i, x in enumerate(target) if _equal(x, item)), -1))
-    text, sub = _text(target, "indexOf"), _text(item, "indexOf")
-    start = 0 if offset is None else _offset(text, offset, "indexOf")
+    text, sub = _read(target, "indexOf"), _text(item, "indexOf")
+    start = 0 if offset is None else _offset(offset, "indexOf")
+    if sub == "":
+        return _I(start)
+    if start >= len(text):
+        return _I(-1)
     return _I(text.find(sub, start))
 
 
 def _last_index_of(target: Any, item: Any, offset: Any = None) -> celtypes.IntType:
+    """cel-go's ``lastIndexOf``: a match starting at or before the offset; an offset at
+    or past the end finds nothing (-1); the empty string is found at the offset."""
     if isinstance(target, list):
         if offset is not None:
             raise TypeError("a list's lastIndexOf takes one argument")
+        charge(len(target))
         found = [i for i, x in enumerate(target) if _equal(x, item)]
         return _I(found[-1] if found else -1)
-    text, sub = _text(target, "lastIndexOf"), _text(item, "lastIndexOf")
-    end = len(text) if offset is None else _offset(text, offset, "lastIndexOf")
-    return _I(text.rfind(sub, 0, end + len(sub)))
+    text, sub = _read(target, "lastIndexOf"), _text(item, "lastIndexOf")
+    if offset is None:
+        return _I(text.rfind(sub))
+    start = _offset(offset, "lastIndexOf")
+    if sub == "":
+        return _I(start)
+    if start >= len(text):
+        return _I(-1)
+    return _I(text.rfind(sub, 0, start + len(sub)))
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -181,26 +273,29 @@ _ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRST
 
 
 def _lower_ascii(s: Any) -> celtypes.StringType:
-    return _S(_text(s, "lowerAscii").translate(_ASCII_LOWER))
+    return _S(_read(s, "lowerAscii").translate(_ASCII_LOWER))
 
 
 def _upper_ascii(s: Any) -> celtypes.StringType:
-    return _S(_text(s, "upperAscii").translate(_ASCII_UPPER))
+    return _S(_read(s, "upperAscii").translate(_ASCII_UPPER))
 
 
 def _replace(s: Any, old: Any, new: Any, n: Any = -1) -> celtypes.StringType:
     count = _int(n, "replace")
-    text, before, after = _text(s, "replace"), _text(old, "replace"), _text(new, "replace")
+    text, before, after = _read(s, "replace"), _text(old, "replace"), _text(new, "replace")
     found = text.count(before) if before else len(text) + 1
     found = found if count < 0 else min(found, count)
-    _sized(len(text) + found * (len(after) - len(before)), "string")
+    size = len(text) + found * (len(after) - len(before))
+    _sized(size, "string")
+    charge(size)
     return _S(text.replace(before, after, max(count, -1)))
 
 
 def _split(s: Any, sep: Any, n: Any = -1) -> celtypes.ListType:
-    text, by, count = _text(s, "split"), _text(sep, "split"), _int(n, "split")
+    text, by, count = _read(s, "split"), _text(sep, "split"), _int(n, "split")
     if count == 0:
         return _L([])
+    _sized(len(text) if by == "" else text.count(by) + 1, "list")
     if by == "":
         chars = list(text)
         if 0 < count < len(chars):
@@ -210,7 +305,7 @@ def _split(s: Any, sep: Any, n: Any = -1) -> celtypes.ListType:
 
 
 def _substring(s: Any, start: Any, end: Any = None) -> celtypes.StringType:
-    text = _text(s, "substring")
+    text = _read(s, "substring")
     first = _int(start, "substring")
     last = len(text) if end is None else _int(end, "substring")
     if not 0 <= first <= last <= len(text):
@@ -218,14 +313,26 @@ def _substring(s: Any, start: Any, end: Any = None) -> celtypes.StringType:
     return _S(text[first:last])
 
 
+# Go's unicode.IsSpace, which cel-go's trim uses: Python's str.strip also strips the
+# information separators U+001C..U+001F.
+_SPACE = "".join(
+    c for c in map(chr, range(0x3000 + 1)) if c.isspace() and c not in "\x1c\x1d\x1e\x1f"
+)
+
+
 def _trim(s: Any) -> celtypes.StringType:
-    return _S(_text(s, "trim").strip())
+    return _S(_read(s, "trim").strip(_SPACE))
 
 
 def _join(items: Any, sep: Any = "") -> celtypes.StringType:
     if not isinstance(items, list):
         raise TypeError("join needs a list of strings")
-    return _S(bounded(_text(sep, "join").join(_text(x, "join") for x in items)))
+    by = _text(sep, "join")
+    parts = [_text(x, "join") for x in items]
+    size = sum(map(len, parts)) + len(by) * max(len(parts) - 1, 0)
+    _sized(size, "string")  # before building it
+    charge(size)
+    return _S(by.join(parts))
 
 
 _QUOTES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
@@ -235,82 +342,210 @@ _QUOTES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t"
 def _quote(namespace: Any, s: Any) -> celtypes.StringType:
     if namespace is not STRINGS:
         raise TypeError("quote is strings.quote")
-    return _S('"' + "".join(_QUOTES.get(c, c) for c in _text(s, "strings.quote")) + '"')
+    text = _read(s, "strings.quote")
+    _sized(2 * len(text) + 2, "string")
+    return _S('"' + "".join(_QUOTES.get(c, c) for c in text) + '"')
 
 
-_VERB = re.compile(r"%(?:\.(\d+))?([sdfebxXo%])")
+_VERB = re2.compile(r"%(?:\.([0-9]+))?(.?)")
 
 
 def _format(s: Any, args: Any) -> celtypes.StringType:
-    template = _text(s, "format")
+    """cel-go's ``format``: ``%s %d %f %e %b %o %x %X %%``, a precision for ``%f`` and
+    ``%e``; any other verb is an error (Kubernetes refuses it when it compiles)."""
+    template = _read(s, "format")
     if not isinstance(args, list):
         raise TypeError("format needs a list of arguments")
     values = iter(args)
-
-    def one(m: re.Match[str]) -> str:
+    out: list[str] = []
+    size = 0
+    last = 0
+    for m in _VERB.finditer(template):
+        out.append(template[last : m.start()])
+        last = m.end()
         precision, verb = m.group(1), m.group(2)
-        if verb == "%":
-            return "%"
-        try:
-            value = next(values)
-        except StopIteration:
-            raise ValueError(f"format: too few arguments for {template!r}") from None
-        return _verb(verb, precision, value)
+        if verb == "%" and precision is None:
+            piece = "%"
+        elif verb in ("s", "d", "f", "e", "b", "o", "x", "X"):
+            try:
+                value = next(values)
+            except StopIteration:
+                raise ValueError(f"format: too few arguments for {template!r}") from None
+            piece = _verb(verb, precision, value, MAX_STRING - size)
+        else:
+            raise ValueError(f"format: unsupported verb %{precision or ''}{verb!s} in {template!r}")
+        out.append(piece)
+        size += len(piece) + m.start()
+        _sized(size, "string")
+    out.append(template[last:])
+    return _S("".join(out))
 
-    return _S(bounded(_VERB.sub(one, template)))
 
-
-def _verb(verb: str, precision: str | None, value: Any) -> str:
+def _verb(verb: str, precision: str | None, value: Any, room: int) -> str:
     if verb == "s":
-        return _format_s(value)
+        return _format_s(value, room)
     if verb in "fe":
-        number = float(value) if isinstance(value, (int, float)) else None
-        if number is None or isinstance(value, bool):
-            raise ValueError(f"format: %{verb} needs a number")
+        if not isinstance(value, float):
+            raise TypeError(f"format: %{verb} needs a double")
         digits = int(precision) if precision else 6
         if digits > MAX_PRECISION:
             raise ValueError(f"format: a precision of at most {MAX_PRECISION} digits")
-        return f"{number:.{digits}{verb}}"
+        if math.isinf(value):
+            return "∞" if value > 0 else "-∞"
+        if math.isnan(value):
+            return "NaN"
+        return _scientific(value, digits) if verb == "e" else f"{value:.{digits}f}"
+    if verb in "xX" and isinstance(value, (str, bytes)):
+        raw = value.encode() if isinstance(value, str) else bytes(value)
+        _sized(2 * len(raw), "string")
+        return raw.hex() if verb == "x" else raw.hex().upper()
     whole = _int(value, f"format %{verb}")
     return str(whole) if verb == "d" else format(whole, verb)
 
 
-def _format_s(value: Any) -> str:
-    if isinstance(value, bool):
+_SUPER = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+_TIMES = "\u00d7"  # the multiplication sign
+
+
+def _scientific(value: float, digits: int) -> str:
+    """``%e`` as cel-go writes it: the mantissa, a multiplication sign, then 10 and the
+    exponent in superscript digits (``1.234500``, U+00D7, ``10⁰³``)."""
+    mantissa, _, exponent = f"{value:.{digits}e}".partition("e")
+    power = int(exponent)
+    sign = "\u207b" if power < 0 else ""  # superscript minus
+    return f"{mantissa}{_TIMES}10{sign}{f'{abs(power):02d}'.translate(_SUPER)}"
+
+
+def _format_s(value: Any, room: int) -> str:
+    """``%s`` of ``value`` as cel-go writes it (strings bare at the top, quoted inside a
+    list or map; ``true``, ``null``, a whole double without ``.0``), in at most ``room``
+    characters (an error past it, before building more)."""
+    out: list[str] = []
+    used = 0
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        item, nested = stack.pop()
+        if isinstance(item, _Literal):
+            piece = item.text
+        elif isinstance(item, list):
+            charge(len(item))
+            stack.append((_Literal("]"), True))
+            for i, x in enumerate(reversed(item)):
+                stack.append((x, True))
+                if i < len(item) - 1:
+                    stack.append((_Literal(", "), True))
+            piece = "["
+        elif isinstance(item, dict):
+            charge(len(item))
+            entries = list(item.items())
+            stack.append((_Literal("}"), True))
+            for i, (k, v) in enumerate(reversed(entries)):
+                stack.append((v, True))
+                stack.append((_Literal(":"), True))
+                stack.append((k, True))
+                if i < len(entries) - 1:
+                    stack.append((_Literal(", "), True))
+            piece = "{"
+        else:
+            piece = _scalar(item, nested)
+        used += len(piece)
+        if used > room:
+            raise ValueError(f"a selector may build a string of at most {MAX_STRING} characters")
+        out.append(piece)
+    return "".join(out)
+
+
+class _Literal:
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _scalar(value: Any, nested: bool) -> str:  # noqa: PLR0911 - a return per type
+    if value is None or isinstance(value, celtypes.NullType):
+        return "null"
+    if isinstance(value, celtypes.BoolType):
         return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ", ".join(_format_s(v) for v in value) + "]"
+    if isinstance(value, float):
+        return _double_text(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        return '"' + "".join(_QUOTES.get(c, c) for c in value) + '"' if nested else str(value)
+    if isinstance(value, type):
+        return _TYPE_NAMES.get(value.__name__, value.__name__)
     return str(value)
+
+
+def _double_text(number: float) -> str:
+    """A double as cel-go's ``%s`` writes it: no ``.0`` on a whole value."""
+    value = float(number)  # celpy's DoubleType compares only with doubles
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    if value == 0:
+        return "0"
+    # Go's strconv.FormatFloat(value, 'g', -1, 64): the shortest digits, in exponent
+    # form when the exponent is under -4 or at least 6 (``1.23456789e+08``).
+    digits = Decimal(repr(value))
+    exponent = digits.adjusted()
+    if exponent < -4 or exponent >= 6:
+        sign, ds, _ = digits.as_tuple()
+        mantissa = "".join(map(str, ds)).rstrip("0") or "0"
+        head = mantissa[0] + ("." + mantissa[1:] if len(mantissa) > 1 else "")
+        return f"{'-' if sign else ''}{head}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
+    text = format(digits, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+_TYPE_NAMES = {
+    "IntType": "int", "UintType": "uint", "DoubleType": "double", "BoolType": "bool",
+    "StringType": "string", "BytesType": "bytes", "ListType": "list", "MapType": "map",
+    "NullType": "null_type", "TypeType": "type", "DurationType": "google.protobuf.Duration",
+    "TimestampType": "google.protobuf.Timestamp",
+}  # fmt: skip
 
 
 # ---- regex ------------------------------------------------------------------------------
 
 
-def _regex(pattern: Any, what: str) -> re.Pattern[str]:
+def _regex(pattern: Any, what: str) -> Any:
+    """``pattern`` compiled by RE2, the engine of Go's ``regexp`` (which Kubernetes'
+    regex library uses): linear time, no backreferences or lookaround."""
     try:
-        return re.compile(_text(pattern, what))
-    except re.error as e:
+        return re2.compile(_text(pattern, what))
+    except re2.error as e:
         raise ValueError(f"{what}: invalid regular expression {pattern!r}: {e}") from None
 
 
 def _find(s: Any, pattern: Any) -> celtypes.StringType:
-    m = _regex(pattern, "find").search(_text(s, "find"))
+    m = _regex(pattern, "find").search(_read(s, "find"))
     return _S(m.group(0) if m else "")
 
 
 def _find_all(s: Any, pattern: Any, n: Any = -1) -> celtypes.ListType:
     limit = _int(n, "findAll")
-    found = [m.group(0) for m in _regex(pattern, "findAll").finditer(_text(s, "findAll"))]
-    return _L([_S(x) for x in (found if limit < 0 else found[:limit])])
+    found: list[Any] = []
+    if limit != 0:
+        for m in _regex(pattern, "findAll").finditer(_read(s, "findAll")):
+            found.append(_S(m.group(0)))
+            if len(found) == limit:
+                break
+            _sized(len(found), "list")
+    return _L(found)
 
 
 # ---- lists and sets -----------------------------------------------------------------------
 
 
 def _items(value: Any, what: str) -> list[Any]:
+    """The elements of a list (charged: a function reads all of them)."""
     if not isinstance(value, list):
         raise TypeError(f"{what} needs a list")
-    return list(value)
+    charge(len(value))
+    return list.copy(value)
 
 
 def _is_sorted(items: Any) -> celtypes.BoolType:
@@ -318,10 +553,17 @@ def _is_sorted(items: Any) -> celtypes.BoolType:
     return _B(all(not _less(b, a) for a, b in itertools.pairwise(xs)))
 
 
+_SUMMABLE = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType, celtypes.DurationType)
+
+
 def _sum(items: Any) -> Any:
+    """Kubernetes' ``sum``: of ints, uints, doubles or durations, one type per list."""
     xs = _items(items, "sum")
     if not xs:
         return _I(0)
+    kind = type(xs[0])
+    if kind not in _SUMMABLE or any(type(x) is not kind for x in xs):
+        raise TypeError("sum needs a list of ints, uints, doubles or durations, of one type")
     total = xs[0]
     for x in xs[1:]:
         total = total + x
@@ -363,7 +605,9 @@ def _flatten(items: Any, depth: Any = 1) -> celtypes.ListType:
     for _ in range(levels):
         if not any(isinstance(x, list) for x in out):
             break
-        _sized(sum(len(x) if isinstance(x, list) else 1 for x in out), "list")
+        size = sum(len(x) if isinstance(x, list) else 1 for x in out)
+        _sized(size, "list")
+        charge(size)
         out = [y for x in out for y in (x if isinstance(x, list) else [x])]
     return _L(out)
 
@@ -374,6 +618,7 @@ def _range(namespace: Any, n: Any) -> celtypes.ListType:
     count = _int(n, "lists.range")
     if count > MAX_RANGE:
         raise ValueError(f"lists.range: {count} elements, over the {MAX_RANGE} it may make")
+    charge(max(count, 0))
     return _L([_I(i) for i in range(max(count, 0))])
 
 
@@ -381,8 +626,10 @@ MAX_RANGE = 10_000  # a selector's list: far beyond any device's needs, small in
 
 
 def _distinct(items: Any) -> celtypes.ListType:
+    xs = _items(items, "distinct")
+    charge(len(xs) * len(xs))  # compares each with the ones kept
     out: list[Any] = []
-    for x in _items(items, "distinct"):
+    for x in xs:
         if not _member(x, out):
             out.append(x)
     return _L(out)
@@ -403,7 +650,9 @@ def _sort(items: Any) -> celtypes.ListType:
 def _set_args(namespace: Any, a: Any, b: Any, what: str) -> tuple[list[Any], list[Any]]:
     if namespace is not SETS:
         raise TypeError(f"{what} is sets.{what}")
-    return _items(a, f"sets.{what}"), _items(b, f"sets.{what}")
+    xs, ys = _items(a, f"sets.{what}"), _items(b, f"sets.{what}")
+    charge(len(xs) * len(ys))  # each element of one against the other's
+    return xs, ys
 
 
 def _member(x: Any, xs: list[Any]) -> bool:
@@ -455,6 +704,8 @@ def _relation(name: str, op: Callable[[Any, Any], bool]) -> Callable[[Any, Any],
     def compare(a: Any, b: Any) -> Any:
         if _mixed(a, b):
             return _B(op(_plain(a), _plain(b)))
+        if isinstance(a, (str, list)) and isinstance(b, (str, list)):
+            charge(min(len(a), len(b)))
         return base(a, b)
 
     compare.__name__ = f"cross_type_{op.__name__}"
@@ -468,6 +719,7 @@ def _add(a: Any, b: Any) -> Any:
     """``a + b``, refusing a string, bytes or list past the bounds before building it."""
     if isinstance(a, (str, bytes, list)) and isinstance(b, (str, bytes, list)):
         _sized(len(a) + len(b), "list" if isinstance(a, list) else "string")
+        charge(len(a) + len(b))
     return _base_add(a, b)
 
 

@@ -43,10 +43,11 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation, localcontext
 from typing import Any
 
 import celpy
@@ -76,6 +77,9 @@ _DECIMAL = {
     "P": Decimal("1e15"),
     "E": Decimal("1e18"),
 }
+# Exact arithmetic on quantities as written (Kubernetes' have at most 18 significant
+# digits and an exponent): 100 digits, exponents up to a billion.
+_QUANTITY_CONTEXT = Context(prec=100, Emax=999_999_999, Emin=-999_999_999)
 _SEMVER = re.compile(
     r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
     r"(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
@@ -100,11 +104,15 @@ def parse_quantity(text: str) -> Decimal:
     except InvalidOperation as e:  # pragma: no cover - the regex admits only numbers
         raise ValueError(f"{text!r} is not a Kubernetes quantity") from e
     suf = m.group("suf") or ""
-    if suf in _BINARY:
-        return num * _BINARY[suf]
-    if suf in _DECIMAL:
-        return num * _DECIMAL[suf]
-    return num * (Decimal(10) ** int(suf[1:]))
+    try:
+        with localcontext(_QUANTITY_CONTEXT):
+            if suf in _BINARY:
+                return num * _BINARY[suf]
+            if suf in _DECIMAL:
+                return num * _DECIMAL[suf]
+            return num * (Decimal(10) ** int(suf[1:]))
+    except ArithmeticError:
+        raise ValueError(f"{text!r} is out of the range of a quantity") from None
 
 
 class Quantity:
@@ -118,8 +126,12 @@ class Quantity:
 
     @classmethod
     def of(cls, value: Decimal) -> Quantity:
-        """The quantity of ``value`` (``add``, ``sub``)."""
-        return cls(format(value.normalize(), "f"))
+        """The quantity of ``value`` (``add``, ``sub``), written with an exponent when
+        that is shorter (``1e999999`` is not written out in a million digits)."""
+        q = cls.__new__(cls)
+        q.value = value
+        q.text = str(value.normalize(_QUANTITY_CONTEXT))
+        return q
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Quantity) and self.value == other.value
@@ -148,13 +160,23 @@ class Semver:
             raise ValueError(f"{text!r} is not a semantic version")
         pre: tuple[Any, ...] = ()
         if m.group(4):
-            pre = tuple(int(p) if p.isdigit() else p for p in m.group(4).split("."))
-        return cls(int(m.group(1)), int(m.group(2)), int(m.group(3)), pre)
+            ids = m.group(4).split(".")
+            if any(p.isdigit() and len(p) > 1 and p[0] == "0" for p in ids):
+                raise ValueError(f"{text!r} is not a semantic version (a numeric "
+                                 "pre-release identifier with a leading zero)")
+            pre = tuple(int(p) if p.isdigit() else p for p in ids)
+        major, minor, patch = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        if max(major, minor, patch) > _UINT64:
+            raise ValueError(f"{text!r} is not a semantic version (a number past 2^64)")
+        return cls(major, minor, patch, pre)
 
     def key(self) -> tuple[Any, ...]:
         """Sort key: a release sorts after its pre-releases; numeric ids before text ids."""
         pre = tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in self.pre)
         return (self.major, self.minor, self.patch, 1 if not pre else 0, pre)
+
+
+_UINT64 = 2**64 - 1
 
 
 def _cmp(a: Any, b: Any) -> int:
@@ -183,8 +205,10 @@ def _less(a: Any, b: Any) -> celtypes.BoolType:
 
 
 def _as_integer(q: Any) -> celtypes.IntType:
-    if not isinstance(q, Quantity) or q.value != q.value.to_integral_value():
-        raise TypeError("asInteger needs a whole quantity")
+    if not isinstance(q, Quantity):
+        raise TypeError("asInteger needs a quantity")
+    if not _is_integer(q):
+        raise ValueError(f"asInteger: {q.text} is not a whole number an int64 holds")
     return celtypes.IntType(int(q.value))
 
 
@@ -195,11 +219,13 @@ def _as_float(q: Any) -> celtypes.DoubleType:
 
 
 def _is_quantity(text: Any) -> celtypes.BoolType:
+    if not isinstance(text, str):
+        raise TypeError("isQuantity needs a string")
     try:
         parse_quantity(text)
     except ValueError:
         return celtypes.BoolType(False)
-    return celtypes.BoolType(True)
+    return celtypes.BoolType(text == text.strip())  # Kubernetes' parser takes no spaces
 
 
 def _sign(q: Any) -> celtypes.IntType:
@@ -208,10 +234,22 @@ def _sign(q: Any) -> celtypes.IntType:
     return celtypes.IntType((q.value > 0) - (q.value < 0))
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
 def _is_integer(q: Any) -> celtypes.BoolType:
+    """Kubernetes' ``isInteger``: whether the quantity is a whole number an int64 holds
+    (``Quantity.AsInt64``)."""
     if not isinstance(q, Quantity):
         raise TypeError("isInteger needs a quantity")
-    return celtypes.BoolType(q.value == q.value.to_integral_value())
+    in_range = _INT64[0] <= q.value <= _INT64[1]
+    whole = in_range and q.value == q.value.to_integral_value()
+    # A binary suffix on a fractional number ("1.5Gi") is held as a decimal, which
+    # AsInt64 refuses, though its value is whole.
+    m = _QUANTITY.match(q.text)
+    if m is not None and m.group("suf") in _BINARY and "." in m.group("num"):
+        whole = whole and Decimal(m.group("num")) == Decimal(m.group("num")).to_integral_value()
+    return celtypes.BoolType(whole)
 
 
 def _operand(x: Any, what: str) -> Decimal:
@@ -223,29 +261,46 @@ def _operand(x: Any, what: str) -> Decimal:
 
 
 def _add(q: Any, x: Any) -> Quantity:
-    return Quantity.of(_operand(q, "add") + _operand(x, "add"))
+    return Quantity.of(_arithmetic(operator.add, _operand(q, "add"), _operand(x, "add")))
 
 
 def _sub(q: Any, x: Any) -> Quantity:
-    return Quantity.of(_operand(q, "sub") - _operand(x, "sub"))
+    return Quantity.of(_arithmetic(operator.sub, _operand(q, "sub"), _operand(x, "sub")))
 
 
-_LOOSE_SEMVER = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$")
+def _arithmetic(op: Any, a: Decimal, b: Decimal) -> Decimal:
+    try:
+        with localcontext(_QUANTITY_CONTEXT):
+            return Decimal(op(a, b))
+    except ArithmeticError:
+        raise ValueError("the quantity is out of range") from None
+
 
 
 def _normalized_semver(text: str) -> str:
-    """Kubernetes' semver normalization: a leading ``v`` dropped, a missing minor or
-    patch taken as 0, leading zeros removed (``v01.2`` -> ``1.2.0``)."""
-    m = _LOOSE_SEMVER.match(text.strip())
-    if m is None:
-        return text
-    parts = [str(int(p)) if p is not None else "0" for p in m.group(1, 2, 3)]
-    return ".".join(parts) + m.group(4)
+    """Kubernetes' semver normalization (``normalizeAndParse``): a leading ``v``
+    dropped, leading zeros of the first three dot-separated parts removed, a missing
+    minor or patch taken as 0 (``v01.2`` -> ``1.2.0``); a short version with a
+    pre-release or build (``1-alpha``) is not a version. No spaces are trimmed."""
+    parts = text.removeprefix("v").split(".", 2)
+    for i, part in enumerate(parts):
+        if len(part) > 1:
+            part = part.lstrip("0")
+            parts[i] = part if part[:1] in tuple("0123456789") else "0" + part
+    if len(parts) < 3:
+        if "+" in parts[-1] or "-" in parts[-1]:
+            raise ValueError(f"{text!r} is not a semantic version (a short version with "
+                             "pre-release or build metadata)")
+        parts += ["0"] * (3 - len(parts))
+    return ".".join(parts)
 
 
 def _semver_of(text: Any, normalize: Any = False) -> Semver:
+    """Kubernetes' ``semver(s[, normalize])``: strict semver 2.0 (no spaces)."""
     if not isinstance(text, str) or not isinstance(normalize, (bool, celtypes.BoolType)):
         raise TypeError("semver needs a string and, optionally, a bool")
+    if text != text.strip():
+        raise ValueError(f"{text!r} is not a semantic version (spaces around it)")
     return Semver.parse(_normalized_semver(text) if normalize else text)
 
 
@@ -286,7 +341,7 @@ FUNCTIONS: dict[str, Any] = {
     "patch": _part(2),
 }
 
-_ENV = celpy.Environment()
+_ENV = celpy.Environment(runner_class=cel_library.CountingRunner)
 # A compiled program refers to both: not charged to each memo entry that holds one.
 shared(_ENV, FUNCTIONS)
 
@@ -564,6 +619,11 @@ DEFAULT_COST_LIMIT = 20_000
 # Elements a macro is assumed to visit when its range is not a literal (a device's
 # attribute or capacity map, a variable bound by an outer macro).
 UNKNOWN_SIZE = 32
+# An evaluation may take this many times the cost limit in steps as it runs (each node
+# visited, each element or character a library function reads;
+# :mod:`function.scheduling.cel_library`): the estimate is a heuristic, a list a
+# function makes is sized only at run time, and a runaway stops within about a second.
+RUNTIME_FACTOR = 2
 _cost_limit = DEFAULT_COST_LIMIT
 
 
@@ -1010,11 +1070,14 @@ def _eval(expression: str, device: Device, limit: int) -> bool | SelectorEvaluat
     # Left set when a deadline (a BaseException) interrupts the evaluation, so the
     # runner can name the selector.
     _evaluating = expression
+    cel_library.begin(limit * RUNTIME_FACTOR)
     try:
         result = program.evaluate(device.activation())
     except Exception as e:  # celpy raises CELEvalError (and Python errors from functions)
         result = e
     _evaluating = None
+    if cel_library.over():  # even when || or && absorbed the error it raised
+        return SelectorEvaluationError(expression, device, cel_library.over_budget())
     if isinstance(result, celtypes.BoolType):
         return bool(result)
     # celpy returns (not raises) CELEvalError for most runtime errors.
