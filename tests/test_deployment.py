@@ -16,7 +16,7 @@ from function import API_VERSION
 from function.api.modelreplica import ModelReplicaSpec
 from function.naming import hydration_name, replica_name
 from tests.support import harness as h
-from tests.support.fixtures import inference_cluster
+from tests.support.fixtures import POD_TEMPLATE_FAULTS, inference_cluster
 from tests.support.validation import validate_manifest, validate_xr
 
 NS = h.NAMESPACE
@@ -1073,31 +1073,9 @@ def test_integers_must_be_whole_numbers(field: str, path: str, value: Any) -> No
     assert path in msg, msg
 
 
-# What every replica would refuse in a member's pod template, refused by the deployment
-# where it was written, with a fatal result (Crossplane applies nothing: its replicas
-# stay as they are). Found by a trial: ``resources.claims: "gpu"``
-# passed the deployment and failed every replica as an internal error; a volume named
-# like the function's own passed and failed every replica).
-POD_TEMPLATE_FAULTS = [
-    ("claims a string", ("containers", 0, "resources"), {"claims": "gpu"},
-     "template.spec.containers[0].resources.claims"),
-    ("claims of strings", ("containers", 0, "resources"), {"claims": ["gpu"]},
-     "template.spec.containers[0].resources.claims[0]"),
-    ("ports an object", ("containers", 0, "ports"), {}, "template.spec.containers[0].ports"),
-    ("volumes an object", ("volumes",), {"name": "x"}, "template.spec.volumes"),
-    ("the function's volume", ("volumes",), [{"name": "modelplane-dshm", "emptyDir": {}}],
-     "template.spec.volumes[0].name"),
-    ("the function's mount", ("containers", 0, "volumeMounts"),
-     [{"name": "x", "mountPath": "/dev/shm"}],
-     "template.spec.containers[0].volumeMounts[0].mountPath"),
-    ("the function's mount, written with a slash", ("containers", 0, "volumeMounts"),
-     [{"name": "x", "mountPath": "/dev/shm/"}],
-     "template.spec.containers[0].volumeMounts[0].mountPath"),
-    ("reserved env in an init container", ("initContainers",),
-     [{"name": "init", "env": [{"name": "MODELPLANE_MODEL", "value": "x"}]}],
-     "template.spec.initContainers[0].env[0].name"),
-    ("no engine container", ("containers", 0, "name"), "server", "template.spec.containers"),
-]  # fmt: skip
+# What every replica would refuse in a member's pod template (POD_TEMPLATE_FAULTS),
+# refused by the deployment where it was written, with a fatal result (Crossplane applies
+# nothing: its replicas stay as they are).
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,12 @@ from function.naming import (
 )
 from function.render import World, load_yaml, observed_by_name
 from tests.support.cache_tree import Tree
-from tests.support.fixtures import cache_spec, inference_cluster, observed_hydration
+from tests.support.fixtures import (
+    POD_TEMPLATE_FAULTS,
+    cache_spec,
+    inference_cluster,
+    observed_hydration,
+)
 from tests.support.harness import (
     NAMESPACE,
     NOW,
@@ -1757,21 +1762,8 @@ def test_a_candidate_with_bad_devices_blocks_naming_the_field(
     assert not desired(rsp)
 
 
-# What the candidate's replicas would refuse in a member's pod template, refused where it
-# was written (found by a trial: these passed the experiment and its deployment and then
-# failed every replica, ``resources.claims: "gpu"`` as an internal error).
-POD_TEMPLATE_FAULTS = [
-    ("claims a string", ("containers", 0, "resources"), {"claims": "gpu"},
-     "template.spec.containers[0].resources.claims"),
-    ("ports an object", ("containers", 0, "ports"), {}, "template.spec.containers[0].ports"),
-    ("volumes an object", ("volumes",), {"name": "x"}, "template.spec.volumes"),
-    ("the function's volume", ("volumes",), [{"name": "modelplane-dshm", "emptyDir": {}}],
-     "template.spec.volumes[0].name"),
-    ("the function's mount", ("containers", 0, "volumeMounts"),
-     [{"name": "x", "mountPath": "/dev/shm"}],
-     "template.spec.containers[0].volumeMounts[0].mountPath"),
-    ("no engine container", ("containers", 0, "name"), "server", "template.spec.containers"),
-]  # fmt: skip
+# What the candidate's replicas would refuse in a member's pod template
+# (POD_TEMPLATE_FAULTS), refused where it was written: the experiment blocks.
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,10 @@ Kubernetes compiles a ``DeviceSelector.cel`` expression in its base CEL environm
 the CEL standard library it declares cel-go's string extensions, Kubernetes' regex,
 lists, sets, quantity and semver libraries, and cross-type numeric comparisons. cel-python
 has the standard library only; this module adds what a selector over a device's
-attributes and capacity plausibly needs, with cel-go's semantics (indices count Unicode
-code points; an out-of-range index is an error, not a non-match):
+attributes and capacity plausibly needs, with the semantics of cel-go v0.26 (the one
+Kubernetes 1.35 pins; compared expression by expression against it): indices count
+Unicode code points, an out-of-range index is an error, not a non-match, and regular
+expressions are RE2's (Go's ``regexp``; linear time):
 
 - strings (cel-go ``ext.Strings``): ``charAt``, ``indexOf``, ``lastIndexOf``,
   ``lowerAscii``, ``upperAscii``, ``replace``, ``split``, ``substring``, ``trim``,
@@ -21,8 +23,9 @@ code points; an out-of-range index is an error, not a non-match):
   (``cel.CrossTypeNumericComparisons``; equality as CEL's heterogeneous equality);
 - the type identifiers ``int``, ``uint``, ``double``, ``bool``, ``string``, ``bytes``,
   ``list``, ``map``, ``null_type`` and ``type`` (``type(x) == string``);
-- bounds on what a selector builds (:data:`MAX_STRING`, :data:`MAX_LIST`), where cel-go
-  has its runtime cost limit.
+- bounds on what a selector builds (:data:`MAX_STRING`, :data:`MAX_LIST`), checked
+  before the value is built, and a runtime budget of steps (:func:`begin`,
+  :class:`CountingRunner`), where cel-go has its runtime cost limit.
 
 Quantity and semver functions live with the types in :mod:`function.scheduling.devices`.
 What Kubernetes declares and this evaluator does not (optional values and the ``.?``

@@ -113,3 +113,31 @@ def auth_secret(
     else:
         body["data"] = {key: base64.b64encode(token.encode()).decode()}
     return body
+
+
+# What every ModelReplica would refuse in a member's pod template, so what the kinds that
+# write member templates (ModelDeployment, ModelExperiment's candidate) refuse where it
+# was written: (case, path inside the template's ``spec``, value, the field named, from
+# the member). Found by a trial: ``resources.claims: "gpu"`` passed the deployment and
+# failed every replica as an internal error; a volume or mount of the function's own
+# passed and failed every replica.
+POD_TEMPLATE_FAULTS = [
+    ("claims a string", ("containers", 0, "resources"), {"claims": "gpu"},
+     "template.spec.containers[0].resources.claims"),
+    ("claims of strings", ("containers", 0, "resources"), {"claims": ["gpu"]},
+     "template.spec.containers[0].resources.claims[0]"),
+    ("ports an object", ("containers", 0, "ports"), {}, "template.spec.containers[0].ports"),
+    ("volumes an object", ("volumes",), {"name": "x"}, "template.spec.volumes"),
+    ("the function's volume", ("volumes",), [{"name": "modelplane-dshm", "emptyDir": {}}],
+     "template.spec.volumes[0].name"),
+    ("the function's mount", ("containers", 0, "volumeMounts"),
+     [{"name": "x", "mountPath": "/dev/shm"}],
+     "template.spec.containers[0].volumeMounts[0].mountPath"),
+    ("the function's mount, written with a slash", ("containers", 0, "volumeMounts"),
+     [{"name": "x", "mountPath": "/dev/shm/"}],
+     "template.spec.containers[0].volumeMounts[0].mountPath"),
+    ("reserved env in an init container", ("initContainers",),
+     [{"name": "init", "env": [{"name": "MODELPLANE_MODEL", "value": "x"}]}],
+     "template.spec.initContainers[0].env[0].name"),
+    ("no engine container", ("containers", 0, "name"), "server", "template.spec.containers"),
+]  # fmt: skip
