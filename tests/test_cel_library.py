@@ -92,6 +92,15 @@ TRUE = [
     '!isSemver("99999999999999999999.0.0") && !isSemver(" 1.2.3") && !isSemver("1.2.3 ", true)',
     'semver("v01.02.03", true).minor() == 2',
     '" \u001c x".trim() == "\u001c x"',
+    # a third review: CEL's heterogeneous equality on dyn values (a bool is not 0; values
+    # of other types are unequal, not an error), lists and maps element by element
+    f"!({A}.mig == 0) && {A}.mig != 0 && !(0 in [{A}.mig])",
+    f'{A}.index != "0" && {A}.index != false && {A}.architecture != 1',
+    f'{A}.exists(k, {A}[k] == "Ampere") == false',
+    '[[1], {"a": [2]}] == [[1], {"a": [2]}] && [1, 2.0] == [1.0, 2] && {"a": 1} != {"a": 1.5}',
+    "!sets.contains([0], [false]) && sets.intersects(lists.range(200), lists.range(200))",
+    "sets.contains(lists.range(300), lists.range(300).reverse())",
+    "lists.range(10000).distinct().size() == 10000",  # of scalars: by keys, linear
     # heterogeneous equality inside list functions: numbers by value, other types unequal
     'dyn([1, "a"]).indexOf("a") == 1 && sets.contains(dyn([1, "a"]), ["a"])',
     "dyn([1, 1.0, 2u]).distinct() == [1, 2u] && [1, 2.0, 3u].isSorted()",
@@ -175,7 +184,18 @@ ERRORS = [
     # compile-time estimate takes them for 32 elements); each stops in about a second.
     ("lists.range(10000).reverse().all(x, lists.range(10000).reverse().all(y, true))",
      "its evaluation passed 40,000 steps"),
-    ("lists.range(10000).distinct().size() > 0", "its evaluation passed"),
+    ("lists.range(300).map(x, [x]).distinct().size() > 0",
+     "its evaluation passed"),  # of lists: pairwise, charged
+    # a third review: each node of a macro body counts (the estimate takes a list a
+    # function makes for 32 elements); equality of lists nested by shared reference,
+    # ``in`` and string() of a list are charged or refused, not run for minutes
+    ("lists.range(10000).reverse().exists(x, x * 1 % 8 == 1 || x * 2 % 9 == 2)",
+     "its evaluation passed"),
+    ("[[1]]" + ".map(a, [a, a])" * 30 + " == [[1]]" + ".map(a, [a, a])" * 30,
+     "its evaluation passed"),
+    ("[lists.range(4000)].all(y, y.reverse().all(x, !(x + 4000 in y)))",
+     "its evaluation passed"),
+    ('string([1, 2]) == ""', "no such overload"),
     ("sets.equivalent(lists.range(10000), lists.range(10000).reverse())", "passed"),
     ("lists.range(10000).reverse().all(x, lists.range(10000).reverse().all(y, true)) || true",
      "its evaluation passed"),  # an error that || would absorb: still the budget's

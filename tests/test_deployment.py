@@ -1105,3 +1105,15 @@ def test_cache_reference_removed_while_replicas_hydrate_names_no_none() -> None:
     rsp = drive(deployment(1, cache_name=None), world(), observed)
     c = h.conditions(rsp)["ReplicasReady"]
     assert c["status"] == "False" and "None" not in c["message"], c
+
+
+def test_a_pod_template_with_the_tolerations_kubernetes_takes_is_accepted() -> None:
+    """Found by a review: an empty ``effect`` (every effect) and an empty ``operator``
+    (Equal) are Kubernetes tolerations, refused once the member template was checked."""
+    e = engine()
+    e["members"][0]["template"]["spec"]["tolerations"] = [
+        {"key": "dedicated", "value": "ml", "effect": ""},
+        {"key": "team", "operator": "", "value": "ml"},
+    ]
+    rsp = drive(deployment(1, engines=[e]), world())
+    assert placed(rsp)

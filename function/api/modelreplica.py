@@ -113,6 +113,14 @@ class Toleration(_Model):
     tolerationSeconds: WholeInt | None = None
 
 
+class _PodToleration(Toleration):
+    """A pod's toleration: an empty ``operator`` means Equal and an empty ``effect``
+    matches every effect (the Kubernetes ``Toleration`` type)."""
+
+    operator: Literal["Exists", "Equal", ""] | None = None  # type: ignore[assignment]
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = None  # type: ignore[assignment]
+
+
 class _Port(_Model):
     containerPort: WholeInt = Field(ge=1, le=65535)
     name: StrictStr | None = None
@@ -146,7 +154,7 @@ class _PodSpec(_Model):
     containers: list[_Container] = Field(min_length=1)
     initContainers: list[_Container] | None = None
     volumes: list[_Named] | None = None
-    tolerations: list[Toleration] | None = None
+    tolerations: list[_PodToleration] | None = None
     nodeSelector: dict[str, StrictStr] | None = None
     resourceClaims: list[_Named] | None = None
 

@@ -49,7 +49,7 @@ from typing import Any
 
 import re2
 from celpy import InterpretedRunner, celtypes
-from celpy.evaluation import Evaluator, base_functions
+from celpy.evaluation import CELEvalError, Evaluator, base_functions
 
 _S = celtypes.StringType
 _I = celtypes.IntType
@@ -71,7 +71,10 @@ _limit = 0
 
 
 def begin(limit: int) -> None:
-    """Start the budget of one evaluation: ``limit`` units (see above)."""
+    """Start the budget of one evaluation: ``limit`` units (see above). One evaluation
+    runs at a time in a process, as composing does (a compute process composes one call
+    at a time; the in-process server, one thread); an evaluation cut short by the
+    compute deadline leaves its count, which the next one's :func:`begin` resets."""
     global _spent, _limit
     _spent, _limit = 0, limit
 
@@ -102,14 +105,26 @@ def charge(units: int) -> None:
 
 
 class _Counting(Evaluator):
-    """celpy's evaluator, charging one unit per node it visits (macro bodies too)."""
+    """celpy's evaluator, charging one unit per node it visits (macro bodies too): lark's
+    ``Interpreter`` reaches every node, the root and each child, through ``_visit_tree``."""
 
-    def visit(self, tree: Any) -> Any:
+    def _visit_tree(self, tree: Any) -> Any:
         charge(1)
-        return super().visit(tree)
+        return super()._visit_tree(tree)
 
     def sub_evaluator(self, ast: Any) -> Evaluator:
         return _Counting(ast, activation=self.activation)
+
+    def function_eval(self, name_token: Any, exprlist: Any = None) -> Any:
+        """``string()`` of a scalar only: cel-go has no overload for a list or a map, and
+        celpy's would write out a list nested by shared reference in full. (Not an
+        override of the ``string`` function: that name is also the type identifier.)"""
+        if name_token.value == "string" and not isinstance(exprlist, Exception):
+            args = list(exprlist or [])
+            if len(args) == 1 and isinstance(args[0], (list, dict)):
+                return CELEvalError("no such overload", TypeError, ("string() of a list",))
+            exprlist = args
+        return super().function_eval(name_token, exprlist)
 
 
 class CountingRunner(InterpretedRunner):
@@ -570,7 +585,7 @@ def _sum(items: Any) -> Any:
     total = xs[0]
     for x in xs[1:]:
         total = total + x
-    return total
+    return kind(total)
 
 
 def _extreme(items: Any, what: str, pick: Callable[[Any, Any], bool]) -> Any:
@@ -630,6 +645,14 @@ MAX_RANGE = 10_000  # a selector's list: far beyond any device's needs, small in
 
 def _distinct(items: Any) -> celtypes.ListType:
     xs = _items(items, "distinct")
+    if _keys(xs) is not None:  # linear, by keys
+        seen: set[Any] = set()
+        kept = []
+        for x in xs:
+            if _key(x) not in seen:
+                seen.add(_key(x))
+                kept.append(x)
+        return _L(kept)
     charge(len(xs) * len(xs))  # compares each with the ones kept
     out: list[Any] = []
     for x in xs:
@@ -653,13 +676,45 @@ def _sort(items: Any) -> celtypes.ListType:
 def _set_args(namespace: Any, a: Any, b: Any, what: str) -> tuple[list[Any], list[Any]]:
     if namespace is not SETS:
         raise TypeError(f"{what} is sets.{what}")
-    xs, ys = _items(a, f"sets.{what}"), _items(b, f"sets.{what}")
-    charge(len(xs) * len(ys))  # each element of one against the other's
-    return xs, ys
+    return _items(a, f"sets.{what}"), _items(b, f"sets.{what}")
 
 
 def _member(x: Any, xs: list[Any]) -> bool:
     return any(_equal(x, y) for y in xs)
+
+
+def _keys(xs: list[Any]) -> set[Any] | None:
+    """The :func:`_key` of every element, or None when one is a list or a map."""
+    keys = set()
+    for x in xs:
+        k = _key(x)
+        if k is None:
+            return None
+        keys.add(k)
+    return keys
+
+
+def _contained(xs: list[Any], ys: list[Any]) -> bool:
+    """Whether every element of ``xs`` is in ``ys`` (by keys when all have one: linear)."""
+    keys = _keys(ys)
+    if keys is not None and all(_key(x) is not None for x in xs):
+        return all(_key(x) in keys for x in xs)
+    charge(len(xs) * len(ys))
+    return all(_member(x, ys) for x in xs)
+
+
+_base_in = base_functions["_in_"]
+
+
+def _in(item: Any, container: Any) -> Any:
+    """``x in list`` by CEL's equality (charged by the list's length); ``k in map`` by
+    celpy's own lookup."""
+    if isinstance(container, list):
+        charge(len(container))
+        return _B(any(_equal(item, y) for y in container))
+    return _base_in(item, container)
+
+
 
 
 _base_contains = base_functions["contains"]
@@ -670,17 +725,21 @@ def _contains(target: Any, *args: Any) -> Any:
         if len(args) != 2:
             raise TypeError("sets.contains takes two lists")
         a, b = _set_args(target, args[0], args[1], "contains")
-        return _B(all(_member(x, a) for x in b))
+        return _B(_contained(b, a))
     return _base_contains(target, *args)
 
 
 def _equivalent(namespace: Any, a: Any, b: Any) -> celtypes.BoolType:
     xs, ys = _set_args(namespace, a, b, "equivalent")
-    return _B(all(_member(x, ys) for x in xs) and all(_member(y, xs) for y in ys))
+    return _B(_contained(xs, ys) and _contained(ys, xs))
 
 
 def _intersects(namespace: Any, a: Any, b: Any) -> celtypes.BoolType:
     xs, ys = _set_args(namespace, a, b, "intersects")
+    keys = _keys(ys)
+    if keys is not None and all(_key(x) is not None for x in xs):
+        return _B(any(_key(x) in keys for x in xs))
+    charge(len(xs) * len(ys))
     return _B(any(_member(x, ys) for x in xs))
 
 
@@ -688,9 +747,7 @@ def _intersects(namespace: Any, a: Any, b: Any) -> celtypes.BoolType:
 
 
 def _numeric(x: Any) -> bool:
-    return isinstance(x, (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)) and not (
-        isinstance(x, bool)
-    )
+    return isinstance(x, (int, float)) and not isinstance(x, (bool, celtypes.BoolType))
 
 
 def _plain(x: Any) -> int | float:
@@ -703,6 +760,16 @@ def _mixed(a: Any, b: Any) -> bool:
 
 def _relation(name: str, op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], Any]:
     base = base_functions[name]
+    if name in ("_==_", "_!=_"):
+        equal = name == "_==_"
+
+        def same(a: Any, b: Any) -> Any:
+            for operand in (a, b):
+                if isinstance(operand, Exception):  # an error operand stays the error
+                    return operand
+            return _B(_equal(a, b) is equal)
+
+        return same
 
     def compare(a: Any, b: Any) -> Any:
         if _mixed(a, b):
@@ -727,13 +794,61 @@ def _add(a: Any, b: Any) -> Any:
 
 
 def _equal(a: Any, b: Any) -> bool:
-    """CEL's heterogeneous equality: numbers by value, other values of different types
-    unequal (celpy's own ``==`` raises on those)."""
-    if _mixed(a, b):
-        return bool(_plain(a) == _plain(b))
-    if type(a) is not type(b):
+    """CEL's heterogeneous equality (cel-go, on dyn values): numbers by value, values of
+    other different types unequal (celpy's own ``==`` raises on some, and takes ``false``
+    for ``0``), lists and maps element by element. Iterative, charging each pair it
+    compares: lists nested by shared reference are as long as they look."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        charge(1)
+        pairs = _step(x, y)
+        if pairs is None:
+            return False
+        stack.extend(pairs)
+    return True
+
+
+def _step(x: Any, y: Any) -> list[tuple[Any, Any]] | None:
+    """One step of :func:`_equal`: None when ``x`` and ``y`` differ here, else the pairs
+    of their elements still to compare (none for two equal scalars)."""
+    if _mixed(x, y):
+        return [] if _plain(x) == _plain(y) else None
+    if type(x) is not type(y) or (isinstance(x, (list, dict)) and len(x) != len(y)):
+        return None
+    if isinstance(x, list):
+        return list(zip(x, y, strict=True))
+    if isinstance(x, dict):
+        pairs = [(v, _lookup(y, k)) for k, v in x.items()]
+        return None if any(other is _MISSING for _, other in pairs) else pairs
+    return [] if _scalar_equal(x, y) else None
+
+
+_MISSING = object()
+
+
+def _lookup(mapping: dict[Any, Any], key: Any) -> Any:
+    try:
+        return mapping.get(key, _MISSING)
+    except TypeError:  # celpy's types refuse comparing keys of other types
+        return _MISSING
+
+
+def _scalar_equal(x: Any, y: Any) -> bool:
+    try:
+        return bool(x == y)
+    except TypeError:
         return False
-    return bool(a == b)
+
+
+def _key(x: Any) -> Any:
+    """A hashable key equal for values CEL's equality takes as equal (numbers by value,
+    other types apart), or None for a list or a map."""
+    if isinstance(x, (list, dict)):
+        return None
+    if _numeric(x):
+        return ("number", _plain(x))
+    return (type(x).__name__, x)
 
 
 def _less(a: Any, b: Any) -> bool:
@@ -771,6 +886,7 @@ FUNCTIONS: dict[str, Any] = {
     "equivalent": _equivalent,
     "intersects": _intersects,
     "_+_": _add,
+    "_in_": _in,
     "_<_": _relation("_<_", operator.lt),
     "_<=_": _relation("_<=_", operator.le),
     "_>_": _relation("_>_", operator.gt),
