@@ -96,11 +96,18 @@ TRUE = [
     # of other types are unequal, not an error), lists and maps element by element
     f"!({A}.mig == 0) && {A}.mig != 0 && !(0 in [{A}.mig])",
     f'{A}.index != "0" && {A}.index != false && {A}.architecture != 1',
-    f'{A}.exists(k, {A}[k] == "Ampere") == false',
+    # (a version on the left of == against a string is an error, as in Kubernetes)
+    f'{A}.exists(k, k != "cudaComputeCapability" && {A}[k] == "Ampere") == false',
     '[[1], {"a": [2]}] == [[1], {"a": [2]}] && [1, 2.0] == [1.0, 2] && {"a": 1} != {"a": 1.5}',
     "!sets.contains([0], [false]) && sets.intersects(lists.range(200), lists.range(200))",
     "sets.contains(lists.range(300), lists.range(300).reverse())",
     "lists.range(10000).distinct().size() == 10000",  # of scalars: by keys, linear
+    # a fourth review, against cel-go: map keys by value, ints against doubles as doubles,
+    # string() in cel-go's text, a version on the right of == against a string is false
+    'dyn(1) in dyn({"a": 1}) == false && dyn(1.0) in dyn({1: "a"})',
+    'dyn({1: "a"}) == dyn({1u: "a"}) && dyn(9007199254740993) == dyn(9007199254740992.0)',
+    'string(true) == "true" && string(1.0) == "1" && string(b"ab") == "ab"',
+    f'"9.0.0" != {A}.cudaComputeCapability',
     # heterogeneous equality inside list functions: numbers by value, other types unequal
     'dyn([1, "a"]).indexOf("a") == 1 && sets.contains(dyn([1, "a"]), ["a"])',
     "dyn([1, 1.0, 2u]).distinct() == [1, 2u] && [1, 2.0, 3u].isSorted()",
@@ -196,6 +203,19 @@ ERRORS = [
     ("[lists.range(4000)].all(y, y.reverse().all(x, !(x + 4000 in y)))",
      "its evaluation passed"),
     ('string([1, 2]) == ""', "no such overload"),
+    # a fourth review: an error on either side of ``in`` or inside a compared map is the
+    # error (before, a missing attribute under ``!(... in [...])`` selected the device);
+    # a version or quantity on the left of == against another type is no overload, as
+    # Kubernetes' types answer; string() of null or a quantity is no overload
+    (f"!({A}.missing in ['a', 'b'])", "no such member in mapping: 'missing'"),
+    ("dyn({'a': 1/0}) != dyn({'a': 1})", "divide by zero"),
+    (f"{A}.cudaComputeCapability == '9.0.0'", "no operator == for a version and a string"),
+    (f"{C}.memory == '80Gi'", "no operator == for a quantity and a string"),
+    ("string(null) == ''", "no such overload"),
+    ("string(quantity('1')) == ''", "no such overload"),
+    ("string(null) == '' || string(1/0) == ''", "no operator || for an error and an error"),
+    # a literal is decoded on every visit: charged by its length
+    ("lists.range(1000).all(i, '" + "a" * 2000 + "' != '')", "its evaluation passed"),
     ("sets.equivalent(lists.range(10000), lists.range(10000).reverse())", "passed"),
     ("lists.range(10000).reverse().all(x, lists.range(10000).reverse().all(y, true)) || true",
      "its evaluation passed"),  # an error that || would absorb: still the budget's

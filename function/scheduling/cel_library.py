@@ -109,7 +109,8 @@ class _Counting(Evaluator):
     ``Interpreter`` reaches every node, the root and each child, through ``_visit_tree``."""
 
     def _visit_tree(self, tree: Any) -> Any:
-        charge(1)
+        # A literal is decoded again on every visit: charged by its length.
+        charge(len(tree.children[0]) if tree.data == "literal" and tree.children else 1)
         return super()._visit_tree(tree)
 
     def sub_evaluator(self, ast: Any) -> Evaluator:
@@ -121,10 +122,32 @@ class _Counting(Evaluator):
         override of the ``string`` function: that name is also the type identifier.)"""
         if name_token.value == "string" and not isinstance(exprlist, Exception):
             args = list(exprlist or [])
-            if len(args) == 1 and isinstance(args[0], (list, dict)):
-                return CELEvalError("no such overload", TypeError, ("string() of a list",))
+            if len(args) == 1 and not isinstance(args[0], Exception):
+                text = _string_of(args[0])
+                if text is None:
+                    return CELEvalError("no such overload", TypeError, ("string() of this",))
+                return text
             exprlist = args
         return super().function_eval(name_token, exprlist)
+
+
+_STRINGABLE = (
+    celtypes.IntType, celtypes.UintType, celtypes.StringType, celtypes.BytesType,
+    celtypes.TimestampType, celtypes.DurationType,
+)  # fmt: skip
+
+
+def _string_of(value: Any) -> Any:
+    """cel-go's ``string(x)``: of an int, uint, double, bool, string, bytes, timestamp or
+    duration, in cel-go's text (``true``, ``1`` for ``1.0``); None for anything else (a
+    list, a map, null, a quantity, a type: no overload)."""
+    if isinstance(value, celtypes.BoolType):
+        return celtypes.StringType("true" if value else "false")
+    if isinstance(value, celtypes.DoubleType):
+        return celtypes.StringType(_double_text(value))
+    if isinstance(value, _STRINGABLE):
+        return base_functions["string"](value)
+    return None
 
 
 class CountingRunner(InterpretedRunner):
@@ -707,14 +730,20 @@ _base_in = base_functions["_in_"]
 
 
 def _in(item: Any, container: Any) -> Any:
-    """``x in list`` by CEL's equality (charged by the list's length); ``k in map`` by
-    celpy's own lookup."""
-    if isinstance(container, list):
-        charge(len(container))
-        return _B(any(_equal(item, y) for y in container))
+    """``x in list`` and ``k in map`` by CEL's equality (charged by the list's length; a
+    map's key found by lookup, a number's by value); an error operand stays the error."""
+    for operand in (item, container):
+        if isinstance(operand, Exception):
+            return operand
+    try:
+        if isinstance(container, list):
+            charge(len(container))
+            return _B(any(_equal(item, y) for y in container))
+        if isinstance(container, dict):
+            return _B(_map_get(container, item) is not _MISSING)
+    except _ErrorInside as inside:
+        return inside.error
     return _base_in(item, container)
-
-
 
 
 _base_contains = base_functions["contains"]
@@ -754,6 +783,14 @@ def _plain(x: Any) -> int | float:
     return float(x) if isinstance(x, float) else int(x)
 
 
+def _pair(a: Any, b: Any) -> tuple[int | float, int | float]:
+    """Two numbers as cel-go compares them: an int or uint against a double as doubles
+    (``common/types/compare.go``), an int against a uint exactly."""
+    if isinstance(a, float) or isinstance(b, float):
+        return float(a), float(b)
+    return int(a), int(b)
+
+
 def _mixed(a: Any, b: Any) -> bool:
     return _numeric(a) and _numeric(b) and type(a) is not type(b)
 
@@ -767,13 +804,19 @@ def _relation(name: str, op: Callable[[Any, Any], bool]) -> Callable[[Any, Any],
             for operand in (a, b):
                 if isinstance(operand, Exception):  # an error operand stays the error
                     return operand
-            return _B(_equal(a, b) is equal)
+            if getattr(a, "cel_equals_own_type_only", False) and type(a) is not type(b):
+                # Kubernetes' quantity and semver: == of another type is no overload.
+                raise TypeError(f"no == for {type(a).__name__} and {type(b).__name__}")
+            try:
+                return _B(_equal(a, b) is equal)
+            except _ErrorInside as inside:
+                return inside.error
 
         return same
 
     def compare(a: Any, b: Any) -> Any:
         if _mixed(a, b):
-            return _B(op(_plain(a), _plain(b)))
+            return _B(op(*_pair(a, b)))
         if isinstance(a, (str, list)) and isinstance(b, (str, list)):
             charge(min(len(a), len(b)))
         return base(a, b)
@@ -809,17 +852,34 @@ def _equal(a: Any, b: Any) -> bool:
     return True
 
 
+class _ErrorInside(Exception):
+    """An evaluation error held inside a compared list or map (celpy keeps ``{"a": 1/0}``
+    as a map holding the error): the comparison is that error, as in cel-go."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _step(x: Any, y: Any) -> list[tuple[Any, Any]] | None:
     """One step of :func:`_equal`: None when ``x`` and ``y`` differ here, else the pairs
-    of their elements still to compare (none for two equal scalars)."""
+    of their elements still to compare (none for two equal scalars).
+
+    Raises:
+        _ErrorInside: when either is an evaluation error.
+    """
+    for value in (x, y):
+        if isinstance(value, Exception):
+            raise _ErrorInside(value)
     if _mixed(x, y):
-        return [] if _plain(x) == _plain(y) else None
+        a, b = _pair(x, y)
+        return [] if a == b else None
     if type(x) is not type(y) or (isinstance(x, (list, dict)) and len(x) != len(y)):
         return None
     if isinstance(x, list):
         return list(zip(x, y, strict=True))
     if isinstance(x, dict):
-        pairs = [(v, _lookup(y, k)) for k, v in x.items()]
+        pairs = [(v, _map_get(y, k)) for k, v in x.items()]
         return None if any(other is _MISSING for _, other in pairs) else pairs
     return [] if _scalar_equal(x, y) else None
 
@@ -832,6 +892,18 @@ def _lookup(mapping: dict[Any, Any], key: Any) -> Any:
         return mapping.get(key, _MISSING)
     except TypeError:  # celpy's types refuse comparing keys of other types
         return _MISSING
+
+
+def _map_get(mapping: dict[Any, Any], key: Any) -> Any:
+    """``mapping[key]`` as CEL looks a key up: a number by value (``1``, ``1u`` and
+    ``1.0`` are one key), a key of another type absent (not an error)."""
+    found = _lookup(mapping, key)
+    if found is _MISSING and _numeric(key):
+        charge(len(mapping))
+        for k, v in mapping.items():
+            if _numeric(k) and _pair(k, key)[0] == _pair(k, key)[1]:
+                return v
+    return found
 
 
 def _scalar_equal(x: Any, y: Any) -> bool:

@@ -119,6 +119,8 @@ class Quantity:
     """A Kubernetes quantity inside CEL (``quantity("20Gi")``); ordered by value."""
 
     __slots__ = ("text", "value")
+    # Kubernetes' Quantity.Equal: == with another type is no overload, not false.
+    cel_equals_own_type_only = True
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -151,6 +153,8 @@ class Semver:
     minor: int
     patch: int
     pre: tuple[Any, ...] = ()
+    # Kubernetes' Semver.Equal: == with another type is no overload, not false.
+    cel_equals_own_type_only = True
 
     @classmethod
     def parse(cls, text: str) -> Semver:
@@ -1016,8 +1020,8 @@ def _domains(expression: str) -> frozenset[str]:
 # celpy's wording for an operator without an overload for its operand types, and for a
 # ValueError raised by a function (quantity(), semver()).
 _OVERLOAD = re.compile(
-    r"found no matching overload for Token\('RULE', '(?P<op>\w+)'\) applied to "
-    r"'\((?P<types>.*)\)'"
+    r"found no matching overload for (?:Token\('RULE', '(?P<op>\w+)'\)|_(?P<logical>\S+)_) "
+    r"applied to '\((?P<types>.*)\)'"
 )
 _OPERATORS = {
     "relation_gt": ">", "relation_ge": ">=", "relation_lt": "<", "relation_le": "<=",
@@ -1029,7 +1033,7 @@ _CEL_TYPES = {
     "Quantity": "a quantity", "Semver": "a version", "StringType": "a string",
     "IntType": "an int", "UintType": "a uint", "DoubleType": "a double",
     "BoolType": "a bool", "MapType": "a map", "ListType": "a list", "NullType": "null",
-    "BytesType": "bytes",
+    "BytesType": "bytes", "CELEvalError": "an error",
 }  # fmt: skip
 
 
@@ -1048,7 +1052,7 @@ def _reason(e: BaseException) -> str:
     m = _OVERLOAD.search(first)
     if m is not None:
         types = " and ".join(_cel_type(t) for t in m.group("types").split(","))
-        op = _OPERATORS.get(m.group("op"), m.group("op"))
+        op = m.group("logical") or _OPERATORS.get(m.group("op"), m.group("op"))
         hint = (
             ' (compare quantities with .compareTo(quantity("40Gi")))' if "quantity" in types else ""
         )
