@@ -31,8 +31,9 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
-import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,11 +44,9 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 
-from function.edge import deadline
 from function.edge.pool import LARGE_CALL_NICE, cpu_limit, slow_lane
-from function.edge.runner import FunctionRunner
 from function.render import build_request
-from function.scheduling import devices
+from tests.support.crossplane import ROOT
 from tests.support.harness import fatal
 from tests.support.reliability import seeds, settle, start_process
 
@@ -121,27 +120,46 @@ def _stub(ch: grpc.Channel) -> Any:
 LIFTED = {"MODELPLANE_SELECTOR_COST_LIMIT": "1000000000", "MODELPLANE_CALL_DEADLINE_SECONDS": "2"}
 
 
-@pytest.mark.skipif(not deadline.can_arm(), reason="the deadline's timer needs the main thread")
+_EARLIER_CALL = """
+import sys, uuid
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from function.edge.runner import FunctionRunner
+from function.scheduling import devices
+from tests.support.harness import fatal
+from tests.test_serving import RUNAWAY, runaway_request
+
+# A selector of its own: no memo can answer it.
+runaway = runaway_request(selector=f'{RUNAWAY} && "{uuid.uuid4()}" != ""')
+first = fnv1.RunFunctionRequest()
+first.observed.composite.CopyFrom(runaway.observed.composite)  # nothing resolved yet
+runner = FunctionRunner()
+devices.set_cost_limit(10**9)
+rsp = fnv1.RunFunctionResponse.FromString(runner.run_bytes(first.SerializeToString()))
+assert not fatal(rsp) and rsp.requirements.resources, rsp
+data = runner.run_bytes(runaway.SerializeToString(), deadline_seconds=1)
+rsp = fnv1.RunFunctionResponse.FromString(data)
+sys.stdout.write("\\n".join(fatal(rsp)) or "no fatal result")
+"""
+
+
 def test_the_deadline_names_a_selector_compiled_in_an_earlier_call() -> None:
     """Found by a trial: the spec's selectors are compiled once (memoized by its canonical
     form), so in the requirements loop the call that evaluates them had not compiled them
-    and the deadline message quoted the expression instead of naming its field."""
-    # A selector of its own: no memo of an earlier test in this process can answer it.
-    runaway = runaway_request(selector=f'{RUNAWAY} && "{uuid.uuid4()}" != ""')
-    first = fnv1.RunFunctionRequest()
-    first.observed.composite.CopyFrom(runaway.observed.composite)  # nothing resolved yet
-    runner = FunctionRunner()
-    limit = devices.cost_limit()
-    devices.set_cost_limit(10**9)
-    try:
-        rsp = fnv1.RunFunctionResponse.FromString(runner.run_bytes(first.SerializeToString()))
-        assert not fatal(rsp) and rsp.requirements.resources, rsp
-        data = runner.run_bytes(runaway.SerializeToString(), deadline_seconds=1)
-    finally:
-        devices.set_cost_limit(limit)
-    rsp = fnv1.RunFunctionResponse.FromString(data)
-    (msg,) = fatal(rsp) or [str(rsp)[:2000]]
-    assert "compute deadline of 1 s" in msg and SELECTOR_PATH in msg, msg
+    and the deadline message quoted the expression instead of naming its field.
+
+    Run in a process of its own, as a compute process runs: the deadline's timer
+    (``SIGALRM``) reaches only a process's main thread, which a test worker's test may
+    not run on."""
+    out = subprocess.run(
+        [sys.executable, "-c", _EARLIER_CALL],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "compute deadline of 1 s" in out.stdout and SELECTOR_PATH in out.stdout, out.stdout
 
 
 @pytest.mark.parametrize("server", [LIFTED], indirect=True)
