@@ -281,7 +281,7 @@ def check_template(template: dict[str, Any], field_path: str) -> None:
     for group in ("initContainers", "containers"):
         containers = pod.get(group)
         for i, c in enumerate(containers if isinstance(containers, list) else []):
-            if isinstance(c, dict):
+            if isinstance(c, dict) and c is not engine:  # the engine's: checked above
                 check_reserved(c.get("env"), f"{field_path}.spec.{group}[{i}].env")
 
 

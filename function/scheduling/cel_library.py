@@ -43,7 +43,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -217,15 +217,8 @@ def bounded(value: Any) -> Any:
     Raises:
         ValueError: naming the bound.
     """
-    if isinstance(value, (str, bytes)) and len(value) > MAX_STRING:
-        raise ValueError(
-            f"a selector may build a string of at most {MAX_STRING} characters "
-            f"({len(value)} here)"
-        )
-    if isinstance(value, list) and len(value) > MAX_LIST:
-        raise ValueError(
-            f"a selector may build a list of at most {MAX_LIST} elements ({len(value)} here)"
-        )
+    if isinstance(value, (str, bytes, list)):
+        _sized(len(value), "list" if isinstance(value, list) else "string")
     return value
 
 
@@ -717,13 +710,19 @@ def _keys(xs: list[Any]) -> set[Any] | None:
     return keys
 
 
-def _contained(xs: list[Any], ys: list[Any]) -> bool:
-    """Whether every element of ``xs`` is in ``ys`` (by keys when all have one: linear)."""
+def _found(xs: list[Any], ys: list[Any]) -> Iterator[bool]:
+    """For each element of ``xs``, whether it is in ``ys``: by keys when every element
+    has one (linear), else pairwise (charged ``len(xs) * len(ys)`` first)."""
     keys = _keys(ys)
     if keys is not None and all(_key(x) is not None for x in xs):
-        return all(_key(x) in keys for x in xs)
+        return (_key(x) in keys for x in xs)
     charge(len(xs) * len(ys))
-    return all(_member(x, ys) for x in xs)
+    return (_member(x, ys) for x in xs)
+
+
+def _contained(xs: list[Any], ys: list[Any]) -> bool:
+    """Whether every element of ``xs`` is in ``ys``."""
+    return all(_found(xs, ys))
 
 
 _base_in = base_functions["_in_"]
@@ -765,11 +764,7 @@ def _equivalent(namespace: Any, a: Any, b: Any) -> celtypes.BoolType:
 
 def _intersects(namespace: Any, a: Any, b: Any) -> celtypes.BoolType:
     xs, ys = _set_args(namespace, a, b, "intersects")
-    keys = _keys(ys)
-    if keys is not None and all(_key(x) is not None for x in xs):
-        return _B(any(_key(x) in keys for x in xs))
-    charge(len(xs) * len(ys))
-    return _B(any(_member(x, ys) for x in xs))
+    return _B(any(_found(xs, ys)))
 
 
 # ---- cross-type numeric comparisons ----------------------------------------------------------
