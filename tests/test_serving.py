@@ -44,6 +44,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 
+from function.edge.codec import _read_varint, _varint
 from function.edge.pool import LARGE_CALL_NICE, cpu_limit, slow_lane
 from function.render import build_request
 from tests.support.crossplane import ROOT
@@ -532,14 +533,49 @@ def _confined(pid: int, base: int, lane: set[int]) -> set[int]:
 
 
 def _reordered(req: fnv1.RunFunctionRequest) -> bytes:
-    """``req`` serialized with the observed XR's top-level keys in the reverse order: the
-    same message, other bytes (map order on the wire is not fixed)."""
-    out = fnv1.RunFunctionRequest()
-    out.CopyFrom(req)
-    xr = json_format.MessageToDict(req.observed.composite.resource)
-    out.observed.composite.resource.Clear()
-    out.observed.composite.resource.update({k: xr[k] for k in reversed(list(xr))})
-    return out.SerializeToString()
+    """``req`` serialized with the entries of the observed XR's top-level Struct in the
+    reverse of the order protobuf wrote them: the same message, the same lengths, other
+    bytes (map order on the wire is not fixed; grpc-go's is random). Built on the wire:
+    protobuf's own map order ignores insertion order, so re-inserting may not reorder."""
+    return _rewrite(req.SerializeToString(), [2, 1, 1], lambda entries: entries[::-1])
+
+
+def _rewrite(data: bytes, path: list[int], change: Any) -> bytes:
+    """``data`` (a serialized message) with the records of the message at ``path`` (the
+    field numbers of length-delimited fields, outermost first) passed through ``change``."""
+    records = _records(data)
+    if not path:
+        return b"".join(change(records))
+    out = []
+    for record in records:
+        key, i = _read_varint(record, 0)
+        if key >> 3 == path[0] and key & 7 == 2:
+            _length, j = _read_varint(record, i)
+            body = _rewrite(record[j:], path[1:], change)
+            record = record[:i] + _varint(len(body)) + body
+        out.append(record)
+    return b"".join(out)
+
+
+def _records(data: bytes) -> list[bytes]:
+    """The top-level records (key and value, whole) of a serialized message."""
+    out, i = [], 0
+    while i < len(data):
+        start = i
+        key, i = _read_varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _read_varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        else:
+            assert wire == 2, f"wire type {wire}"
+            length, i = _read_varint(data, i)
+            i += length
+        out.append(data[start:i])
+    return out
 
 
 def _settled_pids(pid: int) -> set[int]:
