@@ -170,6 +170,7 @@ def test_a_call_past_its_deadline_gets_a_fatal_result_and_others_are_served(
     _proc, address, _log = server
     with grpc.insecure_channel(address) as ch:
         call = _stub(ch)
+        start = _settled_pids(_proc.pid)
         slow = call.future(runaway_request(), timeout=120)
         small = [call.future(small_request(f"small-{i}"), timeout=120) for i in range(20)]
         for f in small:
@@ -189,7 +190,9 @@ def test_a_call_past_its_deadline_gets_a_fatal_result_and_others_are_served(
         # with its maps in another order on the wire, as a retry from grpc-go sends it
         # (Crossplane's tag, a hash of the request marshalled deterministically, is the
         # same).
-        before = _settled_pids(_proc.pid)
+        # Once the process that ran it has been replaced (it may still be exiting when
+        # the fatal result arrives): exactly one process differs from those at the start.
+        before = _settled_pids(_proc.pid, replaced_from=start)
         assert fatal(call(runaway_request(), timeout=120)) == msgs
         again_bytes = _reordered(runaway_request())
         assert again_bytes != runaway_request().SerializeToString()
@@ -578,13 +581,15 @@ def _records(data: bytes) -> list[bytes]:
     return out
 
 
-def _settled_pids(pid: int) -> set[int]:
+def _settled_pids(pid: int, replaced_from: set[int] | None = None) -> set[int]:
     """The compute processes of acceptor ``pid`` once all 3 (2 regular, 1 for large calls)
-    are up and the set holds still for 0.2 s (a replacement may still be starting)."""
+    are up and the set holds still for 0.2 s (a replacement may still be starting); with
+    ``replaced_from``, once exactly one of those has been replaced."""
     last: set[int] = set()
     for _ in range(600):
         now = {p for p in _children(pid) if _compute(p)}
-        if len(now) == 3 and now == last:
+        replaced = replaced_from is None or len(now - replaced_from) == 1
+        if len(now) == 3 and now == last and replaced:
             return now
         last = now
         time.sleep(0.2)
