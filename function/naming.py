@@ -248,6 +248,14 @@ def replica_name(namespace: str, deployment: str, index: int) -> str:
 # Names that share it carry the control-plane namespace in their hash.
 REMOTE_NAMESPACE = "default"
 
+# The head of every name the function gives an object in REMOTE_NAMESPACE that a pod
+# spec can name (the token Secret, cache PVC, result ConfigMap and ServiceAccount of
+# each namespace's ModelCache: ``modelcache-token-...``, ``modelcache-pvc-...``,
+# ``modelcache-result-...``, ``modelcache-rbac-...``). Those of every control-plane
+# namespace share REMOTE_NAMESPACE, so a pod template a tenant writes may not name one
+# (``function.manifests.tenancy``).
+REMOTE_OWN_PREFIX = "modelcache-"
+
 # A LeaderWorkerSet's name reappears in its StatefulSets (``<lws>-<group>``), pod
 # names (``<lws>-<group>-<index>``) and their ``controller-revision-hash`` label
 # (``<statefulset>-<10 chars>``), all limited to 63 characters, so workload names

@@ -753,6 +753,61 @@ def test_blocked(sim: Sim, clock: Clock, case: Case[Bad, str]) -> None:
     assert st["reason"] == reason and not list(sim.last.results)
 
 
+# What a tenant's pod spec may not hold on the workload cluster's shared namespace
+# (fixtures.POD_ACCESS_FAULTS), written in the CronJob: blocked, naming the CronJob's
+# field, nothing composed; and the running Job kept when the CronJob turns so mid-run.
+# (An existing ResourceClaim is a device request first: GPURequestForbidden, above.)
+_ACCESS_FAULTS = [
+    pytest.param(p, v, f, id=i)
+    for i, p, v, f in fixtures.POD_ACCESS_FAULTS
+    if "ResourceClaim" not in i
+]
+
+
+def _forbidden_cronjob(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    cj = eval_cronjob()
+    target = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return cj
+
+
+@pytest.mark.parametrize(("path", "value", "field"), _ACCESS_FAULTS)
+def test_a_template_a_shared_namespace_forbids_is_blocked_naming_it(
+    sim: Sim, clock: Clock, path: tuple[Any, ...], value: Any, field: str
+) -> None:
+    sim.cronjobs = [_forbidden_cronjob(path, value)]
+    sim.add(spec())
+    clock.advance(3600)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidTemplate"), st
+    assert f"spec.jobTemplate.spec.{field}" in st["message"], st["message"]
+    assert sim.observed[BACKFILL] == {}
+
+
+@pytest.mark.parametrize(("path", "value", "field"), _ACCESS_FAULTS)
+def test_a_template_turned_forbidden_mid_run_keeps_the_job(
+    sim: Sim, clock: Clock, path: tuple[Any, ...], value: Any, field: str
+) -> None:
+    start(sim, clock)
+    before = copy.deepcopy(sim.observed[BACKFILL])
+    sim.cronjobs = [_forbidden_cronjob(path, value)]
+    clock.advance(10)
+    # The CronJob alone edited: the running Job was built before; it runs on unchanged.
+    assert sim.step()["phase"] == "Running"
+    # The spec edited too (a new definition, which would start a new Job): the new one
+    # cannot be built, the running one is kept, the reason names the field.
+    sim.backfills[BACKFILL]["spec"]["env"] = [{"name": "LIMIT", "value": "50"}]
+    clock.advance(10)
+    st = sim.step()
+    assert st["reason"] == "InvalidTemplate", st
+    assert f"spec.jobTemplate.spec.{field}" in st["message"], st["message"]
+    assert sim.observed[BACKFILL].keys() == before.keys()
+    for k, obj in before.items():
+        assert sim.observed[BACKFILL][k]["spec"] == obj["spec"], k
+
+
 def test_blocked_by_the_template_recovers_when_it_is_fixed(sim: Sim, clock: Clock) -> None:
     sim.cronjobs = [eval_cronjob(resources=_gpu("nvidia.com/gpu"))]
     sim.add(spec())

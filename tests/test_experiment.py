@@ -34,6 +34,7 @@ from function.naming import (
 from function.render import World, load_yaml, observed_by_name
 from tests.support.cache_tree import Tree
 from tests.support.fixtures import (
+    POD_ACCESS_FAULTS,
     POD_TEMPLATE_FAULTS,
     cache_spec,
     inference_cluster,
@@ -1049,6 +1050,28 @@ def test_template_without_containers_is_invalid(sim_factory) -> None:
     sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER)])
     sim.reconcile()
     assert sim.status["reason"] == "TemplateInvalid"
+    assert not sim.observed
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [pytest.param(p, v, f, id=i) for i, p, v, f in POD_ACCESS_FAULTS],
+)
+def test_a_gauntlet_template_a_shared_namespace_forbids_is_invalid_naming_it(
+    sim_factory, path: tuple[Any, ...], value: Any, field: str
+) -> None:
+    """What a tenant's pod spec may not hold on the workload cluster's shared namespace,
+    in the gauntlet's CronJob: no candidate, no Job; the field is named."""
+    cj = cronjob()
+    target = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER)])
+    sim.reconcile()
+    assert sim.status["reason"] == "TemplateInvalid", sim.status
+    msg = sim.conditions()["Runnable"]["message"]
+    assert f"spec.jobTemplate.spec.{field}" in msg, msg
     assert not sim.observed
 
 

@@ -16,8 +16,10 @@ from typing import Any, TypedDict, Unpack
 
 from google.protobuf.struct_pb2 import Struct
 
-from function.core import structs
+from function.core import structs, versioned
 from function.core.errors import SpecError
+from function.manifests.tenancy import check_pod_access
+from function.naming import REMOTE_NAMESPACE
 from function.serving.env import literal_env, set_env
 
 
@@ -102,7 +104,9 @@ def job_from_cronjob(
             ``spec.jobTemplate.spec.template.spec.containers``, or a field on that path
             (or the template's ``metadata``/``labels``/``annotations``) is not an
             object; the field is named relative to the CronJob. The API server never
-            stores such a CronJob, but a composer must not crash on one.
+            stores such a CronJob, but a composer must not crash on one. Also what a
+            tenant's pod spec may not hold on the shared workload cluster
+            (:func:`function.manifests.tenancy.check_pod_access`).
     """
     raw = structs.get(cronjob, "spec", "jobTemplate")
     tmpl = _obj(structs.to_py(raw), "spec.jobTemplate")
@@ -115,10 +119,11 @@ def job_from_cronjob(
     if not isinstance(containers, list) or not containers:
         raise SpecError("spec.jobTemplate.spec.template.spec.containers", "is empty")
     check_pod_spec(pod_spec, "spec.jobTemplate.spec.template.spec")
+    pod_meta = _obj(pod.get("metadata"), "spec.jobTemplate.spec.template.metadata")
+    check_pod_access(pod_spec, "spec.jobTemplate.spec.template.spec", pod_meta.get("annotations"))
     tmeta = _obj(tmpl.get("metadata"), "spec.jobTemplate.metadata")
     for key in ("labels", "annotations"):
         _obj(tmeta.get(key), f"spec.jobTemplate.metadata.{key}")
-    pod_meta = _obj(pod.get("metadata"), "spec.jobTemplate.spec.template.metadata")
     pod["metadata"] = pod_meta
     _obj(pod_meta.get("labels"), "spec.jobTemplate.spec.template.metadata.labels")
     spec.pop("selector", None)
@@ -142,3 +147,20 @@ def job_from_cronjob(
     if ann:
         meta["annotations"] = ann
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+@versioned.reading(1024)
+def cronjob_problem(cronjob: Struct) -> str:
+    """Why no Job can be built from ``cronjob`` (the ``SpecError`` of
+    :func:`job_from_cronjob`, naming the CronJob's field: a malformed part, or what a
+    tenant's pod spec may not hold on the shared workload cluster), or ``""``.
+
+    For the kinds that build Jobs from a tenant's CronJob (ModelBackfill, a
+    ModelExperiment's gauntlet), to refuse it before anything is started. Kept by the
+    CronJob's uid and resourceVersion (:func:`function.core.versioned.reading`).
+    """
+    try:
+        job_from_cronjob(cronjob, name="check", namespace=REMOTE_NAMESPACE, labels={})
+    except SpecError as e:
+        return str(e)
+    return ""

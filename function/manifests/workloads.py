@@ -37,6 +37,7 @@ from typing import Any
 
 from function.core import structs
 from function.core.errors import SpecError
+from function.manifests.tenancy import check_pod_access
 from function.naming import LABEL_SERVING, LABEL_WORKLOAD
 from function.serving.env import (
     ENV_MODEL,
@@ -290,6 +291,10 @@ def _check_user_parts(
 ) -> None:
     """Shapes, reserved env names, and volumes or mounts that collide with ours."""
     _check_shapes(t, engine, field_path, cpath)
+    meta = t.get("metadata")
+    check_pod_access(
+        t["spec"], f"{field_path}.spec", meta.get("annotations") if isinstance(meta, dict) else None
+    )
     check_reserved(engine.get("env"), f"{cpath}.env")
     for i, v in enumerate(t["spec"].get("volumes") or []):
         if isinstance(v, dict) and v.get("name") in _OWN_VOLUMES:

@@ -655,4 +655,3 @@ def unknown_text(name: str, setting: str) -> str:
     """One line about a misspelt variable: ``MODELPLANE_GRACE_SECOND is not a setting
     (did you mean MODELPLANE_GRACE_SECONDS?); it is ignored``."""
     return f"{name} is not a setting (did you mean {setting}?); it is ignored"
-

@@ -166,8 +166,10 @@ class Semver:
         if m.group(4):
             ids = m.group(4).split(".")
             if any(p.isdigit() and len(p) > 1 and p[0] == "0" for p in ids):
-                raise ValueError(f"{text!r} is not a semantic version (a numeric "
-                                 "pre-release identifier with a leading zero)")
+                raise ValueError(
+                    f"{text!r} is not a semantic version (a numeric "
+                    "pre-release identifier with a leading zero)"
+                )
             pre = tuple(int(p) if p.isdigit() else p for p in ids)
         major, minor, patch = int(m.group(1)), int(m.group(2)), int(m.group(3))
         if max(major, minor, patch) > _UINT64:
@@ -280,7 +282,6 @@ def _arithmetic(op: Any, a: Decimal, b: Decimal) -> Decimal:
         raise ValueError("the quantity is out of range") from None
 
 
-
 def _normalized_semver(text: str) -> str:
     """Kubernetes' semver normalization (``normalizeAndParse``): a leading ``v``
     dropped, leading zeros of the first three dot-separated parts removed, a missing
@@ -293,8 +294,10 @@ def _normalized_semver(text: str) -> str:
             parts[i] = part if part[:1] in tuple("0123456789") else "0" + part
     if len(parts) < 3:
         if "+" in parts[-1] or "-" in parts[-1]:
-            raise ValueError(f"{text!r} is not a semantic version (a short version with "
-                             "pre-release or build metadata)")
+            raise ValueError(
+                f"{text!r} is not a semantic version (a short version with "
+                "pre-release or build metadata)"
+            )
         parts += ["0"] * (3 - len(parts))
     return ".".join(parts)
 
@@ -513,9 +516,11 @@ def _result_type(tree: Any) -> str | None:  # noqa: C901, PLR0911, PLR0912 - a b
             return _CALL_RETURNS.get(str(kids[0]))
         if kind == "member_dot":
             inner = kids[0]
-            while isinstance(inner, Tree) and inner.data in ("member", "primary") and len(
-                inner.children
-            ) == 1:
+            while (
+                isinstance(inner, Tree)
+                and inner.data in ("member", "primary")
+                and len(inner.children) == 1
+            ):
                 inner = inner.children[0]
             is_device = isinstance(inner, Tree) and inner.data == "ident"
             if is_device and str(inner.children[0]) in _VARIABLES:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from function import API_VERSION
+from function import API_VERSION, naming
+from function.composers.hydration.wire import rbac_name, result_configmap_name
 from function.naming import source_identity
 
 
@@ -115,6 +116,54 @@ def auth_secret(
     return body
 
 
+# What a pod spec a tenant writes may not hold on the workload cluster's shared
+# namespace (function.manifests.tenancy), in POD_TEMPLATE_FAULTS' shape. Found by a
+# trial: a tenant's template named another namespace's token Secret, cache PVC and the
+# node's root (hostPath, privileged) and the function composed it unchanged. The names
+# are the ones the function gives another namespace's ModelCache (ml-team/qwen-cache).
+_OTHERS_TOKEN = naming.cache_secret_name("ml-team", "qwen-cache")
+_OTHERS_PVC = naming.cache_pvc_name("ml-team", "qwen-cache")
+_OTHERS_RESULT = result_configmap_name("ml-team", "qwen-cache")
+_OTHERS_ACCOUNT = rbac_name("ml-team", "qwen-cache")
+POD_ACCESS_FAULTS = [
+    ("another namespace's token Secret in env", ("containers", 0, "env"),
+     [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": _OTHERS_TOKEN, "key": "token"}}}],
+     "template.spec.containers[0].env[0].valueFrom.secretKeyRef.name"),
+    ("another namespace's token Secret in envFrom", ("containers", 0, "envFrom"),
+     [{"secretRef": {"name": _OTHERS_TOKEN}}],
+     "template.spec.containers[0].envFrom[0].secretRef.name"),
+    ("another namespace's token Secret as a volume", ("volumes",),
+     [{"name": "t", "secret": {"secretName": _OTHERS_TOKEN}}],
+     "template.spec.volumes[0].secret.secretName"),
+    ("another namespace's cache PVC", ("volumes",),
+     [{"name": "c", "persistentVolumeClaim": {"claimName": _OTHERS_PVC}}],
+     "template.spec.volumes[0].persistentVolumeClaim.claimName"),
+    ("another namespace's result ConfigMap, projected", ("volumes",),
+     [{"name": "r", "projected": {"sources": [{"configMap": {"name": _OTHERS_RESULT}}]}}],
+     "template.spec.volumes[0].projected.sources[0].configMap.name"),
+    ("the hydration ServiceAccount", ("serviceAccountName",), _OTHERS_ACCOUNT,
+     "template.spec.serviceAccountName"),
+    ("an existing ResourceClaim", ("resourceClaims",), [{"name": "x", "resourceClaimName": "y"}],
+     "template.spec.resourceClaims[0].resourceClaimName"),
+    ("the node's PID namespace", ("hostPID",), True, "template.spec.hostPID"),
+    ("a hostPath volume", ("volumes",), [{"name": "root", "hostPath": {"path": "/"}}],
+     "template.spec.volumes[0].hostPath"),
+    ("a privileged container", ("containers", 0, "securityContext"), {"privileged": True},
+     "template.spec.containers[0].securityContext.privileged"),
+    ("SYS_ADMIN", ("containers", 0, "securityContext"),
+     {"capabilities": {"add": ["CHOWN", "SYS_ADMIN"]}},
+     "template.spec.containers[0].securityContext.capabilities.add[1]"),
+    ("a host port", ("containers", 0, "ports"), [{"containerPort": 8000, "hostPort": 8000}],
+     "template.spec.containers[0].ports[0].hostPort"),
+    ("an unsafe sysctl", ("securityContext",),
+     {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]},
+     "template.spec.securityContext.sysctls[0].name"),
+    ("seccomp Unconfined in an init container", ("initContainers",),
+     [{"name": "init", "securityContext": {"seccompProfile": {"type": "Unconfined"}}}],
+     "template.spec.initContainers[0].securityContext.seccompProfile.type"),
+]  # fmt: skip
+
+
 # What every ModelReplica would refuse in a member's pod template, so what the kinds that
 # write member templates (ModelDeployment, ModelExperiment's candidate) refuse where it
 # was written: (case, path inside the template's ``spec``, value, the field named, from
@@ -140,4 +189,5 @@ POD_TEMPLATE_FAULTS = [
      [{"name": "init", "env": [{"name": "MODELPLANE_MODEL", "value": "x"}]}],
      "template.spec.initContainers[0].env[0].name"),
     ("no engine container", ("containers", 0, "name"), "server", "template.spec.containers"),
+    *POD_ACCESS_FAULTS,
 ]  # fmt: skip

@@ -39,6 +39,7 @@ from function.composers.backfill.status import (
 from function.core import structs, versioned
 from function.core.inputs import Resolved
 from function.core.timeutil import elapsed, format_time, parse_time
+from function.manifests.jobs import cronjob_problem
 from function.naming import ANNOTATION_LAST_FOREGROUND
 
 
@@ -153,6 +154,9 @@ def template_problem(c: Call, p: Parsed, req: Required) -> tuple[str, str] | Non
             "InvalidTemplate",
             f"spec.templateRef: {ref} has no spec.jobTemplate.spec.template.spec.containers",
         )
+    problem = cronjob_problem(tmpl)
+    if problem:
+        return ("InvalidTemplate", f"spec.templateRef: {ref}: {problem}")
     return None
 
 

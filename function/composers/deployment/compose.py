@@ -420,9 +420,7 @@ def _rollout_status(out: Outcome, serving: list[_Serving]) -> None:
             counts[s.serves] = counts.get(s.serves, 0) + 1
         elif s.existing and not s.given:
             root += 1
-    rows: list[dict[str, Any]] = [
-        {"identity": i, "replicas": n} for i, n in sorted(counts.items())
-    ]
+    rows: list[dict[str, Any]] = [{"identity": i, "replicas": n} for i, n in sorted(counts.items())]
     if root:
         rows.append({"pvcRoot": True, "replicas": root})
     out.status[CACHE_IDENTITIES] = rows
@@ -443,8 +441,7 @@ def _rollout_status(out: Outcome, serving: list[_Serving]) -> None:
             clusters = ", ".join(sorted({s.cluster for s in group}))
             n = _plural(len(group), "replica there keeps", "replicas there keep")
             parts.append(
-                f"the hydration of identity {ident} Failed on {clusters}: {n} reading the "
-                "PVC root"
+                f"the hydration of identity {ident} Failed on {clusters}: {n} reading the PVC root"
             )
     if parts:
         out.status[CACHE_ROLLOUT] = "; ".join(parts)

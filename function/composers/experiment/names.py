@@ -16,7 +16,6 @@ REQ_REPLICAS = "candidate-replicas"
 REQ_CLUSTER = "candidate-cluster"
 
 
-
 def run_name(experiment: str, number: int) -> str:
     """Name of run ``number``'s candidate ModelDeployment: ``child_name("modelexperiment",
     <experiment>, "r<N>")``.

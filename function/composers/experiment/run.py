@@ -45,6 +45,7 @@ from function.composers.experiment.state import RunState
 from function.core import structs
 from function.core.inputs import UNRESOLVED, Resolved
 from function.core.timeutil import format_time, parse_time
+from function.manifests.jobs import cronjob_problem
 from function.manifests.objects import sync_error
 from function.naming import LABEL_DEPLOYMENT, label_value
 
@@ -116,6 +117,10 @@ def _template_usable(c: _Composer, spec: ExperimentSpec, st: RunState, tmpl: Res
             f"CronJob {ref} (spec.gauntlet.templateRef) has no "
             "spec.jobTemplate.spec.template.spec.containers",
         )
+        return False
+    problem = cronjob_problem(tmpl.items[0])
+    if problem:
+        c.blocked(st, "TemplateInvalid", f"CronJob {ref} (spec.gauntlet.templateRef): {problem}")
         return False
     return True
 
