@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import API_VERSION
 from function.api.modelexperiment import definition_hash, parse_spec
@@ -1255,6 +1256,70 @@ def test_spec_change_mid_run_starts_fresh_run(sim_factory, clock: Clock) -> None
     assert sim.status["candidate"]["createdAt"] == "2026-11-29T09:01:00Z"
     labels = sim.observed["candidate-r2"]["metadata"]["labels"]
     assert labels["modelplane.ai/run"] == "2" and labels["modelplane.ai/generation"] == "2"
+
+
+def _forbidden_cronjob(name: str) -> dict[str, Any]:
+    cj = cronjob()
+    cj["metadata"]["name"] = name
+    cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["hostPID"] = True
+    return cj
+
+
+# An edit mid-run that the edited spec cannot start with (found by a trial: a typo in
+# templateRef deleted the running candidate and gauntlet Job, left no record of the run,
+# and writing the name back started a third run): the run is held, its children kept.
+HELD_EDITS = [
+    ("a templateRef typo", lambda s, w: s["gauntlet"]["templateRef"].update(name="lm-evl"),
+     "TemplateNotFound", "CronJob ml-team/lm-evl (spec.gauntlet.templateRef) not found"),
+    ("a CronJob the shared namespace forbids",
+     lambda s, w: (s["gauntlet"]["templateRef"].update(name="lm-eval-host"),
+                   w.append(_forbidden_cronjob("lm-eval-host"))),
+     "TemplateInvalid", "spec.jobTemplate.spec.template.spec.hostPID"),
+    ("an artifact gate on a ModelCache that does not exist",
+     lambda s, w: s.update(artifactGate={"modelCacheRef": {"name": "qwen-cahce"}}),
+     "ArtifactCacheNotFound", "qwen-cahce"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason", "message"),
+    [pytest.param(e, r, m, id=i) for i, e, r, m in HELD_EDITS],
+)
+def test_an_edit_the_new_spec_cannot_start_with_holds_the_running_run(
+    sim_factory, clock: Clock, edit: Any, reason: str, message: str
+) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    before = copy.deepcopy(sim.observed)
+    original = copy.deepcopy(sim.xr["spec"])
+    edited = copy.deepcopy(original)
+    edit(edited, sim.world)
+    sim.xr["spec"] = edited
+    sim.xr["metadata"]["generation"] += 1
+    clock.advance(60)
+    sim.reconcile()
+    assert (sim.phase, sim.status["reason"]) == ("Blocked", reason), sim.status
+    runnable = sim.conditions()["Runnable"]
+    assert runnable["reason"] == reason and message in runnable["message"], runnable
+    assert "keeps its candidate and gauntlet Job" in runnable["message"]
+    assert sim.status["run"] == RUN1 and sim.status["runNumber"] == 1
+    assert [r.message for r in sim.rsp.results if r.severity == fnv1.SEVERITY_WARNING] != []
+    assert set(sim.observed) == set(before)
+    for k, obj in before.items():
+        assert sim.observed[k]["spec"] == obj["spec"], k
+    # Held on the next reconcile too, and one Warning event on entry only.
+    clock.advance(30)
+    sim.reconcile()
+    assert sim.status["reason"] == reason and set(sim.observed) == set(before)
+    assert [r.message for r in sim.rsp.results if r.severity == fnv1.SEVERITY_WARNING] == []
+    # The spec written back: the same run goes on, nothing composed again.
+    sim.xr["spec"] = original
+    sim.xr["metadata"]["generation"] += 1
+    clock.advance(30)
+    sim.reconcile()
+    assert (sim.phase, sim.status["run"]) == ("Evaluating", RUN1), sim.status
+    for k, obj in before.items():
+        assert sim.observed[k]["spec"] == obj["spec"], k
 
 
 def test_spec_change_after_verdict_keeps_history(sim_factory, clock: Clock) -> None:

@@ -21,11 +21,11 @@ from function.composers.experiment.names import (
     candidate_key,
     job_key,
 )
-from function.composers.experiment.run import active
+from function.composers.experiment.run import Admission, active, admission
 from function.composers.experiment.state import RunState, next_run
 from function.core import events, structs
 from function.core.errors import SpecError
-from function.core.inputs import Inputs
+from function.core.inputs import UNRESOLVED, Inputs
 from function.core.memo import memo
 from function.core.outcome import Outcome
 from function.core.timeutil import format_time
@@ -94,7 +94,10 @@ class _Composer:
         except SpecError as e:
             return self.invalid(st, e)
 
-        self.advance(spec, h, st)
+        if not self.advance(spec, h, st):  # held: the running run stays as it is
+            out.status.update(st.to_status())
+            out.ready = False
+            return out
         self.prune_history(spec, st)
 
         if st.verdict:
@@ -115,13 +118,33 @@ class _Composer:
         )
         return out
 
-    def advance(self, spec: ExperimentSpec, h: str, st: RunState) -> None:
+    def advance(self, spec: ExperimentSpec, h: str, st: RunState) -> bool:
         """Start run 1, or the next run on a spec change (``h``: the spec's
-        :func:`definition_hash`) or when a passed run is due again."""
+        :func:`definition_hash`) or when a passed run is due again.
+
+        Returns:
+            False when the spec changed under a run in progress and the edited spec
+            cannot start (its CronJob or ModelCache not found, unusable, or not known
+            yet): the running run is held, its children kept (bad input loses nothing;
+            the spec written back resumes it), and nothing else is decided.
+        """
         inputs, out = self.inputs, self.out
         if st.number == 0:
             st.start(inputs.name, 1, h, inputs.generation)
         elif st.spec_hash != h:
+            if st.candidate.get("createdAt") and not st.verdict and not spec.suspend:
+                found = admission(self, spec)
+                if found is UNRESOLVED:
+                    self.waiting(
+                        st,
+                        "waiting for Crossplane to resolve the edited spec's "
+                        "CronJob and ModelCache",
+                    )
+                    return False
+                assert isinstance(found, Admission)
+                if found.reason is not None:
+                    self.hold(st, found)
+                    return False
             was = st.name
             st.archive()
             st.start(inputs.name, st.number + 1, h, inputs.generation)
@@ -133,6 +156,22 @@ class _Composer:
             st.archive()
             st.start(inputs.name, st.number + 1, h, inputs.generation)
             out.normal(f"cool-down after run {was} ended; run {st.name} starts", "RunStarted")
+        return True
+
+    def hold(self, st: RunState, found: Admission) -> None:
+        """The edited spec cannot start: run ``st`` keeps its candidate and Job as they are."""
+        out = self.out
+        out.keep_observed(self.inputs)
+        msg = (
+            f"{found.message}; run {st.name} keeps its candidate and gauntlet Job under the "
+            "previous spec until the edited one can start"
+        )
+        if found.gate is not None:
+            out.condition("ArtifactGate", "False", str(found.reason), found.message)
+        self.set_phase("Blocked", str(found.reason), msg)
+        out.condition("Runnable", "False", str(found.reason), msg)
+        out.condition(VERDICT, "Unknown", "Blocked", f"run {st.name} is held: {found.reason}")
+        out.requeue_after(self.poll)
 
     def prune_history(self, spec: ExperimentSpec, st: RunState) -> None:
         """Earlier runs: at most historyLimit records; a dropped record takes its Job."""

@@ -25,7 +25,7 @@ from function.api.modelexperiment import (
     ExperimentSpec,
 )
 from function.composers.experiment.children import candidate_body, gauntlet_object
-from function.composers.experiment.gate import evaluate_gate
+from function.composers.experiment.gate import Gate, evaluate_gate
 from function.composers.experiment.names import (
     REQ_CACHE,
     REQ_CLUSTER,
@@ -74,24 +74,24 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     Returns:
         True when the candidate was admitted in this call.
     """
-    inputs, out = c.inputs, c.out
-    tmpl = c.require_template(spec)
-    cache: Any = None
-    if spec.artifactGate is not None:
-        out.require(
-            REQ_CACHE,
-            API_VERSION,
-            "ModelCache",
-            match_name=spec.artifactGate.modelCacheRef.name,
-            namespace=inputs.namespace,
-        )
-        cache = inputs.required(REQ_CACHE)
-    if tmpl is UNRESOLVED or cache is UNRESOLVED:
+    found = admission(c, spec)
+    if found is UNRESOLVED:
         c.waiting(st, "waiting for Crossplane to resolve the CronJob and the ModelCache")
         return False
-    assert isinstance(tmpl, Resolved)
-    if not _template_usable(c, spec, st, tmpl) or not _gate_open(c, spec, st, cache):
+    assert isinstance(found, Admission)
+    if found.gate is not None:
+        opened = found.reason is None
+        c.out.condition(
+            "ArtifactGate",
+            "True" if opened else "False",
+            found.reason or "ArtifactGateOpen",
+            found.message,
+        )
+    if found.reason is not None:
+        c.blocked(st, found.reason, found.message)
         return False
+    if found.gate is not None:
+        st.gate = found.gate.record
     deadline = c.now + datetime.timedelta(seconds=spec.timeout_seconds)
     st.candidate = {
         "name": st.name,
@@ -101,43 +101,58 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     return True
 
 
-def _template_usable(c: _Composer, spec: ExperimentSpec, st: RunState, tmpl: Resolved) -> bool:
-    """The gauntlet CronJob exists and has containers; else the run is Blocked."""
-    ref = f"{c.inputs.namespace}/{spec.gauntlet.templateRef.name}"
+@dataclass(frozen=True)
+class Admission:
+    """What admitting a spec found: it can start (``reason`` None), or the reason and
+    message that block it; ``gate`` is the artifact gate's decision (None without one)."""
+
+    reason: str | None = None
+    message: str = ""
+    gate: Gate | None = None
+
+
+def admission(c: _Composer, spec: ExperimentSpec) -> Admission | object:
+    """Whether a run of ``spec`` can start: its gauntlet CronJob exists and can template a
+    Job, and its artifact gate (if any) is open. Asks Crossplane for both.
+
+    Returns:
+        ``UNRESOLVED`` while Crossplane has not resolved either requirement (not known),
+        else an :class:`Admission` (reasons ``TemplateNotFound``, ``TemplateInvalid`` or
+        the gate's, :func:`~function.composers.experiment.gate.evaluate_gate`).
+    """
+    inputs = c.inputs
+    tmpl = c.require_template(spec)
+    cache: Any = None
+    if spec.artifactGate is not None:
+        c.out.require(
+            REQ_CACHE,
+            API_VERSION,
+            "ModelCache",
+            match_name=spec.artifactGate.modelCacheRef.name,
+            namespace=inputs.namespace,
+        )
+        cache = inputs.required(REQ_CACHE)
+    if tmpl is UNRESOLVED or cache is UNRESOLVED:
+        return UNRESOLVED
+    assert isinstance(tmpl, Resolved)
+    ref = f"CronJob {inputs.namespace}/{spec.gauntlet.templateRef.name} (spec.gauntlet.templateRef)"
     if not tmpl.items:
-        c.blocked(st, "TemplateNotFound", f"CronJob {ref} (spec.gauntlet.templateRef) not found")
-        return False
+        return Admission("TemplateNotFound", f"{ref} not found")
     containers = structs.get(
         tmpl.items[0], "spec", "jobTemplate", "spec", "template", "spec", "containers"
     )
     if not containers:
-        c.blocked(
-            st,
-            "TemplateInvalid",
-            f"CronJob {ref} (spec.gauntlet.templateRef) has no "
-            "spec.jobTemplate.spec.template.spec.containers",
+        return Admission(
+            "TemplateInvalid", f"{ref} has no spec.jobTemplate.spec.template.spec.containers"
         )
-        return False
     problem = cronjob_problem(tmpl.items[0])
     if problem:
-        c.blocked(st, "TemplateInvalid", f"CronJob {ref} (spec.gauntlet.templateRef): {problem}")
-        return False
-    return True
-
-
-def _gate_open(c: _Composer, spec: ExperimentSpec, st: RunState, cache: Any) -> bool:
-    """No artifact gate, or an open one (recorded in ``st.gate``); else the run is Blocked."""
+        return Admission("TemplateInvalid", f"{ref}: {problem}")
     if spec.artifactGate is None:
-        return True
+        return Admission()
     assert isinstance(cache, Resolved)
-    gate = evaluate_gate(spec, c.inputs.namespace, cache.items[0] if cache.items else None)
-    if gate.reason is not None:
-        c.out.condition("ArtifactGate", "False", gate.reason, gate.message)
-        c.blocked(st, gate.reason, gate.message)
-        return False
-    c.out.condition("ArtifactGate", "True", "ArtifactGateOpen", gate.message)
-    st.gate = gate.record
-    return True
+    gate = evaluate_gate(spec, inputs.namespace, cache.items[0] if cache.items else None)
+    return Admission(gate.reason, gate.message, gate)
 
 
 @dataclass(frozen=True)
