@@ -11,6 +11,9 @@ and a ``hostPath`` of ``/``; the function composed them unchanged into namespace
 - a ModelBackfill whose CronJob holds it is ``Blocked`` (``InvalidTemplate``, the
   CronJob's field named) and composes no Job; a Job already running is kept when the
   spec changes to one that would need the forbidden template.
+
+And a ModelExperiment whose ``templateRef`` gets a typo mid-evaluation holds its run
+(its candidate and Job kept) instead of deleting them.
 """
 
 from __future__ import annotations
@@ -19,7 +22,13 @@ import copy
 from typing import Any
 
 from function import naming
-from tests.e2e.test_lifecycles import Backfill, backfill_to_running, cond
+from tests.e2e.test_lifecycles import (
+    Backfill,
+    Experiment,
+    backfill_to_running,
+    cond,
+    experiment_to_evaluating,
+)
 from tests.e2e.test_member_templates_and_cel import _steady
 
 OTHERS_TOKEN = naming.cache_secret_name("other-team", "qwen-cache")
@@ -81,3 +90,27 @@ def test_a_running_backfill_keeps_its_job_when_the_new_spec_needs_a_forbidden_te
     assert b.bf.status["reason"] == "InvalidTemplate", b.bf.status
     assert out.deleted(b.bf.observed.values()) == set()
     assert out.composed["job-1"]["spec"] == job["spec"]
+
+
+def test_a_templateref_typo_mid_evaluation_holds_the_run(render):
+    """Session 11's trial: a typo in ``spec.gauntlet.templateRef`` while run 1 evaluates
+    deleted its candidate and Job; through Crossplane, nothing is deleted now, and the
+    name written back resumes run 1."""
+    e = Experiment(render)
+    experiment_to_evaluating(e)
+    run1, composed = e.exp.status["run"], copy.deepcopy(e.exp.last.composed)
+    e.exp.xr["spec"]["gauntlet"]["templateRef"]["name"] = "lm-evl"
+    e.exp.xr["metadata"]["generation"] = 2
+    out = e.exp.reconcile()
+    st = e.exp.status
+    assert (st["phase"], st["reason"], st["run"]) == ("Blocked", "TemplateNotFound", run1), st
+    assert out.deleted(e.exp.observed.values()) == set()
+    assert {k: v["spec"] for k, v in out.composed.items()} == {
+        k: v["spec"] for k, v in composed.items()
+    }
+    assert cond(out, "Runnable") == ("False", "TemplateNotFound")
+    e.exp.xr["spec"]["gauntlet"]["templateRef"]["name"] = "lm-eval"
+    e.exp.xr["metadata"]["generation"] = 3
+    out = e.exp.reconcile()
+    assert (e.exp.status["phase"], e.exp.status["run"]) == ("Evaluating", run1)
+    assert out.deleted(e.exp.observed.values()) == set()
