@@ -44,7 +44,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import json_format
 
-from function.edge.codec import _read_varint, _varint
+from function.edge.codec import _read_varint, _varint, next_record
 from function.edge.pool import LARGE_CALL_NICE, cpu_limit, slow_lane
 from function.render import build_request
 from tests.support.crossplane import ROOT
@@ -565,18 +565,7 @@ def _records(data: bytes) -> list[bytes]:
     out, i = [], 0
     while i < len(data):
         start = i
-        key, i = _read_varint(data, i)
-        wire = key & 7
-        if wire == 0:
-            _, i = _read_varint(data, i)
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            assert wire == 2, f"wire type {wire}"
-            length, i = _read_varint(data, i)
-            i += length
+        _key, _value, i = next_record(data, i)
         out.append(data[start:i])
     return out
 

@@ -394,26 +394,42 @@ def _read_varint(data: Any, i: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
+def next_record(data: Any, i: int) -> tuple[int, int, int]:
+    """The wire-format record at offset ``i`` of a serialized message: ``(key, start,
+    end)``, its value at ``data[start:end]`` (after the length, for a length-delimited
+    one); the next record starts at ``end``.
+
+    Raises:
+        ValueError: a wire type other than varint, 64-bit, length-delimited or 32-bit
+            (the group wire types, which protobuf 3 does not write), or a varint too long.
+        IndexError: the data ends inside the record.
+    """
+    key, i = _read_varint(data, i)
+    wire = key & 7
+    if wire == 0:
+        _, end = _read_varint(data, i)
+        return key, i, end
+    if wire == 1:
+        return key, i, i + 8
+    if wire == 5:
+        return key, i, i + 4
+    if wire == 2:
+        length, i = _read_varint(data, i)
+        return key, i, i + length
+    raise ValueError(f"wire type {wire}")
+
+
 def _field(data: Any, number: int) -> Any:
     """The bytes (a slice of ``data``: a memoryview for a memoryview) of the first
     length-delimited field ``number`` of a message, or None."""
     i, end = 0, len(data)
     while i < end:
-        key, i = _read_varint(data, i)
-        wire = key & 7
-        if wire == 0:
-            _, i = _read_varint(data, i)
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        elif wire == 2:
-            length, i = _read_varint(data, i)
-            if key >> 3 == number:
-                return data[i : i + length]
-            i += length
-        else:
+        try:
+            key, start, i = next_record(data, i)
+        except ValueError:
             return None
+        if key == (number << 3 | 2):
+            return data[start:i]
     return None
 
 
