@@ -87,6 +87,18 @@ REFUSED = [
      _pod(volumes=[{"name": "p", "projected": {"sources": [
          {"secret": {"name": cache_pvc_name("ml-team", "qwen")}}]}}]),
      "spec.volumes[0].projected.sources[0].secret.name"),
+    ("the function's Secret as a CSI node publish secret",
+     _pod(volumes=[{"name": "c", "csi": {"driver": "x", "nodePublishSecretRef": {
+         "name": cache_secret_name("ml-team", "qwen")}}}]),
+     "spec.volumes[0].csi.nodePublishSecretRef.name"),
+    ("the function's Secret for an RBD volume",
+     _pod(volumes=[{"name": "r", "rbd": {"image": "i", "monitors": ["m"], "secretRef": {
+         "name": cache_secret_name("ml-team", "qwen")}}}]),
+     "spec.volumes[0].rbd.secretRef.name"),
+    ("the function's Secret for an Azure file share",
+     _pod(volumes=[{"name": "a", "azureFile": {"shareName": "s",
+         "secretName": cache_secret_name("ml-team", "qwen")}}]),
+     "spec.volumes[0].azureFile.secretName"),
     ("the deprecated serviceAccount", _pod(serviceAccount=f"{REMOTE_OWN_PREFIX}rbac-x"),
      "spec.serviceAccount"),
     ("a ConfigMap of the function's in env",

@@ -10,7 +10,9 @@ workload cluster can tell one tenant's reference from another's. So
 :func:`check_pod_access` refuses, where the tenant wrote it:
 
 - a reference by name to an object the function owns there (names starting
-  ``naming.REMOTE_OWN_PREFIX``): Secret and ConfigMap volumes and projections, env
+  ``naming.REMOTE_OWN_PREFIX``): Secret and ConfigMap volumes and projections, the
+  Secrets of volume plugins (CSI ``nodePublishSecretRef``, ``azureFile``, ``cephfs``,
+  ``cinder``, ``flexVolume``, ``iscsi``, ``rbd``, ``scaleIO``, ``storageos``), env
   ``valueFrom`` and ``envFrom``, PVC volumes, ``serviceAccountName`` (and the deprecated
   ``serviceAccount``), ``imagePullSecrets``;
 - ``resourceClaims[].resourceClaimName``: an existing ResourceClaim in that namespace
@@ -123,6 +125,11 @@ def _references(pod_spec: dict[str, Any], field: str) -> list[tuple[str, Any, st
     ]
     for i, v in _items(pod_spec.get("volumes")):
         out += _named(v, f"{field}.volumes[{i}]", _VOLUME_REFS)
+        for kind, ref_key in _VOLUME_SECRET_REFS:
+            source = v.get(kind)
+            if isinstance(source, dict) and isinstance(source.get(ref_key), dict):
+                path = f"{field}.volumes[{i}].{kind}.{ref_key}.name"
+                out.append((path, source[ref_key].get("name"), "Secret"))
         projected = v.get("projected")
         sources = projected.get("sources") if isinstance(projected, dict) else None
         for j, source in _items(sources):
@@ -145,7 +152,15 @@ _VOLUME_REFS = (
     ("secret", "secretName", "Secret"),
     ("configMap", "name", "ConfigMap"),
     ("persistentVolumeClaim", "claimName", "PersistentVolumeClaim"),
+    ("azureFile", "secretName", "Secret"),
 )
+# Volume sources that name a Secret through a ``LocalObjectReference`` (``{name}``):
+# (source, its key), from the core/v1 Volume reference.
+_VOLUME_SECRET_REFS = (
+    ("csi", "nodePublishSecretRef"), ("cephfs", "secretRef"), ("cinder", "secretRef"),
+    ("flexVolume", "secretRef"), ("iscsi", "secretRef"), ("rbd", "secretRef"),
+    ("scaleIO", "secretRef"), ("storageos", "secretRef"),
+)  # fmt: skip
 _PROJECTED = (("secret", "name", "Secret"), ("configMap", "name", "ConfigMap"))
 _ENV_REFS = (("secretKeyRef", "name", "Secret"), ("configMapKeyRef", "name", "ConfigMap"))
 _ENV_FROM_REFS = (("secretRef", "name", "Secret"), ("configMapRef", "name", "ConfigMap"))
