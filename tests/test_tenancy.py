@@ -49,6 +49,20 @@ ALLOWED = [
         {"name": "s", "emptyDir": {"medium": "Memory"}},
         {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}])),
     ("a ServiceAccount of the platform's", _pod(serviceAccountName="inference")),
+    ("the sysctls Kubernetes 1.32 and 1.37 made safe", _pod(securityContext={"sysctls": [
+        {"name": "net.ipv4.tcp_rmem", "value": "4096 87380 16777216"},
+        {"name": "net.ipv4.tcp_notsent_lowat", "value": "16384"}]})),
+    ("procMount Unmasked in a user namespace", _pod(hostUsers=False, containers=[
+        {"name": "engine", "securityContext": {"procMount": "Unmasked"}}])),
+    ("probes and hooks on the pod's own address", _container(
+        readinessProbe={"httpGet": {"path": "/health", "port": 8000, "host": ""}},
+        livenessProbe={"tcpSocket": {"port": 8000}},
+        lifecycle={"preStop": {"httpGet": {"path": "/drain", "port": 8000}}})),
+    ("an ephemeral volume cloned from a PVC of the platform's, or a snapshot", _pod(volumes=[
+        {"name": "e", "ephemeral": {"volumeClaimTemplate": {"spec": {
+            "dataSource": {"kind": "PersistentVolumeClaim", "name": "datasets"},
+            "dataSourceRef": {"apiGroup": "snapshot.storage.k8s.io",
+                              "kind": "VolumeSnapshot", "name": "modelcache-snap"}}}}}])),
     ("parts of the wrong type (the shape checks name them)", _pod(
         volumes={"x": 1}, securityContext="x", imagePullSecrets=[3])),
 ]  # fmt: skip
@@ -69,8 +83,6 @@ REFUSED = [
      "spec.ephemeralContainers[0].securityContext.privileged"),
     ("ALL capabilities", _container(securityContext={"capabilities": {"add": ["ALL"]}}),
      "spec.containers[0].securityContext.capabilities.add[0]"),
-    ("procMount Unmasked", _container(securityContext={"procMount": "Unmasked"}),
-     "spec.containers[0].securityContext.procMount"),
     ("a Windows host process",
      _pod(securityContext={"windowsOptions": {"hostProcess": True}}),
      "spec.securityContext.windowsOptions.hostProcess"),
@@ -99,6 +111,31 @@ REFUSED = [
      _pod(volumes=[{"name": "a", "azureFile": {"shareName": "s",
          "secretName": cache_secret_name("ml-team", "qwen")}}]),
      "spec.volumes[0].azureFile.secretName"),
+    ("a readiness probe's host", _container(readinessProbe={"httpGet": {
+        "path": "/", "port": 80, "host": "169.254.169.254"}}),
+     "spec.containers[0].readinessProbe.httpGet.host"),
+    ("an init container's startup probe host",
+     _pod(initContainers=[{"name": "i", "startupProbe": {"tcpSocket": {
+         "port": 10250, "host": "10.0.0.1"}}}]),
+     "spec.initContainers[0].startupProbe.tcpSocket.host"),
+    ("a preStop hook's host", _container(lifecycle={"preStop": {"httpGet": {
+        "path": "/", "port": 80, "host": "kubernetes.default"}}}),
+     "spec.containers[0].lifecycle.preStop.httpGet.host"),
+    ("an ephemeral volume cloned from a cache PVC",
+     _pod(volumes=[{"name": "e", "ephemeral": {"volumeClaimTemplate": {"spec": {
+         "dataSource": {"kind": "PersistentVolumeClaim",
+                        "name": cache_pvc_name("ml-team", "qwen")}}}}}]),
+     "spec.volumes[0].ephemeral.volumeClaimTemplate.spec.dataSource.name"),
+    ("an ephemeral volume's dataSourceRef to a cache PVC",
+     _pod(volumes=[{"name": "e", "ephemeral": {"volumeClaimTemplate": {"spec": {
+         "dataSourceRef": {"apiGroup": "", "kind": "PersistentVolumeClaim",
+                           "name": cache_pvc_name("ml-team", "qwen")}}}}}]),
+     "spec.volumes[0].ephemeral.volumeClaimTemplate.spec.dataSourceRef.name"),
+    ("an existing ResourceClaim, the 1.30 way",
+     _pod(resourceClaims=[{"name": "g", "source": {"resourceClaimName": "theirs"}}]),
+     "spec.resourceClaims[0].source.resourceClaimName"),
+    ("procMount Unmasked on the host's users", _container(securityContext={
+        "procMount": "Unmasked"}), "spec.containers[0].securityContext.procMount"),
     ("the deprecated serviceAccount", _pod(serviceAccount=f"{REMOTE_OWN_PREFIX}rbac-x"),
      "spec.serviceAccount"),
     ("a ConfigMap of the function's in env",

@@ -13,17 +13,19 @@ workload cluster can tell one tenant's reference from another's. So
   ``naming.REMOTE_OWN_PREFIX``): Secret and ConfigMap volumes and projections, the
   Secrets of volume plugins (CSI ``nodePublishSecretRef``, ``azureFile``, ``cephfs``,
   ``cinder``, ``flexVolume``, ``iscsi``, ``rbd``, ``scaleIO``, ``storageos``), env
-  ``valueFrom`` and ``envFrom``, PVC volumes, ``serviceAccountName`` (and the deprecated
-  ``serviceAccount``), ``imagePullSecrets``;
+  ``valueFrom`` and ``envFrom``, PVC volumes and the PVC an ephemeral volume is cloned
+  from, ``serviceAccountName`` (and the deprecated ``serviceAccount``),
+  ``imagePullSecrets``;
 - ``resourceClaims[].resourceClaimName``: an existing ResourceClaim in that namespace
   is another pod's (a tenant has none there); a claim template is the way;
 - what the Pod Security Standards' Baseline policy forbids
   (https://kubernetes.io/docs/concepts/security/pod-security-standards/#baseline; the
   same controls as ``k8s.io/pod-security-admission/policy``): host namespaces,
   privileged and Windows host-process containers, capabilities beyond Baseline's list,
-  ``hostPath`` volumes, host ports, AppArmor ``Unconfined``, SELinux types other than
-  the container ones and any SELinux user or role, ``procMount`` other than
-  ``Default``, seccomp ``Unconfined``, sysctls outside the safe set. Any of them gives a
+  ``hostPath`` volumes, host ports, a ``host`` in probes and lifecycle hooks, AppArmor
+  ``Unconfined``, SELinux types other than the container ones and any SELinux user or
+  role, ``procMount`` other than ``Default`` outside a user namespace, seccomp
+  ``Unconfined``, sysctls outside the safe set (as of Kubernetes 1.37). Any of them gives a
   pod the node, and the node holds every tenant's Secrets and volumes.
 
 The function's own additions (the cache mount, ``/dev/shm``, the flash loader) are not
@@ -53,6 +55,8 @@ SAFE_SYSCTLS = frozenset(
         "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
         "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
         "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+        "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_slow_start_after_idle",
+        "net.ipv4.tcp_notsent_lowat",
     }
 )  # fmt: skip
 # Baseline: SELinux types a pod may ask for ("" is unset).
@@ -91,12 +95,21 @@ def check_pod_access(pod_spec: Any, field: str, pod_annotations: Any = None) -> 
                 "mounted by the function: spec.modelCacheRef); name one of your own",
             )
     for i, claim in _items(pod_spec.get("resourceClaims")):
-        if claim.get("resourceClaimName") is not None:
-            raise SpecError(
-                f"{field}.resourceClaims[{i}].resourceClaimName",
-                f"an existing ResourceClaim in the workload cluster's namespace "
-                f"{REMOTE_NAMESPACE} is another pod's: use resourceClaimTemplateName",
-            )
+        legacy = claim.get("source")  # Kubernetes 1.26-1.30: source.resourceClaimName
+        named = (
+            ("resourceClaimName", claim.get("resourceClaimName")),
+            (
+                "source.resourceClaimName",
+                legacy.get("resourceClaimName") if isinstance(legacy, dict) else None,
+            ),
+        )
+        for where, value in named:
+            if value is not None:
+                raise SpecError(
+                    f"{field}.resourceClaims[{i}].{where}",
+                    f"an existing ResourceClaim in the workload cluster's namespace "
+                    f"{REMOTE_NAMESPACE} is another pod's: use resourceClaimTemplateName",
+                )
     _check_host_access(pod_spec, field)
     _check_apparmor_annotations(pod_annotations, field.removesuffix(".spec"))
 
@@ -110,9 +123,10 @@ def _check_host_access(pod_spec: dict[str, Any], field: str) -> None:
         if v.get("hostPath") is not None:
             _refuse(f"{field}.volumes[{i}].hostPath", "mounts a node path: use emptyDir or a PVC")
     _check_security_context(pod_spec.get("securityContext"), f"{field}.securityContext")
+    user_namespace = pod_spec.get("hostUsers") is False
     for group in ("initContainers", "containers", "ephemeralContainers"):
         for i, c in _items(pod_spec.get(group)):
-            _check_container(c, f"{field}.{group}[{i}]")
+            _check_container(c, f"{field}.{group}[{i}]", user_namespace)
 
 
 def _references(pod_spec: dict[str, Any], field: str) -> list[tuple[str, Any, str]]:
@@ -130,6 +144,7 @@ def _references(pod_spec: dict[str, Any], field: str) -> list[tuple[str, Any, st
             if isinstance(source, dict) and isinstance(source.get(ref_key), dict):
                 path = f"{field}.volumes[{i}].{kind}.{ref_key}.name"
                 out.append((path, source[ref_key].get("name"), "Secret"))
+        out += _claim_sources(v.get("ephemeral"), f"{field}.volumes[{i}].ephemeral")
         projected = v.get("projected")
         sources = projected.get("sources") if isinstance(projected, dict) else None
         for j, source in _items(sources):
@@ -167,6 +182,26 @@ _ENV_FROM_REFS = (("secretRef", "name", "Secret"), ("configMapRef", "name", "Con
 _SERVICE_ACCOUNT = ("serviceAccountName", "serviceAccount")  # the second: deprecated alias
 
 
+def _claim_sources(ephemeral: Any, path: str) -> list[tuple[str, Any, str]]:
+    """The PVC an ephemeral volume's claim is cloned from (``dataSource``,
+    ``dataSourceRef`` of kind PersistentVolumeClaim, core API group): a copy of a cache."""
+    template = ephemeral.get("volumeClaimTemplate") if isinstance(ephemeral, dict) else None
+    spec = template.get("spec") if isinstance(template, dict) else None
+    if not isinstance(spec, dict):
+        return []
+    out = []
+    for key in ("dataSource", "dataSourceRef"):
+        ref = spec.get(key)
+        if (
+            isinstance(ref, dict)
+            and ref.get("kind") == "PersistentVolumeClaim"
+            and ref.get("apiGroup") in (None, "")
+        ):
+            where = f"{path}.volumeClaimTemplate.spec.{key}.name"
+            out.append((where, ref.get("name"), "PersistentVolumeClaim"))
+    return out
+
+
 def _named(
     obj: dict[str, Any], path: str, refs: tuple[tuple[str, str, str], ...]
 ) -> list[tuple[str, Any, str]]:
@@ -177,18 +212,24 @@ def _named(
     ]
 
 
-def _check_container(c: dict[str, Any], path: str) -> None:
+def _check_container(c: dict[str, Any], path: str, user_namespace: bool) -> None:
+    """Baseline's controls on one container (``user_namespace``: the pod's ``hostUsers``
+    is false, where any ``procMount`` is allowed)."""
     for j, port in _items(c.get("ports")):
         if port.get("hostPort") not in (None, 0):
             _refuse(f"{path}.ports[{j}].hostPort", "binds a node port: remove it (or write 0)")
+    _check_handler_hosts(c, path)
     sc = c.get("securityContext")
     _check_security_context(sc, f"{path}.securityContext")
     if not isinstance(sc, dict):
         return
     if sc.get("privileged") is True:
         _refuse(f"{path}.securityContext.privileged", "true is refused: remove it or set false")
-    if sc.get("procMount") not in (None, "Default"):
-        _refuse(f"{path}.securityContext.procMount", "must be Default (or absent)")
+    if sc.get("procMount") not in (None, "Default") and not user_namespace:
+        _refuse(
+            f"{path}.securityContext.procMount",
+            "must be Default (or absent), unless the pod sets hostUsers: false",
+        )
     caps = sc.get("capabilities")
     for j, cap in _items(caps.get("add") if isinstance(caps, dict) else None, dict_only=False):
         if isinstance(cap, str) and cap not in BASELINE_CAPABILITIES:
@@ -197,6 +238,26 @@ def _check_container(c: dict[str, Any], path: str) -> None:
                 f"{path}.securityContext.capabilities.add[{j}]",
                 f"{cap} is beyond Baseline's capabilities ({allowed})",
             )
+
+
+def _check_handler_hosts(c: dict[str, Any], path: str) -> None:
+    """Baseline (1.34 on): probes and lifecycle hooks name no ``host`` (the kubelet would
+    call it from the node's network)."""
+    handlers = [(f"{path}.{k}", c.get(k)) for k in _PROBES]
+    lifecycle = c.get("lifecycle")
+    if isinstance(lifecycle, dict):
+        handlers += [(f"{path}.lifecycle.{k}", lifecycle.get(k)) for k in _HOOKS]
+    for where, handler in handlers:
+        if not isinstance(handler, dict):
+            continue
+        for action in ("httpGet", "tcpSocket"):
+            got = handler.get(action)
+            if isinstance(got, dict) and got.get("host") not in (None, ""):
+                _refuse(f"{where}.{action}.host", "is refused: remove it (the pod's IP is used)")
+
+
+_PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+_HOOKS = ("postStart", "preStop")
 
 
 def _check_security_context(sc: Any, path: str) -> None:
@@ -237,7 +298,7 @@ def _check_apparmor_annotations(annotations: Any, template: str) -> None:
             isinstance(key, str)
             and key.startswith(_APPARMOR_ANNOTATION)
             and isinstance(value, str)
-            and value != "runtime/default"
+            and value not in ("", "runtime/default")
             and not value.startswith("localhost/")
         ):
             _refuse(
