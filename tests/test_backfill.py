@@ -808,6 +808,28 @@ def test_a_template_turned_forbidden_mid_run_keeps_the_job(
         assert sim.observed[BACKFILL][k]["spec"] == obj["spec"], k
 
 
+def test_a_template_turned_forbidden_before_the_job_is_created_cancels_the_attempt(
+    sim: Sim, clock: Clock
+) -> None:
+    """Found by a trial: Starting, the Object not created yet, and the CronJob edited to
+    something the shared namespace forbids: the Job was rebuilt from it and the
+    SpecError came back as a fatal result blaming the backfill's spec, with no status.
+    Now the attempt is cancelled and the backfill Blocked, naming the CronJob's field."""
+    sim.add(spec())
+    assert sim.step()["phase"] == "WaitingForIdle"
+    clock.advance(600)
+    assert sim.step()["phase"] == "Starting"
+    sim.observed[BACKFILL] = {}  # Crossplane has not created the Object yet
+    sim.cronjobs[0]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["hostPID"] = True
+    clock.advance(10)
+    st = sim.step()
+    assert not fatal(sim.last)
+    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidTemplate"), st
+    assert "cannot create the Job" in st["message"], st["message"]
+    assert "spec.jobTemplate.spec.template.spec.hostPID" in st["message"], st["message"]
+    assert sim.observed[BACKFILL] == {}
+
+
 def test_blocked_by_the_template_recovers_when_it_is_fixed(sim: Sim, clock: Clock) -> None:
     sim.cronjobs = [eval_cronjob(resources=_gpu("nvidia.com/gpu"))]
     sim.add(spec())

@@ -22,7 +22,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import API_VERSION
-from function.api.modelexperiment import definition_hash, parse_spec
+from function.api.modelexperiment import PASSED, definition_hash, parse_spec
 from function.composers import experiment as exp
 from function.core.errors import SpecError
 from function.naming import (
@@ -1320,6 +1320,50 @@ def test_an_edit_the_new_spec_cannot_start_with_holds_the_running_run(
     assert (sim.phase, sim.status["run"]) == ("Evaluating", RUN1), sim.status
     for k, obj in before.items():
         assert sim.observed[k]["spec"] == obj["spec"], k
+
+
+def _typo(sim: Sim) -> None:
+    sim.xr["spec"] = copy.deepcopy(sim.xr["spec"])
+    sim.xr["spec"]["gauntlet"]["templateRef"]["name"] = "lm-evl"
+    sim.xr["metadata"]["generation"] += 1
+
+
+def test_a_held_run_still_ends_at_its_deadline(sim_factory, clock: Clock) -> None:
+    """Found by a trial: a run held while Deploying kept its candidate (its GPUs) a week
+    past its 30-minute deadline. The deadline still decides: TimedOut, recorded in
+    history, the candidate released; the edited spec's run is then Blocked."""
+    sim = sim_factory()
+    sim.reconcile()
+    sim.reconcile()  # Deploying, the candidate seen
+    _typo(sim)
+    clock.advance(60)
+    sim.reconcile()
+    assert (sim.phase, sim.status["run"]) == ("Blocked", RUN1)
+    assert "candidate-r1" in sim.observed
+    clock.advance(7 * 24 * 3600)
+    sim.reconcile()
+    assert [h["reason"] for h in sim.status["history"]] == ["TimedOut"], sim.status
+    assert (sim.phase, sim.status["reason"], sim.status["run"]) == (
+        "Blocked", "TemplateNotFound", RUN2,
+    )  # fmt: skip
+    assert "candidate-r1" not in sim.observed
+
+
+def test_a_gauntlet_that_finishes_while_held_is_recorded(sim_factory, clock: Clock) -> None:
+    """Found by a trial: the Job passed while its run was held, and a later edit dropped
+    the result. It is the verdict now, in history, its Job kept as evidence."""
+    sim = sim_factory()
+    sim.to_evaluating()
+    _typo(sim)
+    clock.advance(60)
+    sim.reconcile()
+    assert (sim.phase, sim.status["run"]) == ("Blocked", RUN1)
+    sim.job_finished(True, clock.advance(60))
+    sim.reconcile()
+    (record,) = sim.status["history"]
+    assert (record["run"], record["reason"], record["pass"]) == (RUN1, PASSED, True), record
+    assert sim.status["run"] == RUN2 and sim.status["reason"] == "TemplateNotFound"
+    assert "gauntlet-r1" in sim.observed and "candidate-r1" not in sim.observed
 
 
 def test_spec_change_after_verdict_keeps_history(sim_factory, clock: Clock) -> None:

@@ -299,14 +299,16 @@ def create(c: Call, p: Parsed, req: Required, attempt: int) -> bool:
     if got is None:
         return False
     pc = provider_config(got)
-    if tmpl is None or rep is None or pc is None:
-        what = (
-            "its CronJob is gone"
-            if tmpl is None
-            else "its replica is gone"
-            if rep is None
-            else f"InferenceCluster {cluster} reports no provider config"
-        )
+    what = None
+    if tmpl is None:
+        what = "its CronJob is gone"
+    elif rep is None:
+        what = "its replica is gone"
+    elif pc is None:
+        what = f"InferenceCluster {cluster} reports no provider config"
+    elif (problem := template_problem(c, p, req)) is not None:
+        what = f"its CronJob can no longer template it: {problem[1]}"
+    if what is not None:
         return cancel_attempt(
             c,
             p,
@@ -314,6 +316,7 @@ def create(c: Call, p: Parsed, req: Required, attempt: int) -> bool:
             Cancel("other", "CannotCreate", f"cannot create the Job: {what}"),
             exists=False,
         )
+    assert rep is not None and pc is not None  # what is None: all of them found
     emit_job(
         c,
         p,

@@ -21,11 +21,16 @@ from function.composers.experiment.names import (
     candidate_key,
     job_key,
 )
-from function.composers.experiment.run import Admission, active, admission
+from function.composers.experiment.run import (
+    Admission,
+    active,
+    admission,
+    decided_while_held,
+)
 from function.composers.experiment.state import RunState, next_run
 from function.core import events, structs
 from function.core.errors import SpecError
-from function.core.inputs import UNRESOLVED, Inputs
+from function.core.inputs import Inputs
 from function.core.memo import memo
 from function.core.outcome import Outcome
 from function.core.timeutil import format_time
@@ -132,19 +137,8 @@ class _Composer:
         if st.number == 0:
             st.start(inputs.name, 1, h, inputs.generation)
         elif st.spec_hash != h:
-            if st.candidate.get("createdAt") and not st.verdict and not spec.suspend:
-                found = admission(self, spec)
-                if found is UNRESOLVED:
-                    self.waiting(
-                        st,
-                        "waiting for Crossplane to resolve the edited spec's "
-                        "CronJob and ModelCache",
-                    )
-                    return False
-                assert isinstance(found, Admission)
-                if found.reason is not None:
-                    self.hold(st, found)
-                    return False
+            if self.held(spec, st):
+                return False
             was = st.name
             st.archive()
             st.start(inputs.name, st.number + 1, h, inputs.generation)
@@ -156,6 +150,26 @@ class _Composer:
             st.archive()
             st.start(inputs.name, st.number + 1, h, inputs.generation)
             out.normal(f"cool-down after run {was} ended; run {st.name} starts", "RunStarted")
+        return True
+
+    def held(self, spec: ExperimentSpec, st: RunState) -> bool:
+        """The spec changed: whether run ``st`` is held (see :meth:`advance`). Not when it
+        has a verdict or none was admitted, not for a suspension, not when the edited
+        spec can start, and not when the run is decided in this call (its Job finished
+        or its deadline passed: the verdict is recorded first, and goes to history)."""
+        if not st.candidate.get("createdAt") or st.verdict or spec.suspend:
+            return False
+        found = admission(self, spec)
+        if isinstance(found, Admission) and found.reason is None:
+            return False
+        if decided_while_held(self, spec, st):
+            return False
+        if isinstance(found, Admission):
+            self.hold(st, found)
+        else:
+            self.waiting(
+                st, "waiting for Crossplane to resolve the edited spec's CronJob and ModelCache"
+            )
         return True
 
     def hold(self, st: RunState, found: Admission) -> None:

@@ -68,6 +68,14 @@ def active(c: _Composer, spec: ExperimentSpec, st: RunState) -> None:
         run.proceed()
 
 
+def decided_while_held(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
+    """Whether a run that an edit would hold is decided anyway: its gauntlet Job finished
+    or its deadline passed. The verdict is then recorded (and the candidate released), so
+    a hold never outlives the run's deadline and never drops a result."""
+    run = ActiveRun.observe(c, spec, st, replicas=False)
+    return run.job_finished() or run.deadline_passed()
+
+
 def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     """Check the CronJob and the artifact gate; create the candidate when both pass.
 
@@ -178,7 +186,11 @@ class ActiveRun:
     replicas: Any
 
     @classmethod
-    def observe(cls, c: _Composer, spec: ExperimentSpec, st: RunState) -> ActiveRun:
+    def observe(
+        cls, c: _Composer, spec: ExperimentSpec, st: RunState, *, replicas: bool = True
+    ) -> ActiveRun:
+        """The run as observed (``replicas``: ask for the candidate's ModelReplicas too,
+        which only the candidate's checks read)."""
         inputs = c.inputs
         created = parse_time(st.candidate.get("createdAt")) or c.now
         deadline = parse_time(st.candidate.get("deadline")) or (
@@ -186,8 +198,8 @@ class ActiveRun:
         )
         cand_obs = inputs.observed_body(candidate_key(st.number))
         job_obs = inputs.observed_body(job_key(st.number))
-        replicas: Any = UNRESOLVED
-        if cand_obs is not None:
+        found: Any = UNRESOLVED
+        if cand_obs is not None and replicas:
             c.out.require(
                 REQ_REPLICAS,
                 API_VERSION,
@@ -195,8 +207,8 @@ class ActiveRun:
                 match_labels={LABEL_DEPLOYMENT: label_value(st.name)},
                 namespace=inputs.namespace,
             )
-            replicas = inputs.required(REQ_REPLICAS)
-        return cls(c, spec, st, deadline, cand_obs, job_obs, replicas)
+            found = inputs.required(REQ_REPLICAS)
+        return cls(c, spec, st, deadline, cand_obs, job_obs, found)
 
     def verdict(self, reason: str, summary: str, at: datetime.datetime) -> bool:
         self.c.verdict(self.spec, self.st, reason, summary, at)
