@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from prometheus_client import CollectorRegistry
 
 from function.api.modelbackfill import accelerator_uses, definition_hash, is_accelerator, parse
@@ -828,6 +829,63 @@ def test_a_template_turned_forbidden_before_the_job_is_created_cancels_the_attem
     assert "cannot create the Job" in st["message"], st["message"]
     assert "spec.jobTemplate.spec.template.spec.hostPID" in st["message"], st["message"]
     assert sim.observed[BACKFILL] == {}
+
+
+def _edit_to_a_forbidden_template(sim: Sim) -> None:
+    sim.cronjobs[0]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["hostPID"] = True
+    sim.backfills[BACKFILL]["spec"]["env"] = [{"name": "SUITE", "value": "mmlu"}]
+
+
+def _foreground(sim: Sim) -> None:
+    sim.foreground()
+
+
+def _suspend(sim: Sim) -> None:
+    sim.backfills[BACKFILL]["spec"]["suspend"] = True
+
+
+def _replicas_not_ready(sim: Sim) -> None:
+    for r in sim.replicas:
+        r["status"]["conditions"] = []
+
+
+@pytest.mark.parametrize(
+    "stop", [_foreground, _suspend, _replicas_not_ready], ids=["foreground", "suspend", "not ready"]
+)
+def test_a_held_edit_does_not_keep_a_job_that_must_stop(sim: Sim, clock: Clock, stop: Any) -> None:
+    """Found by a trial: while an edit the template cannot run was held (the Job kept
+    under the previous spec), foreground traffic, a suspension or replicas going not
+    Ready no longer cancelled the Job: the changed spec masked every other reason."""
+    start(sim, clock)
+    _edit_to_a_forbidden_template(sim)
+    clock.advance(30)
+    assert sim.step()["reason"] == "InvalidTemplate"
+    warnings = [r for r in sim.last.results if r.severity == fnv1.SEVERITY_WARNING]
+    clock.advance(30)
+    sim.step()
+    assert warnings and not [r for r in sim.last.results if r.severity == fnv1.SEVERITY_WARNING]
+    stop(sim)
+    clock.advance(30)
+    st = sim.step()
+    assert st["phase"] == "Cancelling", st
+
+
+def test_an_edit_to_a_forbidden_template_before_the_job_is_created_cancels_it(
+    sim: Sim, clock: Clock
+) -> None:
+    """Found by a trial: Starting, the Object not created yet, the spec edited and the
+    CronJob made unusable: held for hours, "Job ... keeps running" with no Job, the
+    replica claimed. Nothing runs, so nothing is held: the backfill is Blocked."""
+    sim.add(spec())
+    sim.step()
+    clock.advance(600)
+    assert sim.step()["phase"] == "Starting"
+    sim.observed[BACKFILL] = {}  # not created yet
+    _edit_to_a_forbidden_template(sim)
+    clock.advance(60)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidTemplate"), st
+    assert "keeps running" not in st["message"] and sim.observed[BACKFILL] == {}
 
 
 def test_blocked_by_the_template_recovers_when_it_is_fixed(sim: Sim, clock: Clock) -> None:

@@ -22,7 +22,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import API_VERSION
-from function.api.modelexperiment import PASSED, definition_hash, parse_spec
+from function.api.modelexperiment import CANDIDATE_LOST, PASSED, definition_hash, parse_spec
 from function.composers import experiment as exp
 from function.core.errors import SpecError
 from function.naming import (
@@ -1364,6 +1364,54 @@ def test_a_gauntlet_that_finishes_while_held_is_recorded(sim_factory, clock: Clo
     assert (record["run"], record["reason"], record["pass"]) == (RUN1, PASSED, True), record
     assert sim.status["run"] == RUN2 and sim.status["reason"] == "TemplateNotFound"
     assert "gauntlet-r1" in sim.observed and "candidate-r1" not in sim.observed
+
+
+def test_a_gauntlet_result_is_recorded_whatever_the_edit(sim_factory, clock: Clock) -> None:
+    """Found by a trial: a Job that finished before an edit was recorded when the edit
+    could not start (the run held) and dropped when it could. Recorded either way."""
+    sim = sim_factory()
+    sim.to_evaluating()
+    sim.job_finished(True, clock.advance(60))
+    sim.update_spec(gauntlet={"templateRef": {"name": "lm-eval"}, "env": []})
+    clock.advance(60)
+    sim.reconcile()
+    (record,) = sim.status["history"]
+    assert (record["run"], record["reason"]) == (RUN1, PASSED), record
+    assert sim.status["run"] == RUN2 and "gauntlet-r1" in sim.observed
+
+
+def test_a_held_run_times_out_under_its_own_timeout(sim_factory, clock: Clock) -> None:
+    """Found by a trial: the verdict of a run held past its deadline quoted the edited
+    spec's timeout ("within 6h", deadline 30 minutes after it started)."""
+    sim = sim_factory()
+    sim.reconcile()
+    sim.reconcile()
+    _typo(sim)
+    sim.xr["spec"]["timeout"] = "6h"
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Blocked"
+    clock.advance(3600)
+    sim.reconcile()
+    (record,) = sim.status["history"]
+    assert record["reason"] == "TimedOut" and "6h" not in record["summary"], record
+    assert "1800s" in record["summary"], record
+
+
+def test_a_held_run_whose_candidate_is_lost_ends(sim_factory, clock: Clock) -> None:
+    """Found by a trial: a held run whose candidate was deleted stayed Blocked saying it
+    kept its candidate, and ended as TimedOut at its deadline."""
+    sim = sim_factory()
+    sim.to_evaluating()
+    _typo(sim)
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Blocked"
+    del sim.observed["candidate-r1"]
+    clock.advance(60)
+    sim.reconcile()
+    (record,) = sim.status["history"]
+    assert record["reason"] == CANDIDATE_LOST, record
 
 
 def test_spec_change_after_verdict_keeps_history(sim_factory, clock: Clock) -> None:

@@ -83,8 +83,11 @@ def active(c: Call, p: Parsed, req: Required, phase: str) -> bool:
         return True
     cancel = cancel_reason(c, p, req, phase)
     if cancel is not None and cancel.metric == "spec_changed":
+        # The edited spec cannot run: a Job that exists keeps running under the previous
+        # one, unless something else stops it anyway (foreground service always wins).
+        other = cancel_reason(c, p, req, phase, spec_change=False)
         problem = template_problem(c, p, req)
-        if problem is not None:
+        if problem is not None and other is None and obs is not None:
             _keep_previous_spec(c, *problem)
             return True
     if cancel is not None:
@@ -103,12 +106,14 @@ def _keep_previous_spec(c: Call, reason: str, message: str) -> None:
     """The edited spec cannot run (its template is unusable): the running attempt is not
     given up for it. Bad input loses nothing."""
     c.keep_all()
+    entering = c.st.reason != reason
     c.st.reason = reason
     c.st.message = (
         f"{message}; Job {c.st.job} keeps running under the previous "
         f"spec until the new one can replace it"
     )
-    c.out.warning(message, reason)
+    if entering:  # one Warning event on entry, not one per reconcile
+        c.out.warning(message, reason)
     c.out.requeue_after(c.poll)
 
 
@@ -137,10 +142,13 @@ def _running_message(c: Call) -> str:
     )
 
 
-def cancel_reason(c: Call, p: Parsed, req: Required, phase: str) -> Cancel | None:
-    """Why the attempt in progress must stop now, or None (checked in this order)."""
+def cancel_reason(
+    c: Call, p: Parsed, req: Required, phase: str, *, spec_change: bool = True
+) -> Cancel | None:
+    """Why the attempt in progress must stop now, or None (checked in this order;
+    ``spec_change`` False: a changed spec is not a reason)."""
     return (
-        _own_reason(c, p)
+        _own_reason(c, p, spec_change)
         or _serving_reason(c, req)
         or _foreground_reason(c, req)
         or _conflict_reason(c, req)
@@ -148,11 +156,11 @@ def cancel_reason(c: Call, p: Parsed, req: Required, phase: str) -> Cancel | Non
     )
 
 
-def _own_reason(c: Call, p: Parsed) -> Cancel | None:
+def _own_reason(c: Call, p: Parsed, spec_change: bool) -> Cancel | None:
     """The ModelBackfill itself: deleted, its spec changed, or suspended."""
     if c.deleting():
         return Cancel("other", "Deleting", "the ModelBackfill is being deleted")
-    if c.hash != c.st.spec_hash:
+    if spec_change and c.hash != c.st.spec_hash:
         return Cancel("spec_changed", "SpecChanged", "the spec changed")
     if p.spec.suspend:
         return Cancel("suspended", "Suspended", "spec.suspend is true")
@@ -307,7 +315,7 @@ def create(c: Call, p: Parsed, req: Required, attempt: int) -> bool:
     elif pc is None:
         what = f"InferenceCluster {cluster} reports no provider config"
     elif (problem := template_problem(c, p, req)) is not None:
-        what = f"its CronJob can no longer template it: {problem[1]}"
+        what = f"its CronJob can no longer template it ({problem[0]})"
     if what is not None:
         return cancel_attempt(
             c,

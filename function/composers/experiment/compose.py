@@ -154,15 +154,16 @@ class _Composer:
 
     def held(self, spec: ExperimentSpec, st: RunState) -> bool:
         """The spec changed: whether run ``st`` is held (see :meth:`advance`). Not when it
-        has a verdict or none was admitted, not for a suspension, not when the edited
-        spec can start, and not when the run is decided in this call (its Job finished
-        or its deadline passed: the verdict is recorded first, and goes to history)."""
+        has a verdict or none was admitted, not for a suspension, not when the run is
+        decided in this call (its Job finished, its deadline passed, its candidate lost:
+        the verdict is recorded first and goes to history, whatever the edit), and not
+        when the edited spec can start."""
         if not st.candidate.get("createdAt") or st.verdict or spec.suspend:
+            return False
+        if decided_while_held(self, spec, st):
             return False
         found = admission(self, spec)
         if isinstance(found, Admission) and found.reason is None:
-            return False
-        if decided_while_held(self, spec, st):
             return False
         if isinstance(found, Admission):
             self.hold(st, found)

@@ -69,11 +69,13 @@ def active(c: _Composer, spec: ExperimentSpec, st: RunState) -> None:
 
 
 def decided_while_held(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
-    """Whether a run that an edit would hold is decided anyway: its gauntlet Job finished
-    or its deadline passed. The verdict is then recorded (and the candidate released), so
-    a hold never outlives the run's deadline and never drops a result."""
+    """Whether a run whose spec was edited is decided in this call: its gauntlet Job
+    finished, its deadline passed, or its candidate was lost. The verdict is then
+    recorded (and the candidate released) before the edit ends the run, so neither a
+    hold nor a new run drops a result, and a hold never outlives the run's deadline.
+    (A failed candidate is not checked: that needs its ModelReplicas.)"""
     run = ActiveRun.observe(c, spec, st, replicas=False)
-    return run.job_finished() or run.deadline_passed()
+    return run.job_finished() or run.deadline_passed() or run.candidate_lost()
 
 
 def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
@@ -255,9 +257,15 @@ class ActiveRun:
             what = "the candidate was Ready but its endpoint or cluster was never found"
         else:
             what = "the candidate never became Ready"
+        # The run's own timeout (an edit held behind it may have changed the spec's).
+        created = parse_time(self.st.candidate.get("createdAt"))
+        own = (self.deadline - created).total_seconds() if created is not None else None
+        timeout = self.spec.timeout
+        if own is not None and own != self.spec.timeout_seconds:
+            timeout = f"{own:g}s"
         return self.verdict(
             TIMED_OUT,
-            f"{what} within {self.spec.timeout} (deadline {format_time(self.deadline)})",
+            f"{what} within {timeout} (deadline {format_time(self.deadline)})",
             self.c.now,
         )
 
