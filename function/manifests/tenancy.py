@@ -141,9 +141,10 @@ def _references(pod_spec: dict[str, Any], field: str) -> list[tuple[str, Any, st
         out += _named(v, f"{field}.volumes[{i}]", _VOLUME_REFS)
         for kind, ref_key in _VOLUME_SECRET_REFS:
             source = v.get(kind)
-            if isinstance(source, dict) and isinstance(source.get(ref_key), dict):
-                path = f"{field}.volumes[{i}].{kind}.{ref_key}.name"
-                out.append((path, source[ref_key].get("name"), "Secret"))
+            if isinstance(source, dict):
+                out += _named(
+                    source, f"{field}.volumes[{i}].{kind}", ((ref_key, "name", "Secret"),)
+                )
         out += _claim_sources(v.get("ephemeral"), f"{field}.volumes[{i}].ephemeral")
         projected = v.get("projected")
         sources = projected.get("sources") if isinstance(projected, dict) else None

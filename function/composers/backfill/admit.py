@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 
-from google.protobuf.struct_pb2 import ListValue, Struct
+from google.protobuf.struct_pb2 import Struct
 
 from function import API_VERSION
 from function.api.inferencecluster import provider_config_ref
@@ -147,12 +147,6 @@ def template_problem(c: Call, p: Parsed, req: Required) -> tuple[str, str] | Non
             f"spec.templateRef: {ref} asks for accelerators "
             f"({', '.join(uses)}); a backfill shares the serving process and never "
             f"reserves a device",
-        )
-    containers = structs.get(tmpl, "spec", "jobTemplate", "spec", "template", "spec", "containers")
-    if not isinstance(containers, ListValue) or len(containers) == 0:
-        return (
-            "InvalidTemplate",
-            f"spec.templateRef: {ref} has no spec.jobTemplate.spec.template.spec.containers",
         )
     problem = cronjob_problem(tmpl)
     if problem:

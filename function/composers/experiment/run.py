@@ -148,13 +148,6 @@ def admission(c: _Composer, spec: ExperimentSpec) -> Admission | object:
     ref = f"CronJob {inputs.namespace}/{spec.gauntlet.templateRef.name} (spec.gauntlet.templateRef)"
     if not tmpl.items:
         return Admission("TemplateNotFound", f"{ref} not found")
-    containers = structs.get(
-        tmpl.items[0], "spec", "jobTemplate", "spec", "template", "spec", "containers"
-    )
-    if not containers:
-        return Admission(
-            "TemplateInvalid", f"{ref} has no spec.jobTemplate.spec.template.spec.containers"
-        )
     problem = cronjob_problem(tmpl.items[0])
     if problem:
         return Admission("TemplateInvalid", f"{ref}: {problem}")
