@@ -126,50 +126,76 @@ def _gone(w: World) -> World:
     return _replace_a(w, None)
 
 
-# How gpu-a stops being eligible: (base world, with a cache, the world after, the reason).
-INELIGIBLE: dict[str, tuple[World, bool, Callable[[World], World], str]] = {
-    "not-ready": (NO_CACHE, False, _not_ready, "moved (cluster is not Ready)"),
+# How gpu-a stops being eligible: (base world, with a cache, the world after, the reason,
+# whether the serving replica stays beside its replacement until that serves).
+INELIGIBLE: dict[str, tuple[World, bool, Callable[[World], World], str, bool]] = {
+    "not-ready": (NO_CACHE, False, _not_ready, "moved (cluster is not Ready)", True),
     "hydration-failed": (
         WITH_CACHE,
         True,
         _failed_hydration,
         "moved (hydration of ModelCache qwen-cache Failed)",
+        True,
     ),
-    "no-execute-taint": (NO_CACHE, False, _drained, "taint maint:NoExecute not tolerated"),
-    "selector-no-longer-matches": (NO_CACHE, False, _relabelled, "no longer matches"),
-    "cluster-gone": (NO_CACHE, False, _gone, "cluster is gone"),
+    "no-execute-taint": (
+        NO_CACHE, False, _drained, "taint maint:NoExecute not tolerated", False
+    ),
+    "selector-no-longer-matches": (NO_CACHE, False, _relabelled, "no longer matches", False),
+    "cluster-gone": (NO_CACHE, False, _gone, "cluster is gone", False),
 }
 
 
 @pytest.mark.parametrize("how", sorted(INELIGIBLE))
 def test_one_sample_from_displacement_to_replacement_serving(fn, m, how) -> None:
-    base, with_cache, after, why = INELIGIBLE[how]
+    """The sample runs from the call that places the replacement to the call that sees
+    it serve, whether the displaced replica goes at once or, moving off a cluster that
+    is not Ready or whose hydration Failed, keeps serving until then."""
+    base, with_cache, after, why, kept = INELIGIBLE[how]
     f = Fleet(fn, deployment(1, name=NAME, cache_name="qwen-cache" if with_cache else None))
     assert placed(f.reconcile(base)) == [(0, "gpu-a")]
     f.reconcile(base, {0: SERVING})
     assert displaced(f.rsp) == []
+    old = {0: SERVING} if kept else {}
 
     fn.clock.advance(600)  # T0: gpu-a stops being eligible; replica 0 moves to gpu-b
     world = after(base)
     rsp = f.reconcile(world, {0: SERVING})
     assert f.calls >= 2  # the requirements loop ran; only its last call counts
-    assert placed(rsp) == [(1, "gpu-b")]
-    assert any(s == "Warning" and why in msg for s, msg in h.results(rsp)), h.results(rsp)
+    events = h.results(rsp)
+    if kept:
+        assert placed(rsp) == [(0, "gpu-a"), (1, "gpu-b")]
+        assert not any("removed replica" in msg for _, msg in events), events
+        moving = why.removeprefix("moved (").removesuffix(")")
+        assert (
+            "Warning",
+            f"replica 0 on gpu-a moves ({moving}): it keeps serving until a replacement "
+            "serves (make-before-break)",
+        ) in events
+        scheduled = h.conditions(rsp)["ReplicasScheduled"]["message"]
+        assert f"1 more kept serving on gpu-a ({moving})" in scheduled, scheduled
+    else:
+        assert placed(rsp) == [(1, "gpu-b")]
+        assert any(s == "Warning" and why in msg for s, msg in events), events
     assert displaced(rsp) == [
         {"index": 0, "fromCluster": "gpu-a", "at": T0, "replacement": 1, "toCluster": "gpu-b"}
     ]
     assert samples(m) == 0
 
     fn.clock.advance(120)  # the replacement starts, not serving yet: nothing
-    rsp = f.reconcile(world, {1: ("False", "Starting", "pulling the image")})
+    rsp = f.reconcile(world, {**old, 1: ("False", "Starting", "pulling the image")})
     assert displaced(rsp) == displaced(f.rsp) and len(displaced(rsp)) == 1
+    assert placed(rsp) == ([(0, "gpu-a"), (1, "gpu-b")] if kept else [(1, "gpu-b")]), (h.results(rsp), h.conditions(rsp))
     assert samples(m) == 0
 
     fn.clock.advance(780)  # T1 = T0 + 900 s: the replacement serves
     runs = m.registry.get_sample_value(
         "modelplane_function_run_seconds_count", {"kind": "ModelDeployment", "result": "success"}
     )
-    rsp = f.reconcile(world, {1: SERVING})
+    rsp = f.reconcile(world, {**old, 1: SERVING})
+    assert placed(rsp) == [(1, "gpu-b")]
+    if kept:  # now it goes
+        assert any(s == "Warning" and f"removed replica 0 from gpu-a: {why}" in msg
+                   for s, msg in h.results(rsp)), h.results(rsp)
     assert "displaced" not in h.status(rsp)
     assert samples(m) == 1  # once, though the requirements loop called the function again:
     assert (
@@ -194,7 +220,7 @@ def test_repeated_calls_before_the_status_write_add_nothing(fn, m) -> None:
     """Calls with the same inputs (the XR's status not written yet) return the same
     record and observe nothing; once written, the record is read back unchanged (``at``
     stays T0 however late the next call comes)."""
-    base, _, after, _ = INELIGIBLE["not-ready"]
+    base, _, after, _, _ = INELIGIBLE["not-ready"]
     f = Fleet(fn, deployment(1, name=NAME, cache_name=None))
     f.reconcile(base)
     f.reconcile(base, {0: SERVING})
@@ -299,16 +325,21 @@ def test_replacement_displaced_before_it_serves(fn, m) -> None:
     f.reconcile(world, {0: SERVING})
     fn.clock.advance(600)
     world = [ic("gpu-a", ready=False), ic("gpu-b"), ic("gpu-c")]
-    assert placed(f.reconcile(world, {0: SERVING})) == [(1, "gpu-b")]
+    # replica 0 keeps serving beside its replacement (make-before-break)
+    assert placed(f.reconcile(world, {0: SERVING})) == [(0, "gpu-a"), (1, "gpu-b")]
     fn.clock.advance(60)
     world = [ic("gpu-a", ready=False), ic("gpu-b", ready=False), ic("gpu-c")]
-    rsp = f.reconcile(world)
-    assert placed(rsp) == [(0, "gpu-c")]  # index 0 is free again
+    rsp = f.reconcile(world)  # replica 0 stopped serving too
+    assert placed(rsp) == [(2, "gpu-c")]
     assert displaced(rsp) == [
-        {"index": 0, "fromCluster": "gpu-a", "at": T0, "replacement": 0, "toCluster": "gpu-c"}
+        {"index": 0, "fromCluster": "gpu-a", "at": T0, "replacement": 2, "toCluster": "gpu-c"}
+    ]
+    assert sorted(msg for _, msg in h.results(rsp) if "removed" in msg) == [
+        "removed replica 0 from gpu-a: moved (cluster is not Ready)",
+        "removed replica 1 from gpu-b: moved (cluster is not Ready)",
     ]
     fn.clock.advance(240)
-    rsp = f.reconcile(world, {0: SERVING})
+    rsp = f.reconcile(world, {2: SERVING})
     assert "displaced" not in h.status(rsp)
     assert (samples(m), value(m, "sum")) == (1, 300)  # from T0, not from the second move
 

@@ -425,6 +425,7 @@ TAINTS = "a cluster that is not Ready, or has an untolerated NoSchedule taint, g
 FAILED = "a Failed hydration is outside the footprint: its replicas move when they can"
 DISPLACED = "Removed.scaled_down is True only when fewer replicas are wanted"
 RETIRE = "a retained cluster takes no new replica; its replicas retire make-before-break"
+MOVE = "a serving replica due to move stays until as many replicas serve elsewhere as wanted"
 
 PLACEMENT: list[Case[Request, Want]] = [
     Case("spread-then-pack", SPREAD,
@@ -611,6 +612,44 @@ PLACEMENT: list[Case[Request, Want]] = [
     Case("retire-scaled-to-zero", RETIRE + "; scaled to zero, the retiring replica goes",
          retire(0, (serving(0, "a", True),), room=("a", "b")),
          Want(placed=(), removed=(Gone(index=0, cluster="a", scaled_down=True),))),
+    # a replica moving off a cluster that is not Ready, or whose hydration Failed, while
+    # it serves: make-before-break
+    Case("move-serving-kept-beside-replacement", MOVE,
+         req(clusters=(cluster("a", ready=False), cluster("b")), existing=(serving(0, "a", True),)),
+         Want(placed=at((0, "a"), (1, "b")), removed=(), reason=None,
+              message_has=("1 of 1 replicas placed",
+                           "1 more kept serving on a (cluster is not Ready) until replacements "
+                           "serve (make-before-break)"))),
+    Case("move-serving-kept-replacement-not-serving", MOVE,
+         req(clusters=(cluster("a", ready=False), cluster("b")),
+             existing=(serving(0, "a", True), serving(1, "b", False)), displaced=frozenset({0})),
+         Want(placed=at((0, "a"), (1, "b")), removed=())),
+    Case("move-serving-goes-once-replacement-serves", MOVE,
+         req(clusters=(cluster("a", ready=False), cluster("b")),
+             existing=(serving(0, "a", True), serving(1, "b", True)), displaced=frozenset({0})),
+         Want(placed=at((1, "b")), removed=(
+             Gone(index=0, why="moved (cluster is not Ready)", scaled_down=False),))),
+    Case("move-serving-failed-hydration", MOVE,
+         req(clusters=FLEET, footprint=C7_FOOTPRINT, cache="c",
+             existing=(Existing(0, "gpu-c", ON_H100, True),)),
+         Want(placed=at((0, "gpu-c"), (1, "gpu-a")), removed=())),
+    Case("move-not-serving-goes-when-replaced", MOVE + "; one that does not serve goes once "
+         "its replacement is placed",
+         req(clusters=(cluster("a", ready=False), cluster("b")), existing=(serving(0, "a", False),)),
+         Want(placed=at((1, "b")), removed=(Gone(index=0, why="moved (cluster is not Ready)"),))),
+    Case("scale-down-serving-on-not-ready", MOVE + "; fewer wanted, with enough serving "
+         "elsewhere and no record of a move, it is scaled down",
+         req(clusters=(cluster("a", ready=False), cluster("b")),
+             existing=(serving(0, "a", True), serving(1, "b", True))),
+         Want(placed=at((1, "b")), removed=(
+             Gone(index=0, why="scaled down (cluster is not Ready)", scaled_down=True),))),
+    Case("move-serving-two-of-them", MOVE + "; each serving one waits for as many serving "
+         "elsewhere",
+         req(replicas=2, clusters=(cluster("a", ready=False), cluster("b")),
+             existing=(serving(0, "a", True), serving(1, "a", True), serving(2, "b", True),
+                       serving(3, "b", False)), displaced=frozenset({0, 1})),
+         Want(placed=at((0, "a"), (2, "b"), (3, "b")), removed=(
+             Gone(index=1, why="moved (cluster is not Ready)"),))),
 ]  # fmt: skip
 
 

@@ -416,10 +416,11 @@ FAILED_CASES = [
               (f"identity {DEP_NEW} Failed on gpu-a, gpu-b",
                f"2 replicas there keep serving identity {DEP_OLD}"))),
     Case("failed-nothing-stored", "a Failed hydration with nothing the replica serves on the "
-         "PVC: the replica moves, as before (make-before-break: it stays until a "
-         "replacement is placed)",
+         "PVC: the replica moves, as before (make-before-break: serving, it stays until "
+         "its replacement serves)",
          Fleet2(("Failed", []), ("Ready", [DEP_NEW])),
-         Kept({"replica-1": "gpu-b", "replica-2": "gpu-b"}, "ReplicasNotReady", ())),
+         Kept({"replica-0": "gpu-a", "replica-1": "gpu-b", "replica-2": "gpu-b"},
+              "ReplicasNotReady", ())),
 ]  # fmt: skip
 
 

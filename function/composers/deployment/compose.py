@@ -35,6 +35,7 @@ from function.composers.deployment.spec import (
 from function.composers.deployment.status import (
     _carry_displaced,
     _displaced_status,
+    _read_displaced,
     _status_from,
     _track_displaced,
 )
@@ -250,6 +251,7 @@ def _request(
         retained=lists.retained,
         cache=call.cache,
         identities=lists.footprint,
+        displaced=frozenset(d.index for d in _read_displaced(_displaced_status(call.inputs))),
     )
 
 
@@ -393,6 +395,12 @@ def _children(
             out.normal(msg, "ReplicaRemoved")
         else:
             out.warning(msg, "ReplicaRemoved")
+    for mv in placement.moving:
+        out.warning(
+            f"replica {mv.index} on {mv.cluster} moves ({mv.why}): it keeps serving until "
+            "a replacement serves (make-before-break)",
+            "ReplicaMoving",
+        )
     if call.cache:
         # A Usage's work is done once it exists; unspecified readiness would keep the
         # XR unready forever (Crossplane counts only READY_TRUE).
@@ -528,7 +536,11 @@ def _report(call: _Call, placement: Placement, rows: list[Any]) -> None:
     if not _status_from(inputs, out, call.replicas, rows, call.cache):
         out.requeue_after(inputs.settings.poll_seconds)
     prev = _displaced_status(inputs)
-    if prev is not None or any(not r.scaled_down for r in placement.removed):
+    if (
+        prev is not None
+        or placement.moving
+        or any(not r.scaled_down for r in placement.removed)
+    ):
         by_index = {v.index: v for v in call.placed if v.index is not None}
         _track_displaced(inputs, out, placement, by_index, prev)
 

@@ -257,7 +257,8 @@ def _track_displaced(
     Issue 7's ``modelplane_replica_replacement_duration_seconds{namespace,model}``: from a
     replica being displaced (removed by placement because its cluster stopped being
     eligible, or moved off a cluster that is not Ready or whose hydration Failed; never a
-    scale-down) to its replacement serving (its ``ModelReady`` condition True, what
+    scale-down; a replica that serves and moves make-before-break, ``Placement.moving``,
+    from the call that keeps it beside its replacement) to its replacement serving (its ``ModelReady`` condition True, what
     ``status.replicas.ready`` counts). The function is stateless, so the start is written
     in status (``at``, ``inputs.now``) in the call that displaces the replica, and the
     sample is observed in the call that removes the record (see ``function.ops.metrics``).
@@ -278,8 +279,12 @@ def _track_displaced(
     records = _read_displaced(prev)
     now = format_time(inputs.now)
     since = parse_time(now) or inputs.now  # what later calls read back from ``at``
-    for r in placement.removed:
-        if not r.scaled_down:
+    known = {(d.index, d.from_cluster) for d in records}
+    # A replica moving make-before-break is displaced from the call that places its
+    # replacement (it is removed once that serves: the record is already there).
+    for r in [*placement.moving, *(r for r in placement.removed if not r.scaled_down)]:
+        if (r.index, r.cluster) not in known:
+            known.add((r.index, r.cluster))
             records.append(_Displaced(r.index, r.cluster, now, since))
     records.sort(key=lambda d: (d.since, d.index, d.from_cluster))
     placed = {p.index: p for p in placement.replicas}

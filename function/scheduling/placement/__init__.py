@@ -35,11 +35,14 @@ Stability
     It is removed when its cluster is gone, no longer matches the selector,
     carries an untolerated ``NoExecute`` taint, is outside the cache footprint,
     or can no longer fit the engines. A replica whose cluster is not Ready or
-    whose hydration Failed is *moved*: it is replaced only when a replacement
-    could be placed elsewhere, and kept (failed) otherwise, so that a failure
-    stays visible and never turns into no replica at all. The same holds while
-    the cache has no hydration at all (a footprint being rebuilt): nothing can
-    replace the replicas, so they stay.
+    whose hydration Failed is *moved*, make-before-break: a replacement is placed
+    elsewhere when one fits; a replica that serves (``Existing.serving``) stays
+    beside it until as many replicas serve elsewhere as are wanted
+    (``Placement.moving``), one that does not goes once its replacement is placed;
+    with no room for a replacement it stays (failed), so that a failure stays
+    visible and never turns into no replica at all. The same holds while the cache
+    has no hydration at all (a footprint being rebuilt): nothing can replace the
+    replicas, so they stay.
 
 Retained clusters (issue 13, "Reclaim finishes")
     A cluster that left the cache's ``clusterSelector`` keeps its hydration while a
@@ -84,6 +87,7 @@ from function.scheduling.placement.model import (
     Existing,
     Member,
     MemberKey,
+    Moving,
     Placed,
     Placement,
     Pool,
@@ -98,6 +102,7 @@ __all__ = [
     "Existing",
     "Member",
     "MemberKey",
+    "Moving",
     "Placed",
     "Placement",
     "Pool",

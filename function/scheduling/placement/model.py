@@ -133,6 +133,18 @@ class Removed:
     scaled_down: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Moving:
+    """An existing replica due to move (its cluster is not Ready, or its hydration
+    Failed with nothing it serves stored there) that still serves: it stays, beside its
+    replacement, until enough replicas serve elsewhere (make-before-break), then goes
+    as a :class:`Removed` one."""
+
+    index: int
+    cluster: str
+    why: str
+
+
 @dataclass
 class Placement:
     """The outcome of :func:`place`.
@@ -143,6 +155,7 @@ class Placement:
         reason: Why fewer replicas than wanted are placed (None when all are).
         message: A sentence for the condition, naming what was checked.
         held: See the field.
+        moving: See the field.
     """
 
     replicas: list[Placed]
@@ -153,6 +166,9 @@ class Placement:
     """Indexes of replicas kept serving what they serve on a cluster whose hydration
     Failed for the cache's new identity (not moved, not removed): the identity still
     stored there, or the PVC root (:attr:`Existing.reads_root`)."""
+    moving: list[Moving] = field(default_factory=list)
+    """Replicas due to move kept serving until replacements serve, sorted by index
+    (they are in ``replicas`` too)."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +197,10 @@ class Request:
         retained: Clusters of the footprint that the cache keeps only while a live
             replica uses them (they left its ``clusterSelector``): no new replica goes
             there, and replicas there retire make-before-break.
+        displaced: Indexes of existing replicas the deployment recorded as displaced
+            (its ``status.displaced[]``): a replica that serves and moves stays beside its
+            replacement until that serves, then goes as moved; without the record (a
+            status write lost) it goes as scaled down, which it is indistinguishable from.
         fleet: Instead of ``clusters``, a mapping of cluster name to Cluster that may
             build each Cluster when it is first read (iteration yields the names):
             placement reads only the clusters it needs (the existing replicas'
@@ -200,3 +220,4 @@ class Request:
     fleet: Mapping[str, Cluster] | None = None
     retained: frozenset[str] = frozenset()
     identities: CacheIdentities | None = None
+    displaced: frozenset[int] = frozenset()

@@ -27,6 +27,7 @@ from function.scheduling.placement.model import (
     Cluster,
     Existing,
     MemberKey,
+    Moving,
     Placed,
     Placement,
     Removed,
@@ -53,9 +54,11 @@ def place(req: Request) -> Placement:
     _scale_down(run, standing)
     chooser = _Chooser(run, standing)
     chooser.place(req.replicas - len(standing.solid))
-    kept_soft = _replace_moved(run, standing, chooser.new)
+    kept_soft, moving = _replace_moved(run, standing, chooser.new)
     kept_retiring = _retire(run, standing)
-    return _report(run, standing.solid + kept_soft + chooser.new, kept_retiring, chooser.checked)
+    return _report(
+        run, standing.solid + kept_soft + chooser.new, kept_retiring, moving, chooser.checked
+    )
 
 
 @dataclass
@@ -190,11 +193,20 @@ def _still_stored(req: Request, ex: Existing) -> bool:
 
 
 def _scale_down(run: _Run, standing: _Standing) -> None:
-    excess = len(standing.solid) + len(standing.soft) - run.req.replicas
-    while excess > 0 and standing.soft:
-        p, why = standing.soft.pop()
-        run.drop(p, f"scaled down ({why})", True)
-        excess -= 1
+    """Fewer replicas wanted: replicas due to move go first (highest index first), then
+    solid ones beyond ``replicas``. One due to move that serves, or that is recorded as
+    displaced (its replacement counts instead), is left to :func:`_replace_moved`."""
+    displaced = run.req.displaced
+    soft = [(p, why) for p, why in standing.soft if p.index not in displaced]
+    excess = len(standing.solid) + len(soft) - run.req.replicas
+    for p, why in reversed(soft):
+        if excess <= 0:
+            break
+        if p.index not in standing.serving:
+            standing.soft.remove((p, why))
+            run.drop(p, f"scaled down ({why})", True)
+            excess -= 1
+    excess = len(standing.solid) - run.req.replicas
     if excess > 0:
         standing.solid = _shed(run, standing.solid, excess)
 
@@ -330,13 +342,35 @@ def _free_indexes(taken: set[int]) -> Iterator[int]:
 # ---- replicas due to move, retiring replicas, the outcome -----------------------
 
 
-def _replace_moved(run: _Run, standing: _Standing, new: list[Placed]) -> list[Placed]:
-    """Replicas due to move are replaced when a replacement was placed; the rest stay."""
-    keep = max(0, run.req.replicas - len(standing.solid) - len(new))
+def _replace_moved(
+    run: _Run, standing: _Standing, new: list[Placed]
+) -> tuple[list[Placed], list[tuple[Placed, str]]]:
+    """Replicas due to move stay while they are needed (make-before-break).
+
+    Those that fill a shortfall (no replacement placed for them) stay as placed. Of the
+    rest, a replica that serves stays until enough replicas serve elsewhere, as a
+    retiring one does: its cluster not being Ready, or its hydration having Failed,
+    says nothing of the pods already serving there. One that does not serve goes once
+    its replacement is placed.
+
+    Returns:
+        The replicas kept as placed, and those kept only until replacements serve (with
+        why they move).
+    """
+    fill = max(0, run.req.replicas - len(standing.solid) - len(new))
     soft = sorted(standing.soft, key=lambda s: s[0].index)
-    for p, why in soft[keep:]:
-        run.drop(p, f"moved ({why})", False)
-    return [p for p, _ in soft[:keep]]
+    serving = standing.serving
+    short = run.req.replicas - sum(1 for p in standing.solid if p.index in serving)
+    short -= sum(1 for p, _ in soft[:fill] if p.index in serving)
+    moving: list[tuple[Placed, str]] = []
+    for p, why in soft[fill:]:
+        if p.index in serving and len(moving) < short:
+            moving.append((p, why))
+        elif p.index not in serving or p.index in run.req.displaced:
+            run.drop(p, f"moved ({why})", False)
+        else:  # serves, never displaced, enough serve elsewhere: one too many
+            run.drop(p, f"scaled down ({why})", True)
+    return [p for p, _ in soft[:fill]], moving
 
 
 def _retire(run: _Run, standing: _Standing) -> list[Placed]:
@@ -358,32 +392,45 @@ def _retire(run: _Run, standing: _Standing) -> list[Placed]:
 
 
 def _report(
-    run: _Run, wanted: list[Placed], kept_retiring: list[Placed], checked: Mapping[str, str]
+    run: _Run,
+    wanted: list[Placed],
+    kept_retiring: list[Placed],
+    moving: list[tuple[Placed, str]],
+    checked: Mapping[str, str],
 ) -> Placement:
     req = run.req
-    replicas = sorted(wanted + kept_retiring, key=lambda p: p.index)
+    kept = [p for p, _ in moving]
+    replicas = sorted(wanted + kept_retiring + kept, key=lambda p: p.index)
     removed = sorted(run.removed, key=lambda r: r.index)
     indexes = {p.index for p in replicas}
     held = sorted(p.index for p in run.held if p.index in indexes)
     placed = len(wanted)
-    retire_note = ""
+    note = ""
     if kept_retiring:
-        retire_note = (
+        note = (
             f"; {len(kept_retiring)} more kept on retained cluster(s) "
             f"{names(sorted({p.cluster for p in kept_retiring}))} until replacements "
             "serve (make-before-break)"
         )
+    if kept:
+        whys = sorted({why for _, why in moving})
+        note += (
+            f"; {len(kept)} more kept serving on {names(sorted({p.cluster for p in kept}))} "
+            f"({'; '.join(whys)}) until replacements serve (make-before-break)"
+        )
+    rows = [Moving(p.index, p.cluster, why) for p, why in sorted(moving, key=lambda m: m[0].index)]
     if placed >= req.replicas:
         return Placement(
             replicas,
             removed,
             None,
-            f"{placed} of {req.replicas} replicas placed{where(wanted)}{retire_note}",
+            f"{placed} of {req.replicas} replicas placed{where(wanted)}{note}",
             held,
+            rows,
         )
     reason, detail = _shortfall(req, run.clusters, checked)
-    msg = f"{placed} of {req.replicas} replicas placed: {detail}{retire_note}"
-    return Placement(replicas, removed, reason, msg, held)
+    msg = f"{placed} of {req.replicas} replicas placed: {detail}{note}"
+    return Placement(replicas, removed, reason, msg, held, rows)
 
 
 def _shortfall(
