@@ -767,10 +767,7 @@ _ACCESS_FAULTS = [
 
 def _forbidden_cronjob(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
     cj = eval_cronjob()
-    target = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
+    fixtures.put_fault(cj["spec"]["jobTemplate"]["spec"]["template"], path, value)
     return cj
 
 

@@ -16,7 +16,7 @@ from function import API_VERSION
 from function.api.modelreplica import ModelReplicaSpec
 from function.naming import hydration_name, replica_name
 from tests.support import harness as h
-from tests.support.fixtures import POD_TEMPLATE_FAULTS, inference_cluster
+from tests.support.fixtures import POD_TEMPLATE_FAULTS, inference_cluster, put_fault
 from tests.support.validation import validate_manifest, validate_xr
 
 NS = h.NAMESPACE
@@ -1087,14 +1087,37 @@ def test_a_pod_template_fault_is_fatal_naming_it(
 ) -> None:
     first = drive(deployment(1), world())
     e = engine()
-    target = e["members"][0]["template"]["spec"]
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
+    put_fault(e["members"][0]["template"], path, value)
     rsp, _ = h.drive(h.run, deployment(1, engines=[e]), observe(first), world())
     (msg,) = h.fatal(rsp)
     assert f"spec.template.spec.engines[0].members[0].{field}" in msg, msg
     assert "internal error" not in msg
+
+
+# Deployment-level values the XRD's patterns let through and every replica composed
+# from them refused (found by a trial: the deployment stayed Ready while the edit never
+# rolled out): refused by the deployment, naming the field.
+LEVEL_FAULTS = [
+    ("a /dev/shm of zero", {"shmSizeLimit": "0"}, "spec.template.spec.shmSizeLimit"),
+    ("a flash-loader tmpfs of zero", {"flashLoader": {"tmpfsSizeLimit": "0"}},
+     "spec.template.spec.flashLoader.tmpfsSizeLimit"),
+    ("a flash-loader tmpfs of zero bytes in Gi", {"flashLoader": {"tmpfsSizeLimit": "0Gi"}},
+     "spec.template.spec.flashLoader.tmpfsSizeLimit"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"), [pytest.param(x, f, id=i) for i, x, f in LEVEL_FAULTS]
+)
+def test_a_value_every_replica_would_refuse_is_fatal_naming_it(
+    extra: dict[str, Any], field: str
+) -> None:
+    first = drive(deployment(1), world())
+    edited = deployment(1, **extra)
+    validate_xr(edited)  # the XRD admits it: only the function can refuse it
+    rsp, _ = h.drive(h.run, edited, observe(first), world())
+    (msg,) = h.fatal(rsp)
+    assert f"{field}: must be a Kubernetes quantity greater than zero" in msg, msg
 
 
 def test_cache_reference_removed_while_replicas_hydrate_names_no_none() -> None:

@@ -184,7 +184,7 @@ def test_one_sample_from_displacement_to_replacement_serving(fn, m, how) -> None
     fn.clock.advance(120)  # the replacement starts, not serving yet: nothing
     rsp = f.reconcile(world, {**old, 1: ("False", "Starting", "pulling the image")})
     assert displaced(rsp) == displaced(f.rsp) and len(displaced(rsp)) == 1
-    assert placed(rsp) == ([(0, "gpu-a"), (1, "gpu-b")] if kept else [(1, "gpu-b")]), (h.results(rsp), h.conditions(rsp))
+    assert placed(rsp) == ([(0, "gpu-a"), (1, "gpu-b")] if kept else [(1, "gpu-b")])
     assert samples(m) == 0
 
     fn.clock.advance(780)  # T1 = T0 + 900 s: the replacement serves

@@ -40,6 +40,7 @@ from tests.support.fixtures import (
     cache_spec,
     inference_cluster,
     observed_hydration,
+    put_fault,
 )
 from tests.support.harness import (
     NAMESPACE,
@@ -1064,10 +1065,7 @@ def test_a_gauntlet_template_a_shared_namespace_forbids_is_invalid_naming_it(
     """What a tenant's pod spec may not hold on the workload cluster's shared namespace,
     in the gauntlet's CronJob: no candidate, no Job; the field is named."""
     cj = cronjob()
-    target = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
+    put_fault(cj["spec"]["jobTemplate"]["spec"]["template"], path, value)
     sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER)])
     sim.reconcile()
     assert sim.status["reason"] == "TemplateInvalid", sim.status
@@ -1097,6 +1095,12 @@ INVALID_SPECS: list[Case[Any, str]] = [
          lambda s: s.update(timeout="soon"), "spec.timeout"),
     Case("no backend", "the candidate names its backend (the gauntlet's MODELS)",
          lambda s: s["candidate"].pop("backend"), "spec.candidate.backend"),
+    # A trial: values the XRD's patterns let through and every replica refused.
+    Case("/dev/shm of zero", "the candidate's replicas would refuse it",
+         lambda s: s["candidate"].update(shmSizeLimit="0"), "spec.candidate.shmSizeLimit"),
+    Case("flash-loader tmpfs of zero", "the candidate's replicas would refuse it",
+         lambda s: s["candidate"].update(flashLoader={"tmpfsSizeLimit": "0"}),
+         "spec.candidate.flashLoader.tmpfsSizeLimit"),
 ]  # fmt: skip
 
 
@@ -1957,10 +1961,7 @@ def test_a_pod_template_fault_mid_run_blocks_naming_it_and_keeps_the_candidate(
     sim.to_evaluating()
     before = copy.deepcopy(sim.observed)
     sim.validate = False  # past admission (the XRD types some of these)
-    target = sim.xr["spec"]["candidate"]["engines"][0]["members"][0]["template"]["spec"]
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
+    put_fault(sim.xr["spec"]["candidate"]["engines"][0]["members"][0]["template"], path, value)
     sim.reconcile()
     assert sim.phase == "Blocked" and sim.status["reason"] == "InvalidSpec"
     msg = sim.conditions()["Runnable"]["message"]

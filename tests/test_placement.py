@@ -635,7 +635,8 @@ PLACEMENT: list[Case[Request, Want]] = [
          Want(placed=at((0, "gpu-c"), (1, "gpu-a")), removed=())),
     Case("move-not-serving-goes-when-replaced", MOVE + "; one that does not serve goes once "
          "its replacement is placed",
-         req(clusters=(cluster("a", ready=False), cluster("b")), existing=(serving(0, "a", False),)),
+         req(clusters=(cluster("a", ready=False), cluster("b")),
+             existing=(serving(0, "a", False),)),
          Want(placed=at((1, "b")), removed=(Gone(index=0, why="moved (cluster is not Ready)"),))),
     Case("scale-down-serving-on-not-ready", MOVE + "; fewer wanted, with enough serving "
          "elsewhere and no record of a move, it is scaled down",

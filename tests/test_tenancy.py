@@ -15,7 +15,7 @@ from function.manifests.jobs import cronjob_problem, job_from_cronjob
 from function.manifests.tenancy import check_pod_access
 from function.naming import REMOTE_OWN_PREFIX, cache_pvc_name, cache_secret_name
 from tests.support.backfill_sim import eval_cronjob
-from tests.support.fixtures import POD_ACCESS_FAULTS
+from tests.support.fixtures import POD_ACCESS_FAULTS, put_fault
 
 F = "spec"
 
@@ -71,7 +71,17 @@ ALLOWED = [
 @pytest.mark.parametrize("pod", [pytest.param(p, id=i) for i, p in ALLOWED])
 def test_what_baseline_and_the_shared_namespace_allow_passes(pod: dict[str, Any]) -> None:
     check_pod_access(
-        pod, F, {"container.apparmor.security.beta.kubernetes.io/engine": "localhost/p"}
+        pod,
+        F,
+        {
+            "annotations": {"container.apparmor.security.beta.kubernetes.io/engine": "localhost/p"},
+            "labels": {
+                "app": "chat",
+                "example.com/modelplane.ai": "x",
+                "modelplane.ai": "y",
+                "experiment.modelplane.ai/name": "z",
+            },
+        },
     )
 
 
@@ -155,9 +165,9 @@ def test_each_refusal_names_its_field(pod: dict[str, Any], field: str) -> None:
 def test_an_apparmor_annotation_other_than_runtime_default_or_localhost_is_refused() -> None:
     key = "container.apparmor.security.beta.kubernetes.io/engine"
     with pytest.raises(SpecError) as err:
-        check_pod_access(_pod(), "spec.template.spec", {key: "unconfined"})
+        check_pod_access(_pod(), "spec.template.spec", {"annotations": {key: "unconfined"}})
     assert err.value.field == f"spec.template.metadata.annotations[{key}]"
-    check_pod_access(_pod(), "spec.template.spec", {key: "runtime/default"})
+    check_pod_access(_pod(), "spec.template.spec", {"annotations": {key: "runtime/default"}})
 
 
 @pytest.mark.parametrize(
@@ -166,10 +176,7 @@ def test_an_apparmor_annotation_other_than_runtime_default_or_localhost_is_refus
 )
 def test_a_cronjob_with_it_builds_no_job(path: tuple[Any, ...], value: Any, field: str) -> None:
     cj = eval_cronjob()
-    target = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
+    put_fault(cj["spec"]["jobTemplate"]["spec"]["template"], path, value)
     with pytest.raises(SpecError) as err:
         job_from_cronjob(cj, name="j", namespace="default", labels={})
     assert err.value.field == f"spec.jobTemplate.spec.{field}"

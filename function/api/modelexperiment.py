@@ -55,6 +55,7 @@ from function.api.modelreplica import Engine, NodeSelector
 from function.core.errors import SpecError, pydantic_errors
 from function.core.timeutil import parse_duration
 from function.manifests.workloads import ENGINE_CONTAINER, check_template
+from function.serving.flashloader import check_level
 from function.scheduling.selectors import LabelSelector
 from function.serving.env import (
     MAX_LITERAL_ENV,
@@ -327,6 +328,7 @@ def parse_spec(spec: dict[str, Any]) -> ExperimentSpec:
         )
     if parsed.candidate.clusterSelector is not None:
         LabelSelector.parse(parsed.candidate.clusterSelector, "spec.candidate.clusterSelector")
+    check_level(parsed.candidate.flashLoader, parsed.candidate.shmSizeLimit, "spec.candidate")
     for ei, engine in enumerate(parsed.candidate.engines):
         for mi, member in enumerate(engine.members):
             # What the candidate's replicas would refuse, said here where it was written.

@@ -120,7 +120,7 @@ def job_from_cronjob(
         raise SpecError("spec.jobTemplate.spec.template.spec.containers", "is empty")
     check_pod_spec(pod_spec, "spec.jobTemplate.spec.template.spec")
     pod_meta = _obj(pod.get("metadata"), "spec.jobTemplate.spec.template.metadata")
-    check_pod_access(pod_spec, "spec.jobTemplate.spec.template.spec", pod_meta.get("annotations"))
+    check_pod_access(pod_spec, "spec.jobTemplate.spec.template.spec", pod_meta)
     tmeta = _obj(tmpl.get("metadata"), "spec.jobTemplate.metadata")
     for key in ("labels", "annotations"):
         _obj(tmeta.get(key), f"spec.jobTemplate.metadata.{key}")

@@ -18,6 +18,11 @@ workload cluster can tell one tenant's reference from another's. So
   ``imagePullSecrets``;
 - ``resourceClaims[].resourceClaimName``: an existing ResourceClaim in that namespace
   is another pod's (a tenant has none there); a claim template is the way;
+- pod labels under the domains whose labels select pods on the workload cluster:
+  ``modelplane.ai`` (the function's Services select serving pods by
+  ``naming.LABEL_SERVING``, its Deployments by ``naming.LABEL_WORKLOAD``; the names are
+  public) and ``leaderworkerset.sigs.k8s.io`` (a LeaderWorkerSet's headless Service and
+  its groups): a pod carrying another replica's value would take that replica's traffic;
 - what the Pod Security Standards' Baseline policy forbids
   (https://kubernetes.io/docs/concepts/security/pod-security-standards/#baseline; the
   same controls as ``k8s.io/pod-security-admission/policy``): host namespaces,
@@ -37,8 +42,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from function import API_GROUP
 from function.core.errors import SpecError
 from function.naming import REMOTE_NAMESPACE, REMOTE_OWN_PREFIX
+
+# Label prefixes whose pod labels select pods on the workload cluster: the function's
+# own, and LeaderWorkerSet's (``experiment.modelplane.ai/`` labels, the candidate's, select
+# nothing).
+SELECTING_LABEL_DOMAINS = (API_GROUP, "leaderworkerset.sigs.k8s.io")
 
 # Baseline: "Adding additional capabilities beyond those listed below must be disallowed."
 BASELINE_CAPABILITIES = frozenset(
@@ -71,20 +82,23 @@ _BASELINE = (
 )
 
 
-def check_pod_access(pod_spec: Any, field: str, pod_annotations: Any = None) -> None:
-    """Refuse what a tenant's pod spec may not hold (see the module's docstring).
+def check_pod_access(pod_spec: Any, field: str, pod_metadata: Any = None) -> None:
+    """Refuse what a tenant's pod template may not hold (see the module's docstring).
 
     Args:
         pod_spec: A pod template's ``spec`` as the tenant wrote it (a dict; not changed).
         field: Its path, as the error names it (``spec.jobTemplate.spec.template.spec``).
-        pod_annotations: The pod template's ``metadata.annotations``, for AppArmor's
-            annotation form (its errors name ``<field without .spec>.metadata...``).
+        pod_metadata: The pod template's ``metadata``: its ``labels`` (the selecting
+            domains) and ``annotations`` (AppArmor's annotation form); errors name
+            ``<field without .spec>.metadata...``. Parts of the wrong type are skipped.
 
     Raises:
         SpecError: naming the first field that is refused, and what to write instead.
     """
     if not isinstance(pod_spec, dict):
         return
+    meta = pod_metadata if isinstance(pod_metadata, dict) else {}
+    _check_labels(meta.get("labels"), field.removesuffix(".spec"))
     for path, name, kind in _references(pod_spec, field):
         if isinstance(name, str) and name.startswith(REMOTE_OWN_PREFIX):
             raise SpecError(
@@ -111,7 +125,24 @@ def check_pod_access(pod_spec: Any, field: str, pod_annotations: Any = None) -> 
                     f"{REMOTE_NAMESPACE} is another pod's: use resourceClaimTemplateName",
                 )
     _check_host_access(pod_spec, field)
-    _check_apparmor_annotations(pod_annotations, field.removesuffix(".spec"))
+    _check_apparmor_annotations(meta.get("annotations"), field.removesuffix(".spec"))
+
+
+def _check_labels(labels: Any, template: str) -> None:
+    """No pod label whose prefix is one of :data:`SELECTING_LABEL_DOMAINS`."""
+    if not isinstance(labels, dict):
+        return
+    for key in labels:
+        prefix = key.partition("/")[0] if isinstance(key, str) and "/" in key else ""
+        for domain in SELECTING_LABEL_DOMAINS:
+            if prefix == domain:
+                _refuse(
+                    f"{template}.metadata.labels[{key}]",
+                    f"labels under {domain}/ select pods on the workload cluster (the "
+                    "function's Services and workloads, LeaderWorkerSet's headless Service), "
+                    f"where every namespace's pods share {REMOTE_NAMESPACE}: remove it (the "
+                    "function sets the labels its selectors need)",
+                )
 
 
 def _check_host_access(pod_spec: dict[str, Any], field: str) -> None:

@@ -292,9 +292,7 @@ def _check_user_parts(
     """Shapes, reserved env names, and volumes or mounts that collide with ours."""
     _check_shapes(t, engine, field_path, cpath)
     meta = t.get("metadata")
-    check_pod_access(
-        t["spec"], f"{field_path}.spec", meta.get("annotations") if isinstance(meta, dict) else None
-    )
+    check_pod_access(t["spec"], f"{field_path}.spec", meta)
     check_reserved(engine.get("env"), f"{cpath}.env")
     for i, v in enumerate(t["spec"].get("volumes") or []):
         if isinstance(v, dict) and v.get("name") in _OWN_VOLUMES:

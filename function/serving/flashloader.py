@@ -181,3 +181,30 @@ def resolve_shm(
         return positive_quantity_rule(deployment, "16Gi")
     except ValueError as e:
         raise SpecError(deployment_field, f"{e} (set at level: the deployment)") from None
+
+
+def check_level(flash_loader: Mapping[str, Any] | None, shm: Any, field: str) -> None:
+    """Refuse, where a deployment's spec is written, what every replica composed from it
+    would refuse: each field its ``flashLoader`` sets and its ``shmSizeLimit``, by the
+    rules :func:`resolve_flash_loader` and :func:`resolve_shm` apply (what depends on the
+    ModelCache is left to the replica).
+
+    Args:
+        flash_loader: The level's ``flashLoader`` (plain values; None: unset).
+        shm: Its ``shmSizeLimit`` (None: unset).
+        field: The path of the spec that holds them (``spec.template.spec``).
+
+    Raises:
+        SpecError: naming ``<field>.flashLoader.<name>`` or ``<field>.shmSizeLimit``.
+    """
+    for name, value in (flash_loader or {}).items():
+        if value is None or name not in _FIELDS:
+            continue
+        _, why = _check(name, value)
+        if why is not None:
+            raise SpecError(f"{field}.flashLoader.{name}", why)
+    if shm is not None:
+        try:
+            positive_quantity_rule(shm, "16Gi")
+        except ValueError as e:
+            raise SpecError(f"{field}.shmSizeLimit", str(e)) from None

@@ -161,14 +161,34 @@ POD_ACCESS_FAULTS = [
     ("seccomp Unconfined in an init container", ("initContainers",),
      [{"name": "init", "securityContext": {"seccompProfile": {"type": "Unconfined"}}}],
      "template.spec.initContainers[0].securityContext.seccompProfile.type"),
+    # A trial: a pod labelled with another replica's Service selector (the name is
+    # public) took that replica's traffic.
+    ("another replica's Service selector as a pod label", ("metadata", "labels"),
+     {"app": "x", "modelplane.ai/serving": "kimi-0-svc-dfa3051bff16"},
+     "template.metadata.labels[modelplane.ai/serving]"),
+    ("a LeaderWorkerSet label", ("metadata", "labels"),
+     {"leaderworkerset.sigs.k8s.io/name": "kimi-0-e0"},
+     "template.metadata.labels[leaderworkerset.sigs.k8s.io/name]"),
 ]  # fmt: skip
+
+
+def put_fault(pod_template: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
+    """Write a fault row's ``value`` at ``path`` in a pod template (in place): inside its
+    ``spec``, or, for a path starting ``metadata``, in the template itself."""
+    target: Any = pod_template if path[0] == "metadata" else pod_template["spec"]
+    for key in path[:-1]:
+        if isinstance(key, str) and key not in target:
+            target[key] = {}
+        target = target[key]
+    target[path[-1]] = value
 
 
 # What every ModelReplica would refuse in a member's pod template, so what the kinds that
 # write member templates (ModelDeployment, ModelExperiment's candidate) refuse where it
-# was written: (case, path inside the template's ``spec``, value, the field named, from
-# the member). Found by a trial: ``resources.claims: "gpu"`` passed the deployment and
-# failed every replica as an internal error; a volume or mount of the function's own
+# was written: (case, path inside the template's ``spec``, or from its ``metadata``,
+# value, the field named, from the member; ``put_fault`` writes it). Found by a trial:
+# ``resources.claims: "gpu"`` passed the deployment and failed every replica as an
+# internal error; a volume or mount of the function's own
 # passed and failed every replica.
 POD_TEMPLATE_FAULTS = [
     ("claims a string", ("containers", 0, "resources"), {"claims": "gpu"},

@@ -536,11 +536,7 @@ def _report(call: _Call, placement: Placement, rows: list[Any]) -> None:
     if not _status_from(inputs, out, call.replicas, rows, call.cache):
         out.requeue_after(inputs.settings.poll_seconds)
     prev = _displaced_status(inputs)
-    if (
-        prev is not None
-        or placement.moving
-        or any(not r.scaled_down for r in placement.removed)
-    ):
+    if prev is not None or placement.moving or any(not r.scaled_down for r in placement.removed):
         by_index = {v.index: v for v in call.placed if v.index is not None}
         _track_displaced(inputs, out, placement, by_index, prev)
 

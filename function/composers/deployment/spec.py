@@ -17,6 +17,7 @@ from function.core.errors import SpecError, pydantic_errors
 from function.core.inputs import Inputs
 from function.core.memo import memo
 from function.manifests.workloads import check_template
+from function.serving.flashloader import check_level
 from function.scheduling.devices import (
     DeviceRequest,
     InvalidSelector,
@@ -110,6 +111,8 @@ def _validate(raw: dict[str, Any]) -> tuple[DeploymentSpec, LabelSelector]:
         _check_roles(ts, e, f)
         for mi, m in enumerate(e.members):
             _check_member(m, f"{f}.members[{mi}]")
+    loader = ts.flashLoader.model_dump() if ts.flashLoader is not None else None
+    check_level(loader, ts.shmSizeLimit, "spec.template.spec")
     for k in spec.template.metadata.labels if spec.template.metadata else {}:
         if k.startswith(f"{API_GROUP}/"):
             raise SpecError("spec.template.metadata.labels", f"key {k} uses the reserved prefix")

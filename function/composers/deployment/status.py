@@ -258,10 +258,11 @@ def _track_displaced(
     replica being displaced (removed by placement because its cluster stopped being
     eligible, or moved off a cluster that is not Ready or whose hydration Failed; never a
     scale-down; a replica that serves and moves make-before-break, ``Placement.moving``,
-    from the call that keeps it beside its replacement) to its replacement serving (its ``ModelReady`` condition True, what
-    ``status.replicas.ready`` counts). The function is stateless, so the start is written
-    in status (``at``, ``inputs.now``) in the call that displaces the replica, and the
-    sample is observed in the call that removes the record (see ``function.ops.metrics``).
+    from the call that keeps it beside its replacement) to its replacement serving (its
+    ``ModelReady`` condition True, what ``status.replicas.ready`` counts). The function
+    is stateless, so the start is written in status (``at``, ``inputs.now``) in the call
+    that displaces the replica, and the sample is observed in the call that removes the
+    record (see ``function.ops.metrics``).
 
     Per record, oldest first:
 
@@ -282,10 +283,12 @@ def _track_displaced(
     known = {(d.index, d.from_cluster) for d in records}
     # A replica moving make-before-break is displaced from the call that places its
     # replacement (it is removed once that serves: the record is already there).
-    for r in [*placement.moving, *(r for r in placement.removed if not r.scaled_down)]:
-        if (r.index, r.cluster) not in known:
-            known.add((r.index, r.cluster))
-            records.append(_Displaced(r.index, r.cluster, now, since))
+    moves = [(m.index, m.cluster) for m in placement.moving]
+    moves += [(r.index, r.cluster) for r in placement.removed if not r.scaled_down]
+    for index, cluster in moves:
+        if (index, cluster) not in known:
+            known.add((index, cluster))
+            records.append(_Displaced(index, cluster, now, since))
     records.sort(key=lambda d: (d.since, d.index, d.from_cluster))
     placed = {p.index: p for p in placement.replicas}
     taken = _confirm_replacements(records, placed)
