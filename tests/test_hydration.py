@@ -683,6 +683,51 @@ def test_pvc_pending_requeues_before_timeout() -> None:
     assert status(rsp)["pendingSince"] == since
 
 
+def _job_refused(message: str) -> dict:
+    """The download Job's Object as provider-kubernetes reports a Job it cannot create:
+    ``Synced=False`` with the apply error, and no remote Job (no ``atProvider``)."""
+    obj = copy.deepcopy(baseline()[JOB_KEY])
+    obj["status"] = {"conditions": [cond("Synced", "False", "ReconcileError", message)]}
+    return {JOB_KEY: obj}
+
+
+def test_a_download_job_that_cannot_be_created_is_pending_then_failed() -> None:
+    """Found by a trial: a Job refused by a jobs quota read Hydrating / JobRunning for
+    ever (nothing downloads, and the Job's deadline starts only once it exists)."""
+    quota = 'jobs.batch "x" is forbidden: exceeded quota: q, requested: count/jobs.batch=1'
+    clock = Clock(NOW)
+    observed = {**pvc("Bound"), **_job_refused(quota), **token_object()}
+    composite = hydration_xr(prev_status("Hydrating", reason="JobRunning"))
+    rsp = run(request(composite, observed=observed, required=resolved()), now=clock)
+    st = status(rsp)
+    assert (st["phase"], st["reason"]) == ("Pending", "JobNotSynced"), st
+    assert quota in st["message"] and "not created on gpu-a" in st["message"]
+    assert [m for m in warnings(rsp) if "not created" in m] == [st["message"]]
+    assert JOB_KEY in desired(rsp)  # still desired: it runs once it can be created
+    assert 0 < rsp.meta.ttl.seconds <= SETTINGS.poll_seconds
+    validate_status(composite, rsp)
+    since = st["pendingSince"]
+    # Still refused later: no second Warning, the same pendingSince.
+    clock.advance(60)
+    composite = hydration_xr(st)
+    rsp = run(request(composite, observed=observed, required=resolved()), now=clock)
+    assert status(rsp)["pendingSince"] == since and not warnings(rsp)
+    # Past the hydration deadline: Failed (the ModelCache reports HydrationFailed).
+    clock.advance(SETTINGS.hydration_deadline_seconds)
+    rsp = run(request(hydration_xr(status(rsp)), observed=observed, required=resolved()), now=clock)
+    st = status(rsp)
+    assert (st["phase"], st["reason"]) == ("Failed", "JobNotCreated"), st
+    assert "MODELPLANE_HYDRATION_DEADLINE_SECONDS" in st["message"]
+    validate_status(composite, rsp)
+    # It stays Failed while still refused, and runs once created.
+    clock.advance(60)
+    again = run(request(hydration_xr(st), observed=observed, required=resolved()), now=clock)
+    assert status(again)["phase"] == "Failed" and status(again)["failedAt"] == st["failedAt"]
+    created = {**observed, **job([], active=1)}
+    rsp = run(request(hydration_xr(st), observed=created, required=resolved()), now=clock)
+    assert (status(rsp)["phase"], status(rsp)["reason"]) == ("Hydrating", "JobRunning")
+
+
 def test_wait_for_first_consumer_does_not_time_out_without_job() -> None:
     """Without a Job (no Secret yet), a WaitForFirstConsumer PVC cannot bind: no timer."""
     composite = hydration_xr(prev_status("Pending", pendingSince=T_MINUS.isoformat()))

@@ -83,6 +83,12 @@ REASON_PVC_LOST = "PVCLost"
 # Warning reason when provider-kubernetes cannot apply the PVC (its Object reports
 # Synced=False), e.g. a storage class that cannot expand refusing the larger request.
 REASON_PVC_NOT_SYNCED = "PVCNotSynced"
+# status.reason (and a Warning) while provider-kubernetes cannot create the download Job
+# (its Object reports Synced=False and no remote Job: a jobs quota, an admission
+# webhook): nothing downloads, so the hydration is Pending, not Hydrating; Failed with
+# REASON_JOB_NOT_CREATED once that has lasted the hydration deadline.
+REASON_JOB_NOT_SYNCED = "JobNotSynced"
+REASON_JOB_NOT_CREATED = "JobNotCreated"
 # status.reason while the current identity's download waits for a running prune Job
 # that removes it (never a download into a directory being deleted).
 REASON_WAITING_FOR_PRUNE = "WaitingForPrune"

@@ -55,13 +55,13 @@ from function.api.modelreplica import Engine, NodeSelector
 from function.core.errors import SpecError, pydantic_errors
 from function.core.timeutil import parse_duration
 from function.manifests.workloads import ENGINE_CONTAINER, check_template
-from function.serving.flashloader import check_level
 from function.scheduling.selectors import LabelSelector
 from function.serving.env import (
     MAX_LITERAL_ENV,
     LiteralEnvVar,
     check_literal_env,
 )
+from function.serving.flashloader import check_level
 
 MAX_ENV = MAX_LITERAL_ENV
 # Variables the function forces into every gauntlet container; a user may not set them.

@@ -17,7 +17,6 @@ from function.core.errors import SpecError, pydantic_errors
 from function.core.inputs import Inputs
 from function.core.memo import memo
 from function.manifests.workloads import check_template
-from function.serving.flashloader import check_level
 from function.scheduling.devices import (
     DeviceRequest,
     InvalidSelector,
@@ -30,6 +29,7 @@ from function.scheduling.placement import (
 )
 from function.scheduling.selectors import LabelSelector
 from function.scheduling.tolerations import Toleration, parse_tolerations
+from function.serving.flashloader import check_level
 
 
 class Parsed(NamedTuple):

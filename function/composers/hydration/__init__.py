@@ -82,8 +82,11 @@ Phases come from observed state (``status.atProvider.manifest`` of the Objects):
 - ``Failed``: the Job has condition ``Failed=True`` (its reason, for example
   ``BackoffLimitExceeded`` or ``DeadlineExceeded``, and message are reported;
   ``status.failed`` counts are never used), or the PVC did not bind within
-  ``settings.pvc_bind_timeout_seconds`` of ``status.pendingSince``. The failed Job
-  is kept, so Kubernetes does not run it again.
+  ``settings.pvc_bind_timeout_seconds`` of ``status.pendingSince``, or provider-kubernetes
+  could not create the download Job (its Object ``Synced=False``, no remote Job) for
+  ``settings.hydration_deadline_seconds`` (``JobNotCreated``; ``Pending`` /
+  ``JobNotSynced`` until then). The failed Job is kept, so Kubernetes does not run it
+  again.
 
 Two more children report what the download did (issue 5's artifact evidence):
 ``result``, an empty ConfigMap the Job merge-patches with its marker JSON (kept
@@ -94,9 +97,10 @@ ConfigMap; dropped with the Job once Ready).
 Status (declared in ``compositions/modelcachehydration/definition.yaml``):
 ``phase``; ``reason`` (CamelCase: ``WaitingForRequirements``, ``AuthSecretMissing``,
 ``AuthSecretKeyMissing``, ``ClusterUnavailable``, ``PVCNotBound``, ``WaitingForJob``,
-``JobRunning``, ``Hydrated``, the Job's failure reason, ``PVCBindTimeout``,
-``WaitingForPrune``); ``message`` (also carries every warning: ``PVCLost``,
-``PVCNotSynced``, ``PruneFailed``, ``PruneNotSynced``, ``AuthSecretMissing``...);
+``JobRunning``, ``JobNotSynced`` (the download Job cannot be created), ``Hydrated``, the
+Job's failure reason, ``PVCBindTimeout``, ``JobNotCreated``, ``WaitingForPrune``);
+``message`` (also carries every warning: ``PVCLost``, ``PVCNotSynced``, ``PruneFailed``,
+``PruneNotSynced``, ``AuthSecretMissing``...);
 ``source {repo, revision, identity}``; ``stored [{identity, usedBy}]``; ``prune {jobName,
 keep, reason, message, failedAt}`` (the last failed or never-created prune); ``pvcUID``
 (while Ready or anything is stored); ``pvcName``; ``jobName`` (until Ready);

@@ -14,6 +14,8 @@ from function.api.modelcachehydration import (
     REASON_AUTH_SECRET_KEY_MISSING,
     REASON_CLUSTER_UNAVAILABLE,
     REASON_HYDRATED,
+    REASON_JOB_NOT_CREATED,
+    REASON_JOB_NOT_SYNCED,
     REASON_JOB_RUNNING,
     REASON_PRUNE_FAILED,
     REASON_PRUNE_NOT_SYNCED,
@@ -661,6 +663,10 @@ class _Composer:
         pvc_obj = self.inputs.observed_body(PVC_KEY)
         pvc_phase = _pvc_phase(pvc_obj)
         if pvc_phase == "Bound":
+            job_err = _sync_error(job_obj)
+            if job_desired and job_err and _manifest(job_obj) is None:
+                self._job_not_created(job_err)
+                return
             st.phase = HYDRATING if (job_desired or job_obj is not None) else PENDING
             st.reason = REASON_JOB_RUNNING if st.phase == HYDRATING else REASON_WAITING_FOR_JOB
             st.message = f"downloading {self.repo}@{self.revision} on {self.cluster_name}"
@@ -690,6 +696,36 @@ class _Composer:
             )
         elif timeout:
             self.out.requeue_after(max(1.0, timeout - waited))
+
+    def _job_not_created(self, err: str) -> None:
+        """The download Job's Object reports ``Synced=False`` and no remote Job (a jobs
+        quota, an admission webhook): nothing downloads, so ``Pending`` /
+        ``JobNotSynced`` with a Warning naming the Job and the apply error; ``Failed`` /
+        ``JobNotCreated`` once that has lasted ``settings.hydration_deadline_seconds``
+        (from ``status.pendingSince``), so the ModelCache reports ``HydrationFailed``.
+        The Job stays desired: once provider-kubernetes creates it, it runs."""
+        st = self.state
+        settings = self.inputs.settings
+        waiting = self.prev_reason in (REASON_JOB_NOT_SYNCED, REASON_JOB_NOT_CREATED)
+        prev_since = structs.sval(self.prev, "pendingSince") if waiting else ""
+        since = (parse_time(prev_since) if self.same_source else None) or self.inputs.now
+        self.pending_since = format_time(since)
+        waited = elapsed(since, self.inputs.now)
+        job = hydration_job_name(self.ns, self.cache, self.repo, self.revision)
+        what = f"download Job {job} not created on {self.cluster_name}: {err}"
+        limit = settings.hydration_deadline_seconds
+        if limit and waited >= limit:
+            st.phase, st.reason = FAILED, REASON_JOB_NOT_CREATED
+            st.message = (
+                f"{what} (for {int(waited)}s, the hydration deadline "
+                f"MODELPLANE_HYDRATION_DEADLINE_SECONDS is {limit}s)"
+            )
+            self.out.requeue_after(settings.poll_seconds)
+            return
+        st.phase, st.reason, st.message = PENDING, REASON_JOB_NOT_SYNCED, what
+        st.warnings.append((REASON_JOB_NOT_SYNCED, what))
+        left = max(1.0, limit - waited) if limit else settings.poll_seconds
+        self.out.requeue_after(min(settings.poll_seconds, left))
 
     def _sync_problems(self, job_obj: Struct | None) -> str:
         """``"; ..."`` naming the Job or token Secret Objects that provider-kubernetes
