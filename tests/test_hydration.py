@@ -998,6 +998,7 @@ def test_memoized_objects_follow_every_input() -> None:
         (lambda s: s.pop("cacheName"), "spec.cacheName"),
         (lambda s: s["huggingFace"].update(repo="not a repo!"), "spec.huggingFace.repo"),
         (lambda s: s["huggingFace"].update(sizeGiB=0), "spec.huggingFace.sizeGiB"),
+        (lambda s: s["huggingFace"].update(revision="-x"), "spec.huggingFace.revision"),
         (lambda s: s.pop("huggingFace"), "spec.huggingFace"),
         (
             lambda s: s["huggingFace"]["authSecret"].update(key="bad key"),

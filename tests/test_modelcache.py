@@ -212,6 +212,12 @@ FATALS: list[Case[BadSpec, Fatal]] = [
     Case("source-negative-size", FATAL, source(sizeGiB=-1), Fatal("spec.huggingFace.sizeGiB")),
     Case("source-bad-secret-name", FATAL, source(authSecret={"name": "Bad_Name"}),
          Fatal("spec.huggingFace.authSecret.name")),
+    # A trial: "-x" became the download program's option and failed the Job after every
+    # retry, naming nothing.
+    Case("source-revision-an-option", FATAL, source(revision="-x"),
+         Fatal("spec.huggingFace.revision")),
+    Case("source-revision-with-a-space", FATAL, source(revision="main --force"),
+         Fatal("spec.huggingFace.revision")),
 ]  # fmt: skip
 
 

@@ -74,6 +74,18 @@ class HuggingFace(BaseModel):
             raise ValueError("must look like org/name")
         return v
 
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, v: str) -> str:
+        # A branch, tag or commit: git refuses a ref starting with "-" (the download
+        # program would read it as an option) or holding whitespace or control characters.
+        if v.startswith("-") or any(c.isspace() or ord(c) < 32 or c == "\x7f" for c in v):
+            raise ValueError(
+                "must be a branch, tag or commit: no leading '-', no whitespace or control "
+                "characters (for example main, v1.0 or a 40-hex commit)"
+            )
+        return v
+
 
 # ``spec.huggingFace.revision`` when the spec leaves it out.
 DEFAULT_REVISION: str = HuggingFace.model_fields["revision"].default
