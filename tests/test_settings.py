@@ -312,7 +312,7 @@ def _runtime_env() -> dict[str, str]:
 def test_runtime_examples_validate_against_crossplane_crds():
     docs = [d for p in sorted(RUNTIME.glob("*.yaml")) for d in load_documents(p)]
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["DeploymentRuntimeConfig", "Function"]
+    assert kinds == ["ClusterRole", "ClusterRole", "DeploymentRuntimeConfig", "Function"]
     for d in docs:
         validate_manifest(d)
     (fn,) = [d for d in docs if d["kind"] == "Function"]
@@ -322,6 +322,37 @@ def test_runtime_examples_validate_against_crossplane_crds():
         "kind": "DeploymentRuntimeConfig",
         "name": drc["metadata"]["name"],
     }
+
+
+def test_tenant_role_writes_only_authored_kinds_and_names_real_resources():
+    """Tenants write the kinds they author, never a composed one (a trial: a hand-written
+    ModelCacheShard composed 3,000 hydrations for clusters that do not exist)."""
+    plural = {}
+    for xrd in sorted((ROOT / "compositions").glob("*/definition.yaml")):
+        (d,) = load_documents(xrd)
+        plural[d["spec"]["names"]["plural"]] = (d["spec"]["names"]["kind"], d["spec"]["scope"])
+    roles = {
+        d["metadata"]["name"]: d["rules"]
+        for d in load_documents(RUNTIME / "tenant-rbac.yaml")
+        if d["kind"] == "ClusterRole"
+    }
+    composed = {"ModelCacheShard", "ModelCacheHydration", "ModelReplica"}
+    authored = {"ModelCache", "ModelDeployment", "ModelExperiment", "ModelBackfill"}
+    written, read = set(), set()
+    for rule in roles["modelplane-tenant"]:
+        assert rule["apiGroups"] == ["modelplane.ai"]
+        for res in rule["resources"]:
+            base = res.split("/")[0]
+            kind, scope = plural[base]
+            assert scope == "Namespaced", res
+            if "create" in rule["verbs"]:
+                written.add(kind)
+            read.add(kind)
+    assert written == authored and not written & composed
+    assert read == authored | composed
+    (fleet,) = roles["modelplane-fleet-reader"]
+    assert {plural[r][0] for r in fleet["resources"]} == {"InferenceCluster", "InferenceClass"}
+    assert set(fleet["verbs"]) == {"get", "list", "watch"}
 
 
 def test_runtime_example_sets_only_known_valid_settings(env):
