@@ -21,7 +21,7 @@ from function.naming import (
     shard_name,
     source_identity,
 )
-from tests.support.cache_tree import Tree, cache, shard_xr
+from tests.support.cache_tree import Tree, cache, shard_clusters, shard_xr
 from tests.support.fixtures import inference_cluster, observed_hydration
 from tests.support.harness import (
     NAMESPACE,
@@ -344,6 +344,55 @@ def test_an_unreported_shard_is_not_ready():
     # The shard's status describes another footprint (a cluster was added): not known.
     k = next(iter(t.shard_status))
     t.shard_status[k]["specHash"] = "0" * 12
+    t.shard_status[k]["namesHash"] = "0" * 12
+    rsp = t.reconcile_cache()
+    c = conditions(rsp)["ArtifactReady"]
+    assert c["status"] == "False" and "not yet reporting" in c["message"], c
+    assert xr_ready(rsp) == "READY_FALSE"
+
+
+def _two_in_one_shard() -> list[str]:
+    """Two cluster names of the same shard."""
+    return shard_clusters(2, shard=5)
+
+
+def test_a_cluster_turning_unavailable_keeps_its_shard_counted() -> None:
+    """Found by a trial: a cluster's InferenceCluster turning not Ready (its Ready
+    hydration kept) read every cluster of its shard Pending until the shard caught up:
+    the cache went not Ready and announced its unchanged roll-up again. Only clusters'
+    availability changed, so the shard's status still describes the footprint."""
+    a, b = _two_in_one_shard()
+    t = grown(
+        cache(selector={}),
+        [inference_cluster(a), inference_cluster(b)],
+        {a: ("Ready", ""), b: ("Ready", "")},
+    )
+    assert conditions(t.rsp)["ArtifactReady"]["reason"] == "Hydrated"
+    t.clusters = [inference_cluster(a), inference_cluster(b, ready=False)]
+    rsp = t.reconcile_cache()  # before the shard reconciles
+    c = conditions(rsp)["ArtifactReady"]
+    assert (c["status"], c["message"]) == ("True", "2/2 clusters ready"), c
+    assert xr_ready(rsp) == "READY_TRUE" and not results(rsp)
+    t.reconcile_shards()
+    rsp = t.reconcile_cache()
+    assert conditions(rsp)["ArtifactReady"]["status"] == "True" and not results(rsp)
+    # and back
+    t.clusters = [inference_cluster(a), inference_cluster(b)]
+    rsp = t.reconcile_cache()
+    assert conditions(rsp)["ArtifactReady"]["status"] == "True" and not results(rsp)
+
+
+def test_a_cluster_counted_unavailable_turning_available_is_not_known() -> None:
+    """A cluster without a hydration that becomes available gets one: until its shard
+    reports, the cache is not Ready (the status counted it out of the total)."""
+    a, b = _two_in_one_shard()
+    t = grown(
+        cache(selector={}),
+        [inference_cluster(a), inference_cluster(b, ready=False)],
+        {a: ("Ready", "")},
+    )
+    assert conditions(t.rsp)["ArtifactReady"]["message"] == "1/1 clusters ready"
+    t.clusters = [inference_cluster(a), inference_cluster(b)]
     rsp = t.reconcile_cache()
     c = conditions(rsp)["ArtifactReady"]
     assert c["status"] == "False" and "not yet reporting" in c["message"], c

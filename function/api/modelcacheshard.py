@@ -11,7 +11,8 @@ owns the fields both sides read:
   name; ``unavailable`` says why a cluster cannot host a cache (it gets no new
   hydration; an existing one is kept).
 - ``status`` (written by the shard, read by the ModelCache's roll-up):
-  ``specHash`` (:func:`spec_hash` of the spec the status describes), ``source``,
+  ``specHash`` (:func:`spec_hash` of the spec the status describes), ``namesHash``
+  (:func:`names_hash`: the same without the clusters' availability), ``source``,
   ``summary {ready: "r/n", total, hydrations, retained, phases {<phase>: count}}``,
   ``evidence[] {commit, digest, clusters, validated}`` (one entry per distinct
   artifact among the Ready clusters), ``failed[] / unavailable[] / retained[]
@@ -88,11 +89,22 @@ def spec_hash(identity: str, shard: int, clusters: tuple[tuple[str, str], ...]) 
     return name_hash(tuple(parts))
 
 
+@memo(8192, weight=2)
+def names_hash(identity: str, shard: int, names: tuple[str, ...]) -> str:
+    """``name_hash`` of the source identity, the shard number and the cluster names of
+    ``spec.clusters`` in order, without their ``unavailable`` reasons: a status whose
+    ``namesHash`` matches describes the same clusters and source, and differs from the
+    current spec at most in which clusters may get a new hydration (see
+    ``function.composers.modelcache.rollup.Rollup.add``)."""
+    return name_hash(("modelcache-shard-names", identity, str(shard), *names))
+
+
 @dataclass
 class ShardReport:
     """A shard's status as the ModelCache reads it (see the module docstring)."""
 
     spec_hash: str = ""
+    names_hash: str = ""
     total: int = 0
     hydrations: int | None = None
     phases: dict[str, int] = field(default_factory=dict)
@@ -151,6 +163,7 @@ def read_report(shard: Struct) -> ShardReport:
         return r
     st = v.struct_value.fields
     r.spec_hash = _str(st, "specHash")
+    r.names_hash = _str(st, "namesHash")
     v = st.get("summary")
     if v is not None and v.HasField("struct_value"):
         summary = v.struct_value.fields

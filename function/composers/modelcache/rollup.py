@@ -14,6 +14,7 @@ from function.api.modelcacheshard import (
     PHASES,
     UNAVAILABLE,
     ShardReport,
+    names_hash,
     spec_hash,
 )
 
@@ -42,11 +43,15 @@ class Rollup:
 
         A shard whose status is for another spec (or absent) counts each of its
         clusters as Pending (or Unavailable, as the cache sees it): not known to be
-        Ready, so the cache is not Ready either.
+        Ready, so the cache is not Ready either. Except when only clusters'
+        availability changed (:meth:`_same_but_availability`): the status still holds.
         """
         if report is not None:
             self.retained += report.retained
-        if report is None or report.spec_hash != spec_hash(identity, shard, entries):
+        if report is None or (
+            report.spec_hash != spec_hash(identity, shard, entries)
+            and not _same_but_availability(shard, entries, identity, report)
+        ):
             self.stale.append(shard)
             for name, why in entries:
                 if why:
@@ -89,3 +94,29 @@ class Rollup:
             sorted(self.retained)[:MAX_RETAINED],
             sorted(self.waiting)[:MAX_WAITING],
         )
+
+
+def _same_but_availability(
+    shard: int, entries: Entries, identity: str, report: ShardReport
+) -> bool:
+    """Whether a shard's status for an older spec still describes the current one: the
+    same source and cluster names (``namesHash``), and every cluster it counted
+    Unavailable (no hydration, so it got none) still unavailable, its list complete.
+
+    A shard's availability reasons change only which clusters *without* a hydration get
+    one (an existing hydration is kept and counted by its phase either way). A cluster
+    that became unavailable is counted as the status says (Pending, or its hydration's
+    phase): never Ready on that account. One that became available while counted
+    Unavailable would be missing from the total, so the status is not used then. Without
+    this, one cluster's availability flipping read every cluster of its shard Pending
+    until the shard caught up, and the cache went not Ready and announced its unchanged
+    roll-up again (found by a trial).
+    """
+    if not report.names_hash or report.names_hash != names_hash(
+        identity, shard, tuple(name for name, _ in entries)
+    ):
+        return False
+    if len(report.unavailable) != report.phases.get(UNAVAILABLE, 0):
+        return False  # the list was cut: who was counted Unavailable is not known
+    still = {name for name, why in entries if why}
+    return all(name in still for name, _ in report.unavailable)

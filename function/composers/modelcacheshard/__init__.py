@@ -44,6 +44,7 @@ from function.api.modelcacheshard import (
     ShardSpec,
     evidence_list,
     named_list,
+    names_hash,
     parse_spec,
     spec_hash,
 )
@@ -238,6 +239,7 @@ def _write_status(call: _Call, tally: Tally, same_list: ListValue | None) -> Non
     st["specHash"] = spec_hash(
         call.identity, spec.shard, tuple((c.name, c.unavailable or "") for c in spec.clusters)
     )
+    st["namesHash"] = names_hash(call.identity, spec.shard, tuple(c.name for c in spec.clusters))
     st["source"] = wire.source_status(hf.repo, hf.revision, call.identity)
     st["summary"] = {
         "ready": f"{tally.ready}/{tally.total}",
