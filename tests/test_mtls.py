@@ -235,3 +235,86 @@ def test_insecure_with_certs_dir_set_serves_plaintext_only(pki: PKI, tmp_path: P
             assert ports <= {grpc_port, METRICS_PORTS[proc.pid]}, ports
     finally:
         stop(proc, log)
+
+
+def _run_to_exit(args: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str]:
+    """Run ``python -m function`` until it exits; (exit code, stderr)."""
+    full_env = {
+        k: v for k, v in os.environ.items() if k not in ("TLS_SERVER_CERTS_DIR", "INSECURE")
+    }
+    full_env.update(env)
+    address = f"127.0.0.1:{_free_port()}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "function", *args, "--address", address, "--metrics-address="],
+        env=full_env, capture_output=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    return proc.returncode, proc.stderr.decode()
+
+
+def _bad_dir(pki: PKI, root: Path, **files: bytes) -> Path:
+    d = root / "bad-tls"
+    d.mkdir()
+    for name, default in (("tls.crt", pki.server[0]), ("tls.key", pki.server[1]),
+                          ("ca.crt", pki.ca_pem)):  # fmt: skip
+        (d / name).write_bytes(files.get(name.replace(".", "_"), default))
+    return d
+
+
+# Found by a trial: gRPC refused the listener after the compute processes had started,
+# and the process hung for ever (a pod Running, refusing every call) instead of exiting.
+BAD_TLS = [
+    ("a key that is not the certificate's", "tls_key", "tls.crt and tls.key"),
+    ("a certificate that is not PEM", "tls_crt", "tls.crt and tls.key"),
+    ("a CA file that is not PEM", "ca_crt", "ca.crt holds no PEM CA certificate"),
+]
+
+
+@pytest.mark.parametrize(("which", "says"), [pytest.param(w, s, id=i) for i, w, s in BAD_TLS])
+def test_unusable_tls_files_exit_2_at_once_naming_them(
+    pki: PKI, tmp_path: Path, which: str, says: str
+) -> None:
+    wrong = {"tls_key": pki.client[1], "tls_crt": b"not a certificate\n", "ca_crt": b"junk\n"}
+    d = _bad_dir(pki, tmp_path, **{which: wrong[which]})
+    started = time.monotonic()
+    code, err = _run_to_exit(["--tls-certs-dir", str(d)], {})
+    assert code == 2, err[-2000:]
+    assert says in err and str(d) in err, err[-2000:]
+    assert "Traceback" not in err
+    assert time.monotonic() - started < 30
+
+
+def test_a_port_left_in_time_wait_by_a_stopped_instance_is_free(tmp_path: Path) -> None:
+    """Found by a trial: a restart within a minute of a stop (the connection Crossplane
+    kept open left the port in TIME_WAIT on the server's side) was refused as "another
+    instance running". The stopped instance is a listener that closes its accepted
+    connection first, as a stopping server does."""
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _ = listener.accept()
+        conn.close()  # the server's side closes first: it enters TIME_WAIT
+        client.recv(1)
+        client.close()
+    time.sleep(0.2)
+    if Path("/proc/net/tcp").exists():
+        rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+        assert any(f[3] == "06" and int(f[1].rsplit(":", 1)[1], 16) == port for f in rows), (
+            "no TIME_WAIT on the port: the test would prove nothing"
+        )
+    log = tmp_path / "stderr"
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "function", "--insecure", "--address", address,
+             "--metrics-address="],
+            stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+    try:
+        _wait_listening(address, proc, log)
+        with grpc.insecure_channel(address) as ch:
+            assert call(ch)
+    finally:
+        stop(proc, log)

@@ -23,6 +23,7 @@ import asyncio
 import os
 import signal
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -189,9 +190,15 @@ async def serve_async(
     if processes > 0:
         from function.edge.pool import ComputePool
 
+        # The listener first: a port or certificate gRPC refuses raises here, before
+        # any compute process exists to outlive it.
         pool = ComputePool(processes, debug=debug)
-        await pool.start()
         server, port = build_server(pool.call, cfg)
+        try:
+            await pool.start()
+        except BaseException:
+            await pool.close()
+            raise
     else:
         assert runner is not None
         server, port = build_server(runner, cfg)
@@ -227,13 +234,16 @@ def serve(
 def check_serving_config(cfg: ServerConfig) -> str | None:
     """Why ``cfg`` cannot serve, as one sentence, or None when it can.
 
-    Checks that the TLS files are readable and that the address is free.
+    Checks that the TLS files are readable PEM, that ``tls.key`` is the key of
+    ``tls.crt`` (loaded as Python's ``ssl`` module loads a server's chain) and
+    ``ca.crt`` holds certificates, and that the address is free (bound with
+    ``SO_REUSEADDR``, as gRPC binds: a port left in ``TIME_WAIT`` by a stopped
+    instance is free, one another process listens on is not).
     """
     if not cfg.insecure and cfg.tls_certs_dir:
-        for f in ("tls.crt", "tls.key", "ca.crt"):
-            path = os.path.join(cfg.tls_certs_dir, f)
-            if not os.access(path, os.R_OK):
-                return f"--tls-certs-dir {cfg.tls_certs_dir}: cannot read {f}"
+        problem = _tls_problem(cfg.tls_certs_dir)
+        if problem:
+            return problem
     host, sep, port = cfg.address.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
         return f"--address {cfg.address!r}: want host:port"
@@ -247,9 +257,32 @@ def check_serving_config(cfg: ServerConfig) -> str | None:
     for family, kind, proto, _, addr in infos[:1]:
         with socket.socket(family, kind, proto) as sock:
             try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 sock.bind(addr)
             except OSError as e:
                 return f"--address {cfg.address}: {e.strerror or e} (is another instance running?)"
+    return None
+
+
+def _tls_problem(certs_dir: str) -> str | None:
+    """Why the mTLS files in ``certs_dir`` cannot serve, or None."""
+    where = f"--tls-certs-dir {certs_dir}"
+    paths = {f: os.path.join(certs_dir, f) for f in ("tls.crt", "tls.key", "ca.crt")}
+    for f, path in paths.items():
+        if not os.access(path, os.R_OK):
+            return f"{where}: cannot read {f}"
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(paths["tls.crt"], paths["tls.key"], password=lambda: b"")
+    except (ssl.SSLError, OSError) as e:
+        return (
+            f"{where}: tls.crt and tls.key are not a PEM certificate and its private key "
+            f"({getattr(e, 'reason', None) or e})"
+        )
+    try:
+        ctx.load_verify_locations(cafile=paths["ca.crt"])
+    except (ssl.SSLError, OSError) as e:
+        return f"{where}: ca.crt holds no PEM CA certificate ({getattr(e, 'reason', None) or e})"
     return None
 
 
