@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from typing import Any
 
@@ -103,7 +102,7 @@ def _server_config(settings: Settings) -> ServerConfig:
     return cfg
 
 
-def _metrics_server(settings: Settings) -> Any:
+def _metrics_server(settings: Settings) -> tuple[Any, str | None]:
     """Start the Prometheus endpoint that serves every compute process's metrics.
 
     Calls are composed in compute processes (``function.edge.pool``): their metrics are
@@ -112,7 +111,8 @@ def _metrics_server(settings: Settings) -> Any:
     and stale files of a previous run are cleared (they would be summed in).
 
     Returns:
-        The running metrics server, or None when ``--metrics-address`` is empty.
+        The running metrics server (None when ``--metrics-address`` is empty), and the
+        directory made here (removed at exit), or None.
 
     Raises:
         StartupError: the address is not ``host:port`` or cannot be bound.
@@ -120,11 +120,12 @@ def _metrics_server(settings: Settings) -> Any:
     from function.ops import metrics
 
     multiproc_dir = settings.prometheus_multiproc_dir
+    made = None
     if not multiproc_dir:
         import tempfile
 
-        multiproc_dir = tempfile.mkdtemp(prefix="function-modelplane-metrics-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
+        multiproc_dir = made = tempfile.mkdtemp(prefix="function-modelplane-metrics-")
+    metrics.use_multiprocess_dir(multiproc_dir)
     address = settings.metrics_address
     try:
         metrics.parse_address(address)
@@ -132,7 +133,7 @@ def _metrics_server(settings: Settings) -> Any:
         raise StartupError(f"--metrics-address: {e}") from None
     metrics.clear_multiprocess_dir(multiproc_dir)
     try:
-        return metrics.serve(address, multiproc_dir)
+        return metrics.serve(address, multiproc_dir), made
     except OSError as e:
         raise StartupError(f"--metrics-address {address}: {e}") from None
 
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         from function.edge.server import default_processes
 
         processes = settings.workers if settings.workers is not None else default_processes()
-        metrics_server = _metrics_server(settings)
+        metrics_server, made = _metrics_server(settings)
     except (SettingsError, StartupError) as e:
         print(f"function-modelplane: {e}", file=sys.stderr)
         return 2
@@ -172,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if metrics_server is not None:
             metrics_server.shutdown()
+        if made is not None:  # a directory of this run's own: nothing reads it after
+            import shutil
+
+            shutil.rmtree(made, ignore_errors=True)
     return 0
 
 

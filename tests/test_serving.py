@@ -400,6 +400,82 @@ def test_metrics_of_every_process_on_one_endpoint_with_every_family_from_start_u
         proc.wait(timeout=60)
 
 
+def test_fatal_results_the_acceptor_answers_itself_are_counted(tmp_path: Path) -> None:
+    """Found by a trial: a runaway answered again from memory, and a call whose compute
+    process died, got fatal results that no metric counted (the README: every
+    RunFunction call, every result returned)."""
+    import socket
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**LIFTED, "PROMETHEUS_MULTIPROC_DIR": "", "METRICS_ADDRESS": ""}
+    proc, address = start_process(
+        tmp_path / "stderr", "--processes", "2", "--metrics-address", f"127.0.0.1:{port}", env=env
+    )
+
+    def counted() -> tuple[float, float]:
+        """(ModelDeployment calls, its Fatal results) on the endpoint."""
+        url = f"http://127.0.0.1:{port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            fams = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+        runs = sum(
+            s.value
+            for s in fams["modelplane_function_run_seconds"].samples
+            if s.name.endswith("_count") and s.labels["kind"] == "ModelDeployment"
+        )
+        fatals = sum(
+            s.value
+            for s in fams["modelplane_function_results"].samples
+            if s.name.endswith("_total")
+            and s.labels == {"kind": "ModelDeployment", "severity": "Fatal"}
+        )
+        return runs, fatals
+
+    try:
+        with grpc.insecure_channel(address) as ch:
+            call = _stub(ch)
+            start = _settled_pids(proc.pid)
+            for _ in range(3):  # composed once, then answered from memory twice
+                assert fatal(call(runaway_request(), timeout=120))
+            assert counted() == (3, 3)
+            # A compute process killed mid-call: the acceptor answers.
+            _settled_pids(proc.pid, replaced_from=start)
+            busy = call.future(runaway_request("killed"), timeout=120)
+            victims = set()
+            for _ in range(100):  # the process whose CPU time grows composes it
+                time.sleep(0.05)
+                victims = {p for p in _children(proc.pid) if _compute(p) and _busy(p)}
+                if victims:
+                    break
+            for p in victims:
+                os.kill(p, signal.SIGKILL)
+            msgs = fatal(busy.result())
+            assert msgs and ("exited" in msgs[0] or "deadline" in msgs[0]), msgs
+            assert counted() == (4, 4)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def _busy(pid: int) -> bool:
+    """Whether process ``pid`` used CPU in the last 50 ms."""
+    first = _cpu_ticks(pid)
+    time.sleep(0.05)
+    return _cpu_ticks(pid) > first
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        fields = _stat(pid)
+        return int(fields[11]) + int(fields[12])  # utime + stime
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 @pytest.mark.parametrize(
     ("affinity", "limit", "offset", "lane"),
     [

@@ -74,7 +74,7 @@ import time
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -316,6 +316,7 @@ class _Job:
     home: int
     digest: bytes
     large: bool
+    started: float = field(default_factory=time.monotonic)
 
 
 class _Reader(asyncio.BufferedProtocol):
@@ -545,6 +546,7 @@ class ComputePool:
             if expiry <= time.monotonic():
                 del self._runaways[digest]
             elif budget is not None and budget <= failed_budget:
+                _record_fatal(kind, "deadline", 0.0)
                 return response  # it would run past this smaller budget again
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         home = zlib.crc32(f"{kind}/{namespace}/{name}".encode())
@@ -752,6 +754,7 @@ class ComputePool:
         code = slot.proc.exitcode if slot.proc is not None else None
         _log.error("compute process died", exitcode=code)
         if job is not None:
+            _record_fatal(peek(job.data)[1], "error", time.monotonic() - job.started)
             self._resolve(
                 job,
                 fatal_for(
@@ -771,6 +774,7 @@ class ComputePool:
         self._finish(slot)
         pid = slot.proc.pid if slot.proc is not None else None
         _log.error("compute process killed past its deadline", pid=pid, seconds=job.budget)
+        _record_fatal(peek(job.data)[1], "deadline", time.monotonic() - job.started)
         self._resolve(
             job,
             self._remember(
@@ -893,6 +897,20 @@ def set_threads(pid: int, cpus: Iterable[int]) -> None:
     for tid in tids:
         with contextlib.suppress(OSError):
             os.sched_setaffinity(tid, cpus)
+
+
+def _record_fatal(kind: str, result: str, seconds: float) -> None:
+    """Count a call the acceptor answered itself with a fatal result (a compute process
+    that died or was killed past the deadline, a runaway answered from memory) in
+    ``modelplane_function_run_seconds`` and ``modelplane_function_results_total``, as the
+    compute processes count theirs (the acceptor writes to the same multiprocess
+    directory, so one endpoint shows both)."""
+    try:
+        from function.ops import metrics
+
+        metrics.default().record_run(kind, result, seconds, ("Fatal",))
+    except Exception:  # metrics never fail serving
+        pass
 
 
 def _mark_dead(pid: int | None) -> None:

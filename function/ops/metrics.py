@@ -445,6 +445,22 @@ class _Catalogue:
                 yield Metric(name, spec.help, spec.type)
 
 
+def use_multiprocess_dir(path: str) -> None:
+    """Make this process write its metric values into ``path``, as the compute
+    processes do (they are spawned with ``PROMETHEUS_MULTIPROC_DIR`` set).
+
+    prometheus-client picks where values live when it is imported
+    (``prometheus_client.values.ValueClass``, from the environment variable), and the
+    acceptor imported it before the directory existed; metrics created after this call
+    write to the directory, so the calls the acceptor answers itself are counted on the
+    one endpoint too.
+    """
+    from prometheus_client import values
+
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    values.ValueClass = values.get_value_class()
+
+
 def clear_multiprocess_dir(path: str) -> int:
     """Remove the ``*.db`` files a previous run left in the multiprocess directory.
 
