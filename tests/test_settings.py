@@ -312,7 +312,9 @@ def _runtime_env() -> dict[str, str]:
 def test_runtime_examples_validate_against_crossplane_crds():
     docs = [d for p in sorted(RUNTIME.glob("*.yaml")) for d in load_documents(p)]
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterRole", "ClusterRole", "DeploymentRuntimeConfig", "Function"]
+    assert kinds == [
+        "ClusterRole", "ClusterRole", "ClusterRole", "DeploymentRuntimeConfig", "Function"
+    ]  # fmt: skip
     for d in docs:
         validate_manifest(d)
     (fn,) = [d for d in docs if d["kind"] == "Function"]
