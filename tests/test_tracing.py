@@ -8,6 +8,7 @@ opentelemetry-proto). Calls go over a real gRPC channel, with the W3C
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.server
 import os
@@ -323,3 +324,48 @@ def test_enabled_current_span_while_composing(otel_env, receiver, monkeypatch):
     monkeypatch.setitem(composers._loaded, "ModelCache", spy)
     serve_and_call([(cache_request(), (("traceparent", TRACEPARENT),))])
     assert seen == [TRACE_ID]
+
+
+def test_an_unreachable_collector_does_not_hold_the_exit_past_the_grace_period(
+    tmp_path: Any,
+) -> None:
+    """Found by a trial: with tracing on and a collector that accepts connections but
+    never answers, the compute processes waited for the exporter's retries (10 s) after
+    SIGTERM, beyond the grace period. Spans still unsent are dropped instead."""
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    import grpc
+    from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+
+    from tests.support.reliability import start_process
+
+    with socket.socket() as hole:  # accepts (the backlog), never answers
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(64)
+        env = {
+            "MODELPLANE_OTEL_ENABLED": "true",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{hole.getsockname()[1]}",
+            "OTEL_BSP_SCHEDULE_DELAY": "60000",  # the spans wait in the buffer for the exit
+        }
+        proc, address = start_process(
+            tmp_path / "stderr", "--processes", "1", "--grace-seconds", "3",
+            "--metrics-address=", env=env,
+        )  # fmt: skip
+        try:
+            with grpc.insecure_channel(address) as ch:
+                stub = grpcv1.FunctionRunnerServiceStub(ch)
+                for i in range(5):
+                    stub.RunFunction(cache_request(f"t-{i}"), timeout=30)
+            stopped = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+            took = time.monotonic() - stopped
+            assert took < 3 + tracing.SHUTDOWN_SECONDS + 2, took
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)

@@ -36,6 +36,7 @@ the parent (https://www.w3.org/TR/trace-context/).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from function.ops.settings import Settings
 
 DEFAULT_SERVICE_NAME = "function-modelplane"
+# At most this long exporting buffered spans when a process stops (seconds).
+SHUTDOWN_SECONDS = 2.0
 SERVICE = "apiextensions.fn.proto.v1.FunctionRunnerService"
 _NULL = contextlib.nullcontext()
 
@@ -135,9 +138,14 @@ class Tracing:
             span.set_status(Status(StatusCode.ERROR, fatal_message))
 
     def shutdown(self) -> None:
-        """Export what is buffered and stop (a no-op when disabled)."""
+        """Export what is buffered and stop, waiting at most :data:`SHUTDOWN_SECONDS`
+        (a no-op when disabled). The OTLP exporter retries an unreachable collector for
+        its whole timeout (``OTEL_EXPORTER_OTLP_TIMEOUT``, 10 s): waiting for it held the
+        pod past its grace period (found by a trial); spans still unsent are dropped."""
         if self.provider is not None:
-            self.provider.shutdown()
+            stop = threading.Thread(target=self.provider.shutdown, daemon=True)
+            stop.start()
+            stop.join(SHUTDOWN_SECONDS)
 
 
 DISABLED = Tracing(None)
@@ -161,6 +169,8 @@ def configure(settings: Settings) -> Tracing:
     resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
-    provider = TracerProvider(resource=resource)  # sampler from OTEL_TRACES_SAMPLER
+    # Sampler from OTEL_TRACES_SAMPLER; stopped by Tracing.shutdown, bounded (the SDK's
+    # own exit hook would wait for an unreachable collector).
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return Tracing(provider)
