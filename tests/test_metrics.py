@@ -625,3 +625,23 @@ def test_unserved_kind_error_lists_every_served_kind():
     (msg,) = [r.message for r in rsp.results]
     for kind in composers.KINDS:
         assert kind in msg, (kind, msg)
+
+
+def test_an_empty_host_serves_ipv4_and_ipv6():
+    """Found by a trial: ``:8080`` listened on IPv4 only (an IPv6-only cluster's scraper
+    saw nothing), though an empty host means every interface."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 on this host")
+    server = metrics.serve(":0")
+    try:
+        port = server.server_port
+        for url in (f"http://127.0.0.1:{port}/metrics", f"http://[::1]:{port}/metrics"):
+            with urllib.request.urlopen(url, timeout=10) as r:
+                assert r.status == 200, url
+    finally:
+        server.shutdown()
