@@ -33,6 +33,21 @@ ALERTS = {
     "ModelplaneExperimentFailures",
     "ModelplaneBackfillAlwaysPreempted",
 }
+# The alerts that count events of a counter the function creates at 1 on its first increment
+# (see the header of rules.yaml); ModelplaneColdStartSlow compares an hour with a week of
+# the same histogram and the others are per-second rates of calls.
+COUNTING = {
+    "ModelplaneHydrationsFailing",
+    "ModelplaneExperimentFailures",
+    "ModelplaneBackfillAlwaysPreempted",
+}
+_INCREASE = re.compile(r"\bincrease\(([^()\[]+)\[([^\]]+)\]\)")
+# One series counted as the header says: its increase, or its value when born in the window.
+_COUNTED = re.compile(
+    r"\(increase\(([^()\[]+)\[([^\]]+)\]\)\s+and present_over_time\(\1\[\2\] offset \2\)\)"
+    r"\s+or\s+"
+    r"\(max_over_time\(\1\[\2\]\)\s+unless present_over_time\(\1\[\2\] offset \2\)\)"
+)
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool not found: apt-get install prometheus"
@@ -171,4 +186,42 @@ def test_promtool_tests_fail_when_a_rule_never_fires(alert, tmp_path):
     (tmp_path / RULES_TEST.name).write_text(yaml.safe_dump(tests, sort_keys=False))
     proc = _promtool("test", "rules", RULES_TEST.name, cwd=tmp_path)
     assert proc.returncode != 0
+    assert f"alertname: {alert}," in proc.stdout + proc.stderr
+
+
+def test_counting_rules_count_a_series_born_in_their_window(rules):
+    """Every increase() of a counting alert is one half of the header's two-branch form."""
+    for r in rules:
+        expr = r["expr"]
+        counted = _COUNTED.findall(expr)
+        if r["alert"] in COUNTING:
+            assert counted, r["alert"]
+            assert len(counted) == len(_INCREASE.findall(expr)), r["alert"]
+        else:
+            assert not counted, r["alert"]
+        for selector, _window in _INCREASE.findall(expr):
+            if r["alert"] not in COUNTING:
+                assert "_total" not in selector or "modelplane_function_" in selector, r["alert"]
+
+
+@needs_promtool
+@pytest.mark.parametrize("alert", sorted(COUNTING))
+def test_promtool_tests_fail_when_a_rule_misses_first_events(alert, tmp_path):
+    """Mutation: increase() alone (the fault this form fixes) must fail the alert's tests."""
+    doc = yaml.safe_load(RULES.read_text())
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            if rule["alert"] == alert:
+                rule["expr"] = _COUNTED.sub(r"increase(\1[\2])", rule["expr"])
+                if alert == "ModelplaneBackfillAlwaysPreempted":  # as it was
+                    rule["expr"] = rule["expr"].replace(") >= 3", ") > 2")
+                assert "present_over_time" not in rule["expr"], rule["expr"]
+    (tmp_path / RULES.name).write_text(yaml.safe_dump(doc, sort_keys=False))
+    tests = yaml.safe_load(RULES_TEST.read_text())
+    tests["tests"] = [
+        t for t in tests["tests"] if any(c["alertname"] == alert for c in t["alert_rule_test"])
+    ]
+    (tmp_path / RULES_TEST.name).write_text(yaml.safe_dump(tests, sort_keys=False))
+    proc = _promtool("test", "rules", RULES_TEST.name, cwd=tmp_path)
+    assert proc.returncode != 0, proc.stdout
     assert f"alertname: {alert}," in proc.stdout + proc.stderr
