@@ -32,6 +32,18 @@ def _package_yaml(xpkg: bytes) -> list[dict]:
     raise AssertionError("no package.yaml layer in the xpkg")
 
 
+def _files(xpkg: bytes) -> set[str]:
+    """Every file name in every layer of an xpkg."""
+    out: set[str] = set()
+    with tarfile.open(fileobj=io.BytesIO(xpkg)) as outer:
+        manifest = json.load(outer.extractfile("manifest.json"))  # type: ignore[arg-type]
+        for layer in manifest[0]["Layers"]:
+            data = outer.extractfile(layer).read()  # type: ignore[union-attr]
+            with tarfile.open(fileobj=io.BytesIO(gzip.decompress(data))) as inner:
+                out.update(inner.getnames())
+    return out
+
+
 def _names(docs: list[dict], kind: str) -> set[str]:
     return {d["metadata"]["name"] for d in docs if d.get("kind") == kind}
 
@@ -40,7 +52,10 @@ def test_configuration_package_builds(xp: Tools, tmp_path):
     out = tmp_path / "configuration.xpkg"
     proc = subprocess.run(
         [str(ROOT / "scripts" / "build-configuration"), str(out)],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     docs = _package_yaml(out.read_bytes())
@@ -53,3 +68,26 @@ def test_configuration_package_builds(xp: Tools, tmp_path):
     shipped = load_yaml([str(p) for p in sorted((ROOT / "compositions").glob("*/*.yaml"))])
     for kind in ("CompositeResourceDefinition", "Composition"):
         assert _names(docs, kind) == _names(shipped, kind) != set()
+    # No examples bundled (found by a trial: the CLI's default ./examples carried the
+    # repository's render inputs, fake token Secrets too).
+    assert not [f for f in _files(out.read_bytes()) if "example" in f]
+
+
+def test_function_package_as_the_readme_builds_it_carries_no_examples(xp: Tools, tmp_path):
+    """The README's ``xpkg build`` of the function package, without the runtime image
+    (building that needs a container engine), run from the repository's root."""
+    readme = (ROOT / "README.md").read_text()
+    line = next(
+        x for x in readme.splitlines() if "crossplane xpkg build --package-root=package" in x
+    )
+    flags = [f for f in line.strip().rstrip("\\").split()[2:] if f.startswith("--")]
+    assert any(f.startswith("--examples-root=") for f in flags), line
+    out = tmp_path / "function.xpkg"
+    proc = subprocess.run(
+        [str(xp.cli), "xpkg", "build", *flags, f"--package-file={out}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    files = _files(out.read_bytes())
+    assert "package.yaml" in files
+    assert not [f for f in files if "example" in f], files
