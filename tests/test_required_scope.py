@@ -125,9 +125,11 @@ def _cases() -> list[Any]:
 def test_every_kind_that_requires_has_a_seed_to_check() -> None:
     # InferenceCluster (bring your own) requires nothing another namespace could hold; a
     # steady ModelCacheShard requires nothing at all (ModelReplicas only while a hydration
-    # leaves it, which tests/test_modelcacheshard.py covers).
+    # leaves it, which tests/test_modelcacheshard.py covers); an InferenceClass requires
+    # nothing.
     kinds = {str(p.id).split(":")[0] for p in _cases()}
-    assert kinds == set(available_kinds()) - {"InferenceCluster", "ModelCacheShard"}, kinds
+    unrequiring = {"InferenceCluster", "ModelCacheShard", "InferenceClass"}
+    assert kinds == set(available_kinds()) - unrequiring, kinds
 
 
 @pytest.mark.parametrize("versions", [False, True], ids=["as-seeded", "with-versions"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 from function.api.fields import WholeInt
 from function.core.errors import pydantic_errors
@@ -52,3 +52,69 @@ def check(name: str, spec: Any) -> None:
         InferenceClassSpec.model_validate(spec)
     except ValidationError as e:
         raise pydantic_errors(f"{KIND} {name}: spec", e) from None
+
+
+# ---- the whole spec, as the XRD declares its types (the InferenceClass's own check) ----
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Attribute(_Open):
+    string: StrictStr | None = None
+    version: StrictStr | None = None
+    bool: StrictBool | None = None
+    int: WholeInt | None = None
+
+
+class _Capacity(_Open):
+    value: StrictStr
+
+
+class _DeclaredDevice(_Open):
+    name: StrictStr
+    driver: StrictStr
+    claim: StrictStr | None = None
+    deviceClassName: StrictStr | None = None
+    count: WholeInt | None = None
+    attributes: dict[str, _Attribute] | None = None
+    capacity: dict[str, _Capacity] | None = None
+
+
+class _Provisioning(_Open):
+    provider: StrictStr
+    gke: dict[str, Any] | None = None
+    eks: dict[str, Any] | None = None
+    aks: dict[str, Any] | None = None
+    nebius: dict[str, Any] | None = None
+    vultr: dict[str, Any] | None = None
+
+
+class DeclaredSpec(_Open):
+    """An InferenceClass's ``spec`` with the types and required fields its XRD declares
+    (its enums, bounds and CEL rules are the API server's); unknown fields pass, as the
+    API server prunes them."""
+
+    description: StrictStr | None = None
+    provisioning: _Provisioning | None = None
+    devices: list[_DeclaredDevice]
+
+
+def parse_declared(spec: dict[str, Any]) -> DeclaredSpec:
+    """Check a class's whole ``spec`` as its XRD types it, then the devices as
+    :func:`check` does (what InferenceClusters copy).
+
+    Raises:
+        SpecError: naming the first wrong field (``spec.devices[0].driver``), listing
+            up to five.
+    """
+    try:
+        declared = DeclaredSpec.model_validate(spec)
+    except ValidationError as e:
+        raise pydantic_errors("spec", e) from None
+    try:
+        InferenceClassSpec.model_validate(spec)
+    except ValidationError as e:
+        raise pydantic_errors("spec", e) from None
+    return declared

@@ -27,6 +27,7 @@ KINDS: dict[str, str] = {
     "ModelExperiment": "experiment",
     "ModelBackfill": "backfill",
     "InferenceCluster": "inferencecluster",
+    "InferenceClass": "inferenceclass",
 }
 
 _loaded: dict[str, Composer] = {}

@@ -50,6 +50,7 @@ _COMPOSITIONS = {
     "ModelExperiment": "modelexperiment/composition.yaml",
     "ModelBackfill": "modelbackfill/composition.yaml",
     "InferenceCluster": "inferencecluster/composition-existing.yaml",
+    "InferenceClass": "inferenceclass/composition.yaml",
 }
 
 
