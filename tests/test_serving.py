@@ -706,3 +706,26 @@ def _watch(
     for c in calls:
         assert not fatal(c.result())
     return confined, most
+
+
+@pytest.mark.parametrize(
+    ("files", "want"),
+    [
+        ({"cpu.max": "150000 100000\n"}, 1.5),  # cgroup v2
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2.0),
+        ({"cpu,cpuacct/cpu.cfs_quota_us": "50000\n",
+          "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, 0.5),  # v1, the merged hierarchy
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({}, None),
+    ],
+)  # fmt: skip
+def test_the_cgroup_quota_v2_or_v1(tmp_path: Path, files: dict[str, str], want: Any) -> None:
+    """Found by a trial: a cgroup v1 CPU limit was not read (the default process count
+    took every CPU of the node's mask)."""
+    from function.edge.pool import _cgroup_quota
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert _cgroup_quota(str(tmp_path)) == want

@@ -124,20 +124,34 @@ _log = structlog.get_logger("pool")
 
 def cpu_limit() -> float:
     """How many CPUs this process may use: the CPUs in its affinity mask, lowered to the
-    cgroup v2 CPU quota (``/sys/fs/cgroup/cpu.max``, what a Kubernetes CPU limit sets)
-    when there is one; a fraction under a fractional quota (``1.5``). A cgroup v1 quota
-    is not read (the mask alone counts)."""
+    cgroup CPU quota when there is one (what a Kubernetes CPU limit sets: cgroup v2's
+    ``/sys/fs/cgroup/cpu.max``, else cgroup v1's ``cpu.cfs_quota_us`` over
+    ``cpu.cfs_period_us``); a fraction under a fractional quota (``1.5``)."""
     cpus = float(
         len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     )
+    quota = _cgroup_quota()
+    return min(cpus, quota) if quota is not None else cpus
+
+
+def _cgroup_quota(root: str = "/sys/fs/cgroup") -> float | None:
+    """The cgroup CPU quota in CPUs, or None when there is none (or none is readable)."""
     try:
-        with open("/sys/fs/cgroup/cpu.max") as f:
+        with open(os.path.join(root, "cpu.max")) as f:
             quota, period = f.read().split()[:2]
-        if quota != "max":
-            cpus = min(cpus, int(quota) / int(period))
+        return None if quota == "max" else int(quota) / int(period)
     except (OSError, ValueError, ZeroDivisionError):
         pass
-    return cpus
+    for d in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):  # cgroup v1: -1 is no quota
+        try:
+            with open(os.path.join(root, d, "cpu.cfs_quota_us")) as f:
+                q = int(f.read().strip())
+            with open(os.path.join(root, d, "cpu.cfs_period_us")) as f:
+                p = int(f.read().strip())
+            return q / p if q > 0 and p > 0 else None
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def usable_cpus() -> int:
