@@ -100,3 +100,16 @@ def test_debug_is_readable_console_output(stream):
     for part in ("tag=tag-dbg", "xr_kind=ModelCache", f"xr_namespace={NAMESPACE}",
                  "xr_name=qwen-cache", "seconds="):  # fmt: skip
         assert part in line, part
+
+
+def test_standard_library_lines_are_json_too(stream):
+    """Found by a trial: a misspelt setting's warning (and libraries' lines, such as the
+    OTLP exporter's) came as plain text among the JSON lines."""
+    import logging
+
+    logs.configure(debug=False, stream=stream)
+    logging.getLogger("opentelemetry.exporter").warning("Transient error %s", "x")
+    (line,) = [ln for ln in stream.getvalue().splitlines() if ln.strip()]
+    doc = json.loads(line)
+    assert doc["event"] == "Transient error x" and doc["level"] == "warning", doc
+    assert doc["logger"] == "opentelemetry.exporter" and "timestamp" in doc

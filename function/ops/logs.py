@@ -52,12 +52,27 @@ def configure(debug: bool = False, stream: TextIO | None = None) -> None:
     """
     out = stream if stream is not None else sys.stderr
     level = logging.DEBUG if debug else logging.INFO
-    logging.basicConfig(stream=out, level=level, format="%(message)s")
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer(colors=_isatty(out))
         if debug
         else structlog.processors.JSONRenderer(sort_keys=True)
     )
+    # Lines logged through the standard library (ours, and libraries' such as the OTLP
+    # exporter's) are rendered as structlog's are: one JSON object per line.
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processor=renderer,
+            foreign_pre_chain=[
+                structlog.stdlib.add_log_level,
+                structlog.stdlib.add_logger_name,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
