@@ -357,9 +357,17 @@ def test_tenant_role_writes_only_authored_kinds_and_names_real_resources():
     assert set(fleet["verbs"]) == {"get", "list", "watch"}
 
 
-def test_runtime_example_sets_only_known_valid_settings(env):
+def test_runtime_example_sets_only_known_valid_settings(env, tmp_path):
     values = _runtime_env()
     assert set(values) <= set(VARIABLES), set(values) - set(VARIABLES)
+    # The metrics directory is a path in the pod: the example mounts a volume there.
+    (drc,) = load_documents(RUNTIME / "runtime-config.yaml")
+    pod = drc["spec"]["deploymentTemplate"]["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "package-runtime"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volume = mounts[values["PROMETHEUS_MULTIPROC_DIR"]]
+    assert {"name": volume, "emptyDir": {}} in pod["volumes"]
+    values["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path)
     for k, v in values.items():
         env.setenv(k, v)
     s = load_settings()  # valid with tracing on, so the OTEL values are checked too
