@@ -731,3 +731,26 @@ def test_roll_up_counts_only_the_current_source_identity(
         assert "evidence" not in row and st["evidence"] == []
         assert "Qwen/Qwen2.5-0.5B-Instruct@v2" in row["message"]
         assert xr_ready(rsp) == "READY_FALSE"
+
+
+def test_a_failure_stays_reported_while_a_cluster_joins_its_shard() -> None:
+    """Found by a trial: a cluster joining the shard of a Failed one turned the cache's
+    HydrationFailed into Hydrating until the shard caught up, and then announced the
+    same failure again. The failure is a verdict for the current source: it stays."""
+    a, b, c = shard_clusters(3, shard=5)
+    t = grown(
+        cache(selector={}),
+        [inference_cluster(a), inference_cluster(b)],
+        {a: ("Failed", "BackoffLimitExceeded"), b: ("Ready", "")},
+    )
+    assert conditions(t.rsp)["ArtifactReady"]["reason"] == "HydrationFailed"
+    t.clusters = [inference_cluster(a), inference_cluster(b), inference_cluster(c)]
+    rsp = t.reconcile_cache()  # the shard's status is for the old footprint
+    cond = conditions(rsp)["ArtifactReady"]
+    assert cond["reason"] == "HydrationFailed" and a in cond["message"], cond
+    assert [e["name"] for e in status(rsp)["failed"]] == [a]
+    assert not [m for s, m in results(rsp) if s == "Warning"]
+    t.reconcile_shards()
+    rsp = t.reconcile_cache()
+    assert conditions(rsp)["ArtifactReady"]["reason"] == "HydrationFailed"
+    assert not [m for s, m in results(rsp) if s == "Warning"], results(rsp)

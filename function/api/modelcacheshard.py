@@ -105,6 +105,8 @@ class ShardReport:
 
     spec_hash: str = ""
     names_hash: str = ""
+    identity: str = ""
+    """The source identity the status describes (``status.source.identity``)."""
     total: int = 0
     hydrations: int | None = None
     phases: dict[str, int] = field(default_factory=dict)
@@ -164,6 +166,9 @@ def read_report(shard: Struct) -> ShardReport:
     st = v.struct_value.fields
     r.spec_hash = _str(st, "specHash")
     r.names_hash = _str(st, "namesHash")
+    v = st.get("source")
+    if v is not None and v.HasField("struct_value"):
+        r.identity = _str(v.struct_value.fields, "identity")
     v = st.get("summary")
     if v is not None and v.HasField("struct_value"):
         summary = v.struct_value.fields

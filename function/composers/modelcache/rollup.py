@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from function.api.modelcache import MAX_EVIDENCE
-from function.api.modelcachehydration import PENDING
+from function.api.modelcachehydration import FAILED, PENDING
 from function.api.modelcacheshard import (
     MAX_LISTED,
     MAX_RETAINED,
@@ -43,8 +43,12 @@ class Rollup:
 
         A shard whose status is for another spec (or absent) counts each of its
         clusters as Pending (or Unavailable, as the cache sees it): not known to be
-        Ready, so the cache is not Ready either. Except when only clusters'
-        availability changed (:meth:`_same_but_availability`): the status still holds.
+        Ready, so the cache is not Ready either; a cluster the status reports Failed
+        for the current source identity stays Failed (a verdict of this source, and
+        never Ready on that account: the cache keeps saying HydrationFailed while a
+        cluster joins or leaves the shard, instead of Hydrating and then announcing
+        the same failure again). Except when only clusters' availability changed
+        (:func:`_same_but_availability`): the status still holds.
         """
         if report is not None:
             self.retained += report.retained
@@ -53,8 +57,14 @@ class Rollup:
             and not _same_but_availability(shard, entries, identity, report)
         ):
             self.stale.append(shard)
+            failed = (
+                dict(report.failed) if report is not None and report.identity == identity else {}
+            )
             for name, why in entries:
-                if why:
+                if name in failed:
+                    self.phases[FAILED] += 1
+                    self.failed.append((name, failed[name]))
+                elif why:
                     self.phases[UNAVAILABLE] += 1
                     self.unavailable.append((name, f"cannot host a cache: {why}"))
                 else:
