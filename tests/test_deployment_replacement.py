@@ -137,9 +137,7 @@ INELIGIBLE: dict[str, tuple[World, bool, Callable[[World], World], str, bool]] =
         "moved (hydration of ModelCache qwen-cache Failed)",
         True,
     ),
-    "no-execute-taint": (
-        NO_CACHE, False, _drained, "taint maint:NoExecute not tolerated", False
-    ),
+    "no-execute-taint": (NO_CACHE, False, _drained, "taint maint:NoExecute not tolerated", False),
     "selector-no-longer-matches": (NO_CACHE, False, _relabelled, "no longer matches", False),
     "cluster-gone": (NO_CACHE, False, _gone, "cluster is gone", False),
 }
@@ -155,7 +153,12 @@ def test_one_sample_from_displacement_to_replacement_serving(fn, m, how) -> None
     assert placed(f.reconcile(base)) == [(0, "gpu-a")]
     f.reconcile(base, {0: SERVING})
     assert displaced(f.rsp) == []
-    old = {0: SERVING} if kept else {}
+    # After the move starts, the kept replica reports as the replica composer makes it:
+    # still serving on a cluster that is not Ready; ModelReady=False/HydrationFailed
+    # with its pods kept when its hydration Failed (found by a trial: it was dropped
+    # then, before its replacement served).
+    failed = ("False", "HydrationFailed", "hydration of qwen-cache on gpu-a Failed")
+    old = ({0: failed} if how == "hydration-failed" else {0: SERVING}) if kept else {}
 
     fn.clock.advance(600)  # T0: gpu-a stops being eligible; replica 0 moves to gpu-b
     world = after(base)
@@ -194,8 +197,10 @@ def test_one_sample_from_displacement_to_replacement_serving(fn, m, how) -> None
     rsp = f.reconcile(world, {**old, 1: SERVING})
     assert placed(rsp) == [(1, "gpu-b")]
     if kept:  # now it goes
-        assert any(s == "Warning" and f"removed replica 0 from gpu-a: {why}" in msg
-                   for s, msg in h.results(rsp)), h.results(rsp)
+        assert any(
+            s == "Warning" and f"removed replica 0 from gpu-a: {why}" in msg
+            for s, msg in h.results(rsp)
+        ), h.results(rsp)
     assert "displaced" not in h.status(rsp)
     assert samples(m) == 1  # once, though the requirements loop called the function again:
     assert (
@@ -366,3 +371,31 @@ def test_records_are_bounded_and_malformed_ones_skipped() -> None:
     assert len(got) == MAX_DISPLACED
     assert got == old[-MAX_DISPLACED:]  # the newest, oldest first
     validate_xr({**xr, "status": h.status(rsp)})
+
+
+def test_a_cluster_back_before_the_replacement_serves_costs_the_replacement(fn, m) -> None:
+    """Found by a trial: a cluster flapping back to Ready while the replacement of its
+    replica was starting left 3 replicas for 2, and the surplus removed was a serving
+    replica on another cluster (the most loaded), with a replacement sample recorded
+    for a move that never happened. The replica not serving yet goes instead."""
+    big = {"gpu-c": 8}  # the least loaded: the replacement's, shed last by load alone
+    world = [ic(c, nodes=big.get(c, 4)) for c in ("gpu-a", "gpu-b", "gpu-c")]
+    f = Fleet(fn, deployment(2, name=NAME, cache_name=None))
+    first = placed(f.reconcile(world))
+    assert first == [(0, "gpu-a"), (1, "gpu-b")]
+    assert len(first) == 2
+    f.reconcile(world, {0: SERVING, 1: SERVING})
+    (gone_from,) = [c for i, c in first if i == 0]
+    fn.clock.advance(600)
+    down = [ic(c, nodes=big.get(c, 4), ready=c != gone_from) for c in ("gpu-a", "gpu-b", "gpu-c")]
+    rsp = f.reconcile(down, {0: SERVING, 1: SERVING})
+    assert len(placed(rsp)) == 3 and len(displaced(rsp)) == 1
+    (new,) = [i for i, _ in placed(rsp) if i not in (0, 1)]
+    fn.clock.advance(60)  # back before the replacement serves
+    rsp = f.reconcile(world, {0: SERVING, 1: SERVING, new: ("False", "Starting", "pulling")})
+    assert placed(rsp) == first, h.results(rsp)
+    removed = [msg for _, msg in h.results(rsp) if msg.startswith("removed replica")]
+    assert len(removed) == 1 and removed[0].startswith(f"removed replica {new} "), removed
+    assert "displaced" not in h.status(rsp)
+    f.reconcile(world, {0: SERVING, 1: SERVING})
+    assert samples(m) == 0

@@ -644,6 +644,13 @@ PLACEMENT: list[Case[Request, Want]] = [
              existing=(serving(0, "a", True), serving(1, "b", True))),
          Want(placed=at((1, "b")), removed=(
              Gone(index=0, why="scaled down (cluster is not Ready)", scaled_down=True),))),
+    Case("move-back-costs-the-replacement", MOVE + "; its cluster back before the "
+         "replacement serves: the replacement goes, not a serving replica elsewhere",
+         req(replicas=2, clusters=(cluster("a"), cluster("b"), cluster("c", nodes=8)),
+             existing=(serving(0, "a", True), serving(1, "b", True), serving(2, "c", False)),
+             displaced=frozenset({0})),
+         Want(placed=at((0, "a"), (1, "b")), removed=(
+             Gone(index=2, cluster="c", scaled_down=True),))),
     Case("move-serving-two-of-them", MOVE + "; each serving one waits for as many serving "
          "elsewhere",
          req(replicas=2, clusters=(cluster("a", ready=False), cluster("b")),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from function import API_VERSION
+from function.api.modelreplica import REASON_HYDRATION_FAILED
 from function.composers.deployment import capacity
 from function.composers.deployment.children import (
     Slot,
@@ -233,11 +234,16 @@ def _request(
     lists: _Lists,
 ) -> Request:
     """The placement request: the spec, the fleet lists and the existing replicas."""
+    displaced = frozenset(d.index for d in _read_displaced(_displaced_status(call.inputs)))
     existing = []
     for v in call.placed:
         assert v.index is not None
+        # A replica whose hydration Failed after it served keeps its pods (the replica
+        # composer keeps its workload exactly) but reports ModelReady=False: one moving
+        # (recorded displaced while it served) still serves until its replacement does.
+        serves = v.state[0] or (v.index in displaced and v.state[1] == REASON_HYDRATION_FAILED)
         existing.append(
-            Existing(v.index, v.cluster, v.pools, v.state[0], v.identity, v.serves, v.reads_root)
+            Existing(v.index, v.cluster, v.pools, serves, v.identity, v.serves, v.reads_root)
         )
     selector = parsed.selector
     return Request(
@@ -251,7 +257,7 @@ def _request(
         retained=lists.retained,
         cache=call.cache,
         identities=lists.footprint,
-        displaced=frozenset(d.index for d in _read_displaced(_displaced_status(call.inputs))),
+        displaced=displaced,
     )
 
 

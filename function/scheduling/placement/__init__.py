@@ -63,9 +63,10 @@ Choice for new replicas
     cluster in the same reconcile).
 
 Scale-down
-    Removes replicas due to move first, then from the most loaded cluster (the
-    highest fraction of its nodes in use across the fleet), then those on a
-    Hydrating cluster before a Ready one, then the highest index.
+    Removes replicas due to move that do not serve first, then replicas not serving
+    yet, then from the most loaded cluster (the highest fraction of its nodes in use
+    across the fleet), then those on a Hydrating cluster before a Ready one, then the
+    highest index.
 
 Cost (the function runs on every reconcile of every deployment)
     Linear: existing replicas cost O(R); new replicas read clusters in spread order

@@ -208,20 +208,29 @@ def _scale_down(run: _Run, standing: _Standing) -> None:
             excess -= 1
     excess = len(standing.solid) - run.req.replicas
     if excess > 0:
-        standing.solid = _shed(run, standing.solid, excess)
+        standing.solid = _shed(run, standing.solid, excess, standing.serving)
 
 
-def _shed(run: _Run, solid: list[Placed], excess: int) -> list[Placed]:
-    """``solid`` without its ``excess`` replicas on the most loaded clusters.
+def _shed(run: _Run, solid: list[Placed], excess: int, serving: set[int]) -> list[Placed]:
+    """``solid`` without ``excess`` replicas: those not serving yet first, then on the
+    most loaded clusters.
 
-    The victim is the replica with the highest (load, count, tier, index). Removing one
-    lowers only its own cluster's load and count, so keys only decrease: a heap of
-    negated keys re-checked on pop finds each victim in O(log n).
+    The victim is a replica that does not serve before one that does (a replica whose
+    cluster came back while its replacement was starting must not cost a serving
+    replica elsewhere: the replacement goes), then the highest (load, count, tier,
+    index). Removing one lowers only its own cluster's load and count, so keys only
+    decrease: a heap of negated keys re-checked on pop finds each victim in O(log n).
     """
     per = counts(solid)
 
-    def down_key(p: Placed) -> tuple[float, int, int, int]:
-        return (-run.ledger.load(p.cluster), -per[p.cluster], -run.tier(p.cluster), -p.index)
+    def down_key(p: Placed) -> tuple[bool, float, int, int, int]:
+        return (
+            p.index in serving,
+            -run.ledger.load(p.cluster),
+            -per[p.cluster],
+            -run.tier(p.cluster),
+            -p.index,
+        )
 
     victims = [(down_key(p), p) for p in solid]
     heapq.heapify(victims)
