@@ -728,6 +728,33 @@ def test_a_download_job_that_cannot_be_created_is_pending_then_failed() -> None:
     assert (status(rsp)["phase"], status(rsp)["reason"]) == ("Hydrating", "JobRunning")
 
 
+def test_a_refused_job_is_named_while_the_pvc_waits_for_it() -> None:
+    """Found by a review: on WaitForFirstConsumer storage the PVC cannot bind before the
+    Job's pod exists; a Job refused by a quota read PVCNotBound, then PVCBindTimeout,
+    and the quota error appeared nowhere."""
+    quota = "exceeded quota: q, requested: count/jobs.batch=1"
+    observed = {**pvc("Pending"), **_job_refused(quota), **token_object()}
+    rsp = run(request(hydration_xr(prev_status("Pending")), observed=observed,
+                      required=resolved()))  # fmt: skip
+    st = status(rsp)
+    assert (st["phase"], st["reason"]) == ("Pending", "JobNotSynced"), st
+    assert quota in st["message"]
+
+
+def test_the_bind_timer_does_not_count_the_wait_for_a_refused_job() -> None:
+    """Found by a review: after 1,000 s of a refused Job (PVC Bound), one call with the
+    PVC not Bound failed at once with PVCBindTimeout ("not bound after 1010s"): the bind
+    timer read the pendingSince the other wait had written."""
+    clock = Clock(NOW)
+    since = (NOW - datetime.timedelta(seconds=1000)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    composite = hydration_xr(prev_status("Pending", reason="JobNotSynced", pendingSince=since))
+    observed = {**pvc("Pending"), **job([], active=1), **token_object()}
+    rsp = run(request(composite, observed=observed, required=resolved()), now=clock)
+    st = status(rsp)
+    assert (st["phase"], st["reason"]) == ("Pending", "PVCNotBound"), st
+    assert st["pendingSince"] == "2026-11-29T09:00:00Z"
+
+
 def test_wait_for_first_consumer_does_not_time_out_without_job() -> None:
     """Without a Job (no Secret yet), a WaitForFirstConsumer PVC cannot bind: no timer."""
     composite = hydration_xr(prev_status("Pending", pendingSince=T_MINUS.isoformat()))

@@ -660,13 +660,15 @@ class _Composer:
             st.reason = self.prev_reason or "Failed"
             st.message = self.prev_message or "Job failed"
             return
+        job_err = _sync_error(job_obj)
+        if job_desired and job_err and _manifest(job_obj) is None:
+            # Whatever the PVC's phase: a WaitForFirstConsumer PVC cannot bind before
+            # the Job's pod exists, so the Job is what blocks.
+            self._job_not_created(job_err)
+            return
         pvc_obj = self.inputs.observed_body(PVC_KEY)
         pvc_phase = _pvc_phase(pvc_obj)
         if pvc_phase == "Bound":
-            job_err = _sync_error(job_obj)
-            if job_desired and job_err and _manifest(job_obj) is None:
-                self._job_not_created(job_err)
-                return
             st.phase = HYDRATING if (job_desired or job_obj is not None) else PENDING
             st.reason = REASON_JOB_RUNNING if st.phase == HYDRATING else REASON_WAITING_FOR_JOB
             st.message = f"downloading {self.repo}@{self.revision} on {self.cluster_name}"
@@ -685,7 +687,11 @@ class _Composer:
             # the bind timeout runs only while the Job is desired.
             return
         timeout = settings.pvc_bind_timeout_seconds
-        since = parse_time(structs.sval(self.prev, "pendingSince")) or self.inputs.now
+        # The bind timer runs from when this wait began: a pendingSince the wait for a
+        # Job that could not be created wrote does not count.
+        other = self.prev_reason in (REASON_JOB_NOT_SYNCED, REASON_JOB_NOT_CREATED)
+        prev_since = "" if other else structs.sval(self.prev, "pendingSince")
+        since = parse_time(prev_since) or self.inputs.now
         self.pending_since = format_time(since)
         waited = elapsed(since, self.inputs.now)
         if timeout and waited >= timeout:
