@@ -318,3 +318,19 @@ def test_a_port_left_in_time_wait_by_a_stopped_instance_is_free(tmp_path: Path) 
             assert call(ch)
     finally:
         stop(proc, log)
+
+
+def test_a_small_rsa_key_grpc_serves_is_not_refused_by_the_check(tmp_path: Path) -> None:
+    """Found by a review: the start-up check refused a 1024-bit RSA key (OpenSSL's
+    security level, not gRPC's) as "not a PEM certificate and its private key", though
+    gRPC serves it. The check is about the files, not the policy."""
+    from function.edge.server import _tls_problem
+
+    ca = make_ca("small-ca")
+    cert, key = make_leaf(ca, "function-modelplane", server=True, rsa_bits=1024)
+    d = tmp_path / "tls"
+    d.mkdir()
+    (d / "tls.crt").write_bytes(cert)
+    (d / "tls.key").write_bytes(key)
+    (d / "ca.crt").write_bytes(pem(ca[0]))
+    assert _tls_problem(str(d)) is None

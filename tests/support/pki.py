@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA = tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
@@ -32,7 +33,7 @@ def pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+def pem_key(key: Any) -> bytes:
     """A private key as unencrypted PKCS#8 PEM."""
     return key.private_bytes(
         serialization.Encoding.PEM,
@@ -70,14 +71,20 @@ def make_ca(name: str) -> CA:
     return cert, key
 
 
-def make_leaf(ca: CA, name: str, *, server: bool) -> tuple[bytes, bytes]:
+def make_leaf(
+    ca: CA, name: str, *, server: bool, rsa_bits: int | None = None
+) -> tuple[bytes, bytes]:
     """A certificate for ``name`` signed by ``ca``: ``(cert PEM, key PEM)``.
 
     A server certificate is for ``localhost`` and ``127.0.0.1``; a client one has the
-    client-auth usage.
+    client-auth usage. The key is P-256, or RSA of ``rsa_bits`` bits when given.
     """
     ca_cert, ca_key = ca
-    key = ec.generate_private_key(ec.SECP256R1())
+    key: Any = (
+        rsa.generate_private_key(public_exponent=65537, key_size=rsa_bits)
+        if rsa_bits
+        else ec.generate_private_key(ec.SECP256R1())
+    )
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
     builder = (
         _validity(x509.CertificateBuilder())
