@@ -397,7 +397,8 @@ def test_requirements_loop_over_grpc_counts_a_transition_once(m, observing):
 @pytest.mark.parametrize(
     ("address", "expected"),
     [
-        (":8080", ("0.0.0.0", 8080)),
+        (":8080", ("", 8080)),
+        ("0.0.0.0:8080", ("0.0.0.0", 8080)),
         ("127.0.0.1:9102", ("127.0.0.1", 9102)),
         ("[::1]:8080", ("::1", 8080)),
         ("", None),

@@ -395,12 +395,9 @@ def default() -> Metrics:
     return _default
 
 
-# What an empty host in ``[host]:port`` stands for (serve tries "::" first).
-EVERY_INTERFACE = "0.0.0.0"
-
-
 def parse_address(address: str) -> tuple[str, int] | None:
-    """Split ``[host]:port`` into (host, port); an empty host means every interface.
+    """Split ``[host]:port`` into (host, port); an empty host ("") means every interface,
+    IPv6 and IPv4 (see :func:`serve`).
 
     Returns:
         None for ``""`` (serving is off).
@@ -413,8 +410,7 @@ def parse_address(address: str) -> tuple[str, int] | None:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"{address!r} is not [host]:port such as :8080")
-    host = host.strip("[]") or EVERY_INTERFACE
-    return host, int(port)
+    return host.strip("[]"), int(port)
 
 
 def exposition_registry(multiproc_dir: str | None = None) -> CollectorRegistry:
@@ -496,13 +492,14 @@ def serve(address: str, multiproc_dir: str | None = None) -> Any:
         return None
     host, port = parsed
     registry = exposition_registry(multiproc_dir)
-    if host == EVERY_INTERFACE:
+    if not host:
         # Every interface, IPv6 too: "::" takes IPv4 as well on a dual-stack host (Linux's
-        # default); a host without IPv6 refuses it, then IPv4 alone.
+        # default); a host without IPv6 refuses it, then IPv4 alone. A host written out
+        # (0.0.0.0, ::) is bound as written.
         try:
             server, _thread = start_http_server(port, addr="::", registry=registry)
             return server
         except OSError:
-            pass
+            host = "0.0.0.0"
     server, _thread = start_http_server(port, addr=host, registry=registry)
     return server
