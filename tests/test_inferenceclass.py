@@ -48,6 +48,15 @@ BAD = [
      "spec.devices[0].capacity.memory.value"),
     ("provisioning without a provider", lambda s: s.update(provisioning={"gke": {}}),
      "spec.provisioning.provider"),
+    # A review: what placement cannot read was reported Valid (a selector on it then
+    # failed, blaming the deployment's own CEL).
+    ("a capacity that is no quantity", lambda s: s["devices"][0]["capacity"].update(
+        memory={"value": "lots"}), "spec.devices[0].capacity.memory.value"),
+    ("a version that is no semantic version", lambda s: s["devices"][0]["attributes"].update(
+        cudaComputeCapability={"version": "9.0"}),
+     "spec.devices[0].attributes.cudaComputeCapability.version"),
+    ("an int past 64 bits", lambda s: s["devices"][0]["attributes"].update(
+        cores={"int": 1e30}), "spec.devices[0].attributes.cores.int"),
 ]  # fmt: skip
 
 

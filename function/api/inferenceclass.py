@@ -13,10 +13,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
 
 from function.api.fields import WholeInt
 from function.core.errors import pydantic_errors
+from function.scheduling.devices import Semver, parse_quantity
 
 KIND = "InferenceClass"
 
@@ -61,15 +70,41 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+_INT64 = 2**63
+
+
 class _Attribute(_Open):
     string: StrictStr | None = None
     version: StrictStr | None = None
     bool: StrictBool | None = None
     int: WholeInt | None = None
 
+    @field_validator("version")
+    @classmethod
+    def _semver(cls, v: str | None) -> str | None:
+        # DRA's version attribute is a semantic version (placement compares them); one
+        # that is not would be read as a string and fail every version comparison.
+        if v is not None:
+            Semver.parse(v)
+        return v
+
+    @field_validator("int")
+    @classmethod
+    def _int64(cls, v: Any) -> Any:
+        if v is not None and not -_INT64 <= v < _INT64:
+            raise ValueError("must fit in 64 bits (the XRD's format: int64)")
+        return v
+
 
 class _Capacity(_Open):
     value: StrictStr
+
+    @field_validator("value")
+    @classmethod
+    def _quantity(cls, v: str) -> str:
+        # Placement reads a capacity as a Kubernetes quantity; one that is not is absent.
+        parse_quantity(v)
+        return v
 
 
 class _DeclaredDevice(_Open):
