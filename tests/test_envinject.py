@@ -141,3 +141,31 @@ def test_gpu_toleration_added_once():
     assert out["spec"]["tolerations"] == [wl.GPU_TOLERATION]
     out = wl.pod_template(_template(), _plan(), "tmpl")
     assert out["spec"]["tolerations"] == [wl.GPU_TOLERATION]
+
+
+@pytest.mark.parametrize("name", ["SUITE\n", "TASKS\n", "A\nB"])
+def test_a_name_with_a_newline_is_not_an_env_name(name: str) -> None:
+    """Found by a review: Python's ``$`` matches before a final newline, so ``SUITE\\n``
+    passed the function's check (the XRD's RE2 and the API server refuse it)."""
+    from function.serving.env import env_name_problem
+
+    assert env_name_problem(name) is not None
+
+
+@pytest.mark.parametrize(
+    ("pattern", "value"),
+    [
+        ("function.naming:DNS1123_LABEL", "abc\n"),
+        ("function.naming:LABEL_VALUE", "abc\n"),
+        ("function.api.modelcache:_REPO", "org/name\n"),
+        ("function.api.modelcache:_SECRET_NAME", "hf-token\n"),
+        ("function.api.modelexperiment:BACKEND", "vllm\n"),
+        ("function.scheduling.selectors:_NAME", "gpu\n"),
+    ],
+)
+def test_whole_string_patterns_refuse_a_trailing_newline(pattern: str, value: str) -> None:
+    import importlib
+
+    module, name = pattern.split(":")
+    regex = getattr(importlib.import_module(module), name)
+    assert regex.match(value) is None and regex.match(value.rstrip("\n")) is not None

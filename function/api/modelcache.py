@@ -29,9 +29,9 @@ from function.core.errors import SpecError, pydantic_errors
 from function.core.numbers import WholeInt
 from function.naming import source_identity
 
-_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
-_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?\Z")
+_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
 
 
 class AuthSecret(BaseModel):

@@ -158,7 +158,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-BACKEND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+BACKEND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 class Candidate(_Model):

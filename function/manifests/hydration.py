@@ -52,7 +52,7 @@ JOB_COMPLETE_CEL = (
     'object.status.conditions.exists(c, c.type == "Complete" && c.status == "True")'
 )
 
-_SIMPLE_KEY = re.compile(r"^[A-Za-z0-9_]+$")
+_SIMPLE_KEY = re.compile(r"^[A-Za-z0-9_]+\Z")
 
 
 def _metadata(

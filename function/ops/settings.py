@@ -28,10 +28,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from function.core.memo import memo
 
-QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?\Z")
 # The flash loader copies at most this many files at once (one thread each).
 MAX_FLASH_LOADER_CONCURRENCY = 256
-_IMAGE = re.compile(r"^\S+$")
+_IMAGE = re.compile(r"^\S+\Z")
 
 
 # ---- rules shared by the start-up check and the composers that use the values ---------
@@ -117,7 +117,7 @@ def _env(name: str, description: str, unit: str, **bounds: Any) -> Any:
 
 
 # Host (name, IPv4, or [IPv6]) and port; an empty host listens on every interface.
-ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]*):([0-9]{1,5})$")
+ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]*):([0-9]{1,5})\Z")
 # Samplers the OpenTelemetry SDK knows (OTEL_TRACES_SAMPLER, OpenTelemetry SDK environment
 # variable specification); the SDK itself only warns about others and falls back.
 OTEL_SAMPLERS = frozenset(

@@ -50,14 +50,14 @@ SHM_MOUNT_PATH = "/dev/shm"
 # (apimachinery ``IsEnvVarName`` before 1.32; any printable ASCII but ``=`` from 1.32,
 # https://kubernetes.io/docs/tasks/inject-data-application/define-environment-variable-container/)
 # and every shell can reference it as ``$NAME``, which evaluation scripts do.
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # whole names only: fullmatch
 # Most literal variables a spec may set.
 MAX_LITERAL_ENV = 32
 
 
 def env_name_problem(name: str) -> str | None:
     """Why ``name`` is not an env name a spec may set (:data:`ENV_NAME`), or None."""
-    if ENV_NAME.match(name):
+    if ENV_NAME.fullmatch(name):
         return None
     return (
         f"{name!r} is not a valid env variable name "

@@ -23,9 +23,9 @@ from function.api.modelcache import (
 from function.api.modelexperiment import ArtifactGate, ExperimentSpec
 from function.core import structs
 
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
+COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
 # The ModelCache XRD accepts a digest with or without the ``sha256:`` prefix.
-DIGEST = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
+DIGEST = re.compile(r"^(sha256:)?[0-9a-f]{64}\Z")
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ from function.naming import (
 )
 from jobs.contract import RESULT_COMMIT, RESULT_DIGEST, RESULT_IDENTITY, RESULT_VALIDATED_AT
 
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
 # ---- the spec (validated once per distinct spec) ------------------------------------
 
