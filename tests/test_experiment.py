@@ -1093,6 +1093,11 @@ INVALID_SPECS: list[Case[Any, str]] = [
          lambda s: s.update(repeatAfter="1h", historyLimit=21), "spec.historyLimit"),
     Case("timeout not a duration", "timeout is a Go duration",
          lambda s: s.update(timeout="soon"), "spec.timeout"),
+    # A review: past Go's longest duration, an OverflowError (an internal error).
+    Case("timeout past 292 years", "at most Go's longest duration",
+         lambda s: s.update(timeout="100000000h"), "spec.timeout"),
+    Case("repeatAfter past 292 years", "at most Go's longest duration",
+         lambda s: s.update(repeatAfter="100000000h"), "spec.repeatAfter"),
     Case("no backend", "the candidate names its backend (the gauntlet's MODELS)",
          lambda s: s["candidate"].pop("backend"), "spec.candidate.backend"),
     # A trial: values the XRD's patterns let through and every replica refused.

@@ -48,6 +48,11 @@ def format_time(dt: datetime.datetime) -> str:
     return dt.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# Go's longest time.Duration (2^63 - 1 ns), in seconds: what Kubernetes could store, and
+# what a date can be moved by without leaving Python's datetime range.
+MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
+
+
 def parse_duration(value: object) -> float:
     """Parse a Go-style duration into seconds.
 
@@ -58,13 +63,14 @@ def parse_duration(value: object) -> float:
         The duration in seconds (>= 0).
 
     Raises:
-        ValueError: for anything else, including negative durations.
+        ValueError: for anything else, including negative durations and ones longer
+            than :data:`MAX_DURATION_SECONDS` (Go's longest).
     """
     if isinstance(value, bool):
         raise ValueError(f"invalid duration {value!r}")
     if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"duration {value!r} is negative")
+        if not 0 <= value <= MAX_DURATION_SECONDS:  # NaN too
+            raise ValueError(f"duration {value!r} is negative or longer than 292 years")
         return float(value)
     if not isinstance(value, str) or not value:
         raise ValueError(f"invalid duration {value!r}")
@@ -79,6 +85,8 @@ def parse_duration(value: object) -> float:
         pos = m.end()
     if pos != len(value) or pos == 0:
         raise ValueError(f"invalid duration {value!r} (use Go syntax such as 30m, 1h30m, 90s)")
+    if total > MAX_DURATION_SECONDS:
+        raise ValueError(f"{value!r} is longer than the longest duration (about 292 years)")
     return total
 
 
