@@ -1267,3 +1267,27 @@ def test_an_edit_that_cannot_run_never_cancels_the_running_job(sim: Sim, clock: 
     clock.advance(30)
     st = sim.step()
     assert (st["phase"], st["reason"]) == ("Cancelling", "SpecChanged"), st
+
+
+def test_a_request_in_the_second_the_attempt_started_cancels_it(sim: Sim, clock: Clock) -> None:
+    """Found by a review: the Job was admitted at 09:10:00.7 and a request at 09:10:00.9
+    stamped 09:10:00Z (producers write whole seconds) never cancelled it: the check was
+    ``foreground > startedAt``, both whole seconds."""
+    st = start(sim, clock)
+    sim.foreground(at=parse_time(st["startedAt"]))
+    clock.advance(5)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "PreemptedByForeground"), st
+
+
+def test_a_foreground_time_at_the_end_of_dates_is_never_idle(sim: Sim, clock: Clock) -> None:
+    """Found by a review: ``9999-12-31T23:59:59Z`` ("later is safe") cancelled the Job,
+    then every call failed with OverflowError (an internal error)."""
+    start(sim, clock)
+    sim.foreground(raw="9999-12-31T23:59:59Z")
+    for _ in range(3):
+        clock.advance(30)
+        st = sim.step()
+        assert not fatal(sim.last), fatal(sim.last)
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle"), st
+    assert "never" in st["message"]

@@ -190,12 +190,14 @@ def _idle_since(c: Call, p: Parsed, dep: Struct | None) -> datetime.datetime | N
     idle = elapsed(since, c.now)
     if idle < p.idle_for:
         left = p.idle_for - idle
+        try:
+            at = format_time(since + datetime.timedelta(seconds=p.idle_for))
+        except OverflowError:  # a foreground time near year 9999: never idle
+            at = "never (the foreground signal's time is past the last date)"
         c.wait(
             "NotIdle",
             f"{c.model} idle for {dur(idle)} of {dur(p.idle_for)} (since "
-            f"{format_time(since)}); admission at "
-            f"{format_time(since + datetime.timedelta(seconds=p.idle_for))} "
-            f"if no foreground request arrives",
+            f"{format_time(since)}); admission at {at} if no foreground request arrives",
             ttl=min(left, float(getattr(c.inputs.settings, "default_ttl_seconds", 60))),
         )
         return None

@@ -192,7 +192,10 @@ def _foreground_reason(c: Call, req: Required) -> Cancel | None:
             f"the foreground signal ({ANNOTATION_LAST_FOREGROUND}) of ModelDeployment "
             f"{c.model} is missing or not an RFC 3339 time",
         )
-    if started is None or fg > started:
+    # Both are whole seconds (startedAt is written so; producers stamp requests so): a
+    # request in the second the attempt started may have come after it, and foreground
+    # service always wins, so it cancels (found by a review: it was ignored).
+    if started is None or fg >= started:
         return Cancel(
             "foreground",
             "PreemptedByForeground",
