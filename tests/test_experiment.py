@@ -1975,3 +1975,38 @@ def test_a_pod_template_fault_mid_run_blocks_naming_it_and_keeps_the_candidate(
     for k in before:
         assert sim.observed[k]["spec"] == before[k]["spec"]
     assert sim.status["run"] == RUN1
+
+
+def _invalid_edit(sim: Any) -> None:
+    """An edit only the function refuses (the XRD admits it): a selector that is no
+    condition."""
+    member = sim.xr["spec"]["candidate"]["engines"][0]["members"][0]
+    member["nodeSelector"]["devices"][0]["selectors"][0]["cel"] = "0"
+
+
+@pytest.mark.parametrize("how", ["job-passes", "deadline-passes"])
+def test_a_run_under_an_invalid_edit_still_ends(sim_factory, clock: Clock, how: str) -> None:
+    """Found by a review: a mid-run edit the function refuses (InvalidSpec) kept the run
+    for ever: the gauntlet passed, the deadline went by 3 h, and the candidate (its GPU)
+    stayed. A run is bounded whatever the edit: it ends by its Job or its deadline, the
+    verdict is recorded, the candidate released; the gauntlet Job stays as evidence."""
+    sim = sim_factory()
+    sim.to_evaluating()
+    _invalid_edit(sim)
+    sim.reconcile()
+    assert (sim.phase, sim.status["reason"]) == ("Blocked", "InvalidSpec")
+    cand = sim.key("candidate")
+    assert cand in sim.observed  # kept while the run is undecided
+    if how == "job-passes":
+        clock.advance(60)
+        sim.job_finished(True, clock.now)
+    else:
+        clock.advance(3 * 3600)
+    sim.reconcile()
+    assert sim.phase == "Blocked" and sim.status["reason"] == "InvalidSpec"
+    verdict = sim.status["verdict"]
+    want = "GauntletPassed" if how == "job-passes" else "TimedOut"
+    assert verdict["reason"] == want, verdict
+    assert sim.conditions()["Verdict"]["reason"] == want
+    assert cand not in sim.observed  # released
+    assert sim.key("gauntlet") in sim.observed  # evidence

@@ -25,6 +25,7 @@ from function.composers.experiment.run import (
     Admission,
     active,
     admission,
+    decided_under_invalid_spec,
     decided_while_held,
 )
 from function.composers.experiment.state import RunState, next_run
@@ -215,12 +216,28 @@ class _Composer:
 
     # -- bad input: say so, change nothing
     def invalid(self, st: RunState, e: SpecError) -> Outcome:
+        """Keep every child, decide nothing new; but a run in progress still ends by its
+        Job, its deadline or a lost candidate (:func:`decided_under_invalid_spec`): its
+        verdict is recorded and its candidate released."""
         out = self.out
+        decided = decided_under_invalid_spec(self, st)
         out.keep_observed(self.inputs)
+        if st.verdict and st.number:
+            out.resources.pop(candidate_key(st.number), None)  # the run is over
         msg = f"invalid spec: {e}"
         self.set_phase("Blocked", "InvalidSpec", msg)
         out.condition("Runnable", "False", "InvalidSpec", msg)
-        out.condition(VERDICT, "Unknown", "InvalidSpec", "no run while the spec is invalid")
+        if decided or st.verdict:
+            v = st.verdict
+            out.condition(
+                VERDICT,
+                "True" if v.get("pass") is True else "False",
+                str(v.get("reason") or FAILED),
+                f"run {st.name}: {v.get('summary') or v.get('reason')}; no new run while "
+                "the spec is invalid",
+            )
+        else:
+            out.condition(VERDICT, "Unknown", "InvalidSpec", "no run while the spec is invalid")
         if st.number:
             out.status.update(st.to_status())
         out.ready = False
@@ -326,10 +343,16 @@ class _Composer:
             )
 
     def verdict(
-        self, spec: ExperimentSpec, st: RunState, reason: str, summary: str, at: datetime.datetime
+        self,
+        spec: ExperimentSpec | None,
+        st: RunState,
+        reason: str,
+        summary: str,
+        at: datetime.datetime,
     ) -> None:
         """Record the run's verdict (it passed when ``reason`` is ``GauntletPassed``); the
-        candidate is released (not desired) from now on."""
+        candidate is released (not desired) from now on. ``spec`` None: the XR's spec is
+        invalid; the verdict is recorded and its evidence kept, nothing else decided."""
         inputs, out = self.inputs, self.out
         st.verdict = {
             "pass": reason == PASSED,
@@ -344,6 +367,9 @@ class _Composer:
             "model_experiment_verdicts_total",
             {"namespace": inputs.namespace, "experiment": inputs.name, "reason": reason},
         )
+        if spec is None:
+            self.keep_evidence(st.number)
+            return
         self.finished(spec, st)
 
 

@@ -78,6 +78,28 @@ def decided_while_held(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool
     return run.job_finished() or run.deadline_passed() or run.candidate_lost()
 
 
+def decided_under_invalid_spec(c: _Composer, st: RunState) -> bool:
+    """Whether an admitted run is decided in a call whose spec the function refuses (a
+    check only the function makes, so the edit reached it): its gauntlet Job finished,
+    its deadline passed, or its candidate was lost. A run is bounded whatever the edit
+    (found by a review: a mid-run edit refused as InvalidSpec never ended the run, its
+    candidate held for ever); the verdict is recorded and the candidate released."""
+    deadline = parse_time(st.candidate.get("deadline"))
+    if not st.candidate.get("createdAt") or st.verdict or deadline is None:
+        return False
+    inputs = c.inputs
+    run = ActiveRun(
+        c,
+        None,
+        st,
+        deadline,
+        inputs.observed_body(candidate_key(st.number)),
+        inputs.observed_body(job_key(st.number)),
+        UNRESOLVED,
+    )
+    return run.job_finished() or run.deadline_passed() or run.candidate_lost()
+
+
 def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     """Check the CronJob and the artifact gate; create the candidate when both pass.
 
@@ -173,7 +195,9 @@ class ActiveRun:
     """An admitted run and what Crossplane observed of it in this call."""
 
     c: _Composer
-    spec: ExperimentSpec
+    spec: ExperimentSpec | None
+    """None while the XR's spec is invalid: the run is only decided (its Job, deadline or
+    candidate), nothing is composed (:func:`decided_under_invalid_spec`)."""
     st: RunState
     deadline: datetime.datetime
     cand_obs: Any
@@ -204,6 +228,12 @@ class ActiveRun:
             )
             found = inputs.required(REQ_REPLICAS)
         return cls(c, spec, st, deadline, cand_obs, job_obs, found)
+
+    @property
+    def valid(self) -> ExperimentSpec:
+        """The parsed spec (what composing the run needs)."""
+        assert self.spec is not None, "composing a run needs a valid spec"
+        return self.spec
 
     def verdict(self, reason: str, summary: str, at: datetime.datetime) -> bool:
         self.c.verdict(self.spec, self.st, reason, summary, at)
@@ -253,8 +283,8 @@ class ActiveRun:
         # The run's own timeout (an edit held behind it may have changed the spec's).
         created = parse_time(self.st.candidate.get("createdAt"))
         own = (self.deadline - created).total_seconds() if created is not None else None
-        timeout = self.spec.timeout
-        if own is not None and own != self.spec.timeout_seconds:
+        timeout = self.spec.timeout if self.spec is not None else f"{own or 0:g}s"
+        if own is not None and self.spec is not None and own != self.spec.timeout_seconds:
             timeout = f"{own:g}s"
         return self.verdict(
             TIMED_OUT,
@@ -332,13 +362,13 @@ class ActiveRun:
             if err:
                 msg = f"{msg} (provider reports: {err})"
         else:
-            tmpl = c.require_template(self.spec)
+            tmpl = c.require_template(self.valid)
             if tmpl is UNRESOLVED:
                 c.waiting(st, "waiting for Crossplane to resolve the gauntlet CronJob")
                 return
             assert isinstance(tmpl, Resolved)
             if not tmpl.items:
-                c.release_for_template(self.spec, st)
+                c.release_for_template(self.valid, st)
                 return
             msg = self.add_job(tmpl.items[0])
         if msg is not None:
@@ -349,10 +379,10 @@ class ActiveRun:
         (the run is then Blocked)."""
         c, st = self.c, self.st
         try:
-            body = gauntlet_object(c.inputs, self.spec, st, cronjob)
+            body = gauntlet_object(c.inputs, self.valid, st, cronjob)
         except ValueError as e:
             st.gauntlet = {}
-            c.release_for_template(self.spec, st, invalid=str(e))
+            c.release_for_template(self.valid, st, invalid=str(e))
             return None
         c.out.add(job_key(st.number), body)
         return job_message(st)
@@ -387,14 +417,14 @@ class ActiveRun:
         when waiting for Crossplane or Blocked."""
         c, st, out = self.c, self.st, self.c.out
         out.require(REQ_CLUSTER, API_VERSION, "InferenceCluster", match_name=cluster_name)
-        tmpl = c.require_template(self.spec)
+        tmpl = c.require_template(self.valid)
         cluster = c.inputs.required(REQ_CLUSTER)
         if cluster is UNRESOLVED or tmpl is UNRESOLVED:
             c.waiting(st, "waiting for Crossplane to resolve the candidate's cluster")
             return None
         assert isinstance(cluster, Resolved) and isinstance(tmpl, Resolved)
         if not tmpl.items:
-            c.release_for_template(self.spec, st)
+            c.release_for_template(self.valid, st)
             return None
         if not cluster.items:
             return f"candidate {st.name} serves on {cluster_name}: InferenceCluster not found"
@@ -410,7 +440,7 @@ class ActiveRun:
         created = parse_time(st.candidate.get("createdAt")) or c.now
         remaining = min(
             math.ceil((self.deadline - max(c.now, created)).total_seconds()),
-            math.ceil(self.spec.timeout_seconds),
+            math.ceil(self.valid.timeout_seconds),
         )
         st.gauntlet = {
             "job": gauntlet_job_name(c.inputs.namespace, st.name),
