@@ -23,6 +23,9 @@ workload cluster can tell one tenant's reference from another's. So
   ``naming.LABEL_SERVING``, its Deployments by ``naming.LABEL_WORKLOAD``; the names are
   public) and ``leaderworkerset.sigs.k8s.io`` (a LeaderWorkerSet's headless Service and
   its groups): a pod carrying another replica's value would take that replica's traffic;
+- ``priorityClassName`` and ``priority``: a higher priority preempts (evicts) lower
+  ones, another tenant's serving pods among them (since Kubernetes 1.17 the system
+  classes are usable outside ``kube-system``);
 - what the Pod Security Standards' Baseline policy forbids
   (https://kubernetes.io/docs/concepts/security/pod-security-standards/#baseline; the
   same controls as ``k8s.io/pod-security-admission/policy``): host namespaces,
@@ -124,6 +127,14 @@ def check_pod_access(pod_spec: Any, field: str, pod_metadata: Any = None) -> Non
                     f"an existing ResourceClaim in the workload cluster's namespace "
                     f"{REMOTE_NAMESPACE} is another pod's: use resourceClaimTemplateName",
                 )
+    for key in ("priorityClassName", "priority"):
+        if pod_spec.get(key) is not None:
+            raise SpecError(
+                f"{field}.{key}",
+                "a pod's scheduling priority is the platform's: a higher one preempts "
+                f"(evicts) other pods, the serving pods of every namespace in "
+                f"{REMOTE_NAMESPACE} among them; remove it",
+            )
     _check_host_access(pod_spec, field)
     _check_apparmor_annotations(meta.get("annotations"), field.removesuffix(".spec"))
 

@@ -166,6 +166,9 @@ POD_ACCESS_FAULTS = [
     ("another replica's Service selector as a pod label", ("metadata", "labels"),
      {"app": "x", "modelplane.ai/serving": "kimi-0-svc-dfa3051bff16"},
      "template.metadata.labels[modelplane.ai/serving]"),
+    # A review: a backfill pod could ask for system-node-critical and evict serving pods.
+    ("a priority class", ("priorityClassName",), "system-node-critical",
+     "template.spec.priorityClassName"),
     ("a LeaderWorkerSet label", ("metadata", "labels"),
      {"leaderworkerset.sigs.k8s.io/name": "kimi-0-e0"},
      "template.metadata.labels[leaderworkerset.sigs.k8s.io/name]"),
