@@ -1291,3 +1291,39 @@ def test_a_foreground_time_at_the_end_of_dates_is_never_idle(sim: Sim, clock: Cl
         assert not fatal(sim.last), fatal(sim.last)
     assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle"), st
     assert "never" in st["message"]
+
+
+def test_a_job_the_cluster_never_creates_does_not_hold_the_replica(sim: Sim, clock: Clock) -> None:
+    """Found by a review: a Job refused by a quota left the attempt Starting for ever,
+    its replica claimed (other backfills ReplicaBusy). Past maxRunDuration it is
+    cancelled, JobNotStarted, naming what the cluster said."""
+    sim.add(spec(maxRunDuration="30m"))
+    sim.step()
+    clock.advance(600)
+    assert sim.step()["phase"] == "Starting"
+    sim.set_job("refused")
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Starting", "JobNotSynced"), st
+    clock.advance(3600)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "JobNotStarted"), st
+    assert "did not start within maxRunDuration" in st["message"]
+    assert "exceeded quota" in st["message"]
+
+
+def test_an_edit_does_not_hold_a_job_that_was_never_created(sim: Sim, clock: Clock) -> None:
+    """Found by a review: an edit whose template is unusable, while the cluster refused
+    the Job, said "keeps running under the previous spec" for hours: no Job existed."""
+    sim.add(spec())
+    sim.step()
+    clock.advance(600)
+    assert sim.step()["phase"] == "Starting"
+    sim.set_job("refused")
+    clock.advance(30)
+    sim.step()
+    sim.backfills[BACKFILL]["spec"]["templateRef"]["name"] = "missing"
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "SpecChanged"), st
+    assert "keeps running under the previous spec" not in st["message"], st

@@ -228,7 +228,14 @@ class Sim:
             obj = copy.deepcopy(body)
             oname = obj["metadata"]["name"]
             state = self.remote.get(oname)
-            if state is not None:
+            if state == "refused":  # provider-kubernetes cannot create it: no remote Job
+                obj["status"] = {
+                    "conditions": [
+                        {"type": "Synced", "status": "False", "reason": "ReconcileError",
+                         "message": "exceeded quota: q, requested: count/jobs.batch=1"}
+                    ]
+                }  # fmt: skip
+            elif state is not None:
                 manifest = copy.deepcopy(obj["spec"]["forProvider"]["manifest"])
                 manifest["metadata"]["uid"] = f"uid-{oname}"
                 manifest["status"] = job_status(state, self.clock.now)
@@ -272,7 +279,8 @@ class Sim:
         return objs[0]
 
     def set_job(self, state: str, name: str = BACKFILL) -> None:
-        """Move the remote Job of ``name`` to ``state``."""
+        """Move the remote Job of ``name`` to ``state`` (``refused``: the cluster never
+        created it, its Object reports Synced=False)."""
         self.remote[self.job(name)["metadata"]["name"]] = state
 
     def release(self) -> None:

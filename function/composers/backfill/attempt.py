@@ -87,7 +87,9 @@ def active(c: Call, p: Parsed, req: Required, phase: str) -> bool:
         # one, unless something else stops it anyway (foreground service always wins).
         other = cancel_reason(c, p, req, phase, spec_change=False)
         problem = template_problem(c, p, req)
-        if problem is not None and other is None and obs is not None:
+        # Kept only while the Job exists on the cluster: an Object whose Job was never
+        # created (refused) runs nothing under any spec (found by a review).
+        if problem is not None and other is None and manifest is not None:
             _keep_previous_spec(c, *problem)
             return True
     if cancel is not None:
@@ -220,10 +222,20 @@ def _conflict_reason(c: Call, req: Required) -> Cancel | None:
 
 
 def _overdue_reason(c: Call, p: Parsed, phase: str) -> Cancel | None:
-    """The Job still reports running well past maxRunDuration: it is not observed any more."""
+    """The attempt outlived maxRunDuration (and a grace): a Job that still reports
+    running is not observed any more; one still Starting never started (the cluster
+    refused to create it, a quota say: found by a review, the attempt held its replica
+    for ever)."""
     running = elapsed(parse_time(c.st.started_at), c.now)
-    if phase != RUNNING or running <= p.max_run_seconds + OVERDUE_GRACE_SECONDS:
+    if phase not in (STARTING, RUNNING) or running <= p.max_run_seconds + OVERDUE_GRACE_SECONDS:
         return None
+    if phase == STARTING:
+        return Cancel(
+            "other",
+            "JobNotStarted",
+            f"Job {c.st.job} did not start within maxRunDuration ({dur(running)} since the "
+            f"attempt began){'; ' + c.st.message if c.st.message else ''}",
+        )
     return Cancel(
         "other",
         "JobOverdue",
