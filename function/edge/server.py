@@ -266,7 +266,7 @@ def check_serving_config(cfg: ServerConfig) -> str | None:
 
 def _tls_problem(certs_dir: str) -> str | None:
     """Why the mTLS files in ``certs_dir`` cannot serve, or None."""
-    where = f"--tls-certs-dir {certs_dir}"
+    where = f"--tls-certs-dir (TLS_SERVER_CERTS_DIR) {certs_dir}"
     paths = {f: os.path.join(certs_dir, f) for f in ("tls.crt", "tls.key", "ca.crt")}
     for f, path in paths.items():
         if not os.access(path, os.R_OK):
