@@ -2010,3 +2010,38 @@ def test_a_run_under_an_invalid_edit_still_ends(sim_factory, clock: Clock, how: 
     assert sim.conditions()["Verdict"]["reason"] == want
     assert cand not in sim.observed  # released
     assert sim.key("gauntlet") in sim.observed  # evidence
+
+
+def test_a_resumed_run_does_not_take_the_previous_candidate_being_deleted(
+    sim_factory, clock: Clock
+) -> None:
+    """Found by a review: suspended, then resumed while Crossplane still observed the
+    previous candidate and Job being deleted (same names), the run took the terminating
+    candidate as its own, started the gauntlet against it, and ended CandidateLost (a
+    terminal failure for a model never evaluated) when it was gone."""
+    sim = sim_factory()
+    sim.to_evaluating()
+    old = copy.deepcopy(sim.observed)
+    sim.update_spec(suspend=True)
+    clock.advance(20)
+    sim.reconcile()
+    assert sim.phase == "Suspended"
+    for o in old.values():
+        o["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:20Z"
+    for r in sim.world:
+        if r["kind"] == "ModelReplica":
+            r["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:20Z"
+    sim.observed = copy.deepcopy(old)
+    sim.update_spec(suspend=False)
+    clock.advance(20)
+    sim.reconcile()
+    assert sim.phase == "Deploying", (sim.phase, sim.status)
+    assert not sim.status.get("gauntlet"), sim.status
+    assert not sim.status.get("candidate", {}).get("seen")
+    # The previous candidate finishes deleting: nothing was lost.
+    sim.observed = {k: v for k, v in copy.deepcopy(old).items() if k != sim.key("candidate")}
+    sim.world = [r for r in sim.world if r["kind"] != "ModelReplica"]
+    clock.advance(10)
+    sim.reconcile()
+    assert not sim.status.get("verdict"), sim.status
+    assert sim.phase == "Deploying"

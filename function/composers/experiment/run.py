@@ -78,6 +78,13 @@ def decided_while_held(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool
     return run.job_finished() or run.deadline_passed() or run.candidate_lost()
 
 
+def _live(obj: Any) -> Any:
+    """``obj``, or None when it is being deleted (``metadata.deletionTimestamp`` set)."""
+    if obj is None or structs.get(obj, "metadata", "deletionTimestamp") is not None:
+        return None
+    return obj
+
+
 def decided_under_invalid_spec(c: _Composer, st: RunState) -> bool:
     """Whether an admitted run is decided in a call whose spec the function refuses (a
     check only the function makes, so the edit reached it): its gauntlet Job finished,
@@ -93,8 +100,8 @@ def decided_under_invalid_spec(c: _Composer, st: RunState) -> bool:
         None,
         st,
         deadline,
-        inputs.observed_body(candidate_key(st.number)),
-        inputs.observed_body(job_key(st.number)),
+        _live(inputs.observed_body(candidate_key(st.number))),
+        _live(inputs.observed_body(job_key(st.number))),
         UNRESOLVED,
     )
     return run.job_finished() or run.deadline_passed() or run.candidate_lost()
@@ -215,8 +222,11 @@ class ActiveRun:
         deadline = parse_time(st.candidate.get("deadline")) or (
             created + datetime.timedelta(seconds=spec.timeout_seconds)
         )
-        cand_obs = inputs.observed_body(candidate_key(st.number))
-        job_obs = inputs.observed_body(job_key(st.number))
+        # An object being deleted is a previous run's going away (a suspended run resumed
+        # under the same names, say): not this run's candidate or Job (found by a review:
+        # the terminating candidate was taken as the resumed run's, then "lost").
+        cand_obs = _live(inputs.observed_body(candidate_key(st.number)))
+        job_obs = _live(inputs.observed_body(job_key(st.number)))
         found: Any = UNRESOLVED
         if cand_obs is not None and replicas:
             c.out.require(
