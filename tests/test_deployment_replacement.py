@@ -187,6 +187,8 @@ def test_one_sample_from_displacement_to_replacement_serving(fn, m, how) -> None
     fn.clock.advance(120)  # the replacement starts, not serving yet: nothing
     rsp = f.reconcile(world, {**old, 1: ("False", "Starting", "pulling the image")})
     assert displaced(rsp) == displaced(f.rsp) and len(displaced(rsp)) == 1
+    # One ReplicaMoving Warning when the move starts, not one per reconcile.
+    assert not [m for _, m in h.results(rsp) if "keeps serving until" in m], h.results(rsp)
     assert placed(rsp) == ([(0, "gpu-a"), (1, "gpu-b")] if kept else [(1, "gpu-b")])
     assert samples(m) == 0
 
