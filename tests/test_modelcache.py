@@ -754,3 +754,15 @@ def test_a_failure_stays_reported_while_a_cluster_joins_its_shard() -> None:
     rsp = t.reconcile_cache()
     assert conditions(rsp)["ArtifactReady"]["reason"] == "HydrationFailed"
     assert not [m for s, m in results(rsp) if s == "Warning"], results(rsp)
+
+
+def test_no_hostable_cluster_is_said_on_the_first_reconcile() -> None:
+    """Found by a new user's trial: with no matched cluster able to host a cache, the
+    first reconcile announced "hydration started: 2 cluster(s)" and read Hydrating
+    "0/0 clusters ready" until the shards first reported."""
+    clusters = [inference_cluster(n, storage_class=None) for n in ("gpu-a", "gpu-b")]
+    t = Tree(cache(selector={}), clusters)
+    rsp = t.reconcile_cache()
+    assert not [m for _, m in results(rsp) if "hydration started" in m], results(rsp)
+    c = conditions(rsp)["ArtifactReady"]
+    assert (c["status"], c["reason"]) == ("False", "NoHostableClusters"), c

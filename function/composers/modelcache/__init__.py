@@ -248,8 +248,8 @@ def _events(call: _Call, new: list[int], failed: list[tuple[str, str]]) -> None:
     total, ready_n, failed_n = roll.total, roll.phases[READY], roll.phases[FAILED]
     prev_ready = structs.get(xr, "status", "summary", "phases", READY)
     prev_failed = structs.get(xr, "status", "summary", "phases", FAILED)
-    if new:
-        count = sum(len(call.desired[n]) for n in new)
+    count = sum(1 for n in new for _, why in call.desired[n] if not why)
+    if count:  # clusters that can host a cache: the others get no hydration
         out.normal(
             f"hydration started: {count} cluster(s) in {len(new)} new shard(s)", "HydrationStarted"
         )
@@ -311,7 +311,8 @@ def _artifact_ready(call: _Call, failed: list[tuple[str, str]], waiting: list[st
             f"hydration failed on {failed_n} cluster(s): "
             f"{_names([f'{n} ({m})' for n, m in failed])}; {progress}",
         )
-    elif total == 0 and not roll.stale:
+    elif total == 0 and set(roll.stale) <= set(roll.unreported):
+        # Every shard reported, or new (no hydration yet): no cluster can host a cache.
         out.condition(
             ARTIFACT_READY,
             "False",

@@ -32,6 +32,8 @@ class Rollup:
     retained: list[tuple[str, str]] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     stale: list[int] = field(default_factory=list)
+    unreported: list[int] = field(default_factory=list)
+    """Stale shards with no status at all (composed, not reconciled yet: no hydration)."""
 
     @property
     def total(self) -> int:
@@ -57,6 +59,8 @@ class Rollup:
             and not _same_but_availability(shard, entries, identity, report)
         ):
             self.stale.append(shard)
+            if report is None or not report.spec_hash:
+                self.unreported.append(shard)
             failed = (
                 dict(report.failed) if report is not None and report.identity == identity else {}
             )
