@@ -107,12 +107,12 @@ class _Capacity(_Open):
         return v
 
 
-class _DeclaredDevice(_Open):
-    name: StrictStr
-    driver: StrictStr
+class _DeclaredDevice(Device):
+    """A device as the XRD types it: what InferenceClusters copy (:class:`Device`, its
+    bounds too) and the rest."""
+
     claim: StrictStr | None = None
     deviceClassName: StrictStr | None = None
-    count: WholeInt | None = None
     attributes: dict[str, _Attribute] | None = None
     capacity: dict[str, _Capacity] | None = None
 
@@ -137,19 +137,14 @@ class DeclaredSpec(_Open):
 
 
 def parse_declared(spec: dict[str, Any]) -> DeclaredSpec:
-    """Check a class's whole ``spec`` as its XRD types it, then the devices as
-    :func:`check` does (what InferenceClusters copy).
+    """Check a class's whole ``spec`` as its XRD types it, its devices as :func:`check`
+    does too (what InferenceClusters copy: :class:`Device`).
 
     Raises:
         SpecError: naming the first wrong field (``spec.devices[0].driver``), listing
             up to five.
     """
     try:
-        declared = DeclaredSpec.model_validate(spec)
+        return DeclaredSpec.model_validate(spec)
     except ValidationError as e:
         raise pydantic_errors("spec", e) from None
-    try:
-        InferenceClassSpec.model_validate(spec)
-    except ValidationError as e:
-        raise pydantic_errors("spec", e) from None
-    return declared

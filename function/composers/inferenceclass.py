@@ -40,7 +40,7 @@ def compose(inputs: Inputs) -> Outcome:
     """
     declared = inferenceclass.parse_declared(inputs.spec)  # inputs.spec: an object
     devices = declared.devices
-    each = [f"{d.count or 1}x {d.name} ({d.driver})" for d in devices[:8]]
+    each = [f"{d.count}x {d.name} ({d.driver})" for d in devices[:8]]
     more = f" and {len(devices) - 8} more" if len(devices) > 8 else ""
     out = Outcome()
     out.condition(

@@ -401,11 +401,8 @@ def _children(
             out.normal(msg, "ReplicaRemoved")
         else:
             out.warning(msg, "ReplicaRemoved")
-    recorded = (
-        {d.index for d in _read_displaced(_displaced_status(inputs))} if placement.moving else ()
-    )
     for mv in placement.moving:
-        if mv.index in recorded:  # one Warning when the move starts, not one per reconcile
+        if not mv.starts:  # one Warning when the move starts, not one per reconcile
             continue
         out.warning(
             f"replica {mv.index} on {mv.cluster} moves ({mv.why}): it keeps serving until "

@@ -220,14 +220,14 @@ class _Composer:
         Job, its deadline or a lost candidate (:func:`decided_under_invalid_spec`): its
         verdict is recorded and its candidate released."""
         out = self.out
-        decided = decided_under_invalid_spec(self, st)
+        decided_under_invalid_spec(self, st)  # records a verdict when the run is decided
         out.keep_observed(self.inputs)
         if st.verdict and st.number:
             out.resources.pop(candidate_key(st.number), None)  # the run is over
         msg = f"invalid spec: {e}"
         self.set_phase("Blocked", "InvalidSpec", msg)
         out.condition("Runnable", "False", "InvalidSpec", msg)
-        if decided or st.verdict:
+        if st.verdict:
             v = st.verdict
             out.condition(
                 VERDICT,

@@ -143,6 +143,8 @@ class Moving:
     index: int
     cluster: str
     why: str
+    starts: bool = True
+    """The move starts in this call (no ``Request.displaced`` record of it yet)."""
 
 
 @dataclass

@@ -427,7 +427,10 @@ def _report(
             f"; {len(kept)} more kept serving on {names(sorted({p.cluster for p in kept}))} "
             f"({'; '.join(whys)}) until replacements serve (make-before-break)"
         )
-    rows = [Moving(p.index, p.cluster, why) for p, why in sorted(moving, key=lambda m: m[0].index)]
+    rows = [
+        Moving(p.index, p.cluster, why, p.index not in req.displaced)
+        for p, why in sorted(moving, key=lambda m: m[0].index)
+    ]
     if placed >= req.replicas:
         return Placement(
             replicas,
