@@ -192,19 +192,26 @@ def placed(rsp) -> list[tuple[int, str]]:
     )
 
 
-def observe(rsp, ready: dict[int, tuple[str, str, str]] | None = None) -> dict[str, Any]:
-    """Desired replicas as observed, with a ModelReady condition per index (status, reason, msg)."""
+def observe(rsp, ready: dict[int, tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """Desired replicas as observed, with a ModelReady condition per index (status,
+    reason, msg) and, given a fourth element, ``status.engines`` as the replica composer
+    writes it: one engine, ``ready`` as the condition, ``available`` that element."""
     out = {}
     for k, body in h.desired(rsp).items():
         b = copy.deepcopy(body)
         if b.get("kind") == "ModelReplica":
             idx = int(b["spec"]["index"])
-            st, reason, msg = (ready or {}).get(idx, ("False", "Starting", "starting"))
+            st, reason, msg, *available = (ready or {}).get(idx, ("False", "Starting", "starting"))
             b["status"] = {
                 "conditions": [
                     {"type": "ModelReady", "status": st, "reason": reason, "message": msg}
                 ]
             }
+            if available:
+                b["status"]["engines"] = [
+                    {"name": "main", "kind": "Deployment", "workload": "w",
+                     "ready": st == "True", "available": available[0]}
+                ]  # fmt: skip
         out[k] = b
     return out
 
@@ -239,6 +246,13 @@ def test_first_call_asks_for_everything_and_composes_nothing() -> None:
 def test_unresolved_requirement_keeps_existing_replicas(missing: str) -> None:
     first = drive(deployment(2), world())
     observed = observe(first)
+    # As Crossplane's reconciler of each ModelReplica writes it (review 13a): never
+    # applied back by the parent, whose keep would overwrite the atomic resourceRefs.
+    for body in observed.values():
+        body["spec"]["crossplane"] = {
+            "compositionRef": {"name": "modelreplica"},
+            "resourceRefs": [{"apiVersion": "v1", "kind": "Service", "name": "x"}],
+        }
     # Everything but one requirement resolved: nothing may move or vanish, even though
     # the deployment now asks for 1 replica only and the fleet changed.
     w = world(base=[ic("gpu-z"), cache(), hydration("gpu-z", "Ready")])
@@ -250,7 +264,12 @@ def test_unresolved_requirement_keeps_existing_replicas(missing: str) -> None:
     rsp = h.run(h.request(deployment(1), observed=observed, required=required))
     assert placed(rsp) == placed(first)
     assert h.desired(rsp) == {
-        k: {x: y for x, y in v.items() if x != "status"} for k, v in observed.items()
+        k: {
+            x: ({a: b for a, b in y.items() if a != "crossplane"} if x == "spec" else y)
+            for x, y in v.items()
+            if x != "status"
+        }
+        for k, v in observed.items()
     }
     c = h.conditions(rsp)["ReplicasScheduled"]
     assert (c["status"], c["reason"]) == ("Unknown", "ResolvingRequirements")
@@ -1140,3 +1159,67 @@ def test_a_pod_template_with_the_tolerations_kubernetes_takes_is_accepted() -> N
     ]
     rsp = drive(deployment(1, engines=[e]), world())
     assert placed(rsp)
+
+
+# ---- changing the cache reference (review 13b) ----------------------------------------
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def _llama_hydration(cluster: str, phase: str) -> dict[str, Any]:
+    hyd = hydration(cluster, phase, cache_name="llama-cache")
+    hyd["spec"]["huggingFace"]["repo"] = LLAMA
+    return hyd
+
+
+def _llama_cache() -> dict[str, Any]:
+    c = cache("llama-cache")
+    c["spec"]["huggingFace"]["repo"] = LLAMA
+    return c
+
+
+def test_a_new_cache_reference_holds_each_replica_on_its_cache_until_the_new_one_is_ready() -> None:
+    """Found by review 13b: switching ``modelCacheRef`` to a cache still hydrating gave
+    each replica ``{name: <new cache>, identity: <the old cache's identity>}`` (an
+    identity no hydration of the new cache would ever hold), moved the cache label and
+    dropped the old cache's Usage while its pods still read it. Now a replica keeps its
+    cache's name, identity and label until the new cache's hydration is Ready on its
+    cluster, the old cache keeps a Usage while any replica is held on it, and then
+    the replica is given the new cache's identity."""
+    serving = ("True", "Serving", "serving")
+    base = [ic("gpu-a"), ic("gpu-b"), cache(), _llama_cache(),
+            hydration("gpu-a", "Ready"), hydration("gpu-b", "Ready")]  # fmt: skip
+    xr = deployment(2)
+    rsp = drive(xr, h.World(base))
+    rsp = drive(xr, h.World(base), observe(rsp, {0: serving, 1: serving}))
+    before = {int(r["spec"]["index"]): r for r in replicas_of(rsp).values()}
+    old_ids = {i: r["spec"]["modelCacheRef"]["identity"] for i, r in before.items()}
+    assert all(r["spec"]["modelCacheRef"]["name"] == "qwen-cache" for r in before.values())
+
+    switched = copy.deepcopy(xr)
+    switched["spec"]["template"]["spec"]["modelCacheRef"] = {"name": "llama-cache"}
+    hydrating = [*base, _llama_hydration("gpu-a", "Hydrating"), _llama_hydration("gpu-b", "Ready")]
+    rsp = drive(switched, h.World(hydrating), observe(rsp, {0: serving, 1: serving}))
+    by_cluster = {r["spec"]["clusterName"]: r for r in replicas_of(rsp).values()}
+    held = by_cluster["gpu-a"]
+    assert held["spec"]["modelCacheRef"] == {"name": "qwen-cache", "identity": old_ids[0]}
+    assert held["metadata"]["labels"]["modelplane.ai/cache"] == "qwen-cache"
+    moved = by_cluster["gpu-b"]
+    assert moved["spec"]["modelCacheRef"]["name"] == "llama-cache"
+    assert moved["spec"]["modelCacheRef"]["identity"] not in old_ids.values()
+    assert moved["metadata"]["labels"]["modelplane.ai/cache"] == "llama-cache"
+    usages = {k: v["spec"]["of"]["resourceRef"]["name"] for k, v in h.desired(rsp).items()
+              if v.get("kind") == "Usage"}  # fmt: skip
+    assert sorted(usages.values()) == ["llama-cache", "qwen-cache"], usages
+    names = [v["metadata"]["name"] for v in h.desired(rsp).values() if v.get("kind") == "Usage"]
+    assert len(set(names)) == 2, names
+    assert h.conditions(rsp)["ReplicasReady"]["status"] == "True"
+
+    ready = [*base, _llama_hydration("gpu-a", "Ready"), _llama_hydration("gpu-b", "Ready")]
+    rsp = drive(switched, h.World(ready), observe(rsp, {0: serving, 1: serving}))
+    refs = [r["spec"]["modelCacheRef"] for r in replicas_of(rsp).values()]
+    assert all(ref["name"] == "llama-cache" for ref in refs), refs
+    assert not {ref["identity"] for ref in refs} & set(old_ids.values()), refs
+    usages = [v["spec"]["of"]["resourceRef"]["name"] for v in h.desired(rsp).values()
+              if v.get("kind") == "Usage"]  # fmt: skip
+    assert usages == ["llama-cache"], usages

@@ -401,3 +401,87 @@ def test_a_cluster_back_before_the_replacement_serves_costs_the_replacement(fn, 
     assert "displaced" not in h.status(rsp)
     f.reconcile(world, {0: SERVING, 1: SERVING})
     assert samples(m) == 0
+
+
+# A replica whose workload rolls onto another identity reports ModelReady=False
+# (Starting, or RolloutStalled when the surge pod finds no room) while its old pods
+# serve; the replica composer says so in status.engines[].available. Found by review
+# 13b: such a replica on a cluster that turned not Ready was removed at once, before
+# its replacement served.
+MID_ROLL_CASES = [
+    ("stalled-roll", ("False", "RolloutStalled", "rollout stalled", True), True),
+    ("surging-roll", ("False", "Starting", "rolling onto identity x", True), True),
+    ("new-and-not-answering", ("False", "Starting", "0/1 pods available", False), False),
+    ("no-engine-status", ("False", "Starting", "starting"), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("state", "kept"), [c[1:] for c in MID_ROLL_CASES], ids=[c[0] for c in MID_ROLL_CASES]
+)
+def test_a_replica_whose_pods_answer_mid_roll_moves_make_before_break(fn, m, state, kept) -> None:
+    world = [ic(c) for c in ("gpu-a", "gpu-b", "gpu-c")]
+    f = Fleet(fn, deployment(2, name=NAME, cache_name=None))
+    first = placed(f.reconcile(world))
+    f.reconcile(world, {0: SERVING, 1: SERVING})
+    gone_from = dict(first)[0]
+    fn.clock.advance(600)
+    down = [ic(c, ready=c != gone_from) for c in ("gpu-a", "gpu-b", "gpu-c")]
+    rsp = f.reconcile(down, {0: state, 1: SERVING})
+    now = dict(placed(rsp))
+    (new,) = [i for i in now if i not in (0, 1)]
+    assert now[new] != gone_from
+    removed = [msg for _, msg in h.results(rsp) if msg.startswith("removed replica 0")]
+    moving = [msg for _, msg in h.results(rsp) if msg.startswith("replica 0 on")]
+    if kept:
+        assert now.get(0) == gone_from and not removed, h.results(rsp)
+        assert moving and "make-before-break" in moving[0], h.results(rsp)
+        # Until the replacement serves, the replica stays; then it goes.
+        rsp = f.reconcile(down, {0: state, 1: SERVING, new: ("False", "Starting", "pulling")})
+        assert 0 in dict(placed(rsp)), h.results(rsp)
+        rsp = f.reconcile(down, {0: state, 1: SERVING, new: SERVING})
+        rsp = f.reconcile(down, {1: SERVING, new: SERVING})
+        assert 0 not in dict(placed(rsp)), h.results(rsp)
+    else:
+        assert 0 not in now and removed, h.results(rsp)
+
+
+def test_a_move_keeps_the_deployment_ready_while_enough_replicas_serve(fn, m) -> None:
+    """Found by review 13b: during a make-before-break move every wanted replica
+    served, yet ReplicasReady read False "2/2 replicas ready; replica 2 ...: Starting"
+    and the XR was not Ready until the replacement served. Now ReplicasReady is True
+    with reason Moving, naming the move and the replacement; status.replicas.total
+    counts both (as a Deployment's status.replicas counts surge pods)."""
+    world = [ic(c) for c in ("gpu-a", "gpu-b", "gpu-c")]
+    f = Fleet(fn, deployment(2, name=NAME, cache_name=None))
+    first = placed(f.reconcile(world))
+    f.reconcile(world, {0: SERVING, 1: SERVING})
+    gone_from = dict(first)[0]
+    fn.clock.advance(600)
+    down = [ic(c, ready=c != gone_from) for c in ("gpu-a", "gpu-b", "gpu-c")]
+    rsp = f.reconcile(down, {0: SERVING, 1: SERVING})
+    (new,) = [i for i, _ in placed(rsp) if i not in (0, 1)]
+    rsp = f.reconcile(down, {0: SERVING, 1: SERVING, new: ("False", "Starting", "pulling")})
+    cond = h.conditions(rsp)["ReplicasReady"]
+    assert (cond["status"], cond["reason"]) == ("True", "Moving"), cond
+    for part in ("2/2 replicas ready", f"replica 0 on {gone_from} (", f"replica {new} on "):
+        assert part in cond["message"], (part, cond["message"])
+    assert h.xr_ready(rsp) == "READY_TRUE"
+    assert h.status(rsp)["replicas"] == {"total": 3, "ready": 2}
+    assert rsp.meta.ttl.seconds > 0  # called again to finish the move
+    # A replacement failing its hydration is not a move in progress: False, as before.
+    rsp = f.reconcile(
+        down, {0: SERVING, 1: SERVING, new: ("False", "HydrationFailed", "hydration failed")}
+    )
+    assert h.conditions(rsp)["ReplicasReady"]["status"] == "False"
+    # And with one of the staying replicas not serving either: False.
+    rsp = f.reconcile(
+        down, {0: SERVING, 1: ("False", "Starting", "x"), new: ("False", "Starting", "pulling")}
+    )
+    assert h.conditions(rsp)["ReplicasReady"]["status"] == "False"
+    # The replacement serves: the move ends, Ready.
+    f.reconcile(down, {0: SERVING, 1: SERVING, new: SERVING})
+    rsp = f.reconcile(down, {1: SERVING, new: SERVING})
+    cond = h.conditions(rsp)["ReplicasReady"]
+    assert (cond["status"], cond["reason"]) == ("True", "Ready"), cond
+    assert h.status(rsp)["replicas"] == {"total": 2, "ready": 2}

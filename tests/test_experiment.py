@@ -2045,3 +2045,24 @@ def test_a_resumed_run_does_not_take_the_previous_candidate_being_deleted(
     sim.reconcile()
     assert not sim.status.get("verdict"), sim.status
     assert sim.phase == "Deploying"
+
+
+def test_removing_the_gate_clears_its_condition(sim_factory, clock: Clock) -> None:
+    """Found by review 13a: Crossplane keeps the last value of a condition type the
+    function stops returning (``handleCommonCompositionResult`` sets only the types
+    returned), so ``ArtifactGate=False`` stayed on the XR for ever after the gate was
+    removed and the run started. Now every admission says the gate's state: without a
+    gate, True ``NoArtifactGate``."""
+    gate = {"modelCacheRef": {"name": "qwen-cache"}}
+    sim = sim_factory(spec(artifactGate=gate), [cronjob(), inference_cluster(CLUSTER)])
+    sim.reconcile()
+    c = sim.conditions()["ArtifactGate"]
+    assert (c["status"], c["reason"]) == ("False", "ArtifactCacheNotFound")
+    del sim.xr["spec"]["artifactGate"]
+    sim.xr["metadata"]["generation"] = 2
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    c = sim.conditions()["ArtifactGate"]
+    assert (c["status"], c["reason"]) == ("True", "NoArtifactGate"), c
+    assert "spec.artifactGate is not set" in c["message"]

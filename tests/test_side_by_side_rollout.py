@@ -720,6 +720,11 @@ def test_a_stalled_roll_says_so(case: Case[Stall, Said]) -> None:
     warnings = [m for sev, m in h.results(rsp) if sev == "Warning"]
     assert bool(warnings) == case.want.warns, (case.reason, warnings)
     assert h.status(rsp)[STATUS_CACHE_IDENTITIES] == case.want.identities, case.reason
+    # The old pods answer throughout: the ModelDeployment's make-before-break reads it
+    # (a replica mid-roll is not ready, but it serves; review 13b).
+    (engine,) = h.status(rsp)["engines"]
+    assert engine["available"] is True, (case.reason, engine)
+    assert engine["ready"] is (case.want.ready[0] == "True"), (case.reason, engine)
     if case.want.ready[1] == "RolloutStalled":
         msg = cond["message"]
         workload = manifest(rsp, WORKLOAD)["metadata"]["name"]

@@ -8,9 +8,10 @@ ModelBackfill composer. Declared in ``compositions/modeldeployment/definition.ya
 - :data:`SCHEDULED` (``ReplicasScheduled``): True when every wanted replica is placed;
   False with one of the reasons below otherwise.
 - :data:`REPLICAS_READY` (``ReplicasReady``): True when every wanted replica serves
-  (reason ``Ready``, ``ScaledToZero``, or :data:`SERVING_PREVIOUS_IDENTITY` when some
+  (reason ``Ready``, ``ScaledToZero``, :data:`SERVING_PREVIOUS_IDENTITY` when some
   keep serving an earlier source identity because the new one Failed to hydrate on
-  their cluster); False with :data:`HYDRATION_FAILED`
+  their cluster, or :data:`MOVING` while replicas that serve move make-before-break
+  and only their replacements are not ready yet); False with :data:`HYDRATION_FAILED`
   (the replica's own ModelReady reason, passed through), :data:`WAITING_FOR_CACHE`
   or ``ReplicasNotReady``.
 """
@@ -55,6 +56,12 @@ FATAL_SCHEDULING = frozenset({INVALID_DEVICE_SELECTOR, NO_CLUSTER_IN_FOOTPRINT, 
 # cluster (the earlier one still complete there): the message names the clusters and
 # the identity that failed; status.cacheRollout says the same.
 SERVING_PREVIOUS_IDENTITY = "ServingPreviousIdentity"
+# ReplicasReady=True reason while serving replicas move make-before-break (their
+# cluster is not Ready, or their hydration Failed): as many replicas as wanted serve,
+# and the only ones not ready are their replacements. The message names each move.
+# ``status.replicas.total`` counts both meanwhile, as a Deployment's ``status.replicas``
+# counts its surge pods.
+MOVING = "Moving"
 
 
 # ---- the spec model (read by function.composers.deployment.spec) -----------------------

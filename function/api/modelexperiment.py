@@ -401,3 +401,10 @@ TIMED_OUT = "TimedOut"
 CANDIDATE_FAILED = "CandidateFailed"
 CANDIDATE_LOST = "CandidateLost"
 VERDICT_REASONS = frozenset({PASSED, FAILED, TIMED_OUT, CANDIDATE_FAILED, CANDIDATE_LOST})
+# The artifact gate's condition: True (ArtifactGateOpen, or GATE_NOT_SET without
+# spec.artifactGate) or False with the reason that closes it. Set whenever a spec is
+# admitted or held, so removing the gate clears a False left by an earlier one
+# (Crossplane keeps a condition type the function stops returning).
+ARTIFACT_GATE = "ArtifactGate"
+GATE_OPEN = "ArtifactGateOpen"
+GATE_NOT_SET = "NoArtifactGate"

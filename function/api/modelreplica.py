@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from google.protobuf.struct_pb2 import Struct
+from google.protobuf.struct_pb2 import ListValue, Struct
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 from function.api.fields import Ref, WholeInt, checked
@@ -70,6 +70,7 @@ from jobs.contract import IDENTITY_PATTERN
 
 __all__ = [
     "CACHE_GATE_REASONS",
+    "ENGINE_AVAILABLE",
     "MODEL_READY",
     "PHASE_SERVING",
     "PHASE_STARTING",
@@ -91,6 +92,7 @@ __all__ = [
     "Worker",
     "identities_in_use",
     "parse",
+    "pods_answer",
     "reads_pvc_root",
     "status_identity",
 ]
@@ -335,6 +337,40 @@ def identities_in_use(replica: Struct | None) -> set[str]:
         if isinstance(v, str) and IDENTITY_PATTERN.fullmatch(v):
             out.add(v)
     return out
+
+
+# ``status.engines[].available``: whether the engine's workload answers, as its own
+# controller reports it (a Deployment's ``Available`` condition, a LeaderWorkerSet's
+# groups all ready), whatever template its pods run. It differs from
+# ``status.engines[].ready`` while the workload rolls make-before-break onto another
+# identity (or its roll stalled): the old pods answer, the replica is not ready for the
+# new identity. Written by :mod:`function.composers.replica`; read by the
+# ModelDeployment's make-before-break moves (:func:`pods_answer`).
+ENGINE_AVAILABLE = "available"
+
+
+def pods_answer(replica: Struct | None) -> bool:
+    """Whether every engine of a ModelReplica answers traffic, whatever template its
+    pods run (``status.engines[].available``, see :data:`ENGINE_AVAILABLE`).
+
+    Args:
+        replica: A ModelReplica as observed (its ``status`` is read, not trusted).
+
+    Returns:
+        True when ``status.engines`` is a non-empty list and every entry is an object
+        with ``available: true``; False otherwise (no status yet, a gated replica, whose
+        status lists no engines, a malformed entry, or one engine not answering).
+    """
+    engines = structs.get(structs.sub(replica, "status"), "engines")
+    if not isinstance(engines, ListValue) or not engines.values:
+        return False
+    for v in engines.values:
+        if v.WhichOneof("kind") != "struct_value":
+            return False
+        a = v.struct_value.fields.get(ENGINE_AVAILABLE)
+        if a is None or a.WhichOneof("kind") != "bool_value" or not a.bool_value:
+            return False
+    return True
 
 
 # ``status.phase`` of a replica whose workload is composed (the cache gate lifted).

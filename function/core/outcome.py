@@ -136,7 +136,12 @@ class Outcome:
         """Keep an observed child exactly as it was desired last time.
 
         Copies apiVersion, kind, metadata name/namespace/labels/annotations and spec
-        (the fields a function owns), not status or server-set metadata.
+        (the fields a function owns), not status or server-set metadata, nor a nested
+        XR's ``spec.crossplane`` (its Composition and composed-resource references,
+        written by Crossplane's reconciler of that XR, never by this function: applied
+        back from a stale observation they would overwrite the atomic
+        ``resourceRefs`` list; Crossplane server-side-applies desired resources with
+        force).
         """
         body = Struct()
         # Value by Value in C (CopyFrom), not through Struct.__setitem__, which rebuilds
@@ -146,6 +151,13 @@ class Outcome:
             v = have.get(key)
             if v is not None:
                 put[key].CopyFrom(v)
+        spec = put.get("spec")
+        if (
+            spec is not None
+            and spec.WhichOneof("kind") == "struct_value"
+            and "crossplane" in spec.struct_value.fields
+        ):
+            del spec.struct_value.fields["crossplane"]
         meta = structs.get(observed, "metadata")
         if isinstance(meta, Struct):  # anything else is not metadata; nothing to copy
             have, put = meta.fields, body.get_or_create_struct("metadata").fields

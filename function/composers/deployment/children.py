@@ -98,6 +98,10 @@ class Slot(NamedTuple):
     cluster: str
     pools: tuple[tuple[MemberKey, str], ...]
     identity: str = ""
+    cache: str = ""
+    """The ModelCache it keeps serving from while the deployment's
+    ``spec.template.spec.modelCacheRef`` names another one not Ready on its cluster yet
+    ("": the template's)."""
 
 
 @memo(4096, weight=4)
@@ -129,8 +133,14 @@ def _replica_body(namespace: str, name: str, template: bytes, slot: Slot) -> byt
     spec.fields["index"].number_value = index
     spec.fields["clusterName"].string_value = cluster
     ref = spec.fields.get("modelCacheRef")
-    if slot.identity and ref is not None and ref.WhichOneof("kind") == "struct_value":
-        ref.struct_value.fields["identity"].string_value = slot.identity
+    if ref is not None and ref.WhichOneof("kind") == "struct_value":
+        if slot.identity:
+            ref.struct_value.fields["identity"].string_value = slot.identity
+        if slot.cache:
+            # Held on the cache it serves from: name and label together (the label is
+            # how that cache's hydration finds the replicas still reading it).
+            ref.struct_value.fields["name"].string_value = slot.cache
+            lf[LABEL_CACHE].string_value = slot.cache
     return out.SerializeToString(deterministic=True)
 
 
@@ -140,15 +150,16 @@ def _usage_body(inputs: Inputs, cache: str) -> bytes:
 
 
 @memo(1024, weight=1)
-def _usage(namespace: str, name: str, cache: str) -> bytes:
+def _usage(namespace: str, name: str, cache: str, suffix: str = "cache-usage") -> bytes:
     """The Usage that keeps ModelCache ``cache`` while deployment ``namespace/name``
     serves from it, as a Struct's deterministic serialization (memoized; spliced into
-    the response as it is)."""
+    the response as it is). ``suffix`` names it: ``cache-usage`` for the cache the
+    spec references, another for a cache replicas are still held on."""
     labels, ann = labels_with_full(
         {LABEL_DEPLOYMENT: name, LABEL_CACHE: cache, LABEL_MANAGED_BY: MANAGED_BY}
     )
     meta: dict[str, Any] = {
-        "name": child_name("modeldeployment", namespace, name, "cache-usage"),
+        "name": child_name("modeldeployment", namespace, name, suffix),
         "namespace": namespace,
         "labels": labels,
     }

@@ -20,6 +20,7 @@ from function.composers.deployment.children import (
     _observed_replicas,
     _replica_body,
     _template_key,
+    _usage,
     _usage_body,
 )
 from function.composers.deployment.fleet import (
@@ -238,10 +239,17 @@ def _request(
     existing = []
     for v in call.placed:
         assert v.index is not None
-        # A replica whose hydration Failed after it served keeps its pods (the replica
-        # composer keeps its workload exactly) but reports ModelReady=False: one moving
-        # (recorded displaced while it served) still serves until its replacement does.
-        serves = v.state[0] or (v.index in displaced and v.state[1] == REASON_HYDRATION_FAILED)
+        # Serving, for make-before-break: ModelReady, or pods that answer while the
+        # workload rolls onto another identity (or its roll stalled: ModelReady=False,
+        # the old pods serve). A replica whose hydration Failed after it served keeps
+        # its pods (the replica composer keeps its workload exactly, its status lists no
+        # engines) but reports ModelReady=False: one moving (recorded displaced while it
+        # served) still serves until its replacement does.
+        serves = (
+            v.state[0]
+            or v.answers
+            or (v.index in displaced and v.state[1] == REASON_HYDRATION_FAILED)
+        )
         existing.append(
             Existing(v.index, v.cluster, v.pools, serves, v.identity, v.serves, v.reads_root)
         )
@@ -339,10 +347,15 @@ class _Serving(NamedTuple):
     current: str
     failed: tuple[str, str] = ("", "")
     existing: bool = False
+    held_on: str = ""  # the ModelCache it is held on (the spec references another)
 
 
 def _identity(
-    footprint: _Footprint | None, replica: int, cluster: str, view: _Observed | None
+    footprint: _Footprint | None,
+    replica: int,
+    cluster: str,
+    view: _Observed | None,
+    cache: str | None = None,
 ) -> _Serving:
     """Which source identity the replica on ``cluster`` is given (side-by-side revisions).
 
@@ -354,8 +367,21 @@ def _identity(
     workload reads the PVC root) is given the current identity only once the
     hydration stores it in its own directory (``status.stored``); until then its spec
     stays as it is.
+
+    A replica composed from another ModelCache than ``cache`` (the spec's
+    ``modelCacheRef`` changed) keeps that cache's name and identity, and serves from it,
+    until ``cache``'s hydration is Ready on its cluster; then it is given that
+    hydration's identity (its workload rolls make-before-break onto the new cache's
+    PVC). An identity is never given under another cache's name.
     """
     named = view.identity if view is not None else ""
+    if footprint is not None and view is not None and view.cache and cache and view.cache != cache:
+        current, ready = footprint.identity(cluster)
+        if ready:
+            return _Serving(replica, cluster, named, current, current, existing=True)
+        return _Serving(
+            replica, cluster, named, named, current, footprint.failure(cluster), True, view.cache
+        )
     # What it serves: its spec's identity, else the one its workload serves (its
     # status.hydration.identity); only the spec's decides what it is given.
     serves = named or (view.serves if view is not None else "")
@@ -388,10 +414,10 @@ def _children(
     for p in placement.replicas:
         view = by_index.get(p.index) if p.existing else None
         pools = tuple(sorted(p.pools.items()))
-        ident = _identity(footprint, p.index, p.cluster, view)
+        ident = _identity(footprint, p.index, p.cluster, view, call.cache)
         if serving is not None:
             serving.append(ident)
-        slot = Slot(p.index, p.cluster, pools, ident.given)
+        slot = Slot(p.index, p.cluster, pools, ident.given, ident.held_on)
         body = _replica_body(ns, name, template, slot)
         out.add(f"{REPLICA_PREFIX}{p.index}", body, ready=view is not None and view.state[0])
         rows.append((p.index, p.cluster, view.obj if view is not None else None, p.hydration))
@@ -413,6 +439,10 @@ def _children(
         # A Usage's work is done once it exists; unspecified readiness would keep the
         # XR unready forever (Crossplane counts only READY_TRUE).
         out.add(USAGE_KEY, _usage_body(inputs, call.cache), ready=USAGE_KEY in inputs.observed)
+        # A cache replicas are still held on keeps a Usage of its own until none is.
+        for held in sorted({s.held_on for s in serving or () if s.held_on}):
+            key = f"{USAGE_KEY}-held-{held}"
+            out.add(key, _usage(ns, name, held, key), ready=key in inputs.observed)
     return rows, serving
 
 
@@ -541,7 +571,8 @@ def _report(call: _Call, placement: Placement, rows: list[Any]) -> None:
     else:
         out.condition(SCHEDULED, "False", placement.reason, placement.message)
         out.requeue_after(inputs.settings.poll_seconds)
-    if not _status_from(inputs, out, call.replicas, rows, call.cache):
+    done = _status_from(inputs, out, call.replicas, rows, call.cache, moving=placement.moving)
+    if not done or placement.moving:
         out.requeue_after(inputs.settings.poll_seconds)
     prev = _displaced_status(inputs)
     if prev is not None or placement.moving or any(not r.scaled_down for r in placement.removed):

@@ -20,7 +20,7 @@ from function.api.modelcachehydration import (
     source_identity_of,
     stored_identities,
 )
-from function.api.modelreplica import reads_pvc_root, status_identity
+from function.api.modelreplica import pods_answer, reads_pvc_root, status_identity
 from function.composers.deployment.status import _replica_state
 from function.core import structs, versioned
 from function.core.memo import memo
@@ -447,6 +447,8 @@ class _Replica(NamedTuple):
     identity: str
     reads_root: bool
     serves: str
+    answers: bool
+    cache: str
 
 
 @versioned.reading(16384, weight=4)
@@ -458,13 +460,15 @@ def _replica(obj: Struct) -> _Replica:
     iv = spec.get("index")
     index = _num(iv, -1) if iv is not None and iv.WhichOneof("kind") == "number_value" else None
     ref = spec.get("modelCacheRef")
-    identity = ""
+    identity = cache = ""
     if ref is not None and ref.WhichOneof("kind") == "struct_value":
         identity = source_identity_of(ref.struct_value)
+        cache = structs.sval(ref.struct_value, "name")
     reads_root = not identity and ref is not None and reads_pvc_root(obj)
     serves = status_identity(obj) if not identity and ref is not None else ""
     state = _replica_state(obj)
-    return _Replica(index, cluster, pools, state, identity, reads_root, serves)
+    answers = pods_answer(obj)
+    return _Replica(index, cluster, pools, state, identity, reads_root, serves, answers, cache)
 
 
 @dataclass(slots=True)
@@ -479,6 +483,8 @@ class _Observed:
     identity: str = ""  # spec.modelCacheRef.identity: the source identity it serves
     reads_root: bool = False  # its workload reads the PVC root (api.modelreplica.reads_pvc_root)
     serves: str = ""  # spec names none: the identity its workload serves (status_identity)
+    answers: bool = False  # every engine's pods answer, any template (api.modelreplica.pods_answer)
+    cache: str = ""  # spec.modelCacheRef.name: the ModelCache it serves from
 
     @classmethod
     def of(cls, obj: Struct) -> _Observed:

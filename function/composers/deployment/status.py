@@ -17,6 +17,7 @@ from function.composers.deployment.terms import (
     HYDRATION_FAILED,
     MAX_DISPLACED,
     MODEL_READY,
+    MOVING,
     READY_COND,
     REPLACEMENT_METRIC,
     WAITING_FOR_CACHE,
@@ -27,7 +28,7 @@ from function.core.memo import memo
 from function.core.numbers import is_whole
 from function.core.outcome import Outcome
 from function.core.timeutil import elapsed, format_time, parse_time
-from function.scheduling.placement import Placed, Placement
+from function.scheduling.placement import Moving, Placed, Placement
 
 if TYPE_CHECKING:
     from function.composers.deployment.fleet import _Observed
@@ -103,9 +104,17 @@ def _cache_name(cache: str | None) -> str:
 
 
 def _ready_condition(
-    out: Outcome, tally: _Tally, wanted: int, any_rows: bool, cache: str | None
+    out: Outcome,
+    tally: _Tally,
+    wanted: int,
+    any_rows: bool,
+    cache: str | None,
+    *,
+    moving: Sequence[Moving] = (),
 ) -> bool:
-    """Set ``ReplicasReady``; returns True only when the work is done."""
+    """Set ``ReplicasReady``; returns True only when the work is done, or when as many
+    replicas as wanted serve while serving ones move make-before-break (``moving``)
+    and only their replacements are not ready yet (reason :data:`MOVING`)."""
     summary = f"{tally.ready}/{wanted} replicas ready"
     failed, waiting, other = tally.failed, tally.waiting, tally.other
     if failed:
@@ -113,6 +122,17 @@ def _ready_condition(
         return False
     if wanted > 0 and tally.ready >= wanted and not other and not waiting:
         out.condition(READY_COND, "True", "Ready", summary)
+        return True
+    if moving and wanted > 0 and tally.ready >= wanted and len(other) + len(waiting) <= len(moving):
+        moves = "; ".join(f"replica {m.index} on {m.cluster} ({m.why})" for m in moving[:5])
+        waits = "; ".join((other + waiting)[:5])
+        out.condition(
+            READY_COND,
+            "True",
+            MOVING,
+            f"{summary}; moving make-before-break, each serving until a replacement "
+            f"serves: {moves}; replacements: {waits}",
+        )
         return True
     if wanted == 0 and not any_rows:
         out.condition(READY_COND, "True", "ScaledToZero", "0 replicas wanted")
@@ -136,13 +156,20 @@ def _status_from(
     wanted: int,
     rows: Sequence[Row],
     cache: str | None,
+    *,
+    moving: Sequence[Moving] = (),
 ) -> bool:
     """Status and ReplicasReady from (index, cluster, observed replica, hydration phase).
 
+    ``status.replicas.total`` counts every observed replica, a moving one and its
+    replacement both (as a Deployment's ``status.replicas`` counts its surge pods).
+
     Returns:
-        True only when the work is done: every one of the ``wanted`` replicas is placed
-        and serving (``ReplicasReady=True``). A partial placement, a replica waiting on
-        its cache or any replica not serving is False.
+        True when the work is done: every one of the ``wanted`` replicas is placed and
+        serving (``ReplicasReady=True``), or serving replicas move make-before-break
+        (``moving``) and only their replacements are not ready yet. A partial
+        placement, a replica waiting on its cache or any other replica not serving is
+        False.
     """
     tally = _Tally()
     entries = []
@@ -155,7 +182,7 @@ def _status_from(
     labels = {"namespace": inputs.namespace, "model": inputs.name}
     for state, n in (("requested", wanted), ("placed", len(rows)), ("ready", tally.ready)):
         out.observe("model_deployment_replicas", {**labels, "state": state}, n)
-    done = _ready_condition(out, tally, wanted, bool(rows), cache)
+    done = _ready_condition(out, tally, wanted, bool(rows), cache, moving=moving)
     # Crossplane derives the XR's readiness from its composed resources unless the
     # function states it; "every placed replica ready" is not "the work is done".
     out.ready = done

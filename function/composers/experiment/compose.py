@@ -27,6 +27,7 @@ from function.composers.experiment.run import (
     admission,
     decided_under_invalid_spec,
     decided_while_held,
+    gate_condition,
 )
 from function.composers.experiment.state import RunState, next_run
 from function.core import events, structs
@@ -182,8 +183,7 @@ class _Composer:
             f"{found.message}; run {st.name} keeps its candidate and gauntlet Job under the "
             "previous spec until the edited one can start"
         )
-        if found.gate is not None:
-            out.condition("ArtifactGate", "False", str(found.reason), found.message)
+        gate_condition(out, found)
         self.set_phase("Blocked", str(found.reason), msg)
         out.condition("Runnable", "False", str(found.reason), msg)
         out.condition(VERDICT, "Unknown", "Blocked", f"run {st.name} is held: {found.reason}")

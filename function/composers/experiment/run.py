@@ -16,9 +16,12 @@ from typing import TYPE_CHECKING, Any
 from function import API_VERSION
 from function.api.inferencecluster import provider_config_ref
 from function.api.modelexperiment import (
+    ARTIFACT_GATE,
     CANDIDATE_FAILED,
     CANDIDATE_LOST,
     FAILED,
+    GATE_NOT_SET,
+    GATE_OPEN,
     PASSED,
     TIMED_OUT,
     VERDICT,
@@ -51,6 +54,7 @@ from function.naming import LABEL_DEPLOYMENT, label_value
 
 if TYPE_CHECKING:
     from function.composers.experiment.compose import _Composer
+    from function.core.outcome import Outcome
 
 
 def job_message(st: RunState) -> str:
@@ -118,14 +122,7 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
         c.waiting(st, "waiting for Crossplane to resolve the CronJob and the ModelCache")
         return False
     assert isinstance(found, Admission)
-    if found.gate is not None:
-        opened = found.reason is None
-        c.out.condition(
-            "ArtifactGate",
-            "True" if opened else "False",
-            found.reason or "ArtifactGateOpen",
-            found.message,
-        )
+    gate_condition(c.out, found)
     if found.reason is not None:
         c.blocked(st, found.reason, found.message)
         return False
@@ -138,6 +135,28 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
         "deadline": format_time(deadline),
     }
     return True
+
+
+def gate_condition(out: Outcome, found: Admission) -> None:
+    """``ArtifactGate`` for what admitting a spec found: True ``ArtifactGateOpen``,
+    False with the gate's reason, or, without ``spec.artifactGate``, True
+    ``NoArtifactGate`` (a False left by a gate since removed is cleared: Crossplane
+    keeps the last value of a condition type the function no longer returns)."""
+    if found.gate is None:
+        out.condition(
+            ARTIFACT_GATE,
+            "True",
+            GATE_NOT_SET,
+            "spec.artifactGate is not set: no artifact evidence is required",
+        )
+        return
+    opened = found.reason is None
+    out.condition(
+        ARTIFACT_GATE,
+        "True" if opened else "False",
+        found.reason or GATE_OPEN,
+        found.message,
+    )
 
 
 @dataclass(frozen=True)

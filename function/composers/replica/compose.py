@@ -23,6 +23,7 @@ from function.api.modelcachehydration import (
     stored_identities,
 )
 from function.api.modelreplica import (
+    ENGINE_AVAILABLE,
     PHASE_SERVING,
     PHASE_STARTING,
     REASON_CACHE_NOT_FOUND,
@@ -460,19 +461,24 @@ def _engine_status(
     """``status.engines[]`` entry of engine ``e``: whether its workload serves, and why
     not; appends ``(e, why)`` to ``stalled`` when its roll onto ``source`` stopped
     (:func:`function.manifests.workloads.rollout_stalled`)."""
-    serves, why, stall = _serving(c, e.key, e.kind, source)
+    serves, why, stall, answers = _serving(c, e.key, e.kind, source)
     if stall:
         stalled.append((e, stall))
     entry: dict[str, Any] = {"name": e.name, "kind": e.kind, "workload": e.workload}
     entry["ready"] = serves
+    entry[ENGINE_AVAILABLE] = answers
     if why:
         entry["message"] = why
     return entry
 
 
-def _serving(c: _Call, key: str, kind: str, source: str | None) -> tuple[bool, str, str | None]:
-    """Whether the observed workload Object serves, why not, and why its roll onto
-    ``source`` stalled (None unless the old pods serve while the roll stopped).
+def _serving(
+    c: _Call, key: str, kind: str, source: str | None
+) -> tuple[bool, str, str | None, bool]:
+    """Whether the observed workload Object serves, why not, why its roll onto
+    ``source`` stalled (None unless the old pods serve while the roll stopped), and
+    whether its pods answer at all, whatever template they run
+    (:data:`function.api.modelreplica.ENGINE_AVAILABLE`).
 
     With a cache (``source``: the identity composed, "" for the PVC root), the pods
     that serve must be those of the template that reads it: a workload whose observed
@@ -482,21 +488,22 @@ def _serving(c: _Call, key: str, kind: str, source: str | None) -> tuple[bool, s
     """
     obj = c.inputs.observed_body(key)
     if obj is None:
-        return False, "not created yet", None
+        return False, "not created yet", None, False
     w = observed_workload(obj)
     if w.kind != kind:  # a manifest of another kind, or naming none: read as the plan's
         w = read_workload(obj, kind)
     if w.malformed:
-        return False, "reports malformed status.conditions", None
+        return False, "reports malformed status.conditions", None, False
     if w.sync_error:
-        return False, f"not applied: {w.sync_error}", None
+        # The last template was not applied; what runs is what was applied before.
+        return False, f"not applied: {w.sync_error}", None, w.serving
     if not w.reported:
-        return False, "not observed yet", None
+        return False, "not observed yet", None, False
     if not w.serving:
         unit = "groups ready" if kind == "LeaderWorkerSet" else "pods available"
-        return False, f"{w.have}/{w.want} {unit}", None
+        return False, f"{w.have}/{w.want} {unit}", None, False
     why = _rolled(w, source)[1] if source is not None else ""
-    return not why, why, w.stalled if why else None
+    return not why, why, w.stalled if why else None, True
 
 
 def _rolled(w: WorkloadFacts, source: str) -> tuple[bool | None, str]:
