@@ -546,6 +546,16 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"function.render: {e}", file=sys.stderr)
         return 2
+    if (xr.get("metadata") or {}).get("deletionTimestamp"):
+        # Crossplane's XR reconciler calls no function for an XR being deleted: it
+        # removes its finalizer and returns (composite/reconciler.go, Reconcile on
+        # meta.WasDeleted); Kubernetes' garbage collector deletes the composed resources.
+        print(
+            "# the XR is being deleted (metadata.deletionTimestamp): Crossplane calls no "
+            "function for it",
+            file=sys.stderr,
+        )
+        return _print([_deleting_document(xr)])
     try:
         rsp, calls = _drive(args.address, xr, observed, world)
     except _Unreachable as e:
@@ -564,10 +574,34 @@ def main(argv: list[str] | None = None) -> int:
     if not args.include_function_results:
         docs = [d for d in docs if d.get("kind") != "Result"]
     print(f"# {calls} RunFunction call(s) in Crossplane's requirements loop", file=sys.stderr)
+    return _print(docs)
+
+
+def _deleting_document(xr: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``crossplane render`` prints for an XR being deleted: the XR as it is, its
+    conditions but ``Ready``, which reads False ``Deleting``; then ``Synced``."""
+    doc = copy.deepcopy(dict(xr))
+    status = dict(doc.get("status") or {})
+    kept = [
+        c
+        for c in status.get("conditions") or []
+        if isinstance(c, dict) and c.get("type") not in ("Ready", "Synced")
+    ]
+    status["conditions"] = [
+        *kept,
+        _condition("Ready", "False", "Deleting"),
+        _condition("Synced", "True", "ReconcileSuccess"),
+    ]
+    doc["status"] = status
+    return doc
+
+
+def _print(docs: Iterable[Mapping[str, Any]]) -> int:
+    """Write ``docs`` as a YAML stream; 0, or 141 when the reader closed it early."""
     try:
         for d in docs:
             sys.stdout.write("---\n")
-            yaml.safe_dump(d, sys.stdout, sort_keys=False, default_flow_style=False)
+            yaml.safe_dump(dict(d), sys.stdout, sort_keys=False, default_flow_style=False)
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader stopped early (``| head``): no traceback, and none at exit either

@@ -130,3 +130,32 @@ def test_fatal_result_is_an_error_in_both(render, fn, tmp_path):
     assert proc.returncode == theirs.exit_code == 1
     assert proc.stdout == theirs.stdout == ""
     assert "fatal result" in proc.stderr and "spec.clusterSelector" in proc.stderr
+
+
+def test_an_xr_being_deleted_is_not_composed_in_either(render, fn, tmp_path):
+    """Found by review 13a: Crossplane's reconciler calls no function for an XR with a
+    deletionTimestamp (it removes its finalizer and returns; Kubernetes' garbage
+    collector deletes the composed resources), while ``function.render`` called the
+    function, which cancelled the running backfill with an event. Both now print the
+    XR as it was, ``Ready=False`` ``Deleting``, nothing composed, no result."""
+    (xr,) = load_yaml([str(ROOT / "examples" / "modelbackfill" / "xr-finishing.yaml")])
+    xr["metadata"]["deletionTimestamp"] = "2026-11-29T03:40:00Z"
+    xr["metadata"]["finalizers"] = ["composite.apiextensions.crossplane.io"]
+    required = ROOT / "examples" / "modelbackfill" / "required"
+    observed = ROOT / "examples" / "modelbackfill" / "observed"
+    theirs = render(
+        xr, required=load_yaml([str(required)]), observed=load_yaml([str(observed)]), xrd=False
+    ).check()
+    path = tmp_path / "xr.yaml"
+    path.write_text(yaml.safe_dump(xr))
+    proc = subprocess.run(
+        [sys.executable, "-m", "function.render", str(path), "--address", fn, "-r",
+         "--required", str(required), "--observed", str(observed)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    ours = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    want, got = normalize(theirs.documents), normalize(ours)
+    assert ["Ready", "False", "Deleting", ""] in want["conditions"], want["conditions"]
+    assert got == want
+    assert got["status"]["phase"] == xr["status"]["phase"]
