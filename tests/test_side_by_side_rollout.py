@@ -417,10 +417,10 @@ FAILED_CASES = [
                f"2 replicas there keep serving identity {DEP_OLD}"))),
     Case("failed-nothing-stored", "a Failed hydration with nothing the replica serves on the "
          "PVC: the replica moves, as before (make-before-break: serving, it stays until "
-         "its replacement serves)",
+         "its replacement serves; ReplicasReady True, Moving, while both wanted serve)",
          Fleet2(("Failed", []), ("Ready", [DEP_NEW])),
          Kept({"replica-0": "gpu-a", "replica-1": "gpu-b", "replica-2": "gpu-b"},
-              "ReplicasNotReady", ())),
+              "Moving", ())),
 ]  # fmt: skip
 
 
@@ -440,6 +440,10 @@ def test_a_failed_new_identity_keeps_replicas_serving_the_old(case: Case[Fleet2,
     st = h.status(rsp)
     for part in case.want.rollout_has:
         assert part in st["cacheRollout"], (case.reason, st["cacheRollout"])
+    if case.want.ready_reason == "Moving":
+        assert cond["status"] == "True", cond
+        assert "replica 0 on gpu-a (hydration of ModelCache qwen-cache Failed)" in cond["message"]
+        assert "replacements: replica 2 on gpu-b: Creating" in cond["message"]
     if case.want.ready_reason == "ServingPreviousIdentity":
         assert cond["status"] == "True" and "gpu-a" in cond["message"]
         assert DEP_NEW in cond["message"] and FAILED_MSG in cond["message"]
