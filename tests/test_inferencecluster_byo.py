@@ -288,8 +288,23 @@ def test_invalid_source_keeps_the_provider_config(
     assert h.xr_ready(rsp) == ("READY_TRUE" if was_ready else "READY_FALSE")
 
 
+# What the class's own composer refuses (review 13c: the cluster copied these, and
+# every deployment selecting on the device failed with InvalidDeviceSelector).
+BROKEN_CLASSES = [
+    ("count-zero", ("count",), 0, "spec.devices[0].count"),
+    ("capacity-not-a-quantity", ("capacity", "memory", "value"), "80 GB",
+     "spec.devices[0].capacity"),
+    ("version-not-semver", ("attributes", "cuda", "version"), "9.0", "spec.devices[0].attributes"),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize("was_ready", [True, False], ids=["was-ready", "was-not-ready"])
-def test_a_malformed_class_is_named_and_keeps_what_exists(was_ready: bool) -> None:
+@pytest.mark.parametrize(
+    ("path", "value", "field"), [b[1:] for b in BROKEN_CLASSES], ids=[b[0] for b in BROKEN_CLASSES]
+)
+def test_a_malformed_class_is_named_and_keeps_what_exists(
+    was_ready: bool, path: tuple[str, ...], value: Any, field: str
+) -> None:
     """An InferenceClass a pool names whose devices are not what its CRD declares:
     reason ClassInvalid, naming the class and the field; the ProviderConfig, the last
     status and the XR's readiness stay as they were."""
@@ -299,13 +314,35 @@ def test_a_malformed_class_is_named_and_keeps_what_exists(was_ready: bool) -> No
     ready = {"type": "Ready", "status": "True" if was_ready else "False", "reason": "Available"}
     xr = cluster_xr(status={**last, "conditions": [*last.get("conditions", []), ready]})
     broken = copy.deepcopy(CLASSES)
-    broken[0]["spec"]["devices"][0]["count"] = 0
+    node = broken[0]["spec"]["devices"][0]
+    for p in path[:-1]:
+        node = node.setdefault(p, {})
+    node[path[-1]] = value
     name = broken[0]["metadata"]["name"]
+    # The class's own composer refuses it the same way.
+    assert field in h.fatal(h.run(h.request(broken[0])))[0]
     rsp, _ = h.drive(h.run, xr, {"provider-config": pc}, h.World(broken))
     c = h.conditions(rsp)["PoolsResolved"]
     assert (c["status"], c["reason"]) == ("False", "ClassInvalid"), c
-    assert c["message"].startswith(f"InferenceClass {name}: spec.devices[0].count:"), c
+    assert c["message"].startswith(f"InferenceClass {name}: {field}"), c
     assert h.desired(rsp)["provider-config"] == pc
     assert h.status(rsp)["gpuPools"] == last["gpuPools"]
     assert h.xr_ready(rsp) == ("READY_TRUE" if was_ready else "READY_FALSE")
     assert not h.fatal(rsp)
+
+
+def test_a_warning_is_emitted_once_per_change_not_per_reconcile() -> None:
+    """Found by review 13c: ClassNotFound, InvalidSpec and ClassInvalid warned on every
+    reconcile. Now a Warning goes out when PoolsResolved changes to it, once."""
+    broken = copy.deepcopy(CLASSES)
+    broken[0]["spec"]["devices"][0]["count"] = 0
+    xr = cluster_xr()
+    for world, reason in ((broken, "ClassInvalid"), (CLASSES[1:], "ClassNotFound")):
+        warned = []
+        for _ in range(3):
+            rsp, _ = h.drive(h.run, xr, None, h.World(world))
+            assert h.conditions(rsp)["PoolsResolved"]["reason"] == reason
+            warned.append([m for s, m in h.results(rsp) if s == "Warning"])
+            conds = [{"type": t, **c} for t, c in h.conditions(rsp).items()]
+            xr = cluster_xr(status={**h.status(rsp), "conditions": conds})
+        assert len(warned[0]) == 1 and warned[1:] == [[], []], (reason, warned)

@@ -642,3 +642,52 @@ def test_map_lists_reject_duplicate_keys():
         }
     )
     assert any("duplicate" in e for e in _errors(validate_xr, twice))
+
+
+# ---- messages say what the validator said, not pydantic's wrapper (review 13c) -------
+
+def _example(kind: str) -> dict:
+    from function.render import load_yaml
+    from tests.support.crossplane import ROOT
+
+    (doc,) = load_yaml([str(ROOT / "examples" / kind / "xr.yaml")])
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "value", "field"),
+    [
+        ("modeldeployment", ("spec", "replicas"), 1.5, "spec.replicas"),
+        ("modelcache", ("spec", "huggingFace", "sizeGiB"), 2.5, "spec.huggingFace.sizeGiB"),
+        ("inferenceclass", ("spec", "devices", 0, "count"), 1.5, "spec.devices[0].count"),
+    ],
+)
+def test_a_fatal_result_carries_no_pydantic_prefix(kind, path, value, field) -> None:
+    from tests.support import harness as hh
+
+    xr = _example(kind)
+    node = xr
+    for p in path[:-1]:
+        node = node[p]
+    node[path[-1]] = value
+    (msg,) = hh.fatal(hh.run(hh.request(xr)))
+    assert field in msg, msg
+    assert "Value error" not in msg and "Assertion failed" not in msg, msg
+
+
+def test_a_cluster_scoped_xr_is_named_without_a_slash() -> None:
+    """Found by review 13c: a deadline's fatal result named ``InferenceClass /c1``."""
+    from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+    from function.edge.codec import xr_label
+    from function.edge.pool import fatal_for
+    from tests.support import harness as hh
+
+    assert xr_label("InferenceClass", "", "c1") == "InferenceClass c1"
+    assert xr_label("ModelCache", "ml-team", "q") == "ModelCache ml-team/q"
+    xr = _example("inferenceclass")
+    rsp = fnv1.RunFunctionResponse.FromString(
+        fatal_for(hh.request(xr).SerializeToString(), "past its deadline")
+    )
+    (msg,) = [r.message for r in rsp.results]
+    assert msg == f"InferenceClass {xr['metadata']['name']}: past its deadline", msg

@@ -40,14 +40,6 @@ class Device(BaseModel):
     count: WholeInt = Field(default=1, ge=1, le=64)
 
 
-class InferenceClassSpec(BaseModel):
-    """The fields of an InferenceClass's ``spec`` that a cluster's status copies."""
-
-    model_config = ConfigDict(extra="allow")
-
-    devices: list[Device] = Field(default_factory=list)
-
-
 def check(name: str, spec: Any) -> None:
     """Check the ``spec`` (plain Python; None: no devices) of InferenceClass ``name``.
 
@@ -58,7 +50,10 @@ def check(name: str, spec: Any) -> None:
     if spec is None:
         return
     try:
-        InferenceClassSpec.model_validate(spec)
+        # The class's own check (parse_declared): a class its composer refuses never
+        # reaches placement through a cluster's status (review 13c: a capacity "80 GB"
+        # was copied, and every deployment selecting on it failed).
+        DeclaredSpec.model_validate(spec)
     except ValidationError as e:
         raise pydantic_errors(f"{KIND} {name}: spec", e) from None
 

@@ -60,7 +60,7 @@ from function.api.inferencecluster import (
     is_ready,
     parse_existing,
 )
-from function.core import structs
+from function.core import events, structs
 from function.core.errors import SpecError, written_as
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
@@ -210,8 +210,26 @@ def _invalid(inputs: Inputs, out: Outcome, message: str, reason: str = INVALID_S
     out.ready = was_ready and inputs.observed_body(PROVIDER_CONFIG_KEY) is not None
     _echo(inputs, out)
     out.condition(CONDITION, "False", reason, message)
-    out.warning(message, reason)
+    _warn_once(inputs, out, reason, message)
     return out
+
+
+def _warn_once(
+    inputs: Inputs, out: Outcome, reason: str, message: str, event: str | None = None
+) -> None:
+    """A Warning event (``event``, else ``message``) when ``PoolsResolved`` changes to
+    False (``reason``, ``message``): not on every call that finds it unchanged
+    (``function.core.events``: Crossplane turns every result into an event, on every
+    call)."""
+    last = structs.conditions(inputs.xr).get(CONDITION)
+    before = (
+        (structs.sval(last, "status"), structs.sval(last, "reason"), structs.sval(last, "message"))
+        if last is not None
+        else None
+    )
+    events.changed(
+        out, before, ("False", reason, message), event or message, reason=reason, warning=True
+    )
 
 
 def _echo(inputs: Inputs, out: Outcome) -> None:
@@ -266,7 +284,7 @@ def compose(inputs: Inputs) -> Outcome:
         return _invalid(inputs, out, message, reason=CLASS_INVALID)
     pools, missing = gpu_pools(node_pools, classes)
     _write_status(out, spec, existing, pools, pc["metadata"]["name"])
-    _pools_resolved(out, pools, missing, len(node_pools))
+    _pools_resolved(inputs, out, pools, missing, len(node_pools))
     out.ready = pc_observed and not missing
     return out
 
@@ -317,7 +335,7 @@ def _write_status(
 
 
 def _pools_resolved(
-    out: Outcome, pools: list[dict[str, Any]], missing: list[str], wanted: int
+    inputs: Inputs, out: Outcome, pools: list[dict[str, Any]], missing: list[str], wanted: int
 ) -> None:
     """``PoolsResolved``: True when every node pool's InferenceClass was found."""
     nodes = sum(p["nodes"] for p in pools)
@@ -329,7 +347,14 @@ def _pools_resolved(
             f"InferenceClass {', '.join(missing)} not found; {len(pools)} of "
             f"{wanted} node pools resolved ({nodes} nodes)",
         )
-        out.warning(f"InferenceClass {', '.join(missing)} not found", "ClassNotFound")
+        _warn_once(
+            inputs,
+            out,
+            "ClassNotFound",
+            f"InferenceClass {', '.join(missing)} not found; {len(pools)} of "
+            f"{wanted} node pools resolved ({nodes} nodes)",
+            f"InferenceClass {', '.join(missing)} not found",
+        )
     else:
         out.condition(
             CONDITION, "True", "Resolved", f"{len(pools)} node pools resolved ({nodes} nodes)"

@@ -135,7 +135,11 @@ def pydantic_errors(
         if not parts:
             first = loc
         if expected is None:
-            parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+            # A validator's own message, without pydantic's "Value error, " in front.
+            msg = str(err.get("msg", "invalid"))
+            for noise in ("Value error, ", "Assertion failed, "):
+                msg = msg.removeprefix(noise)
+            parts.append(f"{loc}: {msg}")
         elif loc not in shape_at:
             shape_at[loc] = len(parts)
             shape = (shapes or {}).get(_generic(loc))

@@ -433,6 +433,12 @@ def _field(data: Any, number: int) -> Any:
     return None
 
 
+def xr_label(kind: str, namespace: str, name: str) -> str:
+    """How a message names an XR: ``ModelCache team-a/qwen``, or ``InferenceClass h100``
+    for a cluster-scoped one (no namespace); ``XR`` stands for a kind not known."""
+    return f"{kind or 'XR'} {namespace}/{name}" if namespace else f"{kind or 'XR'} {name}"
+
+
 def undecodable(data: bytes | bytearray | memoryview, error: BaseException) -> bytes:
     """The response to a request that protobuf cannot parse: one fatal result saying why.
 
@@ -440,7 +446,7 @@ def undecodable(data: bytes | bytearray | memoryview, error: BaseException) -> b
     Crossplane apply nothing this reconcile, so nothing is deleted.
     """
     tag, kind, namespace, name = peek(data)
-    xr = f"{kind} {namespace}/{name}: " if kind or name else ""
+    xr = f"{xr_label(kind, namespace, name)}: " if kind or name else ""
     rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=tag))
     rsp.results.add(
         severity=fnv1.SEVERITY_FATAL,

@@ -80,7 +80,7 @@ from typing import Any
 import structlog
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.edge.codec import peek, peek_composite, serialize
+from function.edge.codec import peek, peek_composite, serialize, xr_label
 
 # How long past its budget the acceptor waits for a compute process before killing it.
 KILL_MARGIN_SECONDS = 2.0
@@ -316,7 +316,7 @@ def fatal_for(data: bytes, message: str) -> bytes:
     rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=tag))
     rsp.results.add(
         severity=fnv1.SEVERITY_FATAL,
-        message=f"{kind or 'XR'} {namespace}/{name}: {message}",
+        message=f"{xr_label(kind, namespace, name)}: {message}",
     )
     return serialize(rsp)
 

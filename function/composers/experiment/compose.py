@@ -59,7 +59,7 @@ class _Composer:
         self.inputs = inputs
         self.out = Outcome()
         self.now = inputs.now
-        self.poll = float(inputs.settings.poll_seconds or 30)
+        self.poll = float(max(1, inputs.settings.poll_seconds))  # as every kind: 0 is 1 s
         self.prev_phase = structs.get_str(inputs.xr, "status", "phase")
 
     # -- helpers
