@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from function.core.errors import plain_text
-from function.edge.server import ServerConfig, serve
+from function.edge.server import BindError, ServerConfig, serve
 from function.ops import logs
 from function.ops.settings import (
     FLAGS,
@@ -135,7 +135,10 @@ def _metrics_server(settings: Settings) -> tuple[Any, str | None]:
     try:
         return metrics.serve(address, multiproc_dir), made
     except OSError as e:
-        raise StartupError(f"--metrics-address {address}: {e}") from None
+        raise StartupError(
+            f"--metrics-address (METRICS_ADDRESS) {address}: cannot listen there: "
+            f"{e.strerror or e} (is another process listening on it?)"
+        ) from None
 
 
 def _warn_unknown() -> None:
@@ -170,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         serve(None, cfg, processes=processes, debug=settings.debug)
+    except BindError as e:  # taken since it was checked (by the metrics endpoint, say)
+        print(f"function-modelplane: {e}", file=sys.stderr)
+        return 2
     finally:
         if metrics_server is not None:
             metrics_server.shutdown()

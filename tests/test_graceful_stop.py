@@ -14,6 +14,7 @@ arrives). SIGTERM is sent as soon as the first response is back. Then:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -112,3 +113,64 @@ def grpc_futures_done(futures: list[grpc.Future]) -> list[grpc.Future]:
         if done:
             return done
         time.sleep(0.005)
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux /proc)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        out += [int(c) for c in task.read_text().split()]
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_sigterm_stops_the_process_when_stderr_is_a_closed_pipe() -> None:
+    # The "stopping" log line cannot be written (the pipe's reader has gone): the
+    # process stops all the same, its compute processes too, within the grace period.
+    grace = 2.0
+    env = {k: v for k, v in os.environ.items() if k != "TLS_SERVER_CERTS_DIR"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "function", "--insecure",
+         "--address", f"127.0.0.1:{_free_port()}", "--metrics-address=",
+         "--processes", "1", "--grace-seconds", str(grace)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 60
+        line = ""
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if '"serving"' in line or not line:
+                break
+        assert '"serving"' in line, line
+        children = _children(proc.pid)
+        assert children, "no compute process"
+        proc.stderr.close()  # the reader goes: the next line written is a BrokenPipeError
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        try:
+            rc = proc.wait(timeout=grace + 5)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"running {grace + 5}s after SIGTERM (grace {grace}s)") from None
+        assert rc == 0, rc
+        assert time.monotonic() - signalled <= grace + 5
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not all(_gone(c) for c in children):
+            time.sleep(0.05)
+        assert all(_gone(c) for c in children), "a compute process outlived the server"
+    finally:
+        if proc.poll() is None:
+            kids = _children(proc.pid)
+            proc.kill()
+            proc.wait()
+            for c in kids:
+                with contextlib.suppress(OSError):
+                    os.kill(c, signal.SIGKILL)

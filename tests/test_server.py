@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import socket
 
 import grpc
 import pytest
@@ -13,7 +15,7 @@ from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1bet
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from function.edge import runner as runner_mod
-from function.edge.server import default_processes
+from function.edge.server import ServerConfig, build_server, default_processes
 from function.render import start_function
 from tests.support.cache_tree import shard_request
 from tests.support.harness import fatal, request, results, run
@@ -164,3 +166,37 @@ def test_wire_bytes_parse_to_the_same_response_as_the_message():
     assert len(rsp.desired.resources) == 50
     assert fn.run_wire(req) == data  # deterministic
     assert codec.desired_suffix([]) == b""
+
+
+def test_max_recv_of_2_gib_is_capped_to_what_grpc_accepts():
+    # 2048 MiB is 2^31 bytes, one past gRPC's C int: the option is capped, not overflowed.
+    cfg = ServerConfig(address="127.0.0.1:0", insecure=True, max_recv_mb=2048)
+
+    async def serve_once() -> bytes:
+        server, port = build_server(runner_mod.FunctionRunner(), cfg)
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                rsp = await grpcv1.FunctionRunnerServiceStub(ch).RunFunction(
+                    _cache_request(2), timeout=30
+                )
+                return rsp.SerializeToString()
+        finally:
+            await server.stop(None)
+
+    rsp = fnv1.RunFunctionResponse.FromString(asyncio.run(serve_once()))
+    assert len(rsp.desired.resources) == 2
+
+
+def test_grpc_port_in_use_is_an_error_naming_the_flag():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        address = f"127.0.0.1:{holder.getsockname()[1]}"
+
+        async def bind() -> None:
+            build_server(runner_mod.FunctionRunner(), ServerConfig(address=address, insecure=True))
+
+        with pytest.raises(RuntimeError) as e:  # BindError, a RuntimeError as gRPC raises
+            asyncio.run(bind())
+    assert f"--address (ADDRESS) {address}: " in str(e.value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -87,6 +88,9 @@ def test_variable_sets_field(env, var, value, field, expected):
         ("MODELPLANE_HYDRATION_BACKOFF_LIMIT", "three"),
         ("METRICS_ADDRESS", "8080"),
         ("METRICS_ADDRESS", ":99999"),
+        # 2048 MiB is 2^31 bytes: one past gRPC's int option (the server died at start).
+        ("MAX_RECV_MESSAGE_SIZE", "2048"),
+        ("MAX_RECV_MESSAGE_SIZE", "0"),
         ("MODELPLANE_OTEL_ENABLED", "maybe"),
         ("DEFAULT_SHM_SIZE_LIMIT", "8 GB"),
         ("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT", "lots"),
@@ -245,6 +249,7 @@ def test_misspelt_setting_is_reported_by_config_and_logged_at_start():
         ("MODELPLANE_DEFAULT_TTL_SECONDS", "soon"),
         ("DEFAULT_SHM_SIZE_LIMIT", "8 gigs"),
         ("METRICS_ADDRESS", "localhost"),
+        ("MAX_RECV_MESSAGE_SIZE", "2048"),
     ],
 )
 @pytest.mark.parametrize("command", [["--insecure", "--address", "127.0.0.1:0"], ["config"]])
@@ -294,6 +299,119 @@ def test_bad_metrics_flag_names_the_flag():
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "--metrics-address" in err
+
+
+def test_largest_max_recv_message_size_is_one_grpc_accepts():
+    assert load_settings({"max_recv_message_size": 2047}).max_recv_message_size == 2047
+    # --help and config show the bound.
+    assert "1 to 2047" in Settings.model_fields["max_recv_message_size"].description
+
+
+def test_max_recv_message_size_past_grpc_int_is_refused_naming_the_flag():
+    proc = _python(
+        ["--insecure", "--address", "127.0.0.1:0", "--metrics-address=",
+         "--max-recv-message-size", "2048"],
+        {},
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err[-2000:]
+    assert "--max-recv-message-size: " in err and "2047" in err
+    assert "Traceback" not in err and "serving" not in out + err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("address", "metrics", "clash"),
+    [
+        ("127.0.0.1:9443", "127.0.0.1:9443", True),
+        ("0.0.0.0:9443", ":9443", True),
+        ("0.0.0.0:9443", "127.0.0.1:9443", True),
+        ("127.0.0.1:9443", ":9443", True),
+        ("[::]:9443", "127.0.0.1:9443", True),
+        ("[::1]:9443", "[::1]:9443", True),
+        ("0.0.0.0:8080", ":8080", True),
+        ("127.0.0.1:9443", "127.0.0.1:9444", False),
+        ("127.0.0.1:9443", "127.0.0.2:9443", False),
+        ("[::1]:9443", "0.0.0.0:9443", False),
+        ("127.0.0.1:0", "127.0.0.1:0", False),
+        ("127.0.0.1:9443", "", False),
+    ],
+)
+def test_metrics_address_on_the_grpc_port_is_refused_naming_both(env, address, metrics, clash):
+    argv = ["--address", address, "--metrics-address", metrics]
+    flags = {"address": address, "metrics_address": metrics}
+    if not clash:
+        assert load_settings(flags, argv).metrics_address == metrics
+        return
+    with pytest.raises(SettingsError) as e:
+        load_settings(flags, argv)
+    assert "--metrics-address: " in str(e.value) and "--address" in str(e.value)
+
+
+def test_default_metrics_address_on_the_grpc_port_is_refused(env):
+    env.setenv("ADDRESS", ":8080")  # the metrics endpoint's default port
+    with pytest.raises(SettingsError, match=r"METRICS_ADDRESS: ':8080' .*ADDRESS"):
+        load_settings()
+
+
+@pytest.mark.parametrize("how", ["flags", "variables"])
+def test_metrics_address_equal_to_address_exits_2_naming_both(how):
+    address = f"127.0.0.1:{_free_port()}"
+    if how == "flags":
+        args, extra = ["--address", address, "--metrics-address", address], {}
+        names = ("--metrics-address", "--address")
+    else:
+        args, extra = [], {"ADDRESS": address, "METRICS_ADDRESS": address}
+        names = ("METRICS_ADDRESS", "ADDRESS")
+    proc = _python(["--insecure", *args], extra)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err[-2000:]
+    assert len(err.strip().splitlines()) == 1, err
+    assert all(n in err for n in names), err
+    assert "Traceback" not in err and "serving" not in out + err
+
+
+def test_metrics_port_in_use_exits_2_naming_the_flag():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = f"127.0.0.1:{holder.getsockname()[1]}"
+        proc = _python(
+            ["--insecure", "--address", f"127.0.0.1:{_free_port()}", "--metrics-address", taken],
+            {},
+        )
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err[-2000:]
+    assert f"--metrics-address (METRICS_ADDRESS) {taken}: " in err
+    assert "Traceback" not in err and "serving" not in out + err
+
+
+def test_grpc_port_taken_by_the_metrics_endpoint_exits_2_without_traceback():
+    # Different host spellings of one listener pass the settings check: the metrics
+    # endpoint binds first, then gRPC cannot.
+    port = _free_port()
+    first = socket.getaddrinfo("localhost", port, type=socket.SOCK_STREAM)[0]
+    if first[4][0] != "127.0.0.1":
+        pytest.skip(f"localhost resolves to {first[4][0]} first")
+    proc = _python(
+        ["--insecure", "--address", f"127.0.0.1:{port}", "--metrics-address", f"localhost:{port}",
+         "--processes", "1"],
+        {},
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 2, err[-2000:]
+    assert f"--address (ADDRESS) 127.0.0.1:{port}: " in err and "--metrics-address" in err
+    assert "Traceback" not in err and '"serving"' not in out + err
 
 
 # ---- examples/runtime ---------------------------------------------------------------

@@ -20,6 +20,7 @@ reflection, on one address:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -39,6 +40,12 @@ from function.edge.runner import FunctionRunner
 
 DEFAULT_ADDRESS = "0.0.0.0:9443"
 DEFAULT_MAX_RECV_MB = 256
+# gRPC's message size options are C ints: 2 GiB is one byte too many.
+_MAX_GRPC_BYTES = 2**31 - 1
+
+
+class BindError(RuntimeError):
+    """The gRPC listener cannot be opened on its address (in use, or not this host's)."""
 
 
 @dataclass(frozen=True)
@@ -135,10 +142,11 @@ def build_server(
     Raises:
         ValueError: when neither ``insecure`` nor ``tls_certs_dir`` is given.
         OSError: when a certificate file cannot be read.
+        BindError: when gRPC cannot listen on ``cfg.address``.
     """
     options = [
-        ("grpc.max_receive_message_length", cfg.max_recv_mb * 1024 * 1024),
-        ("grpc.max_send_message_length", cfg.max_send_mb * 1024 * 1024),
+        ("grpc.max_receive_message_length", min(cfg.max_recv_mb * 1024 * 1024, _MAX_GRPC_BYTES)),
+        ("grpc.max_send_message_length", min(cfg.max_send_mb * 1024 * 1024, _MAX_GRPC_BYTES)),
         # One acceptor per pod: no second process may share the port.
         ("grpc.so_reuseport", 0),
     ]
@@ -154,14 +162,33 @@ def build_server(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (*sdk_runtime.SERVICE_NAMES, health.SERVICE_NAME)
     reflection.enable_server_reflection(names, server)
-    if cfg.insecure:
-        port = server.add_insecure_port(cfg.address)
-    elif cfg.tls_certs_dir:
-        port = server.add_secure_port(cfg.address, sdk_runtime.load_credentials(cfg.tls_certs_dir))
-    else:
-        raise ValueError("no TLS certificates directory given: use --tls-certs-dir or --insecure")
+    credentials = None
+    if not cfg.insecure:
+        if not cfg.tls_certs_dir:
+            raise ValueError(
+                "no TLS certificates directory given: use --tls-certs-dir or --insecure"
+            )
+        credentials = sdk_runtime.load_credentials(cfg.tls_certs_dir)
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(cfg.address)
+        else:
+            port = server.add_secure_port(cfg.address, credentials)
+    except RuntimeError as e:  # grpc's "Failed to bind to address ..."
+        raise BindError(
+            f"--address (ADDRESS) {cfg.address}: cannot listen there (is the port in use, "
+            "by another process or by --metrics-address?)"
+        ) from e
     server._modelplane_health = health_servicer  # type: ignore[attr-defined]
     return server, port
+
+
+def _log(log: Any, event: str, **fields: Any) -> None:
+    """Log ``event`` at info level; a line that cannot be written (standard error closed
+    or a pipe whose reader has gone: ``BrokenPipeError``) is dropped, so serving and
+    stopping never depend on the log stream."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: a closed file
+        log.info(event, **fields)
 
 
 async def serve_async(
@@ -178,7 +205,8 @@ async def serve_async(
     On the signal the server stops at once: the listener closes, new calls and
     connections are refused (Crossplane's client moves to another pod), the health
     service reports NOT_SERVING; calls in flight get ``grace_seconds`` to finish, and
-    are cancelled after that. Then the compute processes exit.
+    are cancelled after that. Then the compute processes exit. A log line that cannot
+    be written (standard error gone) never keeps the process from stopping.
     """
     log = structlog.get_logger("server")
     # Handlers first: a signal while the compute processes start stops cleanly too.
@@ -202,26 +230,33 @@ async def serve_async(
     else:
         assert runner is not None
         server, port = build_server(runner, cfg)
-    await server.start()
     hs: health.aio.HealthServicer = server._modelplane_health  # type: ignore[attr-defined]
-    for svc in ("", *sdk_runtime.SERVICE_NAMES[1:]):
-        await hs.set(svc, health_pb2.HealthCheckResponse.SERVING)
-    log.info(
-        "serving",
-        address=cfg.address,
-        port=port,
-        tls=not cfg.insecure,
-        processes=processes,
-        slow_lane_cpus=list(pool.lane) if pool is not None else [],
-    )
-    await stop.wait()
-    log.info("stopping", grace_seconds=cfg.grace_seconds)
-    stopped = asyncio.ensure_future(server.stop(grace=cfg.grace_seconds))
-    await hs.enter_graceful_shutdown()
-    await stopped
-    if pool is not None:
-        await pool.close()
-    log.info("stopped")
+    try:
+        await server.start()
+        for svc in ("", *sdk_runtime.SERVICE_NAMES[1:]):
+            await hs.set(svc, health_pb2.HealthCheckResponse.SERVING)
+        _log(
+            log,
+            "serving",
+            address=cfg.address,
+            port=port,
+            tls=not cfg.insecure,
+            processes=processes,
+            slow_lane_cpus=list(pool.lane) if pool is not None else [],
+        )
+        await stop.wait()
+        _log(log, "stopping", grace_seconds=cfg.grace_seconds)
+    finally:
+        # Whatever ended serving (the signal, or an error), stop: the listener, then
+        # the calls in flight within the grace period, then the compute processes.
+        try:
+            stopped = asyncio.ensure_future(server.stop(grace=cfg.grace_seconds))
+            await hs.enter_graceful_shutdown()
+            await stopped
+        finally:
+            if pool is not None:
+                await pool.close()
+    _log(log, "stopped")
 
 
 def serve(

@@ -32,6 +32,9 @@ QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?\Z")
 # The flash loader copies at most this many files at once (one thread each).
 MAX_FLASH_LOADER_CONCURRENCY = 256
 _IMAGE = re.compile(r"^\S+\Z")
+# Largest --max-recv-message-size, in MiB: gRPC's message size options are C ints, so
+# 2048 MiB (2^31 bytes) is one byte too many.
+MAX_RECV_MESSAGE_MIB = 2047
 
 
 # ---- rules shared by the start-up check and the composers that use the values ---------
@@ -165,10 +168,11 @@ class Settings(BaseSettings):
         int,
         _env(
             "MAX_RECV_MESSAGE_SIZE",
-            "largest RunFunction request accepted (a 5,000-cluster request is about 5 MiB)",
+            f"largest RunFunction request accepted, 1 to {MAX_RECV_MESSAGE_MIB} (a "
+            "5,000-cluster request is about 5 MiB)",
             "MiB",
             ge=1,
-            le=2048,
+            le=MAX_RECV_MESSAGE_MIB,
         ),
     ] = 256
     workers: Annotated[
@@ -244,6 +248,7 @@ class Settings(BaseSettings):
             "METRICS_ADDRESS",
             "[host]:port serving Prometheus metrics at /metrics; empty: off",
             "[host]:port",
+            validate_default=True,  # the default :8080 must not be --address's port either
         ),
     ] = ":8080"
 
@@ -411,12 +416,20 @@ class Settings(BaseSettings):
 
     @field_validator("metrics_address")
     @classmethod
-    def _address(cls, v: str) -> str:
+    def _address(cls, v: str, info: ValidationInfo) -> str:
         if v == "":
             return v
         m = ADDRESS.match(v)
         if not m or int(m.group(2)) > 65535:
             raise ValueError(f"{v!r} is not [host]:port such as :8080 (empty turns it off)")
+        # address is declared, so validated, first (absent when it is invalid).
+        grpc_address = info.data.get("address")
+        if grpc_address and same_listener(v, grpc_address):
+            raise ValueError(
+                f"{v!r} is the port the gRPC server listens on (--address / ADDRESS "
+                f"{grpc_address}); give the metrics endpoint another port, or an empty "
+                "value to turn it off"
+            )
         return v
 
     @field_validator("prometheus_multiproc_dir")
@@ -463,6 +476,26 @@ class Settings(BaseSettings):
         if rule is not None:
             rule(v)
         return v
+
+
+# Hosts that listen on every interface: "" and "::" (IPv6, and IPv4 on a dual-stack host).
+_EVERY_INTERFACE = frozenset({"", "::"})
+
+
+def same_listener(a: str, b: str) -> bool:
+    """Whether ``[host]:port`` addresses ``a`` and ``b`` cannot both be listened on: the
+    same port (not 0) and the same host, or one of them on every interface (``0.0.0.0``
+    takes every IPv4 host's port, ``::`` and an empty host every host's)."""
+    ma, mb = ADDRESS.match(a), ADDRESS.match(b)
+    if not ma or not mb or int(ma.group(2)) != int(mb.group(2)) or int(ma.group(2)) == 0:
+        return False
+    ha, hb = (m.group(1).strip("[]").lower() for m in (ma, mb))
+    if ha == hb or ha in _EVERY_INTERFACE or hb in _EVERY_INTERFACE:
+        return True
+    if "0.0.0.0" in (ha, hb):
+        other = hb if ha == "0.0.0.0" else ha
+        return ":" not in other  # an IPv4 address or a host name
+    return False
 
 
 def _otlp_url(v: str) -> None:
