@@ -39,6 +39,7 @@ EVIL_PC = {"name": "attacker-pc", "kind": "ClusterProviderConfig"}
 # Kinds that have no namespace (a requirement for them cannot carry one).
 CLUSTER_SCOPED = {
     "InferenceCluster",
+    "InferenceClass",
     "Namespace",
     "Node",
     "StorageClass",

@@ -123,12 +123,12 @@ def _cases() -> list[Any]:
 
 
 def test_every_kind_that_requires_has_a_seed_to_check() -> None:
-    # InferenceCluster (bring your own) requires nothing another namespace could hold; a
-    # steady ModelCacheShard requires nothing at all (ModelReplicas only while a hydration
-    # leaves it, which tests/test_modelcacheshard.py covers); an InferenceClass requires
-    # nothing.
+    # A steady ModelCacheShard requires nothing at all (ModelReplicas only while a
+    # hydration leaves it, which tests/test_modelcacheshard.py covers); an InferenceClass
+    # requires nothing. InferenceCluster (bring your own, examples/inferencecluster)
+    # requires its InferenceClasses by name: cluster-scoped, checked by name and kind.
     kinds = {str(p.id).split(":")[0] for p in _cases()}
-    unrequiring = {"InferenceCluster", "ModelCacheShard", "InferenceClass"}
+    unrequiring = {"ModelCacheShard", "InferenceClass"}
     assert kinds == set(available_kinds()) - unrequiring, kinds
 
 

@@ -265,6 +265,9 @@ def compose(inputs: Inputs) -> Outcome:
     resolved = {c: inputs.required(class_requirement(c)) for c in class_names}
     pending = [c for c, r in resolved.items() if r is UNRESOLVED]
     if pending:
+        # Not known yet: keep every observed child as it was (a requirement Crossplane
+        # has not resolved is not "no class").
+        out.keep_observed(inputs, True)
         _echo(inputs, out)
         out.condition(
             CONDITION,
