@@ -1220,6 +1220,36 @@ def test_a_new_cache_reference_holds_each_replica_on_its_cache_until_the_new_one
     refs = [r["spec"]["modelCacheRef"] for r in replicas_of(rsp).values()]
     assert all(ref["name"] == "llama-cache" for ref in refs), refs
     assert not {ref["identity"] for ref in refs} & set(old_ids.values()), refs
+
+    def usages(rsp: Any) -> list[str]:
+        return sorted(v["spec"]["of"]["resourceRef"]["name"] for v in h.desired(rsp).values()
+                      if v.get("kind") == "Usage")  # fmt: skip
+
+    # Review 13d: the switched replica rolls make-before-break, its old pods reading
+    # qwen-cache: the held Usage stays until every replica is ready.
+    assert usages(rsp) == ["llama-cache", "qwen-cache"]
+    rolling = ("False", "Starting", "rolling onto the new identity", True)
+    rsp = drive(switched, h.World(ready), observe(rsp, {0: rolling, 1: serving}))
+    assert usages(rsp) == ["llama-cache", "qwen-cache"]
+    rsp = drive(switched, h.World(ready), observe(rsp, {0: serving, 1: serving}))
+    assert usages(rsp) == ["llama-cache"]
+
+
+def test_a_missing_cache_reference_keeps_the_serving_cache_protected() -> None:
+    """Found by review 13d: a typo in ``modelCacheRef`` kept every replica serving from
+    the old cache but removed its Usage, so that cache could be deleted under them."""
+    serving = ("True", "Serving", "serving")
+    base = [ic("gpu-a"), ic("gpu-b"), cache(), hydration("gpu-a", "Ready"),
+            hydration("gpu-b", "Ready")]  # fmt: skip
+    xr = deployment(2)
+    rsp = drive(xr, h.World(base))
+    rsp = drive(xr, h.World(base), observe(rsp, {0: serving, 1: serving}))
+    before = placed(rsp)
+    typo = copy.deepcopy(xr)
+    typo["spec"]["template"]["spec"]["modelCacheRef"] = {"name": "nope-cache"}
+    rsp = drive(typo, h.World(base), observe(rsp, {0: serving, 1: serving}))
+    assert placed(rsp) == before
+    assert h.conditions(rsp)["ReplicasScheduled"]["reason"] == "CacheNotFound"
     usages = [v["spec"]["of"]["resourceRef"]["name"] for v in h.desired(rsp).values()
               if v.get("kind") == "Usage"]  # fmt: skip
-    assert usages == ["llama-cache"], usages
+    assert usages == ["qwen-cache"], usages

@@ -485,3 +485,27 @@ def test_a_move_keeps_the_deployment_ready_while_enough_replicas_serve(fn, m) ->
     cond = h.conditions(rsp)["ReplicasReady"]
     assert (cond["status"], cond["reason"]) == ("True", "Ready"), cond
     assert h.status(rsp)["replicas"] == {"total": 2, "ready": 2}
+
+
+def test_of_two_moving_replicas_the_ready_one_stays_before_the_mid_roll_one(fn, m) -> None:
+    """Found by review 13d: with both clusters not Ready, a mid-roll replica (pods
+    answering, not ready) and a ready one moving, the first replacement to serve retired
+    the ready replica (index order) and the deployment fell to 1/2 ready."""
+    names = ("gpu-a", "gpu-b", "gpu-c", "gpu-d")
+    world = [ic(c) for c in names]
+    f = Fleet(fn, deployment(2, name=NAME, cache_name=None))
+    first = dict(placed(f.reconcile(world)))
+    f.reconcile(world, {0: SERVING, 1: SERVING})
+    fn.clock.advance(600)
+    down = [ic(c, ready=c not in first.values()) for c in names]
+    stalled = ("False", "RolloutStalled", "rollout stalled", True)
+    rsp = f.reconcile(down, {0: stalled, 1: SERVING})
+    new = sorted(i for i, _ in placed(rsp) if i not in (0, 1))
+    assert len(new) == 2, placed(rsp)
+    # One replacement serves: one move can end; the ready replica 1 stays.
+    rsp = f.reconcile(down, {0: stalled, 1: SERVING, new[0]: SERVING,
+                             new[1]: ("False", "Starting", "pulling")})  # fmt: skip
+    now = dict(placed(rsp))
+    assert 1 in now and 0 not in now, (now, h.results(rsp))
+    cond = h.conditions(rsp)["ReplicasReady"]
+    assert (cond["status"], cond["reason"]) == ("True", "Moving"), cond

@@ -251,7 +251,9 @@ def _request(
             or (v.index in displaced and v.state[1] == REASON_HYDRATION_FAILED)
         )
         existing.append(
-            Existing(v.index, v.cluster, v.pools, serves, v.identity, v.serves, v.reads_root)
+            Existing(
+                v.index, v.cluster, v.pools, serves, v.identity, v.serves, v.reads_root, v.state[0]
+            )
         )
     selector = parsed.selector
     return Request(
@@ -348,6 +350,7 @@ class _Serving(NamedTuple):
     failed: tuple[str, str] = ("", "")
     existing: bool = False
     held_on: str = ""  # the ModelCache it is held on (the spec references another)
+    leaving: str = ""  # the ModelCache it leaves in this call (its pods read it until rolled)
 
 
 def _identity(
@@ -378,7 +381,9 @@ def _identity(
     if footprint is not None and view is not None and view.cache and cache and view.cache != cache:
         current, ready = footprint.identity(cluster)
         if ready:
-            return _Serving(replica, cluster, named, current, current, existing=True)
+            return _Serving(
+                replica, cluster, named, current, current, existing=True, leaving=view.cache
+            )
         return _Serving(
             replica, cluster, named, named, current, footprint.failure(cluster), True, view.cache
         )
@@ -439,11 +444,34 @@ def _children(
         # A Usage's work is done once it exists; unspecified readiness would keep the
         # XR unready forever (Crossplane counts only READY_TRUE).
         out.add(USAGE_KEY, _usage_body(inputs, call.cache), ready=USAGE_KEY in inputs.observed)
-        # A cache replicas are still held on keeps a Usage of its own until none is.
-        for held in sorted({s.held_on for s in serving or () if s.held_on}):
-            key = f"{USAGE_KEY}-held-{held}"
-            out.add(key, _usage(ns, name, held, key), ready=key in inputs.observed)
+        # A cache replicas are still held on keeps a Usage of its own until none is, and
+        # until every replica is ready after the switch: a replica given the new cache
+        # rolls make-before-break, its old pods reading the old cache meanwhile.
+        held = {c for s in serving or () for c in (s.held_on, s.leaving) if c}
+        if not all(by_index[p.index].state[0] for p in placement.replicas if p.index in by_index):
+            held |= _observed_held(inputs) - {call.cache}
+        _held_usages(inputs, out, held)
     return rows, serving
+
+
+def _observed_held(inputs: Inputs) -> set[str]:
+    """The ModelCaches the observed held Usages (``cache-usage-held-*``) protect."""
+    out = set()
+    for key in inputs.observed:
+        if key.startswith(f"{USAGE_KEY}-held-"):
+            cache = structs.get_str(inputs.observed_body(key), "spec", "of", "resourceRef", "name")
+            if cache:
+                out.add(cache)
+    return out
+
+
+def _held_usages(inputs: Inputs, out: Outcome, caches: set[str]) -> None:
+    """A Usage of each ModelCache in ``caches``, which replicas still serve from while
+    the spec references another (named ``cache-usage-held-<cache>``)."""
+    for held in sorted(caches):
+        key = f"{USAGE_KEY}-held-{held}"
+        body = _usage(inputs.namespace, inputs.name, held, key)
+        out.add(key, body, ready=key in inputs.observed)
 
 
 def _plural(n: int, one: str, many: str) -> str:
@@ -611,6 +639,9 @@ def _cache_not_found(call: _Call) -> Outcome:
     inputs, out = call.inputs, call.out
     _keep_all(inputs, out)
     out.resources.pop(USAGE_KEY, None)
+    # The replicas kept serve from the cache they name: it stays protected (review 13d:
+    # a typo in modelCacheRef left the serving cache deletable).
+    _held_usages(inputs, out, {v.cache for v in call.placed if v.cache and v.cache != call.cache})
     msg = (
         f"ModelCache {inputs.namespace}/{call.cache} (spec.template.spec.modelCacheRef) "
         f"does not exist; no replica is placed until it does"

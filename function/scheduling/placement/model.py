@@ -76,8 +76,9 @@ class Existing:
     cluster: str
     pools: Mapping[MemberKey, str] = field(default_factory=dict)
     serving: bool = False
-    """The replica serves (its ``ModelReady`` is True): a retiring replica goes only
-    once enough replicas serve elsewhere."""
+    """The replica serves (its ``ModelReady`` is True, or its pods answer while its
+    workload rolls): a retiring replica goes only once enough replicas serve
+    elsewhere."""
     identity: str = ""
     """The cache's source identity it serves (its spec's ``modelCacheRef.identity``;
     "" when unset or without a cache)."""
@@ -89,6 +90,9 @@ class Existing:
     """Its workload reads the cache PVC root (a replica of the release before side-by-side
     revisions, ``function.api.modelreplica.reads_pvc_root``): the side-by-side layout
     never writes or prunes the root, so a Failed hydration does not take what it serves."""
+    ready: bool = False
+    """Its ``ModelReady`` is True: of replicas moving, those ready stay before those whose
+    pods only answer (mid-roll)."""
 
 
 class CacheIdentities(Protocol):

@@ -371,15 +371,19 @@ def _replace_moved(
     serving = standing.serving
     short = run.req.replicas - sum(1 for p in standing.solid if p.index in serving)
     short -= sum(1 for p, _ in soft[:fill] if p.index in serving)
+    ready = {e.index for e in run.req.existing if e.ready}
     moving: list[tuple[Placed, str]] = []
-    for p, why in soft[fill:]:
+    # Serving ones first, and of those the ready before the mid-roll (pods answering,
+    # not ready): the ones kept are the ones that leave the most serving.
+    rest = sorted(soft[fill:], key=lambda s: (s[0].index not in serving, s[0].index not in ready))
+    for p, why in rest:
         if p.index in serving and len(moving) < short:
             moving.append((p, why))
         elif p.index not in serving or p.index in run.req.displaced:
             run.drop(p, f"moved ({why})", False)
         else:  # serves, never displaced, enough serve elsewhere: one too many
             run.drop(p, f"scaled down ({why})", True)
-    return [p for p, _ in soft[:fill]], moving
+    return [p for p, _ in soft[:fill]], sorted(moving, key=lambda m: m[0].index)
 
 
 def _retire(run: _Run, standing: _Standing) -> list[Placed]:
