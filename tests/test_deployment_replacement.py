@@ -416,17 +416,23 @@ MID_ROLL_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("state", "kept"), [c[1:] for c in MID_ROLL_CASES], ids=[c[0] for c in MID_ROLL_CASES]
-)
-def test_a_replica_whose_pods_answer_mid_roll_moves_make_before_break(fn, m, state, kept) -> None:
+def _serving_pair_then_cluster_down(fn) -> tuple[Fleet, str, list[dict[str, Any]]]:
+    """Two replicas serving on gpu-a..c, then replica 0's cluster not Ready (600 s
+    later): the fleet, that cluster and the world with it down."""
     world = [ic(c) for c in ("gpu-a", "gpu-b", "gpu-c")]
     f = Fleet(fn, deployment(2, name=NAME, cache_name=None))
     first = placed(f.reconcile(world))
     f.reconcile(world, {0: SERVING, 1: SERVING})
     gone_from = dict(first)[0]
     fn.clock.advance(600)
-    down = [ic(c, ready=c != gone_from) for c in ("gpu-a", "gpu-b", "gpu-c")]
+    return f, gone_from, [ic(c, ready=c != gone_from) for c in ("gpu-a", "gpu-b", "gpu-c")]
+
+
+@pytest.mark.parametrize(
+    ("state", "kept"), [c[1:] for c in MID_ROLL_CASES], ids=[c[0] for c in MID_ROLL_CASES]
+)
+def test_a_replica_whose_pods_answer_mid_roll_moves_make_before_break(fn, m, state, kept) -> None:
+    f, gone_from, down = _serving_pair_then_cluster_down(fn)
     rsp = f.reconcile(down, {0: state, 1: SERVING})
     now = dict(placed(rsp))
     (new,) = [i for i in now if i not in (0, 1)]
@@ -452,13 +458,7 @@ def test_a_move_keeps_the_deployment_ready_while_enough_replicas_serve(fn, m) ->
     and the XR was not Ready until the replacement served. Now ReplicasReady is True
     with reason Moving, naming the move and the replacement; status.replicas.total
     counts both (as a Deployment's status.replicas counts surge pods)."""
-    world = [ic(c) for c in ("gpu-a", "gpu-b", "gpu-c")]
-    f = Fleet(fn, deployment(2, name=NAME, cache_name=None))
-    first = placed(f.reconcile(world))
-    f.reconcile(world, {0: SERVING, 1: SERVING})
-    gone_from = dict(first)[0]
-    fn.clock.advance(600)
-    down = [ic(c, ready=c != gone_from) for c in ("gpu-a", "gpu-b", "gpu-c")]
+    f, gone_from, down = _serving_pair_then_cluster_down(fn)
     rsp = f.reconcile(down, {0: SERVING, 1: SERVING})
     (new,) = [i for i, _ in placed(rsp) if i not in (0, 1)]
     rsp = f.reconcile(down, {0: SERVING, 1: SERVING, new: ("False", "Starting", "pulling")})
