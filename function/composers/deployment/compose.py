@@ -45,6 +45,7 @@ from function.composers.deployment.terms import (
     CACHE_IDENTITIES,
     CACHE_NOT_FOUND,
     CACHE_ROLLOUT,
+    HELD_USAGE_PREFIX,
     INVALID_DEVICE_SELECTOR,
     MAX_NEXT_CLUSTERS,
     MIN_NEXT_CLUSTERS,
@@ -458,7 +459,7 @@ def _observed_held(inputs: Inputs) -> set[str]:
     """The ModelCaches the observed held Usages (``cache-usage-held-*``) protect."""
     out = set()
     for key in inputs.observed:
-        if key.startswith(f"{USAGE_KEY}-held-"):
+        if key.startswith(HELD_USAGE_PREFIX):
             cache = structs.get_str(inputs.observed_body(key), "spec", "of", "resourceRef", "name")
             if cache:
                 out.add(cache)
@@ -469,7 +470,7 @@ def _held_usages(inputs: Inputs, out: Outcome, caches: set[str]) -> None:
     """A Usage of each ModelCache in ``caches``, which replicas still serve from while
     the spec references another (named ``cache-usage-held-<cache>``)."""
     for held in sorted(caches):
-        key = f"{USAGE_KEY}-held-{held}"
+        key = f"{HELD_USAGE_PREFIX}{held}"
         body = _usage(inputs.namespace, inputs.name, held, key)
         out.add(key, body, ready=key in inputs.observed)
 

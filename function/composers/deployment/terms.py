@@ -25,6 +25,9 @@ READY_COND = modeldeployment.REPLICAS_READY
 REPLICA_KIND = "ModelReplica"
 USAGE_API_VERSION = "protection.crossplane.io/v1beta1"
 USAGE_KEY = "cache-usage"
+# A Usage of a ModelCache replicas still serve from while the spec references another:
+# HELD_USAGE_PREFIX + <cache>.
+HELD_USAGE_PREFIX = f"{USAGE_KEY}-held-"
 REPLICA_PREFIX = "replica-"
 
 DISPLACED = "displaced"  # status.displaced[]
