@@ -647,6 +647,33 @@ def test_c8_failed_job_is_not_recreated() -> None:
     assert status(rsp)["phase"] == "Failed"
 
 
+def test_a_retried_job_starts_a_new_attempt() -> None:
+    """Found by a review: after the failed Job's Object was deleted to retry (the README's
+    advice), the new Job's hydration kept the first attempt's ``startedAt``, so
+    ``readyAt - startedAt`` and the duration metric counted the failed attempt and the
+    wait for the operator too."""
+    clock = Clock(NOW)
+    first = "2026-11-29T07:00:00Z"
+    failed = prev_status(
+        "Failed", reason="BackoffLimitExceeded", startedAt=first, failedAt="2026-11-29T08:00:00Z"
+    )
+    gone = {**pvc("Bound"), **token_object()}
+    rsp = run(request(hydration_xr(failed), observed=gone, required=resolved()), now=clock)
+    st = status(rsp)
+    assert JOB_KEY in desired(rsp) and st["phase"] == "Failed"
+    assert st["startedAt"] == "2026-11-29T09:00:00Z"  # now: the Job is desired again
+    clock.advance(60)
+    running = {**gone, **job([], active=1)}
+    rsp = run(request(hydration_xr(st), observed=running, required=resolved()), now=clock)
+    assert status(rsp)["phase"] == "Hydrating"
+    assert status(rsp)["startedAt"] == st["startedAt"]  # carried from now on
+    # A Job whose Object exists but was refused (JobNotCreated) is not a new attempt.
+    refused = hydration_xr({**failed, "reason": "JobNotCreated"})
+    observed = {**gone, **_job_refused("exceeded quota")}
+    rsp = run(request(refused, observed=observed, required=resolved()), now=clock)
+    assert status(rsp)["startedAt"] == first
+
+
 def test_failed_job_message_carries_reason_and_message() -> None:
     observed = {**pvc("Bound"), **job(DEADLINE), **token_object()}
     rsp = run(

@@ -105,7 +105,8 @@ Job's failure reason, ``PVCBindTimeout``, ``JobNotCreated``, ``WaitingForPrune``
 keep, reason, message, failedAt}`` (the last failed or never-created prune); ``pvcUID``
 (while Ready or anything is stored); ``pvcName``; ``jobName`` (until Ready);
 ``pendingSince`` (RFC 3339, while the PVC waits to bind with the Job desired);
-``startedAt`` (the current source's Job first desired), ``readyAt``, ``failedAt``;
+``startedAt`` (the current source's Job first desired; a Job desired again after a
+failure starts afresh), ``readyAt``, ``failedAt``;
 ``evidence {commit, digest, validatedAt}`` from the result ConfigMap when it reports the
 current identity (validated; carried over while the identity stays the same).
 Condition ``Hydrated`` (reason = phase), and the XR's readiness (True only when Ready).

@@ -902,9 +902,19 @@ class _Composer:
         return status
 
     def _timestamps(self, status: dict[str, Any]) -> None:
-        """``startedAt`` (when this source's Job was first desired) and, when Ready,
-        ``readyAt`` and ``pvcUID``; all belong to the current source identity."""
-        started = self._carried_time("startedAt") if self.unlatched is None else None
+        """``startedAt`` (when this source's current Job was first desired) and, when
+        Ready, ``readyAt`` and ``pvcUID``; all belong to the current source identity.
+
+        A Job desired again after a failure (its Object deleted to retry, README's
+        ModelCacheHydration troubleshooting) starts a new attempt: a fresh ``startedAt``,
+        so ``readyAt - startedAt`` and the duration metric measure the attempt that ran.
+        """
+        rerun = (
+            self.prev_phase == FAILED
+            and self._job_observed() is None
+            and job_key(self.identity) in self.out.resources
+        )
+        started = None if self.unlatched is not None or rerun else self._carried_time("startedAt")
         if started is None and job_key(self.identity) in self.out.resources:
             started = format_time(self.inputs.now)
         if started is not None:
