@@ -1253,3 +1253,40 @@ def test_a_missing_cache_reference_keeps_the_serving_cache_protected() -> None:
     usages = [v["spec"]["of"]["resourceRef"]["name"] for v in h.desired(rsp).values()
               if v.get("kind") == "Usage"]  # fmt: skip
     assert usages == ["qwen-cache"], usages
+
+
+def test_a_replica_outside_the_new_caches_footprint_moves_make_before_break() -> None:
+    """Left by session 13, found by review 13b: after ``modelCacheRef`` changed, a
+    replica on a cluster outside the new cache's footprint was removed at once, while
+    its pods still served from the old cache and before a replacement served. Now it
+    moves: it keeps serving, held on its cache (and that cache's Usage), until a
+    replica on the new cache's footprint serves."""
+    serving = ("True", "Serving", "serving")
+    base = [ic("gpu-a"), ic("gpu-b"), ic("gpu-c"), cache(), _llama_cache(),
+            hydration("gpu-a", "Ready"), hydration("gpu-b", "Ready")]  # fmt: skip
+    xr = deployment(2)
+    rsp = drive(xr, h.World(base))
+    rsp = drive(xr, h.World(base), observe(rsp, {0: serving, 1: serving}))
+    assert placed(rsp) == [(0, "gpu-a"), (1, "gpu-b")]
+    switched = copy.deepcopy(xr)
+    switched["spec"]["template"]["spec"]["modelCacheRef"] = {"name": "llama-cache"}
+    world = h.World([*base, _llama_hydration("gpu-a", "Ready"), _llama_hydration("gpu-c", "Ready")])
+    rsp = drive(switched, world, observe(rsp, {0: serving, 1: serving}))
+    assert placed(rsp) == [(0, "gpu-a"), (1, "gpu-b"), (2, "gpu-c")], placed(rsp)
+    by_cluster = {r["spec"]["clusterName"]: r for r in replicas_of(rsp).values()}
+    assert by_cluster["gpu-b"]["spec"]["modelCacheRef"]["name"] == "qwen-cache"
+    assert by_cluster["gpu-c"]["spec"]["modelCacheRef"]["name"] == "llama-cache"
+    moving = [m for s, m in h.results(rsp) if s == "Warning" and "moves" in m]
+    assert len(moving) == 1 and "replica 1 on gpu-b" in moving[0], h.results(rsp)
+    assert "outside the footprint of ModelCache llama-cache" in moving[0]
+    assert h.conditions(rsp)["ReplicasReady"]["reason"] == "Moving"
+
+    def usages(rsp: Any) -> list[str]:
+        return sorted(v["spec"]["of"]["resourceRef"]["name"] for v in h.desired(rsp).values()
+                      if v.get("kind") == "Usage")  # fmt: skip
+
+    assert usages(rsp) == ["llama-cache", "qwen-cache"]
+    # The replacement serves: the moved replica goes, then the held Usage.
+    rsp = drive(switched, world, observe(rsp, {0: serving, 1: serving, 2: serving}))
+    assert placed(rsp) == [(0, "gpu-a"), (2, "gpu-c")], placed(rsp)
+    assert usages(rsp) == ["llama-cache"]

@@ -253,7 +253,15 @@ def _request(
         )
         existing.append(
             Existing(
-                v.index, v.cluster, v.pools, serves, v.identity, v.serves, v.reads_root, v.state[0]
+                v.index,
+                v.cluster,
+                v.pools,
+                serves,
+                v.identity,
+                v.serves,
+                v.reads_root,
+                v.state[0],
+                v.cache,
             )
         )
     selector = parsed.selector

@@ -42,7 +42,10 @@ Stability
     with no room for a replacement it stays (failed), so that a failure stays
     visible and never turns into no replica at all. The same holds while the cache
     has no hydration at all (a footprint being rebuilt): nothing can replace the
-    replicas, so they stay.
+    replicas, so they stay. A replica still serving from another ModelCache
+    (``Existing.cache``: the deployment's ``modelCacheRef`` changed) on a cluster
+    outside the new cache's footprint moves the same way: its pods read the old
+    cache, which is still there.
 
 Retained clusters (issue 13, "Reclaim finishes")
     A cluster that left the cache's ``clusterSelector`` keeps its hydration while a

@@ -93,6 +93,11 @@ class Existing:
     ready: bool = False
     """Its ``ModelReady`` is True: of replicas moving, those ready stay before those whose
     pods only answer (mid-roll)."""
+    cache: str = ""
+    """The ModelCache it serves from (its spec's ``modelCacheRef.name``; "" without). One
+    from another cache than the request's (``modelCacheRef`` changed) on a cluster
+    outside the new cache's footprint moves make-before-break: its pods read the old
+    cache, which is still there."""
 
 
 class CacheIdentities(Protocol):

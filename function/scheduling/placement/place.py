@@ -142,9 +142,19 @@ def _displaced(req: Request, ex: Existing, c: Cluster | None) -> str:
         return "cluster no longer matches clusterSelector"
     if c.taints and (taints := untolerated(c.taints, req.tolerations, EXECUTE_EFFECTS)):
         return f"taint {taints[0]} not tolerated"
-    if req.footprint and ex.cluster not in req.footprint:
-        return f"cluster is outside the footprint of ModelCache {req.cache}"
+    if req.footprint and ex.cluster not in req.footprint and not _on_another_cache(req, ex):
+        return _outside(req)
     return ""
+
+
+def _on_another_cache(req: Request, ex: Existing) -> bool:
+    """Whether ``ex`` serves from another ModelCache than the request's (its
+    ``modelCacheRef`` changed): outside the new footprint it moves make-before-break."""
+    return bool(ex.cache and req.cache and ex.cache != req.cache)
+
+
+def _outside(req: Request) -> str:
+    return f"cluster is outside the footprint of ModelCache {req.cache}"
 
 
 def _file(run: _Run, standing: _Standing, p: Placed, c: Cluster, ex: Existing) -> None:
@@ -154,11 +164,14 @@ def _file(run: _Run, standing: _Standing, p: Placed, c: Cluster, ex: Existing) -
     complete there: its identity is stored (``status.stored``) and is not the one that
     failed, or it reads the PVC root (a replica of the release before side-by-side
     revisions: the download into the identity's directory failed beside it). It keeps
-    serving (held).
+    serving (held). One outside the footprint here is on another ModelCache (the rest
+    were removed by :func:`_displaced`): it moves.
     """
     req = run.req
     fp = req.footprint
-    if c.name in req.retained:
+    if fp and c.name not in fp:
+        standing.soft.append((p, _outside(req)))
+    elif c.name in req.retained:
         standing.retiring.append(p)
     elif not c.ready:
         standing.soft.append((p, "cluster is not Ready"))
