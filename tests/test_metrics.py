@@ -481,6 +481,71 @@ def test_multiprocess_mode_sums_worker_processes(tmp_path):
     assert not list(tmp_path.glob("*.db"))
 
 
+GAUGE_CHILD = """
+import sys
+from function.ops import metrics
+from function.core.outcome import Outcome
+m = metrics.default()
+o = Outcome()
+o.observe("model_deployment_replicas", {"namespace": "ml", "model": "chat", "state": "ready"},
+          float(sys.argv[1]))
+m.apply(o.observations)
+m.record_run("ModelDeployment", "success", 0.5, ["Normal"])
+"""
+
+
+def _exposed(env: dict[str, str]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = subprocess.run(
+        [sys.executable, "-c", EXPOSE], cwd=ROOT, env=env, check=True, capture_output=True,
+        text=True,
+    ).stdout  # fmt: skip
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(out)
+        for s in f.samples
+    }
+
+
+def test_an_exited_process_metric_files_fold_into_the_archive(tmp_path):
+    """Left by session 13: each compute process the pool replaced (past its deadline,
+    crashed) left its metric files for the pod's life, so a tenant whose calls keep
+    getting processes replaced grew the directory every scrape reads without bound.
+    Folded, the directory holds one archive file per type and every value is kept:
+    counters and histograms add up, a ``mostrecent`` gauge keeps the latest write."""
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    pids = []
+    for seconds in ("30", "12", "5"):
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, seconds], cwd=ROOT, env=env)
+        assert proc.wait() == 0
+        pids.append(proc.pid)
+    proc = subprocess.Popen([sys.executable, "-c", GAUGE_CHILD, "3"], cwd=ROOT, env=env)
+    assert proc.wait() == 0
+    pids.append(proc.pid)
+    before = _exposed(env)
+    files = len(list(tmp_path.glob("*.db")))
+    assert files >= 7
+    assert sum(metrics.fold_dead_process(pid, str(tmp_path)) for pid in pids) == files
+    assert sorted(p.name for p in tmp_path.glob("*.db")) == [
+        "counter_archive.db", "gauge_mostrecent_archive.db", "histogram_archive.db",
+    ]  # fmt: skip
+    assert _exposed(env) == before
+    useful = ("modelplane_model_backfill_useful_running_seconds_total",
+              (("backfill", "evals"), ("model", "qwen"), ("namespace", "ml")))  # fmt: skip
+    assert before[useful] == 47.0
+    # A later process adds to the archive; its gauge write is the most recent.
+    proc = subprocess.Popen([sys.executable, "-c", GAUGE_CHILD, "2"], cwd=ROOT, env=env)
+    assert proc.wait() == 0
+    assert metrics.fold_dead_process(proc.pid, str(tmp_path)) == 3
+    after = _exposed(env)
+    ready = ("modelplane_model_deployment_replicas",
+             (("model", "chat"), ("namespace", "ml"), ("state", "ready")))  # fmt: skip
+    assert (before[ready], after[ready]) == (3.0, 2.0)
+    count = ("modelplane_function_run_seconds_count",
+             (("kind", "ModelDeployment"), ("result", "success")))  # fmt: skip
+    assert (before[count], after[count]) == (1.0, 2.0)
+    assert len(list(tmp_path.glob("*.db"))) == 3
+
+
 def test_real_hydration_transition_counted_once_over_grpc(m):
     """The ModelCacheHydration composer observes its duration in the call that records
     ``readyAt``; the next call, which sees ``readyAt`` in status, adds nothing."""

@@ -412,7 +412,9 @@ def test_fatal_results_the_acceptor_answers_itself_are_counted(tmp_path: Path) -
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**LIFTED, "PROMETHEUS_MULTIPROC_DIR": "", "METRICS_ADDRESS": ""}
+    files = tmp_path / "metrics"
+    files.mkdir()
+    env = {**LIFTED, "PROMETHEUS_MULTIPROC_DIR": str(files), "METRICS_ADDRESS": ""}
     proc, address = start_process(
         tmp_path / "stderr", "--processes", "2", "--metrics-address", f"127.0.0.1:{port}", env=env
     )
@@ -455,6 +457,19 @@ def test_fatal_results_the_acceptor_answers_itself_are_counted(tmp_path: Path) -
                 os.kill(p, signal.SIGKILL)
             msgs = fatal(busy.result())
             assert msgs and ("exited" in msgs[0] or "deadline" in msgs[0]), msgs
+            assert counted() == (4, 4)
+            # Left by session 13: the replaced processes' metric files stayed for the
+            # pod's life; now they are folded into one archive file per type.
+            gone = start - _settled_pids(proc.pid)
+            assert len(gone) == 2, gone  # the runaway's process, then the killed one
+            dead = {str(p) for p in gone}
+            for _ in range(100):
+                left = [f.name for f in files.glob("*.db") if f.stem.rpartition("_")[2] in dead]
+                if not left:
+                    break
+                time.sleep(0.1)
+            assert not left, left
+            assert (files / "counter_archive.db").exists()
             assert counted() == (4, 4)
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -851,7 +851,8 @@ class ComputePool:
             if old.is_alive():
                 old.kill()
                 await asyncio.get_running_loop().run_in_executor(None, old.join, 5)
-            _mark_dead(old.pid)
+            if not old.is_alive():  # it writes no more: its metric files are folded
+                await asyncio.get_running_loop().run_in_executor(None, _fold_dead, old.pid)
         slot.proc = None
         if shared is not None:
             shared.close()
@@ -927,13 +928,15 @@ def _record_fatal(kind: str, result: str, seconds: float) -> None:
         pass
 
 
-def _mark_dead(pid: int | None) -> None:
-    """Tell prometheus-client's multiprocess mode that ``pid`` is gone (live gauges)."""
+def _fold_dead(pid: int | None) -> None:
+    """Fold the metric files of the exited process ``pid`` into the multiprocess
+    directory's archive (:func:`function.ops.metrics.fold_dead_process`), so replaced
+    processes leave no files behind and every scrape reads a bounded number."""
     if pid is None or not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return
     try:
-        from prometheus_client import multiprocess
+        from function.ops import metrics
 
-        multiprocess.mark_process_dead(pid)
+        metrics.fold_dead_process(pid)
     except Exception:  # metrics never fail serving
-        pass
+        _log.warning("metric files of an exited compute process not folded", pid=pid)

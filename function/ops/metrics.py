@@ -59,6 +59,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -72,6 +73,7 @@ from prometheus_client import (
     Histogram,
     start_http_server,
 )
+from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from function.api.modelcachehydration import PHASES, REASON_PVC_BIND_TIMEOUT
@@ -436,7 +438,9 @@ class _Catalogue:
         from prometheus_client.metrics_core import Metric
 
         seen = set()
-        for family in self.inner.collect():
+        with _FOLD_LOCK:
+            families = list(self.inner.collect())
+        for family in families:
             seen.add(family.name)
             yield family
         for spec in CATALOGUE:
@@ -459,6 +463,71 @@ def use_multiprocess_dir(path: str) -> None:
 
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
     values.ValueClass = values.get_value_class()
+
+
+# Scrapes (``_Catalogue.collect``) and folds (:func:`fold_dead_process`) both run in the
+# process that serves metrics; one at a time, so a scrape never sees a value twice (in
+# the archive and in the dead process's file) or not at all.
+_FOLD_LOCK = threading.Lock()
+
+ARCHIVE = "archive"
+"""The process identifier of the files exited processes are folded into
+(``counter_archive.db``, ``histogram_archive.db``, ``gauge_mostrecent_archive.db``)."""
+
+
+def fold_dead_process(pid: int, path: str | None = None) -> int:
+    """Fold the metric files of the exited process ``pid`` into the directory's archive
+    files, then remove them; returns how many files were removed.
+
+    prometheus-client's multiprocess mode keeps a file per process and metric type
+    (``counter_<pid>.db``, ...) and sums them on every scrape; ``mark_process_dead``
+    removes only live gauges' files, so each compute process the pool replaced (a call
+    past its deadline, a crash) would leave its files for the pod's life and every
+    scrape would read more of them. Folded, the values are kept (counters, histograms,
+    summaries and ``sum`` gauges added; ``mostrecent`` gauges by latest timestamp;
+    ``live*`` gauges dropped, as ``mark_process_dead`` does) and the directory holds one
+    archive file per type. Gauges of other modes (``all``, labelled by pid; ``min``,
+    ``max``; none of the function's) are left as they are. Call only once ``pid`` has
+    exited (it writes no more), in the process that serves ``/metrics``.
+    """
+    path = path or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not path:
+        return 0
+    suffix = f"_{pid}.db"
+    removed = 0
+    with _FOLD_LOCK:
+        for entry in os.scandir(path):
+            if not entry.name.endswith(suffix):
+                continue
+            prefix = entry.name[: -len(suffix)]
+            mode = prefix.partition("_")[2]
+            if mode in ("all", "min", "max"):
+                continue
+            if not mode.startswith("live"):
+                _fold_into(os.path.join(path, f"{prefix}_{ARCHIVE}.db"), entry.path, mode)
+            os.unlink(entry.path)
+            removed += 1
+    return removed
+
+
+def _fold_into(archive_path: str, dead_path: str, mode: str) -> None:
+    """Add (or, for ``mostrecent`` gauges, take the later of) each value of the file
+    ``dead_path`` into the file ``archive_path``."""
+    held = {}
+    if os.path.exists(archive_path):
+        held = {k: (v, t) for k, v, t, _ in MmapedDict.read_all_values_from_file(archive_path)}
+    archive = MmapedDict(archive_path)
+    try:
+        for key, value, stamp, _ in MmapedDict.read_all_values_from_file(dead_path):
+            if key in held:
+                old, old_stamp = held[key]
+                if mode == "mostrecent":
+                    value, stamp = (value, stamp) if stamp >= old_stamp else (old, old_stamp)
+                else:
+                    value += old
+            archive.write_value(key, value, stamp)
+    finally:
+        archive.close()
 
 
 def clear_multiprocess_dir(path: str) -> int:
