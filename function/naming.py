@@ -292,13 +292,19 @@ def workload_name(namespace: str, replica: str, deployment: str, index: int, eng
     return short_name(MAX_WORKLOAD_NAME, (deployment, str(index), engine), (namespace, replica))
 
 
+SERVICE_PART = "svc"
+"""The part of a replica's Service name where a workload name has its engine's name: so
+no multi-node engine may be named this (``function.api.modelreplica.Engine``)."""
+
+
 def replica_service_name(namespace: str, replica: str, deployment: str, index: int) -> str:
     """Remote name of the Service in front of a ModelReplica's serving pods.
 
-    Distinct from every workload name (a LeaderWorkerSet creates a headless
-    Service named after itself, and must not find ours under that name).
+    Distinct from every workload name of a multi-node engine (a LeaderWorkerSet creates
+    a headless Service named after itself, and must not find ours under that name): the
+    engine name :data:`SERVICE_PART` is refused there.
     """
-    return short_name(MAX_LABEL, (deployment, str(index), "svc"), (namespace, replica))
+    return short_name(MAX_LABEL, (deployment, str(index), SERVICE_PART), (namespace, replica))
 
 
 # ---- ModelBackfill (issue 6) -------------------------------------------------

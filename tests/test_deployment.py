@@ -1290,3 +1290,27 @@ def test_a_replica_outside_the_new_caches_footprint_moves_make_before_break() ->
     rsp = drive(switched, world, observe(rsp, {0: serving, 1: serving, 2: serving}))
     assert placed(rsp) == [(0, "gpu-a"), (2, "gpu-c")], placed(rsp)
     assert usages(rsp) == ["llama-cache"]
+
+
+def test_a_multi_node_engine_may_not_be_named_svc() -> None:
+    """Found by review 14a: a multi-node engine named ``svc`` gave its LeaderWorkerSet the
+    replica's Service name, so the LeaderWorkerSet controller never created its own
+    headless Service (or ours took it over): the workers could not reach the leader.
+    Refused by the XRD and by the function, naming the engine; a Standalone engine may
+    keep the name (a Deployment and a Service may share one)."""
+    from tests.support.validation import xr_cel_errors
+
+    gang = engine()
+    gang["name"] = "svc"
+    gang["members"] = [
+        {**gang["members"][0], "role": "Leader"},
+        {**gang["members"][0], "role": "Worker", "worker": {"nodes": 1}},
+    ]
+    xr = deployment(1, engines=[gang])
+    (msg,) = h.fatal(h.run(h.request(xr)))
+    assert "spec.template.spec.engines[0]" in msg and "'svc' is reserved" in msg, msg
+    assert any("may not be named svc" in e for e in xr_cel_errors("ModelDeployment", xr["spec"]))
+    alone = engine()
+    alone["name"] = "svc"
+    assert not h.fatal(h.run(h.request(deployment(1, engines=[alone]))))
+    assert xr_cel_errors("ModelDeployment", deployment(1, engines=[alone])["spec"]) == []

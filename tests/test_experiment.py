@@ -2066,3 +2066,22 @@ def test_removing_the_gate_clears_its_condition(sim_factory, clock: Clock) -> No
     c = sim.conditions()["ArtifactGate"]
     assert (c["status"], c["reason"]) == ("True", "NoArtifactGate"), c
     assert "spec.artifactGate is not set" in c["message"]
+
+
+def test_a_multi_node_candidate_engine_named_svc_blocks_naming_it(sim_factory) -> None:
+    """Review 14a: the candidate's LeaderWorkerSet would take its replica's Service name;
+    the XRD refuses it, and an XR that bypassed admission is Blocked naming the engine."""
+    sim = sim_factory()
+    sim.validate = False  # the XRD refuses it (checked below)
+    gang = sim.xr["spec"]["candidate"]["engines"][0]
+    gang["name"] = "svc"
+    gang["members"] = [
+        {**gang["members"][0], "role": "Leader"},
+        {**gang["members"][0], "role": "Worker", "worker": {"nodes": 1}},
+    ]
+    sim.reconcile()
+    assert sim.phase == "Blocked" and sim.status["reason"] == "InvalidSpec"
+    msg = sim.conditions()["Runnable"]["message"]
+    assert "spec.candidate.engines[0]" in msg and "'svc' is reserved" in msg, msg
+    errors = xr_cel_errors("ModelExperiment", sim.xr["spec"])
+    assert any("may not be named svc" in e for e in errors), errors

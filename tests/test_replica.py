@@ -839,3 +839,15 @@ def test_no_engine_flag_is_ever_added(flash: bool):
     assert eng["env"] == [
         {"name": "MODELPLANE_MODEL", "value": FLASH_MOUNT_PATH if flash else MODEL_DIR}
     ]
+
+
+def test_a_multi_node_engine_named_svc_is_fatal_naming_it():
+    """Review 14a: its LeaderWorkerSet would take the replica's Service name (see
+    ``naming.replica_service_name``); the spec is refused, naming the engine."""
+    from tests.support.validation import xr_cel_errors
+
+    spec = multi_spec()
+    spec["engines"][0]["name"] = naming.SERVICE_PART
+    [msg] = h.fatal(run(spec, ready_required()))
+    assert "spec.engines[0]" in msg and "'svc' is reserved" in msg, msg
+    assert any("may not be named svc" in e for e in xr_cel_errors("ModelReplica", spec))

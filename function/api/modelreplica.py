@@ -59,12 +59,21 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from google.protobuf.struct_pb2 import ListValue, Struct
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from function.api.fields import Ref, WholeInt, checked
 from function.api.modelcachehydration import source_identity_of
 from function.core import structs
 from function.core.errors import SpecError, pydantic_errors
+from function.naming import SERVICE_PART
 from function.serving.env import EnvVar
 from jobs.contract import IDENTITY_PATTERN
 
@@ -218,12 +227,28 @@ class Member(_Model):
 
 
 class Engine(_Model):
-    """One serving unit: a Standalone pod, or a Leader with Workers."""
+    """One serving unit: a Standalone pod, or a Leader with Workers.
+
+    A multi-node engine may not be named ``svc`` (:data:`function.naming.SERVICE_PART`):
+    its LeaderWorkerSet would get the name of the replica's Service, and the headless
+    Service the LeaderWorkerSet controller creates under its own name would never be
+    created (or ours would take it over), so the workers could not reach the leader.
+    """
 
     name: StrictStr = Field(min_length=1, max_length=63)
     copies: WholeInt = Field(default=1, ge=1)
     phase: Literal["Prefill", "Decode"] | None = None
     members: list[Member] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _not_the_service_name(self) -> Engine:
+        if self.name == SERVICE_PART and any(m.role == "Leader" for m in self.members):
+            raise ValueError(
+                f"name: {SERVICE_PART!r} is reserved on a multi-node engine (the replica's "
+                "Service has that name, and its LeaderWorkerSet would take it); rename the "
+                "engine"
+            )
+        return self
 
 
 class FlashLoader(_Model):
