@@ -1314,3 +1314,31 @@ def test_a_multi_node_engine_may_not_be_named_svc() -> None:
     alone["name"] = "svc"
     assert not h.fatal(h.run(h.request(deployment(1, engines=[alone]))))
     assert xr_cel_errors("ModelDeployment", deployment(1, engines=[alone])["spec"]) == []
+
+
+def test_a_replica_held_on_a_long_named_cache_gets_a_valid_label() -> None:
+    """Found by review 14c: the label of a replica held on its old cache was the cache's
+    raw name, so a name over 63 characters made the ModelReplica invalid (the API server
+    refused the apply every reconcile) and differed from the shortened value that
+    cache's hydration selects its live replicas by."""
+    from function.naming import ANNOTATION_FULL_PREFIX, LABEL_CACHE, label_value
+
+    serving = ("True", "Serving", "serving")
+    old = "q" * 70  # a ModelCache name Kubernetes allows (253); label values stop at 63
+    ready = hydration("gpu-a", "Ready", old)
+    ready["metadata"]["labels"][LABEL_CACHE] = label_value(old)  # as its shard writes it
+    base = [ic("gpu-a"), cache(old), _llama_cache(), ready]
+    xr = deployment(1, cache_name=old)
+    rsp = drive(xr, h.World(base))
+    rsp = drive(xr, h.World(base), observe(rsp, {0: serving}))
+    (before,) = replicas_of(rsp).values()
+    assert before["metadata"]["labels"][LABEL_CACHE] == label_value(old)
+    switched = copy.deepcopy(xr)
+    switched["spec"]["template"]["spec"]["modelCacheRef"] = {"name": "llama-cache"}
+    world = h.World([*base, _llama_hydration("gpu-a", "Hydrating")])
+    rsp = drive(switched, world, observe(rsp, {0: serving}))
+    (held,) = replicas_of(rsp).values()
+    assert held["spec"]["modelCacheRef"]["name"] == old
+    assert held["metadata"]["labels"][LABEL_CACHE] == label_value(old)
+    assert held["metadata"]["annotations"][f"{ANNOTATION_FULL_PREFIX}cache"] == old
+    validate_xr(held)

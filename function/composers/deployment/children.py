@@ -17,6 +17,7 @@ from function.core.inputs import Inputs, ObservedView
 from function.core.memo import memo
 from function.core.outcome import Outcome
 from function.naming import (
+    ANNOTATION_FULL_PREFIX,
     LABEL_CACHE,
     LABEL_CLUSTER,
     LABEL_DEPLOYMENT,
@@ -140,8 +141,21 @@ def _replica_body(namespace: str, name: str, template: bytes, slot: Slot) -> byt
             # Held on the cache it serves from: name and label together (the label is
             # how that cache's hydration finds the replicas still reading it).
             ref.struct_value.fields["name"].string_value = slot.cache
-            lf[LABEL_CACHE].string_value = slot.cache
+            _set_label(meta, LABEL_CACHE, slot.cache)
     return out.SerializeToString(deterministic=True)
+
+
+def _set_label(meta: Struct, key: str, value: str) -> None:
+    """Set label ``key`` of ``meta`` to ``value`` as :func:`function.naming.labels_with_full`
+    writes it (shortened when too long, the full value in its annotation; a stale full
+    value of ``key`` is dropped)."""
+    labels, ann = labels_with_full({key: value})
+    meta.fields["labels"].struct_value.fields[key].string_value = labels[key]
+    full = ANNOTATION_FULL_PREFIX + key.rsplit("/", 1)[-1]
+    if ann:
+        meta.fields["annotations"].struct_value.fields[full].string_value = ann[full]
+    elif "annotations" in meta.fields and full in meta.fields["annotations"].struct_value.fields:
+        del meta.fields["annotations"].struct_value.fields[full]
 
 
 def _usage_body(inputs: Inputs, cache: str) -> bytes:
