@@ -138,9 +138,16 @@ INELIGIBLE: dict[str, tuple[World, bool, Callable[[World], World], str, bool]] =
         True,
     ),
     "no-execute-taint": (NO_CACHE, False, _drained, "taint maint:NoExecute not tolerated", False),
-    "selector-no-longer-matches": (NO_CACHE, False, _relabelled, "no longer matches", False),
-    "cluster-gone": (NO_CACHE, False, _gone, "cluster is gone", False),
-}
+    # Review 14b: a serving replica was removed at once on these; it moves now.
+    "selector-no-longer-matches": (
+        NO_CACHE, False, _relabelled,
+        "moved (cluster is gone or no longer matches clusterSelector)", True,
+    ),
+    "cluster-gone": (
+        NO_CACHE, False, _gone, "moved (cluster is gone or no longer matches clusterSelector)",
+        True,
+    ),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("how", sorted(INELIGIBLE))
@@ -278,32 +285,43 @@ def test_scale_down_of_a_replica_on_a_not_ready_cluster_records_nothing(fn, m) -
 
 
 def test_fleet_short_until_a_cluster_appears(fn, m) -> None:
-    """No cluster can take the displaced replica: the record waits (and survives calls
-    that cannot place anything), the replacement placed later is measured from T0."""
+    """No cluster can take a serving replica whose cluster left the selector (review 14b:
+    it was removed at once, so nothing served): it stays, named in ReplicasScheduled
+    with one Warning, and moves make-before-break once a replacement fits; the sample
+    runs from the call that placed the replacement."""
     only_a = [ic("gpu-a")]
     f = Fleet(fn, deployment(1, name=NAME, cache_name=None))
     f.reconcile(only_a)
     f.reconcile(only_a, {0: SERVING})
     fn.clock.advance(600)
-    rsp = f.reconcile([ic("gpu-a", {"gpu": "a100"})], {0: SERVING})
-    assert placed(rsp) == []
-    assert h.conditions(rsp)["ReplicasScheduled"]["status"] == "False"
-    assert displaced(rsp) == [{"index": 0, "fromCluster": "gpu-a", "at": T0}]
+    relabelled = [ic("gpu-a", {"gpu": "a100"})]
+    rsp = f.reconcile(relabelled, {0: SERVING})
+    assert placed(rsp) == [(0, "gpu-a")]
+    cond = h.conditions(rsp)["ReplicasScheduled"]
+    assert cond["status"] == "True", cond
+    why = "cluster is gone or no longer matches clusterSelector"
+    assert f"should move but no replacement fits: replica 0 on gpu-a ({why})" in cond["message"]
+    stuck = [m for s, m in h.results(rsp) if s == "Warning" and "should move" in m]
+    assert len(stuck) == 1, h.results(rsp)
+    assert displaced(rsp) == []
+    # Once said, not again every reconcile (Crossplane keeps the conditions in status).
+    f.xr["status"]["conditions"] = [{"type": t, **c} for t, c in h.conditions(rsp).items()]
+    rsp = f.reconcile(relabelled, {0: SERVING})
+    assert not [m for _, m in h.results(rsp) if "should move" in m], h.results(rsp)
 
-    # A call before Crossplane resolved the requirements keeps the record unchanged.
-    first_call = h.run(h.request(f.xr), now=fn.clock)
-    assert h.requirements(first_call) and displaced(first_call) == displaced(rsp)
-
-    fn.clock.advance(300)
-    rsp = f.reconcile([ic("gpu-a", {"gpu": "a100"}), ic("gpu-b")])
-    assert placed(rsp) == [(0, "gpu-b")]  # the index is free again
+    fn.clock.advance(300)  # T0 + 300 s: gpu-b appears; the replacement is placed there
+    grown = [ic("gpu-a", {"gpu": "a100"}), ic("gpu-b")]
+    rsp = f.reconcile(grown, {0: SERVING})
+    assert placed(rsp) == [(0, "gpu-a"), (1, "gpu-b")]
+    at = "2026-11-29T09:15:00Z"
     assert displaced(rsp) == [
-        {"index": 0, "fromCluster": "gpu-a", "at": T0, "replacement": 0, "toCluster": "gpu-b"}
+        {"index": 0, "fromCluster": "gpu-a", "at": at, "replacement": 1, "toCluster": "gpu-b"}
     ]
     fn.clock.advance(1500)
-    rsp = f.reconcile([ic("gpu-a", {"gpu": "a100"}), ic("gpu-b")], {0: SERVING})
+    rsp = f.reconcile(grown, {0: SERVING, 1: SERVING})
+    assert placed(rsp) == [(1, "gpu-b")]
     assert "displaced" not in h.status(rsp)
-    assert (samples(m), value(m, "sum")) == (1, 1800)
+    assert (samples(m), value(m, "sum")) == (1, 1500)
 
 
 def test_fleet_no_longer_short_after_scaling_down_drops_the_record(fn, m) -> None:
@@ -313,10 +331,11 @@ def test_fleet_no_longer_short_after_scaling_down_drops_the_record(fn, m) -> Non
     f.reconcile(only_a, {0: SERVING})
     fn.clock.advance(600)
     gone: list[dict[str, Any]] = []
-    assert displaced(f.reconcile(gone, {0: SERVING})) != []
+    # A serving replica whose cluster left the list stays (no room for a replacement).
+    assert placed(f.reconcile(gone, {0: SERVING})) == [(0, "gpu-a")]
     f.xr = {**deployment(0, name=NAME, cache_name=None), "status": f.xr["status"]}
-    rsp = f.reconcile(gone)
-    assert "displaced" not in h.status(rsp)
+    rsp = f.reconcile(gone, {0: SERVING})
+    assert placed(rsp) == [] and "displaced" not in h.status(rsp)
     f.xr = {**deployment(1, name=NAME, cache_name=None), "status": f.xr["status"]}
     f.reconcile(NO_CACHE)
     f.reconcile(NO_CACHE, {0: SERVING})

@@ -393,6 +393,8 @@ NOT_READY_TAINTED = (
 )
 ON_H100 = {("vllm", 0): "h100"}
 A0 = Existing(0, "a", ON_H100)
+SERVING_A0 = Existing(0, "a", ON_H100, True)
+MOVES = "a serving replica whose cluster stopped being eligible moves make-before-break"
 B1 = Existing(1, "b", ON_H100)
 A_B_A = (A0, B1, Existing(2, "a", ON_H100))
 FLEET = (cluster("gpu-a"), cluster("gpu-b"), cluster("gpu-c"))
@@ -579,6 +581,46 @@ PLACEMENT: list[Case[Request, Want]] = [
          req(clusters=FLEET, footprint={"gpu-a": "Ready"}, cache="c",
              existing=(Existing(0, "gpu-c", {}),)),
          Want(placed=at((1, "gpu-a")), removed=(Gone(why_has="outside the footprint"),))),
+    # review 14b: a SERVING replica whose cluster stopped being eligible moves
+    # make-before-break (its pods serve), not removed at once; one that does not serve
+    # goes; an untolerated NoExecute taint removes it at once (Kubernetes evicts it)
+    Case("serving-cluster-gone-moves", MOVES,
+         req(clusters=(cluster("b"),), existing=(SERVING_A0,)),
+         Want(placed=at((0, "a"), (1, "b")), removed=())),
+    Case("serving-cluster-gone-no-room-stays", MOVES + "; with no room it stays, named",
+         req(clusters=(), existing=(SERVING_A0,)),
+         Want(placed=at((0, "a")), removed=(), reason=None,
+              message_has=("should move but no replacement fits: replica 0 on a (cluster is "
+                           "gone",))),
+    Case("serving-relabelled-moves", MOVES,
+         req(selector=H100_ONLY, clusters=(cluster("a", labels={"gpu": "a100"}), cluster("b")),
+             existing=(SERVING_A0,)),
+         Want(placed=at((0, "a"), (1, "b")), removed=())),
+    Case("serving-outside-footprint-moves", MOVES,
+         req(clusters=FLEET, footprint={"gpu-a": "Ready"}, cache="c",
+             existing=(Existing(0, "gpu-c", ON_H100, True),)),
+         Want(placed=at((0, "gpu-c"), (1, "gpu-a")), removed=())),
+    Case("serving-pool-gone-moves", MOVES + " (an InferenceClass deleted: gpuPools [])",
+         req(clusters=(cluster("a", pools=(), ready=False), cluster("b")),
+             existing=(SERVING_A0,)),
+         Want(placed=at((0, "a"), (1, "b")), removed=())),
+    Case("serving-no-longer-fits-moves", MOVES,
+         req(clusters=(cluster("a", dev=L4), cluster("b")), engines=(standalone(1, MEM_40),),
+             existing=(SERVING_A0,)),
+         Want(placed=at((0, "a"), (1, "b")), removed=())),
+    Case("pools-not-known-stays", "status.gpuPools absent is not known, not empty: the "
+         "replica keeps its pools (solid)",
+         req(clusters=(cluster("a", pools=(), pools_known=False), cluster("b")),
+             existing=(A0,)),
+         Want(placed=at((0, "a")), removed=(), pools=(Uses("vllm", 0, "h100"),))),
+    Case("not-serving-cluster-gone-removed", MOVES + "; one that does not serve goes",
+         req(clusters=(cluster("b"),), existing=(A0,)),
+         Want(placed=at((1, "b")), removed=(Gone(index=0, why_has="cluster is gone"),))),
+    Case("serving-no-execute-removed", "an untolerated NoExecute taint removes even a "
+         "serving replica at once (Kubernetes evicts its pods)",
+         req(clusters=(cluster("a", taints=(Taint("maint", "", "NoExecute"),)), cluster("b")),
+             existing=(SERVING_A0,)),
+         Want(placed=at((1, "b")), removed=(Gone(index=0, why_has="NoExecute"),))),
     # displacement or scale-down
     Case("displaced-not-ready", DISPLACED + "; moved off a cluster that is not Ready",
          req(clusters=(cluster("a", ready=False), cluster("b")), existing=(A0,)),

@@ -79,6 +79,7 @@ from function.scheduling.placement import (
     next_clusters,
     place,
 )
+from function.scheduling.placement.report import MAX_NAMED
 from function.scheduling.selectors import LabelSelector
 
 
@@ -261,7 +262,6 @@ def _request(
                 v.serves,
                 v.reads_root,
                 v.state[0],
-                v.cache,
             )
         )
     selector = parsed.selector
@@ -449,6 +449,7 @@ def _children(
             "a replacement serves (make-before-break)",
             "ReplicaMoving",
         )
+    _warn_stuck(inputs, out, placement)
     if call.cache:
         # A Usage's work is done once it exists; unspecified readiness would keep the
         # XR unready forever (Crossplane counts only READY_TRUE).
@@ -461,6 +462,24 @@ def _children(
             held |= _observed_held(inputs) - {call.cache}
         _held_usages(inputs, out, held)
     return rows, serving
+
+
+def _warn_stuck(inputs: Inputs, out: Outcome, placement: Placement) -> None:
+    """One Warning per replica that should move but stays (no replacement fits), when
+    the observed ``ReplicasScheduled`` message does not name it yet (once per change,
+    not every reconcile)."""
+    if not placement.stuck:
+        return
+    prev = structs.get(structs.conditions(inputs.xr).get(SCHEDULED), "message")
+    said = prev if isinstance(prev, str) else ""
+    for st in placement.stuck[:MAX_NAMED]:
+        if f"replica {st.index} on {st.cluster} ({st.why})" in said:
+            continue
+        out.warning(
+            f"replica {st.index} on {st.cluster} should move ({st.why}) but no "
+            "replacement fits: it stays, and moves once one does",
+            "ReplicaNotMoved",
+        )
 
 
 def _observed_held(inputs: Inputs) -> set[str]:

@@ -52,6 +52,12 @@ def _pools(cluster: Struct) -> tuple[Pool, ...]:
     return _pools_from(v.list_value.SerializeToString(deterministic=True))
 
 
+def _pools_known(cluster: Struct) -> bool:
+    """Whether ``status.gpuPools`` is a list (``[]`` included: known to have none)."""
+    v = inferencecluster.gpu_pools_value(cluster)
+    return v is not None and v.WhichOneof("kind") == "list_value"
+
+
 @memo(4096, weight=2)
 def _pools_from(raw: bytes) -> tuple[Pool, ...]:
     """:func:`_pools` of a serialized ``status.gpuPools`` list (parsed back on a miss)."""
@@ -93,6 +99,7 @@ def _cluster(item: Struct) -> Cluster:
         ready=ready,
         taints=taints,
         pools=_pools(item),
+        pools_known=_pools_known(item),
     )
 
 

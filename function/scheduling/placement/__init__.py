@@ -31,10 +31,13 @@ Fit of an engine on a cluster
 
 Stability
     An existing replica stays on its cluster while the cluster is still
-    eligible for it; its pools are kept while they still satisfy its members.
-    It is removed when its cluster is gone, no longer matches the selector,
-    carries an untolerated ``NoExecute`` taint, is outside the cache footprint,
-    or can no longer fit the engines. A replica whose cluster is not Ready or
+    eligible for it; its pools are kept while they still satisfy its members (and
+    while the cluster's pools are not known: ``status.gpuPools`` absent). It is
+    removed at once when its cluster carries an untolerated ``NoExecute`` taint
+    (Kubernetes evicts its pods). When its cluster is gone from the list, no longer
+    matches the selector, is outside the cache footprint, or can no longer fit the
+    engines, a replica that does not serve is removed, and one that serves is moved
+    like the next ones (its pods still serve). A replica whose cluster is not Ready or
     whose hydration Failed is *moved*, make-before-break: a replacement is placed
     elsewhere when one fits; a replica that serves (``Existing.serving``) stays
     beside it until as many replicas serve elsewhere as are wanted
@@ -42,10 +45,7 @@ Stability
     with no room for a replacement it stays (failed), so that a failure stays
     visible and never turns into no replica at all. The same holds while the cache
     has no hydration at all (a footprint being rebuilt): nothing can replace the
-    replicas, so they stay. A replica still serving from another ModelCache
-    (``Existing.cache``: the deployment's ``modelCacheRef`` changed) on a cluster
-    outside the new cache's footprint moves the same way: its pods read the old
-    cache, which is still there.
+    replicas, so they stay.
 
 Retained clusters (issue 13, "Reclaim finishes")
     A cluster that left the cache's ``clusterSelector`` keeps its hydration while a

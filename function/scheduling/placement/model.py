@@ -33,6 +33,9 @@ class Cluster:
     ready: bool = True
     taints: tuple[Taint, ...] = ()
     pools: tuple[Pool, ...] = ()
+    pools_known: bool = True
+    """False when ``status.gpuPools`` is absent or not a list (not written yet, or lost
+    in a restore): no new replica fits, and an existing one keeps its pools."""
 
     def pool(self, name: str) -> Pool | None:
         """The pool called ``name``, or None."""
@@ -93,11 +96,6 @@ class Existing:
     ready: bool = False
     """Its ``ModelReady`` is True: of replicas moving, those ready stay before those whose
     pods only answer (mid-roll)."""
-    cache: str = ""
-    """The ModelCache it serves from (its spec's ``modelCacheRef.name``; "" without). One
-    from another cache than the request's (``modelCacheRef`` changed) on a cluster
-    outside the new cache's footprint moves make-before-break: its pods read the old
-    cache, which is still there."""
 
 
 class CacheIdentities(Protocol):
@@ -180,6 +178,9 @@ class Placement:
     moving: list[Moving] = field(default_factory=list)
     """Replicas due to move kept serving until replacements serve, sorted by index
     (they are in ``replicas`` too)."""
+    stuck: list[Moving] = field(default_factory=list)
+    """Replicas due to move for which no replacement fits: they stay as placed (in
+    ``replicas`` too), named in ``message``."""
 
 
 @dataclass(frozen=True)

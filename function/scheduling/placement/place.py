@@ -54,10 +54,15 @@ def place(req: Request) -> Placement:
     _scale_down(run, standing)
     chooser = _Chooser(run, standing)
     chooser.place(req.replicas - len(standing.solid))
-    kept_soft, moving = _replace_moved(run, standing, chooser.new)
+    kept_soft, moving, stuck = _replace_moved(run, standing, chooser.new)
     kept_retiring = _retire(run, standing)
     return _report(
-        run, standing.solid + kept_soft + chooser.new, kept_retiring, moving, chooser.checked
+        run,
+        standing.solid + kept_soft + chooser.new,
+        kept_retiring,
+        moving,
+        chooser.checked,
+        stuck=stuck,
     )
 
 
@@ -106,55 +111,60 @@ def _sort_existing(run: _Run) -> _Standing:
     standing = _Standing()
     for ex in sorted(run.req.existing, key=lambda x: x.index):
         c = run.clusters.get(ex.cluster)
-        why, pools = _still_fits(run, ex, c)
-        if why:
+        why, pools, hard = _still_fits(run, ex, c)
+        if why and (hard or not ex.serving):
             run.removed.append(Removed(ex.index, ex.cluster, why))
             continue
-        assert c is not None and pools is not None
-        p = Placed(ex.index, c.name, pools, True, run.phase(c.name))
-        run.ledger.charge(c.name, charges(run.req.engines, pools))
+        kept = pools if pools is not None else dict(ex.pools)
+        p = Placed(ex.index, ex.cluster, kept, True, run.phase(ex.cluster))
+        # Its pods hold these nodes until it goes (a drop gives them back).
+        run.ledger.charge(ex.cluster, charges(run.req.engines, kept))
         if ex.serving:
             standing.serving.add(ex.index)
+        if why:  # serves: moves make-before-break (it stays until a replacement serves)
+            standing.soft.append((p, why))
+            continue
+        assert c is not None
         _file(run, standing, p, c, ex)
     return standing
 
 
 def _still_fits(
     run: _Run, ex: Existing, c: Cluster | None
-) -> tuple[str, dict[MemberKey, str] | None]:
-    """``("", pools)`` for a replica that may stay on its cluster, or ``(why, None)``."""
-    why = _displaced(run.req, ex, c)
+) -> tuple[str, dict[MemberKey, str] | None, bool]:
+    """``("", pools, False)`` for a replica that may stay on its cluster, else ``(why,
+    pools or None, hard)``: ``hard`` when it must go at once (an untolerated
+    ``NoExecute`` taint: Kubernetes evicts its pods anyway), else it moves
+    make-before-break while it serves (its cluster gone from the list or no longer
+    selected, outside the footprint, its pools no longer fitting).
+
+    A cluster whose ``status.gpuPools`` is absent or not a list (not written yet, or
+    lost in a restore) is not known to have changed: the replica keeps its pools."""
+    why, hard = _displaced(run.req, ex, c)
     if why or c is None:
-        return why, None
+        return why, None, hard
+    if not c.pools_known:
+        return "", dict(ex.pools), False
     # Device fit only: an existing replica keeps its pools (it already holds their
     # nodes); a member whose pool no longer satisfies it moves within the cluster.
     pools, fit_why = run.fits.fit(c, ex.pools)
     if pools is None:
-        return f"no longer fits: {fit_why}", None
-    return "", pools
+        return f"no longer fits: {fit_why}", None, False
+    return "", pools, False
 
 
-def _displaced(req: Request, ex: Existing, c: Cluster | None) -> str:
-    """Why ``ex``'s cluster stopped being eligible for it ('' while it is)."""
+def _displaced(req: Request, ex: Existing, c: Cluster | None) -> tuple[str, bool]:
+    """Why ``ex``'s cluster stopped being eligible for it ('' while it is), and whether
+    that is an untolerated ``NoExecute`` taint."""
     if c is None:
-        return "cluster is gone or no longer matches clusterSelector"
+        return "cluster is gone or no longer matches clusterSelector", False
     if not req.selector.matches(c.labels):
-        return "cluster no longer matches clusterSelector"
+        return "cluster no longer matches clusterSelector", False
     if c.taints and (taints := untolerated(c.taints, req.tolerations, EXECUTE_EFFECTS)):
-        return f"taint {taints[0]} not tolerated"
-    if req.footprint and ex.cluster not in req.footprint and not _on_another_cache(req, ex):
-        return _outside(req)
-    return ""
-
-
-def _on_another_cache(req: Request, ex: Existing) -> bool:
-    """Whether ``ex`` serves from another ModelCache than the request's (its
-    ``modelCacheRef`` changed): outside the new footprint it moves make-before-break."""
-    return bool(ex.cache and req.cache and ex.cache != req.cache)
-
-
-def _outside(req: Request) -> str:
-    return f"cluster is outside the footprint of ModelCache {req.cache}"
+        return f"taint {taints[0]} not tolerated", True
+    if req.footprint and ex.cluster not in req.footprint:
+        return f"cluster is outside the footprint of ModelCache {req.cache}", False
+    return "", False
 
 
 def _file(run: _Run, standing: _Standing, p: Placed, c: Cluster, ex: Existing) -> None:
@@ -164,14 +174,11 @@ def _file(run: _Run, standing: _Standing, p: Placed, c: Cluster, ex: Existing) -
     complete there: its identity is stored (``status.stored``) and is not the one that
     failed, or it reads the PVC root (a replica of the release before side-by-side
     revisions: the download into the identity's directory failed beside it). It keeps
-    serving (held). One outside the footprint here is on another ModelCache (the rest
-    were removed by :func:`_displaced`): it moves.
+    serving (held).
     """
     req = run.req
     fp = req.footprint
-    if fp and c.name not in fp:
-        standing.soft.append((p, _outside(req)))
-    elif c.name in req.retained:
+    if c.name in req.retained:
         standing.retiring.append(p)
     elif not c.ready:
         standing.soft.append((p, "cluster is not Ready"))
@@ -366,7 +373,7 @@ def _free_indexes(taken: set[int]) -> Iterator[int]:
 
 def _replace_moved(
     run: _Run, standing: _Standing, new: list[Placed]
-) -> tuple[list[Placed], list[tuple[Placed, str]]]:
+) -> tuple[list[Placed], list[tuple[Placed, str]], list[tuple[Placed, str]]]:
     """Replicas due to move stay while they are needed (make-before-break).
 
     Those that fill a shortfall (no replacement placed for them) stay as placed. Of the
@@ -376,8 +383,9 @@ def _replace_moved(
     its replacement is placed.
 
     Returns:
-        The replicas kept as placed, and those kept only until replacements serve (with
-        why they move).
+        The replicas kept as placed, those kept only until replacements serve (with
+        why they move), and of the first those due to move for which no replacement
+        fits (with why they should move).
     """
     fill = max(0, run.req.replicas - len(standing.solid) - len(new))
     soft = sorted(standing.soft, key=lambda s: s[0].index)
@@ -396,7 +404,8 @@ def _replace_moved(
             run.drop(p, f"moved ({why})", False)
         else:  # serves, never displaced, enough serve elsewhere: one too many
             run.drop(p, f"scaled down ({why})", True)
-    return [p for p, _ in soft[:fill]], sorted(moving, key=lambda m: m[0].index)
+    stuck = soft[:fill]
+    return [p for p, _ in stuck], sorted(moving, key=lambda m: m[0].index), stuck
 
 
 def _retire(run: _Run, standing: _Standing) -> list[Placed]:
@@ -423,6 +432,8 @@ def _report(
     kept_retiring: list[Placed],
     moving: list[tuple[Placed, str]],
     checked: Mapping[str, str],
+    *,
+    stuck: list[tuple[Placed, str]],
 ) -> Placement:
     req = run.req
     kept = [p for p, _ in moving]
@@ -444,10 +455,15 @@ def _report(
             f"; {len(kept)} more kept serving on {names(sorted({p.cluster for p in kept}))} "
             f"({'; '.join(whys)}) until replacements serve (make-before-break)"
         )
+    if stuck:
+        parts = [f"replica {p.index} on {p.cluster} ({why})" for p, why in stuck[:MAX_NAMED]]
+        more = f" and {len(stuck) - MAX_NAMED} more" if len(stuck) > MAX_NAMED else ""
+        note += f"; should move but no replacement fits: {', '.join(parts)}{more}"
     rows = [
         Moving(p.index, p.cluster, why, p.index not in req.displaced)
         for p, why in sorted(moving, key=lambda m: m[0].index)
     ]
+    stays = [Moving(p.index, p.cluster, why, False) for p, why in stuck]
     if placed >= req.replicas:
         return Placement(
             replicas,
@@ -456,10 +472,11 @@ def _report(
             f"{placed} of {req.replicas} replicas placed{where(wanted)}{note}",
             held,
             rows,
+            stays,
         )
     reason, detail = _shortfall(req, run.clusters, checked)
     msg = f"{placed} of {req.replicas} replicas placed: {detail}{note}"
-    return Placement(replicas, removed, reason, msg, held, rows)
+    return Placement(replicas, removed, reason, msg, held, rows, stays)
 
 
 def _shortfall(
