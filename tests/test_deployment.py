@@ -1342,3 +1342,50 @@ def test_a_replica_held_on_a_long_named_cache_gets_a_valid_label() -> None:
     assert held["metadata"]["labels"][LABEL_CACHE] == label_value(old)
     assert held["metadata"]["annotations"][f"{ANNOTATION_FULL_PREFIX}cache"] == old
     validate_xr(held)
+
+
+def _usage_keys(rsp: Any) -> dict[str, str]:
+    """Desired Usages: key to the ModelCache each protects."""
+    return {k: v["spec"]["of"]["resourceRef"]["name"] for k, v in h.desired(rsp).items()
+            if v.get("kind") == "Usage"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "refs",
+    [
+        pytest.param(("qwen-cache", "nope-cache", "qwen-cache"), id="typo-then-fixed"),
+        pytest.param(("qwen-cache", "llama-cache", "qwen-cache"), id="a-b-a"),
+        pytest.param(("qwen-cache", None), id="reference-removed"),
+    ],
+)
+def test_a_served_cache_keeps_its_usage_under_one_key(refs: tuple[str | None, ...]) -> None:
+    """Found by review 14b: a typo in ``modelCacheRef``, its fix, or an A->B->A switch
+    moved the protection of the served cache from one Usage key to another in one
+    reconcile (and removing the reference dropped it at once). Crossplane deletes what
+    is no longer desired before it applies the rest, so the cache was briefly
+    unprotected. Now a Usage is never re-pointed or moved, and a cache replicas still
+    read keeps its Usage until every replica is ready again."""
+    serving = ("True", "Serving", "serving")
+    world = h.World([ic("gpu-a"), cache(), _llama_cache(), hydration("gpu-a", "Ready"),
+                     _llama_hydration("gpu-a", "Ready")])  # fmt: skip
+    xr = deployment(1)
+    rsp = drive(xr, world)
+    rsp = drive(xr, world, observe(rsp, {0: serving}))
+    for ref in refs[1:]:
+        before = _usage_keys(rsp)
+        step = copy.deepcopy(xr)
+        if ref is None:
+            del step["spec"]["template"]["spec"]["modelCacheRef"]
+        else:
+            step["spec"]["template"]["spec"]["modelCacheRef"] = {"name": ref}
+        rsp = drive(step, world, observe(rsp, {0: serving}))
+        after = _usage_keys(rsp)
+        for key, of in before.items():  # never re-pointed; a cache kept keeps its key
+            if of in after.values():
+                assert after.get(key) == of, (ref, before, after)
+        # What was protected stays protected in the step that changes the reference.
+        assert set(before.values()) <= set(after.values()), (ref, before, after)
+    # Once every replica is ready again, a cache nothing reads any more loses its Usage.
+    final = refs[-1]
+    rsp = drive(step, world, observe(rsp, {0: serving}))
+    assert sorted(_usage_keys(rsp).values()) == ([final] if final else []), _usage_keys(rsp)

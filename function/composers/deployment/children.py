@@ -158,11 +158,6 @@ def _set_label(meta: Struct, key: str, value: str) -> None:
         del meta.fields["annotations"].struct_value.fields[full]
 
 
-def _usage_body(inputs: Inputs, cache: str) -> bytes:
-    """The cache's Usage (:func:`_usage`) of this deployment."""
-    return _usage(inputs.namespace, inputs.name, cache)
-
-
 @memo(1024, weight=1)
 def _usage(namespace: str, name: str, cache: str, suffix: str = "cache-usage") -> bytes:
     """The Usage that keeps ModelCache ``cache`` while deployment ``namespace/name``

@@ -21,7 +21,6 @@ from function.composers.deployment.children import (
     _replica_body,
     _template_key,
     _usage,
-    _usage_body,
 )
 from function.composers.deployment.fleet import (
     _Fleet,
@@ -450,17 +449,16 @@ def _children(
             "ReplicaMoving",
         )
     _warn_stuck(inputs, out, placement)
-    if call.cache:
-        # A Usage's work is done once it exists; unspecified readiness would keep the
-        # XR unready forever (Crossplane counts only READY_TRUE).
-        out.add(USAGE_KEY, _usage_body(inputs, call.cache), ready=USAGE_KEY in inputs.observed)
-        # A cache replicas are still held on keeps a Usage of its own until none is, and
-        # until every replica is ready after the switch: a replica given the new cache
-        # rolls make-before-break, its old pods reading the old cache meanwhile.
-        held = {c for s in serving or () for c in (s.held_on, s.leaving) if c}
-        if not all(by_index[p.index].state[0] for p in placement.replicas if p.index in by_index):
-            held |= _observed_held(inputs) - {call.cache}
-        _held_usages(inputs, out, held)
+    # A cache replicas are still held on keeps a Usage until none is, and until every
+    # replica is ready after a switch (or the reference's removal): a replica given
+    # another cache, or none, rolls make-before-break, its old pods reading the old
+    # cache meanwhile.
+    held = {c for s in serving or () for c in (s.held_on, s.leaving) if c}
+    if not call.cache:
+        held |= {v.cache for v in call.placed if v.cache}  # they leave it in this call
+    if not all(by_index[p.index].state[0] for p in placement.replicas if p.index in by_index):
+        held |= set(_observed_usages(inputs).values())
+    _usages(inputs, out, call.cache, held)
     return rows, serving
 
 
@@ -482,24 +480,45 @@ def _warn_stuck(inputs: Inputs, out: Outcome, placement: Placement) -> None:
         )
 
 
-def _observed_held(inputs: Inputs) -> set[str]:
-    """The ModelCaches the observed held Usages (``cache-usage-held-*``) protect."""
-    out = set()
+def _observed_usages(inputs: Inputs) -> dict[str, str]:
+    """The observed Usages of this deployment (``cache-usage``, ``cache-usage-held-*``):
+    key to the ModelCache each protects."""
+    out = {}
     for key in inputs.observed:
-        if key.startswith(HELD_USAGE_PREFIX):
-            cache = structs.get_str(inputs.observed_body(key), "spec", "of", "resourceRef", "name")
+        if key == USAGE_KEY or key.startswith(HELD_USAGE_PREFIX):
+            body = inputs.observed_body(key)
+            cache = structs.get_str(body, "spec", "of", "resourceRef", "name")
             if cache:
-                out.add(cache)
+                out[key] = cache
     return out
 
 
-def _held_usages(inputs: Inputs, out: Outcome, caches: set[str]) -> None:
-    """A Usage of each ModelCache in ``caches``, which replicas still serve from while
-    the spec references another (named ``cache-usage-held-<cache>``)."""
-    for held in sorted(caches):
-        key = f"{HELD_USAGE_PREFIX}{held}"
-        body = _usage(inputs.namespace, inputs.name, held, key)
-        out.add(key, body, ready=key in inputs.observed)
+def _usages(inputs: Inputs, out: Outcome, cache: str | None, held: set[str]) -> None:
+    """A Usage of the spec's ModelCache ``cache`` and of each cache in ``held``.
+
+    A cache an observed Usage protects keeps that Usage, under its key, as it is:
+    protection never passes from one composed resource to another, since Crossplane
+    deletes what is no longer desired before it applies the rest (v2.4's
+    ``FunctionComposer.Compose``: garbage collection, then apply), which would leave the
+    cache unprotected meanwhile, and a Usage is never re-pointed. A cache without one
+    gets ``cache-usage`` if it is the spec's and that key is free, else
+    ``cache-usage-held-<cache>``. Any other Usage is dropped.
+
+    A Usage's work is done once it exists: it is ready once observed (unspecified
+    readiness would keep the XR unready forever; Crossplane counts only READY_TRUE).
+    """
+    protect = set(held) | ({cache} if cache else set())
+    for key in [k for k in out.resources if k == USAGE_KEY or k.startswith(HELD_USAGE_PREFIX)]:
+        del out.resources[key]  # kept by _keep_all: decided here
+    keys: dict[str, str] = {}
+    for key, of in sorted(_observed_usages(inputs).items()):
+        if of in protect and of not in keys:
+            keys[of] = key
+    for of in sorted(protect - keys.keys()):
+        free = of == cache and USAGE_KEY not in keys.values()
+        keys[of] = USAGE_KEY if free else f"{HELD_USAGE_PREFIX}{of}"
+    for of, key in sorted(keys.items(), key=lambda kv: kv[1]):
+        out.add(key, _usage(inputs.namespace, inputs.name, of, key), ready=key in inputs.observed)
 
 
 def _plural(n: int, one: str, many: str) -> str:
@@ -666,10 +685,10 @@ def _cache_not_found(call: _Call) -> Outcome:
     """The ModelCache does not exist: keep the replicas, drop the Usage, say so."""
     inputs, out = call.inputs, call.out
     _keep_all(inputs, out)
-    out.resources.pop(USAGE_KEY, None)
     # The replicas kept serve from the cache they name: it stays protected (review 13d:
-    # a typo in modelCacheRef left the serving cache deletable).
-    _held_usages(inputs, out, {v.cache for v in call.placed if v.cache and v.cache != call.cache})
+    # a typo in modelCacheRef left the serving cache deletable), by the Usage that
+    # protects it now (review 14b: moving it to another key left a gap).
+    _usages(inputs, out, None, {v.cache for v in call.placed if v.cache and v.cache != call.cache})
     msg = (
         f"ModelCache {inputs.namespace}/{call.cache} (spec.template.spec.modelCacheRef) "
         f"does not exist; no replica is placed until it does"
