@@ -1389,3 +1389,63 @@ def test_a_served_cache_keeps_its_usage_under_one_key(refs: tuple[str | None, ..
     final = refs[-1]
     rsp = drive(step, world, observe(rsp, {0: serving}))
     assert sorted(_usage_keys(rsp).values()) == ([final] if final else []), _usage_keys(rsp)
+
+
+def _edited(rsp: Any, key: str, edit: Any) -> dict[str, Any]:
+    """The replicas of ``rsp`` observed serving, the one at ``key`` edited."""
+    serving = ("True", "Serving", "serving")
+    observed = observe(rsp, {0: serving, 1: serving, 2: serving})
+    edit(observed, observed[key])
+    return observed
+
+
+def test_an_edited_spec_index_is_written_back_not_a_second_replica() -> None:
+    """Found by review 14b: a ModelReplica whose ``spec.index`` was edited to another's
+    collapsed into that replica: Crossplane deleted the serving one, and the XR said 3 of
+    3 placed and ready. The index is the composition-resource name's: the edit is
+    written back and nothing is removed."""
+    world = h.World([ic("gpu-a"), ic("gpu-b"), cache(), hydration("gpu-a", "Ready"),
+                     hydration("gpu-b", "Ready")])  # fmt: skip
+    xr = deployment(3)
+    rsp = drive(xr, world)
+    keys = sorted(replicas_of(rsp))
+    assert keys == ["replica-0", "replica-1", "replica-2"]
+
+    def dup(_obs: dict[str, Any], body: dict[str, Any]) -> None:
+        body["spec"]["index"] = 2
+
+    rsp = drive(xr, world, _edited(rsp, "replica-1", dup))
+    assert sorted(replicas_of(rsp)) == keys
+    assert [r["spec"]["index"] for _, r in sorted(replicas_of(rsp).items())] == [0, 1, 2]
+    assert not [m for _, m in h.results(rsp) if "removed replica" in m], h.results(rsp)
+    rows = [r["index"] for r in h.status(rsp)["placement"]]
+    assert sorted(rows) == [0, 1, 2], rows
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        pytest.param(lambda obs, body: obs.update({"replica-01": obs.pop("replica-1")}),
+                     "composed as 'replica-01'", id="unexpected-key"),
+        pytest.param(lambda obs, body: body["spec"].pop("clusterName"),
+                     "has no spec.clusterName", id="no-cluster"),
+    ],
+)  # fmt: skip
+def test_a_replica_the_function_cannot_account_for_freezes_the_deployment(edit, said) -> None:
+    """Found by review 14b: a ModelReplica under a key the function never writes was
+    deleted and composed again under its own (Crossplane deletes before it applies); one
+    without ``spec.clusterName`` was placed again, maybe elsewhere. Now every child is
+    kept exactly and ``ReplicasScheduled=False`` names it."""
+    world = h.World([ic("gpu-a"), ic("gpu-b"), cache(), hydration("gpu-a", "Ready"),
+                     hydration("gpu-b", "Ready")])  # fmt: skip
+    xr = deployment(3)
+    rsp = drive(xr, world)
+    observed = _edited(rsp, "replica-1", edit)
+    rsp = drive(xr, world, observed)
+    assert sorted(h.desired(rsp)) == sorted(observed)
+    for key, body in h.desired(rsp).items():
+        assert body["spec"] == observed[key]["spec"], key
+        assert body["metadata"] == observed[key]["metadata"], key
+    cond = h.conditions(rsp)["ReplicasScheduled"]
+    assert (cond["status"], cond["reason"]) == ("False", "UnknownReplica"), cond
+    assert said in cond["message"], cond

@@ -42,6 +42,10 @@ NO_CLUSTER_IN_FOOTPRINT = "NoClusterInCacheFootprint"
 NO_MATCHING_CLUSTERS = "NoMatchingClusters"
 INSUFFICIENT_CAPACITY = "InsufficientCapacity"
 INVALID_DEVICE_SELECTOR = "InvalidDeviceSelector"
+# A composed ModelReplica the function cannot account for: under a composition-resource
+# name it never writes (``replica-<index>``), or without ``spec.clusterName``; every
+# child is kept exactly and nothing is placed or removed until it is corrected.
+UNKNOWN_REPLICA = "UnknownReplica"
 # ReplicasReady=False reasons: a replica's hydration failed (the replica's own
 # ModelReady reason, passed through), or replicas wait for the cache (WAITING_FOR_CACHE).
 # Also a ReplicasScheduled=False reason: the hydration Failed on every selected cluster

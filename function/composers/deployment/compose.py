@@ -56,6 +56,7 @@ from function.composers.deployment.terms import (
     REQ_HYDRATIONS,
     SCHEDULED,
     SERVING_PREVIOUS_IDENTITY,
+    UNKNOWN_REPLICA,
     USAGE_KEY,
 )
 from function.composers.modelcache import retained_clusters
@@ -142,6 +143,9 @@ def compose(inputs: Inputs) -> Outcome:
     cache = ts.modelCacheRef.name if ts.modelCacheRef else None
     _require_lists(inputs, out, parsed.selector, cache)
     call = _observe(inputs, out, spec.replicas, cache)
+    if unknown := _unknown_replicas(inputs):
+        call.require_upfront()
+        return _frozen(call, UNKNOWN_REPLICA, unknown)
 
     engines, bad, paths = _compiled(parsed.key)
     note_paths(paths)  # compiled in an earlier call: a deadline message still names them
@@ -191,13 +195,51 @@ def _require_lists(
 
 
 def _observe(inputs: Inputs, out: Outcome, replicas: int, cache: str | None) -> _Call:
-    """Read the observed replicas and what capacity to ask for before placing."""
-    observed = [_Observed.of(o) for o in _observed_replicas(inputs).values()]
+    """Read the observed replicas and what capacity to ask for before placing.
+
+    A replica's index is its composition-resource name's (``replica-<index>``, the one
+    the function writes), not its ``spec.index``: an edited ``spec.index`` is written
+    back, and two replicas never share an index. One under another name, or without
+    ``spec.clusterName``, is named by :func:`_unknown_replicas`.
+    """
+    observed = []
+    for key, obj in _observed_replicas(inputs).items():
+        v = _Observed.of(obj)
+        v.index = _index_of(key)
+        observed.append(v)
     rows = [(v.index or 0, v.cluster, v.obj, None) for v in observed]
     placed = [v for v in observed if v.cluster and v.index is not None]
     own_clusters = frozenset(v.cluster for v in placed)
     ahead, fleet_ahead = capacity.upfront(inputs, own_clusters, len(placed), replicas)
     return _Call(inputs, out, replicas, rows, cache, ahead, fleet_ahead, placed)
+
+
+def _index_of(key: str) -> int | None:
+    """The index in a composition-resource name ``replica-<index>`` as the function writes
+    it (no sign, no leading zero), else None."""
+    digits = key.removeprefix(REPLICA_PREFIX)
+    if digits == key or not digits.isdigit() or len(digits) > 9 or str(int(digits)) != digits:
+        return None
+    return int(digits)
+
+
+def _unknown_replicas(inputs: Inputs) -> str:
+    """What is wrong with the observed ModelReplicas the function cannot account for (a
+    composition-resource name it never writes, no ``spec.clusterName``), or ''."""
+    bad = []
+    for key, obj in _observed_replicas(inputs).items():
+        name = structs.get_str(obj, "metadata", "name") or "?"
+        if _index_of(key) is None:
+            bad.append(f"ModelReplica {name} is composed as {key!r}, not replica-<index>")
+        elif not structs.get_str(obj, "spec", "clusterName"):
+            bad.append(f"ModelReplica {name} ({key}) has no spec.clusterName")
+    if not bad:
+        return ""
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return (
+        f"{'; '.join(bad[:3])}{more}: nothing is placed or removed until it is corrected "
+        "(restore the field, or delete that ModelReplica to have it composed again)"
+    )
 
 
 def _resolve_lists(call: _Call) -> _Lists | Outcome:
@@ -662,10 +704,16 @@ def _invalid_selector(call: _Call, msg: str) -> Outcome:
     """A device selector that does not compile or fails while evaluating: every
     existing child is kept exactly, ``ReplicasScheduled=False``,
     ``InvalidDeviceSelector`` with ``msg`` (the field and the error), and a warning."""
+    return _frozen(call, INVALID_DEVICE_SELECTOR, msg)
+
+
+def _frozen(call: _Call, reason: str, msg: str) -> Outcome:
+    """Every existing child kept exactly, ``ReplicasScheduled=False`` with ``reason`` and
+    ``msg``, and a warning."""
     inputs, out = call.inputs, call.out
     _keep_all(inputs, out)
-    out.condition(SCHEDULED, "False", INVALID_DEVICE_SELECTOR, msg)
-    out.warning(msg, INVALID_DEVICE_SELECTOR)
+    out.condition(SCHEDULED, "False", reason, msg)
+    out.warning(msg, reason)
     return _hold(call)
 
 

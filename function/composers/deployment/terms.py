@@ -12,6 +12,7 @@ from function.api.modeldeployment import INVALID_DEVICE_SELECTOR as INVALID_DEVI
 from function.api.modeldeployment import MOVING as MOVING
 from function.api.modeldeployment import SCHEDULED as SCHEDULED
 from function.api.modeldeployment import SERVING_PREVIOUS_IDENTITY as SERVING_PREVIOUS_IDENTITY
+from function.api.modeldeployment import UNKNOWN_REPLICA as UNKNOWN_REPLICA
 from function.api.modeldeployment import WAITING_FOR_CACHE as WAITING_FOR_CACHE
 from function.api.modelreplica import MODEL_READY as MODEL_READY
 
