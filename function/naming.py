@@ -42,6 +42,11 @@ LABEL_BACKFILL = f"{API_GROUP}/backfill"
 LABEL_RUN = f"{API_GROUP}/run"
 LABEL_GENERATION = f"{API_GROUP}/generation"
 LABEL_COMPONENT = f"{API_GROUP}/component"
+# Remote manifests (inside provider-kubernetes Objects): the control-plane namespace
+# that owns the object, in its own metadata only (never a selector or a pod template).
+# Every remote object lives in REMOTE_NAMESPACE, so this is what tells two namespaces'
+# same-named caches or deployments apart on a workload cluster.
+LABEL_NAMESPACE = f"{API_GROUP}/namespace"
 # Serving pods: the Service selects them by LABEL_SERVING; a workload's pods carry
 # LABEL_WORKLOAD, its selector.
 LABEL_SERVING = f"{API_GROUP}/serving"

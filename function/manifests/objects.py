@@ -7,6 +7,13 @@ input). provider-kubernetes reports the remote object's state under
 ``status.atProvider.manifest``. Jobs, PVCs and Deployments have no ``Ready``
 condition, so readiness uses ``DeriveFromCelQuery`` over that observed object
 (provider-kubernetes v1.x, ``spec.readiness``).
+
+Every remote object lives in ``REMOTE_NAMESPACE`` on its workload cluster, so each
+wrapped manifest gets the label ``modelplane.ai/namespace: <the XR's namespace>``
+(:data:`function.naming.LABEL_NAMESPACE`) in its own ``metadata.labels``: two
+namespaces' same-named caches or deployments are told apart there by it. Only there:
+a selector (immutable on Deployments and LeaderWorkerSets) or a pod template (rolls
+serving pods; immutable on Jobs) is never changed by it.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 from typing import Any, TypedDict, Unpack
 
 from function.core import structs
-from function.naming import LABEL_MANAGED_BY, MANAGED_BY
+from function.naming import LABEL_MANAGED_BY, LABEL_NAMESPACE, MANAGED_BY
 
 OBJECT_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
 OBJECT_KIND = "Object"
@@ -53,9 +60,11 @@ def remote_object(
 
     Args:
         name: The Object's name (a DNS-1123 label, see ``function.naming``).
-        namespace: The XR's namespace (the Object lives beside it).
+        namespace: The XR's namespace (the Object lives beside it; the manifest is
+            labelled with it, :data:`function.naming.LABEL_NAMESPACE`).
         provider_config: From :func:`function.api.inferencecluster.provider_config_ref`.
-        manifest: The remote Kubernetes object.
+        manifest: The remote Kubernetes object (not modified: the label is added to
+            a copy of its ``metadata``).
         options: :class:`ObjectOptions`, by keyword.
 
     Returns:
@@ -69,8 +78,10 @@ def remote_object(
     }
     if annotations:
         meta["annotations"] = dict(annotations)
+    remote_meta = dict(manifest.get("metadata") or {})
+    remote_meta["labels"] = {**(remote_meta.get("labels") or {}), LABEL_NAMESPACE: namespace}
     spec: dict[str, Any] = {
-        "forProvider": {"manifest": manifest},
+        "forProvider": {"manifest": {**manifest, "metadata": remote_meta}},
         "providerConfigRef": dict(provider_config),
     }
     if deletion_policy := options.get("deletion_policy"):
