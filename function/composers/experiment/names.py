@@ -21,9 +21,10 @@ def run_name(experiment: str, number: int) -> str:
     <experiment>, "r<N>")``.
 
     Hashed like every composed name, so it can collide neither with another run's
-    candidate (experiment ``a`` run 2 and experiment ``a-r2`` run 1) nor with a
-    ModelDeployment the user wrote. The candidate serves under this name (it is the
-    served model name the gauntlet addresses).
+    candidate (experiment ``a`` run 2 and experiment ``a-r2`` run 1) nor, by accident,
+    with a ModelDeployment the user wrote (the name is computable: someone who can
+    write ModelDeployments in the namespace could take it on purpose). The candidate
+    serves under this name (it is the served model name the gauntlet addresses).
     """
     return child_name("modelexperiment", experiment, f"r{max(number, 1)}")
 
