@@ -2085,3 +2085,26 @@ def test_a_multi_node_candidate_engine_named_svc_blocks_naming_it(sim_factory) -
     assert "spec.candidate.engines[0]" in msg and "'svc' is reserved" in msg, msg
     errors = xr_cel_errors("ModelExperiment", sim.xr["spec"])
     assert any("may not be named svc" in e for e in errors), errors
+
+
+def test_a_gauntlet_may_request_an_extended_resource_but_claims_no_device(sim_factory) -> None:
+    """Unlike a backfill's (GPURequestForbidden), a gauntlet's pod may request an
+    accelerator as an extended resource (README, Lifecycle: nothing makes the evaluation
+    CPU-side); a claim template, the only way to claim a device by name, is refused
+    (review 14a: the only ones in the shared namespace are other replicas')."""
+    cj = cronjob()
+    pod = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    pod["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER)])
+    sim.to_evaluating()
+    limits = sim.job()["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": 1}
+
+    pod["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "chat-0-vllm-x"}]
+    pod["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER)])
+    sim.reconcile()
+    assert (sim.phase, sim.status["reason"]) == ("Blocked", "TemplateInvalid"), sim.status
+    msg = sim.conditions()["Runnable"]["message"]
+    assert "spec.jobTemplate.spec.template.spec.resourceClaims[0].resourceClaimTemplateName" in msg
+    assert not sim.observed

@@ -164,7 +164,9 @@ _MERGED_INTO = {
         "volumes": [{"name": "data", "emptyDir": {}}],
         "nodeSelector": {"zone": "a"},
         "tolerations": [{"key": "k", "operator": "Exists"}],
-        "resourceClaims": [{"name": "extra", "resourceClaimTemplateName": "t"}],
+        # No claim reference: a tenant's template may name no claim or claim template
+        # of the shared namespace (function.manifests.tenancy); the list is still merged.
+        "resourceClaims": [{"name": "extra"}],
     },
     "container": {
         "volumeMounts": [{"name": "data", "mountPath": "/data"}],

@@ -34,7 +34,6 @@ ALLOWED = [
         envFrom=[{"configMapRef": {"name": "engine-tuning"}}])),
     ("a PVC of the platform's", _pod(volumes=[
         {"name": "d", "persistentVolumeClaim": {"claimName": "datasets"}}])),
-    ("a claim template", _pod(resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "g"}])),
     ("host namespaces false", _pod(hostNetwork=False, hostPID=False, hostIPC=False)),
     ("Baseline's capabilities", _container(securityContext={
         "capabilities": {"add": ["NET_BIND_SERVICE", "CHOWN"], "drop": ["ALL"]},
@@ -144,6 +143,13 @@ REFUSED = [
     ("an existing ResourceClaim, the 1.30 way",
      _pod(resourceClaims=[{"name": "g", "source": {"resourceClaimName": "theirs"}}]),
      "spec.resourceClaims[0].source.resourceClaimName"),
+    # A review (14a): the only claim templates in the shared namespace are the function's,
+    # named after another tenant's replica by the public contract.
+    ("a claim template", _pod(resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "g"}]),
+     "spec.resourceClaims[0].resourceClaimTemplateName"),
+    ("a claim template, the 1.30 way",
+     _pod(resourceClaims=[{"name": "g", "source": {"resourceClaimTemplateName": "theirs"}}]),
+     "spec.resourceClaims[0].source.resourceClaimTemplateName"),
     ("procMount Unmasked on the host's users", _container(securityContext={
         "procMount": "Unmasked"}), "spec.containers[0].securityContext.procMount"),
     ("the deprecated serviceAccount", _pod(serviceAccount=f"{REMOTE_OWN_PREFIX}rbac-x"),

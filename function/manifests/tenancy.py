@@ -16,8 +16,13 @@ workload cluster can tell one tenant's reference from another's. So
   ``valueFrom`` and ``envFrom``, PVC volumes and the PVC an ephemeral volume is cloned
   from, ``serviceAccountName`` (and the deprecated ``serviceAccount``),
   ``imagePullSecrets``;
-- ``resourceClaims[].resourceClaimName``: an existing ResourceClaim in that namespace
-  is another pod's (a tenant has none there); a claim template is the way;
+- ``resourceClaims[].resourceClaimName`` and ``resourceClaimTemplateName`` (and the
+  1.26-1.30 ``source.`` forms): a tenant can create neither a ResourceClaim nor a
+  ResourceClaimTemplate in that namespace, so an existing claim is another pod's and a
+  claim template is the function's, another replica's (its name is public: a pod of
+  another tenant's would allocate devices with that replica's selectors, devices no
+  placement accounts for); a member template asks for devices through
+  ``nodeSelector.devices``, the function writes the claim templates;
 - pod labels under the domains whose labels select pods on the workload cluster:
   ``modelplane.ai`` (the function's Services select serving pods by
   ``naming.LABEL_SERVING``, its Deployments by ``naming.LABEL_WORKLOAD``; the names are
@@ -77,6 +82,16 @@ SAFE_SYSCTLS = frozenset(
 SELINUX_TYPES = frozenset(
     {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
 )
+# A pod's references to a ResourceClaim or a ResourceClaimTemplate of its namespace.
+_CLAIM_REFS = ("resourceClaimName", "resourceClaimTemplateName")
+_CLAIM_REFUSED = (
+    "a tenant has no ResourceClaim or ResourceClaimTemplate in the workload cluster's "
+    f"namespace {REMOTE_NAMESPACE}: the ones there are other pods' claims and the "
+    "function's claim templates of every namespace's replicas (their names are public), "
+    "whose devices are placed for those replicas only; remove the claim (a "
+    "ModelDeployment's member asks for devices with nodeSelector.devices, and the "
+    "function writes its claim templates)"
+)
 _APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 _BASELINE = (
     "pods built from it share the workload cluster's namespace "
@@ -112,21 +127,15 @@ def check_pod_access(pod_spec: Any, field: str, pod_metadata: Any = None) -> Non
                 "mounted by the function: spec.modelCacheRef); name one of your own",
             )
     for i, claim in _items(pod_spec.get("resourceClaims")):
-        legacy = claim.get("source")  # Kubernetes 1.26-1.30: source.resourceClaimName
-        named = (
-            ("resourceClaimName", claim.get("resourceClaimName")),
-            (
-                "source.resourceClaimName",
-                legacy.get("resourceClaimName") if isinstance(legacy, dict) else None,
-            ),
-        )
-        for where, value in named:
-            if value is not None:
-                raise SpecError(
-                    f"{field}.resourceClaims[{i}].{where}",
-                    f"an existing ResourceClaim in the workload cluster's namespace "
-                    f"{REMOTE_NAMESPACE} is another pod's: use resourceClaimTemplateName",
-                )
+        legacy = claim.get("source")  # Kubernetes 1.26-1.30: source.<key>
+        for key in _CLAIM_REFS:
+            named = (
+                (key, claim.get(key)),
+                (f"source.{key}", legacy.get(key) if isinstance(legacy, dict) else None),
+            )
+            for where, value in named:
+                if value is not None:
+                    raise SpecError(f"{field}.resourceClaims[{i}].{where}", _CLAIM_REFUSED)
     for key in ("priorityClassName", "priority"):
         if pod_spec.get(key) is not None:
             raise SpecError(

@@ -145,6 +145,11 @@ POD_ACCESS_FAULTS = [
      "template.spec.serviceAccountName"),
     ("an existing ResourceClaim", ("resourceClaims",), [{"name": "x", "resourceClaimName": "y"}],
      "template.spec.resourceClaims[0].resourceClaimName"),
+    # A review (14a): a gauntlet allocated devices through another tenant's replica's
+    # claim template (its name is public: <workload name>-<role>).
+    ("another replica's ResourceClaimTemplate", ("resourceClaims",),
+     [{"name": "x", "resourceClaimTemplateName": "qwen-chat-0-vllm-f021aa74f62a-standalone"}],
+     "template.spec.resourceClaims[0].resourceClaimTemplateName"),
     ("the node's PID namespace", ("hostPID",), True, "template.spec.hostPID"),
     ("a hostPath volume", ("volumes",), [{"name": "root", "hostPath": {"path": "/"}}],
      "template.spec.volumes[0].hostPath"),
