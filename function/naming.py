@@ -329,6 +329,21 @@ WORKLOAD_CLASS_BACKGROUND = "background"
 MAX_BACKFILL_JOB_NAME = 52
 
 
+# An Indexed Job's pods are hostnamed ``<job>-<index>``, a DNS-1123 label: the API server
+# refuses an Indexed Job whose ``<name>-<completions - 1>`` is not one (Kubernetes'
+# ``pkg/apis/batch/validation`` ValidateJob: "will not able to create pod with invalid
+# DNS label"). ``completions`` is an int32, at most 10 digits, so a name of at most 52
+# characters fits every index.
+MAX_INDEXED_JOB_NAME = MAX_LABEL - len(f"-{2**31 - 1}")
+
+
+def indexed_job_fits(name: str, completions: int) -> bool:
+    """Whether an Indexed Job named ``name`` with ``completions`` can create its last pod:
+    ``<name>-<completions - 1>`` is a DNS-1123 label."""
+    host = f"{name}-{completions - 1}"
+    return len(host) <= MAX_LABEL and bool(DNS1123_LABEL.match(host))
+
+
 def backfill_object_name(backfill: str, attempt: int) -> str:
     """Name of the provider-kubernetes Object (beside the ModelBackfill) of ``attempt``."""
     return child_name("modelbackfill", backfill, str(attempt))

@@ -2108,3 +2108,76 @@ def test_a_gauntlet_may_request_an_extended_resource_but_claims_no_device(sim_fa
     msg = sim.conditions()["Runnable"]["message"]
     assert "spec.jobTemplate.spec.template.spec.resourceClaims[0].resourceClaimTemplateName" in msg
     assert not sim.observed
+
+
+# ---- an Indexed gauntlet fits its pods' hostnames (review 14a) ------------------------
+
+INDEXED = "review 14a: an Indexed Job's last pod hostname <job>-<completions-1> fits 63"
+STABLE = "stable names: a NonIndexed gauntlet Job keeps the name it always had"
+
+
+@dataclass(frozen=True)
+class JobMode:
+    completion_mode: str | None
+    completions: int | None
+
+
+INDEXED_CASES: list[Case[JobMode, int]] = [
+    Case("no-mode", STABLE, JobMode(None, None), 63),
+    Case("non-indexed", STABLE, JobMode("NonIndexed", 4), 63),
+    Case("indexed-4", INDEXED, JobMode("Indexed", 4), 52),
+    Case("indexed-1", INDEXED, JobMode("Indexed", 1), 52),
+    Case("indexed-100000", INDEXED, JobMode("Indexed", 100_000), 52),
+]  # fmt: skip
+
+
+@table(INDEXED_CASES)
+def test_a_gauntlet_job_name_fits_its_completion_mode(
+    sim_factory, case: Case[JobMode, int]
+) -> None:
+    cj = cronjob()
+    js = cj["spec"]["jobTemplate"]["spec"]
+    if case.inputs.completion_mode is not None:
+        js["completionMode"] = case.inputs.completion_mode
+    if case.inputs.completions is not None:
+        js["completions"] = js["parallelism"] = case.inputs.completions
+    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER)])
+    sim.to_evaluating()
+    job = sim.job()
+    name = job["metadata"]["name"]
+    assert name == sim.status["gauntlet"]["job"] == sim.observed["gauntlet-r1"]["metadata"]["name"]
+    assert len(name) == case.want, (name, case.reason)
+    indexed = case.inputs.completion_mode == "Indexed"
+    assert name == exp.gauntlet_job_name(NAMESPACE, RUN1, indexed=indexed)
+    assert job["spec"].get("completionMode") == case.inputs.completion_mode
+    if indexed:
+        last = f"{name}-{case.inputs.completions - 1}"
+        assert len(last) <= 63 and re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", last), last
+
+
+def test_a_recorded_indexed_name_that_cannot_fit_is_not_composed(sim_factory, clock) -> None:
+    """A run that recorded its 63-character name keeps it; an Indexed Job of that name
+    could never be created, so the function does not compose one: the run is Blocked,
+    naming completionMode, and starts again under a name that fits."""
+    sim = sim_factory()
+    sim.to_evaluating()
+    old = sim.status["gauntlet"]["job"]
+    assert len(old) == 63
+    cj = cronjob()
+    cj["spec"]["jobTemplate"]["spec"].update(completionMode="Indexed", completions=4)
+    sim.world = [cj, inference_cluster(CLUSTER), *[r for r in sim.world if r["kind"] != "CronJob"]]
+    del sim.observed["gauntlet-r1"]  # never created (or deleted): built again
+    clock.advance(10)
+    sim.reconcile()
+    assert (sim.phase, sim.status["reason"]) == ("Blocked", "TemplateInvalid"), sim.status
+    msg = sim.conditions()["Runnable"]["message"]
+    assert "spec.jobTemplate.spec.completionMode" in msg and f"{old}-3" in msg, msg
+    assert "candidate-r1" not in sim.observed and "gauntlet-r1" not in sim.observed
+    clock.advance(10)
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    sim.reconcile()
+    sim.candidate_ready()
+    sim.reconcile()
+    assert sim.phase == "Evaluating", sim.status
+    assert sim.job()["metadata"]["name"] == exp.gauntlet_job_name(NAMESPACE, RUN1, indexed=True)

@@ -173,3 +173,36 @@ def test_cache_shard_is_pinned_and_depends_on_the_name_only():
     for n in names:
         counts[cache_shard(n)] += 1
     assert min(counts) > 100 and max(counts) < 220  # about 156 each
+
+
+# ---- gauntlet Jobs: Indexed ones fit their pods' hostnames (review 14a) --------------
+
+# Pinned: a gauntlet Job of a NonIndexed template keeps the name every release gave it
+# (a renamed Job would be deleted and created again by Crossplane).
+STABLE_GAUNTLET = "modelexperiment-qwen-canary-r1-bc28550a2f8d-gauntl-309e61a3ef3a"
+INDEXED_GAUNTLET = "modelexperiment-qwen-canary-r1-bc28550a-309e61a3ef3a"
+
+
+def test_a_gauntlet_job_name_is_pinned_and_an_indexed_one_fits_every_pod_hostname():
+    run = experiment.run_name("qwen-canary", 1)
+    assert experiment.gauntlet_job_name("ml-team", run) == STABLE_GAUNTLET
+    assert experiment.gauntlet_job_name("ml-team", run, indexed=False) == STABLE_GAUNTLET
+    indexed = experiment.gauntlet_job_name("ml-team", run, indexed=True)
+    assert indexed == INDEXED_GAUNTLET
+    assert naming.MAX_INDEXED_JOB_NAME == 52
+    # The same hash: the same run's Job, only a shorter head.
+    assert indexed.rsplit("-", 1)[1] == STABLE_GAUNTLET.rsplit("-", 1)[1]
+    assert not naming.indexed_job_fits(STABLE_GAUNTLET, 1)  # "<63 chars>-0" is 65
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(min_size=1, max_size=63),
+    st.text(min_size=1, max_size=63),
+    st.integers(min_value=1, max_value=2**31 - 1),
+    st.integers(min_value=1, max_value=10**6),
+)
+def test_an_indexed_gauntlet_job_fits_for_any_names_and_completions(ns, exp, completions, run):
+    name = experiment.gauntlet_job_name(ns, experiment.run_name(exp, run), indexed=True)
+    assert len(name) <= naming.MAX_INDEXED_JOB_NAME and DNS1123_LABEL.match(name), name
+    assert naming.indexed_job_fits(name, completions)

@@ -19,7 +19,7 @@ from google.protobuf.struct_pb2 import Struct
 from function.core import structs, versioned
 from function.core.errors import SpecError
 from function.manifests.tenancy import check_pod_access
-from function.naming import REMOTE_NAMESPACE
+from function.naming import MAX_LABEL, REMOTE_NAMESPACE, indexed_job_fits
 from function.serving.env import literal_env, set_env
 
 
@@ -142,11 +142,37 @@ def job_from_cronjob(
     deadline = options.get("active_deadline_seconds")
     if deadline is not None:
         spec["activeDeadlineSeconds"] = int(deadline)
+    _check_indexed(spec, name)
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": job_labels}
     ann = {**(tmeta.get("annotations") or {}), **(options.get("annotations") or {})}
     if ann:
         meta["annotations"] = ann
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+def is_indexed(cronjob: Any) -> bool:
+    """Whether a CronJob's ``spec.jobTemplate.spec.completionMode`` is ``Indexed`` (its
+    Job's pods are hostnamed ``<job>-<index>``: ``naming.MAX_INDEXED_JOB_NAME``)."""
+    return structs.get(cronjob, "spec", "jobTemplate", "spec", "completionMode") == "Indexed"
+
+
+def _check_indexed(spec: dict[str, Any], name: str) -> None:
+    """An Indexed Job whose last pod's hostname ``<name>-<completions - 1>`` is no DNS
+    label is refused by the API server: refuse it here, naming the template's field."""
+    completions = spec.get("completions")
+    if (
+        spec.get("completionMode") == "Indexed"
+        and isinstance(completions, int | float)
+        and not isinstance(completions, bool)
+        and completions >= 1
+        and not indexed_job_fits(name, int(completions))
+    ):
+        raise SpecError(
+            "spec.jobTemplate.spec.completionMode",
+            f"Indexed with completions {int(completions)}: the last pod's hostname "
+            f"{name}-{int(completions) - 1} is no DNS label of at most {MAX_LABEL} "
+            "characters, so the workload cluster would refuse the Job",
+        )
 
 
 @versioned.reading(1024)

@@ -8,7 +8,7 @@ one run is never renamed into another's slot.
 
 from __future__ import annotations
 
-from function.naming import MAX_LABEL, child_name, short_name
+from function.naming import MAX_INDEXED_JOB_NAME, MAX_LABEL, child_name, short_name
 
 REQ_TEMPLATE = "gauntlet-template"
 REQ_CACHE = "artifact-cache"
@@ -29,13 +29,20 @@ def run_name(experiment: str, number: int) -> str:
     return child_name("modelexperiment", experiment, f"r{max(number, 1)}")
 
 
-def gauntlet_job_name(namespace: str, run: str) -> str:
+def gauntlet_job_name(namespace: str, run: str, *, indexed: bool = False) -> str:
     """Name of the gauntlet Job of ``run`` (the remote Job and its Object).
 
     Remote Jobs of every control-plane namespace share ``REMOTE_NAMESPACE`` on a
-    workload cluster, so the hash covers the namespace too.
+    workload cluster, so the hash covers the namespace too. At most 63 characters, or,
+    when the CronJob's ``jobTemplate`` is ``completionMode: Indexed`` (``indexed``),
+    :data:`~function.naming.MAX_INDEXED_JOB_NAME` (52), so that every pod's hostname
+    ``<job>-<index>`` fits 63 (review 14a: a 63-character Indexed Job was refused by the
+    workload cluster). Same hash either way; the shorter head only renames Jobs that
+    could never have been created, and a run keeps the name it recorded in
+    ``status.gauntlet.job``.
     """
-    return short_name(MAX_LABEL, (run, "gauntlet"), (namespace,))
+    cap = MAX_INDEXED_JOB_NAME if indexed else MAX_LABEL
+    return short_name(cap, (run, "gauntlet"), (namespace,))
 
 
 def candidate_key(number: int) -> str:

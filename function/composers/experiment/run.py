@@ -48,7 +48,7 @@ from function.composers.experiment.state import RunState
 from function.core import structs
 from function.core.inputs import UNRESOLVED, Resolved
 from function.core.timeutil import format_time, parse_time
-from function.manifests.jobs import cronjob_problem
+from function.manifests.jobs import cronjob_problem, is_indexed
 from function.manifests.objects import sync_error
 from function.naming import LABEL_DEPLOYMENT, label_value
 
@@ -472,7 +472,9 @@ class ActiveRun:
             math.ceil(self.valid.timeout_seconds),
         )
         st.gauntlet = {
-            "job": gauntlet_job_name(c.inputs.namespace, st.name),
+            "job": gauntlet_job_name(
+                c.inputs.namespace, st.name, indexed=is_indexed(target.cronjob)
+            ),
             "cluster": target.cluster,
             "endpoint": target.endpoint,
             "providerConfig": target.provider_config,
