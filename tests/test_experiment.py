@@ -2181,3 +2181,93 @@ def test_a_recorded_indexed_name_that_cannot_fit_is_not_composed(sim_factory, cl
     sim.reconcile()
     assert sim.phase == "Evaluating", sim.status
     assert sim.job()["metadata"]["name"] == exp.gauntlet_job_name(NAMESPACE, RUN1, indexed=True)
+
+
+# ---- a gauntlet Job the workload cluster refuses is said, once (review 14a) ----------
+
+REFUSED = (
+    'create failed: cannot create object: Job.batch "x" is forbidden: exceeded quota: '
+    "jobs, requested: count/jobs.batch=1, used: count/jobs.batch=50, limited: count/jobs.batch=50"
+)
+SAID = "review 14a: a gauntlet Job provider-kubernetes cannot apply is said, with one Warning"
+
+
+@dataclass(frozen=True)
+class Sync:
+    synced: str  # the Object's Synced status
+    created: bool  # provider-kubernetes observed the remote Job (status.atProvider)
+
+
+@dataclass(frozen=True)
+class Said:
+    reason: str
+    fragment: str  # in the Verdict condition's message
+    warned: bool  # one Warning event on entry
+
+
+SYNC_CASES: list[Case[Sync, Said]] = [
+    Case("not-created", SAID, Sync("False", False),
+         Said("GauntletNotSynced", f"not created on {CLUSTER}: {REFUSED}", True)),
+    Case("not-applied", SAID, Sync("False", True),
+         Said("GauntletNotSynced", f"the Job is not applied: {REFUSED}", True)),
+    Case("synced", "a Job applied is evaluating, nothing to warn about", Sync("True", True),
+         Said("Evaluating", "gauntlet Job ", False)),
+]  # fmt: skip
+
+
+def _job_status(sim: Sim, sync: Sync) -> None:
+    obj = sim.observed["gauntlet-r1"]
+    obj["status"] = {"conditions": [cond("Synced", sync.synced, "ReconcileError", REFUSED)]}
+    if sync.created:
+        manifest = copy.deepcopy(obj["spec"]["forProvider"]["manifest"])
+        manifest["status"] = {"active": 1}
+        obj["status"]["atProvider"] = {"manifest": manifest}
+
+
+@table(SYNC_CASES)
+def test_a_gauntlet_job_not_synced_is_said_with_one_warning(
+    sim_factory, clock: Clock, case: Case[Sync, Said]
+) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    _job_status(sim, case.inputs)
+    clock.advance(10)
+    sim.reconcile()
+    want = case.want
+    assert (sim.phase, sim.status["reason"]) == ("Evaluating", want.reason), sim.status
+    verdict = sim.conditions()["Verdict"]
+    assert (verdict["status"], verdict["reason"]) == ("Unknown", want.reason)
+    assert want.fragment in verdict["message"], verdict["message"]
+    warnings = [m for s_, m in results(sim.rsp) if s_ == "Warning"]
+    assert len(warnings) == int(want.warned) and all(want.fragment in m for m in warnings)
+    # Once: the next call, with the same report, says nothing new.
+    clock.advance(10)
+    sim.reconcile()
+    assert sim.status["reason"] == want.reason and results(sim.rsp) == []
+    assert "gauntlet-r1" in sim.observed  # kept as it is: once applied, it runs
+
+
+def test_a_gauntlet_never_created_times_out_saying_why(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    _job_status(sim, Sync("False", False))
+    sim.reconcile()
+    clock.advance(30 * 60)
+    sim.reconcile()
+    v = sim.status["verdict"]
+    assert v["reason"] == "TimedOut"
+    assert f"gauntlet did not finish (gauntlet Job {sim.status['gauntlet']['job']} not created" in (
+        v["summary"]
+    )
+
+
+def test_a_gauntlet_job_applied_after_all_is_evaluating_again(sim_factory, clock: Clock) -> None:
+    sim = sim_factory()
+    sim.to_evaluating()
+    _job_status(sim, Sync("False", False))
+    sim.reconcile()
+    assert sim.status["reason"] == "GauntletNotSynced"
+    _job_status(sim, Sync("True", True))
+    sim.reconcile()
+    assert (sim.phase, sim.status["reason"]) == ("Evaluating", "Evaluating")
+    assert [s_ for s_, _ in results(sim.rsp)] == ["Normal"]

@@ -401,6 +401,10 @@ TIMED_OUT = "TimedOut"
 CANDIDATE_FAILED = "CandidateFailed"
 CANDIDATE_LOST = "CandidateLost"
 VERDICT_REASONS = frozenset({PASSED, FAILED, TIMED_OUT, CANDIDATE_FAILED, CANDIDATE_LOST})
+# Evaluating, while provider-kubernetes reports the gauntlet Job's Object Synced=False (the
+# workload cluster refused the Job: quota, admission, validation; or cannot be reached):
+# status.reason and the Verdict condition's reason, with one Warning event on entry.
+GAUNTLET_NOT_SYNCED = "GauntletNotSynced"
 # The artifact gate's condition: True (ArtifactGateOpen, or GATE_NOT_SET without
 # spec.artifactGate) or False with the reason that closes it. Set whenever a spec is
 # admitted or held, so removing the gate clears a False left by an earlier one

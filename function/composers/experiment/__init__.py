@@ -34,7 +34,9 @@ Lifecycle of one run (``status.phase``):
   in the template, such as a production lane's MODELS, is dropped). Its
   ``activeDeadlineSeconds`` is capped at the time left before the deadline;
   ``ttlSecondsAfterFinished`` and ``suspend`` are dropped (evidence is retained by
-  the run history, not by a TTL).
+  the run history, not by a TTL). While provider-kubernetes reports the Job's Object
+  ``Synced=False`` (the workload cluster refused it), the reason is
+  ``GauntletNotSynced``, with its error and one Warning event on entry.
 - ``Succeeded`` / ``Failed``: ``status.verdict {pass, reason, summary, completedAt}``
   with reason ``GauntletPassed``, ``GauntletFailed``, ``TimedOut``,
   ``CandidateFailed`` (hydration failed, or a scheduling error that waiting cannot

@@ -63,10 +63,12 @@ class _Composer:
         self.prev_phase = structs.get_str(inputs.xr, "status", "phase")
 
     # -- helpers
-    def set_phase(self, phase: str, reason: str, message: str) -> None:
+    def set_phase(self, phase: str, reason: str, message: str, *, warning: bool = False) -> None:
+        """Write ``phase`` and ``reason``; an event when either changed (a Warning for
+        Failed, Blocked, or ``warning``)."""
         out = self.out
         out.status["phase"] = phase
-        warn = phase in ("Failed", "Blocked")
+        warn = warning or phase in ("Failed", "Blocked")
         events.changed(
             out,
             (self.prev_phase, structs.get_str(self.inputs.xr, "status", "reason")),

@@ -22,6 +22,7 @@ from function.api.modelexperiment import (
     FAILED,
     GATE_NOT_SET,
     GATE_OPEN,
+    GAUNTLET_NOT_SYNCED,
     PASSED,
     TIMED_OUT,
     VERDICT,
@@ -49,7 +50,7 @@ from function.core import structs
 from function.core.inputs import UNRESOLVED, Resolved
 from function.core.timeutil import format_time, parse_time
 from function.manifests.jobs import cronjob_problem, is_indexed
-from function.manifests.objects import sync_error
+from function.manifests.objects import observed_manifest, sync_error
 from function.naming import LABEL_DEPLOYMENT, label_value
 
 if TYPE_CHECKING:
@@ -60,6 +61,19 @@ if TYPE_CHECKING:
 def job_message(st: RunState) -> str:
     g = st.gauntlet
     return f"gauntlet Job {g['job']} on {g['cluster']} against {g['endpoint']}"
+
+
+def not_synced(job_obs: Any, st: RunState) -> str | None:
+    """What provider-kubernetes reports of the gauntlet Job's Object when it is not
+    ``Synced`` (:func:`function.manifests.objects.sync_error`), or None: the Job was not
+    created (no remote Job observed: quota, admission, validation) or not applied."""
+    err = sync_error(job_obs)
+    if not err:
+        return None
+    g = st.gauntlet
+    if observed_manifest(job_obs) is None:
+        return f"gauntlet Job {g['job']} not created on {g['cluster']}: {err}"
+    return f"{job_message(st)}; the Job is not applied: {err}"
 
 
 def active(c: _Composer, spec: ExperimentSpec, st: RunState) -> None:
@@ -305,6 +319,9 @@ class ActiveRun:
             return False
         if self.st.gauntlet:
             what = "the gauntlet did not finish"
+            err = not_synced(self.job_obs, self.st) if self.job_obs is not None else None
+            if err:
+                what += f" ({err})"
         elif candidate_ready(self.cand_obs):
             what = "the candidate was Ready but its endpoint or cluster was never found"
         else:
@@ -377,19 +394,23 @@ class ActiveRun:
         # would rewrite the XR's status on every reconcile.
         return format_time(self.deadline)
 
-    def phase(self, phase: str, msg: str) -> None:
-        self.c.set_phase(phase, phase, msg)
-        self.c.out.condition(VERDICT, "Unknown", phase, f"{msg}; deadline {self.left}")
+    def phase(self, phase: str, msg: str, reason: str = "") -> None:
+        """Write ``phase`` (and ``reason``, the phase by default) with the Verdict
+        condition; ``GauntletNotSynced`` is a Warning event on entry."""
+        reason = reason or phase
+        self.c.set_phase(phase, reason, msg, warning=reason == GAUNTLET_NOT_SYNCED)
+        self.c.out.condition(VERDICT, "Unknown", reason, f"{msg}; deadline {self.left}")
 
     def evaluating(self) -> None:
         """The Job was composed; keep it as it was (a Job's pod template is immutable)."""
         c, st = self.c, self.st
         if self.job_obs is not None:
             c.out.keep(job_key(st.number), self.job_obs)
-            err = sync_error(self.job_obs)
-            msg: str | None = job_message(st)
+            err = not_synced(self.job_obs, st)
             if err:
-                msg = f"{msg} (provider reports: {err})"
+                self.phase("Evaluating", err, GAUNTLET_NOT_SYNCED)
+                return
+            msg: str | None = job_message(st)
         else:
             tmpl = c.require_template(self.valid)
             if tmpl is UNRESOLVED:
