@@ -337,6 +337,62 @@ def test_a_shard_whose_clusters_all_left_drains_before_it_goes():
     assert status(t.rsp)["retained"] == []
 
 
+@dataclass(frozen=True)
+class DrainReport:
+    """The status a draining shard (told ``spec.clusters: []``) is observed with: which
+    spec its ``specHash`` describes and the hydrations it says it keeps."""
+
+    spec: str  # "drain" (no clusters, current source), "old" (with its cluster), "none",
+    # "drain-other-source" (no clusters, the previous revision)
+    hydrations: int
+
+
+DRAIN = (
+    "a draining shard is dropped only on a report of the spec it drains with (review 14b "
+    "#5): an older status's hydrations: 0 says nothing of the hydration a live replica keeps"
+)
+DRAIN_REPORTS: list[Case[DrainReport, bool]] = [
+    Case("drain-spec-no-hydration", DRAIN, DrainReport("drain", 0), False),
+    Case("drain-spec-keeps-one", DRAIN, DrainReport("drain", 1), True),
+    Case("older-spec-no-hydration", DRAIN, DrainReport("old", 0), True),
+    Case("no-spec-hash", DRAIN, DrainReport("none", 0), True),
+    Case("drain-spec-other-source", DRAIN, DrainReport("drain-other-source", 0), True),
+]  # fmt: skip
+
+
+@table(DRAIN_REPORTS)
+def test_a_draining_shard_goes_only_on_a_report_of_its_drain_spec(
+    case: Case[DrainReport, bool],
+) -> None:
+    from function.api.modelcacheshard import spec_hash
+
+    a = inference_cluster("gpu-a", {"tier": "prod"})
+    b = inference_cluster("gpu-b", {"tier": "prod"})
+    t = grown(cache(selector={}), [a, b], {"gpu-a": ("Ready", ""), "gpu-b": ("Ready", "")})
+    n = cache_shard("gpu-b")
+    key_b = f"shard-{n}"
+    old_hash = t.shard_status[key_b]["specHash"]
+    t.xr = cache(selector={"matchLabels": {"tier": "prod"}}, status=t.xr["status"])
+    t.clusters = [a, inference_cluster("gpu-b", {"tier": "dev"})]
+    t.replicas = [_replica("chat-0", "gpu-b")]
+    t.reconcile_cache()
+    assert t.shards[key_b]["spec"]["clusters"] == []
+    identity = source_identity("Qwen/Qwen2.5-0.5B-Instruct", "main")
+    assert status(t.rsp)["source"]["identity"] == identity
+    hashes = {
+        "drain": spec_hash(identity, n, ()),
+        "old": old_hash,
+        "none": "",
+        "drain-other-source": spec_hash(source_identity("Qwen/Qwen2.5-0.5B-Instruct", "v1"), n, ()),
+    }
+    st = copy.deepcopy(t.shard_status[key_b])
+    st["specHash"] = hashes[case.inputs.spec]
+    st["summary"]["hydrations"] = case.inputs.hydrations
+    t.shard_status[key_b] = st
+    t.reconcile_cache()
+    assert (key_b in t.shards) is case.want, case.reason
+
+
 def test_an_unreported_shard_is_not_ready():
     clusters = [inference_cluster("gpu-a")]
     t = grown(cache(selector={}), clusters, {"gpu-a": ("Ready", "")})

@@ -150,7 +150,7 @@ def compose(inputs: Inputs) -> Outcome:
         {"repo": repo, "revision": revision, "identity": source_identity(repo, revision)},
         json.dumps(source.to_spec(), sort_keys=True),
         matched,
-        _desired_shards(shards, observed),
+        _desired_shards(shards, observed, source_identity(repo, revision)),
         Rollup(),
     )
     new = [n for n in call.desired if n not in observed]
@@ -187,13 +187,13 @@ def _resolving(inputs: Inputs, out: Outcome) -> Outcome:
 
 
 def _desired_shards(
-    desired: dict[int, wire.Entries], observed: dict[int, Struct]
+    desired: dict[int, wire.Entries], observed: dict[int, Struct], identity: str
 ) -> dict[int, wire.Entries]:
     """``desired`` plus every observed shard that left it but still drains (no clusters),
     as a new dict (``desired`` is the shared footprint: :func:`footprint.match`)."""
     desired = dict(desired)
     for n, obs in observed.items():
-        if n not in desired and footprint.keep_draining(obs, read_report(obs)):
+        if n not in desired and footprint.keep_draining(obs, read_report(obs), identity, n):
             desired[n] = ()
     return desired
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from google.protobuf.struct_pb2 import Struct
 
 from function.api import inferencecluster
-from function.api.modelcacheshard import ShardReport
+from function.api.modelcacheshard import ShardReport, spec_hash
 from function.core import structs, versioned
 from function.core.inputs import Resolved
 from function.naming import cache_shard
@@ -51,14 +51,23 @@ def _footprint(
     return matched, {n: tuple(v) for n, v in buckets.items()}
 
 
-def keep_draining(observed: Struct, report: ShardReport) -> bool:
+def keep_draining(observed: Struct, report: ShardReport, identity: str, shard: int) -> bool:
     """Whether an observed shard whose clusters all left the footprint stays desired.
 
     It stays (with no clusters) until it has been told so and reports that it keeps
     no hydration: while a live replica uses one of its hydrations it keeps that one,
     and a shard not yet known to have let go is "not known", never "empty".
     Dropping it then deletes nothing but the empty shard.
+
+    The report counts only when it describes the spec the cache desires for the
+    shard now: no clusters, source ``identity`` (``status.specHash`` equals
+    ``spec_hash(identity, shard, ())``). A status written for an older spec (say
+    ``hydrations: 0`` from when its only cluster was matched unavailable and had no
+    hydration yet) says nothing of what the draining shard keeps: dropping the shard
+    on it would delete, with the shard, a hydration and PVC a live replica still reads.
     """
     if structs.items(observed, "spec", "clusters"):
+        return True
+    if report.spec_hash != spec_hash(identity, shard, ()):
         return True
     return report.hydrations is None or report.hydrations > 0
