@@ -649,6 +649,81 @@ def test_events_only_on_transitions():
     assert results(t.reconcile_cache()) == []
 
 
+class _Logged(Tree):
+    """A Tree that logs, per cache reconcile, ``ArtifactReady``'s status and whether
+    the response carries the ``HydrationReady`` event."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.log: list[tuple[str, bool]] = []
+
+    def reconcile_cache(self, required: Any = "clusters") -> Any:
+        rsp = super().reconcile_cache(required)
+        ready_events = [m for _, m in results(rsp) if m.startswith("hydration finished")]
+        self.log.append((conditions(rsp)["ArtifactReady"]["status"], bool(ready_events)))
+        return rsp
+
+
+def _grow(t: _Logged) -> None:
+    t.step()
+    t.observe({c: ("Ready", "") for c in t.desired_hydrations()})
+    t.step()
+    t.step()
+
+
+def _leave_with_replica(t: _Logged) -> None:
+    """gpu-b leaves the selector while a live replica of the cache runs there."""
+    _grow(t)
+    t.xr = cache(selector={"matchLabels": {"tier": "prod"}}, status=t.xr["status"])
+    t.clusters = [t.clusters[0], inference_cluster("gpu-b", {"tier": "dev"})]
+    t.replicas = [_replica("chat-0", "gpu-b")]
+    t.step()
+    t.step()
+
+
+def _join(t: _Logged) -> None:
+    """A third cluster joins the footprint and hydrates."""
+    _grow(t)
+    t.clusters = [*t.clusters, inference_cluster("gpu-c", {"tier": "prod"})]
+    t.step()
+    t.observe({"gpu-c": ("Ready", "")})
+    t.step()
+    t.step()
+
+
+def _turn_unavailable(t: _Logged) -> None:
+    _grow(t)
+    t.clusters = [t.clusters[0], inference_cluster("gpu-b", {"tier": "prod"}, ready=False)]
+    t.step()
+    t.clusters = [t.clusters[0], inference_cluster("gpu-b", {"tier": "prod"})]
+    t.step()
+
+
+WITH_CONDITION = (
+    "the HydrationReady event comes with ArtifactReady turning True, never while a shard "
+    "still reports another footprint (review 14b #7)"
+)
+READY_EVENT_SCENARIOS: list[Case[Any, None]] = [
+    Case("grow-to-ready", WITH_CONDITION, _grow, None),
+    Case("cluster-leaves-with-live-replica", WITH_CONDITION, _leave_with_replica, None),
+    Case("cluster-joins", WITH_CONDITION, _join, None),
+    Case("cluster-turns-unavailable-and-back", WITH_CONDITION, _turn_unavailable, None),
+]
+
+
+@table(READY_EVENT_SCENARIOS)
+def test_the_ready_event_comes_with_artifact_ready_turning_true(case: Case[Any, None]) -> None:
+    a = inference_cluster("gpu-a", {"tier": "prod"})
+    t = _Logged(cache(selector={}), [a, inference_cluster("gpu-b", {"tier": "prod"})])
+    case.inputs(t)
+    prev = "absent"
+    for i, (now, event) in enumerate(t.log):
+        assert event == (now == "True" and prev != "True"), (case.reason, i, t.log)
+        prev = now
+    assert t.log[-1][0] == "True", t.log
+    assert sum(e for _, e in t.log) >= 1
+
+
 def test_source_is_copied_down_without_secret_values():
     spec_hf = {"authSecret": {"name": "hf-token"}}
     t = grown(cache(selector={}, **spec_hf), [inference_cluster("gpu-a")])

@@ -9,7 +9,15 @@ from typing import Any
 
 from function.naming import cache_shard
 from tests.support.fixtures import cache_spec
-from tests.support.harness import desired, desired_ready, request, run, status, xr
+from tests.support.harness import (
+    conditions,
+    desired,
+    desired_ready,
+    request,
+    run,
+    status,
+    xr,
+)
 
 
 def cache(name="qwen-cache", selector=None, status=None, **kw):
@@ -62,7 +70,9 @@ class Tree:
             if k not in desired(self.rsp):
                 del self.shards[k]
                 self.shard_status.pop(k, None)
-        self.xr = {**self.xr, "status": status(self.rsp)}
+        # As Crossplane writes it: the desired status and the function's conditions.
+        conds = [{"type": t, **c} for t, c in conditions(self.rsp).items()]
+        self.xr = {**self.xr, "status": {**status(self.rsp), "conditions": conds}}
         return self.rsp
 
     def reconcile_shards(self) -> None:

@@ -243,18 +243,17 @@ def _write_status(call: _Call, lists: _Lists) -> None:
 
 
 def _events(call: _Call, new: list[int], failed: list[tuple[str, str]]) -> None:
-    """Events on transitions of the roll-up, a handful per fleet-wide change."""
+    """Events on transitions of the roll-up, a handful per fleet-wide change (the
+    ``HydrationReady`` event comes with ``ArtifactReady`` turning True:
+    :func:`_artifact_ready`)."""
     out, roll, xr = call.out, call.roll, call.inputs.xr
-    total, ready_n, failed_n = roll.total, roll.phases[READY], roll.phases[FAILED]
-    prev_ready = structs.get(xr, "status", "summary", "phases", READY)
+    failed_n = roll.phases[FAILED]
     prev_failed = structs.get(xr, "status", "summary", "phases", FAILED)
     count = sum(1 for n in new for _, why in call.desired[n] if not why)
     if count:  # clusters that can host a cache: the others get no hydration
         out.normal(
             f"hydration started: {count} cluster(s) in {len(new)} new shard(s)", "HydrationStarted"
         )
-    if total and ready_n == total and prev_ready != ready_n:
-        out.normal(f"hydration finished on all {total} clusters", "HydrationReady")
     if failed_n and (not isinstance(prev_failed, float) or failed_n > prev_failed):
         out.warning(
             f"hydration failed on {_names([f'{n}: {m}' for n, m in failed])}",
@@ -298,8 +297,8 @@ def _clusters_matched(call: _Call) -> None:
 
 
 def _artifact_ready(call: _Call, failed: list[tuple[str, str]], waiting: list[str]) -> None:
-    """``ArtifactReady``: failed, no hostable cluster, hydrated, or hydrating (then
-    poll)."""
+    """``ArtifactReady``: failed, no hostable cluster, hydrated (with the
+    ``HydrationReady`` event when it turns True), or hydrating (then poll)."""
     out, roll = call.out, call.roll
     total, ready_n, failed_n = roll.total, roll.phases[READY], roll.phases[FAILED]
     progress = f"{ready_n}/{total} clusters ready"
@@ -321,6 +320,11 @@ def _artifact_ready(call: _Call, failed: list[tuple[str, str]], waiting: list[st
         )
     elif ready_n == total and total and not roll.stale:
         out.condition(ARTIFACT_READY, "True", REASON_HYDRATED, progress)
+        # The event comes with the condition's transition (the XR's conditions are
+        # those Crossplane wrote from the last applied response): never while a shard
+        # still reports another footprint (review 14b #7).
+        if not structs.condition_is(call.inputs.xr, ARTIFACT_READY, "True"):
+            out.normal(f"hydration finished on all {total} clusters", "HydrationReady")
     else:
         detail = f"waiting for {_names(waiting)}" if waiting else "waiting for the shards"
         if roll.stale:
