@@ -6,7 +6,9 @@ import math
 import subprocess
 import sys
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -21,6 +23,7 @@ from function.ops import metrics
 from function.ops.settings import default_settings
 from tests.support.fixtures import cache_spec, inference_cluster
 from tests.support.harness import NAMESPACE, Clock, GrpcFunction, World, request, xr
+from tests.support.table import Case, table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -378,6 +381,66 @@ def test_observations_not_applied_on_fatal(m, monkeypatch):
     FunctionRunner(default_settings(), Clock(), metrics=m).run(resolved_request())
     assert value(m.registry, "modelplane_cache_hydration_duration_seconds_count",
                  namespace="ml", cache="c") == 0  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What the request carries under ``clusters`` (the cache selects ``gpu: h100``)."""
+
+    clusters: tuple[str, ...] | None  # names, each labelled as in SELECTED_BY; None: absent
+
+
+SELECTED_BY = {"gpu-a": {"gpu": "h100"}, "gpu-b": {"gpu": "h100"}, "gpu-old": {"gpu": "a100"}}
+STALE = (
+    "a call is final only when every requirement it asks for was resolved for the selector "
+    "it asks with: Crossplane v2.4 seeds the first call with last reconcile's requirements "
+    "under the same names (review 14c #1); an item the selector does not select says so"
+)
+UNSEEN = (
+    "not detectable (documented): an old selector that resolved to nothing, or to a subset "
+    "of what the new one selects, looks resolved"
+)
+FINAL_CALLS: list[Case[Carried, int]] = [
+    Case("resolved-for-this-selector", STALE, Carried(("gpu-a", "gpu-b")), 1),
+    Case("old-selector-item", STALE, Carried(("gpu-a", "gpu-old")), 0),
+    Case("only-old-selector-items", STALE, Carried(("gpu-old",)), 0),
+    Case("not-resolved", STALE, Carried(None), 0),
+    Case("old-selector-resolved-nothing", UNSEEN, Carried(()), 1),
+    Case("old-selector-resolved-a-subset", UNSEEN, Carried(("gpu-a",)), 1),
+]  # fmt: skip
+
+
+@table(FINAL_CALLS)
+def test_observations_applied_only_when_requirements_were_resolved_for_their_selectors(
+    m, observing, case: Case[Carried, int]
+) -> None:
+    required: dict[str, list[dict[str, Any]]] = {"replicas": []}
+    if case.inputs.clusters is not None:
+        required["clusters"] = [inference_cluster(n, SELECTED_BY[n]) for n in case.inputs.clusters]
+    FunctionRunner(default_settings(), Clock(), metrics=m).run(
+        request(cache_xr(), required=required)
+    )
+    assert hydration_count(m) == case.want, case.reason
+
+
+@table(FINAL_CALLS)
+def test_final_iteration_needs_requirements_resolved_for_their_selectors(
+    case: Case[Carried, int],
+) -> None:
+    from function.edge import codec
+
+    required: dict[str, list[dict[str, Any]]] = {}
+    if case.inputs.clusters is not None:
+        required["clusters"] = [inference_cluster(n, SELECTED_BY[n]) for n in case.inputs.clusters]
+    req = request(cache_xr(), required=required)
+    inputs = codec.decode(req, now=Clock()(), settings=default_settings())
+    out = Outcome()
+    out.require("clusters", "modelplane.ai/v1alpha1", "InferenceCluster",
+                match_labels={"gpu": "h100"})  # fmt: skip
+    assert out.final_iteration(inputs) is bool(case.want), case.reason
+    # The view the runner composes again with (the foreign item left out) says so too.
+    asked = codec.decode(req, now=Clock()(), settings=default_settings(), asked=out.requirements)
+    assert out.final_iteration(asked) is bool(case.want), case.reason
 
 
 def test_requirements_loop_over_grpc_counts_a_transition_once(m, observing):

@@ -283,13 +283,14 @@ class RequiredView(Mapping[str, tuple[Struct, ...]]):
             items of a requirement not named here are given as they are.
     """
 
-    __slots__ = ("_asked", "_cache", "_resources", "_versions")
+    __slots__ = ("_asked", "_cache", "_dropped", "_resources", "_versions")
 
     def __init__(self, resources: Any, asked: Mapping[str, Requirement] | None = None) -> None:
         self._resources = resources
         self._asked = asked
         self._cache: dict[str, tuple[Struct, ...]] = {}
         self._versions: dict[str, tuple[versioned.Version | None, ...]] = {}
+        self._dropped: set[str] = set()
 
     def __getitem__(self, key: str) -> tuple[Struct, ...]:
         got = self._cache.get(key)
@@ -309,6 +310,7 @@ class RequiredView(Mapping[str, tuple[Struct, ...]]):
                         kept.append(item)
                         kept_versions.append(version)
                     else:
+                        self._dropped.add(key)
                         why = foreign_reason(asked, item)
                         _log.debug(
                             "ignoring a required resource that was not asked for",
@@ -344,6 +346,27 @@ class RequiredView(Mapping[str, tuple[Struct, ...]]):
             if q is not None and not _all_admitted(items, self._versions[key], q):
                 return True
         return False
+
+    def resolved_for(self, asked: Mapping[str, Requirement]) -> bool:
+        """Whether every requirement of ``asked`` that the request carries holds only
+        items ``asked`` selects (reading the ones not read yet; an item this view left
+        out as not asked for counts as held).
+
+        A name the request carries may have been resolved for another selector: Crossplane
+        v2.4 seeds a loop's first call with the requirements the step returned last
+        reconcile, under the same names, and keeps them (and a Composition's bootstrap
+        requirements) across the loop (``internal/xfn/required_resources.go``,
+        ``composition_functions.go``). Such a call is not the applied one. What this
+        cannot see: an old selector that resolved to nothing, or to a subset of what the
+        new one selects (every item it holds is also selected now).
+        """
+        for key, q in asked.items():
+            if key not in self._resources:
+                continue
+            items = self[key]
+            if key in self._dropped or not _all_admitted(items, self._versions[key], q):
+                return False
+        return True
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and key in self._resources

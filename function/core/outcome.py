@@ -190,18 +190,29 @@ class Outcome:
 
     def final_iteration(self, inputs: Inputs) -> bool:
         """True when this call's decisions can be the applied ones: every requirement it
-        asks for is resolved in the request.
+        asks for is resolved in the request, for the selector it asks with.
 
         Crossplane calls a function again while the requirements it returns differ from
         the ones the request's ``required_resources`` were resolved for (at most five
         times), and applies only the response whose requirements are stable
         (``internal/xfn/required_resources.go``, ``FetchingFunctionRunner``). A call
-        that asks for something not resolved yet is never that one; a call whose every
-        requirement is resolved decides as the applied call will (it reads nothing
-        else), so it may decide, and need not keep what a decision drops.
+        that asks for something not resolved yet is never that one. Nor is a call whose
+        request holds, under a name it asks for, an item its selector does not select:
+        Crossplane v2.4 seeds the first call with last reconcile's requirements under the
+        same names (and keeps a Composition's bootstrap requirements), so a name present
+        is not a name resolved for this selector
+        (:meth:`~function.core.inputs.RequiredView.resolved_for`). A call that passes
+        both decides as the applied call will (it reads nothing else), so it may decide,
+        and need not keep what a decision drops. Not detectable from the request: a
+        stale name whose old selector resolved to nothing, or to a subset of what the new
+        one selects; such a call is taken for final (see ``function.ops.metrics``).
         """
+        from function.core.inputs import RequiredView  # lazy: inputs imports this module
+
         have = inputs.required_resources
-        return all(name in have for name in self.requirements)
+        if not all(name in have for name in self.requirements):
+            return False
+        return not isinstance(have, RequiredView) or have.resolved_for(self.requirements)
 
     def condition(self, typ: str, status: ConditionStatus, reason: str, message: str) -> None:
         """Set an XR condition; replaces an earlier one of the same type.

@@ -144,10 +144,14 @@ def _encode_composite(
             _set_struct(status, k, out.status[k])
     if out.ready is not None:
         composite.ready = fnv1.READY_TRUE if out.ready else fnv1.READY_FALSE
-    elif any(name not in req.required_resources for name in out.requirements):
+    elif any(name not in req.required_resources for name in out.requirements) or (
+        not RequiredView(req.required_resources).resolved_for(out.requirements)
+    ):
         # Not the last iteration of Crossplane's requirements loop (it asks for what
-        # Crossplane has not resolved yet): whether the work is done is not known, so
-        # not ready. Crossplane applies only the last iteration's response.
+        # Crossplane has not resolved yet, or a name holds what another selector
+        # resolved: Crossplane v2.4 seeds the first call with last reconcile's
+        # requirements): whether the work is done is not known, so not ready.
+        # Crossplane applies only the last iteration's response.
         composite.ready = fnv1.READY_FALSE
 
 

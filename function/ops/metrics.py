@@ -29,9 +29,15 @@ timestamp and observe nothing. Consequences, by design:
   failed write.
 - The runner applies observations only when the call succeeded (no Fatal result:
   Crossplane applies nothing then) and when the response asks for no requirement
-  that the request did not already carry. Crossplane calls a function again, with
+  that the request did not already carry, each holding only items its selector
+  selects (``RequiredView.resolved_for``). Crossplane calls a function again, with
   the same observed XR, while its requirements change (at most a few times per
-  reconcile); only the last, stable call is counted.
+  reconcile); only the last, stable call is counted. Crossplane v2.4 seeds the first
+  call with last reconcile's requirements under the same names (and keeps a
+  Composition's bootstrap requirements), so after a selector change a name present
+  may hold what the old selector resolved: detected when it holds an item the new
+  selector does not select, **not** when the old selector resolved to nothing or to a
+  subset of the new one's; then the first call and the applied one both count.
 - A sample is counted by the process that served the call. Across function pods,
   sum the series (``sum by (...)``); within a pod with several worker processes,
   use prometheus-client's multiprocess mode (below).
