@@ -771,6 +771,25 @@ def test_candidate_replica_gone_is_lost(sim_factory, clock: Clock) -> None:
     assert list(sim.observed) == ["gauntlet-r1"]
 
 
+def test_the_verdict_call_asks_for_what_its_request_carries(
+    sim_factory, clock: Clock, monkeypatch
+) -> None:
+    """Review 14c #3: the call that records CandidateLost read the candidate's replicas
+    and stopped asking for them; Crossplane v2.4.0 then calls again without them, the
+    function asks again, and the loop ends in "requirements didn't stabilize" with the
+    verdict never applied. The applied call asks for what its request was resolved for."""
+    sim = sim_factory()
+    sim.to_evaluating()
+    sim.remove("ModelReplica", replica_name(NAMESPACE, RUN1, 0))
+    clock.advance(60)
+    seen: list[Any] = []
+    call = sim.fn.call
+    monkeypatch.setattr(sim.fn, "call", lambda r: (seen.append(r), call(r))[1])
+    sim.reconcile()
+    assert sim.status["verdict"]["reason"] == "CandidateLost"
+    assert set(sim.rsp.requirements.resources) == set(seen[-1].required_resources)
+
+
 def test_candidate_not_yet_observed_is_not_lost(sim_factory, clock: Clock) -> None:
     sim = sim_factory()
     sim.reconcile()

@@ -326,14 +326,27 @@ class _Composer:
                 msg += f" ({st.gate['digest']})"
         return msg
 
+    def stop_asking(self, name: str) -> None:
+        """Stop asking for requirement ``name``, unless this call's request carries it.
+
+        A response that stops asking for what its request was resolved from differs
+        from the previous call's, so Crossplane v2.4.0 calls again without it, the
+        function asks again, and the loop ends in "requirements didn't stabilize"
+        with nothing applied (``FetchingFunctionRunner``; found by the stand-in loop
+        made Crossplane's, review 14c #3). The next reconcile, with the outcome in
+        status, asks for none.
+        """
+        if name not in self.inputs.required_resources:
+            self.out.requirements.pop(name, None)
+
     def release_for_template(
         self, spec: ExperimentSpec, st: RunState, invalid: str | None = None
     ) -> None:
         """The CronJob vanished (or is unusable) before the Job exists: release the GPU."""
         out = self.out
         out.resources.pop(candidate_key(st.number), None)
-        out.requirements.pop(REQ_CLUSTER, None)
-        out.requirements.pop(REQ_REPLICAS, None)
+        self.stop_asking(REQ_CLUSTER)
+        self.stop_asking(REQ_REPLICAS)
         ref = f"{self.inputs.namespace}/{spec.gauntlet.templateRef.name}"
         if invalid:
             self.blocked(
@@ -364,7 +377,7 @@ class _Composer:
         }
         st.candidate.pop("seen", None)
         st.candidate["releasedAt"] = format_time(self.now)
-        out.requirements.pop(REQ_REPLICAS, None)
+        self.stop_asking(REQ_REPLICAS)
         out.observe(
             "model_experiment_verdicts_total",
             {"namespace": inputs.namespace, "experiment": inputs.name, "reason": reason},
