@@ -1,10 +1,17 @@
 """Preview what the function composes, without a cluster or the Crossplane CLI.
 
-``python -m function.render XR.yaml [--required PATH ...] [--observed PATH ...]``
-starts ``python -m function`` on 127.0.0.1, then drives Crossplane's requirements
-loop over gRPC the way Crossplane does (Crossplane v2 ``FunctionComposer``): call
-the function, resolve the requirements it returned from the given resources, call
-again with them, and stop when the requirements stop changing (at most 6 calls).
+``python -m function.render XR.yaml [--required PATH ...] [--observed PATH ...]
+[--seed FILE]`` starts ``python -m function`` on 127.0.0.1, then drives Crossplane's
+requirements loop over gRPC the way Crossplane v2.4.0 does (``FetchingFunctionRunner``
+in ``internal/xfn/required_resources.go``): call the function, resolve the
+requirements it returned from the given resources, call again with them, and stop
+when the requirements equal the previous call's, on a fatal result, or on the first
+call when what it was given equals what its requirements resolve to; after 6 calls
+(5 iterations past the first) it fails with Crossplane's "requirements didn't
+stabilize" error (exit 1). ``--seed`` pre-populates the first call with the
+requirements the function returned last reconcile (what Crossplane v2.4 seeds with
+realtime compositions, or a Composition step's bootstrap requirements): a YAML map of
+name to selector as the function returns it (``requirements`` in its response).
 It prints the desired XR status, conditions, results and composed resources as YAML.
 
 ``--required`` files hold the resources the "cluster" has (InferenceClusters,
@@ -37,7 +44,33 @@ from google.protobuf import json_format
 from function.core.errors import plain_text
 
 COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
-MAX_CALLS = 6
+MAX_REQUIREMENTS_ITERATIONS = 5
+"""``xfn.MaxRequirementsIterations`` of Crossplane v2.4.0: the loop calls at most this
+many times after the first."""
+MAX_CALLS = MAX_REQUIREMENTS_ITERATIONS + 1
+NOT_STABLE = (
+    "requirements didn't stabilize after the maximum number of iterations "
+    f"({MAX_REQUIREMENTS_ITERATIONS})"
+)
+"""Crossplane v2.4.0's error when the loop runs out of iterations (nothing is applied)."""
+
+Resolved = list[dict[str, Any]] | None
+"""What a requirement resolved to: the objects, or None for a name not found (Crossplane's
+nil, sent on the wire as an empty entry)."""
+
+
+class RequirementsDidNotStabilize(Exception):
+    """The loop ran out of iterations; Crossplane applies nothing and fails the reconcile.
+
+    Attributes:
+        calls: How many calls were made.
+        response: The last response (never applied).
+    """
+
+    def __init__(self, calls: int, response: fnv1.RunFunctionResponse) -> None:
+        super().__init__(NOT_STABLE)
+        self.calls = calls
+        self.response = response
 
 
 class World:
@@ -78,11 +111,19 @@ class World:
         out.sort(key=lambda r: ((r["metadata"].get("namespace") or ""), r["metadata"].get("name")))
         return out
 
+    def fetch(self, sel: fnv1.ResourceSelector) -> Resolved:
+        """What Crossplane's ``ExistingRequiredResourcesFetcher.Fetch`` returns for ``sel``:
+        None (nil) for a name not found, otherwise the list (possibly empty)."""
+        got = self.resolve(sel)
+        if sel.WhichOneof("match") == "match_name" and not got:
+            return None
+        return got
+
 
 def build_request(
     xr: Mapping[str, Any],
     observed: Mapping[str, Mapping[str, Any]] | None = None,
-    required: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    required: Mapping[str, Sequence[Mapping[str, Any]] | None] | None = None,
     *,
     tag: str = "render",
 ) -> fnv1.RunFunctionRequest:
@@ -92,7 +133,8 @@ def build_request(
         xr: The observed XR.
         observed: Observed composed resources by composition-resource name.
         required: Resolved requirements (name to resources); a name that is absent
-            is "not resolved yet", an empty list is "resolved, nothing matched".
+            is "not resolved yet", an empty list is "resolved, nothing matched" (None,
+            a name not found, goes on the wire as an empty entry too).
         tag: The request tag.
     """
     req = fnv1.RunFunctionRequest()
@@ -102,13 +144,25 @@ def build_request(
         req.observed.resources[name].resource.update(dict(body))
     for name, items in (required or {}).items():
         res = req.required_resources[name]
-        for item in items:
+        for item in items or ():
             res.items.add().resource.update(dict(item))
     return req
 
 
-def _requirements_key(rsp: fnv1.RunFunctionResponse) -> bytes:
-    return rsp.requirements.SerializeToString(deterministic=True)
+def _requirements(rsp: fnv1.RunFunctionResponse) -> fnv1.Requirements | None:
+    """``rsp.GetRequirements()``: None (Go's nil) when the response has none."""
+    if not rsp.HasField("requirements"):
+        return None
+    out = fnv1.Requirements()
+    out.CopyFrom(rsp.requirements)
+    return out
+
+
+def _proto_equal(a: fnv1.Requirements | None, b: fnv1.Requirements | None) -> bool:
+    """``proto.Equal``: nil equals only nil; set messages compare field by field."""
+    if a is None or b is None:
+        return a is None and b is None
+    return a == b
 
 
 def drive(
@@ -117,33 +171,103 @@ def drive(
     observed: Mapping[str, Mapping[str, Any]] | None,
     world: World,
     *,
-    max_calls: int = MAX_CALLS,
+    seed: Mapping[str, fnv1.ResourceSelector] | None = None,
+    bootstrap: Mapping[str, fnv1.ResourceSelector] | None = None,
 ) -> tuple[fnv1.RunFunctionResponse, int]:
-    """Run Crossplane's requirements loop.
+    """Run Crossplane v2.4.0's requirements loop (``FetchingFunctionRunner.RunFunction``).
 
-    Calls the function with no required resources, then again with the resources
-    that resolve its requirements, until the requirements are the same as in the
-    previous call (or a fatal result, or ``max_calls``).
+    Each call's response ends the loop when it has a fatal result, when its
+    requirements equal the previous call's (``proto.Equal``: none equals only none, so
+    a first response without requirements ends it), or, on the first call only, when
+    the resources the request was given equal what the response's requirements resolve
+    to. Otherwise every requirement is resolved again (on top of the pre-populated
+    resources, which persist across calls), the response's context is passed on, and
+    the function is called again: at most :data:`MAX_CALLS` calls in all.
+
+    Args:
+        call: The function.
+        xr: The observed XR.
+        observed: Observed composed resources by composition-resource name.
+        world: What Crossplane could fetch.
+        seed: Requirements the step returned last reconcile, pre-populated under their
+            names (Crossplane v2.4 with realtime compositions, ``composition_functions.go``;
+            names ``bootstrap`` filled are skipped).
+        bootstrap: A Composition step's bootstrap ``requirements.requiredResources``.
 
     Returns:
-        The last response and the number of calls made.
+        The response Crossplane applies and the number of calls made.
+
+    Raises:
+        RequirementsDidNotStabilize: the requirements did not settle within
+            :data:`MAX_CALLS` calls (Crossplane's "requirements didn't stabilize").
     """
-    required: dict[str, list[dict[str, Any]]] = {}
-    last_key: bytes | None = None
+    given = _prepopulated(world, bootstrap, seed)
+    required: dict[str, Resolved] = dict(given)
+    extra: dict[str, Resolved] = {}
+    context: Any = None
+    previous: fnv1.Requirements | None = None
     rsp = fnv1.RunFunctionResponse()
-    calls = 0
-    for calls in range(1, max_calls + 1):
-        rsp = call(build_request(xr, observed, required, tag=f"render-{calls}"))
+    for i in range(MAX_CALLS):
+        rsp = call(_loop_request(xr, observed, required, extra, context, tag=f"render-{i + 1}"))
         if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
-            break
-        key = _requirements_key(rsp)
-        if key == last_key:
-            break
-        last_key = key
-        required = {n: world.resolve(s) for n, s in rsp.requirements.resources.items()}
-        if not rsp.requirements.resources:
-            break
-    return rsp, calls
+            return rsp, i + 1
+        reqs = _requirements(rsp)
+        if _proto_equal(reqs, previous):
+            return rsp, i + 1
+        nxt, nxt_extra = _resolve(world, given, reqs)
+        # Schemas: the function asks for none, and World holds none to give.
+        if i == 0 and required == nxt and extra == nxt_extra and not (reqs and reqs.schemas):
+            return rsp, i + 1
+        previous, required, extra = reqs, nxt, nxt_extra
+        context = rsp.context if rsp.HasField("context") else None
+    raise RequirementsDidNotStabilize(MAX_CALLS, rsp)
+
+
+def _prepopulated(
+    world: World,
+    bootstrap: Mapping[str, fnv1.ResourceSelector] | None,
+    seed: Mapping[str, fnv1.ResourceSelector] | None,
+) -> dict[str, Resolved]:
+    """The first request's resources: bootstrap first (authoritative), then the seeded
+    names bootstrap left (``composition_functions.go``)."""
+    given = {name: world.fetch(sel) for name, sel in (bootstrap or {}).items()}
+    for name, sel in (seed or {}).items():
+        if name not in given:
+            given[name] = world.fetch(sel)
+    return given
+
+
+def _resolve(
+    world: World, given: Mapping[str, Resolved], reqs: fnv1.Requirements | None
+) -> tuple[dict[str, Resolved], dict[str, Resolved]]:
+    """The next request's resources (the pre-populated ones, then every requirement
+    fetched) and its deprecated extra resources."""
+    nxt: dict[str, Resolved] = dict(given)
+    if reqs is None:
+        return nxt, {}
+    extra = {name: world.fetch(sel) for name, sel in reqs.extra_resources.items()}
+    for name, sel in reqs.resources.items():
+        nxt[name] = world.fetch(sel)
+    return nxt, extra
+
+
+def _loop_request(
+    xr: Mapping[str, Any],
+    observed: Mapping[str, Mapping[str, Any]] | None,
+    required: Mapping[str, Resolved],
+    extra: Mapping[str, Resolved],
+    context: Any,
+    *,
+    tag: str,
+) -> fnv1.RunFunctionRequest:
+    req = build_request(xr, observed, required, tag=tag)
+    for name, items in extra.items():
+        res = req.extra_resources[name]
+        for item in items or ():
+            res.items.add().resource.update(dict(item))
+    if context is not None:
+        req.context.CopyFrom(context)
+    return req
 
 
 _FIRST = ("apiVersion", "kind", "metadata", "name", "namespace", "type", "status", "spec")
@@ -486,6 +610,25 @@ def _inputs(
     return xrs[0], observed, World(required)
 
 
+def read_seed(path: str) -> dict[str, fnv1.ResourceSelector]:
+    """Requirement selectors by name from a YAML map, each as the function returns it
+    (``{apiVersion, kind, matchName | matchLabels: {labels}, namespace}``).
+
+    Raises:
+        OSError, ValueError: naming the file and the entry.
+    """
+    docs = load_yaml([path])
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise ValueError(f"{path}: want one map of requirement name to selector")
+    out = {}
+    for name, sel in docs[0].items():
+        try:
+            out[str(name)] = json_format.ParseDict(sel, fnv1.ResourceSelector())
+        except (json_format.ParseError, TypeError, AttributeError) as e:
+            raise ValueError(f"{path}: {name}: not a ResourceSelector: {e}") from None
+    return out
+
+
 class _Unreachable(Exception):
     """The function could not be started or called."""
 
@@ -495,6 +638,7 @@ def _drive(
     xr: Mapping[str, Any],
     observed: Mapping[str, Mapping[str, Any]],
     world: World,
+    seed: Mapping[str, fnv1.ResourceSelector] | None = None,
 ) -> tuple[fnv1.RunFunctionResponse, int]:
     """Run the requirements loop against the function at ``address`` (started here when
     None, and stopped after).
@@ -511,7 +655,9 @@ def _drive(
             proc, address = start_function()
         with grpc.insecure_channel(address) as ch:
             stub = grpcv1.FunctionRunnerServiceStub(ch)
-            return drive(lambda r: stub.RunFunction(r, timeout=30), xr, observed, world)
+            return drive(
+                lambda r: stub.RunFunction(r, timeout=30), xr, observed, world, seed=seed
+            )
     except (RuntimeError, grpc.RpcError) as e:
         detail = e.details() if isinstance(e, grpc.RpcError) else str(e)  # type: ignore[attr-defined]
         raise _Unreachable(f"cannot run the function at {address}: {detail}") from None
@@ -540,9 +686,15 @@ def main(argv: list[str] | None = None) -> int:
         "--step",
         help='the pipeline step name Crossplane prefixes results with ("Pipeline step ...")',
     )
+    p.add_argument(
+        "--seed",
+        help="YAML map of requirement name to selector (as the function returns them): "
+        "pre-populate the first call, as Crossplane v2.4 seeds last reconcile's requirements",
+    )
     args = p.parse_args(argv)
     try:
         xr, observed, world = _inputs(args.xr, args.required, args.observed)
+        seed = read_seed(args.seed) if args.seed else None
     except (OSError, ValueError) as e:
         print(f"function.render: {e}", file=sys.stderr)
         return 2
@@ -557,10 +709,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return _print([_deleting_document(xr)])
     try:
-        rsp, calls = _drive(args.address, xr, observed, world)
+        rsp, calls = _drive(args.address, xr, observed, world, seed)
     except _Unreachable as e:
         print(f"function.render: {e}", file=sys.stderr)
         return 2
+    except RequirementsDidNotStabilize as e:
+        # As crossplane render: nothing on stdout, Crossplane's error, exit 1.
+        print(f"function.render: cannot render composite resource: {e}", file=sys.stderr)
+        return 1
     fatal = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
     if fatal:
         # As crossplane render: nothing on stdout, the fatal result on stderr, exit 1.
