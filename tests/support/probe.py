@@ -268,5 +268,5 @@ def render_real(
             seen = (doc.get("status") or {}).get("probe")
     error = None
     if p.returncode != 0:
-        error = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
+        error = p.stderr.strip() or f"exit {p.returncode}"
     return Outcome(seen, error, probe.calls), p.returncode, p.stderr
