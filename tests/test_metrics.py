@@ -333,6 +333,31 @@ def test_runner_records_run_time_and_results(m):
                      result="success") < 10  # fmt: skip
 
 
+def test_results_of_every_loop_call_are_counted_as_the_readme_says(m, monkeypatch):
+    """Review 14c #4: results_total counts every result returned, a discarded
+    iteration's too (only the applied call's become events); the README's row says so,
+    as it says the acceptor's own Fatal results are counted (function/edge/pool.py)."""
+    real = composers.composer_for("modelplane.ai/v1alpha1", "ModelCache")
+
+    def compose(inputs):
+        out = real(inputs)
+        out.warning("a warning of a call Crossplane discards")
+        return out
+
+    monkeypatch.setitem(composers._loaded, "ModelCache", compose)
+    rsp = FunctionRunner(default_settings(), Clock(), metrics=m).run(request(cache_xr()))
+    assert set(rsp.requirements.resources) == {"clusters"}  # not the loop's last call
+    assert value(m.registry, "modelplane_function_results_total", kind="ModelCache",
+                 severity="Warning") == 1  # fmt: skip
+    row = next(
+        line for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("| `modelplane_function_results_total` |")
+    )
+    assert "in every call of Crossplane's requirements loop" in row, row
+    assert "only the applied call's Normal and Warning results become events" in row, row
+    assert "the Fatal results the acceptor answers itself" in row, row
+
+
 def test_runner_records_internal_errors(m, monkeypatch):
     def broken(inputs):
         raise KeyError("boom")

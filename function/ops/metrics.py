@@ -3,7 +3,11 @@
 Two families:
 
 - **Per call**, recorded by the runner: ``modelplane_function_run_seconds{kind,result}``
-  (RunFunction time) and ``modelplane_function_results_total{kind,severity}``.
+  (RunFunction time) and ``modelplane_function_results_total{kind,severity}``: every
+  result returned, in every call of Crossplane's requirements loop (only the applied
+  call's Normal and Warning results become events; the earlier calls' are counted and
+  never emitted), and the Fatal results the acceptor answers itself
+  (``function.edge.pool``).
 - **Lifecycle**, recorded from :attr:`Outcome.observations <function.core.outcome.Outcome>`:
   cold start, cache hydration and replica replacement durations, cache hydration phase
   transitions and failures, ModelExperiment verdicts and the ModelBackfill counters.
@@ -169,7 +173,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "modelplane_function_results_total",
         "counter",
         ("kind", "severity"),
-        "Results returned (Normal and Warning become events on the XR), by XR kind and severity.",
+        "Results returned, in every call of Crossplane's requirements loop (only the applied "
+        "call's Normal and Warning ones become events), by XR kind and severity.",
         values={"kind": _KINDS | {UNKNOWN_KIND}, "severity": SEVERITIES},
     ),
     MetricSpec(
