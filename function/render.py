@@ -655,9 +655,7 @@ def _drive(
             proc, address = start_function()
         with grpc.insecure_channel(address) as ch:
             stub = grpcv1.FunctionRunnerServiceStub(ch)
-            return drive(
-                lambda r: stub.RunFunction(r, timeout=30), xr, observed, world, seed=seed
-            )
+            return drive(lambda r: stub.RunFunction(r, timeout=30), xr, observed, world, seed=seed)
     except (RuntimeError, grpc.RpcError) as e:
         detail = e.details() if isinstance(e, grpc.RpcError) else str(e)  # type: ignore[attr-defined]
         raise _Unreachable(f"cannot run the function at {address}: {detail}") from None

@@ -1449,3 +1449,46 @@ def test_a_replica_the_function_cannot_account_for_freezes_the_deployment(edit, 
     cond = h.conditions(rsp)["ReplicasScheduled"]
     assert (cond["status"], cond["reason"]) == ("False", "UnknownReplica"), cond
     assert said in cond["message"], cond
+
+
+def test_a_usage_is_not_re_pointed_when_no_replica_reads_the_old_cache() -> None:
+    """Found by review 14d: with 0 replicas, switching ``modelCacheRef`` re-pointed the
+    observed ``cache-usage`` at the new cache (the old one kept a stale in-use label);
+    now the old Usage goes and the new cache gets its own."""
+    world = h.World([ic("gpu-a"), cache(), _llama_cache(), hydration("gpu-a", "Ready"),
+                     _llama_hydration("gpu-a", "Ready")])  # fmt: skip
+    xr = deployment(0)
+    rsp = drive(xr, world)
+    assert _usage_keys(rsp) == {"cache-usage": "qwen-cache"}
+    switched = copy.deepcopy(xr)
+    switched["spec"]["template"]["spec"]["modelCacheRef"] = {"name": "llama-cache"}
+    rsp = drive(switched, world, observe(rsp))
+    after = _usage_keys(rsp)
+    assert after.get("cache-usage") in (None, "qwen-cache") and "llama-cache" in after.values()
+
+
+def test_a_stale_model_ready_does_not_count_as_ready() -> None:
+    """Found by review 14d: a ``ModelReady=True`` written for an older generation of the
+    replica (Crossplane stamps ``observedGeneration``) counted as ready right after the
+    deployment changed the replica, so removing ``modelCacheRef`` dropped the old cache's
+    Usage before the replica had even been reconciled."""
+    serving = ("True", "Serving", "serving")
+    world = h.World([ic("gpu-a"), cache(), hydration("gpu-a", "Ready")])
+    xr = deployment(1)
+    rsp = drive(xr, world)
+    rsp = drive(xr, world, observe(rsp, {0: serving}))
+    removed = copy.deepcopy(xr)
+    del removed["spec"]["template"]["spec"]["modelCacheRef"]
+    rsp = drive(removed, world, observe(rsp, {0: serving}))
+    assert sorted(_usage_keys(rsp).values()) == ["qwen-cache"]
+    stale = observe(rsp, {0: serving})
+    (body,) = [b for b in stale.values() if b.get("kind") == "ModelReplica"]
+    body["metadata"]["generation"] = 2
+    body["status"]["conditions"][0]["observedGeneration"] = 1
+    rsp = drive(removed, world, stale)
+    assert sorted(_usage_keys(rsp).values()) == ["qwen-cache"], _usage_keys(rsp)
+    ready = h.conditions(rsp)["ReplicasReady"]
+    assert ready["status"] == "False" and "Updating" in ready["message"], ready
+    body["status"]["conditions"][0]["observedGeneration"] = 2  # reconciled: ready again
+    rsp = drive(removed, world, stale)
+    assert _usage_keys(rsp) == {}, _usage_keys(rsp)

@@ -851,3 +851,37 @@ def test_a_multi_node_engine_named_svc_is_fatal_naming_it():
     [msg] = h.fatal(run(spec, ready_required()))
     assert "spec.engines[0]" in msg and "'svc' is reserved" in msg, msg
     assert any("may not be named svc" in e for e in xr_cel_errors("ModelReplica", spec))
+
+
+@pytest.mark.parametrize("gate", ["PoolNotFound", "ClusterNotFound"])
+def test_a_gated_replica_says_its_kept_workload_still_answers(gate: str):
+    """Found by review 14d: a replica gated while its workload is kept (its pool left
+    ``gpuPools``, its cluster left the list) wrote no ``status.engines``, so the
+    deployment moving it make-before-break read it as not serving and removed it one
+    call later, before its replacement served. Its kept workload's pods still answer:
+    ``available`` says so, ``ready`` stays false (the gate holds it)."""
+    from google.protobuf.struct_pb2 import Struct
+
+    from function.api.modelreplica import pods_answer
+
+    spec = single_spec()
+    first = h.desired(run(spec, ready_required()))
+    serving = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1}
+    observed = {k: observed_object(v, serving if k == "workload-vllm" else {})
+                for k, v in first.items()}  # fmt: skip
+    req = ready_required()
+    if gate == "PoolNotFound":
+        req["cluster"] = [cluster(pools=[{"name": "a100-pool", "nodes": 2, "devices": []}])]
+    else:
+        req["cluster"] = []
+    rsp = run(spec, req, observed=observed)
+    assert h.conditions(rsp)[CONDITION]["reason"] == gate
+    engines = h.status(rsp)["engines"]
+    assert [(e["name"], e["ready"], e["available"]) for e in engines] == [("vllm", False, True)]
+    replica = Struct()
+    replica.update({"status": h.status(rsp)})
+    assert pods_answer(replica)
+    # A workload not answering is said so too.
+    observed["workload-vllm"] = observed_object(first["workload-vllm"], {})
+    rsp = run(spec, req, observed=observed)
+    assert [e["available"] for e in h.status(rsp)["engines"]] == [False]

@@ -557,7 +557,9 @@ def _usages(inputs: Inputs, out: Outcome, cache: str | None, held: set[str]) -> 
         if of in protect and of not in keys:
             keys[of] = key
     for of in sorted(protect - keys.keys()):
-        free = of == cache and USAGE_KEY not in keys.values()
+        # Free: not taken here, nor observed (an observed one protecting a cache no one
+        # needs any more is dropped, never re-pointed; review 14d).
+        free = of == cache and USAGE_KEY not in keys.values() and USAGE_KEY not in inputs.observed
         keys[of] = USAGE_KEY if free else f"{HELD_USAGE_PREFIX}{of}"
     for of, key in sorted(keys.items(), key=lambda kv: kv[1]):
         out.add(key, _usage(inputs.namespace, inputs.name, of, key), ready=key in inputs.observed)

@@ -53,12 +53,35 @@ def _state_of(obj: Struct) -> tuple[bool, str, str]:
         for cv in conds.list_value.values:
             c = cv.struct_value.fields
             if "type" in c and c["type"].string_value == MODEL_READY:
+                stale = _stale(obj, c)
+                if stale:
+                    return False, "Updating", stale
                 return (
                     "status" in c and c["status"].string_value == "True",
                     c["reason"].string_value if "reason" in c else "",
                     c["message"].string_value if "message" in c else "",
                 )
     return False, "Pending", "reports no ModelReady condition yet"
+
+
+def _stale(obj: Struct, cond: Any) -> str:
+    """Why a ModelReady condition describes an older spec of the replica ('' when not):
+    Crossplane stamps each condition with the ``metadata.generation`` it was written
+    for (``observedGeneration``); one below the current generation predates the
+    deployment's last change (review 14d: a stale ``True`` dropped a Usage while pods
+    still read the old cache). Either field absent: not known to be stale."""
+    og = cond.get("observedGeneration")
+    gen = structs.fields_of(obj, "metadata").get("generation")
+    if og is None or gen is None:
+        return ""
+    if og.WhichOneof("kind") != "number_value" or gen.WhichOneof("kind") != "number_value":
+        return ""
+    if og.number_value >= gen.number_value:
+        return ""
+    return (
+        f"its ModelReady is for generation {og.number_value:.0f}, its spec is at "
+        f"generation {gen.number_value:.0f} (not reconciled since the last change)"
+    )
 
 
 Row = tuple[int, str, Struct | None, str | None]

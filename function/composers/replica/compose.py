@@ -548,6 +548,30 @@ def _unresolved(c: _Call) -> Outcome:
     return out
 
 
+def _kept_engines(inputs: Inputs) -> list[dict[str, Any]]:
+    """``status.engines`` of a gated replica whose workloads are kept: none ready (the
+    gate holds it), each ``available`` as its kept workload answers, so a deployment
+    moving it make-before-break (its pool left ``gpuPools``, its cluster left the list)
+    knows its pods still serve (review 14d: it was dropped one call after its move
+    started, with no replacement serving yet)."""
+    kept = []
+    for key in sorted(inputs.observed):
+        if not key.startswith(WORKLOAD_PREFIX):
+            continue
+        obj = inputs.observed_body(key)
+        if obj is None:
+            continue
+        w = observed_workload(obj)
+        manifest = structs.get(structs.sub(obj, "spec"), "forProvider", "manifest")
+        name = structs.get_str(manifest, "metadata", "name") if isinstance(manifest, Struct) else ""
+        answers = w.reported and not w.malformed and w.serving
+        entry: dict[str, Any] = {"name": key[len(WORKLOAD_PREFIX) :], "kind": w.kind}
+        entry.update(workload=name or "", ready=False)
+        entry[ENGINE_AVAILABLE] = bool(answers)
+        kept.append(entry)
+    return kept
+
+
 def _gate(c: _Call, gate: Gate) -> Outcome:
     """Apply ``gate``: compose nothing new, keep what exists exactly; not ready."""
     inputs, out, times = c.inputs, c.out, c.times
@@ -557,6 +581,9 @@ def _gate(c: _Call, gate: Gate) -> Outcome:
     if _hold_observed(inputs, out):
         message = f"{message}; the existing workload is kept as it is"
     status: dict[str, Any] = {"phase": gate.phase, "message": message}
+    kept = _kept_engines(inputs)
+    if kept:
+        status["engines"] = kept
     cluster = structs.get_str(inputs.xr, "spec", "clusterName")
     if cluster:
         status["cluster"] = cluster
