@@ -885,3 +885,28 @@ def test_a_gated_replica_says_its_kept_workload_still_answers(gate: str):
     observed["workload-vllm"] = observed_object(first["workload-vllm"], {})
     rsp = run(spec, req, observed=observed)
     assert [e["available"] for e in h.status(rsp)["engines"]] == [False]
+
+
+@pytest.mark.parametrize(("pools", "reason"), [(None, "Resolving"), ([], "PoolNotFound")])
+def test_gpu_pools_absent_is_not_known_not_empty(pools, reason):
+    """Found by review 14d: with ``status.gpuPools`` absent (not written yet, or lost in
+    a restore) the deployment keeps the replica as "not known", but the replica said
+    ``PoolNotFound`` with a Warning that the pool was gone. Now it waits, keeping
+    everything; ``[]`` is known: no pool."""
+    spec = single_spec()
+    first = h.desired(run(spec, ready_required()))
+    observed = {k: observed_object(v, {}) for k, v in first.items()}
+    req = ready_required()
+    c = cluster()
+    if pools is None:
+        del c["status"]["gpuPools"]
+    else:
+        c["status"]["gpuPools"] = pools
+    req["cluster"] = [c]
+    rsp = run(spec, req, observed=observed)
+    assert set(h.desired(rsp)) == set(first)
+    cond = h.conditions(rsp)[CONDITION]
+    assert cond["reason"] == reason, cond
+    if pools is None:
+        assert "reports no status.gpuPools" in cond["message"]
+        assert not [m for s, m in h.results(rsp) if s == "Warning"], h.results(rsp)

@@ -141,6 +141,10 @@ def compose(inputs: Inputs) -> Outcome:
     if isinstance(cluster, Gate):
         return _gate(c, cluster)
     gpu_pools, pc = cluster
+    if not _pools_known(cluster_req):
+        # Not known (not written yet, or lost in a restore), not empty: as the
+        # deployment reads it (review 14d: the two disagreed).
+        return _unresolved(c, f"InferenceCluster {head.clusterName} reports no status.gpuPools")
 
     flash: FlashLoader | None = None
     hydration: dict[str, Any] | None = None
@@ -535,8 +539,15 @@ def _hold_observed(inputs: Inputs, out: Outcome) -> bool:
     return any(key.startswith(WORKLOAD_PREFIX) for key in inputs.observed)
 
 
-def _unresolved(c: _Call) -> Outcome:
-    """A requirement is not resolved yet: keep everything, echo the last status."""
+def _pools_known(cluster_req: Resolved) -> bool:
+    """Whether the cluster's ``status.gpuPools`` is a list (``[]`` included)."""
+    v = structs.get(structs.sub(cluster_req.items[0], "status"), STATUS_GPU_POOLS)
+    return isinstance(v, ListValue)
+
+
+def _unresolved(c: _Call, what: str = "") -> Outcome:
+    """A requirement is not resolved yet (or what it holds is not known: ``what``):
+    keep everything, echo the last status."""
     inputs, out = c.inputs, c.out
     _hold_observed(inputs, out)
     for key, kind in _STATUS_FIELDS.items():
@@ -544,7 +555,7 @@ def _unresolved(c: _Call) -> Outcome:
         if isinstance(v, kind):
             out.status[key] = v
     c.times.write(out.status)
-    out.condition(CONDITION, "Unknown", "Resolving", "waiting for required resources")
+    out.condition(CONDITION, "Unknown", "Resolving", what or "waiting for required resources")
     return out
 
 
