@@ -523,22 +523,31 @@ def fold_dead_process(pid: int, path: str | None = None) -> int:
 
 def _fold_into(archive_path: str, dead_path: str, mode: str) -> None:
     """Add (or, for ``mostrecent`` gauges, take the later of) each value of the file
-    ``dead_path`` into the file ``archive_path``."""
-    held = {}
+    ``dead_path`` into the file ``archive_path``: written whole to a new file that
+    replaces the archive (``os.replace``), so a fold that fails part way changes
+    nothing and the dead process's values are counted once."""
+    merged: dict[str, tuple[float, float]] = {}
     if os.path.exists(archive_path):
-        held = {k: (v, t) for k, v, t, _ in MmapedDict.read_all_values_from_file(archive_path)}
-    archive = MmapedDict(archive_path)
+        for k, v, t, _ in MmapedDict.read_all_values_from_file(archive_path):
+            merged[k] = (v, t)
+    for key, value, stamp, _ in MmapedDict.read_all_values_from_file(dead_path):
+        if key in merged:
+            old, old_stamp = merged[key]
+            if mode == "mostrecent":
+                value, stamp = (value, stamp) if stamp >= old_stamp else (old, old_stamp)
+            else:
+                value += old
+        merged[key] = (value, stamp)
+    fresh = archive_path[: -len(".db")] + ".new"  # not *.db: scrapes do not read it
+    if os.path.exists(fresh):
+        os.unlink(fresh)
+    archive = MmapedDict(fresh)
     try:
-        for key, value, stamp, _ in MmapedDict.read_all_values_from_file(dead_path):
-            if key in held:
-                old, old_stamp = held[key]
-                if mode == "mostrecent":
-                    value, stamp = (value, stamp) if stamp >= old_stamp else (old, old_stamp)
-                else:
-                    value += old
+        for key, (value, stamp) in merged.items():
             archive.write_value(key, value, stamp)
     finally:
         archive.close()
+    os.replace(fresh, archive_path)
 
 
 def clear_multiprocess_dir(path: str) -> int:
