@@ -572,9 +572,15 @@ def _kept_engines(inputs: Inputs) -> list[dict[str, Any]]:
         obj = inputs.observed_body(key)
         if obj is None:
             continue
-        w = observed_workload(obj)
+        # Read as the kind composed (spec.forProvider.manifest), whatever the observed
+        # manifest names, as a plan's workload is read (_serving).
         manifest = structs.get(structs.sub(obj, "spec"), "forProvider", "manifest")
-        name = structs.get_str(manifest, "metadata", "name") if isinstance(manifest, Struct) else ""
+        composed = isinstance(manifest, Struct)
+        name = structs.get_str(manifest, "metadata", "name") if composed else ""
+        kind = structs.get_str(manifest, "kind") if composed else ""
+        w = observed_workload(obj)
+        if kind and w.kind != kind:
+            w = read_workload(obj, kind)
         answers = w.reported and not w.malformed and w.serving
         entry: dict[str, Any] = {"name": key[len(WORKLOAD_PREFIX) :], "kind": w.kind}
         entry.update(workload=name or "", ready=False)
