@@ -190,11 +190,11 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         error: BaseException | None = None
         result = "success"
         wires: list[bytes] = []
-        raw: Any = None
+        first: Inputs | None = None
         devices.forget_paths()
         try:
             with deadline_mod.armed(deadline_seconds):
-                rsp, wires, outcome, raw = self._run(req, ref.api_version, ref.kind, self.log)
+                rsp, wires, outcome, first = self._run(req, ref.api_version, ref.kind, self.log)
         except deadline_mod.CallDeadline as e:
             error, result = e, "deadline"
             self.replace_me = True
@@ -216,11 +216,14 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         if fatal is not None and result == "success":
             result = "fatal"
         self.metrics.record_run(ref.kind, result, seconds, severities)
+        # Lifecycle samples are recorded in the loop's last call only (once), judged on
+        # the request as it came (the first decode: nothing left out).
         if (
             outcome is not None
             and outcome.observations
             and fatal is None
-            and _stable(req, rsp, outcome, raw)
+            and first is not None
+            and outcome.final_iteration(first)
         ):
             self.metrics.apply(outcome.observations)
         if span is not None:
@@ -282,9 +285,10 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
 
     def _run(
         self, req: fnv1.RunFunctionRequest, api_version: str, kind: str, log: Any
-    ) -> tuple[fnv1.RunFunctionResponse, list[bytes], Outcome | None, Any]:
-        """Compose ``req``; also returns the first decode's ``required_resources`` view
-        (the request as it came, no item left out: :func:`_stable` reads it)."""
+    ) -> tuple[fnv1.RunFunctionResponse, list[bytes], Outcome | None, Inputs | None]:
+        """Compose ``req``; also returns the first decode (the request as it came, no
+        required item left out: the runner judges the loop's last call on it,
+        :meth:`Outcome.final_iteration`)."""
         composer = composer_for(api_version, kind)
         if composer is None:
             return (
@@ -299,8 +303,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             )
         span = self.tracing.span
         with span("decode"):
-            inputs = self.decode(req)
-        raw = inputs.required_resources
+            inputs = first = self.decode(req)
         with span("compose"):
             inputs.check_spec()  # every kind: a spec that is not an object is named
             outcome = composer(inputs)
@@ -319,7 +322,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                     break
         with span("encode"):
             rsp, wires = self._encode(req, outcome)
-            return rsp, wires, outcome, raw
+            return rsp, wires, outcome, first
 
     def decode(
         self, req: fnv1.RunFunctionRequest, asked: Mapping[str, Requirement] | None = None
@@ -346,27 +349,3 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     ) -> tuple[fnv1.RunFunctionResponse, list[bytes]]:
         """:func:`function.edge.codec.encode` with this runner's default TTL."""
         return codec.encode(req, out, self.settings.default_ttl_seconds)
-
-
-def _stable(
-    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, outcome: Outcome, raw: Any
-) -> bool:
-    """Whether ``rsp`` asks for no requirement that ``req`` did not already carry, each
-    resolved for the selector it asks with.
-
-    Crossplane calls again, with the same observed XR, while a function's requirements
-    change; a response whose requirements were all resolved in its request, from these
-    selectors, is the last call of that loop, so lifecycle samples are recorded there
-    only (once). A name alone is not enough: Crossplane v2.4 seeds a loop's first call
-    with the requirements the step returned last reconcile (and keeps a Composition's
-    bootstrap requirements), so after a selector changed the first call carries every
-    name with what the *old* selector resolved; ``raw`` (the request's view, nothing
-    left out) tells when an item under a name is not what the response asks for
-    (:meth:`~function.core.inputs.RequiredView.resolved_for`). Not detectable, and so
-    counted twice: an old selector that resolved to nothing (a name not found), or to a
-    subset of what the new one selects (README, "How lifecycle samples are counted").
-    """
-    have = req.required_resources
-    if not all(name in have for name in rsp.requirements.resources):
-        return False
-    return not isinstance(raw, RequiredView) or raw.resolved_for(outcome.requirements)

@@ -104,6 +104,8 @@ class _Call:
     ahead: frozenset[str]
     fleet_ahead: bool
     placed: list[_Observed]
+    unknown: str = ""
+    """Observed ModelReplicas the function cannot account for (:func:`_unknown_replicas`)."""
 
     @property
     def own_clusters(self) -> frozenset[str]:
@@ -143,9 +145,9 @@ def compose(inputs: Inputs) -> Outcome:
     cache = ts.modelCacheRef.name if ts.modelCacheRef else None
     _require_lists(inputs, out, parsed.selector, cache)
     call = _observe(inputs, out, spec.replicas, cache)
-    if unknown := _unknown_replicas(inputs):
+    if call.unknown:
         call.require_upfront()
-        return _frozen(call, UNKNOWN_REPLICA, unknown)
+        return _frozen(call, UNKNOWN_REPLICA, call.unknown)
 
     engines, bad, paths = _compiled(parsed.key)
     note_paths(paths)  # compiled in an earlier call: a deadline message still names them
@@ -203,15 +205,20 @@ def _observe(inputs: Inputs, out: Outcome, replicas: int, cache: str | None) -> 
     ``spec.clusterName``, is named by :func:`_unknown_replicas`.
     """
     observed = []
+    unknown = []
     for key, obj in _observed_replicas(inputs).items():
         v = _Observed.of(obj)
         v.index = _index_of(key)
         observed.append(v)
+        if v.index is None or not v.cluster:
+            unknown.append((key, v))
     rows = [(v.index or 0, v.cluster, v.obj, None) for v in observed]
     placed = [v for v in observed if v.cluster and v.index is not None]
     own_clusters = frozenset(v.cluster for v in placed)
     ahead, fleet_ahead = capacity.upfront(inputs, own_clusters, len(placed), replicas)
-    return _Call(inputs, out, replicas, rows, cache, ahead, fleet_ahead, placed)
+    return _Call(
+        inputs, out, replicas, rows, cache, ahead, fleet_ahead, placed, _unknown_replicas(unknown)
+    )
 
 
 def _index_of(key: str) -> int | None:
@@ -223,15 +230,16 @@ def _index_of(key: str) -> int | None:
     return int(digits)
 
 
-def _unknown_replicas(inputs: Inputs) -> str:
-    """What is wrong with the observed ModelReplicas the function cannot account for (a
-    composition-resource name it never writes, no ``spec.clusterName``), or ''."""
+def _unknown_replicas(unknown: list[tuple[str, _Observed]]) -> str:
+    """What is wrong with the observed ModelReplicas the function cannot account for
+    (``(key, view)``: a composition-resource name it never writes, no
+    ``spec.clusterName``), or ''."""
     bad = []
-    for key, obj in _observed_replicas(inputs).items():
-        name = structs.get_str(obj, "metadata", "name") or "?"
-        if _index_of(key) is None:
+    for key, v in unknown:
+        name = structs.get_str(v.obj, "metadata", "name") or "?"
+        if v.index is None:
             bad.append(f"ModelReplica {name} is composed as {key!r}, not replica-<index>")
-        elif not structs.get_str(obj, "spec", "clusterName"):
+        else:
             bad.append(f"ModelReplica {name} ({key}) has no spec.clusterName")
     if not bad:
         return ""
@@ -557,9 +565,9 @@ def _usages(inputs: Inputs, out: Outcome, cache: str | None, held: set[str]) -> 
         if of in protect and of not in keys:
             keys[of] = key
     for of in sorted(protect - keys.keys()):
-        # Free: not taken here, nor observed (an observed one protecting a cache no one
-        # needs any more is dropped, never re-pointed; review 14d).
-        free = of == cache and USAGE_KEY not in keys.values() and USAGE_KEY not in inputs.observed
+        # Free: not observed (an observed one protecting a cache no one needs any more
+        # is dropped, never re-pointed; review 14d).
+        free = of == cache and USAGE_KEY not in inputs.observed
         keys[of] = USAGE_KEY if free else f"{HELD_USAGE_PREFIX}{of}"
     for of, key in sorted(keys.items(), key=lambda kv: kv[1]):
         out.add(key, _usage(inputs.namespace, inputs.name, of, key), ready=key in inputs.observed)

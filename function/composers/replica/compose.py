@@ -559,32 +559,23 @@ def _unresolved(c: _Call, what: str = "") -> Outcome:
     return out
 
 
-def _kept_engines(inputs: Inputs) -> list[dict[str, Any]]:
+def _kept_engines(c: _Call) -> list[dict[str, Any]]:
     """``status.engines`` of a gated replica whose workloads are kept: none ready (the
-    gate holds it), each ``available`` as its kept workload answers, so a deployment
-    moving it make-before-break (its pool left ``gpuPools``, its cluster left the list)
-    knows its pods still serve (review 14d: it was dropped one call after its move
-    started, with no replacement serving yet)."""
+    gate holds it), each ``available`` as its kept workload answers (:func:`_serving`,
+    read as the kind it was composed as), so a deployment moving it make-before-break
+    (its pool left ``gpuPools``, its cluster left the list) knows its pods still serve
+    (review 14d: it was dropped one call after its move started, with no replacement
+    serving yet)."""
     kept = []
-    for key in sorted(inputs.observed):
-        if not key.startswith(WORKLOAD_PREFIX):
-            continue
-        obj = inputs.observed_body(key)
-        if obj is None:
-            continue
-        # Read as the kind composed (spec.forProvider.manifest), whatever the observed
-        # manifest names, as a plan's workload is read (_serving).
+    for key in sorted(c.inputs.observed):
+        obj = c.inputs.observed_body(key) if key.startswith(WORKLOAD_PREFIX) else None
         manifest = structs.get(structs.sub(obj, "spec"), "forProvider", "manifest")
-        composed = isinstance(manifest, Struct)
-        name = structs.get_str(manifest, "metadata", "name") if composed else ""
-        kind = structs.get_str(manifest, "kind") if composed else ""
-        w = observed_workload(obj)
-        if kind and w.kind != kind:
-            w = read_workload(obj, kind)
-        answers = w.reported and not w.malformed and w.serving
-        entry: dict[str, Any] = {"name": key[len(WORKLOAD_PREFIX) :], "kind": w.kind}
-        entry.update(workload=name or "", ready=False)
-        entry[ENGINE_AVAILABLE] = bool(answers)
+        if not isinstance(manifest, Struct):
+            continue
+        kind = structs.get_str(manifest, "kind") or "Deployment"
+        entry: dict[str, Any] = {"name": key[len(WORKLOAD_PREFIX) :], "kind": kind}
+        entry.update(workload=structs.get_str(manifest, "metadata", "name"), ready=False)
+        entry[ENGINE_AVAILABLE] = _serving(c, key, kind, None)[3]
         kept.append(entry)
     return kept
 
@@ -598,7 +589,7 @@ def _gate(c: _Call, gate: Gate) -> Outcome:
     if _hold_observed(inputs, out):
         message = f"{message}; the existing workload is kept as it is"
     status: dict[str, Any] = {"phase": gate.phase, "message": message}
-    kept = _kept_engines(inputs)
+    kept = _kept_engines(c)
     if kept:
         status["engines"] = kept
     cluster = structs.get_str(inputs.xr, "spec", "clusterName")

@@ -54,11 +54,11 @@ def place(req: Request) -> Placement:
     _scale_down(run, standing)
     chooser = _Chooser(run, standing)
     chooser.place(req.replicas - len(standing.solid))
-    kept_soft, moving, stuck = _replace_moved(run, standing, chooser.new)
+    stuck, moving = _replace_moved(run, standing, chooser.new)
     kept_retiring = _retire(run, standing)
     return _report(
         run,
-        standing.solid + kept_soft + chooser.new,
+        standing.solid + [p for p, _ in stuck] + chooser.new,
         kept_retiring,
         moving,
         chooser.checked,
@@ -373,7 +373,7 @@ def _free_indexes(taken: set[int]) -> Iterator[int]:
 
 def _replace_moved(
     run: _Run, standing: _Standing, new: list[Placed]
-) -> tuple[list[Placed], list[tuple[Placed, str]], list[tuple[Placed, str]]]:
+) -> tuple[list[tuple[Placed, str]], list[tuple[Placed, str]]]:
     """Replicas due to move stay while they are needed (make-before-break).
 
     Those that fill a shortfall (no replacement placed for them) stay as placed. Of the
@@ -383,9 +383,8 @@ def _replace_moved(
     its replacement is placed.
 
     Returns:
-        The replicas kept as placed, those kept only until replacements serve (with
-        why they move), and of the first those due to move for which no replacement
-        fits (with why they should move).
+        The replicas kept as placed, no replacement fitting (with why they should
+        move), and those kept only until replacements serve (with why they move).
     """
     fill = max(0, run.req.replicas - len(standing.solid) - len(new))
     soft = sorted(standing.soft, key=lambda s: s[0].index)
@@ -404,8 +403,7 @@ def _replace_moved(
             run.drop(p, f"moved ({why})", False)
         else:  # serves, never displaced, enough serve elsewhere: one too many
             run.drop(p, f"scaled down ({why})", True)
-    stuck = soft[:fill]
-    return [p for p, _ in stuck], sorted(moving, key=lambda m: m[0].index), stuck
+    return soft[:fill], sorted(moving, key=lambda m: m[0].index)
 
 
 def _retire(run: _Run, standing: _Standing) -> list[Placed]:
