@@ -548,61 +548,57 @@ def serving(
         Path(files[label]).write_bytes(data)
     used = [c for c in clients if c == "python" or (c == "go" and go_binary is not None)]
 
-    # Throughput and hand-off.
-    for w in sorted({1, processes}):
-        proc, address = start_function({"PYTHONHASHSEED": "0"}, workers=w)
-        try:
-            with grpc.insecure_channel(address, options=_BIG) as ch:
-                call = ch.unary_unary(METHOD)
-                for client in used:
-                    pids = _server_pids(proc.pid)
-                    if client == "python":
-                        _in_flight(call, [cache_steady], 1.0, 8)  # warm every process
-                        server = {p: _cpu_seconds(p) for p in pids}
-                        mine = time.process_time()
-                        calls = _in_flight(call, [cache_steady], seconds, 8)
-                        client_cpu = time.process_time() - mine
-                        rate = calls / seconds
-                    else:
-                        assert go_binary is not None
-                        # The Go client warms up first (1 s) inside the one run.
-                        r = _go(go_binary, address, "throughput", "-inflight", "8",
-                                "-seconds", "1", "-warm", "0", files["cache"])  # fmt: skip
-                        server = {p: _cpu_seconds(p) for p in pids}
-                        args = ("-inflight", "8", "-warm", "0", "-seconds", str(seconds))
-                        r, client_cpu = _go_timed(go_binary, address, "throughput", *args,
-                                                  files["cache"])  # fmt: skip
-                        calls = r["calls"]
-                        rate = calls / r["seconds"]
-                    used_ms = {
-                        p: (_cpu_seconds(p) - t) * 1e3 / max(1, calls) for p, t in server.items()
-                    }
-                    cpu = {
-                        "acceptor": round(used_ms[proc.pid], 2),
-                        "compute": round(sum(v for p, v in used_ms.items() if p != proc.pid), 2),
-                        "client": round(client_cpu * 1e3 / max(1, calls), 2),
-                    }
-                    out.setdefault(client, {})[f"cpu_ms_per_call_{w}"] = cpu
-                    out.setdefault(client, {})[f"calls_per_second_{w}"] = round(rate, 1)
-                    if client == "python":
-                        out[f"calls_per_second_{w}"] = round(rate, 1)
-                    load = os.getloadavg()[0]
-                    print(f"serving: {client} client, {w} process(es), 8 in flight: "
-                          f"{rate:.1f} calls/s, CPU ms per call {cpu} (load {load:.2f})",
-                          flush=True)  # fmt: skip
-                if w == 1:
-                    cases = (("ModelReplica small", small), ("ModelCache 1000", cache_steady))
-                    for label, data in cases:
-                        g = statistics.median(_times(lambda d=data, c=call: c(d, timeout=60), 31))
-                        local = statistics.median(_times(lambda d=data: runner.run_bytes(d), 31))
-                        out.setdefault("handoff_ms", {})[label] = {
-                            "grpc_ms": round(g * 1e3, 2),
-                            "in_process_ms": round(local * 1e3, 2),
-                            "handoff_ms": round((g - local) * 1e3, 2),
-                        }
-                        print(f"serving: hand-off {label}: {out['handoff_ms'][label]}")
-        finally:
+    # Throughput and hand-off. Both servers run from the start and are measured in
+    # turns (segments of THROUGHPUT_SEGMENT_SECONDS, the order swapped every round): the
+    # host's speed drifts by up to 2x within minutes, and measuring one server after the
+    # other put that drift into the ratio (2.05x and 1.07x, one run each, on the same code).
+    servers = {
+        w: start_function({"PYTHONHASHSEED": "0"}, workers=w) for w in sorted({1, processes})
+    }
+    try:
+        channels = {
+            w: grpc.insecure_channel(address, options=_BIG) for w, (_, address) in servers.items()
+        }
+        calls_of = {w: ch.unary_unary(METHOD) for w, ch in channels.items()}
+        for w in servers:
+            _in_flight(calls_of[w], [cache_steady], 1.0, 8)  # warm every process
+        for client in used:
+            totals = _throughput_in_turns(
+                client, servers, calls_of, go_binary, files["cache"], seconds
+            )
+            for w, t in totals.items():
+                calls = max(1, t["calls"])
+                cpu = {
+                    "acceptor": round(t["acceptor"] * 1e3 / calls, 2),
+                    "compute": round(t["compute"] * 1e3 / calls, 2),
+                    "client": round(t["client"] * 1e3 / calls, 2),
+                }
+                rate = t["calls"] / t["seconds"]
+                out.setdefault(client, {})[f"cpu_ms_per_call_{w}"] = cpu
+                out.setdefault(client, {})[f"calls_per_second_{w}"] = round(rate, 1)
+                out[client][f"calls_per_second_{w}_by_round"] = t["by_round"]
+                if client == "python":
+                    out[f"calls_per_second_{w}"] = round(rate, 1)
+                print(f"serving: {client} client, {w} process(es), 8 in flight: "
+                      f"{rate:.1f} calls/s (rounds {t['by_round']}), CPU ms per call {cpu} "
+                      f"(load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
+        call = calls_of[1]
+        cases = (("ModelReplica small", small), ("ModelCache 1000", cache_steady))
+        for label, data in cases:
+            g = statistics.median(_times(lambda d=data, c=call: c(d, timeout=60), 31))
+            local = statistics.median(_times(lambda d=data: runner.run_bytes(d), 31))
+            out.setdefault("handoff_ms", {})[label] = {
+                "grpc_ms": round(g * 1e3, 2),
+                "in_process_ms": round(local * 1e3, 2),
+                "handoff_ms": round((g - local) * 1e3, 2),
+            }
+            print(f"serving: hand-off {label}: {out['handoff_ms'][label]}")
+        for ch in channels.values():
+            ch.close()
+    finally:
+        for proc, _ in servers.values():
             proc.terminate()
+        for proc, _ in servers.values():
             proc.wait(timeout=60)
     if processes > 1:
         for client in used:
@@ -705,6 +701,61 @@ def serving(
     return out
 
 
+# One turn of the interleaved throughput measure, seconds.
+THROUGHPUT_SEGMENT_SECONDS = 1.0
+
+
+def _throughput_in_turns(
+    client: str,
+    servers: dict[int, tuple[Any, str]],
+    calls_of: dict[int, Any],
+    go_binary: str | None,
+    request_file: str,
+    seconds: float,
+) -> dict[int, dict[str, Any]]:
+    """Steady calls with 8 in flight on one channel to each server of ``servers``
+    (compute processes -> (acceptor process, address)), ``seconds`` per server in
+    segments of :data:`THROUGHPUT_SEGMENT_SECONDS` taken in turns, the order reversed
+    every round, so that a drift of the shared host's speed falls on every server alike.
+
+    Returns, per server: ``calls``, ``seconds`` (measured), CPU seconds spent by its
+    ``acceptor``, its ``compute`` processes and the ``client``, and ``by_round`` (calls
+    per second of each segment, to show the drift).
+    """
+    rounds = max(1, round(seconds / THROUGHPUT_SEGMENT_SECONDS))
+    order = sorted(servers)
+    totals: dict[int, dict[str, Any]] = {
+        w: {"calls": 0, "seconds": 0.0, "acceptor": 0.0, "compute": 0.0, "client": 0.0,
+            "by_round": []}
+        for w in order
+    }  # fmt: skip
+    data = Path(request_file).read_bytes()
+    for r in range(rounds):
+        for w in order if r % 2 == 0 else reversed(order):
+            proc, address = servers[w]
+            pids = _server_pids(proc.pid)
+            before = {p: _cpu_seconds(p) for p in pids}
+            if client == "python":
+                mine = time.process_time()
+                calls = _in_flight(calls_of[w], [data], THROUGHPUT_SEGMENT_SECONDS, 8)
+                client_cpu, took = time.process_time() - mine, THROUGHPUT_SEGMENT_SECONDS
+            else:
+                assert go_binary is not None
+                args = ("-inflight", "8", "-warm", "0", "-seconds", str(THROUGHPUT_SEGMENT_SECONDS))
+                report, client_cpu = _go_timed(go_binary, address, "throughput", *args,
+                                               request_file)  # fmt: skip
+                calls, took = report["calls"], report["seconds"]
+            used = {p: _cpu_seconds(p) - t for p, t in before.items()}
+            t = totals[w]
+            t["calls"] += calls
+            t["seconds"] += took
+            t["acceptor"] += used[proc.pid]
+            t["compute"] += sum(v for p, v in used.items() if p != proc.pid)
+            t["client"] += client_cpu
+            t["by_round"].append(round(calls / took, 1))
+    return totals
+
+
 def scaling_bounds(
     processes: int, one: dict[str, float], many: dict[str, float]
 ) -> dict[str, float]:
@@ -729,47 +780,57 @@ def scaling_bounds(
     }
 
 
-def _compose_loop(data: bytes, seconds: float, ready: Any, start: Any, results: Any) -> None:
-    """One process of :func:`compute_alone`: compose ``data`` for ``seconds``."""
+def _compose_loop(data: bytes, orders: Any, results: Any) -> None:
+    """One process of :func:`compute_alone`: compose ``data`` for each number of seconds
+    read from ``orders`` (None: stop), answering (calls, wall seconds, CPU seconds)."""
     _quiet()
     runner = FunctionRunner()
     for _ in range(50):
         runner.run_bytes(data)
-    ready.put(None)
-    start.wait()
-    calls, t0, c0 = 0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - t0 < seconds:
-        runner.run_bytes(data)
-        calls += 1
-    results.put((calls, time.perf_counter() - t0, time.process_time() - c0))
+    results.put(None)
+    while (seconds := orders.get()) is not None:
+        calls, t0, c0 = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - t0 < seconds:
+            runner.run_bytes(data)
+            calls += 1
+        results.put((calls, time.perf_counter() - t0, time.process_time() - c0))
 
 
 def compute_alone(processes: int, seconds: float, data: bytes) -> dict[str, Any]:
     """Calls per second of ``processes`` processes that each compose ``data`` in a loop,
     against one: no gRPC, no acceptor, no client. What the machine gives the compute
     itself when every core composes (the scaling :func:`serving` measures cannot be more,
-    and the acceptor and the client take their CPU from it)."""
+    and the acceptor and the client take their CPU from it). Measured in turns, as
+    :func:`_throughput_in_turns` measures the servers."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
-    out: dict[str, Any] = {}
-    for n in sorted({1, processes}):
-        ready, results, start = ctx.Queue(), ctx.Queue(), ctx.Event()
-        procs = [
-            ctx.Process(target=_compose_loop, args=(data, seconds, ready, start, results))
-            for _ in range(n)
-        ]
-        for p in procs:
-            p.start()
-        for _ in procs:
-            ready.get(timeout=120)
-        start.set()
-        got = [results.get(timeout=seconds + 120) for _ in procs]
+    workers = [(ctx.Queue(), ctx.Queue()) for _ in range(processes)]
+    procs = [ctx.Process(target=_compose_loop, args=(data, o, r)) for o, r in workers]
+    for p in procs:
+        p.start()
+    totals = {n: [0, 0.0, 0.0] for n in sorted({1, processes})}  # calls, calls/s, CPU
+    try:
+        for _, r in workers:
+            r.get(timeout=120)
+        rounds = max(1, round(seconds / THROUGHPUT_SEGMENT_SECONDS))
+        for i in range(rounds):
+            for n in sorted(totals) if i % 2 == 0 else sorted(totals, reverse=True):
+                for o, _ in workers[:n]:
+                    o.put(THROUGHPUT_SEGMENT_SECONDS)
+                got = [r.get(timeout=120) for _, r in workers[:n]]
+                totals[n][0] += sum(c for c, _, _ in got)
+                totals[n][1] += sum(c / w for c, w, _ in got) / rounds
+                totals[n][2] += sum(u for _, _, u in got)
+    finally:
+        for o, _ in workers:
+            o.put(None)
         for p in procs:
             p.join(timeout=60)
-        calls = sum(c for c, _, _ in got)
-        out[f"calls_per_second_{n}"] = round(sum(c / w for c, w, _ in got), 1)
-        out[f"cpu_ms_per_call_{n}"] = round(sum(u for _, _, u in got) * 1e3 / max(1, calls), 2)
+    out: dict[str, Any] = {}
+    for n, (calls, rate, cpu) in totals.items():
+        out[f"calls_per_second_{n}"] = round(rate, 1)
+        out[f"cpu_ms_per_call_{n}"] = round(cpu * 1e3 / max(1, calls), 2)
     if processes > 1:
         out["scaling"] = round(out[f"calls_per_second_{processes}"] / out["calls_per_second_1"], 2)
     return out

@@ -1,13 +1,17 @@
-"""The serving benchmark's scaling bounds (``benchmarks.run.scaling_bounds``) and its
-measure of the compute alone (``benchmarks.run.compute_alone``): the arithmetic the
-README's throughput figures rest on, and a real run of the measure (not its timings)."""
+"""The serving benchmark's scaling bounds (``benchmarks.run.scaling_bounds``), its
+measure of the compute alone (``benchmarks.run.compute_alone``) and its throughput
+measure in turns (``benchmarks.run._throughput_in_turns``): the arithmetic the README's
+throughput figures rest on, and real runs of the measures (not their timings)."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
+from benchmarks import run as bench
 from benchmarks.run import compute_alone, scaling_bounds
 from benchmarks.scenarios import SCENARIOS
+from function.render import start_function
 
 
 @pytest.mark.parametrize(
@@ -46,3 +50,28 @@ def test_compute_alone_runs_every_process():
     for n in (1, 2):
         assert got[f"calls_per_second_{n}"] > 0 and got[f"cpu_ms_per_call_{n}"] > 0
     assert got["scaling"] == round(got["calls_per_second_2"] / got["calls_per_second_1"], 2)
+
+
+def test_throughput_is_measured_in_turns(tmp_path, monkeypatch):
+    # Two real servers (1 and 2 compute processes), the Python client, 3 rounds of
+    # 0.2 s: every server gets a segment in every round, and what the totals hold is
+    # what the segments counted (calls, seconds, the CPU of each process class).
+    monkeypatch.setattr(bench, "THROUGHPUT_SEGMENT_SECONDS", 0.2)
+    request = tmp_path / "small.bin"
+    request.write_bytes(SCENARIOS["ModelReplica"](10)[1])
+    servers = {w: start_function({"PYTHONHASHSEED": "0"}, workers=w) for w in (1, 2)}
+    channels = {w: grpc.insecure_channel(address) for w, (_, address) in servers.items()}
+    try:
+        calls_of = {w: ch.unary_unary(bench.METHOD) for w, ch in channels.items()}
+        got = bench._throughput_in_turns("python", servers, calls_of, None, str(request), 0.6)
+    finally:
+        for ch in channels.values():
+            ch.close()
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(timeout=60)
+    assert set(got) == {1, 2}
+    for t in got.values():
+        assert len(t["by_round"]) == 3 and all(rate > 0 for rate in t["by_round"])
+        assert t["calls"] > 0 and t["seconds"] == pytest.approx(0.6)
+        assert t["acceptor"] > 0 and t["compute"] > 0 and t["client"] > 0
