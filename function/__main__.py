@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"function-modelplane: {e}", file=sys.stderr)
         return 2
     try:
-        serve(None, cfg, processes=processes, debug=settings.debug)
+        serve(None, cfg, processes=processes, debug=settings.debug, settings=settings)
     except BindError as e:  # taken since it was checked (by the metrics endpoint, say)
         print(f"function-modelplane: {e}", file=sys.stderr)
         return 2

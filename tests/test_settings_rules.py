@@ -201,3 +201,53 @@ def test_flag_wins_over_its_variable(env):  # noqa: F811
     assert s.max_recv_message_size == 512
     assert s.insecure is False
     assert load_settings().max_recv_message_size == 32
+
+
+@pytest.mark.parametrize(
+    ("extra", "flags"),
+    [
+        # The variable is invalid, the flag overrides it: the flag wins in the acceptor
+        # AND in every compute process (they read the acceptor's settings, not the
+        # environment again), so the server starts as `config` says it would.
+        # ADDRESS on the default metrics port (:8080): refused alone, overridden here.
+        ({"ADDRESS": "127.0.0.1:8080"}, []),
+        ({"WORKERS": "abc"}, ["--workers", "1"]),
+        ({"MODELPLANE_GRACE_SECONDS": "-1"}, ["--grace-seconds", "1"]),
+    ],
+)
+def test_a_flag_that_overrides_an_invalid_variable_starts_every_process(extra, flags):
+    import socket
+
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    grpc_port, metrics = ports
+    fill = {"metrics": metrics}
+    env = {**clean_environ(), **{k: v.format(**fill) for k, v in extra.items()}}
+    args = ["--insecure", "--address", f"127.0.0.1:{grpc_port}", "--metrics-address",
+            f"127.0.0.1:{metrics}", *[f.format(**fill) for f in flags]]  # fmt: skip
+    assert _run(["config", *args[1:]], env).returncode == 0  # the pre-flight check passes
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "function", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
+            grpc.channel_ready_future(ch).result(timeout=60)
+            got = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=60)
+        assert got.status == health_pb2.HealthCheckResponse.SERVING
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out and "did not start" not in out, out

@@ -81,6 +81,7 @@ import structlog
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.edge.codec import peek, peek_composite, serialize, xr_label
+from function.ops.settings import Settings
 
 # How long past its budget the acceptor waits for a compute process before killing it.
 KILL_MARGIN_SECONDS = 2.0
@@ -215,31 +216,29 @@ def _die_with(acceptor: int) -> None:  # pragma: no cover - child
 
 
 def _child(
-    sock: socket.socket, debug: bool, nice: int, lane: tuple[int, ...], acceptor: int = 0
+    sock: socket.socket,
+    debug: bool,
+    nice: int,
+    lane: tuple[int, ...],
+    acceptor: int = 0,
+    *,
+    settings: Settings | None = None,
 ) -> None:  # pragma: no cover - child
     """Entry point of one compute process: serve requests from ``sock`` until it closes,
     ``nice`` steps below the acceptor's CPU priority and confined to the CPUs ``lane``
     (the large-call process; empty: no confinement); killed with the acceptor, pid
-    ``acceptor`` (:func:`_die_with`; 0: not)."""
+    ``acceptor`` (:func:`_die_with`; 0: not). ``settings``: the acceptor's, flags
+    applied (None: read from the environment, as a test's pool does); never read
+    again here, so a variable that a flag overrode is not validated twice."""
     _die_with(acceptor)
-    if nice:
-        with contextlib.suppress(OSError):
-            os.nice(nice)
-    if lane:
-        try:
-            os.sched_setaffinity(0, lane)
-        except OSError as e:  # a narrowed cpuset: runs unconfined, at its lower priority
-            structlog.get_logger("pool").warning("not confined to the slow lane", error=str(e))
-    # The acceptor owns signals: it stops taking calls, lets these finish, then closes
-    # the socket (end-of-file ends this loop).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _place_self(nice, lane)
     from function.edge.runner import FunctionRunner
     from function.ops import logs, tracing
     from function.ops.settings import load_settings
 
     logs.configure(debug=debug)
-    settings = load_settings()
+    if settings is None:
+        settings = load_settings()
     traces = tracing.configure(settings)
     runner = FunctionRunner(settings=settings, tracing=traces)
     _warm()
@@ -284,6 +283,22 @@ def _child(
         return
     finally:
         traces.shutdown()
+
+
+def _place_self(nice: int, lane: tuple[int, ...]) -> None:  # pragma: no cover - child
+    """A compute process's CPU priority (``nice`` steps lower) and CPUs (``lane``; empty:
+    any), and its signals: the acceptor owns them (it stops taking calls, lets these
+    finish, then closes the socket, whose end-of-file ends the process)."""
+    if nice:
+        with contextlib.suppress(OSError):
+            os.nice(nice)
+    if lane:
+        try:
+            os.sched_setaffinity(0, lane)
+        except OSError as e:  # a narrowed cpuset: runs unconfined, at its lower priority
+            structlog.get_logger("pool").warning("not confined to the slow lane", error=str(e))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _recv_into(sock: socket.socket, view: memoryview) -> bool:  # pragma: no cover - child
@@ -410,18 +425,26 @@ class ComputePool:
     Args:
         processes: How many compute processes (>= 1).
         debug: Debug-level logs in the processes.
+        settings: The settings every process composes with (the acceptor's, flags
+            applied); None: each reads the environment itself.
 
     Use ``await start()``, then ``await call(...)`` from the event loop, and
     ``await close()`` to let the processes finish their calls and exit.
     """
 
     def __init__(
-        self, processes: int, *, debug: bool = False, lane: tuple[int, ...] | None = None
+        self,
+        processes: int,
+        *,
+        debug: bool = False,
+        lane: tuple[int, ...] | None = None,
+        settings: Settings | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError("a compute pool needs at least 1 process")
         self.processes = processes
         self.debug = debug
+        self.settings = settings
         self.replaced = 0
         self._ctx = multiprocessing.get_context("spawn")
         # Size classes: ``processes`` processes take every call; one more, at a lower CPU
@@ -466,6 +489,7 @@ class ComputePool:
                 self.lane if self._slots[index].large else (),
                 os.getpid(),
             ),
+            kwargs={"settings": self.settings},
             name=f"compute-{index}",
             daemon=True,
         )

@@ -37,6 +37,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from function.edge.runner import FunctionRunner
+from function.ops.settings import Settings
 
 DEFAULT_ADDRESS = "0.0.0.0:9443"
 DEFAULT_MAX_RECV_MB = 256
@@ -192,7 +193,12 @@ def _log(log: Any, event: str, **fields: Any) -> None:
 
 
 async def serve_async(
-    runner: FunctionRunner | None, cfg: ServerConfig, *, processes: int = 0, debug: bool = False
+    runner: FunctionRunner | None,
+    cfg: ServerConfig,
+    *,
+    processes: int = 0,
+    debug: bool = False,
+    settings: Settings | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT, then stop.
 
@@ -201,6 +207,8 @@ async def serve_async(
         cfg: Listener settings.
         processes: Compute processes (``function.edge.pool``); 0 composes in this process.
         debug: Debug-level logs in the compute processes.
+        settings: What the compute processes compose with (``python -m function``'s,
+            flags applied); None: each reads the environment.
 
     On the signal the server stops at once: the listener closes, new calls and
     connections are refused (Crossplane's client moves to another pod), the health
@@ -220,7 +228,7 @@ async def serve_async(
 
         # The listener first: a port or certificate gRPC refuses raises here, before
         # any compute process exists to outlive it.
-        pool = ComputePool(processes, debug=debug)
+        pool = ComputePool(processes, debug=debug, settings=settings)
         server, port = build_server(pool.call, cfg)
         try:
             await pool.start()
@@ -260,10 +268,15 @@ async def serve_async(
 
 
 def serve(
-    runner: FunctionRunner | None, cfg: ServerConfig, *, processes: int = 0, debug: bool = False
+    runner: FunctionRunner | None,
+    cfg: ServerConfig,
+    *,
+    processes: int = 0,
+    debug: bool = False,
+    settings: Settings | None = None,
 ) -> None:
     """Blocking wrapper around :func:`serve_async`."""
-    asyncio.run(serve_async(runner, cfg, processes=processes, debug=debug))
+    asyncio.run(serve_async(runner, cfg, processes=processes, debug=debug, settings=settings))
 
 
 def check_serving_config(cfg: ServerConfig) -> str | None:
