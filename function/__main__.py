@@ -166,7 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg = _server_config(settings)
         from function.edge.server import default_processes
 
-        processes = settings.workers if settings.workers is not None else default_processes()
+        processes = (
+            settings.workers
+            if settings.workers is not None
+            else default_processes(settings.cache_budget_mib)
+        )
         metrics_server, made = _metrics_server(settings)
     except (SettingsError, StartupError) as e:
         print(f"function-modelplane: {e}", file=sys.stderr)

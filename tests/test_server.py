@@ -30,6 +30,45 @@ def test_default_processes_is_bounded():
     assert 1 <= default_processes() <= 8
 
 
+@pytest.mark.parametrize(
+    ("cpus", "memory", "budget", "want"),
+    [
+        (16, None, 64, 2),  # no memory limit: sized for 512 MiB (found by a review: 8)
+        (16, 2048.0, 64, 8),  # the example runtime config's 2 GiB: the CPUs, at most 8
+        (16, 1024.0, 64, 6),
+        (4, 2048.0, 64, 4),  # the CPUs bound it
+        (16, 512.0, 8, 4),  # a smaller budget leaves room for more
+        (16, 100.0, 64, 1),  # at least 1, whatever the memory
+        (1, None, 64, 1),
+    ],
+)  # fmt: skip
+def test_default_processes_fit_the_memory(monkeypatch, cpus, memory, budget, want):
+    from function.edge import pool
+
+    monkeypatch.setattr(pool, "usable_cpus", lambda: cpus)
+    assert default_processes(budget, memory) == want
+
+
+@pytest.mark.parametrize(
+    ("files", "want"),
+    [
+        ({"memory.max": "536870912\n"}, 512.0),  # cgroup v2
+        ({"memory.max": "max\n"}, None),
+        ({"memory/memory.limit_in_bytes": "1073741824\n"}, 1024.0),  # cgroup v1
+        ({"memory/memory.limit_in_bytes": "9223372036854771712\n"}, None),  # v1 unlimited
+        ({"memory.max": "junk\n"}, None),
+        ({}, None),
+    ],
+)  # fmt: skip
+def test_the_cgroup_memory_limit_v2_or_v1(tmp_path, files, want):
+    from function.edge.pool import memory_limit_mib
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert memory_limit_mib(str(tmp_path)) == want
+
+
 def test_two_workers_share_the_port_and_stop_cleanly_on_sigterm():
     proc, address = start_function(workers=2)
     try:

@@ -155,6 +155,26 @@ def _cgroup_quota(root: str = "/sys/fs/cgroup") -> float | None:
     return None
 
 
+def memory_limit_mib(root: str = "/sys/fs/cgroup") -> float | None:
+    """The container's memory limit in MiB (what a Kubernetes memory limit sets: cgroup
+    v2's ``memory.max``, else cgroup v1's ``memory/memory.limit_in_bytes``), or None
+    when there is none (v2 ``max``, v1's near-2**63 "unlimited") or none is readable."""
+    for name in ("memory.max", "memory/memory.limit_in_bytes"):
+        try:
+            with open(os.path.join(root, name)) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        try:
+            limit = int(text)
+        except ValueError:
+            continue
+        return limit / 2**20 if 0 < limit < 2**60 else None
+    return None
+
+
 def usable_cpus() -> int:
     """:func:`cpu_limit` rounded up (a process for each CPU or part of one), at least 1."""
     return max(1, math.ceil(cpu_limit()))

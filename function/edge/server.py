@@ -337,10 +337,30 @@ def _tls_problem(certs_dir: str) -> str | None:
     return None
 
 
-def default_processes() -> int:
+# Resident memory of one started process of the pod (the acceptor or a compute process,
+# its imports and warm-up, before any memo fills), MiB: 279 MiB for the acceptor, 2
+# compute processes and the large-call one, measured in session 15.
+PROCESS_BASE_MIB = 72
+# The memory a pod without a memory limit is sized for by default, MiB (issue 14).
+POD_MEMORY_TARGET_MIB = 512
+
+
+def default_processes(cache_budget_mib: int = 64, memory_mib: float | None = None) -> int:
     """Compute processes to run by default: the CPUs this process may use, a fraction
     rounded up (:func:`function.edge.pool.usable_cpus`: the affinity mask lowered to the
-    cgroup CPU quota), at most 8."""
-    from function.edge.pool import usable_cpus
+    cgroup CPU quota), at most 8, and no more than the pod's memory holds.
 
-    return min(usable_cpus(), 8)
+    The pod is the acceptor, the large-call process and ``n`` compute processes, each
+    :data:`PROCESS_BASE_MIB` plus, for each composing process, its memos' full budget
+    (``cache_budget_mib``, ``MODELPLANE_CACHE_BUDGET_MIB``). It must fit the container's
+    memory limit (:func:`function.edge.pool.memory_limit_mib`; ``memory_mib`` overrides
+    it, tests), else :data:`POD_MEMORY_TARGET_MIB`: with the defaults, 2 processes
+    without a limit (found by a review: 8 on a 16-CPU node took 672 MiB at start and
+    1,165 MiB after 20,000 distinct XRs), 6 with 1 GiB, 8 with the example's 2 GiB.
+    At least 1, whatever the memory."""
+    from function.edge.pool import memory_limit_mib, usable_cpus
+
+    memory = memory_mib if memory_mib is not None else memory_limit_mib()
+    room = (memory or POD_MEMORY_TARGET_MIB) - 2 * PROCESS_BASE_MIB - cache_budget_mib
+    fits = int(room // (PROCESS_BASE_MIB + cache_budget_mib))
+    return max(1, min(usable_cpus(), 8, fits))

@@ -181,7 +181,8 @@ class Settings(BaseSettings):
             "WORKERS",
             "compute processes behind the one gRPC acceptor, plus one at a lower CPU "
             "priority that composes only requests of 2 MiB and more; unset: the CPUs the "
-            "container may use, at most 8",
+            "container may use, at most 8, and as many as its memory limit holds (512 MiB "
+            "without one: 2 with the default cache budget)",
             "processes",
             ge=1,
             le=64,
@@ -225,8 +226,8 @@ class Settings(BaseSettings):
         _env(
             "MODELPLANE_CACHE_BUDGET_MIB",
             "byte budget of the memos of each compute process (64 keeps a pod with 2 "
-            "processes and the large-call one under 512 MiB); least recently used entries "
-            "are evicted past it",
+            "processes and the large-call one under 512 MiB; the default process count "
+            "fits the memory limit with it); least recently used entries are evicted past it",
             "MiB",
             ge=1,
             le=65536,
