@@ -49,6 +49,7 @@ from tests.support.harness import (
     xr,
     xr_ready,
 )
+from tests.support.table import Case, table
 from tests.support.validation import validate_object, validate_xr
 
 # The token the suite-wide guard (tests/support/secret_guard.py) watches.
@@ -788,6 +789,120 @@ def test_wait_for_first_consumer_does_not_time_out_without_job() -> None:
     rsp = run(request(composite, observed=pvc("Pending"), required=resolved(secret=[])))
     assert status(rsp)["phase"] == "Pending"
     assert "pendingSince" not in status(rsp)
+
+
+def _unbound(message: str = "") -> dict:
+    """A PVC that does not bind (with provider-kubernetes' apply error when ``message``),
+    and the download Job and token Secret Crossplane created meanwhile (no pod yet)."""
+    obs = {**pvc("Pending"), **job(), **token_object()}
+    if message:
+        obs["pvc"]["status"]["conditions"] = [cond("Synced", "False", "ReconcileError", message)]
+    return obs
+
+
+def _ago(seconds: float) -> str:
+    return (NOW - datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_DEADLINE = SETTINGS.hydration_deadline_seconds
+_BOUND_RUNNING = {**pvc("Bound"), **job([], active=1), **token_object()}
+# (status the last reconcile wrote, observed, required) -> (phase, reason) written.
+FIXED_POINT: list[Case[tuple[dict, dict, dict], tuple[str, str]]] = [
+    Case(
+        "pvc-not-bound",
+        "the PVC waits to bind within MODELPLANE_PVC_BIND_TIMEOUT_SECONDS",
+        (prev_status("Pending", pendingSince=_ago(60)), _unbound(), resolved()),
+        ("Pending", "PVCNotBound"),
+    ),
+    Case(
+        "pvc-bind-timeout",
+        "found by review 15b: the message counted the seconds since pendingSince, so a "
+        "PVC that never binds rewrote the status on every reconcile (and the shard's and "
+        "cache's that quote it): Crossplane v2.4 reconciles an XR again on every write",
+        (
+            prev_status("Pending", pendingSince=T_MINUS.strftime("%Y-%m-%dT%H:%M:%SZ")),
+            _unbound(),
+            resolved(),
+        ),
+        ("Failed", "PVCBindTimeout"),
+    ),
+    Case(
+        "pvc-bind-timeout-with-apply-error",
+        "as pvc-bind-timeout, with the PVC Object's apply error in the message",
+        (
+            prev_status("Pending", pendingSince=T_MINUS.strftime("%Y-%m-%dT%H:%M:%SZ")),
+            _unbound("storageclass efs-rwx not found"),
+            resolved(),
+        ),
+        ("Failed", "PVCBindTimeout"),
+    ),
+    Case(
+        "job-not-synced",
+        "a download Job provider-kubernetes cannot create, within the hydration deadline",
+        (
+            prev_status("Hydrating", reason="JobRunning"),
+            {**pvc("Bound"), **_job_refused("exceeded quota: q"), **token_object()},
+            resolved(),
+        ),
+        ("Pending", "JobNotSynced"),
+    ),
+    Case(
+        "job-not-created",
+        "found by review 15b: the message counted the seconds the Job could not be "
+        "created, rewritten on every reconcile for as long as the quota refuses it",
+        (
+            prev_status("Pending", reason="JobNotSynced", pendingSince=_ago(_DEADLINE + 5)),
+            {**pvc("Bound"), **_job_refused("exceeded quota: q"), **token_object()},
+            resolved(),
+        ),
+        ("Failed", "JobNotCreated"),
+    ),
+    Case(
+        "hydrating",
+        "the download Job runs",
+        (prev_status("Pending"), _BOUND_RUNNING, resolved()),
+        ("Hydrating", "JobRunning"),
+    ),
+    Case(
+        "job-failed",
+        "the download Job failed (its reason is the status' reason)",
+        (prev_status("Hydrating"), {**pvc("Bound"), **job(BACKOFF), **token_object()}, resolved()),
+        ("Failed", "BackoffLimitExceeded"),
+    ),
+    Case(
+        "ready",
+        "the download Job completed: Ready, latched",
+        (
+            prev_status("Hydrating", startedAt=_ago(600)),
+            {**pvc("Bound"), **job(COMPLETE, succeeded=1), **token_object()},
+            resolved(),
+        ),
+        ("Ready", "Hydrated"),
+    ),
+    Case(
+        "auth-secret-missing",
+        "the auth Secret does not exist",
+        (prev_status("Pending"), pvc("Bound"), resolved(secret=[])),
+        ("Pending", "AuthSecretMissing"),
+    ),
+]
+
+
+@table(FIXED_POINT)
+def test_a_status_is_a_fixed_point_in_an_unchanged_world(case: Case) -> None:
+    """Crossplane v2.4 reconciles an XR again on every write of it and writes the status
+    whenever it differs: in a world that does not change, the status and conditions the
+    next reconciles write (a second and a minute later) are the ones written first."""
+    prev, observed, required = case.inputs
+    clock = Clock(NOW)
+    first = run(request(hydration_xr(prev), observed=observed, required=required), now=clock)
+    written = status(first)
+    assert (written["phase"], written["reason"]) == case.want, written
+    for seconds in (1, 60):
+        clock.advance(seconds)
+        again = run(request(hydration_xr(written), observed=observed, required=required), now=clock)
+        assert status(again) == written, f"{seconds}s later"
+        assert conditions(again) == conditions(first), f"{seconds}s later"
 
 
 # ---- Ready latch, re-hydration ---------------------------------------------------

@@ -697,9 +697,12 @@ class _Composer:
         if timeout and waited >= timeout:
             st.phase = FAILED
             st.reason = PVC_TIMEOUT
-            st.message = f"PVC {pvc} not bound after {int(waited)}s (limit {timeout}s)" + (
-                f": {err}" if err else ""
-            )
+            # The instants and the limit, never the seconds elapsed: a message that
+            # changes with the clock is a status write, and so a reconcile, every call.
+            st.message = (
+                f"PVC {pvc} not bound since {self.pending_since} "
+                f"(MODELPLANE_PVC_BIND_TIMEOUT_SECONDS is {timeout}s)"
+            ) + (f": {err}" if err else "")
         elif timeout:
             self.out.requeue_after(max(1.0, timeout - waited))
 
@@ -722,8 +725,8 @@ class _Composer:
         limit = settings.hydration_deadline_seconds
         if limit and waited >= limit:
             st.phase, st.reason = FAILED, REASON_JOB_NOT_CREATED
-            st.message = (
-                f"{what} (for {int(waited)}s, the hydration deadline "
+            st.message = (  # the instant, not the seconds elapsed (see _derive_from_observed)
+                f"{what} (since {self.pending_since}; the hydration deadline "
                 f"MODELPLANE_HYDRATION_DEADLINE_SECONDS is {limit}s)"
             )
             self.out.requeue_after(settings.poll_seconds)
