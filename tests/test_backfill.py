@@ -115,22 +115,112 @@ def test_waits_for_the_model_to_be_ready_then_for_a_full_window(sim: Sim, clock:
     sim.add(spec())
     st = sim.step()
     assert (st["phase"], st["reason"]) == ("WaitingForIdle", "ModelNotReady")
+    assert st["notIdleBefore"] == format_time(t0)  # when the wait began
     assert sim.observed[BACKFILL] == {}
     clock.advance(3600)  # idle for an hour, but not Ready: no start
     st = sim.step()
     assert st["reason"] == "ModelNotReady" and sim.observed[BACKFILL] == {}
-    last_not_ready = clock.now
+    # Kept while the wait lasts (review 15b: re-stamped on every call, the status was
+    # written, and so reconciled again, on every call).
+    assert st["notIdleBefore"] == format_time(t0)
     clock.advance(30)
+    first_ready = clock.now
     sim.deployment = deployment(foreground=format_time(t0))
     st = sim.step()
-    # The window restarts when the model was last seen not Ready, not at the old
-    # foreground time (an hour ago).
+    # The window starts when the model is first seen Ready again (its Ready condition
+    # reports no transition time here), not at the old foreground time (an hour ago).
     assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
-    assert st["idleSince"] == format_time(last_not_ready)
-    clock.advance(569)
+    assert st["idleSince"] == st["notIdleBefore"] == format_time(first_ready)
+    clock.advance(599)
     assert sim.step()["phase"] == "WaitingForIdle"
     clock.advance(1)
     assert sim.step()["phase"] == "Starting"
+
+
+@dataclass(frozen=True)
+class ModelWait:
+    """A wait on the model from t0 (the deployment ``missing``, else not Ready; its last
+    foreground request an hour before), seen again at t0+1h; at t0+1h30s it is Ready,
+    its Ready condition's ``lastTransitionTime`` ``ready_at`` seconds after t0 (None:
+    not reported), its last foreground request ``foreground_at`` seconds after t0."""
+
+    missing: bool = False
+    ready_at: float | None = None
+    foreground_at: float = -3600
+
+
+SEEN_READY = 3630  # the first call that sees the model Ready, seconds after t0
+WINDOW_AFTER_A_WAIT: list[Case[ModelWait, float]] = [
+    Case("not ready, no transition time",
+         "at the first call that sees it Ready: at or after the last one that saw it not "
+         "Ready (the call before re-stamped notIdleBefore on every call; review 15b)",
+         ModelWait(), SEEN_READY),
+    Case("not ready, transition during the wait",
+         "the deployment's Ready transition, when it came after the wait began, is exact",
+         ModelWait(ready_at=3610), 3610),
+    Case("not ready, transition before the wait",
+         "a transition before the wait began cannot be the one that ended it",
+         ModelWait(ready_at=-60), SEEN_READY),
+    Case("missing, appears Ready", "as not ready, for a deployment that was missing",
+         ModelWait(missing=True, ready_at=3610), 3610),
+    Case("missing, appears, no transition time", "as not ready, no transition time",
+         ModelWait(missing=True), SEEN_READY),
+    Case("a foreground request after it", "the latest of the instants",
+         ModelWait(ready_at=3610, foreground_at=3620), 3620),
+]  # fmt: skip
+
+
+@table(WINDOW_AFTER_A_WAIT)
+def test_where_the_window_starts_after_a_wait_on_the_model(
+    sim: Sim, clock: Clock, case: Case[ModelWait, float]
+) -> None:
+    t0 = clock.now
+    w = case.inputs
+
+    def at(seconds: float) -> datetime.datetime:
+        return t0 + datetime.timedelta(seconds=seconds)
+
+    if w.missing:
+        sim.deployment = deployment(name="other", foreground=format_time(at(-3600)))
+    else:
+        sim.deployment = deployment(ready=False, foreground=format_time(at(-3600)))
+    sim.add(spec())
+    for seconds in (0, 3600):
+        clock.advance(seconds)
+        st = sim.step()
+        assert st["reason"] == ("ModelNotFound" if w.missing else "ModelNotReady"), st
+        assert st["notIdleBefore"] == format_time(t0)
+    clock.advance(SEEN_READY - 3600)
+    ready_at = at(w.ready_at) if w.ready_at is not None else None
+    sim.deployment = deployment(foreground=format_time(at(w.foreground_at)), ready_since=ready_at)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle"), st
+    assert st["idleSince"] == format_time(at(case.want)), case.reason
+    clock.advance(case.want + 600 - SEEN_READY - 1)
+    assert sim.step()["phase"] == "WaitingForIdle"
+    clock.advance(1)
+    assert sim.step()["phase"] == "Starting"
+
+
+def test_a_wait_on_the_model_left_for_another_state_ends_there(sim: Sim, clock: Clock) -> None:
+    """Suspended while the model is not Ready: the wait ends in the call that suspends
+    (the model is not looked at while suspended), so after resuming on a Ready model
+    that reports no transition time, the window starts there, not when the wait began."""
+    t0 = clock.now
+    sim.deployment = deployment(ready=False, foreground=format_time(t0))
+    sim.add(spec())
+    assert sim.step()["reason"] == "ModelNotReady"
+    clock.advance(3600)
+    sim.backfills[BACKFILL]["spec"]["suspend"] = True
+    st = sim.step()
+    suspended = clock.now
+    assert st["phase"] == "Suspended" and st["notIdleBefore"] == format_time(suspended)
+    clock.advance(60)
+    sim.deployment = deployment(foreground=format_time(t0))
+    sim.backfills[BACKFILL]["spec"]["suspend"] = False
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle"), st
+    assert st["idleSince"] == format_time(suspended)
 
 
 def test_the_ready_transition_time_also_starts_the_window(sim: Sim, clock: Clock) -> None:
@@ -155,7 +245,10 @@ def test_a_foreground_request_resets_the_window(sim: Sim, clock: Clock) -> None:
     st = sim.step()
     assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
     assert st["idleSince"] == format_time(t0.replace(minute=9))
-    assert "idle for 2m of 10m" in st["message"]
+    assert st["message"] == (
+        f"{DEPLOYMENT} idle since {format_time(t0.replace(minute=9))} (idleFor 10m); "
+        f"admission at {format_time(t0.replace(minute=19))} if no foreground request arrives"
+    )
     clock.advance(470)
     assert sim.step()["phase"] == "WaitingForIdle"
     assert sim.last.meta.ttl.seconds == 10  # called again exactly when the window ends
@@ -189,12 +282,146 @@ def test_missing_model_waits_and_cluster_without_provider_config_waits(
     sim.add(spec())
     clock.advance(900)
     assert sim.step()["reason"] == "ModelNotFound"
-    sim.deployment = deployment(foreground=format_time(clock.now - datetime.timedelta(hours=1)))
+    appeared = clock.now + datetime.timedelta(seconds=60)  # Ready 14 minutes ago
+    sim.deployment = deployment(
+        foreground=format_time(clock.now - datetime.timedelta(hours=1)), ready_since=appeared
+    )
     sim.clusters = [c for c in sim.clusters if c["metadata"]["name"] != "gpu-a"]
     clock.advance(900)
     st = sim.step()
     assert (st["phase"], st["reason"]) == ("WaitingForIdle", "ClusterNotReady")
     assert "gpu-a" in st["message"]
+
+
+# ---- a fixed point in an unchanged world ---------------------------------------------
+
+
+def _quiet(sim: Sim, clock: Clock) -> None:
+    """The last foreground request an hour ago."""
+    sim.foreground(clock.now - datetime.timedelta(hours=1))
+
+
+def _fp_not_idle(sim: Sim, clock: Clock) -> None:
+    sim.foreground(clock.now - datetime.timedelta(seconds=30))
+    sim.add(spec())
+
+
+def _fp_model_missing(sim: Sim, clock: Clock) -> None:
+    sim.deployment = deployment(name="other", foreground=format_time(clock.now))
+    sim.add(spec())
+
+
+def _fp_model_not_ready(sim: Sim, clock: Clock) -> None:
+    sim.deployment = deployment(ready=False, foreground=format_time(clock.now))
+    sim.add(spec())
+
+
+def _fp_model_not_ready_after_a_cancel(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+    _model_not_ready(sim, clock)
+    assert sim.step()["phase"] == "Cancelling"  # its Object is gone at the next step
+
+
+def _fp_no_signal(sim: Sim, clock: Clock) -> None:
+    sim.deployment = deployment(foreground=None)
+    sim.add(spec())
+
+
+def _fp_no_ready_replica(sim: Sim, clock: Clock) -> None:
+    _quiet(sim, clock)
+    sim.replicas = [replica(0, "gpu-a", ready=False)]
+    sim.add(spec())
+
+
+def _fp_cluster_not_ready(sim: Sim, clock: Clock) -> None:
+    _quiet(sim, clock)
+    sim.clusters = [c for c in sim.clusters if c["metadata"]["name"] != "gpu-a"]
+    sim.add(spec())
+
+
+def _fp_suspended(sim: Sim, clock: Clock) -> None:
+    sim.add(spec(suspend=True))
+
+
+def _fp_template_not_found(sim: Sim, clock: Clock) -> None:
+    sim.cronjobs = []
+    sim.add(spec())
+
+
+def _fp_running(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+
+
+def _fp_cancelling(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+    sim.linger = True  # the Job's Object is still being deleted
+    sim.foreground()
+    clock.advance(5)
+
+
+def _fp_cooling_down(sim: Sim, clock: Clock) -> None:
+    start(sim, clock, repeatAfter="1h")
+    sim.set_job("complete")
+    assert sim.step()["phase"] == "Succeeded"
+
+
+def _fp_one_shot(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+    sim.set_job("complete")
+
+
+def _fp_failed(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+    sim.set_job("failed")
+
+
+FIXED_POINT: list[Case[Any, tuple[str, str]]] = [
+    Case("not idle", "found by review 15b: the message counted the idle seconds",
+         _fp_not_idle, ("WaitingForIdle", "NotIdle")),
+    Case("model missing", "found by review 15b: notIdleBefore was now on every call",
+         _fp_model_missing, ("WaitingForIdle", "ModelNotFound")),
+    Case("model not ready", "found by review 15b: notIdleBefore was now on every call",
+         _fp_model_not_ready, ("WaitingForIdle", "ModelNotReady")),
+    Case("model not ready after a cancel", "as model not ready, entered from Cancelling",
+         _fp_model_not_ready_after_a_cancel, ("WaitingForIdle", "ModelNotReady")),
+    Case("no signal", "not known to be idle", _fp_no_signal,
+         ("WaitingForIdle", "ForegroundSignalUnknown")),
+    Case("no ready replica", "idle, no Ready replica", _fp_no_ready_replica,
+         ("WaitingForIdle", "NoReadyReplica")),
+    Case("cluster not ready", "idle, the replica's cluster has no provider config",
+         _fp_cluster_not_ready, ("WaitingForIdle", "ClusterNotReady")),
+    Case("suspended", "spec.suspend", _fp_suspended, ("Suspended", "Suspended")),
+    Case("blocked", "the template is missing", _fp_template_not_found,
+         ("Blocked", "TemplateNotFound")),
+    Case("running", "the Job runs", _fp_running, ("Running", "JobRunning")),
+    Case("cancelling", "the Job's Object is being deleted", _fp_cancelling,
+         ("Cancelling", "PreemptedByForeground")),
+    Case("cooling down", "Succeeded, repeatAfter not elapsed", _fp_cooling_down,
+         ("Succeeded", "CoolingDown")),
+    Case("one-shot succeeded", "repeatAfter 0", _fp_one_shot, ("Succeeded", "JobSucceeded")),
+    Case("failed", "terminal until the spec changes", _fp_failed, ("Failed", "JobFailed")),
+]  # fmt: skip
+
+
+@table(FIXED_POINT)
+def test_a_status_is_a_fixed_point_in_an_unchanged_world(
+    sim: Sim, clock: Clock, case: Case[Any, tuple[str, str]]
+) -> None:
+    """Crossplane v2.4 reconciles an XR again on every write of it and writes the status
+    whenever it differs: in a world that does not change, once the state is entered (a
+    transition may write once more: "Job ... was cancelled; ..." becomes the state's
+    own message), the reconciles a second and a minute later write the status and
+    conditions the one before wrote."""
+    case.inputs(sim, clock)
+    sim.step()  # the transition into the state
+    clock.advance(1)
+    first = copy.deepcopy(sim.step())
+    assert (first["phase"], first["reason"]) == case.want, first
+    conds = conditions(sim.last)
+    for seconds in (1, 60):
+        clock.advance(seconds)
+        assert sim.step() == first, f"{seconds}s later"
+        assert conditions(sim.last) == conds, f"{seconds}s later"
 
 
 # ---- start -------------------------------------------------------------------------

@@ -18,14 +18,17 @@ from __future__ import annotations
 import copy
 import datetime
 import time
+from collections.abc import Callable
 from typing import Any
 
 from function.core.timeutil import format_time
 from function.render import load_yaml
 from tests.e2e.lifecycle import XR, Hydration
 from tests.support.crossplane import ROOT
+from tests.support.table import Case, table
 
 EXAMPLES = ROOT / "examples"
+FOREGROUND = "modelplane.ai/last-foreground-request"
 
 
 def _ago(seconds: int) -> str:
@@ -50,4 +53,67 @@ def test_a_hydration_failed_on_an_unbound_pvc_writes_the_same_status_again(rende
     h.xr["status"]["pendingSince"] = _ago(1200)  # the wait began 20 minutes ago
     first, second = _unchanged(h)
     assert (first["phase"], first["reason"]) == ("Failed", "PVCBindTimeout"), first
+    assert second == first
+
+
+def _model_missing(required: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in required if d["kind"] != "ModelDeployment"]
+
+
+def _model_not_ready(required: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for doc in required:
+        if doc["kind"] == "ModelDeployment":
+            for c in doc["status"]["conditions"]:
+                if c["type"] == "Ready":
+                    c["status"], c["reason"] = "False", "Creating"
+    return required
+
+
+def _recent_foreground(required: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for doc in required:
+        if doc["kind"] == "ModelDeployment":  # 30 s ago; idleFor is 15m
+            doc["metadata"]["annotations"][FOREGROUND] = _ago(30)
+    return required
+
+
+def _no_signal(required: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for doc in required:
+        if doc["kind"] == "ModelDeployment":
+            doc["metadata"]["annotations"].pop(FOREGROUND)
+    return required
+
+
+Required = list[dict[str, Any]]
+BACKFILL_STATES: list[Case[Callable[[Required], Required], str]] = [
+    Case(
+        "not-idle",
+        "the message counted the idle seconds (review 15b): it names the instants",
+        _recent_foreground,
+        "NotIdle",
+    ),
+    Case(
+        "model-missing",
+        "status.notIdleBefore was set to now on every reconcile (review 15b): it records "
+        "when the wait began",
+        _model_missing,
+        "ModelNotFound",
+    ),
+    Case(
+        "model-not-ready",
+        "as model-missing, for a ModelDeployment that is not Ready",
+        _model_not_ready,
+        "ModelNotReady",
+    ),
+    Case("no-signal", "no foreground annotation", _no_signal, "ForegroundSignalUnknown"),
+]
+
+
+@table(BACKFILL_STATES)
+def test_a_waiting_backfill_writes_the_same_status_again(render, case: Case) -> None:
+    (xr,) = load_yaml([str(EXAMPLES / "modelbackfill" / "xr.yaml")])
+    required = case.inputs(load_yaml([str(EXAMPLES / "modelbackfill" / "required")]))
+    b = XR(render, xr, required)
+    b.reconcile()
+    first, second = _unchanged(b)
+    assert (first["phase"], first["reason"]) == ("WaitingForIdle", case.want), first
     assert second == first

@@ -28,13 +28,23 @@ Rules and where they come from:
 - The foreground signal is the annotation ``modelplane.ai/last-foreground-request``
   (``function.naming.ANNOTATION_LAST_FOREGROUND``) on the ModelDeployment, an RFC 3339
   time. Missing or unparsable means "not known to be idle": nothing starts, and a
-  running Job is cancelled. The idle window starts at the latest of that time, the
-  last time this backfill saw the model not Ready or stopped a Job
-  (``status.notIdleBefore``) and the deployment's Ready transition.
+  running Job is cancelled. The idle window starts at the latest of that time,
+  ``status.notIdleBefore`` and the deployment's Ready transition.
+  ``status.notIdleBefore`` is written once per event, never on every call: when this
+  backfill stops a Job, when it begins waiting on the model (missing or not Ready),
+  and when that wait ends (the deployment's Ready transition if it reports one after
+  the wait began, else the call that ends it, which is at or after the last call that
+  saw the model missing or not Ready).
 - The function is stateless: every timestamp lives in status, and time comes from
-  ``inputs.now``. It asks to be called again (response TTL) when the window ends, when
-  the cool-down ends, and every ``poll_seconds`` while a Job is active, since a change
-  of the ModelDeployment's annotation does not trigger a reconcile of the backfill.
+  ``inputs.now``. A status is a fixed point while nothing changes (Crossplane v2.4
+  reconciles an XR again on every write of it): messages name instants (idle since,
+  admission at), never durations counted to now. Crossplane v2.4 reconciles the
+  backfill when a required resource changes (it watches them, with realtime
+  compositions, on by default), the ModelDeployment's foreground annotation included,
+  so every write of that annotation reconciles every backfill of the model. The
+  function also asks to be called again (response TTL) when the window ends, when the
+  cool-down ends, and every ``poll_seconds`` while a Job is active or the backfill
+  waits, which bounds the preemption latency where those watches are off.
 - One Job per attempt: attempt N has its own Object (composition-resource name
   ``job-N``) and remote Job name, and only Starting and Running desire it. A Job with
   an outcome is dropped (Crossplane deletes the Object and provider-kubernetes the

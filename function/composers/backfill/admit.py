@@ -2,10 +2,12 @@
 whole window, on a Ready replica no other backfill holds.
 
 The idle window starts at the latest of the deployment's last foreground request
-(``modelplane.ai/last-foreground-request``), ``status.notIdleBefore`` and the
-deployment's Ready transition. A missing or unparsable foreground signal means "not
-known to be idle". A Succeeded run is admitted again after ``repeatAfter``; a Failed one
-only after a spec change.
+(``modelplane.ai/last-foreground-request``), ``status.notIdleBefore`` (see
+:meth:`~function.composers.backfill.call.Call.note_model_wait`) and the deployment's
+Ready transition. A missing or unparsable foreground signal means "not known to be
+idle". A Succeeded run is admitted again after ``repeatAfter``; a Failed one only after
+a spec change. Messages name instants, never durations counted to now (a status must
+not change while nothing does).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from function.composers.backfill.observed import (
 from function.composers.backfill.status import (
     BLOCKED,
     FAILED,
+    MODEL_NOT_FOUND,
+    MODEL_NOT_READY,
     STARTING,
     SUCCEEDED,
     SUSPENDED,
@@ -158,21 +162,24 @@ def _idle_since(c: Call, p: Parsed, dep: Struct | None) -> datetime.datetime | N
     """When the model became idle, if it has been idle for the whole window; else None
     (the backfill waits, with the reason)."""
     st = c.st
+    # While the model is missing or not Ready, status.notIdleBefore keeps the instant
+    # the wait began (Call.note_model_wait, in finish): re-stamping it on every call
+    # would write the status, and so reconcile again, on every call.
     if dep is None:
-        c.mark_not_idle()
         c.wait(
-            "ModelNotFound",
+            MODEL_NOT_FOUND,
             f"spec.modelRef: ModelDeployment {c.inputs.namespace}/{c.model} not found",
         )
         return None
     if not ready(dep):
-        c.mark_not_idle()
         st.idle_since = None
         c.wait(
-            "ModelNotReady",
+            MODEL_NOT_READY,
             f"ModelDeployment {c.model} is not Ready; backfill never cold-starts a model",
         )
         return None
+    if c.prior.waiting_on_model():
+        _model_wait_ended(c, dep)
     fg = foreground(dep)
     if fg is None:
         st.idle_since = None
@@ -194,14 +201,29 @@ def _idle_since(c: Call, p: Parsed, dep: Struct | None) -> datetime.datetime | N
             at = format_time(since + datetime.timedelta(seconds=p.idle_for))
         except OverflowError:  # a foreground time near year 9999: never idle
             at = "never (the foreground signal's time is past the last date)"
+        # The instants, never the time idle so far: the message must not change with
+        # the clock (a status write, and so a reconcile, on every call).
         c.wait(
             "NotIdle",
-            f"{c.model} idle for {dur(idle)} of {dur(p.idle_for)} (since "
-            f"{format_time(since)}); admission at {at} if no foreground request arrives",
+            f"{c.model} idle since {format_time(since)} (idleFor {dur(p.idle_for)}); "
+            f"admission at {at} if no foreground request arrives",
             ttl=min(left, float(getattr(c.inputs.settings, "default_ttl_seconds", 60))),
         )
         return None
     return since
+
+
+def _model_wait_ended(c: Call, dep: Struct) -> None:
+    """The first call that sees the model Ready after a wait on it: no window starts
+    before its Ready transition when the deployment reports one after the wait began
+    (exact), else before now (at or after the last call that saw it missing or not
+    Ready: later only delays a backfill)."""
+    began = parse_time(c.prior.not_idle_before)
+    ready_at = ready_since(dep)
+    if began is not None and ready_at is not None and began < ready_at <= c.now:
+        c.mark_not_idle(ready_at)
+    else:
+        c.mark_not_idle()
 
 
 def _free_replica(c: Call, req: Required) -> Struct | None:

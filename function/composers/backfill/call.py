@@ -58,9 +58,31 @@ class Call:
         self.st.set(WAITING, reason, message)
         self.out.requeue_after(ttl if ttl is not None else self.poll)
 
-    def mark_not_idle(self) -> None:
-        """The idle window starts over now."""
-        self.st.not_idle_before = format_time(self.now)
+    def mark_not_idle(self, at: datetime.datetime | None = None) -> None:
+        """The idle window starts over at ``at`` (default now): ``status.notIdleBefore``.
+
+        Called once per event (a Job stopped; a wait on the model begun or ended, see
+        :meth:`note_model_wait`), never on every call while a state lasts: a status
+        that changes with the clock is written, and so reconciled again, on every call.
+        """
+        self.st.not_idle_before = format_time(at or self.now)
+
+    def note_model_wait(self) -> None:
+        """Stamp ``status.notIdleBefore`` when this call begins or ends a wait on the
+        model (``Status.waiting_on_model``); in between it keeps the instant the wait
+        began.
+
+        A wait begins now. A wait that ends in this call without the call saying when
+        (the backfill suspended, blocked, ... while the model was not seen Ready) ends
+        now too: the last call that saw the model missing or not Ready was earlier, so
+        the window starts no earlier than it did when every call re-stamped the field.
+        """
+        was, waits = self.prior.waiting_on_model(), self.st.waiting_on_model()
+        begins = waits and not was
+        # _idle_since says when a wait it ends ended (the Ready transition, or now).
+        ends_unsaid = was and not waits and self.st.not_idle_before == self.prior.not_idle_before
+        if begins or ends_unsaid:
+            self.mark_not_idle()
 
     def keep_all(self) -> None:
         self.out.keep_observed(self.inputs, ready=True)

@@ -101,6 +101,7 @@ def finish(c: Call) -> Outcome:
         st.message = phase
     if not st.reason:
         st.reason = phase
+    c.note_model_wait()
     out.status.update(st.to_status())
     out.condition(CONDITION, "True" if phase in ACTIVE else "False", st.reason, st.message)
     # An invalid spec never gets here (a SpecError: nothing is applied), so the

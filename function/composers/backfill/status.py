@@ -28,6 +28,10 @@ FAILED = "Failed"
 SUSPENDED = "Suspended"
 BLOCKED = "Blocked"
 PHASES = (WAITING, STARTING, RUNNING, CANCELLING, SUCCEEDED, FAILED, SUSPENDED, BLOCKED)
+# The reasons of WaitingForIdle while the ModelDeployment is missing or not Ready: no
+# idle window begins during such a wait (see Status.waiting_on_model).
+MODEL_NOT_FOUND = "ModelNotFound"
+MODEL_NOT_READY = "ModelNotReady"
 ACTIVE = frozenset({STARTING, RUNNING})
 # Phases in which a backfill holds its replica (its Job exists or is being deleted).
 HOLDING = frozenset({STARTING, RUNNING, CANCELLING})
@@ -92,6 +96,11 @@ class Status:
         self.phase = phase
         self.reason = reason
         self.message = message
+
+    def waiting_on_model(self) -> bool:
+        """Whether this status waits for the ModelDeployment to exist and be Ready
+        (``WaitingForIdle`` with reason ``ModelNotFound`` or ``ModelNotReady``)."""
+        return self.phase == WAITING and self.reason in (MODEL_NOT_FOUND, MODEL_NOT_READY)
 
     def clear_result(self) -> None:
         """Forget the last attempt's outcome (a new attempt, or a changed spec)."""
