@@ -17,6 +17,9 @@ RunFunctionResponse. Crossplane facts it encodes (Crossplane v2):
   Crossplane would derive.
 - Conditions of type Ready, Synced, Healthy, UpToDate and Responsive returned by
   a function are dropped by Crossplane; :meth:`Outcome.condition` refuses them.
+- On a fatal result Crossplane applies nothing and turns every non-system XR condition
+  the response does not carry into ``Unknown``/``FatalError``; the runner sends the
+  observed XR's own conditions back with every fatal result, so they stay as they were.
 - Conditions carry no timestamps (Crossplane sets lastTransitionTime), so the
   same input gives the same response.
 """
@@ -36,7 +39,8 @@ if TYPE_CHECKING:
 
 Severity = Literal["Normal", "Warning", "Fatal"]
 ConditionStatus = Literal["True", "False", "Unknown"]
-_RESERVED = frozenset({"Ready", "Synced", "Healthy", "UpToDate", "Responsive"})
+RESERVED_CONDITION_TYPES = frozenset({"Ready", "Synced", "Healthy", "UpToDate", "Responsive"})
+"""Condition types Crossplane owns (v2.4 ``IsSystemConditionType``): a function's are dropped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +224,7 @@ class Outcome:
         Raises:
             ValueError: for a type Crossplane reserves, or an empty message.
         """
-        if typ in _RESERVED:
+        if typ in RESERVED_CONDITION_TYPES:
             raise ValueError(f"condition type {typ} is reserved by Crossplane")
         if not message:
             raise ValueError(f"condition {typ} needs a message")
@@ -236,7 +240,11 @@ class Outcome:
         self.results.append(Result("Warning", message, reason))
 
     def fatal(self, message: str, reason: str | None = None) -> None:
-        """Add a Fatal result: Crossplane stops and applies nothing this reconcile."""
+        """Add a Fatal result: Crossplane stops and applies nothing this reconcile, and sets
+        ``Synced=False`` with ``message``. The response carries no decision but the
+        results: the XR's conditions set here are not sent; the observed XR's own ones are
+        sent back unchanged (:func:`function.edge.codec.keep_conditions`), so they keep
+        what they said."""
         self.results.append(Result("Fatal", message, reason))
 
     def require(

@@ -29,7 +29,7 @@ from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function.core import structfill, structs, versioned
 from function.core.inputs import Inputs, ObservedView, RequiredView
-from function.core.outcome import Outcome, Requirement
+from function.core.outcome import RESERVED_CONDITION_TYPES, Outcome, Requirement
 from function.ops.settings import Settings
 
 _SEVERITY = {
@@ -89,7 +89,8 @@ def encode(
 
     Desired state starts from the request's desired state (what earlier pipeline steps
     produced); resources and status fields are set over it. If ``out`` holds a fatal
-    result, nothing else is sent but the results.
+    result, nothing else is sent but the results and the observed XR's own conditions
+    as they are (:func:`keep_conditions`).
     """
     rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=req.meta.tag))
     ttl = out.ttl_seconds if out.ttl_seconds is not None else default_ttl_seconds
@@ -99,6 +100,7 @@ def encode(
         rsp.context.CopyFrom(req.context)
     _encode_results(rsp, out)
     if any(r.severity == "Fatal" for r in out.results):
+        keep_conditions(rsp, req.observed.composite.resource)
         return rsp, []
     _encode_composite(rsp, req, out)
     wires = _encode_resources(rsp, req, out)
@@ -123,6 +125,60 @@ def _encode_results(rsp: fnv1.RunFunctionResponse, out: Outcome) -> None:
             res.reason = r.reason
         if r.severity != "Fatal":
             res.target = fnv1.TARGET_COMPOSITE
+
+
+def keep_conditions(rsp: fnv1.RunFunctionResponse, xr: Struct) -> None:
+    """Add the observed XR's own conditions to a fatal response, as they are.
+
+    On a fatal result Crossplane v2.4 applies nothing, sets ``Synced=False`` with the
+    fatal message, and rewrites every non-system condition the response does not carry
+    to ``Unknown``/``FatalError`` with a generic message (``composite/reconciler.go``,
+    after Compose fails); the conditions of the fatal response itself are read first
+    (``composition_functions.go``), so sending them back keeps them as they were.
+
+    Args:
+        rsp: The fatal response (conditions are appended, targeted at the XR).
+        xr: The observed XR (``request.observed.composite.resource``). Each element of
+            its ``status.conditions`` is copied (type, status, reason, message) unless
+            its type is one Crossplane owns (:data:`RESERVED_CONDITION_TYPES`), is not a
+            non-empty string or repeats an earlier one, its status is not ``True``,
+            ``False`` or ``Unknown``, or its reason or message is present and not a
+            string (a missing one reads ``""``). Never raises on malformed input.
+    """
+    seen: set[str] = set()
+    for c in structs.items(xr, "status", "conditions"):
+        if not isinstance(c, Struct):
+            continue
+        typ = structs.get(c, "type")
+        status = _STATUS.get(structs.get(c, "status", default=""))
+        reason = structs.get(c, "reason", default="")
+        message = structs.get(c, "message", default="")
+        if (
+            not isinstance(typ, str)
+            or not typ
+            or typ in RESERVED_CONDITION_TYPES
+            or typ in seen
+            or status is None
+            or not isinstance(reason, str)
+            or not isinstance(message, str)
+        ):
+            continue
+        seen.add(typ)
+        rsp.conditions.add(
+            type=typ, status=status, reason=reason, message=message, target=fnv1.TARGET_COMPOSITE
+        )
+
+
+def keep_conditions_of(rsp: fnv1.RunFunctionResponse, composite: bytes) -> None:
+    """:func:`keep_conditions` for a serialized observed composite (``Resource``, as
+    :func:`peek_composite` returns it); nothing when it is empty or cannot be parsed."""
+    if not composite:
+        return
+    try:
+        xr = fnv1.Resource.FromString(composite).resource
+    except Exception:  # malformed, or nested past protobuf's limit: no conditions
+        return
+    keep_conditions(rsp, xr)
 
 
 def _encode_composite(
@@ -447,9 +503,11 @@ def undecodable(data: bytes | bytearray | memoryview, error: BaseException) -> b
     """The response to a request that protobuf cannot parse: one fatal result saying why.
 
     Desired state is not echoed (it could not be read); a fatal result makes
-    Crossplane apply nothing this reconcile, so nothing is deleted.
+    Crossplane apply nothing this reconcile, so nothing is deleted. The observed XR's
+    own conditions are sent back as they are where it alone can be parsed
+    (:func:`keep_conditions_of`).
     """
-    tag, kind, namespace, name = peek(data)
+    (tag, kind, namespace, name), composite = peek_composite(data)
     xr = f"{xr_label(kind, namespace, name)}: " if kind or name else ""
     rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=tag))
     rsp.results.add(
@@ -461,4 +519,5 @@ def undecodable(data: bytes | bytearray | memoryview, error: BaseException) -> b
             "values in the XR's spec or a composed resource)"
         ),
     )
+    keep_conditions_of(rsp, composite)
     return serialize(rsp)

@@ -80,7 +80,7 @@ from typing import Any
 import structlog
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.edge.codec import peek, peek_composite, serialize, xr_label
+from function.edge.codec import keep_conditions_of, peek, peek_composite, serialize, xr_label
 from function.ops.settings import Settings
 
 # How long past its budget the acceptor waits for a compute process before killing it.
@@ -346,13 +346,15 @@ def _warm() -> None:  # pragma: no cover - runs in a child process
 
 def fatal_for(data: bytes, message: str) -> bytes:
     """A response to the request ``data`` whose only result is fatal: ``message``, prefixed
-    with the XR's kind, namespace and name (read without decoding the whole request)."""
-    tag, kind, namespace, name = peek(data)
+    with the XR's kind, namespace and name (read without decoding the whole request), and
+    the observed XR's own conditions as they are (:func:`~function.edge.codec.keep_conditions`)."""
+    (tag, kind, namespace, name), composite = peek_composite(data)
     rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=tag))
     rsp.results.add(
         severity=fnv1.SEVERITY_FATAL,
         message=f"{xr_label(kind, namespace, name)}: {message}",
     )
+    keep_conditions_of(rsp, composite)
     return serialize(rsp)
 
 

@@ -278,9 +278,13 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         return rsp, data
 
     def _fatal(self, req: fnv1.RunFunctionRequest, message: str) -> fnv1.RunFunctionResponse:
+        """A response whose only result is fatal (``message``), with the observed XR's own
+        conditions as they are (:func:`function.edge.codec.keep_conditions`: else
+        Crossplane rewrites them to ``Unknown``/``FatalError``)."""
         rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=req.meta.tag))
         rsp.desired.CopyFrom(req.desired)
         rsp.results.append(fnv1.Result(severity=fnv1.SEVERITY_FATAL, message=message))
+        codec.keep_conditions(rsp, req.observed.composite.resource)
         return rsp
 
     def _run(

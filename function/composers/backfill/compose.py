@@ -104,8 +104,9 @@ def finish(c: Call) -> Outcome:
     c.note_model_wait()
     out.status.update(st.to_status())
     out.condition(CONDITION, "True" if phase in ACTIVE else "False", st.reason, st.message)
-    # An invalid spec never gets here (a SpecError: nothing is applied), so the
-    # condition says True once the spec is valid again.
+    # An invalid spec never gets here (a SpecError: a fatal result; Crossplane applies
+    # nothing, Synced=False carries the message naming the field and the conditions,
+    # this one included, keep their last values), so the condition says True.
     out.condition(SPEC_CONDITION, "True", "Valid", "the spec is valid")
     out.ready = phase not in (BLOCKED, FAILED)
     old = c.prior.phase
