@@ -33,7 +33,7 @@ from function.api.modelcachehydration import PHASES as PHASES
 from function.core import structs, versioned
 from function.core.errors import pydantic_errors
 from function.core.memo import memo
-from function.core.numbers import WholeInt
+from function.core.numbers import WholeInt, finite_int
 from function.naming import CACHE_SHARDS, name_hash
 
 KIND = "ModelCacheShard"
@@ -131,7 +131,9 @@ def _pairs(st: Any, key: str) -> list[tuple[str, str]]:
 
 
 def _count(v: Any) -> int:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0
+    """A count from the status: a finite number of at least 0, else 0 (not known)."""
+    n = finite_int(v)
+    return n if n is not None and n >= 0 else 0
 
 
 def _str(fields: Any, key: str) -> str:

@@ -26,6 +26,7 @@ from google.protobuf.struct_pb2 import Struct
 
 from function.core import structs, versioned
 from function.core.errors import SpecError, written_as
+from function.core.numbers import finite_int
 
 if TYPE_CHECKING:
     from function.core.outcome import Requirement
@@ -450,9 +451,9 @@ class Inputs:
 
     @cached_property
     def generation(self) -> int:
-        """The XR's metadata.generation (0 when absent)."""
-        g = structs.get(self.xr, "metadata", "generation")
-        return int(g) if isinstance(g, (int, float)) else 0
+        """The XR's metadata.generation (0 when absent or not a finite number)."""
+        g = finite_int(structs.get(self.xr, "metadata", "generation"))
+        return 0 if g is None else g
 
     @cached_property
     def spec(self) -> dict[str, Any]:

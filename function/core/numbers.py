@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, TypeGuard
 
+from google.protobuf.struct_pb2 import Value
 from pydantic import BeforeValidator
 
 
@@ -23,6 +24,34 @@ def is_whole(v: object) -> TypeGuard[int | float]:
     if isinstance(v, int):
         return True
     return isinstance(v, float) and math.isfinite(v) and v.is_integer()
+
+
+def finite_int(v: Any) -> int | None:
+    """A finite number as an ``int`` (truncated toward zero), else None ("not known").
+
+    Args:
+        v: A number read from a Struct (a float; an ``int`` too) or a protobuf ``Value``.
+
+    Returns:
+        ``int(v)`` for a finite number; None for ``NaN``, ``±Infinity`` (valid doubles in
+        a protobuf ``Struct``, which ``int()`` refuses), a ``bool``, a string, None, or a
+        ``Value`` holding anything but a number.
+    """
+    if isinstance(v, Value):
+        if v.WhichOneof("kind") != "number_value":
+            return None
+        v = v.number_value
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return int(v)
+
+
+def ascii_digits(s: str) -> bool:
+    """True when ``s`` is one or more ASCII digits ``0-9``: what ``int(s)`` parses as a
+    plain decimal (``str.isdigit`` is also True for ``"²"``, which ``int`` refuses)."""
+    return s.isascii() and s.isdigit()
 
 
 def whole_number(v: Any) -> int:

@@ -62,6 +62,7 @@ from function.composers.deployment.terms import (
 from function.composers.modelcache import retained_clusters
 from function.core import structs
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
+from function.core.numbers import ascii_digits
 from function.core.outcome import Outcome
 from function.naming import (
     LABEL_CACHE,
@@ -225,7 +226,7 @@ def _index_of(key: str) -> int | None:
     """The index in a composition-resource name ``replica-<index>`` as the function writes
     it (no sign, no leading zero), else None."""
     digits = key.removeprefix(REPLICA_PREFIX)
-    if digits == key or not digits.isdigit() or len(digits) > 9 or str(int(digits)) != digits:
+    if digits == key or not ascii_digits(digits) or len(digits) > 9 or str(int(digits)) != digits:
         return None
     return int(digits)
 

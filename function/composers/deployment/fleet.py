@@ -24,6 +24,7 @@ from function.api.modelreplica import pods_answer, reads_pvc_root, status_identi
 from function.composers.deployment.status import _replica_state
 from function.core import structs, versioned
 from function.core.memo import memo
+from function.core.numbers import finite_int
 from function.naming import (
     hydration_name,
 )
@@ -400,10 +401,10 @@ class _Footprint(Mapping[str, str]):
 
 
 def _num(v: Any, default: int) -> int:
-    """An integer from a Struct Value (numbers are doubles), or ``default``."""
-    if v is not None and v.WhichOneof("kind") == "number_value":
-        return int(v.number_value)
-    return default
+    """An integer from a Struct Value (numbers are doubles), or ``default`` when it is
+    absent or not a finite number."""
+    n = finite_int(v) if v is not None else None
+    return default if n is None else n
 
 
 def _usage_of(spec: Any) -> tuple[str, dict[tuple[str, int], str], list[tuple[str, int]]]:

@@ -22,6 +22,7 @@ from function.api.modelcache import (
 )
 from function.api.modelexperiment import ArtifactGate, ExperimentSpec
 from function.core import structs
+from function.core.numbers import finite_int
 
 COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
 # The ModelCache XRD accepts a digest with or without the ``sha256:`` prefix.
@@ -39,9 +40,8 @@ class Gate:
 
 def _count_of(v: Any) -> int:
     """``v`` as a whole number when it is a finite number (not a bool), else 0."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or abs(v) == float("inf"):
-        return 0
-    return int(v)
+    n = finite_int(v)
+    return 0 if n is None else n
 
 
 def _names(names: Sequence[str], limit: int = 5) -> str:
@@ -163,18 +163,14 @@ def _not_ready(cache: Any, ref: str, footprint: _Footprint) -> Gate | None:
         )
     generation = structs.get(cache, "metadata", "generation")
     artifact_ready = structs.conditions(cache).get(ARTIFACT_READY)
-    seen = structs.get(artifact_ready, "observedGeneration")
-    if (
-        isinstance(seen, (int, float))
-        and isinstance(generation, (int, float))
-        and not isinstance(seen, bool)
-        and seen < generation
-    ):
+    seen = finite_int(structs.get(artifact_ready, "observedGeneration"))
+    generation = finite_int(generation)
+    if seen is not None and generation is not None and seen < generation:
         # The status describes an older spec (a new revision, a wider footprint).
         return Gate(
             "ArtifactCacheNotReady",
-            f"ModelCache {ref} status is for generation {int(seen)}, the cache is at "
-            f"generation {int(generation)}; waiting for it to catch up",
+            f"ModelCache {ref} status is for generation {seen}, the cache is at "
+            f"generation {generation}; waiting for it to catch up",
         )
     cond_false = artifact_ready is not None and structs.get(artifact_ready, "status") != "True"
     if roll.total and roll.ready >= roll.total and not cond_false:

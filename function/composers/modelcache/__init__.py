@@ -59,6 +59,7 @@ from function.composers.modelcache.rollup import Rollup
 from function.core import structs
 from function.core.errors import SpecError
 from function.core.inputs import UNRESOLVED, Inputs, ObservedView, Resolved
+from function.core.numbers import ascii_digits
 from function.core.outcome import Desired, Outcome
 from function.naming import source_identity
 from function.scheduling.selectors import LabelSelector
@@ -84,7 +85,7 @@ def _observed_shards(inputs: Inputs) -> dict[int, Struct]:
     )
     out: dict[int, Struct] = {}
     for key, body in pairs:
-        if key.startswith(CHILD_PREFIX) and key[len(CHILD_PREFIX) :].isdigit():
+        if key.startswith(CHILD_PREFIX) and ascii_digits(key[len(CHILD_PREFIX) :]):
             out[int(key[len(CHILD_PREFIX) :])] = body
     return out
 

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from google.protobuf.struct_pb2 import Struct
 
 from function.core import structs, versioned
+from function.core.numbers import finite_int
 from function.manifests import workloads as wl
 from function.manifests.objects import sync_error
 
@@ -93,5 +94,5 @@ def _conditions_ok(status: Struct | None) -> bool:
 
 
 def _count(node: object, *path: str) -> int:
-    v = structs.get(node, *path)
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+    n = finite_int(structs.get(node, *path))
+    return 0 if n is None else n

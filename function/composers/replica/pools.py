@@ -11,6 +11,7 @@ from function import naming
 from function.api.modelreplica import ReplicaMember as Member
 from function.core import structs
 from function.core.errors import SpecError
+from function.core.numbers import is_whole
 from function.manifests import workloads as wl
 from function.scheduling.devices import (
     Device,
@@ -95,7 +96,7 @@ def _checked(req: Any, f: str) -> tuple[int, list[str]]:
     if not isinstance(req, dict) or not isinstance(req.get("name"), str) or not req["name"]:
         raise SpecError(f"{f}.name", "is required")
     count = req.get("count", 1)
-    if not isinstance(count, (int, float)) or count != int(count) or count < 1:
+    if not is_whole(count) or count < 1:
         raise SpecError(f"{f}.count", "must be a whole number of at least 1")
     selectors: list[str] = []
     for si, s in enumerate(req.get("selectors") or []):
