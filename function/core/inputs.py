@@ -157,9 +157,17 @@ def foreign_reason(asked: Requirement, item: Struct) -> str | None:
 
 
 def _namespace_reason(asked: Requirement, meta: Mapping[str, Any]) -> str | None:
-    """Why an item's namespace (``metadata`` fields ``meta``) is not the one asked for."""
-    v = meta.get("namespace")
-    namespace = v.string_value if v is not None else ""
+    """Why an item's namespace (``metadata`` fields ``meta``) is not the one asked for.
+
+    One that is present and not a string (``5``: only in a malformed request) is not
+    the one asked for by a namespace or by name (read as none, it would pass as the
+    cluster-scoped object asked for); a selection by labels alone spans namespaces.
+    """
+    namespace = versioned.namespace_of(meta)
+    if namespace is None:
+        if asked.namespace is not None or asked.match_name is not None:
+            return "namespace is not a string"
+        return None
     if asked.namespace is not None:
         if namespace != asked.namespace:
             return f"namespace is {namespace or '<none>'}, not {asked.namespace}"
@@ -241,10 +249,8 @@ def admits(asked: Requirement) -> Callable[..., bool]:  # noqa: C901 - two flat 
             return False
         v = f.get("metadata")
         meta = v.struct_value.fields if v is not None else _NO_FIELDS
-        if scoped:
-            v = meta.get("namespace")
-            if (v.string_value if v is not None else "") != want_ns:
-                return False
+        if scoped and versioned.namespace_of(meta) != want_ns:
+            return False
         if match_name is not None:
             v = meta.get("name")
             return (v.string_value if v is not None else "") == match_name

@@ -129,7 +129,9 @@ class ObjectFacts(NamedTuple):
     Attributes:
         api_version: ``apiVersion`` ("" when absent).
         kind: ``kind``.
-        namespace: ``metadata.namespace`` ("" for a cluster-scoped object).
+        namespace: ``metadata.namespace`` ("" for a cluster-scoped object; None when it
+            is present and not a string, only in a malformed request: no requirement's
+            namespace equals it, :func:`namespace_of`).
         name: ``metadata.name``.
         labels: ``metadata.labels`` whose values are strings (every label the API
             server stores is one).
@@ -139,7 +141,7 @@ class ObjectFacts(NamedTuple):
 
     api_version: str
     kind: str
-    namespace: str
+    namespace: str | None
     name: str
     labels: dict[str, str]
     odd_labels: frozenset[str]
@@ -148,6 +150,19 @@ class ObjectFacts(NamedTuple):
 def _str(fields: Any, key: str) -> str:
     v = fields.get(key)
     return v.string_value if v is not None else ""
+
+
+def namespace_of(meta: Any) -> str | None:
+    """``metadata.namespace`` from the field map of an object's ``metadata``: the string,
+    ``""`` when absent or null (a cluster-scoped object), None when it holds another
+    kind of value (a number, a bool, an object, a list: only in a malformed request)."""
+    v = meta.get("namespace")
+    if v is None:
+        return ""
+    kind = v.WhichOneof("kind")
+    if kind == "string_value":
+        return v.string_value
+    return "" if kind in (None, "null_value") else None
 
 
 @reading(65536, weight=34)
@@ -172,7 +187,7 @@ def object_facts(item: Struct) -> ObjectFacts:
     return ObjectFacts(
         _str(f, "apiVersion"),
         _str(f, "kind"),
-        _str(meta, "namespace"),
+        namespace_of(meta),
         _str(meta, "name"),
         labels,
         frozenset(odd),
