@@ -22,6 +22,7 @@ responses:
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -30,7 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from google.protobuf.struct_pb2 import Struct
 
+from function.core import structs
+from function.edge import codec
 from function.render import (
     COMPOSITION_RESOURCE_NAME,
     split_documents,
@@ -142,6 +146,7 @@ def render(
     xrd: Path | bool | None = True,
     timeout: float = 120,
     full_xr: bool = True,
+    core_output: Path | None = None,
 ) -> Rendered:
     """Render ``xr`` through ``crossplane render`` with the core binary.
 
@@ -161,17 +166,32 @@ def render(
             field the function stopped writing survives). Without it the XR's status is
             exactly what Crossplane's reconciler writes (the function's desired status
             and Crossplane's conditions), which is what a lifecycle must feed back.
+        core_output: where to keep the core binary's own output, a serialized
+            ``RenderResponse`` (read it with :func:`core_composite`): the CLI prints
+            nothing on a fatal result, while the core binary (exit 3) still writes the
+            XR as Crossplane's reconciler would (conditions included).
     """
     kind = str(xr.get("kind"))
     with tempfile.TemporaryDirectory(prefix="xp-render-") as tmp:
         d = Path(tmp)
+        core = tools.core
+        if core_output is not None:
+            core = d / "core"
+            core.write_text(
+                "#!/bin/sh\n"
+                f'{shlex.quote(str(tools.core))} "$@" > {shlex.quote(str(core_output))}\n'
+                "rc=$?\n"
+                f"cat {shlex.quote(str(core_output))}\n"
+                'exit "$rc"\n'
+            )
+            core.chmod(0o755)
         args = [
             str(tools.cli),
             "render",
             str(_dump(d / "xr.yaml", [xr])),
             str(composition or composition_for(kind)),
             str(_dump(d / "functions.yaml", [functions_yaml(address)])),
-            f"--crossplane-binary={tools.core}",
+            f"--crossplane-binary={core}",
             "--include-function-results",
             f"--timeout={int(timeout)}s",
         ]
@@ -197,6 +217,26 @@ def render(
     leaked = leaks(proc.stdout + proc.stderr)
     assert not leaked, f"crossplane render output carries the token: {leaked}"
     return parse(proc.returncode, proc.stdout, proc.stderr)
+
+
+def core_composite(path: Path) -> dict[str, Any] | None:
+    """The XR in a serialized ``RenderResponse`` of the core binary (``crossplane
+    internal render``, proto ``render/v1alpha1``): ``output.composite`` (field 2), its
+    ``composite_resource`` (field 1), a Struct. Walked on the wire (no generated code for
+    that internal proto); None when absent."""
+    composite = _field(path.read_bytes(), 2)
+    xr = _field(composite, 1) if composite is not None else None
+    return None if xr is None else structs.to_py(Struct.FromString(xr))
+
+
+def _field(data: bytes, number: int) -> bytes | None:
+    """The first length-delimited field ``number`` of a serialized message, or None."""
+    i = 0
+    while i < len(data):
+        key, start, i = codec.next_record(data, i)
+        if key == (number << 3 | 2):
+            return data[start:i]
+    return None
 
 
 def parse(exit_code: int, stdout: str, stderr: str = "") -> Rendered:
