@@ -112,7 +112,22 @@ NASTY_STRINGS = [
     "Exists",
     "In",
 ]
-NASTY_NUMBERS = [0, -1, -(2**31), 2**31, 2**53, -0.5, 0.5, 1e300, -1e300, 3.0, 100_001]
+NASTY_NUMBERS = [
+    0,
+    -1,
+    -(2**31),
+    2**31,
+    2**53,
+    -0.5,
+    0.5,
+    1e300,
+    -1e300,
+    3.0,
+    100_001,
+    math.nan,
+    math.inf,
+    -math.inf,
+]
 MALFORMED_SELECTORS = [
     "everything",
     [],
