@@ -4,7 +4,9 @@ A ``SpecError`` names the offending field with its JSONPath-like location in
 the XR (for example ``spec.clusterSelector.matchExpressions[0].operator``). The
 runner turns it into a fatal result, which makes Crossplane stop the pipeline
 for this reconcile without applying anything: existing composed resources are
-left exactly as they are (Crossplane behaviour for ``SEVERITY_FATAL``).
+left exactly as they are (Crossplane behaviour for ``SEVERITY_FATAL``), ``Synced=False``
+carries the message, and the XR's other conditions keep their values (the runner sends
+the observed ones back: :func:`function.edge.codec.keep_conditions`).
 """
 
 from __future__ import annotations
