@@ -42,6 +42,8 @@ OBSERVED_CONDITIONS: list[Any] = [
     {"type": "", "status": "True", "reason": "EmptyType"},
     {"type": "BadStatus", "status": "Maybe", "reason": "X"},
     {"type": "NoStatus", "reason": "X"},
+    {"type": "ObjectStatus", "status": {"value": "True"}, "reason": "X"},
+    {"type": "ListStatus", "status": ["True"], "reason": "X"},
     {"type": "NumberReason", "status": "True", "reason": 3},
     {"type": "ListMessage", "status": "True", "reason": "X", "message": ["a"]},
     "not an object",

@@ -150,8 +150,7 @@ def keep_conditions(rsp: fnv1.RunFunctionResponse, xr: Struct) -> None:
         if not isinstance(c, Struct):
             continue
         typ = structs.get(c, "type")
-        status = _STATUS.get(structs.get(c, "status", default=""))
-        reason = structs.get(c, "reason", default="")
+        status = _STATUS.get(structs.get_str(c, "status"))
         message = structs.get(c, "message", default="")
         if (
             not isinstance(typ, str)
@@ -159,13 +158,17 @@ def keep_conditions(rsp: fnv1.RunFunctionResponse, xr: Struct) -> None:
             or typ in RESERVED_CONDITION_TYPES
             or typ in seen
             or status is None
-            or not isinstance(reason, str)
+            or not isinstance(structs.get(c, "reason", default=""), str)
             or not isinstance(message, str)
         ):
             continue
         seen.add(typ)
         rsp.conditions.add(
-            type=typ, status=status, reason=reason, message=message, target=fnv1.TARGET_COMPOSITE
+            type=typ,
+            status=status,
+            reason=structs.get_str(c, "reason"),  # read back as it is (traced: a status read)
+            message=message,
+            target=fnv1.TARGET_COMPOSITE,
         )
 
 
