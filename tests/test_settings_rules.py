@@ -228,14 +228,14 @@ def test_a_flag_that_overrides_an_invalid_variable_starts_every_process(extra, f
             ports.append(s.getsockname()[1])
     grpc_port, metrics = ports
     fill = {"metrics": metrics}
-    env = {**clean_environ(), **{k: v.format(**fill) for k, v in extra.items()}}
+    environ = {**clean_environ(), **{k: v.format(**fill) for k, v in extra.items()}}
     args = ["--insecure", "--address", f"127.0.0.1:{grpc_port}", "--metrics-address",
             f"127.0.0.1:{metrics}", *[f.format(**fill) for f in flags]]  # fmt: skip
-    assert _run(["config", *args[1:]], env).returncode == 0  # the pre-flight check passes
+    assert _run(["config", *args[1:]], environ).returncode == 0  # the pre-flight check passes
     proc = subprocess.Popen(
         [sys.executable, "-m", "function", *args],
         cwd=ROOT,
-        env=env,
+        env=environ,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
