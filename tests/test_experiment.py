@@ -1048,21 +1048,139 @@ def test_template_missing_blocks_then_recovers(sim_factory, clock: Clock) -> Non
     assert sim.phase == "Deploying"
 
 
-def test_template_removed_before_job_releases_candidate(sim_factory, clock: Clock) -> None:
-    sim = sim_factory()
-    sim.reconcile()
-    sim.reconcile()
+# ---- a CronJob that breaks after admission holds the run (review 15a #5) ------------
+
+HELD = (
+    "review 15a #5: invalid input never shrinks the desired set; an admitted run keeps "
+    "its candidate and says why it cannot go on, as for a spec edit"
+)
+KEPT = "a Job already observed is kept as it was (a running Job is never rebuilt)"
+
+
+@dataclass(frozen=True)
+class Break:
+    """How the CronJob breaks (``fault``: ``removed``, or a key of
+    :data:`TEMPLATE_FAULTS`) and when (``timing``: ``serving``, the candidate Ready and
+    no Job composed yet; ``unobserved``, the Job desired and recorded in
+    ``status.gauntlet`` but not observed yet; ``observed``, the Job observed)."""
+
+    fault: str
+    timing: str
+
+
+@dataclass(frozen=True)
+class Held:
+    phase: str
+    reason: str
+    field: str
+
+
+TEMPLATE_FAULTS: dict[str, tuple[tuple[Any, ...], Any]] = {
+    "containers-empty": (("containers",), []),
+    "hostPID": (("hostPID",), True),
+}
+CONTAINERS = "spec.jobTemplate.spec.template.spec.containers"
+HOST_PID = "spec.jobTemplate.spec.template.spec.hostPID"
+TEMPLATE_REF = "spec.gauntlet.templateRef"
+
+TEMPLATE_BREAKS: list[Case[Break, Held]] = [
+    Case("containers-empty-serving", HELD, Break("containers-empty", "serving"),
+         Held("Blocked", "TemplateInvalid", CONTAINERS)),
+    Case("containers-empty-unobserved", HELD, Break("containers-empty", "unobserved"),
+         Held("Blocked", "TemplateInvalid", CONTAINERS)),
+    Case("containers-empty-observed", KEPT, Break("containers-empty", "observed"),
+         Held("Evaluating", "Evaluating", "")),
+    Case("hostPID-serving", HELD, Break("hostPID", "serving"),
+         Held("Blocked", "TemplateInvalid", HOST_PID)),
+    Case("hostPID-unobserved", HELD, Break("hostPID", "unobserved"),
+         Held("Blocked", "TemplateInvalid", HOST_PID)),
+    Case("removed-serving", HELD, Break("removed", "serving"),
+         Held("Blocked", "TemplateNotFound", TEMPLATE_REF)),
+    Case("removed-unobserved", HELD, Break("removed", "unobserved"),
+         Held("Blocked", "TemplateNotFound", TEMPLATE_REF)),
+    Case("removed-observed", KEPT, Break("removed", "observed"),
+         Held("Evaluating", "Evaluating", "")),
+]  # fmt: skip
+
+
+def _break_cronjob(sim: Sim, fault: str) -> None:
     sim.remove("CronJob", "lm-eval")
-    sim.candidate_ready()
-    clock.advance(60)
+    if fault == "removed":
+        return
+    cj = cronjob()
+    path, value = TEMPLATE_FAULTS[fault]
+    put_fault(cj["spec"]["jobTemplate"]["spec"]["template"], path, value)
+    sim.world.append(cj)
+
+
+@table(TEMPLATE_BREAKS)
+def test_a_cronjob_broken_after_admission_keeps_the_candidate(
+    sim_factory, clock: Clock, case: Case[Break, Held]
+) -> None:
+    """Found by review 15a #5: an Evaluating run whose Job was not observed yet lost its
+    candidate (``Blocked``, "released its candidate", desired ``[]``) when its CronJob
+    was edited to ``containers: []``; one reconcile later (the Job observed) the same
+    edit kept everything. A CronJob deleted before the Job existed released it too. Now
+    the run keeps its candidate in every timing, names the field, stays a fixed point,
+    and goes on with the same clock once the CronJob is fixed."""
+    sim = sim_factory()
+    if case.inputs.timing == "serving":
+        sim.reconcile()
+        sim.reconcile()  # the candidate is observed (seen)
+        sim.candidate_ready()
+    else:
+        sim.to_evaluating()
+        if case.inputs.timing == "unobserved":
+            del sim.observed["gauntlet-r1"]  # desired, not created yet
+    candidate = copy.deepcopy(sim.observed["candidate-r1"]["spec"])
+    created = sim.status["candidate"]["createdAt"]
+    _break_cronjob(sim, case.inputs.fault)
+    clock.advance(10)
+    rsp = sim.reconcile()
+    want = case.want
+    assert (sim.phase, sim.status["reason"]) == (want.phase, want.reason), sim.status
+    assert sim.observed["candidate-r1"]["spec"] == candidate
+    assert sim.status["candidate"]["createdAt"] == created
+    assert not [r.message for r in rsp.results if "released" in r.message]
+    if case.inputs.timing == "observed":
+        assert "gauntlet-r1" in sim.observed
+        return
+    runnable = sim.conditions()["Runnable"]
+    assert (runnable["status"], runnable["reason"]) == ("False", want.reason), runnable
+    assert want.field in runnable["message"], runnable
+    assert f"run {RUN1} keeps its candidate" in runnable["message"], runnable
+    verdict = sim.conditions()["Verdict"]
+    assert (verdict["status"], verdict["reason"]) == ("Unknown", "Blocked"), verdict
+    # A fixed point: the same world gives the same status and children.
+    before, kept = copy.deepcopy(sim.status), set(sim.observed)
+    clock.advance(10)
     sim.reconcile()
-    assert sim.phase == "Blocked" and sim.status["reason"] == "TemplateNotFound"
-    assert not sim.observed and "candidate" not in sim.status
+    assert sim.status == before and set(sim.observed) == kept
+    # Fixed: the run goes on with the same candidate and clock.
+    sim.remove("CronJob", "lm-eval")
     sim.world.append(cronjob())
-    clock.advance(600)
+    clock.advance(10)
     sim.reconcile()
-    assert sim.phase == "Deploying"
-    assert sim.status["candidate"]["createdAt"] == "2026-11-29T09:11:00Z"
+    assert sim.phase == "Evaluating", sim.status
+    assert "gauntlet-r1" in sim.observed
+    assert sim.status["candidate"]["createdAt"] == created
+
+
+def test_a_run_held_by_a_broken_cronjob_ends_at_its_deadline(sim_factory, clock: Clock) -> None:
+    """The hold is bounded: the run's deadline still decides it (TimedOut, the candidate
+    released), naming why the gauntlet never started."""
+    sim = sim_factory()
+    sim.to_evaluating()
+    del sim.observed["gauntlet-r1"]
+    _break_cronjob(sim, "containers-empty")
+    clock.advance(10)
+    sim.reconcile()
+    assert sim.phase == "Blocked" and "candidate-r1" in sim.observed
+    clock.advance(31 * 60)
+    sim.reconcile()
+    assert (sim.phase, sim.status["verdict"]["reason"]) == ("Failed", "TimedOut"), sim.status
+    assert "could not template its Job (TemplateInvalid)" in sim.status["verdict"]["summary"]
+    assert "candidate-r1" not in sim.observed
 
 
 def test_template_without_containers_is_invalid(sim_factory) -> None:
@@ -2176,8 +2294,9 @@ def test_a_gauntlet_job_name_fits_its_completion_mode(
 
 def test_a_recorded_indexed_name_that_cannot_fit_is_not_composed(sim_factory, clock) -> None:
     """A run that recorded its 63-character name keeps it; an Indexed Job of that name
-    could never be created, so the function does not compose one: the run is Blocked,
-    naming completionMode, and starts again under a name that fits."""
+    could never be created, so the function does not compose one: the run is held
+    (Blocked, naming completionMode, its candidate kept: review 15a #5), and its Job is
+    composed again under a name that fits."""
     sim = sim_factory()
     sim.to_evaluating()
     old = sim.status["gauntlet"]["job"]
@@ -2191,12 +2310,9 @@ def test_a_recorded_indexed_name_that_cannot_fit_is_not_composed(sim_factory, cl
     assert (sim.phase, sim.status["reason"]) == ("Blocked", "TemplateInvalid"), sim.status
     msg = sim.conditions()["Runnable"]["message"]
     assert "spec.jobTemplate.spec.completionMode" in msg and f"{old}-3" in msg, msg
-    assert "candidate-r1" not in sim.observed and "gauntlet-r1" not in sim.observed
+    assert "candidate-r1" in sim.observed and "gauntlet-r1" not in sim.observed
+    assert "gauntlet" not in sim.status  # no Job observed: its record goes
     clock.advance(10)
-    sim.reconcile()
-    assert sim.phase == "Deploying"
-    sim.reconcile()
-    sim.candidate_ready()
     sim.reconcile()
     assert sim.phase == "Evaluating", sim.status
     assert sim.job()["metadata"]["name"] == exp.gauntlet_job_name(NAMESPACE, RUN1, indexed=True)

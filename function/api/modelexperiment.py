@@ -405,6 +405,11 @@ VERDICT_REASONS = frozenset({PASSED, FAILED, TIMED_OUT, CANDIDATE_FAILED, CANDID
 # workload cluster refused the Job: quota, admission, validation; or cannot be reached):
 # status.reason and the Verdict condition's reason, with one Warning event on entry.
 GAUNTLET_NOT_SYNCED = "GauntletNotSynced"
+# The gauntlet's CronJob (spec.gauntlet.templateRef) is missing or cannot template a Job:
+# status.reason and Runnable=False, Blocked before admission, held after it.
+TEMPLATE_NOT_FOUND = "TemplateNotFound"
+TEMPLATE_INVALID = "TemplateInvalid"
+TEMPLATE_REASONS = frozenset({TEMPLATE_NOT_FOUND, TEMPLATE_INVALID})
 # The artifact gate's condition: True (ArtifactGateOpen, or GATE_NOT_SET without
 # spec.artifactGate) or False with the reason that closes it. Set whenever a spec is
 # admitted or held, so removing the gate clears a False left by an earlier one

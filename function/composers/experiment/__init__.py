@@ -6,7 +6,10 @@ verdict, and releases the hardware. It never edits an existing ModelDeployment.
 
 Lifecycle of one run (``status.phase``):
 
-- ``Blocked``: nothing may claim a GPU yet, and no candidate exists. Reasons
+- ``Blocked``: nothing may claim a GPU yet, and no candidate exists; except an
+  admitted run that is held (its candidate kept): by a spec edit that cannot start,
+  or by its CronJob deleted or unusable before its gauntlet Job is observed
+  (``_Composer.template_unusable``; its deadline still ends it). Reasons
   (condition ``Runnable=False``): ``InvalidSpec`` (the field is named; existing
   children are kept untouched, as for any bad input), ``TemplateNotFound`` /
   ``TemplateInvalid`` (the CronJob of ``spec.gauntlet.templateRef``), and the

@@ -8,6 +8,8 @@ from typing import Any
 from function.api.modelexperiment import (
     FAILED,
     PASSED,
+    TEMPLATE_INVALID,
+    TEMPLATE_NOT_FOUND,
     VERDICT,
     ExperimentSpec,
     definition_hash,
@@ -15,7 +17,6 @@ from function.api.modelexperiment import (
 )
 from function.composers.experiment.children import evidence_body, served_name_overrides
 from function.composers.experiment.names import (
-    REQ_CLUSTER,
     REQ_REPLICAS,
     REQ_TEMPLATE,
     candidate_key,
@@ -61,6 +62,7 @@ class _Composer:
         self.now = inputs.now
         self.poll = float(max(1, inputs.settings.poll_seconds))  # as every kind: 0 is 1 s
         self.prev_phase = structs.get_str(inputs.xr, "status", "phase")
+        self.prev_reason = structs.get_str(inputs.xr, "status", "reason")
 
     # -- helpers
     def set_phase(self, phase: str, reason: str, message: str, *, warning: bool = False) -> None:
@@ -71,7 +73,7 @@ class _Composer:
         warn = warning or phase in ("Failed", "Blocked")
         events.changed(
             out,
-            (self.prev_phase, structs.get_str(self.inputs.xr, "status", "reason")),
+            (self.prev_phase, self.prev_reason),
             (phase, reason),
             f"{phase}: {message}",
             reason=reason,
@@ -296,6 +298,9 @@ class _Composer:
         out.condition(VERDICT, "Unknown", "Suspended", f"run {st.name} has no verdict yet")
 
     def blocked(self, st: RunState, reason: str, message: str) -> None:
+        """A run not admitted yet cannot start (its CronJob or artifact gate): no
+        candidate is composed. Never for an admitted run: bad input found after
+        admission holds it (:meth:`hold`, :meth:`template_unusable`)."""
         out = self.out
         if st.candidate:
             out.warning(f"run {st.name} released its candidate: {message}", "CandidateReleased")
@@ -310,8 +315,8 @@ class _Composer:
         out = self.out
         out.keep_observed(self.inputs)
         out.status["phase"] = self.prev_phase or "Deploying"
-        if structs.get_str(self.inputs.xr, "status", "reason"):
-            out.status["reason"] = structs.get_str(self.inputs.xr, "status", "reason")
+        if self.prev_reason:
+            out.status["reason"] = self.prev_reason
         out.condition("Runnable", "Unknown", "Resolving", message)
         out.condition(VERDICT, "Unknown", "Pending", f"run {st.name} has no verdict yet")
 
@@ -339,23 +344,37 @@ class _Composer:
         if name not in self.inputs.required_resources:
             self.out.requirements.pop(name, None)
 
-    def release_for_template(
+    def template_unusable(
         self, spec: ExperimentSpec, st: RunState, invalid: str | None = None
     ) -> None:
-        """The CronJob vanished (or is unusable) before the Job exists: release the GPU."""
+        """The CronJob was deleted (``invalid`` None) or can no longer template a Job
+        (``invalid``: why, naming its field) after run ``st`` was admitted, before its
+        gauntlet Job was observed: the run is held, as for a spec edit (:meth:`hold`).
+
+        Bad input loses nothing: the candidate stays desired (composed before this is
+        called) and every observed child is kept; ``status.candidate`` and the gate's
+        record stay, so the run goes on with the same clock once the CronJob is fixed.
+        The gauntlet's record is cleared (no Job was observed): the Job is composed from
+        the fixed CronJob with the time left then. The run's deadline still ends it
+        (``TimedOut``). Phase ``Blocked``, reason ``TemplateNotFound`` or
+        ``TemplateInvalid``; ``Runnable=False`` names the field.
+        """
         out = self.out
-        out.resources.pop(candidate_key(st.number), None)
-        self.stop_asking(REQ_CLUSTER)
-        self.stop_asking(REQ_REPLICAS)
-        ref = f"{self.inputs.namespace}/{spec.gauntlet.templateRef.name}"
+        out.keep_observed(self.inputs)
+        st.gauntlet = {}
+        ref = f"CronJob {self.inputs.namespace}/{spec.gauntlet.templateRef.name}"
+        ref += " (spec.gauntlet.templateRef)"
         if invalid:
-            self.blocked(
-                st, "TemplateInvalid", f"CronJob {ref} (spec.gauntlet.templateRef): {invalid}"
-            )
+            reason, what = TEMPLATE_INVALID, f"{ref}: {invalid}"
         else:
-            self.blocked(
-                st, "TemplateNotFound", f"CronJob {ref} (spec.gauntlet.templateRef) not found"
-            )
+            reason, what = TEMPLATE_NOT_FOUND, f"{ref} not found"
+        msg = (
+            f"{what}; run {st.name} keeps its candidate until the CronJob can template its "
+            f"gauntlet Job, or its deadline {st.candidate.get('deadline')} passes"
+        )
+        self.set_phase("Blocked", reason, msg)
+        out.condition("Runnable", "False", reason, msg)
+        out.condition(VERDICT, "Unknown", "Blocked", f"run {st.name} is held: {reason}")
 
     def verdict(
         self,

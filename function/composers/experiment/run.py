@@ -24,6 +24,9 @@ from function.api.modelexperiment import (
     GATE_OPEN,
     GAUNTLET_NOT_SYNCED,
     PASSED,
+    TEMPLATE_INVALID,
+    TEMPLATE_NOT_FOUND,
+    TEMPLATE_REASONS,
     TIMED_OUT,
     VERDICT,
     ExperimentSpec,
@@ -209,10 +212,10 @@ def admission(c: _Composer, spec: ExperimentSpec) -> Admission | object:
     assert isinstance(tmpl, Resolved)
     ref = f"CronJob {inputs.namespace}/{spec.gauntlet.templateRef.name} (spec.gauntlet.templateRef)"
     if not tmpl.items:
-        return Admission("TemplateNotFound", f"{ref} not found")
+        return Admission(TEMPLATE_NOT_FOUND, f"{ref} not found")
     problem = cronjob_problem(tmpl.items[0])
     if problem:
-        return Admission("TemplateInvalid", f"{ref}: {problem}")
+        return Admission(TEMPLATE_INVALID, f"{ref}: {problem}")
     if spec.artifactGate is None:
         return Admission()
     assert isinstance(cache, Resolved)
@@ -317,7 +320,10 @@ class ActiveRun:
     def deadline_passed(self) -> bool:
         if self.c.now < self.deadline:
             return False
-        if self.st.gauntlet:
+        held = self.c.prev_phase == "Blocked" and self.c.prev_reason in TEMPLATE_REASONS
+        if held:  # a hold of template_unusable: the gauntlet never started
+            what = f"the gauntlet's CronJob could not template its Job ({self.c.prev_reason})"
+        elif self.st.gauntlet:
             what = "the gauntlet did not finish"
             err = not_synced(self.job_obs, self.st) if self.job_obs is not None else None
             if err:
@@ -418,7 +424,7 @@ class ActiveRun:
                 return
             assert isinstance(tmpl, Resolved)
             if not tmpl.items:
-                c.release_for_template(self.valid, st)
+                c.template_unusable(self.valid, st)
                 return
             msg = self.add_job(tmpl.items[0])
         if msg is not None:
@@ -426,13 +432,13 @@ class ActiveRun:
 
     def add_job(self, cronjob: Any) -> str | None:
         """Compose the gauntlet Job from ``st.gauntlet``; None when the CronJob is unusable
-        (the run is then Blocked)."""
+        (the run is then held, :meth:`~function.composers.experiment.compose._Composer.
+        template_unusable`)."""
         c, st = self.c, self.st
         try:
             body = gauntlet_object(c.inputs, self.valid, st, cronjob)
         except ValueError as e:
-            st.gauntlet = {}
-            c.release_for_template(self.valid, st, invalid=str(e))
+            c.template_unusable(self.valid, st, invalid=str(e))
             return None
         c.out.add(job_key(st.number), body)
         return job_message(st)
@@ -474,7 +480,7 @@ class ActiveRun:
             return None
         assert isinstance(cluster, Resolved) and isinstance(tmpl, Resolved)
         if not tmpl.items:
-            c.release_for_template(self.valid, st)
+            c.template_unusable(self.valid, st)
             return None
         if not cluster.items:
             return f"candidate {st.name} serves on {cluster_name}: InferenceCluster not found"
