@@ -16,7 +16,10 @@ mutation, chosen by a seeded ``random.Random`` (the same cases every run):
 Eight calls are kept in flight on one channel. Counted: gRPC errors by code (``UNKNOWN``
 above all), responses with an "internal error", compute processes that died while
 composing (the pool's fatal result says so), and responses that drop an observed child
-while a condition flags the input invalid (``Invalid...`` or ``Blocked`` reasons).
+while a condition refuses the input (:func:`refusal`: a condition not True whose reason
+is ``Blocked``, starts with ``Invalid`` or ends with ``Invalid``, ``NotFound``,
+``Forbidden`` or ``Missing``, whatever the condition's type and status). A drop under
+any other reason (a verdict, a cool-down, a suspension, a new run) is the lifecycle's.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import contextlib
 import json
 import logging
 import random
+import re
 import sys
 import threading
 from typing import Any
@@ -139,12 +143,35 @@ def case(rng: random.Random, bases: list[bytes]) -> tuple[bytes, set[str]]:
     return req.SerializeToString(deterministic=True), observed
 
 
-def _invalid(rsp: fnv1.RunFunctionResponse) -> bool:
-    return any(
-        c.status == fnv1.STATUS_CONDITION_FALSE
-        and (c.reason.startswith("Invalid") or c.reason == "Blocked")
-        for c in rsp.conditions
-    )
+# A condition reason that refuses input: the spec or an object it names is invalid,
+# missing or forbidden, or the run is Blocked (InvalidSpec, TemplateInvalid, ClassInvalid,
+# TemplateNotFound, PoolNotFound, GPURequestForbidden, AuthSecretMissing, Blocked...).
+REFUSAL = re.compile(r"^(Blocked|Invalid.*|.*(Invalid|NotFound|Forbidden|Missing))$")
+
+
+def refusal(rsp: fnv1.RunFunctionResponse) -> str | None:
+    """The first condition of ``rsp`` that refuses input, as ``"<type>=<status>
+    <reason>"``, or None.
+
+    A condition refuses input when it is not True (False or Unknown) and its reason
+    matches :data:`REFUSAL`. Any status counts: a ModelExperiment held by a broken
+    CronJob says ``Runnable=False TemplateInvalid`` and ``Verdict=Unknown Blocked``
+    (review 15a #5, which the earlier rule, False with ``Invalid...``/``Blocked``,
+    missed).
+    """
+    for c in rsp.conditions:
+        if c.status != fnv1.STATUS_CONDITION_TRUE and REFUSAL.match(c.reason):
+            name = fnv1.Status.Name(c.status).removeprefix("STATUS_CONDITION_").title()
+            return f"{c.type}={name} {c.reason}"
+    return None
+
+
+def dropped_on_refusal(rsp: fnv1.RunFunctionResponse, observed: set[str]) -> bool:
+    """Whether ``rsp`` refuses its input (:func:`refusal`) and yet drops one of the
+    ``observed`` children (not fatal: Crossplane applies nothing of a fatal response)."""
+    if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
+        return False
+    return refusal(rsp) is not None and not observed <= set(rsp.desired.resources)
 
 
 def fuzz(cases: int, processes: int = 2, seed: int = 14) -> dict[str, Any]:
@@ -188,7 +215,7 @@ def fuzz(cases: int, processes: int = 2, seed: int = 14) -> dict[str, Any]:
                             counts["process_deaths"] += 1
                         if fatal:
                             counts["fatal"] += 1
-                        elif _invalid(rsp) and not observed <= set(rsp.desired.resources):
+                        elif dropped_on_refusal(rsp, observed):
                             counts["dropped_children_on_invalid_input"] += 1
 
             threads = [threading.Thread(target=worker) for _ in range(8)]
