@@ -1183,6 +1183,28 @@ def test_a_run_held_by_a_broken_cronjob_ends_at_its_deadline(sim_factory, clock:
     assert "candidate-r1" not in sim.observed
 
 
+def test_a_job_running_under_an_edit_held_for_its_cronjob_times_out_as_a_gauntlet(
+    sim_factory, clock: Clock
+) -> None:
+    """A spec edit naming a missing CronJob holds the run (Blocked, TemplateNotFound)
+    while its Job runs; at the deadline the verdict says the gauntlet did not finish,
+    not that a CronJob could not template it (that is only for a run whose Job was
+    never observed, :func:`test_a_run_held_by_a_broken_cronjob_ends_at_its_deadline`)."""
+    sim = sim_factory()
+    sim.to_evaluating()
+    sim.update_spec(gauntlet={**sim.xr["spec"]["gauntlet"], "templateRef": {"name": "lm-evl"}})
+    clock.advance(10)
+    sim.reconcile()
+    assert (sim.phase, sim.status["reason"]) == ("Blocked", "TemplateNotFound"), sim.status
+    assert "gauntlet-r1" in sim.observed
+    clock.advance(31 * 60)
+    sim.reconcile()
+    # Run 1 is decided first (TimedOut, to history), then the edit starts run 2.
+    rec = sim.status["history"][-1]
+    assert (rec["run"], rec["reason"]) == (RUN1, "TimedOut"), rec
+    assert "the gauntlet did not finish" in rec["summary"], rec
+
+
 def test_template_without_containers_is_invalid(sim_factory) -> None:
     cj = cronjob()
     cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"] = []

@@ -320,14 +320,14 @@ class ActiveRun:
     def deadline_passed(self) -> bool:
         if self.c.now < self.deadline:
             return False
-        held = self.c.prev_phase == "Blocked" and self.c.prev_reason in TEMPLATE_REASONS
-        if held:  # a hold of template_unusable: the gauntlet never started
-            what = f"the gauntlet's CronJob could not template its Job ({self.c.prev_reason})"
-        elif self.st.gauntlet:
+        if self.st.gauntlet:
             what = "the gauntlet did not finish"
             err = not_synced(self.job_obs, self.st) if self.job_obs is not None else None
             if err:
                 what += f" ({err})"
+        elif self.c.prev_phase == "Blocked" and self.c.prev_reason in TEMPLATE_REASONS:
+            # Held since its CronJob broke (template_unusable): no Job was ever observed.
+            what = f"the gauntlet's CronJob could not template its Job ({self.c.prev_reason})"
         elif candidate_ready(self.cand_obs):
             what = "the candidate was Ready but its endpoint or cluster was never found"
         else:
