@@ -29,7 +29,8 @@ Two calls per case (nothing resolved yet, then the mixed resolution). Properties
    structural schema (a wrong type or a missing required field, within four levels
    of spec and outside embedded pod templates) gets a fatal result or a False
    condition whose message names a ``spec.`` field; a spec the function flags as
-   invalid (a False condition with reason ``Blocked``/``Invalid...``) never drops a
+   invalid (a condition not True that refuses the input, ``benchmarks.fuzz.refusal``:
+   ``Blocked``, ``Invalid...``, ``...Invalid``, ``...NotFound`` ...) never drops a
    child that the seed's valid spec keeps in the same reconcile.
 
 The total number of generated cases is :data:`TOTAL_CASES` (split over the kinds
@@ -54,6 +55,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.fuzz import refusal
 from function import API_VERSION
 from function.composers import KINDS
 from function.render import World
@@ -379,12 +381,13 @@ def _fill(
 
 
 def _invalid_flag(rsp: fnv1.RunFunctionResponse) -> str | None:
-    for t, c in conditions(rsp).items():
-        if c["status"] == "False" and (
-            c["reason"] == "Blocked" or c["reason"].startswith("Invalid")
-        ):
-            return f"{t}={c['reason']}: {c['message']}"
-    return None
+    """The condition that refuses the input, by the gRPC fuzz's rule
+    (:func:`benchmarks.fuzz.refusal`), with its message; or None."""
+    flag = refusal(rsp)
+    if flag is None:
+        return None
+    typ = flag.split("=", 1)[0]
+    return f"{flag}: {conditions(rsp)[typ]['message']}"
 
 
 def _check_keeps(
@@ -421,6 +424,12 @@ def _check_keeps(
         valid.CopyFrom(req)
         valid.observed.composite.resource["spec"] = valid_spec
         ref = run(valid)
+        if not fatal(ref) and _unresolved(valid, ref):
+            # The valid spec asks for what the mutated one did not (another class, say):
+            # resolved from the world, else "not known" keeps every child and any drop
+            # of the flagged response would look like a loss.
+            valid = _fill(valid, ref, world)
+            ref = run(valid)
         _check_basic(valid, ref, where + " (the seed's valid spec)")
         if not fatal(ref):
             lost = (observed & set(ref.desired.resources)) - kept
@@ -715,6 +724,28 @@ def test_properties_catch_what_they_are_for() -> None:
         _check_keeps(req, _rsp(keep=("a",)), World([]), "w")
     _check_keeps(req, _rsp(keep=("a", "b")), World([]), "w")
     _check_keeps(req, _rsp("spec.x: bad"), World([]), "w")  # fatal: Crossplane applies nothing
+
+
+def test_the_invalid_flag_is_the_grpc_fuzz_refusal() -> None:
+    """Review 15a #5: a held ModelExperiment says Runnable=False TemplateInvalid and
+    Verdict=Unknown Blocked; the earlier flag (False with Blocked/Invalid...) missed both,
+    so a drop under it was never compared with the valid spec's."""
+    rsp = fnv1.RunFunctionResponse()
+    rsp.conditions.add(
+        type="Runnable", status=fnv1.STATUS_CONDITION_FALSE, reason="TemplateInvalid",
+        message="CronJob x (spec.gauntlet.templateRef): spec.jobTemplate...: is empty",
+    )  # fmt: skip
+    rsp.conditions.add(
+        type="Verdict", status=fnv1.STATUS_CONDITION_UNKNOWN, reason="Blocked", message="held"
+    )
+    assert _invalid_flag(rsp) == (
+        "Runnable=False TemplateInvalid: CronJob x (spec.gauntlet.templateRef): "
+        "spec.jobTemplate...: is empty"
+    )
+    del rsp.conditions[0]
+    assert _invalid_flag(rsp) == "Verdict=Unknown Blocked: held"
+    rsp.conditions[0].reason = "Deploying"
+    assert _invalid_flag(rsp) is None
 
 
 def test_structural_check() -> None:
