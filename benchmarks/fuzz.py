@@ -70,6 +70,10 @@ WRONG: list[Any] = [
     [1, "a"],
     {},
     {"a": {"b": []}},
+    # Valid doubles in a protobuf Struct that int() refuses (review 15a #4).
+    float("nan"),
+    float("inf"),
+    float("-inf"),
 ]
 
 
@@ -139,7 +143,14 @@ def case(rng: random.Random, bases: list[bytes]) -> tuple[bytes, set[str]]:
     else:
         target = req.observed.composite.resource
     body = json_format.MessageToDict(target)
-    _set(target, _mutate_dict(rng, body))
+    body = _mutate_dict(rng, body)
+    # A changed object has a new resourceVersion, as the API server gives it: else the
+    # function reads it from what it memoized of the unchanged one (function.core.
+    # versioned), and the mutation never reaches the readers (review 15a #4).
+    meta = body.get("metadata")
+    if isinstance(meta, dict) and "resourceVersion" in meta:
+        meta["resourceVersion"] = f"fuzz-{rng.randrange(1 << 30)}"
+    _set(target, body)
     return req.SerializeToString(deterministic=True), observed
 
 
