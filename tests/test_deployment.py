@@ -242,6 +242,29 @@ def test_first_call_asks_for_everything_and_composes_nothing() -> None:
     assert not [m for s, m in h.results(rsp) if s == "Warning"]
 
 
+# (the device's claim on every cluster, its replicas stay, without a warning)
+CLAIM_CASES = [("DRA", True), ("Synthetic", False), ("Dra", True), ("", True)]
+
+
+@pytest.mark.parametrize(("claim", "stays"), CLAIM_CASES, ids=[c for c, _ in CLAIM_CASES])
+def test_a_device_claim_not_known_leaves_the_pools_not_known(claim: str, stays: bool) -> None:
+    """Found by review 15a: a claim the function does not know (``Dra``) was read as
+    Synthetic, so every replica "no longer fits" and should move. Now the cluster's
+    pools are not known (as with ``status.gpuPools`` absent): each replica keeps its
+    pools; a Synthetic device is still one that cannot be claimed."""
+    first = drive(deployment(2), world())
+    before = placed(first)
+    device = {**H100_DEVICE, "claim": claim}
+    w = world(base=[ic(n, device=device) for n in ("gpu-a", "gpu-b", "gpu-c")]
+              + [cache(), hydration("gpu-a", "Ready"), hydration("gpu-b", "Hydrating")])
+    rsp = drive(deployment(2), w, observe(first))
+    if stays:
+        assert placed(rsp) == before
+        assert not [m for s, m in h.results(rsp) if s == "Warning"], h.results(rsp)
+    else:  # not starting yet, and no longer fitting: replaced at once, by none
+        assert placed(rsp) != before
+
+
 @pytest.mark.parametrize("missing", ["clusters", "cache", "hydrations"])
 def test_unresolved_requirement_keeps_existing_replicas(missing: str) -> None:
     first = drive(deployment(2), world())

@@ -57,6 +57,11 @@ BAD = [
      "spec.devices[0].attributes.cudaComputeCapability.version"),
     ("an int past 64 bits", lambda s: s["devices"][0]["attributes"].update(
         cores={"int": 1e30}), "spec.devices[0].attributes.cores.int"),
+    # Review 15a: a claim the XRD's enum does not hold was Valid, copied into clusters,
+    # and read as Synthetic by every replica there (which dropped its GPU claim).
+    ("a claim that is not DRA or Synthetic", lambda s: s["devices"][0].update(claim="Dra"),
+     "spec.devices[0].claim: must be DRA"),
+    ("an empty claim", lambda s: s["devices"][0].update(claim=""), "spec.devices[0].claim"),
 ]  # fmt: skip
 
 

@@ -295,6 +295,8 @@ BROKEN_CLASSES = [
     ("capacity-not-a-quantity", ("capacity", "memory", "value"), "80 GB",
      "spec.devices[0].capacity"),
     ("version-not-semver", ("attributes", "cuda", "version"), "9.0", "spec.devices[0].attributes"),
+    # review 15a: copied, and every replica on the cluster read the device as Synthetic
+    ("claim-not-known", ("claim",), "Dra", "spec.devices[0].claim"),
 ]  # fmt: skip
 
 

@@ -887,6 +887,45 @@ def test_a_gated_replica_says_its_kept_workload_still_answers(gate: str):
     assert [e["available"] for e in h.status(rsp)["engines"]] == [False]
 
 
+# (device 0's claim in the cluster's status, the pool is known): review 15a.
+CLAIMS = [
+    ("DRA", True),
+    (None, True),  # absent: the XRD's default, DRA
+    ("Dra", False),
+    ("", False),
+    (5, False),
+]
+
+
+@pytest.mark.parametrize(("claim", "known"), CLAIMS, ids=[repr(c) for c, _ in CLAIMS])
+def test_a_device_claim_not_known_keeps_the_workload_as_it_is(claim, known):
+    """Found by review 15a: a claim the function does not know (``Dra``, from a class
+    with a typo) was read as Synthetic: the replica dropped its ResourceClaimTemplate
+    and rewrote its Deployment without the GPU claim, still Serving. Now its pool is
+    not known: everything is kept as it is (``Resolving``), the field named."""
+    spec = single_spec()
+    first = h.desired(run(spec, ready_required()))
+    assert "claim-vllm-standalone" in first
+    observed = {k: observed_object(v, {}) for k, v in first.items()}
+    req = ready_required()
+    c = cluster()
+    device = c["status"]["gpuPools"][0]["devices"][0]
+    if claim is None:
+        del device["claim"]
+    else:
+        device["claim"] = claim
+    req["cluster"] = [c]
+    rsp = run(spec, req, observed=observed)
+    assert h.desired(rsp) == first
+    cond = h.conditions(rsp)[CONDITION]
+    if known:
+        assert cond["reason"] != "Resolving", cond
+    else:
+        assert cond["reason"] == "Resolving", cond
+        assert "status.gpuPools[0].devices[0].claim" in cond["message"], cond
+        assert "DRA or Synthetic" in cond["message"], cond
+
+
 @pytest.mark.parametrize(("pools", "reason"), [(None, "Resolving"), ([], "PoolNotFound")])
 def test_gpu_pools_absent_is_not_known_not_empty(pools, reason):
     """Found by review 14d: with ``status.gpuPools`` absent (not written yet, or lost in

@@ -5,8 +5,9 @@ the ``spec.devices`` of each of its pools' classes into ``status.gpuPools[].devi
 which placement matches device selectors against. The class is declared in
 ``compositions/inferenceclass/definition.yaml``; this module checks the fields that are
 copied, as declared there: ``spec`` an object; each of ``spec.devices`` an object with a
-``name`` and a ``driver``, and a ``count`` (default 1) from 1 to 64. The API server
-enforces the same schema; the function does not rely on it.
+``name`` and a ``driver``, a ``count`` (default 1) from 1 to 64, and a ``claim``
+(default DRA) ``DRA`` or ``Synthetic``. The API server enforces the same schema; the
+function does not rely on it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pydantic import (
 )
 
 from function.api.fields import WholeInt
+from function.api.inferencecluster import CLAIMS
 from function.core.errors import pydantic_errors
 from function.scheduling.devices import Semver, parse_quantity
 
@@ -110,6 +112,18 @@ class _DeclaredDevice(Device):
     deviceClassName: StrictStr | None = None
     attributes: dict[str, _Attribute] | None = None
     capacity: dict[str, _Capacity] | None = None
+
+    @field_validator("claim")
+    @classmethod
+    def _claim(cls, v: str | None) -> str | None:
+        # The XRD's enum. Any other value was copied into clusters' status and read as
+        # Synthetic: every replica there dropped its GPU claim (review 15a).
+        if v is not None and v not in CLAIMS:
+            raise ValueError(
+                f"must be DRA (the pods claim the device through DRA) or Synthetic "
+                f"(placement matches it, nothing claims it), got {v!r}"
+            )
+        return v
 
 
 class _Provisioning(_Open):

@@ -24,6 +24,7 @@ raise on malformed status: what is missing or of the wrong type reads as absent.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Struct, Value
@@ -45,6 +46,12 @@ STATUS_GATEWAY = "gateway"
 READY = "Ready"
 # ``status.providerConfigRef.kind`` when the cluster does not say.
 DEFAULT_PROVIDER_CONFIG_KIND = "ClusterProviderConfig"
+# ``status.gpuPools[].devices[].claim`` (copied from the InferenceClass's
+# ``spec.devices[].claim``, the same enum in both XRDs): a device the pods claim through
+# DRA, or one placement matches and nothing claims. Absent: DRA (the XRDs' default).
+CLAIM_DRA = "DRA"
+CLAIM_SYNTHETIC = "Synthetic"
+CLAIMS = (CLAIM_DRA, CLAIM_SYNTHETIC)
 
 
 def is_ready(cluster: Struct | None) -> bool:
@@ -123,6 +130,38 @@ def pools_by_name(gpu_pools: Any) -> dict[str, Any]:
         if n:
             out[n] = p
     return out
+
+
+def unknown_claim(gpu_pools: Any, pools: Container[str] | None = None) -> str | None:
+    """Where ``status.gpuPools`` (a ListValue or list) holds a device ``claim`` that is
+    not one of :data:`CLAIMS` (absent reads as DRA), or None when none does.
+
+    Such a pool is not known: its devices are neither claimable nor Synthetic for sure,
+    so readers keep what exists on it as they do while ``status.gpuPools`` is absent.
+
+    Args:
+        gpu_pools: The ``status.gpuPools`` value.
+        pools: Only the entries of these names (None: every entry).
+
+    Returns:
+        ``status.gpuPools[1].devices[0].claim is 'Dra', not DRA or Synthetic``, naming
+        the first such device.
+    """
+    if not isinstance(gpu_pools, (ListValue, list)):
+        return None
+    for pi, p in enumerate(gpu_pools):
+        if pools is not None and structs.get_str(p, "name") not in pools:
+            continue
+        for di, d in enumerate(structs.items(p, "devices")):
+            claim = structs.get(d, "claim")
+            if claim is None or claim in CLAIMS:
+                continue
+            got = repr(claim) if isinstance(claim, str) else f"a {type(claim).__name__}"
+            return (
+                f"status.{STATUS_GPU_POOLS}[{pi}].devices[{di}].claim is {got}, not "
+                f"{' or '.join(CLAIMS)}"
+            )
+    return None
 
 
 def cache_host_problem(cluster: Struct) -> str | None:

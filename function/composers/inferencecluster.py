@@ -51,6 +51,7 @@ from typing import Any
 from function import API_VERSION
 from function.api import inferenceclass
 from function.api.inferencecluster import (
+    CLAIM_DRA,
     DEFAULT_PROVIDER_CONFIG_KIND,
     STATUS_CACHE,
     STATUS_GATEWAY,
@@ -88,7 +89,7 @@ def _devices(cls: Any) -> list[dict[str, Any]]:
     for d in structs.to_py(structs.get(cls, "spec", "devices")) or []:
         if not isinstance(d, dict):
             continue
-        dev = {"claim": "DRA", "count": 1, **d}
+        dev = {"claim": CLAIM_DRA, "count": 1, **d}
         if isinstance(dev.get("count"), float):
             dev["count"] = int(dev["count"])
         out.append(dev)

@@ -54,6 +54,7 @@ import celpy
 from celpy import celtypes
 from celpy.evaluation import base_functions as ev_base_functions
 
+from function.api.inferencecluster import CLAIM_DRA
 from function.core.memo import memo, shared
 from function.scheduling import cel_library
 
@@ -919,7 +920,10 @@ class Device:
         name: The device's name in its class (``gpu``).
         driver: The DRA driver, and the domain of attributes and capacity.
         count: How many of this device each node has.
-        claim: ``DRA`` (claimable) or ``Synthetic`` (placement only).
+        claim: ``DRA`` (claimable) or ``Synthetic`` (placement only), as the status
+            says (absent: DRA); a pool with any other value is not known (its readers
+            check :func:`function.api.inferencecluster.unknown_claim` first), and a
+            device holding one is never claimable.
         attributes: Bare name to a typed value (``("string", "Ampere")``).
         capacity: Bare name to a quantity string (``"23034Mi"``).
     """
@@ -927,7 +931,7 @@ class Device:
     name: str
     driver: str
     count: int = 1
-    claim: str = "DRA"
+    claim: str = CLAIM_DRA
     attributes: tuple[tuple[str, tuple[str, Any]], ...] = ()
     capacity: tuple[tuple[str, str], ...] = ()
     _activation: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
@@ -958,11 +962,12 @@ class Device:
             if isinstance(v, dict) and isinstance(v.get("value"), str):
                 caps.append((k, v["value"]))
         count = raw.get("count", 1) if raw else 1
+        claim = raw.get("claim") if raw else None
         return cls(
             name=str(raw.get("name", "")),
             driver=str(raw.get("driver", "")),
             count=int(count) if isinstance(count, (int, float)) and math.isfinite(count) else 1,
-            claim=str(raw.get("claim") or "DRA"),
+            claim=CLAIM_DRA if claim is None else str(claim),
             attributes=tuple(attrs),
             capacity=tuple(caps),
         )
@@ -1191,5 +1196,5 @@ def pool_satisfies(requests: Iterable[DeviceRequest], devices: Iterable[Device])
 
 def claims_dra(requests: Iterable[DeviceRequest], devices: Iterable[Device]) -> bool:
     """True when some request is satisfied by a claimable (``claim: DRA``) device."""
-    devs = tuple(d for d in devices if d.claim == "DRA")
+    devs = tuple(d for d in devices if d.claim == CLAIM_DRA)
     return any(any(r.satisfied_by(d) for d in devs) for r in requests)

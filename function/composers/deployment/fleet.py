@@ -54,9 +54,13 @@ def _pools(cluster: Struct) -> tuple[Pool, ...]:
 
 
 def _pools_known(cluster: Struct) -> bool:
-    """Whether ``status.gpuPools`` is a list (``[]`` included: known to have none)."""
+    """Whether ``status.gpuPools`` is a list (``[]`` included: known to have none) whose
+    every device claim is known (:func:`function.api.inferencecluster.unknown_claim`: a
+    claim that is neither DRA nor Synthetic is not read as either)."""
     v = inferencecluster.gpu_pools_value(cluster)
-    return v is not None and v.WhichOneof("kind") == "list_value"
+    if v is None or v.WhichOneof("kind") != "list_value":
+        return False
+    return inferencecluster.unknown_claim(v.list_value) is None
 
 
 @memo(4096, weight=2)

@@ -22,7 +22,7 @@ from google.protobuf.struct_pb2 import Struct
 from function.api.inferencecluster import pools_by_name
 from function.api.modelreplica import ModelReplicaSpec
 from function.composers.replica.desired import EnginePlan, Stop, Target, build
-from function.composers.replica.spec import parse_spec
+from function.composers.replica.spec import parse_spec, pool_of
 from function.core import structs
 from function.core.errors import SpecError
 from function.core.memo import memo
@@ -71,6 +71,7 @@ class Head:
     cache: str | None
     shm: str | None
     identity: str | None = None  # spec.modelCacheRef.identity
+    pools: frozenset[str] = frozenset()  # the status.gpuPools[] its members sit on
 
 
 @memo(CACHE_SIZE, weight=4)
@@ -84,7 +85,9 @@ def head(spec_key: bytes) -> Head:
     spec = parsed(spec_key)
     ref = spec.modelCacheRef
     cache = ref.name if ref is not None else None
-    return Head(spec.clusterName, cache, spec.shmSizeLimit, ref.identity if ref else None)
+    pools = frozenset(pool_of(e, m) for e in spec.engines for m in e.members)
+    identity = ref.identity if ref else None
+    return Head(spec.clusterName, cache, spec.shmSizeLimit, identity, pools)
 
 
 @dataclass(frozen=True, slots=True)

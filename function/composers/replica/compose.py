@@ -12,7 +12,7 @@ from typing import Any
 from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function import API_VERSION, naming
-from function.api.inferencecluster import STATUS_GPU_POOLS, provider_config_ref
+from function.api.inferencecluster import STATUS_GPU_POOLS, provider_config_ref, unknown_claim
 from function.api.modelcache import spec_source_identity
 from function.api.modelcachehydration import (
     FAILED,
@@ -145,6 +145,16 @@ def compose(inputs: Inputs) -> Outcome:
         # Not known (not written yet, or lost in a restore), not empty: as the
         # deployment reads it (review 14d: the two disagreed).
         return _unresolved(c, f"InferenceCluster {head.clusterName} reports no status.gpuPools")
+    status = structs.sub(cluster_req.items[0], "status")
+    claim = unknown_claim(structs.get(status, STATUS_GPU_POOLS), head.pools)
+    if claim is not None:
+        # Neither claimable nor Synthetic for sure: not known (review 15a: read as
+        # Synthetic, the workload was rewritten without its GPU claim).
+        return _unresolved(
+            c,
+            f"InferenceCluster {head.clusterName} reports {claim}: the devices of that pool "
+            "are not known until its InferenceClass says DRA or Synthetic",
+        )
 
     flash: FlashLoader | None = None
     hydration: dict[str, Any] | None = None

@@ -8,6 +8,7 @@ from typing import Any
 from google.protobuf.struct_pb2 import ListValue
 
 from function import naming
+from function.api.inferencecluster import CLAIM_DRA
 from function.api.modelreplica import ReplicaMember as Member
 from function.core import structs
 from function.core.errors import SpecError
@@ -121,7 +122,7 @@ def _device_class(
     except SelectorEvaluationError as e:
         si = want.selectors.index(e.expression)
         raise SpecError(f"{f}.selectors[{si}].cel", str(e)) from None
-    dra = [(raw, d) for raw, d in matches if d.claim == "DRA"]
+    dra = [(raw, d) for raw, d in matches if d.claim == CLAIM_DRA]
     if not dra:
         if matches:
             return None, None
