@@ -163,6 +163,74 @@ def test_the_deadline_names_a_selector_compiled_in_an_earlier_call() -> None:
     assert "compute deadline of 1 s" in out.stdout and SELECTOR_PATH in out.stdout, out.stdout
 
 
+_PAST_DEADLINE = """
+import sys, uuid
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from function.edge.runner import FunctionRunner
+from function.scheduling import devices
+from tests.support.harness import fatal
+from tests.test_serving import RUNAWAY, many_selectors_request, runaway_request
+
+tag = uuid.uuid4().hex  # selectors of their own: no memo answers them
+runner = FunctionRunner()
+# Warm (imports, the CEL parser): within the deadline, only the selectors take long.
+assert not fatal(fnv1.RunFunctionResponse.FromString(
+    runner.run_bytes(runaway_request(selector="true").SerializeToString())))
+if sys.argv[1] == "compiling":
+    req = many_selectors_request(tag)
+else:
+    req = runaway_request(selector=f'{RUNAWAY} && "{tag}" != ""')
+    devices.set_cost_limit(10**9)
+data = runner.run_bytes(req.SerializeToString(), deadline_seconds=1)
+rsp = fnv1.RunFunctionResponse.FromString(data)
+sys.stdout.write("\\n".join(fatal(rsp)) or "no fatal result")
+"""
+
+
+def many_selectors_request(tag: str) -> fnv1.RunFunctionRequest:
+    """The settled ModelDeployment example with 6 device requests of 8 selectors each,
+    every one of 700 list elements (about 6 KiB; each takes about 0.1 s of CPU to parse,
+    and is estimated well under the cost limit): compiling them takes seconds."""
+    req = _settled("ModelDeployment")
+    xr = copy.deepcopy(json_format.MessageToDict(req.observed.composite.resource))
+    member = xr["spec"]["template"]["spec"]["engines"][0]["members"][0]
+    requests = []
+    for d in range(6):
+        selectors = []
+        for k in range(8):
+            items = ",".join(f'"{d}-{k}-{i}"' for i in range(700))
+            selectors.append({"cel": f'!(device.driver in [{items}]) && "{tag}" != ""'})
+        requests.append({"name": f"gpu{d}", "count": 1, "selectors": selectors})
+    member["nodeSelector"]["devices"] = requests
+    return _rebuild(req, xr, "many")
+
+
+DEVICES_PATH = "spec.template.spec.engines[0].members[0].nodeSelector.devices["
+
+
+@pytest.mark.parametrize(
+    ("doing", "path"), [("compiling", DEVICES_PATH), ("evaluating", SELECTOR_PATH)]
+)
+def test_the_deadline_names_the_selector_being_compiled_or_evaluated(doing: str, path: str) -> None:
+    """Found by review 15a: past the deadline while the spec's selectors were being
+    compiled (many large ones), the fatal result named no field; it named the selector
+    only while one was evaluated. Both now say which, in the same words.
+
+    In a process of its own, as a compute process runs (the deadline's ``SIGALRM``
+    reaches only a process's main thread)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _PAST_DEADLINE, doing],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "compute deadline of 1 s" in out.stdout, out.stdout
+    assert f"while {doing} the device selector {path}" in out.stdout, out.stdout
+
+
 @pytest.mark.parametrize("server", [LIFTED], indirect=True)
 def test_a_call_past_its_deadline_gets_a_fatal_result_and_others_are_served(
     server: tuple[Any, str, Path],

@@ -143,8 +143,8 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             The response's wire bytes. A request protobuf cannot parse (malformed, or
             nested deeper than its recursion limit of 100) gets a response whose only
             result is fatal and says so; a call past its deadline gets a fatal result
-            naming the XR and, while a device selector was being evaluated, its path
-            (then :attr:`replace_me` is True).
+            naming the XR and, while a device selector was being compiled or evaluated,
+            its path (then :attr:`replace_me` is True).
         """
         try:
             req = fnv1.RunFunctionRequest.FromString(data)
@@ -233,11 +233,12 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
 
     def _past_deadline(self, ref: XRRef, e: deadline_mod.CallDeadline) -> str:
         """The fatal message of a call past its compute deadline (and a warning log line)."""
-        expression = devices.evaluating()
-        path = devices.path_of(expression)
+        doing = devices.in_progress()
+        path = doing[2] if doing is not None else None
         where = ""
-        if expression is not None:
-            where = f" while evaluating the device selector {path or repr(expression[:200])}"
+        if doing is not None:
+            what, expression, _ = doing
+            where = f" while {what} the device selector {path or repr(expression[:200])}"
         self.log.warning("compute deadline passed", seconds=e.seconds, selector=path)
         return (
             f"{ref.kind or 'XR'} {ref.where}: composing ran past the call's compute "

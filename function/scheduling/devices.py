@@ -874,9 +874,9 @@ _MAX_PATHS = 4096
 
 def forget_paths() -> None:
     """Forget the paths of the previous call (the runner calls this before each call)."""
-    global _evaluating
+    global _evaluating, _compiling
     _paths.clear()
-    _evaluating = None
+    _evaluating = _compiling = None
 
 
 def compile_selector(expression: str, path: str | None = None) -> Any:
@@ -893,20 +893,31 @@ def compile_selector(expression: str, path: str | None = None) -> Any:
             or variable, or its estimated cost (:func:`estimate_cost`) is over the
             limit (:func:`set_cost_limit`).
     """
+    global _compiling
+    # Left set when a deadline (a BaseException) interrupts compiling, so the runner can
+    # name the selector (review 15a: a fatal result named no field).
+    _compiling = (expression, path)
     if path is not None and len(_paths) < _MAX_PATHS:
         _paths[normalize(expression)] = path
     p = _compile(expression)
+    _compiling = None
     if isinstance(p, InvalidSelector):
         raise InvalidSelector(expression, p.reason)  # named as the user wrote it
     return p
 
 
 _evaluating: str | None = None
+_compiling: tuple[str, str | None] | None = None  # (expression as written, its path)
 
 
-def evaluating() -> str | None:
-    """The selector being evaluated right now, or None (for deadline messages)."""
-    return _evaluating
+def in_progress() -> tuple[str, str, str | None] | None:
+    """What is being done to which selector right now, for deadline messages:
+    ``("evaluating" or "compiling", expression, its spec path or None)``, or None."""
+    if _evaluating is not None:
+        return "evaluating", _evaluating, path_of(_evaluating)
+    if _compiling is not None:
+        return "compiling", *_compiling
+    return None
 
 
 # ---- devices ---------------------------------------------------------------
@@ -1078,12 +1089,13 @@ def _reason(e: BaseException) -> str:
 @memo(65536)
 def _eval(expression: str, device: Device, limit: int) -> bool | SelectorEvaluationError:
     global _evaluating
+    # Left set when a deadline (a BaseException) interrupts the evaluation (or the
+    # compiling it may start with), so the runner can name the selector.
+    _evaluating = expression
     program = _compile_normalized(expression, limit)
     if isinstance(program, InvalidSelector):
+        _evaluating = None
         raise program
-    # Left set when a deadline (a BaseException) interrupts the evaluation, so the
-    # runner can name the selector.
-    _evaluating = expression
     cel_library.begin(limit * RUNTIME_FACTOR)
     try:
         result = program.evaluate(device.activation())
