@@ -10,8 +10,12 @@ evaluation), so a selector Kubernetes admits could never place a replica.
 
 from __future__ import annotations
 
-import pytest
+import uuid
 
+import pytest
+import re2
+
+from function.core import memo
 from function.scheduling import devices
 
 GPU = devices.Device.from_status(
@@ -238,3 +242,57 @@ def test_library_errors_are_evaluation_errors_naming_why(expression: str, want: 
     with pytest.raises(devices.SelectorEvaluationError) as e:
         devices.selector_matches(expression, GPU)
     assert want in e.value.reason, e.value.reason
+
+
+# Review 15a: a short pattern compiled to a program of megabytes (``\\pL{300}``: 3 MiB,
+# 0.15 s of CPU), uncharged by the cost estimate and kept in the re2 module's own cache
+# (128 programs a process, outside MODELPLANE_CACHE_BUDGET_MIB).
+REGEX_TOO_LARGE = [
+    ('!"a".matches("\\\\pL{300}")', "matches: regular expression '\\\\pL{300}' is too large"),
+    ('!matches("a", "\\\\pL{300}")', "is too large"),
+    ('"a".find("\\\\pL{300}") == ""', "find: regular expression"),
+    ('"a".findAll("' + ".{1000}" * 9 + '") == []', "findAll: regular expression"),
+]
+
+
+@pytest.mark.parametrize(("expression", "want"), REGEX_TOO_LARGE, ids=range(len(REGEX_TOO_LARGE)))
+def test_a_regex_too_large_for_its_memory_bound_is_an_evaluation_error(
+    expression: str, want: str
+) -> None:
+    devices.compile_selector(expression)
+    with pytest.raises(devices.SelectorEvaluationError) as e:
+        devices.selector_matches(expression, GPU)
+    assert want in e.value.reason, e.value.reason
+
+
+# (expression, refused by its estimated cost): a literal pattern is charged by its program.
+REGEX_COST = [
+    ('"a".matches("^[a-z]+$")', False),
+    ('lists.range(30).all(i, "a".matches("^[a-z]+$"))', False),
+    ('"a".matches("\\\\pL{50}")', False),  # 60,000 instructions: one is in the budget
+    ('lists.range(30).all(i, "a".matches("\\\\pL{50}"))', True),
+    ('lists.range(30).all(i, "a".find("\\\\pL{50}") == "")', True),
+    ('lists.range(30).all(i, matches("a", "\\\\pL{50}"))', True),
+]
+
+
+@pytest.mark.parametrize(("expression", "refused"), REGEX_COST, ids=range(len(REGEX_COST)))
+def test_a_literal_regex_is_charged_by_its_program(expression: str, refused: bool) -> None:
+    if refused:
+        with pytest.raises(devices.InvalidSelector, match="estimated cost"):
+            devices.compile_selector(expression)
+    else:
+        devices.compile_selector(expression)
+
+
+def test_compiled_regexes_are_kept_within_the_byte_budget_not_by_re2() -> None:
+    """Each compiled program is kept by the function's memo, charged the most RE2 may
+    use for it; the re2 module's own cache (bounded by count only) keeps none."""
+    tag = uuid.uuid4().hex
+    before = memo.report()["used_bytes"]
+    for i in range(4):
+        expression = f'device.driver.matches("^{tag}{i}[a-z]*$")'
+        devices.compile_selector(expression)
+        assert devices.selector_matches(expression, GPU) is False
+    assert re2._Regexp._make.cache_info().currsize == 0
+    assert memo.report()["used_bytes"] - before >= 4 * 2**20

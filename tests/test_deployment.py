@@ -255,8 +255,8 @@ def test_a_device_claim_not_known_leaves_the_pools_not_known(claim: str, stays: 
     first = drive(deployment(2), world())
     before = placed(first)
     device = {**H100_DEVICE, "claim": claim}
-    w = world(base=[ic(n, device=device) for n in ("gpu-a", "gpu-b", "gpu-c")]
-              + [cache(), hydration("gpu-a", "Ready"), hydration("gpu-b", "Hydrating")])
+    clusters = [ic(n, device=device) for n in ("gpu-a", "gpu-b", "gpu-c")]
+    w = world(base=[*clusters, *C5_WORLD[3:]])
     rsp = drive(deployment(2), w, observe(first))
     if stays:
         assert placed(rsp) == before
@@ -620,6 +620,9 @@ EVAL_ERRORS = [
     ("unknown attribute", 'device.attributes["gpu.nvidia.com"].missing', "missing"),
     ("division by zero", '1 / 0 == 1 || device.driver == "x"', "divide by zero"),
     ("non-boolean result", "dyn(device.driver)", "not a boolean"),
+    # review 15a: RE2 compiled it to 3 MiB (0.15 s), kept outside the memo budget
+    ("regex too large", 'device.driver != "" && !"a".matches("' + ".{1000}" * 9 + '")',
+     "too large"),
 ]
 
 

@@ -51,6 +51,9 @@ import re2
 from celpy import InterpretedRunner, celtypes
 from celpy.evaluation import CELEvalError, Evaluator, base_functions
 
+from function.core.memo import memo
+from function.core.memo import sized as memo_sized
+
 _S = celtypes.StringType
 _I = celtypes.IntType
 _B = celtypes.BoolType
@@ -545,13 +548,104 @@ _TYPE_NAMES = {
 # ---- regex ------------------------------------------------------------------------------
 
 
-def _regex(pattern: Any, what: str) -> Any:
+# Bytes RE2 may use for one compiled regular expression: its programs and the DFA
+# caches its searches fill (RE2's ``max_mem`` option; its default is 8 MiB). A pattern
+# whose program needs more (``\\pL{300}``: about 360,000 instructions, 3 MiB and 0.15 s
+# of CPU to compile) is refused, after a few milliseconds; the largest that compile
+# (about 65,000 instructions) take about 15 ms. Each one a memo keeps is charged this
+# much (the most it can grow to), within MODELPLANE_CACHE_BUDGET_MIB.
+REGEX_MAX_MEM = 1 << 20
+# Instructions of a compiled program per evaluation step charged (:func:`regex_cost`):
+# compiling one instruction takes about 1/40 of the CPU of one step.
+REGEX_INSTRUCTIONS_PER_STEP = 32
+# The functions whose argument is a regular expression: (name, index of the pattern
+# among the arguments of the method form; of the global form, one more).
+REGEX_FUNCTIONS = {"matches": 0, "find": 0, "findAll": 0}
+
+_REGEX_OPTIONS = re2.Options()
+_REGEX_OPTIONS.max_mem = REGEX_MAX_MEM
+_REGEX_OPTIONS.log_errors = False  # a tenant's pattern is no error of the process
+
+
+# Programs one call keeps whatever the memo keeps (:func:`compiled_regex`): a memo whose
+# budget is full refuses new entries, and a call evaluates each selector once per
+# distinct device, so without these a spec of new patterns compiled each one four or
+# five times. At most this many times :data:`REGEX_MAX_MEM` past the byte budget,
+# until the next call (:func:`forget`).
+REGEX_CALL_KEEP = 32
+_this_call: dict[str, Any] = {}
+
+
+def forget() -> None:
+    """Forget the programs the previous call kept (before each call)."""
+    _this_call.clear()
+
+
+def compiled_regex(pattern: str) -> Any:
     """``pattern`` compiled by RE2, the engine of Go's ``regexp`` (which Kubernetes'
-    regex library uses): linear time, no backreferences or lookaround."""
+    regex library uses): linear time, no backreferences or lookaround; within
+    :data:`REGEX_MAX_MEM`. Memoized in the byte budget, charged :data:`REGEX_MAX_MEM`
+    bytes each, and the first :data:`REGEX_CALL_KEEP` of a call kept for the call (the
+    ``re2`` module's own cache, 128 programs of up to 8 MiB each whatever the byte
+    budget, is emptied after each compile).
+
+    Returns:
+        The compiled expression, or the reason it does not compile (a string).
+    """
+    got = _this_call.get(pattern)
+    if got is None:
+        got = _compiled_regex(pattern)
+        if len(_this_call) < REGEX_CALL_KEEP:
+            _this_call[pattern] = got
+    return got
+
+
+@memo(256)
+def _compiled_regex(pattern: str) -> Any:
+    """:func:`compiled_regex`, memoized."""
     try:
-        return re2.compile(_text(pattern, what))
+        return re2.compile(pattern, _REGEX_OPTIONS)
     except re2.error as e:
-        raise ValueError(f"{what}: invalid regular expression {pattern!r}: {e}") from None
+        detail = e.args[0] if e.args else ""
+        text = detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail)
+        if "too large" in text:
+            return (
+                f"regular expression {pattern[:200]!r} is too large: its RE2 program "
+                f"needs more than {REGEX_MAX_MEM / 2**20:g} MiB (write fewer or smaller "
+                "repetitions, or narrower character classes)"
+            )
+        return f"invalid regular expression {pattern[:200]!r}: {text}"
+    finally:
+        re2.purge()
+
+
+memo_sized(type(re2.compile("")), lambda _program: REGEX_MAX_MEM)
+re2.purge()
+
+
+def regex_cost(pattern: str) -> int:
+    """Evaluation steps charged for using ``pattern`` (compiling it, or finding it
+    compiled): one, plus one per :data:`REGEX_INSTRUCTIONS_PER_STEP` instructions of
+    its program; one when it does not compile (that is the evaluation's error)."""
+    program = compiled_regex(pattern)
+    if isinstance(program, str):
+        return 1
+    return 1 + int(program.programsize) // REGEX_INSTRUCTIONS_PER_STEP
+
+
+def _regex(pattern: Any, what: str) -> Any:
+    """``pattern`` compiled (:func:`compiled_regex`), its cost charged."""
+    text = _text(pattern, what)
+    program = compiled_regex(text)
+    if isinstance(program, str):
+        raise ValueError(f"{what}: {program}")
+    charge(regex_cost(text))
+    return program
+
+
+def _matches(s: Any, pattern: Any) -> celtypes.BoolType:
+    """CEL's ``matches``: whether RE2 finds ``pattern`` anywhere in ``s``."""
+    return _B(_regex(pattern, "matches").search(_read(s, "matches")) is not None)
 
 
 def _find(s: Any, pattern: Any) -> celtypes.StringType:
@@ -937,6 +1031,7 @@ FUNCTIONS: dict[str, Any] = {
     "join": _join,
     "quote": _quote,
     "format": _format,
+    "matches": _matches,
     "find": _find,
     "findAll": _find_all,
     "isSorted": _is_sorted,

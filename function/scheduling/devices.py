@@ -53,6 +53,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 from celpy.evaluation import base_functions as ev_base_functions
+from celpy.evaluation import celstr
 
 from function.api.inferencecluster import CLAIM_DRA
 from function.core.memo import memo, shared
@@ -740,7 +741,8 @@ def _element(node: Any, scope: _Scope) -> tuple[Any, _Scope] | None:  # noqa: PL
 def estimate_cost(tree: Any, scope: _Scope | None = None) -> int:
     """Estimated evaluation steps of a parsed CEL expression (an upper-bound heuristic).
 
-    Every node costs 1; a macro (``all``, ``exists``, ``exists_one``, ``map``,
+    Every node costs 1, a regular expression given as a literal the size of its
+    compiled program (:func:`_regex_cost`); a macro (``all``, ``exists``, ``exists_one``, ``map``,
     ``filter``) costs its range plus the range's estimated size (:func:`_size`:
     the element count of a literal, of the largest element of a literal for a variable
     bound to one, :data:`UNKNOWN_SIZE` otherwise) times its body. Nested macros
@@ -762,7 +764,33 @@ def estimate_cost(tree: Any, scope: _Scope | None = None) -> int:
             + estimate_cost(target, scope)
             + _size(target, scope) * (1 + estimate_cost(body, inner))
         )
-    return 1 + sum(estimate_cost(c, scope) for c in tree.children)
+    return 1 + _regex_cost(tree) + sum(estimate_cost(c, scope) for c in tree.children)
+
+
+def _regex_cost(node: Any) -> int:
+    """The cost of a regular expression a call gives as a literal (``s.matches("...")``,
+    ``matches(s, "...")``, ``find``, ``findAll``): compiled now, charged by the size of
+    its program (:func:`function.scheduling.cel_library.regex_cost`); 0 otherwise (a
+    pattern computed at run time is charged as it runs)."""
+    from lark import Token, Tree
+
+    if node.data == "member_dot_arg" and len(node.children) > 2:
+        name, args, at = str(node.children[1]), node.children[2], 0
+    elif node.data == "ident_arg" and len(node.children) > 1:
+        name, args, at = str(node.children[0]), node.children[1], 1
+    else:
+        return 0
+    if name not in cel_library.REGEX_FUNCTIONS or not isinstance(args, Tree):
+        return 0
+    index = cel_library.REGEX_FUNCTIONS[name] + at
+    literal = _unwrap(args.children[index]) if len(args.children) > index else None
+    if not isinstance(literal, Token) or literal.type not in ("STRING_LIT", "MLSTRING_LIT"):
+        return 0
+    try:
+        pattern = str(celstr(literal))
+    except Exception:  # an undecodable literal: the evaluation reports it
+        return 0
+    return cel_library.regex_cost(pattern)
 
 
 _WORD = re.compile(r"[A-Za-z0-9_]")
@@ -873,10 +901,13 @@ _MAX_PATHS = 4096
 
 
 def forget_paths() -> None:
-    """Forget the paths of the previous call (the runner calls this before each call)."""
+    """Forget the paths of the previous call, and the regular expressions it kept
+    (:func:`function.scheduling.cel_library.forget`); the runner calls this before each
+    call."""
     global _evaluating, _compiling
     _paths.clear()
     _evaluating = _compiling = None
+    cel_library.forget()
 
 
 def compile_selector(expression: str, path: str | None = None) -> Any:
