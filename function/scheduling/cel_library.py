@@ -572,7 +572,7 @@ _REGEX_OPTIONS.log_errors = False  # a tenant's pattern is no error of the proce
 # distinct device, so without these a spec of new patterns compiled each one four or
 # five times. At most this many times :data:`REGEX_MAX_MEM` past the byte budget,
 # until the next call (:func:`forget`).
-REGEX_CALL_KEEP = 32
+REGEX_CALL_KEEP = 8
 _this_call: dict[str, Any] = {}
 
 
