@@ -121,6 +121,19 @@ def _stub(ch: grpc.Channel) -> Any:
 LIFTED = {"MODELPLANE_SELECTOR_COST_LIMIT": "1000000000", "MODELPLANE_CALL_DEADLINE_SECONDS": "2"}
 
 
+def _own_process(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by ``python -c`` with ``args``, in the repository: a process of its
+    own, whose main thread the deadline's ``SIGALRM`` reaches."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 _EARLIER_CALL = """
 import sys, uuid
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -151,14 +164,7 @@ def test_the_deadline_names_a_selector_compiled_in_an_earlier_call() -> None:
     Run in a process of its own, as a compute process runs: the deadline's timer
     (``SIGALRM``) reaches only a process's main thread, which a test worker's test may
     not run on."""
-    out = subprocess.run(
-        [sys.executable, "-c", _EARLIER_CALL],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    out = _own_process(_EARLIER_CALL)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "compute deadline of 1 s" in out.stdout and SELECTOR_PATH in out.stdout, out.stdout
 
@@ -218,14 +224,7 @@ def test_the_deadline_names_the_selector_being_compiled_or_evaluated(doing: str,
 
     In a process of its own, as a compute process runs (the deadline's ``SIGALRM``
     reaches only a process's main thread)."""
-    out = subprocess.run(
-        [sys.executable, "-c", _PAST_DEADLINE, doing],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    out = _own_process(_PAST_DEADLINE, doing)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "compute deadline of 1 s" in out.stdout, out.stdout
     assert f"while {doing} the device selector {path}" in out.stdout, out.stdout
