@@ -156,17 +156,22 @@ WINDOW_AFTER_A_WAIT: list[Case[ModelWait, float]] = [
          "Ready (the call before re-stamped notIdleBefore on every call; review 15b)",
          ModelWait(), SEEN_READY),
     Case("not ready, transition during the wait",
-         "the deployment's Ready transition, when it came after the wait began, is exact",
-         ModelWait(ready_at=3610), 3610),
+         "the first call that sees it Ready, not the deployment's transition time: that is "
+         "another clock's, and may come before a call that saw it not Ready (review 15d)",
+         ModelWait(ready_at=3610), SEEN_READY),
+    Case("not ready, transition before the last not-ready call",
+         "the transition, by its writer's clock, before this function last saw it not "
+         "Ready (review 15d: the backfill started 30 s after that call)",
+         ModelWait(ready_at=3000), SEEN_READY),
     Case("not ready, transition before the wait",
          "a transition before the wait began cannot be the one that ended it",
          ModelWait(ready_at=-60), SEEN_READY),
     Case("missing, appears Ready", "as not ready, for a deployment that was missing",
-         ModelWait(missing=True, ready_at=3610), 3610),
+         ModelWait(missing=True, ready_at=3610), SEEN_READY),
     Case("missing, appears, no transition time", "as not ready, no transition time",
          ModelWait(missing=True), SEEN_READY),
-    Case("a foreground request after it", "the latest of the instants",
-         ModelWait(ready_at=3610, foreground_at=3620), 3620),
+    Case("a foreground request during the wait", "the latest of the instants",
+         ModelWait(ready_at=3610, foreground_at=3620), SEEN_READY),
 ]  # fmt: skip
 
 
@@ -287,6 +292,10 @@ def test_missing_model_waits_and_cluster_without_provider_config_waits(
         foreground=format_time(clock.now - datetime.timedelta(hours=1)), ready_since=appeared
     )
     sim.clusters = [c for c in sim.clusters if c["metadata"]["name"] != "gpu-a"]
+    clock.advance(900)
+    # The window starts at the first call that sees the model (not at its transition
+    # time, another clock's: review 15d), so the cluster is looked at idleFor later.
+    assert sim.step()["reason"] == "NotIdle"
     clock.advance(900)
     st = sim.step()
     assert (st["phase"], st["reason"]) == ("WaitingForIdle", "ClusterNotReady")

@@ -215,15 +215,12 @@ def _idle_since(c: Call, p: Parsed, dep: Struct | None) -> datetime.datetime | N
 
 def _model_wait_ended(c: Call, dep: Struct) -> None:
     """The first call that sees the model Ready after a wait on it: no window starts
-    before its Ready transition when the deployment reports one after the wait began
-    (exact), else before now (at or after the last call that saw it missing or not
-    Ready: later only delays a backfill)."""
-    began = parse_time(c.prior.not_idle_before)
-    ready_at = ready_since(dep)
-    if began is not None and ready_at is not None and began < ready_at <= c.now:
-        c.mark_not_idle(ready_at)
-    else:
-        c.mark_not_idle()
+    before now, which is at or after the last call that saw it missing or not Ready.
+    Not the deployment's Ready transition: that time is its writer's clock (or a cached
+    read), and may come before a call of this function's that saw it not Ready (review
+    15d); with the watch on required resources the first call comes right after it."""
+    del dep
+    c.mark_not_idle()
 
 
 def _free_replica(c: Call, req: Required) -> Struct | None:
