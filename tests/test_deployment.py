@@ -1518,3 +1518,19 @@ def test_a_stale_model_ready_does_not_count_as_ready() -> None:
     body["status"]["conditions"][0]["observedGeneration"] = 2  # reconciled: ready again
     rsp = drive(removed, world, stale)
     assert _usage_keys(rsp) == {}, _usage_keys(rsp)
+
+
+@pytest.mark.parametrize("value", [1e19, -1e19, 2.0**63])
+def test_a_status_int_attribute_outside_int64_reads_as_absent(value) -> None:
+    """Found by review 15d: an int device attribute outside int64 in one cluster's status
+    (hand-written or restored: the function never writes one) made every tenant selector
+    fail with "overflow" on it, even one that never reads the attribute, and the
+    deployment placed nothing anywhere, blaming its valid selector. The attribute now
+    reads as absent, as any attribute of the wrong type does."""
+    dev = copy.deepcopy(H100_DEVICE)
+    dev.setdefault("attributes", {})["driverVersion"] = {"int": value}
+    w = h.World([ic("gpu-a", device=dev), *C5_WORLD[1:]])
+    rsp = drive(deployment(1), w)
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert c["reason"] != "InvalidDeviceSelector", c
+    assert placed(rsp), c

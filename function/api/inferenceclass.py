@@ -27,7 +27,7 @@ from pydantic import (
 from function.api.fields import WholeInt
 from function.api.inferencecluster import CLAIMS
 from function.core.errors import pydantic_errors
-from function.scheduling.devices import Semver, parse_quantity
+from function.scheduling.devices import INT64_LIMIT, Semver, parse_quantity
 
 KIND = "InferenceClass"
 
@@ -67,7 +67,6 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-_INT64 = 2**63
 
 
 class _Attribute(_Open):
@@ -88,7 +87,7 @@ class _Attribute(_Open):
     @field_validator("int")
     @classmethod
     def _int64(cls, v: Any) -> Any:
-        if v is not None and not -_INT64 <= v < _INT64:
+        if v is not None and not -INT64_LIMIT <= v < INT64_LIMIT:
             raise ValueError("must fit in 64 bits (the XRD's format: int64)")
         return v
 

@@ -62,6 +62,10 @@ from function.scheduling import cel_library
 # celpy logs every evaluation error at ERROR level; a non-matching device is not an error.
 logging.getLogger("celpy").setLevel(logging.CRITICAL)
 
+# A device attribute of type int is a 64-bit signed integer (DRA's DeviceAttribute.IntValue,
+# the XRD's format: int64), as CEL's int is: values are within [-INT64_LIMIT, INT64_LIMIT).
+INT64_LIMIT = 2**63
+
 _QUANTITY = re.compile(
     r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
     r"(?P<suf>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
@@ -954,6 +958,22 @@ def in_progress() -> tuple[str, str, str | None] | None:
 # ---- devices ---------------------------------------------------------------
 
 
+def _attribute_value(typ: str, val: Any) -> Any:
+    """A status device attribute's value of type ``typ`` (string, version, bool, int), or
+    None when it is not one: only a scalar of the declared type is an attribute (DRA's
+    DeviceAttribute; a list, an object, a fraction, or an int outside int64, which CEL's
+    int refuses, reads as absent)."""
+    if typ in ("string", "version"):
+        return val if isinstance(val, str) else None
+    if typ == "bool":
+        return val if isinstance(val, bool) else None
+    if isinstance(val, bool) or not isinstance(val, (int, float)):
+        return None
+    if isinstance(val, float) and not val.is_integer():
+        return None
+    return int(val) if -INT64_LIMIT <= val < INT64_LIMIT else None
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     """One kind of device on every node of a pool (DRA ``ResourceSlice`` style).
@@ -984,21 +1004,10 @@ class Device:
         attrs: list[tuple[str, tuple[str, Any]]] = []
         for k, v in sorted(_items(raw.get("attributes") if raw else None)):
             for typ in ("string", "version", "bool", "int"):
-                val = v.get(typ) if isinstance(v, dict) else None
-                # Only a scalar of the declared type is an attribute (DRA's
-                # DeviceAttribute); anything else (a list, an object) is ignored.
-                if typ in ("string", "version") and not isinstance(val, str):
-                    continue
-                if typ == "bool" and not isinstance(val, bool):
-                    continue
-                if typ == "int":
-                    if isinstance(val, bool) or not isinstance(val, (int, float)):
-                        continue
-                    if isinstance(val, float) and not val.is_integer():
-                        continue
-                    val = int(val)
-                attrs.append((k, (typ, val)))
-                break
+                val = _attribute_value(typ, v.get(typ) if isinstance(v, dict) else None)
+                if val is not None:
+                    attrs.append((k, (typ, val)))
+                    break
         caps = []
         for k, v in sorted(_items(raw.get("capacity") if raw else None)):
             if isinstance(v, dict) and isinstance(v.get("value"), str):
