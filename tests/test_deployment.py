@@ -1534,3 +1534,24 @@ def test_a_status_int_attribute_outside_int64_reads_as_absent(value) -> None:
     c = h.conditions(rsp)["ReplicasScheduled"]
     assert c["reason"] != "InvalidDeviceSelector", c
     assert placed(rsp), c
+
+
+def test_refused_regexes_are_charged_so_the_cost_limit_stops_them(
+    grpc_function: h.GrpcFunction,
+) -> None:
+    """Found by review 15d: a pattern RE2 refuses as too large cost nothing, so a
+    selector within the cost limit could try hundreds of them (`... || true` swallows
+    each refusal, about 6 ms of CPU apiece): 8 such selectors took one call 11.7 s, into
+    the compute deadline. Each refusal is now charged, and the evaluation's step limit
+    stops the selector, naming it."""
+    expr = ('lists.range(290).all(i, device.driver.matches("\\\\pL{300}" + string(i)) '
+            '|| true) && device.driver != ""')  # fmt: skip
+    first = drive(deployment(2), world())
+    eng = engine(selector=expr)
+    eng["members"][0]["nodeSelector"]["devices"][0]["selectors"] = [
+        {"cel": expr.replace("string(i)", f"string(i + {k * 1000})")} for k in range(8)
+    ]
+    rsp, _ = grpc_function.drive(deployment(3, engines=[eng]), world(), observe(first))
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert (c["status"], c["reason"]) == ("False", "InvalidDeviceSelector"), c
+    assert "selectors[" in c["message"], c

@@ -558,6 +558,13 @@ REGEX_MAX_MEM = 1 << 20
 # Instructions of a compiled program per evaluation step charged (:func:`regex_cost`):
 # compiling one instruction takes about 1/40 of the CPU of one step.
 REGEX_INSTRUCTIONS_PER_STEP = 32
+# Steps charged for each use of a pattern RE2 refuses as too large: refusing one takes
+# about a quarter of the CPU of compiling the largest program it accepts (6 ms against
+# 26 ms for about 65,000 instructions, measured), charged on every use as a compiled
+# pattern's size is, so that a selector cannot try many of them for nothing (review
+# 15d: 290 refused patterns in `... || true`, within the cost limit, took 1.5 s).
+REGEX_LARGEST_PROGRAM = 65_000
+REGEX_REFUSED_STEPS = 1 + REGEX_LARGEST_PROGRAM // REGEX_INSTRUCTIONS_PER_STEP // 4
 # The functions whose argument is a regular expression: (name, index of the pattern
 # among the arguments of the method form; of the global form, one more).
 REGEX_FUNCTIONS = {"matches": 0, "find": 0, "findAll": 0}
@@ -600,6 +607,10 @@ def compiled_regex(pattern: str) -> Any:
     return got
 
 
+# What the reason of a pattern refused as too large says (:func:`regex_cost` reads it).
+_TOO_LARGE = "is too large: its RE2 program"
+
+
 @memo(256)
 def _compiled_regex(pattern: str) -> Any:
     """:func:`compiled_regex`, memoized."""
@@ -610,7 +621,7 @@ def _compiled_regex(pattern: str) -> Any:
         text = detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail)
         if "too large" in text:
             return (
-                f"regular expression {pattern[:200]!r} is too large: its RE2 program "
+                f"regular expression {pattern[:200]!r} {_TOO_LARGE} "
                 f"needs more than {REGEX_MAX_MEM / 2**20:g} MiB (write fewer or smaller "
                 "repetitions, or narrower character classes)"
             )
@@ -626,10 +637,11 @@ re2.purge()
 def regex_cost(pattern: str) -> int:
     """Evaluation steps charged for using ``pattern`` (compiling it, or finding it
     compiled): one, plus one per :data:`REGEX_INSTRUCTIONS_PER_STEP` instructions of
-    its program; one when it does not compile (that is the evaluation's error)."""
+    its program; :data:`REGEX_REFUSED_STEPS` when RE2 refuses it as too large; one when
+    it does not parse (that is the evaluation's error)."""
     program = compiled_regex(pattern)
     if isinstance(program, str):
-        return 1
+        return REGEX_REFUSED_STEPS if _TOO_LARGE in program else 1
     return 1 + int(program.programsize) // REGEX_INSTRUCTIONS_PER_STEP
 
 
@@ -637,9 +649,9 @@ def _regex(pattern: Any, what: str) -> Any:
     """``pattern`` compiled (:func:`compiled_regex`), its cost charged."""
     text = _text(pattern, what)
     program = compiled_regex(text)
+    charge(regex_cost(text))  # a refused pattern too: refusing it took CPU
     if isinstance(program, str):
         raise ValueError(f"{what}: {program}")
-    charge(regex_cost(text))
     return program
 
 
