@@ -34,8 +34,10 @@ OBSERVED_CONDITIONS: list[Any] = [
     {"type": "Ready", "status": "True", "reason": "Available"},
     {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
     {"type": "ReplicasScheduled", "status": "True", "reason": "Scheduled", "message": "2 of 2"},
-    {"type": "ReplicasReady", "status": "False", "reason": "Waiting", "message": "1 of 2"},
-    {"type": "NoMessage", "status": "Unknown", "reason": "Pending"},
+    {"type": "ReplicasReady", "status": "Unknown", "reason": "Pending"},  # no message
+    # Another pipeline step's: Crossplane applies the steps' conditions in order, the
+    # last winning, so sending it back would undo that step's value (review 15d).
+    {"type": "DatabaseReady", "status": "False", "reason": "Creating", "message": "stale"},
     {"type": "ReplicasScheduled", "status": "False", "reason": "Dup", "message": "a repeat"},
     {"type": 5, "status": "True", "reason": "NotAString"},
     {"status": "True", "reason": "NoType"},
@@ -51,10 +53,10 @@ OBSERVED_CONDITIONS: list[Any] = [
     None,
 ]
 
+# The ModelDeployment's own (function.composers.condition_types), as they were.
 KEPT = {
     "ReplicasScheduled": {"status": "True", "reason": "Scheduled", "message": "2 of 2"},
-    "ReplicasReady": {"status": "False", "reason": "Waiting", "message": "1 of 2"},
-    "NoMessage": {"status": "Unknown", "reason": "Pending", "message": ""},
+    "ReplicasReady": {"status": "Unknown", "reason": "Pending", "message": ""},
 }
 
 
@@ -95,13 +97,13 @@ def _over_4mib(monkeypatch: pytest.MonkeyPatch, xr: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("setup", "says"),
+    ("setup", "says", "kept"),
     [
-        (_invalid_spec, "spec.replicas"),
-        (_unknown_kind, "does not serve XBucket"),
-        (_raising(RuntimeError("boom")), "internal error"),
-        (_raising(deadline_mod.CallDeadline(10)), "compute deadline of 10 s"),
-        (_over_4mib, "over the 4 MiB"),
+        (_invalid_spec, "spec.replicas", KEPT),
+        (_unknown_kind, "does not serve XBucket", {}),  # no condition of it is ours
+        (_raising(RuntimeError("boom")), "internal error", KEPT),
+        (_raising(deadline_mod.CallDeadline(10)), "compute deadline of 10 s", KEPT),
+        (_over_4mib, "over the 4 MiB", KEPT),
     ],
     ids=["invalid-spec", "unknown-kind", "internal-error", "deadline", "response-over-4mib"],
 )
@@ -109,6 +111,7 @@ def test_every_fatal_response_over_grpc_keeps_the_xrs_own_conditions(
     monkeypatch: pytest.MonkeyPatch,
     setup: Callable[[pytest.MonkeyPatch, dict[str, Any]], None],
     says: str,
+    kept: dict[str, Any],
 ) -> None:
     xr = _xr()
     setup(monkeypatch, xr)
@@ -116,7 +119,7 @@ def test_every_fatal_response_over_grpc_keeps_the_xrs_own_conditions(
         rsp = fn.call(hh.request(xr))
     (msg,) = hh.fatal(rsp)
     assert says in msg, msg
-    assert _kept(rsp) == KEPT
+    assert _kept(rsp) == kept
 
 
 def test_a_composers_fatal_outcome_keeps_the_xrs_own_conditions() -> None:
@@ -184,3 +187,45 @@ def test_malformed_observed_conditions_are_skipped_never_raise(conditions: Any) 
     assert not rsp.conditions
     codec.keep_conditions_of(rsp, b"\xff\xff garbage")
     assert not rsp.conditions
+
+
+def test_an_invalid_backfill_spec_says_so_in_spec_valid() -> None:
+    """Found by review 15d: with every owned condition kept as it was, a ModelBackfill
+    whose spec turned invalid kept ``SpecValid=True "the spec is valid"`` beside the
+    fatal result. A spec error now sets the kind's spec condition False, naming the
+    field; its other conditions are kept."""
+    (xr,) = load_yaml([str(ROOT / "examples" / "modelbackfill" / "xr.yaml")])
+    xr = copy.deepcopy(xr)
+    xr["spec"]["idleFor"] = "fifteen minutes"
+    valid = {"type": "SpecValid", "status": "True", "reason": "Valid", "message": "valid"}
+    waiting = {"type": "Backfilling", "status": "False", "reason": "NotIdle", "message": "idle"}
+    xr["status"] = {"conditions": [valid, waiting]}
+    rsp = FunctionRunner(settings=hh.default_settings(), clock=hh.Clock()).run(hh.request(xr))
+    (msg,) = hh.fatal(rsp)
+    assert "spec.idleFor" in msg, msg
+    got = _kept(rsp)
+    assert got["SpecValid"]["status"] == "False" and got["SpecValid"]["reason"] == "InvalidSpec"
+    assert "spec.idleFor" in got["SpecValid"]["message"], got
+    assert got["Backfilling"] == {"status": "False", "reason": "NotIdle", "message": "idle"}
+
+
+def test_every_condition_a_kind_writes_is_one_it_declares() -> None:
+    """What a fatal response keeps is the kind's ``CONDITION_TYPES``: every condition
+    type of every golden response (every kind, every lifecycle step) is declared there,
+    so no condition of the function's own is ever left to Crossplane's reset."""
+    from pathlib import Path
+
+    import yaml
+
+    from function import API_VERSION
+    from function.composers import condition_types
+
+    seen: dict[str, set[str]] = {}
+    for want in sorted(Path(ROOT / "tests" / "golden").glob("*/*/want.yaml")):
+        doc = yaml.safe_load(want.read_text())
+        (xr,) = load_yaml([str(want.parent / "xr.yaml")])
+        for c in doc.get("conditions") or []:
+            seen.setdefault(xr["kind"], set()).add(c["type"])
+    assert len(seen) >= 8, seen
+    for kind, types in seen.items():
+        assert types <= condition_types(API_VERSION, kind), (kind, types)

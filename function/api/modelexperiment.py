@@ -394,6 +394,8 @@ def definition_hash(spec: ExperimentSpec) -> str:
 
 # The experiment's verdict condition; its reason is one of VERDICT_REASONS once decided.
 VERDICT = "Verdict"
+# The condition that says whether the run can go on (its reason: the phase or why not).
+RUNNABLE = "Runnable"
 # Verdict reasons (status.verdict.reason, the Verdict condition).
 PASSED = "GauntletPassed"
 FAILED = "GauntletFailed"

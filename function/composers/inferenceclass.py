@@ -30,6 +30,8 @@ from function.core.inputs import Inputs
 from function.core.outcome import Outcome
 
 CONDITION = "DevicesValid"
+# The condition types this kind writes on its XR (function.composers.condition_types).
+CONDITION_TYPES = (CONDITION,)
 
 
 def compose(inputs: Inputs) -> Outcome:

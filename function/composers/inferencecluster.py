@@ -68,6 +68,8 @@ from function.core.outcome import Outcome
 from function.naming import LABEL_MANAGED_BY, MANAGED_BY, child_name
 
 CONDITION = "PoolsResolved"
+# The condition types this kind writes on its XR (function.composers.condition_types).
+CONDITION_TYPES = (CONDITION,)
 PROVIDER_CONFIG_KEY = "provider-config"
 PROVIDER_CONFIG_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
 SECRET_NAMESPACE = "modelplane-system"

@@ -41,6 +41,9 @@ Severity = Literal["Normal", "Warning", "Fatal"]
 ConditionStatus = Literal["True", "False", "Unknown"]
 RESERVED_CONDITION_TYPES = frozenset({"Ready", "Synced", "Healthy", "UpToDate", "Responsive"})
 """Condition types Crossplane owns (v2.4 ``IsSystemConditionType``): a function's are dropped."""
+INVALID_SPEC = "InvalidSpec"
+"""The reason of a kind's spec condition while a fatal result refuses its spec (the
+runner sets it: ``function.edge.codec.keep_conditions``)."""
 
 
 @dataclass(frozen=True, slots=True)

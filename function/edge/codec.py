@@ -29,7 +29,7 @@ from google.protobuf.struct_pb2 import ListValue, Struct
 
 from function.core import structfill, structs, versioned
 from function.core.inputs import Inputs, ObservedView, RequiredView
-from function.core.outcome import RESERVED_CONDITION_TYPES, Outcome, Requirement
+from function.core.outcome import INVALID_SPEC, RESERVED_CONDITION_TYPES, Outcome, Requirement
 from function.ops.settings import Settings
 
 _SEVERITY = {
@@ -127,25 +127,51 @@ def _encode_results(rsp: fnv1.RunFunctionResponse, out: Outcome) -> None:
             res.target = fnv1.TARGET_COMPOSITE
 
 
-def keep_conditions(rsp: fnv1.RunFunctionResponse, xr: Struct) -> None:
+def keep_conditions(
+    rsp: fnv1.RunFunctionResponse, xr: Struct, spec_error: str | None = None
+) -> None:
     """Add the observed XR's own conditions to a fatal response, as they are.
 
     On a fatal result Crossplane v2.4 applies nothing, sets ``Synced=False`` with the
     fatal message, and rewrites every non-system condition the response does not carry
     to ``Unknown``/``FatalError`` with a generic message (``composite/reconciler.go``,
     after Compose fails); the conditions of the fatal response itself are read first
-    (``composition_functions.go``), so sending them back keeps them as they were.
+    (``composition_functions.go``), so sending them back keeps them as they were. Only
+    the types this function writes for the XR's kind are sent
+    (:func:`function.composers.condition_types`): Crossplane applies every step's
+    conditions in pipeline order, the last one winning, so sending another step's
+    condition would put back its value of the last reconcile over this one's (review
+    15d).
 
     Args:
         rsp: The fatal response (conditions are appended, targeted at the XR).
         xr: The observed XR (``request.observed.composite.resource``). Each element of
-            its ``status.conditions`` is copied (type, status, reason, message) unless
-            its type is one Crossplane owns (:data:`RESERVED_CONDITION_TYPES`), is not a
-            non-empty string or repeats an earlier one, its status is not ``True``,
-            ``False`` or ``Unknown``, or its reason or message is present and not a
-            string (a missing one reads ``""``). Never raises on malformed input.
+            its ``status.conditions`` is copied (type, status, reason, message) if its
+            type is one the kind's composer writes, and unless it repeats an earlier
+            one, its status is not ``True``, ``False`` or ``Unknown``, or its reason or
+            message is present and not a string (a missing one reads ``""``). Never
+            raises on malformed input.
+        spec_error: Why the spec is invalid, when that is the fatal result: the kind's
+            spec condition (:func:`function.composers.spec_condition`, ModelBackfill's
+            ``SpecValid``), if it has one, is sent ``False``, reason
+            :data:`~function.core.outcome.INVALID_SPEC`, with this message, instead of
+            as it was.
     """
+    from function.composers import condition_types, spec_condition
+
+    api_version, kind = structs.get_str(xr, "apiVersion"), structs.get_str(xr, "kind")
+    owned = condition_types(api_version, kind) - RESERVED_CONDITION_TYPES
+    spec = spec_condition(api_version, kind) if spec_error is not None else None
     seen: set[str] = set()
+    if spec is not None and spec in owned:
+        seen.add(spec)
+        rsp.conditions.add(
+            type=spec,
+            status=fnv1.STATUS_CONDITION_FALSE,
+            reason=INVALID_SPEC,
+            message=spec_error or "",
+            target=fnv1.TARGET_COMPOSITE,
+        )
     for c in structs.items(xr, "status", "conditions"):
         if not isinstance(c, Struct):
             continue
@@ -154,8 +180,7 @@ def keep_conditions(rsp: fnv1.RunFunctionResponse, xr: Struct) -> None:
         message = structs.get(c, "message", default="")
         if (
             not isinstance(typ, str)
-            or not typ
-            or typ in RESERVED_CONDITION_TYPES
+            or typ not in owned
             or typ in seen
             or status is None
             or not isinstance(structs.get(c, "reason", default=""), str)

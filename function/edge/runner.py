@@ -202,7 +202,8 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         except SpecError as e:
             error = e
             self.log.info("invalid input", error=str(e))
-            rsp = self._fatal(req, f"invalid {ref.kind or 'XR'} {ref.where}: {e}")
+            message = f"invalid {ref.kind or 'XR'} {ref.where}: {e}"
+            rsp = self._fatal(req, message, spec_error=str(e))
         except Exception as e:  # the call must never crash
             error, result = e, "error"
             self.log.exception("composer failed")
@@ -278,14 +279,16 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             rsp.desired.MergeFromString(b"".join(wires))
         return rsp, data
 
-    def _fatal(self, req: fnv1.RunFunctionRequest, message: str) -> fnv1.RunFunctionResponse:
+    def _fatal(
+        self, req: fnv1.RunFunctionRequest, message: str, spec_error: str | None = None
+    ) -> fnv1.RunFunctionResponse:
         """A response whose only result is fatal (``message``), with the observed XR's own
         conditions as they are (:func:`function.edge.codec.keep_conditions`: else
         Crossplane rewrites them to ``Unknown``/``FatalError``)."""
         rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=req.meta.tag))
         rsp.desired.CopyFrom(req.desired)
         rsp.results.append(fnv1.Result(severity=fnv1.SEVERITY_FATAL, message=message))
-        codec.keep_conditions(rsp, req.observed.composite.resource)
+        codec.keep_conditions(rsp, req.observed.composite.resource, spec_error)
         return rsp
 
     def _run(

@@ -71,5 +71,13 @@ Job Object), :mod:`.call` (one call's context), :mod:`.admit` and :mod:`.attempt
 from function.composers.backfill.children import JOB_PREFIX
 from function.composers.backfill.compose import compose
 from function.composers.backfill.observed import job_outcome, job_running, replica_ready
+from function.composers.backfill.status import CONDITION, SPEC_CONDITION
 
-__all__ = ["JOB_PREFIX", "compose", "job_outcome", "job_running", "replica_ready"]
+# The condition types this kind writes on its XR (function.composers.condition_types).
+CONDITION_TYPES = (CONDITION, SPEC_CONDITION)
+
+__all__ = [
+    "CONDITION_TYPES",
+    "JOB_PREFIX",
+    "SPEC_CONDITION",
+    "compose", "job_outcome", "job_running", "replica_ready"]

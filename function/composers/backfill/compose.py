@@ -105,8 +105,9 @@ def finish(c: Call) -> Outcome:
     out.status.update(st.to_status())
     out.condition(CONDITION, "True" if phase in ACTIVE else "False", st.reason, st.message)
     # An invalid spec never gets here (a SpecError: a fatal result; Crossplane applies
-    # nothing, Synced=False carries the message naming the field and the conditions,
-    # this one included, keep their last values), so the condition says True.
+    # nothing, Synced=False carries the message naming the field, and the runner sends
+    # this condition False, InvalidSpec, with it: function.edge.codec.keep_conditions),
+    # so here it says True.
     out.condition(SPEC_CONDITION, "True", "Valid", "the spec is valid")
     out.ready = phase not in (BLOCKED, FAILED)
     old = c.prior.phase

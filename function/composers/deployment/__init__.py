@@ -100,8 +100,12 @@ from function.composers.deployment.terms import (
     WAITING_FOR_CACHE,
 )
 
+# The condition types this kind writes on its XR (function.composers.condition_types).
+CONDITION_TYPES = (SCHEDULED, READY_COND)
+
 __all__ = [
     "CACHE_NOT_FOUND",
+    "CONDITION_TYPES",
     "DISPLACED",
     "HYDRATION_FAILED",
     "INVALID_DEVICE_SELECTOR",

@@ -73,13 +73,18 @@ and the Job), :mod:`.children` (the composed resources' bodies), :mod:`.compose`
 :mod:`.run` (the decisions).
 """
 
+from function.api.modelexperiment import ARTIFACT_GATE, RUNNABLE, VERDICT
 from function.composers.experiment.children import candidate_body
 from function.composers.experiment.compose import compose
 from function.composers.experiment.gate import evaluate_gate
 from function.composers.experiment.names import gauntlet_job_name, run_name
 from function.composers.experiment.observed import candidate_ready
 
+# The condition types this kind writes on its XR (function.composers.condition_types).
+CONDITION_TYPES = (RUNNABLE, VERDICT, ARTIFACT_GATE)
+
 __all__ = [
+    "CONDITION_TYPES",
     "candidate_body",
     "candidate_ready",
     "compose",

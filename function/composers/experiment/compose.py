@@ -8,6 +8,7 @@ from typing import Any
 from function.api.modelexperiment import (
     FAILED,
     PASSED,
+    RUNNABLE,
     TEMPLATE_INVALID,
     TEMPLATE_NOT_FOUND,
     VERDICT,
@@ -189,7 +190,7 @@ class _Composer:
         )
         gate_condition(out, found)
         self.set_phase("Blocked", str(found.reason), msg)
-        out.condition("Runnable", "False", str(found.reason), msg)
+        out.condition(RUNNABLE, "False", str(found.reason), msg)
         out.condition(VERDICT, "Unknown", "Blocked", f"run {st.name} is held: {found.reason}")
         out.requeue_after(self.poll)
 
@@ -230,7 +231,7 @@ class _Composer:
             out.resources.pop(candidate_key(st.number), None)  # the run is over
         msg = f"invalid spec: {e}"
         self.set_phase("Blocked", "InvalidSpec", msg)
-        out.condition("Runnable", "False", "InvalidSpec", msg)
+        out.condition(RUNNABLE, "False", "InvalidSpec", msg)
         if st.verdict:
             v = st.verdict
             out.condition(
@@ -258,7 +259,7 @@ class _Composer:
             out.condition(VERDICT, "False", str(v.get("reason", FAILED)), summary)
         if spec.suspend:
             self.set_phase("Suspended", "Suspended", "spec.suspend is true; no new run starts")
-            out.condition("Runnable", "False", "Suspended", "spec.suspend is true")
+            out.condition(RUNNABLE, "False", "Suspended", "spec.suspend is true")
             return
         due = next_run(spec, st)
         if due is not None:
@@ -267,17 +268,17 @@ class _Composer:
             self.set_phase(
                 "Succeeded", PASSED, f"run {st.name} passed; next run at {st.next_run_at}"
             )
-            out.condition("Runnable", "True", "CoolingDown", f"next run at {st.next_run_at}")
+            out.condition(RUNNABLE, "True", "CoolingDown", f"next run at {st.next_run_at}")
             return
         st.next_run_at = ""
         if v.get("pass") is True:
             self.set_phase("Succeeded", PASSED, f"run {st.name} passed: {summary}")
-            out.condition("Runnable", "True", "Finished", f"run {st.name} finished")
+            out.condition(RUNNABLE, "True", "Finished", f"run {st.name} finished")
         else:
             reason = str(v.get("reason") or FAILED)
             self.set_phase("Failed", reason, f"run {st.name} failed: {summary}")
             out.condition(
-                "Runnable",
+                RUNNABLE,
                 "False",
                 "Finished",
                 f"run {st.name} failed; a failed run is terminal (change the spec to run again)",
@@ -294,7 +295,7 @@ class _Composer:
             )
         st.candidate, st.gauntlet, st.gate = {}, {}, {}
         self.set_phase("Suspended", "Suspended", "spec.suspend is true")
-        out.condition("Runnable", "False", "Suspended", "spec.suspend is true")
+        out.condition(RUNNABLE, "False", "Suspended", "spec.suspend is true")
         out.condition(VERDICT, "Unknown", "Suspended", f"run {st.name} has no verdict yet")
 
     def blocked(self, st: RunState, reason: str, message: str) -> None:
@@ -306,7 +307,7 @@ class _Composer:
             out.warning(f"run {st.name} released its candidate: {message}", "CandidateReleased")
         st.candidate, st.gauntlet, st.gate = {}, {}, {}
         self.set_phase("Blocked", reason, message)
-        out.condition("Runnable", "False", reason, message)
+        out.condition(RUNNABLE, "False", reason, message)
         out.condition(VERDICT, "Unknown", "Blocked", f"run {st.name} is blocked: {reason}")
         out.requeue_after(self.poll)
 
@@ -317,7 +318,7 @@ class _Composer:
         out.status["phase"] = self.prev_phase or "Deploying"
         if self.prev_reason:
             out.status["reason"] = self.prev_reason
-        out.condition("Runnable", "Unknown", "Resolving", message)
+        out.condition(RUNNABLE, "Unknown", "Resolving", message)
         out.condition(VERDICT, "Unknown", "Pending", f"run {st.name} has no verdict yet")
 
     def admitted_message(self, st: RunState) -> str:
@@ -373,7 +374,7 @@ class _Composer:
             f"gauntlet Job, or its deadline {st.candidate.get('deadline')} passes"
         )
         self.set_phase("Blocked", reason, msg)
-        out.condition("Runnable", "False", reason, msg)
+        out.condition(RUNNABLE, "False", reason, msg)
         out.condition(VERDICT, "Unknown", "Blocked", f"run {st.name} is held: {reason}")
 
     def verdict(

@@ -24,6 +24,7 @@ from function.api.modelexperiment import (
     GATE_OPEN,
     GAUNTLET_NOT_SYNCED,
     PASSED,
+    RUNNABLE,
     TEMPLATE_INVALID,
     TEMPLATE_NOT_FOUND,
     TEMPLATE_REASONS,
@@ -385,7 +386,7 @@ class ActiveRun:
     def proceed(self) -> None:
         c, out, st = self.c, self.c.out, self.st
         out.requeue_after(min(c.poll, max(1.0, (self.deadline - c.now).total_seconds())))
-        out.condition("Runnable", "True", "Admitted", c.admitted_message(st))
+        out.condition(RUNNABLE, "True", "Admitted", c.admitted_message(st))
         out.add(candidate_key(st.number), candidate_body(c.inputs, c.inputs.spec, st))
         if st.gauntlet:
             self.evaluating()

@@ -153,8 +153,12 @@ from function.composers.hydration.wire import (
 from function.core.inputs import Inputs
 from function.core.outcome import Outcome
 
+# The condition types this kind writes on its XR (function.composers.condition_types).
+CONDITION_TYPES = (CONDITION,)
+
 __all__ = [
     "CONDITION",
+    "CONDITION_TYPES",
     "RBAC_KEYS",
     "REQ_CLUSTER",
     "REQ_SECRET",

@@ -332,3 +332,7 @@ def _artifact_ready(call: _Call, failed: list[tuple[str, str]], waiting: list[st
             detail += f" ({len(roll.stale)} shard(s) not yet reporting the current footprint)"
         out.condition(ARTIFACT_READY, "False", REASON_HYDRATING, f"{progress}; {detail}")
         out.requeue_after(call.inputs.settings.poll_seconds)
+
+
+# The condition types this kind writes on its XR (function.composers.condition_types).
+CONDITION_TYPES = (ARTIFACT_READY, CLUSTERS_MATCHED)

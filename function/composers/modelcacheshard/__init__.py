@@ -295,3 +295,7 @@ def _artifact_ready(call: _Call, tally: Tally) -> None:
             f"{progress}; waiting for {decide.names(tally.waiting)}",
         )
         out.requeue_after(call.inputs.settings.poll_seconds)
+
+
+# The condition types this kind writes on its XR (function.composers.condition_types).
+CONDITION_TYPES = (ARTIFACT_READY,)

@@ -78,4 +78,10 @@ from function.composers.replica.compose import compose
 from function.composers.replica.names import CONDITION, claim_key, workload_key
 from function.composers.replica.spec import parse_spec
 
-__all__ = ["CACHE_SIZE", "CONDITION", "claim_key", "compose", "parse_spec", "workload_key"]
+# The condition types this kind writes on its XR (function.composers.condition_types).
+CONDITION_TYPES = (CONDITION,)
+
+__all__ = [
+    "CACHE_SIZE",
+    "CONDITION",
+    "CONDITION_TYPES", "claim_key", "compose", "parse_spec", "workload_key"]
