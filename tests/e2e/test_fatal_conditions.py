@@ -13,10 +13,19 @@ reconciler writes it.
 from __future__ import annotations
 
 import copy
+from concurrent import futures
 from pathlib import Path
+from typing import Any
 
+import grpc
+import yaml
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+
+from function.render import load_yaml
 from tests.e2e.test_member_templates_and_cel import _steady
 from tests.support import crossplane, engine
+from tests.support.crossplane import ROOT
 
 OWN = ("ReplicasScheduled", "ReplicasReady")
 
@@ -53,3 +62,57 @@ def test_a_fatal_result_leaves_the_deployments_conditions_as_they_were(
         got = {k: after[t].get(k) for k in ("status", "reason", "message")}
         want = {k: before[t].get(k) for k in ("status", "reason", "message")}
         assert got == want, (t, got)
+
+
+class _Database(grpcv1.FunctionRunnerServiceServicer):
+    """Another step of the pipeline, before the function's: it sets its own condition."""
+
+    def RunFunction(self, request: Any, context: Any) -> Any:
+        rsp = fnv1.RunFunctionResponse(meta=fnv1.ResponseMeta(tag=request.meta.tag))
+        rsp.desired.CopyFrom(request.desired)
+        rsp.conditions.add(
+            type="DatabaseReady",
+            status=fnv1.STATUS_CONDITION_TRUE,
+            reason="Available",
+            message="set by step db this reconcile",
+            target=fnv1.TARGET_COMPOSITE,
+        )
+        return rsp
+
+
+def test_a_fatal_result_leaves_another_steps_condition_to_that_step(
+    xp: crossplane.Tools, fn: str, tmp_path: Path
+) -> None:
+    """Found by review 15d: the function sent back every observed condition with a fatal
+    result, another step's too; Crossplane applies the steps' conditions in order, the
+    last winning, so the earlier step's fresh ``DatabaseReady=True`` was overwritten by
+    the stale ``False`` of the last reconcile. Only the kind's own are sent now."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    grpcv1.add_FunctionRunnerServiceServicer_to_server(_Database(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        (xr,) = load_yaml([str(ROOT / "examples" / "modeldeployment" / "xr.yaml")])
+        xr = copy.deepcopy(xr)
+        xr["spec"]["replicas"] = 1.5  # refused: a fatal result naming spec.replicas
+        stale = {"type": "DatabaseReady", "status": "False", "reason": "Creating",
+                 "message": "stale", "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+        xr["status"] = {"conditions": [stale]}
+        comp = yaml.safe_load(engine.composition_for("ModelDeployment").read_text())
+        comp["spec"]["pipeline"].insert(0, {"step": "db", "functionRef": {"name": "function-db"}})
+        composition = tmp_path / "composition.yaml"
+        composition.write_text(yaml.safe_dump(comp))
+        db = engine.functions_yaml(f"127.0.0.1:{port}")
+        db["metadata"]["name"] = "function-db"
+        core = tmp_path / "core.bin"
+        out = engine.render(
+            xp, fn, xr, composition=composition, functions=[db], full_xr=False, core_output=core
+        )
+        assert out.exit_code != 0 and "spec.replicas" in out.stderr, out.stderr
+        written = engine.core_composite(core)
+        assert written is not None
+        after = {c["type"]: c for c in written["status"]["conditions"]}
+        assert after["DatabaseReady"]["status"] == "True", after["DatabaseReady"]
+        assert after["DatabaseReady"]["reason"] == "Available", after["DatabaseReady"]
+    finally:
+        server.stop(0)

@@ -147,6 +147,7 @@ def render(
     timeout: float = 120,
     full_xr: bool = True,
     core_output: Path | None = None,
+    functions: Iterable[Mapping[str, Any]] = (),
 ) -> Rendered:
     """Render ``xr`` through ``crossplane render`` with the core binary.
 
@@ -170,6 +171,8 @@ def render(
             ``RenderResponse`` (read it with :func:`core_composite`): the CLI prints
             nothing on a fatal result, while the core binary (exit 3) still writes the
             XR as Crossplane's reconciler would (conditions included).
+        functions: more Functions for the Composition's other steps (``Function``
+            documents, a Development runtime each).
     """
     kind = str(xr.get("kind"))
     with tempfile.TemporaryDirectory(prefix="xp-render-") as tmp:
@@ -190,7 +193,7 @@ def render(
             "render",
             str(_dump(d / "xr.yaml", [xr])),
             str(composition or composition_for(kind)),
-            str(_dump(d / "functions.yaml", [functions_yaml(address)])),
+            str(_dump(d / "functions.yaml", [functions_yaml(address), *functions])),
             f"--crossplane-binary={core}",
             "--include-function-results",
             f"--timeout={int(timeout)}s",
