@@ -1520,7 +1520,7 @@ def test_a_stale_model_ready_does_not_count_as_ready() -> None:
     assert _usage_keys(rsp) == {}, _usage_keys(rsp)
 
 
-@pytest.mark.parametrize("value", [1e19, -1e19, 2.0**63])
+@pytest.mark.parametrize("value", [1e19, -1e19, 2.0**65])
 def test_a_status_int_attribute_outside_int64_reads_as_absent(value) -> None:
     """Found by review 15d: an int device attribute outside int64 in one cluster's status
     (hand-written or restored: the function never writes one) made every tenant selector
@@ -1555,3 +1555,15 @@ def test_refused_regexes_are_charged_so_the_cost_limit_stops_them(
     c = h.conditions(rsp)["ReplicasScheduled"]
     assert (c["status"], c["reason"]) == ("False", "InvalidDeviceSelector"), c
     assert "selectors[" in c["message"], c
+
+
+def test_a_status_int_attribute_of_int64_max_is_read() -> None:
+    """INT64_MAX arrives as the double 2**63 (review 15e): read as INT64_MAX, so a
+    selector on it matches."""
+    dev = copy.deepcopy(H100_DEVICE)
+    dev.setdefault("attributes", {})["maxBatch"] = {"int": 9223372036854775807}
+    w = h.World([ic("gpu-a", device=dev), *C5_WORLD[1:]])
+    eng = engine(selector='device.attributes["gpu.nvidia.com"].maxBatch == 9223372036854775807')
+    rsp = drive(deployment(1, engines=[eng]), w)
+    c = h.conditions(rsp)["ReplicasScheduled"]
+    assert c["status"] == "True", c

@@ -35,6 +35,18 @@ def test_a_valid_class_is_ready_and_composes_nothing() -> None:
     assert c["status"] == "True" and "8x gpu (gpu.nvidia.com)" in c["message"], c
 
 
+
+def test_an_int_attribute_of_int64_max_is_valid() -> None:
+    """Found by review 15e: INT64_MAX (a common "unlimited") reaches the function as the
+    double 2**63 (a Struct's numbers are doubles) and was refused as not fitting 64
+    bits; it reads as INT64_MAX. One past it (1e19) is still refused."""
+    ok = run(request(_class(lambda s: s["devices"][0]["attributes"].update(
+        maxBatch={"int": 9223372036854775807})))) # fmt: skip
+    assert not fatal(ok), fatal(ok)
+    bad = run(request(_class(lambda s: s["devices"][0]["attributes"].update(
+        maxBatch={"int": 1e19}))))  # fmt: skip
+    assert fatal(bad) and "attributes.maxBatch" in fatal(bad)[0], fatal(bad)
+
 BAD = [
     ("no devices", lambda s: s.pop("devices"), "spec.devices"),
     ("a device without a driver", lambda s: s["devices"][0].pop("driver"),

@@ -87,6 +87,8 @@ class _Attribute(_Open):
     @field_validator("int")
     @classmethod
     def _int64(cls, v: Any) -> Any:
+        if v == INT64_LIMIT:  # INT64_MAX: a Struct's number (a double) rounds it to 2**63
+            return INT64_LIMIT - 1
         if v is not None and not -INT64_LIMIT <= v < INT64_LIMIT:
             raise ValueError("must fit in 64 bits (the XRD's format: int64)")
         return v

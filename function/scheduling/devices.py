@@ -971,6 +971,8 @@ def _attribute_value(typ: str, val: Any) -> Any:
         return None
     if isinstance(val, float) and not val.is_integer():
         return None
+    if val == INT64_LIMIT:  # INT64_MAX: a Struct's number (a double) rounds it to 2**63
+        return INT64_LIMIT - 1
     return int(val) if -INT64_LIMIT <= val < INT64_LIMIT else None
 
 

@@ -32,9 +32,9 @@ Rules and where they come from:
   ``status.notIdleBefore`` and the deployment's Ready transition.
   ``status.notIdleBefore`` is written once per event, never on every call: when this
   backfill stops a Job, when it begins waiting on the model (missing or not Ready),
-  and when that wait ends (the deployment's Ready transition if it reports one after
-  the wait began, else the call that ends it, which is at or after the last call that
-  saw the model missing or not Ready).
+  and when that wait ends (the call that ends it, which is at or after the last call
+  that saw the model missing or not Ready; not the deployment's Ready transition,
+  another clock's).
 - The function is stateless: every timestamp lives in status, and time comes from
   ``inputs.now``. A status is a fixed point while nothing changes (Crossplane v2.4
   reconciles an XR again on every write of it): messages name instants (idle since,

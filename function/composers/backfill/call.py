@@ -79,7 +79,7 @@ class Call:
         """
         was, waits = self.prior.waiting_on_model(), self.st.waiting_on_model()
         begins = waits and not was
-        # _idle_since says when a wait it ends ended (the Ready transition, or now).
+        # _idle_since says when a wait it ends ended (now: _model_wait_ended).
         ends_unsaid = was and not waits and self.st.not_idle_before == self.prior.not_idle_before
         if begins or ends_unsaid:
             self.mark_not_idle()
