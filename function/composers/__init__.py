@@ -76,10 +76,8 @@ def composer_for(api_version: str, kind: str) -> Composer | None:
         return None
     fn = _loaded.get(kind)
     if fn is None:
-        try:
-            module = importlib.import_module(f"function.composers.{KINDS[kind]}")
-        except ModuleNotFoundError:
+        module = _module(api_version, kind)
+        if module is None:
             return None
-        fn = module.compose
-        _loaded[kind] = fn
+        fn = _loaded[kind] = module.compose
     return fn
