@@ -179,7 +179,11 @@ def _idle_since(c: Call, p: Parsed, dep: Struct | None) -> datetime.datetime | N
         )
         return None
     if c.prior.waiting_on_model():
-        _model_wait_ended(c, dep)
+        # The wait ends in this call: no window starts before now, which is at or after
+        # the last call that saw the model missing or not Ready (not at the deployment's
+        # Ready transition: another clock's, or a cached read, which may come before
+        # that call; review 15d). Stamped here, before the window is read below.
+        c.mark_not_idle()
     fg = foreground(dep)
     if fg is None:
         st.idle_since = None
@@ -211,16 +215,6 @@ def _idle_since(c: Call, p: Parsed, dep: Struct | None) -> datetime.datetime | N
         )
         return None
     return since
-
-
-def _model_wait_ended(c: Call, dep: Struct) -> None:
-    """The first call that sees the model Ready after a wait on it: no window starts
-    before now, which is at or after the last call that saw it missing or not Ready.
-    Not the deployment's Ready transition: that time is its writer's clock (or a cached
-    read), and may come before a call of this function's that saw it not Ready (review
-    15d); with the watch on required resources the first call comes right after it."""
-    del dep
-    c.mark_not_idle()
 
 
 def _free_replica(c: Call, req: Required) -> Struct | None:

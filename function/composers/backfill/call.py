@@ -58,14 +58,14 @@ class Call:
         self.st.set(WAITING, reason, message)
         self.out.requeue_after(ttl if ttl is not None else self.poll)
 
-    def mark_not_idle(self, at: datetime.datetime | None = None) -> None:
-        """The idle window starts over at ``at`` (default now): ``status.notIdleBefore``.
+    def mark_not_idle(self) -> None:
+        """The idle window starts over now: ``status.notIdleBefore``.
 
         Called once per event (a Job stopped; a wait on the model begun or ended, see
         :meth:`note_model_wait`), never on every call while a state lasts: a status
         that changes with the clock is written, and so reconciled again, on every call.
         """
-        self.st.not_idle_before = format_time(at or self.now)
+        self.st.not_idle_before = format_time(self.now)
 
     def note_model_wait(self) -> None:
         """Stamp ``status.notIdleBefore`` when this call begins or ends a wait on the
@@ -79,7 +79,7 @@ class Call:
         """
         was, waits = self.prior.waiting_on_model(), self.st.waiting_on_model()
         begins = waits and not was
-        # _idle_since says when a wait it ends ended (now: _model_wait_ended).
+        # A wait that admit._idle_since ends (the model seen Ready) is stamped there.
         ends_unsaid = was and not waits and self.st.not_idle_before == self.prior.not_idle_before
         if begins or ends_unsaid:
             self.mark_not_idle()
