@@ -639,7 +639,11 @@ def regex_cost(pattern: str) -> int:
     compiled): one, plus one per :data:`REGEX_INSTRUCTIONS_PER_STEP` instructions of
     its program; :data:`REGEX_REFUSED_STEPS` when RE2 refuses it as too large; one when
     it does not parse (that is the evaluation's error)."""
-    program = compiled_regex(pattern)
+    return _program_cost(compiled_regex(pattern))
+
+
+def _program_cost(program: Any) -> int:
+    """:func:`regex_cost` of what :func:`compiled_regex` gave."""
     if isinstance(program, str):
         return REGEX_REFUSED_STEPS if _TOO_LARGE in program else 1
     return 1 + int(program.programsize) // REGEX_INSTRUCTIONS_PER_STEP
@@ -647,9 +651,8 @@ def regex_cost(pattern: str) -> int:
 
 def _regex(pattern: Any, what: str) -> Any:
     """``pattern`` compiled (:func:`compiled_regex`), its cost charged."""
-    text = _text(pattern, what)
-    program = compiled_regex(text)
-    charge(regex_cost(text))  # a refused pattern too: refusing it took CPU
+    program = compiled_regex(_text(pattern, what))
+    charge(_program_cost(program))  # a refused pattern too: refusing it took CPU
     if isinstance(program, str):
         raise ValueError(f"{what}: {program}")
     return program
