@@ -80,4 +80,8 @@ __all__ = [
     "CONDITION_TYPES",
     "JOB_PREFIX",
     "SPEC_CONDITION",
-    "compose", "job_outcome", "job_running", "replica_ready"]
+    "compose",
+    "job_outcome",
+    "job_running",
+    "replica_ready",
+]

@@ -84,4 +84,9 @@ CONDITION_TYPES = (CONDITION,)
 __all__ = [
     "CACHE_SIZE",
     "CONDITION",
-    "CONDITION_TYPES", "claim_key", "compose", "parse_spec", "workload_key"]
+    "CONDITION_TYPES",
+    "claim_key",
+    "compose",
+    "parse_spec",
+    "workload_key",
+]
