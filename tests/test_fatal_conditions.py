@@ -145,8 +145,11 @@ def _deep(depth: int) -> dict[str, Any]:
         # protobuf cannot parse the request (a composed resource nested past its limit),
         # but the observed XR alone parses: its conditions are kept
         ("observed", KEPT),
-        # the XR itself is nested past the limit: nothing can be read from it
-        ("xr", {}),
+        # the XR's own spec is nested past the limit: its conditions are read from the
+        # wire alone (review 15e F2: before, none were, and Crossplane reset them all)
+        ("xr", KEPT),
+        # its conditions themselves nested past the limit: none can be read
+        ("conditions", {}),
     ],
 )
 def test_an_undecodable_request_keeps_the_conditions_it_can_read(
@@ -156,6 +159,8 @@ def test_an_undecodable_request_keeps_the_conditions_it_can_read(
     observed: dict[str, Any] = {}
     if where == "xr":
         xr["spec"]["deep"] = _deep(120)
+    elif where == "conditions":
+        xr["status"]["conditions"][0]["deep"] = _deep(120)
     else:
         observed["deep"] = {"apiVersion": "v1", "kind": "ConfigMap", "data": _deep(120)}
     data = hh.request(xr, observed=observed).SerializeToString()

@@ -25,7 +25,7 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import duration_pb2
-from google.protobuf.struct_pb2 import ListValue, Struct
+from google.protobuf.struct_pb2 import ListValue, Struct, Value
 
 from function.core import structfill, structs, versioned
 from function.core.inputs import Inputs, ObservedView, RequiredView
@@ -204,9 +204,33 @@ def keep_conditions_of(rsp: fnv1.RunFunctionResponse, composite: bytes) -> None:
         return
     try:
         xr = fnv1.Resource.FromString(composite).resource
-    except Exception:  # malformed, or nested past protobuf's limit: no conditions
-        return
+    except Exception:  # malformed, or nested past protobuf's limit: the parts it needs
+        xr = _conditions_only(composite)
     keep_conditions(rsp, xr)
+
+
+def _conditions_only(composite: bytes) -> Struct:
+    """The observed XR's ``apiVersion``, ``kind`` and ``status.conditions`` alone, read
+    from a serialized ``Resource`` that does not parse as a whole (its spec nested past
+    protobuf's limit of 100 levels, say): the wire is walked to those three entries and
+    only they are parsed. An empty Struct where any of them cannot be read."""
+    xr = Struct()
+    try:
+        body = _field(memoryview(composite), 1)  # Resource.resource
+        if body is None:
+            return xr
+        top = _struct_fields(body, ("apiVersion", "kind", "status"))
+        status = _field(top["status"], 5) if top.get("status") else None  # struct_value
+        conditions = _struct_fields(status, ("conditions",)).get("conditions") if status else None
+        if conditions is None:
+            return xr
+        xr.fields["apiVersion"].string_value = _string_value(top.get("apiVersion"))
+        xr.fields["kind"].string_value = _string_value(top.get("kind"))
+        parsed = Value.FromString(bytes(conditions))
+        xr.fields["status"].struct_value.fields["conditions"].CopyFrom(parsed)
+    except Exception:  # malformed, or the conditions themselves too deep: none
+        return Struct()
+    return xr
 
 
 def _encode_composite(
