@@ -140,23 +140,46 @@ def test_package_is_a_composition_function_for_crossplane_v2():
     assert pkg["metadata"]["name"] == FUNCTION_NAME
     assert "composition" in pkg["spec"]["capabilities"]
     constraint = pkg["spec"]["crossplane"]["version"]
-    assert _admits(constraint, (2, 0, 0)) and _admits(constraint, (2, 1, 3))
-    assert not _admits(constraint, (1, 20, 0))
+    core = _pinned("CORE_VERSION")
+    assert _admits(constraint, core) and _admits(constraint, (core[0], core[1] + 1, 0))
+    # Nothing older than the reconciler the suite runs (review 16c: it admitted v2.0).
+    assert not _admits(constraint, (core[0], core[1] - 1, 99))
 
 
 def test_configuration_depends_on_what_its_compositions_use():
     cfg = validate_crd(_only("configuration/crossplane.yaml"), META_CONFIGURATION_CRD)
     assert cfg["apiVersion"] == "meta.pkg.crossplane.io/v1"
-    assert _admits(cfg["spec"]["crossplane"]["version"], (2, 0, 0))
-    assert not _admits(cfg["spec"]["crossplane"]["version"], (1, 20, 0))
+    core = _pinned("CORE_VERSION")
+    assert _admits(cfg["spec"]["crossplane"]["version"], core)
+    # v2.0-v2.2's XRD has no `subresources`: ModelDeployment's scale subresource was
+    # dropped with a warning and the package still installed (review 16c F2).
+    assert not _admits(cfg["spec"]["crossplane"]["version"], (2, 2, 0))
+    assert not _admits(cfg["spec"]["crossplane"]["version"], (core[0], core[1] - 1, 99))
     deps = {d["kind"]: d for d in cfg["spec"]["dependsOn"]}
     fn = _only("package/crossplane.yaml")["metadata"]["name"]
     assert deps["Function"]["package"].endswith("/" + fn)
     assert _admits(deps["Function"]["version"], (0, 1, 0))
     assert deps["Provider"]["package"].endswith("/provider-kubernetes")
-    # kubernetes.m.crossplane.io (namespaced Objects) came with provider-kubernetes v1.
-    assert _admits(deps["Provider"]["version"], (1, 0, 0))
-    assert not _admits(deps["Provider"]["version"], (0, 17, 1))
+    # The Objects validate against the pinned provider-kubernetes (tests/e2e/test_validate.py);
+    # its minor release is the floor: v1.2.x lacks spec.forProvider.deletionPropagationPolicy
+    # (a deleted Job then orphans its pods) and the NebiusServiceAccountCredentials
+    # identity type (review 16c F1).
+    pk = _pinned("PROVIDER_KUBERNETES_VERSION")
+    assert _admits(deps["Provider"]["version"], pk)
+    assert _admits(deps["Provider"]["version"], (pk[0], pk[1], 0))
+    assert not _admits(deps["Provider"]["version"], (1, 2, 1))
+    assert not _admits(deps["Provider"]["version"], (pk[0], pk[1] - 1, 99))
+
+
+def _pinned(variable: str) -> tuple[int, int, int]:
+    """The version ``scripts/crossplane-tools`` pins by default for ``variable``
+    (``CORE_VERSION``: the core binary the e2e suite reconciles with;
+    ``PROVIDER_KUBERNETES_VERSION``: the Object CRDs the composed resources validate
+    against)."""
+    text = (ROOT / "scripts" / "crossplane-tools").read_text()
+    m = re.search(rf"^{variable}=\$\{{[A-Z_]+:-v(\d+)\.(\d+)\.(\d+)\}}$", text, re.M)
+    assert m, f"{variable} is not pinned in scripts/crossplane-tools"
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3)))
 
 
 def test_version_constraint_checker_can_fail():
