@@ -107,8 +107,10 @@ def _metrics_server(settings: Settings) -> tuple[Any, str | None]:
 
     Calls are composed in compute processes (``function.edge.pool``): their metrics are
     aggregated with prometheus-client's multiprocess mode. They are spawned, so they see
-    ``PROMETHEUS_MULTIPROC_DIR`` at import; a fresh directory is made when none is set,
-    and stale files of a previous run are cleared (they would be summed in).
+    ``PROMETHEUS_MULTIPROC_DIR`` at import; a fresh directory is made when none is set.
+    A previous run's files (the container restarted in place, its ``emptyDir`` kept) are
+    prepared with :func:`~function.ops.metrics.resume_multiprocess_dir`: counters and
+    histograms continue from their values, gauges are dropped.
 
     Returns:
         The running metrics server (None when ``--metrics-address`` is empty), and the
@@ -131,7 +133,7 @@ def _metrics_server(settings: Settings) -> tuple[Any, str | None]:
         metrics.parse_address(address)
     except ValueError as e:
         raise StartupError(f"--metrics-address: {e}") from None
-    metrics.clear_multiprocess_dir(multiproc_dir)
+    metrics.resume_multiprocess_dir(multiproc_dir)
     try:
         return metrics.serve(address, multiproc_dir), made
     except OSError as e:

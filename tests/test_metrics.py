@@ -565,8 +565,6 @@ def test_multiprocess_mode_sums_worker_processes(tmp_path):
         if s.name.endswith("_count")
     ]  # fmt: skip
     assert count.value == 2.0
-    assert metrics.clear_multiprocess_dir(str(tmp_path)) >= 2
-    assert not list(tmp_path.glob("*.db"))
 
 
 GAUGE_CHILD = """
@@ -632,6 +630,104 @@ def test_an_exited_process_metric_files_fold_into_the_archive(tmp_path):
              (("kind", "ModelDeployment"), ("result", "success")))  # fmt: skip
     assert (before[count], after[count]) == (1.0, 2.0)
     assert len(list(tmp_path.glob("*.db"))) == 3
+
+
+RESTART = """
+from function import __main__ as main
+from function.ops.settings import load_settings
+main._metrics_server(load_settings({}, []))
+"""
+
+
+def _run(env: dict[str, str], code: str, *args: str) -> None:
+    subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, check=True)
+
+
+def test_a_container_restart_continues_counters_and_histograms(tmp_path):
+    """Review 16d, finding 5: the acceptor cleared the directory at start, so after an
+    in-place restart of the container (the ``emptyDir`` outlives it) a per-object event
+    counter came back at 1 on its next event, no lower than before: a reset Prometheus
+    cannot see, and ``increase()`` (the alerts on hydration failures, verdicts and
+    preemptions) missed that event. Now the previous run's counters and histograms
+    continue where they were (its gauges are dropped: the next call sets them again), so
+    the next event is an increase."""
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PATH": "/usr/bin:/bin",
+           "METRICS_ADDRESS": ""}  # fmt: skip
+    # The previous run: a compute process replaced (folded into the archive), one that
+    # was running when the container was killed, and a gauge write.
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, "30"], cwd=ROOT, env=env)
+    assert proc.wait() == 0
+    metrics.fold_dead_process(proc.pid, str(tmp_path))
+    _run(env, CHILD, "12")
+    _run(env, GAUGE_CHILD, "3")
+    before = _exposed(env)
+    _run(env, RESTART)
+    after = _exposed(env)
+    gauge = "modelplane_model_deployment_replicas"
+    assert {k: v for k, v in before.items() if k[0] != gauge} == after
+    assert sorted(p.name for p in tmp_path.glob("*.db")) == [
+        "counter_archive.db", "histogram_archive.db",
+    ]  # fmt: skip
+    # The next event after the restart is an increase of the series it continues.
+    _run(env, CHILD, "5")
+    useful = ("modelplane_model_backfill_useful_running_seconds_total",
+              (("backfill", "evals"), ("model", "qwen"), ("namespace", "ml")))  # fmt: skip
+    count = ("modelplane_function_run_seconds_count",
+             (("kind", "ModelCache"), ("result", "success")))  # fmt: skip
+    resumed = _exposed(env)
+    assert (before[useful], resumed[useful]) == (42.0, 47.0)
+    assert (before[count], resumed[count]) == (2.0, 3.0)
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A file a previous run left in the directory: its name and its bytes (None: a valid
+    counter file holding one sample)."""
+
+    name: str
+    data: bytes | None = None
+
+
+# 64 bytes used, and a first key 1,000 bytes long: prometheus-client reads past the end.
+CORRUPT = (64).to_bytes(4, "little") + bytes(4) + (1000).to_bytes(4, "little") + bytes(52)
+LEFTOVERS = [
+    Case("per-process-counter", "a process's counter file is folded into the archive",
+         Leftover("counter_41.db"), (["counter_archive.db"], 1.0)),
+    Case("archive", "the archive of the previous run is kept as it is",
+         Leftover("counter_archive.db"), (["counter_archive.db"], 1.0)),
+    Case("gauge", "gauges are dropped, archive too: a level is set again by the next call",
+         Leftover("gauge_mostrecent_archive.db"), ([], None)),
+    Case("live-gauge", "a live gauge of a dead process is dropped",
+         Leftover("gauge_livesum_41.db"), ([], None)),
+    Case("corrupt", "an unreadable file is dropped (logged), never a crash loop",
+         Leftover("counter_41.db", CORRUPT), ([], None)),
+    Case("interrupted-fold", "a fold's unfinished file is removed",
+         Leftover("counter_archive.new", b"x"), ([], None)),
+    Case("other-file", "a file that is not a metric file is left alone",
+         Leftover("README", b"x"), (["README"], None)),
+]  # fmt: skip
+
+
+@table(LEFTOVERS)
+def test_resume_multiprocess_dir_keeps_only_readable_counters(case, tmp_path):
+    leftover = case.inputs
+    path = tmp_path / leftover.name
+    if leftover.data is None:
+        from prometheus_client.mmap_dict import MmapedDict, mmap_key
+
+        d = MmapedDict(str(path))
+        d.write_value(mmap_key("modelplane_x_total", "modelplane_x_total", [], [], "h"), 1.0, 0)
+        d.close()
+    else:
+        path.write_bytes(leftover.data)
+    metrics.resume_multiprocess_dir(str(tmp_path))
+    names, value = case.want
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
+    if value is not None:
+        from prometheus_client.mmap_dict import MmapedDict
+
+        (sample,) = MmapedDict.read_all_values_from_file(str(tmp_path / names[0]))
+        assert sample[1] == value
 
 
 def test_real_hydration_transition_counted_once_over_grpc(m):

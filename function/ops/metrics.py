@@ -52,14 +52,15 @@ fixed vocabulary (:attr:`MetricSpec.values`) map anything else to ``other``.
 
 Several worker processes
 ------------------------
-With ``PROMETHEUS_MULTIPROC_DIR`` set (to an empty, writable directory, an
-``emptyDir`` in the pod) before the process starts, prometheus-client keeps every
-value in memory-mapped files in that directory and :func:`serve` exposes the sum
-over all processes (``MultiProcessCollector``). Only one process serves the
-metrics address; it calls :func:`clear_multiprocess_dir` once at start, before
-workers start. ``python -m function`` does this (its calls are composed in compute
-processes, ``function.edge.pool``), creating a temporary directory when the variable is
-unset; :func:`exposition_registry` lists every catalogue family from start-up.
+With ``PROMETHEUS_MULTIPROC_DIR`` set (to a writable directory, an ``emptyDir`` in
+the pod) before the process starts, prometheus-client keeps every value in
+memory-mapped files in that directory and :func:`serve` exposes the sum over all
+processes (``MultiProcessCollector``). Only one process serves the metrics address;
+it calls :func:`resume_multiprocess_dir` once at start, before workers start (the
+counters and histograms a previous run of the container left there continue).
+``python -m function`` does this (its calls are composed in compute processes,
+``function.edge.pool``), creating a temporary directory when the variable is unset;
+:func:`exposition_registry` lists every catalogue family from start-up.
 Process metrics (``process_*``) are not available in that mode.
 See https://prometheus.github.io/client_python/multiprocess/.
 """
@@ -69,6 +70,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import struct
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -550,20 +552,64 @@ def _fold_into(archive_path: str, dead_path: str, mode: str) -> None:
     os.replace(fresh, archive_path)
 
 
-def clear_multiprocess_dir(path: str) -> int:
-    """Remove the ``*.db`` files a previous run left in the multiprocess directory.
+# The file types whose values continue across a restart of the container: event counts.
+_CONTINUED = frozenset({"counter", "histogram", "summary"})
 
-    Call once, in the process that serves metrics, before any worker starts.
+
+def resume_multiprocess_dir(path: str) -> tuple[int, int]:
+    """Prepare the multiprocess directory a previous run of the container left: its
+    counters and histograms continue, everything else goes.
+
+    An ``emptyDir`` outlives its container, so after an in-place restart (an OOM kill, a
+    failed liveness probe) the directory holds the files of the previous run's
+    processes. Each ``counter_<pid>.db``, ``histogram_<pid>.db`` (and ``summary``) file
+    is folded into the archive of its type, as :func:`fold_dead_process` does, and the
+    archives are kept: every counter continues from its value. Cleared instead, a
+    per-object event counter (a cache's hydration failures on a cluster) would come
+    back at 1 on its next event, no lower than before: a reset Prometheus cannot see,
+    so ``increase()`` and the alerts built on it would miss that event. Gauge files (of
+    any mode, archive too) are removed, as are files a fold left unfinished
+    (``*_archive.new``) and any metric file that cannot be read (logged as a warning
+    with the file's name; its values are lost, a reset Prometheus sees as a decrease).
+    Files that are not metric files are left alone. A new pod starts with an empty
+    ``emptyDir``, and a directory made at start (the variable unset) is empty: both
+    start from zero.
+
+    Call once, in the process that serves metrics, before any other process starts (a
+    new process may reuse a pid of the previous run).
 
     Returns:
-        How many files were removed.
+        ``(folded, removed)``: per-process files folded into an archive, and files
+        removed without folding.
     """
-    n = 0
-    for entry in os.scandir(path):
-        if entry.is_file() and entry.name.endswith(".db"):
+    log = structlog.get_logger("metrics")
+    folded = removed = 0
+    with _FOLD_LOCK:
+        # Archives first: one that cannot be read is removed before others fold into it.
+        entries = sorted(
+            (e for e in os.scandir(path) if e.is_file()),
+            key=lambda e: (not e.name.endswith(f"_{ARCHIVE}.db"), e.name),
+        )
+        for entry in entries:
+            stem, dot, ext = entry.name.rpartition(".")
+            prefix, _, ident = stem.rpartition("_")
+            if not dot or ext not in ("db", "new") or (ext == "new" and ident != ARCHIVE):
+                continue
+            if ext == "db" and prefix in _CONTINUED:
+                try:
+                    if ident == ARCHIVE:
+                        MmapedDict.read_all_values_from_file(entry.path)
+                        continue
+                    _fold_into(os.path.join(path, f"{prefix}_{ARCHIVE}.db"), entry.path, "")
+                    folded += 1
+                    os.unlink(entry.path)
+                    continue
+                except (RuntimeError, ValueError, struct.error) as e:
+                    log.warning("metric file of the previous run dropped",
+                                file=entry.name, error=str(e))  # fmt: skip
             os.unlink(entry.path)
-            n += 1
-    return n
+            removed += 1
+    return folded, removed
 
 
 def serve(address: str, multiproc_dir: str | None = None) -> Any:
