@@ -368,6 +368,18 @@ def _fp_cancelling(sim: Sim, clock: Clock) -> None:
     clock.advance(5)
 
 
+def _fp_replicas_being_deleted(sim: Sim, clock: Clock) -> None:
+    _quiet(sim, clock)
+    for r in sim.replicas:  # still Ready by their status: Crossplane calls no function
+        r["metadata"]["deletionTimestamp"] = format_time(clock.now)
+    sim.add(spec())
+
+
+def _fp_running_recorded_without_a_uid(sim: Sim, clock: Clock) -> None:
+    start(sim, clock)
+    sim.backfills[BACKFILL]["status"].pop("replicaUID")  # written before it existed
+
+
 def _fp_cooling_down(sim: Sim, clock: Clock) -> None:
     start(sim, clock, repeatAfter="1h")
     sim.set_job("complete")
@@ -403,6 +415,11 @@ FIXED_POINT: list[Case[Any, tuple[str, str]]] = [
     Case("blocked", "the template is missing", _fp_template_not_found,
          ("Blocked", "TemplateNotFound")),
     Case("running", "the Job runs", _fp_running, ("Running", "JobRunning")),
+    Case("every replica being deleted", "review 16a: not live, though their status says "
+         "Ready", _fp_replicas_being_deleted, ("WaitingForIdle", "NoReadyReplica")),
+    Case("running, recorded without a uid", "an attempt recorded before replicaUID "
+         "existed is not rewritten", _fp_running_recorded_without_a_uid,
+         ("Running", "JobRunning")),
     Case("cancelling", "the Job's Object is being deleted", _fp_cancelling,
          ("Cancelling", "PreemptedByForeground")),
     Case("cooling down", "Succeeded, repeatAfter not elapsed", _fp_cooling_down,
@@ -602,6 +619,172 @@ def test_after_its_replica_stops_serving_another_waits_a_full_window(
     st = sim.step()
     # The cancelled attempt's replica is not Ready, but another is: still a full window first.
     assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
+
+
+# ---- which replica an attempt runs on (review 16a F4) -----------------------------
+# A ModelDeployment scale-down or make-before-break move deletes a ModelReplica, and
+# Crossplane calls no function for an XR being deleted: its status still says Ready
+# (with its endpoint) while its workload is torn down. Replica names are per index and
+# the deployment reuses the lowest free index, so a later replica of the same name may
+# live on another cluster. A replica being deleted is not live, and an attempt is on
+# the replica it started on (status.replicaUID, status.cluster), not on a name.
+
+UID0 = f"uid-modelreplica-{R0}"
+
+
+def _being_deleted(sim: Sim, clock: Clock, index: int = 0) -> None:
+    sim.replicas[index]["metadata"]["deletionTimestamp"] = format_time(clock.now)
+
+
+def _recreated(sim: Sim, cluster: str) -> None:
+    """Replica 0 deleted and created again under its name on ``cluster``: a new uid."""
+    new = replica(0, cluster)
+    new["metadata"]["uid"] = "uid-recreated"
+    new["status"]["endpoint"] = f"http://{DEPLOYMENT}-0.{cluster}.example:8000"
+    sim.replicas[0] = new
+
+
+def _legacy(sim: Sim) -> None:
+    """An attempt recorded before status.replicaUID existed."""
+    sim.backfills[BACKFILL]["status"].pop("replicaUID", None)
+
+
+@dataclass(frozen=True)
+class OnReplica:
+    """What a running attempt becomes: phase, reason, a fragment of the message, and
+    status.replicaUID afterwards (None: not recorded)."""
+
+    phase: str
+    reason: str
+    says: str
+    uid: str | None
+
+
+REPLICA_IDENTITY: list[Case[Any, OnReplica]] = [
+    Case("unchanged", "the attempt's replica still serves: the Job keeps running, and the "
+         "attempt records the replica's uid",
+         lambda sim, clock: None, OnReplica("Running", "JobRunning", R0, UID0)),
+    Case("being deleted", "found by review 16a: a replica being deleted still reports "
+         "Ready; it is not live",
+         _being_deleted, OnReplica("Cancelling", "ReplicaNotReady", "being deleted", UID0)),
+    Case("re-created on another cluster", "found by review 16a: same name, new uid, "
+         "another cluster: not the replica the Job runs against",
+         lambda sim, clock: _recreated(sim, "gpu-b"),
+         OnReplica("Cancelling", "ReplicaReplaced", "gpu-b", UID0)),
+    Case("re-created on the same cluster", "a new uid is another replica, even on the "
+         "same cluster", lambda sim, clock: _recreated(sim, "gpu-a"),
+         OnReplica("Cancelling", "ReplicaReplaced", "uid-recreated", UID0)),
+    Case("legacy attempt, unchanged", "an attempt recorded without a uid is compared by "
+         "cluster: it keeps running and its status is not rewritten",
+         lambda sim, clock: _legacy(sim), OnReplica("Running", "JobRunning", R0, None)),
+    Case("legacy attempt, re-created elsewhere", "an attempt recorded without a uid: "
+         "another cluster is another replica",
+         lambda sim, clock: (_legacy(sim), _recreated(sim, "gpu-b")),
+         OnReplica("Cancelling", "ReplicaReplaced", "gpu-b", None)),
+]  # fmt: skip
+
+
+@table(REPLICA_IDENTITY)
+def test_a_running_attempt_is_on_the_replica_it_started_on(
+    sim: Sim, clock: Clock, registry: CollectorRegistry, case: Case[Any, OnReplica]
+) -> None:
+    st = start(sim, clock)
+    assert (st["replica"], st["cluster"]) == (R0, "gpu-a")
+    case.inputs(sim, clock)
+    clock.advance(30)
+    st = sim.step()
+    want = case.want
+    assert (st["phase"], st["reason"]) == (want.phase, want.reason), (case.reason, st)
+    assert want.says in st["message"], st["message"]
+    assert st.get("replicaUID") == want.uid, st
+    assert st["cluster"] == "gpu-a"  # where the attempt's Job is, until it is gone
+    if want.phase == "Cancelling":
+        assert sim.observed[BACKFILL] == {}  # no longer desired: Crossplane deletes it
+        assert metric(registry, "preemptions_total", reason="not_ready") == 1
+    else:
+        assert JOB_PREFIX + "1" in sim.observed[BACKFILL]
+
+
+ADMIT_LIVE: list[Case[tuple[int, ...], tuple[str, str, str | None]]] = [
+    Case("first replica being deleted", "found by review 16a: a Job started on a replica "
+         "being deleted; the next live one is used", (0,), ("Starting", "JobCreated", R1)),
+    Case("every replica being deleted", "no live replica: wait", (0, 1),
+         ("WaitingForIdle", "NoReadyReplica", None)),
+]  # fmt: skip
+
+
+@table(ADMIT_LIVE)
+def test_no_attempt_starts_on_a_replica_being_deleted(
+    sim: Sim, clock: Clock, case: Case[tuple[int, ...], tuple[str, str, str | None]]
+) -> None:
+    for i in case.inputs:
+        _being_deleted(sim, clock, i)
+    sim.add(spec())
+    clock.advance(900)
+    st = sim.step()
+    phase, reason, on = case.want
+    assert (st["phase"], st["reason"], st.get("replica")) == (phase, reason, on), case.reason
+    if on is None:
+        assert sim.observed[BACKFILL] == {}
+    else:
+        assert st["replicaUID"] == f"uid-modelreplica-{on}"
+
+
+def test_a_replaced_replica_is_cancelled_then_readmitted_on_the_new_one(
+    sim: Sim, clock: Clock
+) -> None:
+    sim.replicas = [replica(0, "gpu-a")]
+    start(sim, clock)
+    _recreated(sim, "gpu-b")
+    clock.advance(30)
+    assert sim.step()["reason"] == "ReplicaReplaced"
+    clock.advance(30)
+    st = sim.step()  # the Object is gone: a full idle window from now
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
+    clock.advance(599)
+    assert sim.step()["phase"] == "WaitingForIdle"
+    clock.advance(1)
+    st = sim.step()
+    assert (st["phase"], st["replica"], st["cluster"]) == ("Starting", R0, "gpu-b"), st
+    assert st["replicaUID"] == "uid-recreated" and st["attempts"] == 2
+    env = job_manifest(sim)["spec"]["template"]["spec"]["containers"][0]["env"]
+    endpoint = f"http://{DEPLOYMENT}-0.gpu-b.example:8000"
+    assert {"name": "MODELPLANE_ENDPOINT", "value": endpoint} in env
+
+
+def _replica_gone(sim: Sim, clock: Clock) -> None:
+    sim.replicas = sim.replicas[1:]
+
+
+FAILED_UNDER: list[Case[Any, tuple[str, str]]] = [
+    Case("replica unchanged", "a Job that fails on its own is terminal",
+         lambda sim, clock: None, ("Failed", "JobFailed")),
+    Case("replica being deleted", "the Job failed as its replica went away: not the "
+         "backfill's failure", _being_deleted, ("Cancelling", "ReplicaNotReady")),
+    Case("replica re-created elsewhere", "the Job failed against a replica that is gone",
+         lambda sim, clock: _recreated(sim, "gpu-b"), ("Cancelling", "ReplicaReplaced")),
+    Case("replica gone", "the Job failed against a replica that is gone", _replica_gone,
+         ("Cancelling", "ReplicaNotReady")),
+    Case("replica not ready", "the Job failed against a replica that stopped serving",
+         _replica_not_ready, ("Cancelling", "ReplicaNotReady")),
+]  # fmt: skip
+
+
+@table(FAILED_UNDER)
+def test_a_job_that_fails_as_its_replica_goes_is_not_a_terminal_failure(
+    sim: Sim, clock: Clock, case: Case[Any, tuple[str, str]]
+) -> None:
+    start(sim, clock)
+    case.inputs(sim, clock)
+    sim.set_job("failed")
+    clock.advance(30)
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == case.want, (case.reason, st)
+    if st["phase"] == "Cancelling":
+        assert "lastResult" not in st and "BackoffLimitExceeded" in st["message"]
+        clock.advance(30)
+        st = sim.step()
+        assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle")
 
 
 def test_suspend_cancels_then_resumes_with_a_new_window(

@@ -211,6 +211,14 @@ def condition_is(node: Any, typ: str, status: str = "True") -> bool:
     return found is not None and get(found, "status") == status
 
 
+def being_deleted(node: Any) -> bool:
+    """Whether the Kubernetes object ``node`` (a Struct or dict) is being deleted:
+    ``metadata.deletionTimestamp`` is set. Such an object is not live, whatever its
+    status still says (Crossplane calls no function for an XR being deleted, so its
+    status keeps its last values while its children are torn down)."""
+    return get(node, "metadata", "deletionTimestamp") is not None
+
+
 def canonical(node: Struct | None, name: str) -> bytes:
     """A canonical form of ``node[name]``: its deterministic serialization (b"" when absent).
 

@@ -12,8 +12,9 @@ Phases (``status.phase``) and what moves between them::
     Starting --(the Job has active pods)--> Running
     Starting|Running --(Job Complete)--> Succeeded --(repeatAfter elapsed)--> WaitingForIdle
     Starting|Running --(Job Failed)--> Failed            (until the spec changes)
-    Starting|Running --(foreground request, model/replica not Ready, suspend,
-                        spec change, deletion, ...)--> Cancelling
+    Starting|Running --(foreground request, model/replica not Ready, replica being
+                        deleted or replaced, suspend, spec change, deletion,
+                        ...)--> Cancelling
     Cancelling --(the Job Object is gone)--> WaitingForIdle | Suspended | Blocked
     any idle phase --(suspend: true)--> Suspended; unusable template --> Blocked
 
@@ -57,6 +58,14 @@ Rules and where they come from:
   namespace (read from their ``status.phase`` and ``status.replica``). Two backfills that
   started on the same replica at once (each reconciled before the other's status was
   written) are resolved deterministically: the later ``(startedAt, name)`` yields.
+- A ModelReplica being deleted (``metadata.deletionTimestamp``; Crossplane calls no
+  function for it, so its status still says Ready) is not live: no attempt starts on it,
+  and a running one is cancelled (``ReplicaNotReady``). An attempt runs on the replica it
+  started on, recorded as ``status.replica``, ``replicaUID`` and ``cluster``: a replica
+  of that name with another uid or cluster (deleted and created again, names are per
+  index) is another one, and the attempt is cancelled (``ReplicaReplaced``). A Job that
+  fails while its replica no longer serves it is cancelled for that reason, not a
+  terminal ``Failed``.
 - Decisions (and so status transitions, events and metrics) are made only in the call
   whose requirements are all resolved and equal to the ones the request carried, which
   is the call Crossplane's requirements loop ends with. Earlier calls keep everything as

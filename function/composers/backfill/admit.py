@@ -29,6 +29,7 @@ from function.composers.backfill.observed import (
     ready_since,
     replica_index,
     replica_ready,
+    replica_uid,
 )
 from function.composers.backfill.status import (
     BLOCKED,
@@ -218,13 +219,17 @@ def _idle_since(c: Call, p: Parsed, dep: Struct | None) -> datetime.datetime | N
 
 
 def _free_replica(c: Call, req: Required) -> Struct | None:
-    """The first Ready replica (by index, then name) that no other backfill holds."""
+    """The first Ready replica (:func:`replica_ready`: not being deleted) by index, then
+    name, that no other backfill holds."""
     ready_replicas = sorted(
         (r for r in req.replicas.values() if replica_ready(r)),
         key=lambda r: (replica_index(r), structs.get_str(r, "metadata", "name")),
     )
     if not ready_replicas:
-        c.wait("NoReadyReplica", f"ModelDeployment {c.model} has no Ready replica")
+        c.wait(
+            "NoReadyReplica",
+            f"ModelDeployment {c.model} has no Ready replica (one being deleted does not count)",
+        )
         return None
     free = [r for r in ready_replicas if structs.get_str(r, "metadata", "name") not in req.holders]
     if free:
@@ -275,6 +280,7 @@ def start(c: Call, p: Parsed, replica: Struct, cronjob: Struct) -> bool:
     st.model = c.model
     st.cluster = cluster
     st.replica = structs.get_str(replica, "metadata", "name")
+    st.replica_uid = replica_uid(replica) or None
     st.started_at = format_time(c.now)
     st.running_since = None
     st.clear_result()

@@ -34,6 +34,7 @@ from function.composers.backfill.observed import (
     job_running,
     ready,
     replica_ready,
+    replica_uid,
 )
 from function.composers.backfill.status import (
     ACTIVE,
@@ -79,8 +80,7 @@ def active(c: Call, p: Parsed, req: Required, phase: str) -> bool:
     obs = c.inputs.observed_body(key)
     manifest = observed_manifest(obs) if obs is not None else None
     if manifest is not None and (outcome := job_outcome(manifest)) is not None:
-        finish_attempt(c, p, outcome, manifest)
-        return True
+        return _outcome(c, p, req, outcome, manifest)
     cancel = cancel_reason(c, p, req, phase)
     if cancel is not None and cancel.metric == "spec_changed":
         # The edited spec cannot run: a Job that exists keeps running under the previous
@@ -102,6 +102,26 @@ def active(c: Call, p: Parsed, req: Required, phase: str) -> bool:
         return create(c, p, req, attempt)
     _progress(c, phase, key, obs, manifest)
     return True
+
+
+def _outcome(c: Call, p: Parsed, req: Required, outcome: JobOutcome, manifest: Any) -> bool:
+    """Record the Job's outcome, unless it failed while its replica no longer serves it
+    (gone, replaced, being deleted, not Ready): that is no failure of the backfill (which
+    would be terminal until the spec changes) but a cancellation for that reason.
+
+    Returns:
+        False when a requirement is not resolved yet (decide nothing), else True.
+    """
+    gone = _replica_reason(c, req) if outcome.phase == FAILED else None
+    if gone is None:
+        finish_attempt(c, p, outcome, manifest)
+        return True
+    failed = Cancel(
+        gone.metric,
+        gone.reason,
+        f"Job {c.st.job} failed ({outcome.message}) while {gone.message}; not counted as a failure",
+    )
+    return cancel_attempt(c, p, req, failed, exists=True)
 
 
 def _keep_previous_spec(c: Call, reason: str, message: str) -> None:
@@ -176,9 +196,36 @@ def _serving_reason(c: Call, req: Required) -> Cancel | None:
         return Cancel("not_ready", "ModelNotFound", f"ModelDeployment {c.model} is gone")
     if not ready(dep):
         return Cancel("not_ready", "ModelNotReady", f"ModelDeployment {c.model} is not Ready")
-    rname = c.st.replica or ""
+    return _replica_reason(c, req)
+
+
+def _replica_reason(c: Call, req: Required) -> Cancel | None:
+    """The attempt's replica no longer serves its Job: gone, replaced (the ModelReplica of
+    that name has another ``metadata.uid`` than ``status.replicaUID``, or is on another
+    cluster than ``status.cluster``: deleted and created again, on another cluster after a
+    scale-down and up), being deleted (its status still says Ready), or not Ready.
+
+    An attempt recorded without ``replicaUID`` (before it existed), or a replica that
+    reports no uid, is compared by cluster only.
+    """
+    st = c.st
+    rname = st.replica or ""
     rep = req.replicas.get(rname)
-    if rep is None or not replica_ready(rep):
+    if rep is None:
+        return Cancel("not_ready", "ReplicaNotReady", f"replica {rname} is gone")
+    uid = replica_uid(rep)
+    cluster = structs.get_str(rep, "spec", "clusterName")
+    if cluster != (st.cluster or "") or (st.replica_uid and uid and uid != st.replica_uid):
+        was = f"uid {st.replica_uid}, " if st.replica_uid else ""
+        return Cancel(
+            "not_ready",
+            "ReplicaReplaced",
+            f"replica {rname} was deleted and created again (uid {uid or 'unknown'}, on "
+            f"{cluster or 'no cluster'}); the Job's replica ({was}on {st.cluster}) is gone",
+        )
+    if structs.being_deleted(rep):
+        return Cancel("not_ready", "ReplicaNotReady", f"replica {rname} is being deleted")
+    if not replica_ready(rep):
         return Cancel("not_ready", "ReplicaNotReady", f"replica {rname} is not Ready")
     return None
 

@@ -48,7 +48,7 @@ class Call:
         return self.out.final_iteration(self.inputs)
 
     def deleting(self) -> bool:
-        return bool(structs.get_str(self.inputs.xr, "metadata", "deletionTimestamp"))
+        return structs.being_deleted(self.inputs.xr)
 
     def observe(self, metric: str, value: float = 1.0, **extra: str) -> None:
         labels = {"backfill": self.inputs.name, "namespace": self.inputs.namespace}

@@ -42,10 +42,11 @@ def compose(inputs: Inputs) -> Outcome:
 
     Returns:
         The outcome: at most one Object (the active attempt's Job), the status fields
-        ``phase, reason, message, model, cluster, replica, job, idleSince, startedAt,
-        runningSince, attempts, preemptions, completionTime, nextRunTime, lastResult,
-        resultMessage, notIdleBefore, specHash``, the conditions ``Backfilling`` and
-        ``SpecValid``, and lifecycle metric observations for the transitions recorded.
+        ``phase, reason, message, model, cluster, replica, replicaUID, job, idleSince,
+        startedAt, runningSince, attempts, preemptions, completionTime, nextRunTime,
+        lastResult, resultMessage, notIdleBefore, specHash``, the conditions
+        ``Backfilling`` and ``SpecValid``, and lifecycle metric observations for the
+        transitions recorded.
     """
     c = Call(inputs)
     if not decide(c) or not c.out.final_iteration(c.inputs):

@@ -94,13 +94,22 @@ def ready(obj: Any) -> bool:
 
 
 def replica_ready(replica: Any) -> bool:
-    """A ModelReplica serves: ``Ready=True``, ``ModelReady`` not False, an endpoint, a cluster."""
+    """A ModelReplica serves: not being deleted (``metadata.deletionTimestamp``: its
+    status still says Ready while its workload is torn down), ``Ready=True``,
+    ``ModelReady`` not False, an endpoint, a cluster."""
+    if structs.being_deleted(replica):
+        return False
     if not ready(replica) or structs.condition_is(replica, MODEL_READY, "False"):
         return False
     return bool(
         structs.get_str(replica, "status", "endpoint")
         and structs.get_str(replica, "spec", "clusterName")
     )
+
+
+def replica_uid(replica: Any) -> str:
+    """The ModelReplica's ``metadata.uid`` ("" when absent)."""
+    return structs.get_str(replica, "metadata", "uid")
 
 
 def replica_index(replica: Any) -> float:

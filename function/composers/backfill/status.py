@@ -39,8 +39,15 @@ HOLDING = frozenset({STARTING, RUNNING, CANCELLING})
 _INT_FIELDS = frozenset({"attempts", "preemptions"})
 
 
+# Status names that are not the attribute's plain camelCase: Kubernetes' API
+# conventions spell an acronym in one case (``podIP``).
+_NAMES = {"replica_uid": "replicaUID"}
+
+
 def _status_key(attr: str) -> str:
-    """``idle_since`` -> ``idleSince``."""
+    """``idle_since`` -> ``idleSince``, ``replica_uid`` -> ``replicaUID``."""
+    if attr in _NAMES:
+        return _NAMES[attr]
     head, *rest = attr.split("_")
     return head + "".join(w.title() for w in rest)
 
@@ -50,7 +57,9 @@ class Status:
     """The status fields this composer writes, in this order; None (or "") is left out.
 
     ``attempts`` counts the Jobs started (attempt N's Object is ``job-N``),
-    ``preemptions`` the attempts cancelled; times are RFC 3339 strings.
+    ``preemptions`` the attempts cancelled; times are RFC 3339 strings. ``cluster``,
+    ``replica`` and ``replica_uid`` (status ``replicaUID``; absent from an attempt
+    recorded before it existed) identify the ModelReplica the last attempt runs on.
     """
 
     phase: str | None = None
@@ -59,6 +68,7 @@ class Status:
     model: str | None = None
     cluster: str | None = None
     replica: str | None = None
+    replica_uid: str | None = None
     job: str | None = None
     idle_since: str | None = None
     started_at: str | None = None

@@ -29,7 +29,7 @@ def replica_clusters(replicas: Resolved, cache: str) -> dict[str, list[str]]:
     for r in replicas.items:
         if structs.get_str(r, "spec", "modelCacheRef", "name") != cache:
             continue
-        if structs.get(r, "metadata", "deletionTimestamp") is not None:
+        if structs.being_deleted(r):
             continue
         cluster = structs.get_str(r, "spec", "clusterName")
         if cluster:
