@@ -496,6 +496,32 @@ def test_start_composes_the_job_from_the_template(sim: Sim, clock: Clock) -> Non
     assert xr_ready(sim.last) == "READY_TRUE"
 
 
+@pytest.mark.parametrize(("containers", "refused"), [(200, True), (20, False)])
+def test_env_times_containers_past_4mib_is_refused_naming_the_fields(
+    sim: Sim, clock: Clock, containers: int, refused: bool
+) -> None:
+    """Every entry of spec.env is copied into every container of the CronJob: 201
+    containers x 32 KiB would pass Crossplane's 4 MiB response; refused before the Job is
+    built (Blocked, as any unusable template), naming spec.env and the CronJob's
+    containers (review 16b F1)."""
+    cj = eval_cronjob()
+    pod = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    extra = [{"name": f"c{i}", "image": "busybox:1.36"} for i in range(containers)]
+    pod["containers"] = [pod["containers"][0], *extra]
+    sim.cronjobs = [cj]
+    sim.add(spec(env=[{"name": "BLOB", "value": "x" * 32 * 1024}]))
+    sim.step()
+    clock.advance(600)
+    st = sim.step()
+    if not refused:
+        assert st["phase"] == "Starting", st
+        return
+    assert (st["phase"], st["reason"]) == ("Blocked", "InvalidTemplate"), st
+    for words in ("spec.env", f"{containers + 1} containers", "4 MiB", "ConfigMap"):
+        assert words in st["message"], (words, st["message"])
+    assert not desired(sim.last)
+
+
 def test_a_template_that_sets_the_workload_class_is_overridden(sim: Sim, clock: Clock) -> None:
     cj = eval_cronjob()
     c = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]

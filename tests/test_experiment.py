@@ -1214,6 +1214,32 @@ def test_template_without_containers_is_invalid(sim_factory) -> None:
     assert not sim.observed
 
 
+@pytest.mark.parametrize(("containers", "refused"), [(200, True), (20, False)])
+def test_gauntlet_env_times_containers_past_4mib_is_refused_at_admission(
+    sim_factory, containers: int, refused: bool
+) -> None:
+    """Every entry of spec.gauntlet.env is copied into every container of the CronJob:
+    201 containers x 32 KiB would pass Crossplane's 4 MiB response. Refused at admission,
+    before a candidate or a Job is built, naming the fields (review 16b F1)."""
+    cj = cronjob()
+    pod = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    extra = [{"name": f"c{i}", "image": "busybox:1.36"} for i in range(containers)]
+    pod["containers"] = [pod["containers"][0], *extra]
+    s = spec()
+    s["gauntlet"]["env"] = [{"name": "BLOB", "value": "x" * 32 * 1024}]
+    sim = sim_factory(s, [cj, inference_cluster(CLUSTER)])
+    sim.reconcile()
+    if not refused:
+        assert sim.phase == "Deploying", sim.status
+        return
+    assert sim.status["reason"] == "TemplateInvalid", sim.status
+    msg = sim.conditions()["Runnable"]["message"]
+    for words in ("spec.gauntlet.env", f"{containers + 1} containers", "4 MiB", "ConfigMap"):
+        assert words in msg, (words, msg)
+    assert len(msg) < 1024, msg
+    assert not sim.observed
+
+
 @pytest.mark.parametrize(
     ("path", "value", "field"),
     [pytest.param(p, v, f, id=i) for i, p, v, f in POD_ACCESS_FAULTS],

@@ -101,7 +101,9 @@ def test_response_over_4mib_is_a_fatal_result_that_says_what_to_do(monkeypatch):
     monkeypatch.setattr(runner_mod, "MAX_RESPONSE_BYTES", 64 * 1024)
     rsp = run(_cache_request(300))
     (msg,) = fatal(rsp)
-    assert "MiB" in msg and "4 MiB" in msg and "narrow the selector" in msg
+    assert "MiB" in msg and "4 MiB" in msg and "split the XR" in msg
+    # It names the children and the largest, not a cause it cannot know (review 16b F1).
+    assert "300 composed resources, the largest 'hydration-gpu-" in msg and "KiB" in msg, msg
     assert not rsp.desired.resources
 
 

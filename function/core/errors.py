@@ -30,6 +30,31 @@ class SpecError(ValueError):
         self.message = message
 
 
+# How much of a tenant's string a message quotes (characters): a label key, a value, a
+# name can be as long as the XR (etcd's 1.5 MiB), and a fatal message is copied into the
+# XR's Synced condition, an event and an info log line on every reconcile (review 16b F3).
+EXCERPT_CHARS = 64
+
+
+def quoted(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` as a message quotes it: its ``repr`` when it has at most ``limit``
+    characters, else the ``repr`` of its first ``limit`` characters followed by ``...``
+    and its length (``'AAAA...'... (200001 characters)``). Never longer than about
+    ``4 * limit + 40`` characters (``repr`` escapes a character in at most 10)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` unquoted, for a message that puts it into a path (a map key in
+    ``spec.labels.<key>``): whole when at most ``limit`` characters, else its first
+    ``limit`` characters, ``...`` and its length."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
 # pydantic error types that mean "the value has the wrong shape" -> what was expected.
 _EXPECTED = {
     "model_type": "an object",

@@ -17,6 +17,8 @@ from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Struct, Value
 
+from function.core.errors import excerpt
+
 _MISSING: Any = object()
 _EMPTY = Struct()
 
@@ -243,3 +245,27 @@ def plain_object(key: bytes) -> dict[str, Any]:
     spec whose type the runner already checked: ``Inputs.check_spec``)."""
     value = plain(key)
     return value if isinstance(value, dict) else {}
+
+
+def largest_string(value: Any, path: str) -> tuple[str, int]:
+    """The longest string in plain Python ``value`` (dicts, lists, strings: a
+    :func:`to_py` result), map keys included, and where it is: ``(path, characters)``,
+    the path written from ``path`` as a spec path (``spec.env[0].value``; a key's path
+    ends in the key's excerpt and `` (a key)``). ``(path, 0)`` when there is no string.
+    Iterative: any depth."""
+    best, where = 0, path
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, str):
+            if len(node) > best:
+                best, where = len(node), at
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                key = str(k)
+                if len(key) > best:
+                    best, where = len(key), f"{at}.{excerpt(key)} (a key)"
+                stack.append((v, f"{at}.{excerpt(key)}"))
+        elif isinstance(node, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(node))
+    return where, best

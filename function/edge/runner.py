@@ -23,9 +23,9 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from function.composers import composer_for, served
 from function.core import memo, versioned
-from function.core.errors import SpecError
+from function.core.errors import SpecError, quoted
 from function.core.inputs import Inputs, RequiredView, XRRef
-from function.core.outcome import Outcome, Requirement
+from function.core.outcome import MAX_RESPONSE_BYTES, Outcome, Requirement
 from function.edge import codec
 from function.edge import deadline as deadline_mod
 from function.edge.codec import SEVERITY_NAME, desired_suffix, undecodable
@@ -36,7 +36,6 @@ from function.ops.settings import Settings, default_settings
 from function.ops.tracing import Tracing
 from function.scheduling import devices
 
-MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 # How often a call is composed again without required items that were not asked for.
 MAX_RECOMPOSE = 3
 DEFAULT_TTL_SECONDS = 60.0
@@ -265,12 +264,16 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         data = bytes(rsp.SerializeToString(deterministic=True)) + desired_suffix(wires)
         size = len(data)
         if size > MAX_RESPONSE_BYTES:
+            count, largest, largest_size = _largest_child(rsp, wires)
             rsp, wires = (
                 self._fatal(
                     req,
                     f"response for {ref.kind} {ref.where} would be {size / 1048576:.1f} "
-                    f"MiB, over the 4 MiB Crossplane accepts; narrow the selector or split "
-                    f"the XR into smaller ones",
+                    f"MiB, over the 4 MiB Crossplane accepts: {count} composed resources, "
+                    f"the largest {quoted(largest)} at {largest_size / 1024:.1f} KiB; "
+                    "compose fewer or smaller ones (fewer clusters selected, fewer replicas, "
+                    "a smaller template: large env values belong in a ConfigMap) or split "
+                    "the XR into smaller ones",
                 ),
                 [],
             )
@@ -357,3 +360,19 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     ) -> tuple[fnv1.RunFunctionResponse, list[bytes]]:
         """:func:`function.edge.codec.encode` with this runner's default TTL."""
         return codec.encode(req, out, self.settings.default_ttl_seconds)
+
+
+def _largest_child(rsp: fnv1.RunFunctionResponse, wires: list[bytes]) -> tuple[int, str, int]:
+    """How many composed resources a response desires, the composition-resource name of
+    the largest and its size in bytes (for the over-4 MiB message). Parses one
+    pre-encoded entry at most (the largest)."""
+    sizes = [(r.ByteSize(), name) for name, r in rsp.desired.resources.items()]
+    count = len(sizes)
+    best_size, best = max(sizes, default=(0, ""))
+    if wires:
+        wire = max(wires, key=len)
+        if len(wire) > best_size:
+            state = fnv1.State.FromString(wire)
+            best, best_size = next(iter(state.resources), ""), len(wire)
+        count += len(wires)
+    return count, best, best_size

@@ -18,6 +18,7 @@ from google.protobuf.struct_pb2 import Struct
 
 from function.core import structs, versioned
 from function.core.errors import SpecError
+from function.core.outcome import refuse_copies
 from function.manifests.tenancy import check_pod_access
 from function.naming import MAX_LABEL, REMOTE_NAMESPACE, indexed_job_fits
 from function.serving.env import literal_env, set_env
@@ -69,11 +70,13 @@ class JobOptions(TypedDict, total=False):
 
     Attributes:
         env: Literal env entries set in every regular container, in order.
+        env_field: Where ``env`` is in the XR (``spec.env``): the field a refusal names.
         active_deadline_seconds: Overrides ``spec.activeDeadlineSeconds`` when given.
         annotations: Annotations added to the Job.
     """
 
     env: Sequence[tuple[str, str]]
+    env_field: str
     active_deadline_seconds: int | None
     annotations: dict[str, str] | None
 
@@ -106,7 +109,10 @@ def job_from_cronjob(
             object; the field is named relative to the CronJob. The API server never
             stores such a CronJob, but a composer must not crash on one. Also what a
             tenant's pod spec may not hold on the shared workload cluster
-            (:func:`function.manifests.tenancy.check_pod_access`).
+            (:func:`function.manifests.tenancy.check_pod_access`). Also, at
+            ``env_field``, an ``env`` that every container would copy past Crossplane's
+            4 MiB response (:func:`function.core.outcome.refuse_copies`), before any
+            copy is made.
     """
     raw = structs.get(cronjob, "spec", "jobTemplate")
     tmpl = _obj(structs.to_py(raw), "spec.jobTemplate")
@@ -136,6 +142,7 @@ def job_from_cronjob(
     }
     pod_meta["labels"] = {**pod_labels, **labels}
     env = options.get("env", ())
+    _refuse_env_copies(len(containers), env, options.get("env_field", "env"))
     for c in containers:
         if isinstance(c, dict):
             set_env(c, literal_env(env))
@@ -148,6 +155,36 @@ def job_from_cronjob(
     if ann:
         meta["annotations"] = ann
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+def _refuse_env_copies(containers: int, env: Sequence[tuple[str, str]], field: str) -> None:
+    """Every entry of ``env`` goes into each of ``containers``: refuse, at ``field``, what
+    would pass Crossplane's 4 MiB response before the copies are built (review 16b F1;
+    :func:`function.core.outcome.refuse_copies`)."""
+    if env:
+        refuse_copies(
+            field,
+            containers,
+            sum(len(n) + len(v) for n, v in env),
+            "containers in the CronJob's spec.jobTemplate.spec.template.spec.containers, "
+            "each given every env entry",
+            "set fewer or shorter env values (a large one belongs in a ConfigMap the "
+            "CronJob's containers read with envFrom), or give the CronJob fewer containers",
+        )
+
+
+def env_copies_problem(cronjob: Any, env: Sequence[tuple[str, str]], field: str) -> str:
+    """Why ``env`` (at ``field`` of the XR) cannot be set in every container of
+    ``cronjob``'s Job: the copies would pass Crossplane's 4 MiB response (the
+    ``SpecError`` :func:`job_from_cronjob` raises, said before anything is started, as
+    :func:`cronjob_problem`), or ``""``. Counts, builds nothing."""
+    path = ("spec", "jobTemplate", "spec", "template", "spec", "containers")
+    count = len(structs.items(cronjob, *path))
+    try:
+        _refuse_env_copies(count, env, field)
+    except SpecError as e:
+        return str(e)
+    return ""
 
 
 def is_indexed(cronjob: Any) -> bool:

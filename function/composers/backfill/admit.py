@@ -44,7 +44,7 @@ from function.composers.backfill.status import (
 from function.core import structs, versioned
 from function.core.inputs import Resolved
 from function.core.timeutil import elapsed, format_time, parse_time
-from function.manifests.jobs import cronjob_problem
+from function.manifests.jobs import cronjob_problem, env_copies_problem
 from function.naming import ANNOTATION_LAST_FOREGROUND
 
 
@@ -153,7 +153,7 @@ def template_problem(c: Call, p: Parsed, req: Required) -> tuple[str, str] | Non
             f"({', '.join(uses)}); a backfill shares the serving process and never "
             f"reserves a device",
         )
-    problem = cronjob_problem(tmpl)
+    problem = cronjob_problem(tmpl) or env_copies_problem(tmpl, p.env, "spec.env")
     if problem:
         return ("InvalidTemplate", f"spec.templateRef: {ref}: {problem}")
     return None

@@ -78,6 +78,7 @@ def job_object(a: Attempt, p: Parsed, cronjob: Struct) -> tuple[str, dict[str, A
         namespace=REMOTE_NAMESPACE,
         labels=labels,
         env=p.env,
+        env_field="spec.env",
         active_deadline_seconds=p.max_run_seconds,
         annotations=ann or None,
     )

@@ -91,6 +91,17 @@ def _replica_spec(name: str, template: bytes, pools: tuple[tuple[MemberKey, str]
     return st
 
 
+def _replica_size(namespace: str, name: str, template: bytes) -> int:
+    """A lower bound of one ModelReplica body's serialized size, bytes: its shared
+    metadata and its spec without pools, index and cluster (both memoized, and the
+    metadata read again by every body). Builds one copy of the template, not one per
+    replica."""
+    return (
+        _replica_meta(namespace, name, template).ByteSize()
+        + _replica_spec(name, template, ()).ByteSize()
+    )
+
+
 class Slot(NamedTuple):
     """Where one replica runs: its index, cluster and pool per member (sorted pairs), and
     the cache's source identity it serves ("" without a cache or a hydration yet)."""

@@ -19,6 +19,8 @@ from function.composers.deployment.children import (
     _keep_all,
     _observed_replicas,
     _replica_body,
+    _replica_size,
+    _template,
     _template_key,
     _usage,
 )
@@ -63,7 +65,7 @@ from function.composers.modelcache import retained_clusters
 from function.core import structs
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.numbers import ascii_digits
-from function.core.outcome import Outcome
+from function.core.outcome import MAX_RESPONSE_BYTES, Outcome, refuse_copies
 from function.naming import (
     LABEL_CACHE,
     label_value,
@@ -162,6 +164,7 @@ def compose(inputs: Inputs) -> Outcome:
     placement = _place(call, request, parsed.raw_engines)
     if isinstance(placement, Outcome):
         return placement
+    _refuse_oversized(inputs, len(placement.replicas), spec.replicas)
     nxt = _next_clusters(request, placement, spec.replicas)
     rows, serving = _children(call, placement, lists.footprint)
     _report(call, placement, rows)
@@ -172,6 +175,31 @@ def compose(inputs: Inputs) -> Outcome:
     if nxt:
         out.status[NEXT_CLUSTERS] = nxt
     return out
+
+
+def _refuse_oversized(inputs: Inputs, placed: int, replicas: int) -> None:
+    """Refuse, before any ModelReplica is built, a placement whose ``placed`` bodies (each
+    a copy of ``spec.template``) would pass Crossplane's 4 MiB response.
+
+    Raises:
+        SpecError: at ``spec.replicas``, naming ``spec.template``'s largest field (review
+            16b F1; :func:`function.core.outcome.refuse_copies`).
+    """
+    template = _template_key(inputs)
+    each = _replica_size(inputs.namespace, inputs.name, template)
+    if placed * each <= MAX_RESPONSE_BYTES:
+        return
+    path, chars = structs.largest_string(_template(template), "spec.template")
+    largest = f"; its largest field is {path} ({chars} characters)" if chars else ""
+    refuse_copies(
+        "spec.replicas",
+        placed,
+        each,
+        f"ModelReplicas to compose (spec.replicas: {replicas}), each a copy of spec.template",
+        f"lower spec.replicas (at most {max(1, MAX_RESPONSE_BYTES // each)} such copies fit) "
+        f"or shrink spec.template{largest}; move large env values into a ConfigMap "
+        "(envFrom) or a mounted volume",
+    )
 
 
 # ---- what to read --------------------------------------------------------------

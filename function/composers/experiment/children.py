@@ -182,6 +182,7 @@ def gauntlet_object(
         namespace=REMOTE_NAMESPACE,
         labels={**labels, LABEL_COMPONENT: "gauntlet"},
         env=spec.gauntlet.sorted_env(),
+        env_field="spec.gauntlet.env",
         annotations={**ann, ANNOTATION_EXPERIMENT: f"{inputs.namespace}/{inputs.name}"},
     )
     js = job["spec"]

@@ -53,7 +53,7 @@ from function.composers.experiment.state import RunState
 from function.core import structs
 from function.core.inputs import UNRESOLVED, Resolved
 from function.core.timeutil import format_time, parse_time
-from function.manifests.jobs import cronjob_problem, is_indexed
+from function.manifests.jobs import cronjob_problem, env_copies_problem, is_indexed
 from function.manifests.objects import observed_manifest, sync_error
 from function.naming import LABEL_DEPLOYMENT, label_value
 
@@ -214,7 +214,9 @@ def admission(c: _Composer, spec: ExperimentSpec) -> Admission | object:
     ref = f"CronJob {inputs.namespace}/{spec.gauntlet.templateRef.name} (spec.gauntlet.templateRef)"
     if not tmpl.items:
         return Admission(TEMPLATE_NOT_FOUND, f"{ref} not found")
-    problem = cronjob_problem(tmpl.items[0])
+    problem = cronjob_problem(tmpl.items[0]) or env_copies_problem(
+        tmpl.items[0], spec.gauntlet.sorted_env(), "spec.gauntlet.env"
+    )
     if problem:
         return Admission(TEMPLATE_INVALID, f"{ref}: {problem}")
     if spec.artifactGate is None:
