@@ -26,7 +26,7 @@ from pydantic import (
 
 from function.api.fields import WholeInt
 from function.api.inferencecluster import CLAIMS
-from function.core.errors import pydantic_errors
+from function.core.errors import pydantic_errors, quoted
 from function.scheduling.devices import INT64_LIMIT, Semver, parse_quantity
 
 KIND = "InferenceClass"
@@ -122,7 +122,7 @@ class _DeclaredDevice(Device):
         if v is not None and v not in CLAIMS:
             raise ValueError(
                 f"must be DRA (the pods claim the device through DRA) or Synthetic "
-                f"(placement matches it, nothing claims it), got {v!r}"
+                f"(placement matches it, nothing claims it), got {quoted(v)}"
             )
         return v
 

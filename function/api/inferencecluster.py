@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, f
 
 from function.api.fields import WholeInt
 from function.core import structs, versioned
-from function.core.errors import pydantic_errors
+from function.core.errors import pydantic_errors, quoted
 
 KIND = "InferenceCluster"
 
@@ -282,7 +282,7 @@ class ExistingSpec(_Declared):
         seen: set[str] = set()
         for p in pools:
             if p.name in seen:
-                raise ValueError(f"pool names are unique; {p.name!r} names two pools")
+                raise ValueError(f"pool names are unique; {quoted(p.name)} names two pools")
             seen.add(p.name)
         return pools
 

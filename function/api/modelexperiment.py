@@ -52,7 +52,7 @@ from pydantic import (
 
 from function.api.fields import Ref, WholeInt
 from function.api.modelreplica import Engine, NodeSelector
-from function.core.errors import SpecError, pydantic_errors
+from function.core.errors import SpecError, pydantic_errors, quoted
 from function.core.timeutil import parse_duration
 from function.manifests.workloads import ENGINE_CONTAINER, check_template
 from function.scheduling.selectors import LabelSelector
@@ -195,7 +195,7 @@ class Candidate(_Model):
                 for path, words in engine_words(m.template, f"engines[{ei}].members[{mi}]"):
                     for i, value in served_name_in_strings(words):
                         raise ValueError(
-                            f"{path}[{i}] names the served model {value!r} inside a string "
+                            f"{path}[{i}] names the served model {quoted(value)} inside a string "
                             "the function cannot rewrite; the gauntlet addresses the "
                             "candidate by its own name: write "
                             f"{SERVED_NAME_FLAG}={SERVED_NAME_REF} there"

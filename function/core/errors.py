@@ -36,14 +36,27 @@ class SpecError(ValueError):
 EXCERPT_CHARS = 64
 
 
-def quoted(text: str, limit: int = EXCERPT_CHARS) -> str:
-    """``text`` as a message quotes it: its ``repr`` when it has at most ``limit``
-    characters, else the ``repr`` of its first ``limit`` characters followed by ``...``
-    and its length (``'AAAA...'... (200001 characters)``). Never longer than about
-    ``4 * limit + 40`` characters (``repr`` escapes a character in at most 10)."""
-    if len(text) <= limit:
-        return repr(text)
-    return f"{text[:limit]!r}... ({len(text)} characters)"
+def quoted(value: object, limit: int = EXCERPT_CHARS) -> str:
+    """A tenant's ``value`` as a message quotes it: the one way to put a string the spec
+    wrote into a SpecError, a condition, a result or a log line.
+
+    A string: its ``repr`` when it has at most ``limit`` characters, else the ``repr``
+    of its first ``limit`` characters followed by ``...`` and its length
+    (``'AAAA'... (200001 characters)``); at most about ``10 * limit + 40`` characters
+    (``repr`` escapes a character in at most 10). ``None``, a boolean or a number: its
+    ``repr`` (short unless a huge integer, cut the same way). Anything else (an object,
+    a list): what it is in words (:func:`written_as`), never its contents.
+    """
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    if value is None or isinstance(value, bool | float):
+        return repr(value)
+    if isinstance(value, int):
+        text = str(value) if value.bit_length() <= 4 * limit else ""
+        return text if text and len(text) <= limit else f"a number of {value.bit_length()} bits"
+    return written_as(value)
 
 
 def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:

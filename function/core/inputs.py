@@ -25,7 +25,7 @@ import structlog
 from google.protobuf.struct_pb2 import Struct
 
 from function.core import structs, versioned
-from function.core.errors import SpecError, written_as
+from function.core.errors import SpecError, quoted, written_as
 from function.core.numbers import finite_int
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ def _match_reason(asked: Requirement, meta: Mapping[str, Any]) -> str | None:
         v = labels.get(k)
         got = v.string_value if v is not None and v.HasField("string_value") else None
         if got != want:
-            return f"label {k} is {got!r}, not {want!r}"
+            return f"label {k} is {quoted(got)}, not {quoted(want)}"
     return None
 
 

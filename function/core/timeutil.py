@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime
 import re
 
+from function.core.errors import quoted
+
 # RFC 3339 section 5.6 date-time (what metav1.Time and metav1.MicroTime write): no ISO
 # 8601 extras such as week dates, basic format, comma fractions or a missing offset.
 _RFC3339 = re.compile(
@@ -67,13 +69,13 @@ def parse_duration(value: object) -> float:
             than :data:`MAX_DURATION_SECONDS` (Go's longest).
     """
     if isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}")
+        raise ValueError(f"invalid duration {quoted(value)}")
     if isinstance(value, (int, float)):
         if not 0 <= value <= MAX_DURATION_SECONDS:  # NaN too
-            raise ValueError(f"duration {value!r} is negative or longer than 292 years")
+            raise ValueError(f"duration {quoted(value)} is negative or longer than 292 years")
         return float(value)
     if not isinstance(value, str) or not value:
-        raise ValueError(f"invalid duration {value!r}")
+        raise ValueError(f"invalid duration {quoted(value)}")
     if value == "0":
         return 0.0
     pos = 0
@@ -84,9 +86,11 @@ def parse_duration(value: object) -> float:
         total += float(m.group(1)) * _UNITS[m.group(2)]
         pos = m.end()
     if pos != len(value) or pos == 0:
-        raise ValueError(f"invalid duration {value!r} (use Go syntax such as 30m, 1h30m, 90s)")
+        raise ValueError(
+            f"invalid duration {quoted(value)} (use Go syntax such as 30m, 1h30m, 90s)"
+        )
     if total > MAX_DURATION_SECONDS:
-        raise ValueError(f"{value!r} is longer than the longest duration (about 292 years)")
+        raise ValueError(f"{quoted(value)} is longer than the longest duration (about 292 years)")
     return total
 
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 from typing import Any
 
 from function import API_GROUP
-from function.core.errors import SpecError
+from function.core.errors import SpecError, excerpt, quoted
 from function.naming import REMOTE_NAMESPACE, REMOTE_OWN_PREFIX
 
 # Label prefixes whose pod labels select pods on the workload cluster: the function's
@@ -121,7 +121,7 @@ def check_pod_access(pod_spec: Any, field: str, pod_metadata: Any = None) -> Non
         if isinstance(name, str) and name.startswith(REMOTE_OWN_PREFIX):
             raise SpecError(
                 path,
-                f"{name} names a {kind} of the function's: names starting "
+                f"{quoted(name)} names a {kind} of the function's: names starting "
                 f"{REMOTE_OWN_PREFIX} in the workload cluster's namespace {REMOTE_NAMESPACE} "
                 "belong to the ModelCaches of every namespace (a ModelCache's volume is "
                 "mounted by the function: spec.modelCacheRef); name one of your own",
@@ -157,7 +157,7 @@ def _check_labels(labels: Any, template: str) -> None:
         for domain in SELECTING_LABEL_DOMAINS:
             if prefix == domain:
                 _refuse(
-                    f"{template}.metadata.labels[{key}]",
+                    f"{template}.metadata.labels[{excerpt(key)}]",
                     f"labels under {domain}/ select pods on the workload cluster (the "
                     "function's Services and workloads, LeaderWorkerSet's headless Service), "
                     f"where every namespace's pods share {REMOTE_NAMESPACE}: remove it (the "
@@ -288,7 +288,7 @@ def _check_container(c: dict[str, Any], path: str, user_namespace: bool) -> None
             allowed = ", ".join(sorted(BASELINE_CAPABILITIES))
             _refuse(
                 f"{path}.securityContext.capabilities.add[{j}]",
-                f"{cap} is beyond Baseline's capabilities ({allowed})",
+                f"{quoted(cap)} is beyond Baseline's capabilities ({allowed})",
             )
 
 

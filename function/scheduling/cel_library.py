@@ -51,6 +51,7 @@ import re2
 from celpy import InterpretedRunner, celtypes
 from celpy.evaluation import CELEvalError, Evaluator, base_functions
 
+from function.core.errors import quoted
 from function.core.memo import memo
 from function.core.memo import sized as memo_sized
 
@@ -407,10 +408,12 @@ def _format(s: Any, args: Any) -> celtypes.StringType:
             try:
                 value = next(values)
             except StopIteration:
-                raise ValueError(f"format: too few arguments for {template!r}") from None
+                raise ValueError(f"format: too few arguments for {quoted(template)}") from None
             piece = _verb(verb, precision, value, MAX_STRING - size)
         else:
-            raise ValueError(f"format: unsupported verb %{precision or ''}{verb!s} in {template!r}")
+            raise ValueError(
+                f"format: unsupported verb %{precision or ''}{verb!s} in {quoted(template)}"
+            )
         out.append(piece)
         size += len(piece) + m.start()
         _sized(size, "string")
@@ -621,11 +624,11 @@ def _compiled_regex(pattern: str) -> Any:
         text = detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail)
         if "too large" in text:
             return (
-                f"regular expression {pattern[:200]!r} {_TOO_LARGE} "
+                f"regular expression {quoted(pattern, 200)} {_TOO_LARGE} "
                 f"needs more than {REGEX_MAX_MEM / 2**20:g} MiB (write fewer or smaller "
                 "repetitions, or narrower character classes)"
             )
-        return f"invalid regular expression {pattern[:200]!r}: {text}"
+        return f"invalid regular expression {quoted(pattern, 200)}: {text}"
     finally:
         re2.purge()
 

@@ -56,6 +56,7 @@ from celpy.evaluation import base_functions as ev_base_functions
 from celpy.evaluation import celstr
 
 from function.api.inferencecluster import CLAIM_DRA
+from function.core.errors import quoted
 from function.core.memo import memo, shared
 from function.scheduling import cel_library
 
@@ -104,11 +105,11 @@ def parse_quantity(text: str) -> Decimal:
     """
     m = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
     if m is None:
-        raise ValueError(f"{text!r} is not a Kubernetes quantity")
+        raise ValueError(f"{quoted(text)} is not a Kubernetes quantity")
     try:
         num = Decimal(m.group("num"))
     except InvalidOperation as e:  # pragma: no cover - the regex admits only numbers
-        raise ValueError(f"{text!r} is not a Kubernetes quantity") from e
+        raise ValueError(f"{quoted(text)} is not a Kubernetes quantity") from e
     suf = m.group("suf") or ""
     try:
         with localcontext(_QUANTITY_CONTEXT):
@@ -118,7 +119,7 @@ def parse_quantity(text: str) -> Decimal:
                 return num * _DECIMAL[suf]
             return num * (Decimal(10) ** int(suf[1:]))
     except ArithmeticError:
-        raise ValueError(f"{text!r} is out of the range of a quantity") from None
+        raise ValueError(f"{quoted(text)} is out of the range of a quantity") from None
 
 
 class Quantity:
@@ -167,19 +168,19 @@ class Semver:
         """Parse ``MAJOR.MINOR.PATCH[-pre][+build]``; raises ValueError otherwise."""
         m = _SEMVER.match(text.strip()) if isinstance(text, str) else None
         if m is None:
-            raise ValueError(f"{text!r} is not a semantic version")
+            raise ValueError(f"{quoted(text)} is not a semantic version")
         pre: tuple[Any, ...] = ()
         if m.group(4):
             ids = m.group(4).split(".")
             if any(p.isdigit() and len(p) > 1 and p[0] == "0" for p in ids):
                 raise ValueError(
-                    f"{text!r} is not a semantic version (a numeric "
+                    f"{quoted(text)} is not a semantic version (a numeric "
                     "pre-release identifier with a leading zero)"
                 )
             pre = tuple(int(p) if p.isdigit() else p for p in ids)
         major, minor, patch = int(m.group(1)), int(m.group(2)), int(m.group(3))
         if max(major, minor, patch) > _UINT64:
-            raise ValueError(f"{text!r} is not a semantic version (a number past 2^64)")
+            raise ValueError(f"{quoted(text)} is not a semantic version (a number past 2^64)")
         return cls(major, minor, patch, pre)
 
     def key(self) -> tuple[Any, ...]:
@@ -220,7 +221,7 @@ def _as_integer(q: Any) -> celtypes.IntType:
     if not isinstance(q, Quantity):
         raise TypeError("asInteger needs a quantity")
     if not _is_integer(q):
-        raise ValueError(f"asInteger: {q.text} is not a whole number an int64 holds")
+        raise ValueError(f"asInteger: {quoted(q.text)} is not a whole number an int64 holds")
     return celtypes.IntType(int(q.value))
 
 
@@ -301,7 +302,7 @@ def _normalized_semver(text: str) -> str:
     if len(parts) < 3:
         if "+" in parts[-1] or "-" in parts[-1]:
             raise ValueError(
-                f"{text!r} is not a semantic version (a short version with "
+                f"{quoted(text)} is not a semantic version (a short version with "
                 "pre-release or build metadata)"
             )
         parts += ["0"] * (3 - len(parts))
@@ -313,7 +314,7 @@ def _semver_of(text: Any, normalize: Any = False) -> Semver:
     if not isinstance(text, str) or not isinstance(normalize, (bool, celtypes.BoolType)):
         raise TypeError("semver needs a string and, optionally, a bool")
     if text != text.strip():
-        raise ValueError(f"{text!r} is not a semantic version (spaces around it)")
+        raise ValueError(f"{quoted(text)} is not a semantic version (spaces around it)")
     return Semver.parse(_normalized_semver(text) if normalize else text)
 
 
@@ -359,11 +360,19 @@ _ENV = celpy.Environment(runner_class=cel_library.CountingRunner)
 shared(_ENV, FUNCTIONS)
 
 
+# The most of a selector a message quotes (characters): the field is named beside it, and
+# a selector may be 8 KiB (review 16b F3; the runner's deadline message shows as much).
+_SHOWN_EXPRESSION = 200
+
+
 class InvalidSelector(ValueError):
     """A CEL selector that does not compile; names the expression and why."""
 
     def __init__(self, expression: str, reason: str) -> None:
-        super().__init__(f"CEL selector {expression.strip()!r} does not compile: {reason}")
+        super().__init__(
+            f"CEL selector {quoted(expression.strip(), _SHOWN_EXPRESSION)} does not compile: "
+            f"{reason}"
+        )
         self.expression = expression
         self.reason = reason
 
@@ -379,7 +388,8 @@ class SelectorEvaluationError(ValueError):
 
     def __init__(self, expression: str, device: Device, reason: str) -> None:
         super().__init__(
-            f"CEL selector {expression.strip()!r} fails on device {device.name or '?'} "
+            f"CEL selector {quoted(expression.strip(), _SHOWN_EXPRESSION)} fails on device "
+            f"{device.name or '?'} "
             f"(driver {device.driver or '?'}): {reason}"
         )
         self.expression = expression

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from function.core.errors import SpecError, written_as
+from function.core.errors import SpecError, excerpt, quoted, written_as
 from function.naming import LABEL_VALUE
 
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -37,9 +37,9 @@ def _check_key(key: Any, field: str) -> str:
         raise SpecError(field, "label key must be a non-empty string")
     prefix, _, name = key.rpartition("/")
     if "/" in key and (not prefix or len(prefix) > 253 or not _PREFIX.match(prefix)):
-        raise SpecError(field, f"invalid label key prefix in {key!r}")
+        raise SpecError(field, f"invalid label key prefix in {quoted(key)}")
     if len(name) > 63 or not _NAME.match(name):
-        raise SpecError(field, f"invalid label key {key!r}")
+        raise SpecError(field, f"invalid label key {quoted(key)}")
     return key
 
 
@@ -75,11 +75,13 @@ def _match_labels(ml: Any, field: str) -> tuple[tuple[str, str], ...]:
     labels: list[tuple[str, str]] = []
     for k in sorted(ml):
         v = ml[k]
-        _check_key(k, f"{field}.{k}")
+        # A valid key (at most 317 characters) is named whole in the path; an invalid
+        # one as its excerpt (review 16b F3).
+        _check_key(k, f"{field}.{excerpt(k) if isinstance(k, str) else k}")
         if not isinstance(v, str):
             raise SpecError(f"{field}.{k}", f"must be a string, got {written_as(v)}")
         if len(v) > 63 or not LABEL_VALUE.match(v):
-            raise SpecError(f"{field}.{k}", f"invalid label value {v!r}")
+            raise SpecError(f"{field}.{k}", f"invalid label value {quoted(v)}")
         labels.append((k, v))
     return tuple(labels)
 
@@ -93,7 +95,7 @@ def _expression(e: Any, f: str) -> Requirement:
     if op not in _OPERATORS:
         raise SpecError(
             f"{f}.operator",
-            f"unknown operator {op!r} (want one of {', '.join(_OPERATORS)})",
+            f"unknown operator {quoted(op)} (want one of {', '.join(_OPERATORS)})",
         )
     values = e.get("values")
     values = [] if values is None else values
@@ -105,7 +107,7 @@ def _expression(e: Any, f: str) -> Requirement:
         raise SpecError(f"{f}.values", f"must be empty for operator {op}")
     for j, v in enumerate(values):
         if len(v) > 63 or not LABEL_VALUE.match(v):
-            raise SpecError(f"{f}.values[{j}]", f"invalid label value {v!r}")
+            raise SpecError(f"{f}.values[{j}]", f"invalid label value {quoted(v)}")
     return Requirement(key, op, frozenset(values))
 
 

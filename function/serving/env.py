@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 from pydantic_core import InitErrorDetails
 
-from function.core.errors import SpecError
+from function.core.errors import SpecError, quoted
 
 ENV_MODEL = "MODELPLANE_MODEL"
 ENV_LEADER_ADDRESS = "MODELPLANE_LEADER_ADDRESS"
@@ -60,7 +60,7 @@ def env_name_problem(name: str) -> str | None:
     if ENV_NAME.fullmatch(name):
         return None
     return (
-        f"{name!r} is not a valid env variable name "
+        f"{quoted(name)} is not a valid env variable name "
         "(letters, digits and _, not starting with a digit)"
     )
 

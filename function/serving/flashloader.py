@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from function.core.errors import SpecError
+from function.core.errors import SpecError, quoted
 from function.ops.settings import (
     MAX_FLASH_LOADER_CONCURRENCY,
     Settings,
@@ -85,7 +85,7 @@ def _check(field: str, value: Any) -> tuple[Any, str | None]:
     if field == "enabled":
         if isinstance(value, bool):
             return value, None
-        return None, f"must be true or false, not {value!r}"
+        return None, f"must be true or false, not {quoted(value)}"
     rule = _RULES[field]
     try:
         return rule(value), None

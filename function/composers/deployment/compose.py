@@ -63,6 +63,7 @@ from function.composers.deployment.terms import (
 )
 from function.composers.modelcache import retained_clusters
 from function.core import structs
+from function.core.errors import quoted
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.numbers import ascii_digits
 from function.core.outcome import MAX_RESPONSE_BYTES, Outcome, refuse_copies
@@ -267,7 +268,7 @@ def _unknown_replicas(unknown: list[tuple[str, _Observed]]) -> str:
     for key, v in unknown:
         name = structs.get_str(v.obj, "metadata", "name") or "?"
         if v.index is None:
-            bad.append(f"ModelReplica {name} is composed as {key!r}, not replica-<index>")
+            bad.append(f"ModelReplica {name} is composed as {quoted(key)}, not replica-<index>")
         else:
             bad.append(f"ModelReplica {name} ({key}) has no spec.clusterName")
     if not bad:

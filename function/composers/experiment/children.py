@@ -25,6 +25,7 @@ from function.api.modelexperiment import (
 )
 from function.composers.experiment.state import RunState, whole_count
 from function.core import structs
+from function.core.errors import quoted
 from function.core.inputs import Inputs
 from function.manifests.jobs import job_from_cronjob
 from function.manifests.objects import remote_object
@@ -93,7 +94,7 @@ def served_name_overrides(spec_dict: dict[str, Any]) -> list[str]:
             where = f"spec.candidate.engines[{ei}].members[{mi}]"
             for path, words in engine_words(member.get("template"), where):
                 for i, old in force_served_name(list(words)):
-                    out.append(f"{path}[{i}] served {old!r}, forced to {SERVED_NAME_REF}")
+                    out.append(f"{path}[{i}] served {quoted(old)}, forced to {SERVED_NAME_REF}")
     return out
 
 

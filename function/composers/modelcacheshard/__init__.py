@@ -51,7 +51,7 @@ from function.api.modelcacheshard import (
 from function.composers.modelcacheshard import rows as decide
 from function.composers.modelcacheshard import wire
 from function.composers.modelcacheshard.tally import Tally
-from function.core.errors import SpecError
+from function.core.errors import SpecError, quoted
 from function.core.inputs import Inputs, ObservedView, Resolved
 from function.core.outcome import Desired, Outcome
 from function.naming import cache_shard, source_identity
@@ -144,11 +144,12 @@ def _listed(spec: ShardSpec) -> dict[str, str]:
     listed: dict[str, str] = {}
     for i, c in enumerate(spec.clusters):
         if c.name in listed:
-            raise SpecError(f"spec.clusters[{i}].name", f"{c.name!r} is listed twice")
+            raise SpecError(f"spec.clusters[{i}].name", f"{quoted(c.name)} is listed twice")
         if cache_shard(c.name) != spec.shard:
             raise SpecError(
                 f"spec.clusters[{i}].name",
-                f"cluster {c.name!r} belongs to shard {cache_shard(c.name)}, not {spec.shard}",
+                f"cluster {quoted(c.name)} belongs to shard {cache_shard(c.name)}, "
+                f"not {spec.shard}",
             )
         listed[c.name] = c.unavailable or ""
     return listed

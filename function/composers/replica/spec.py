@@ -10,7 +10,7 @@ from function import naming
 from function.api.modelreplica import ModelReplicaSpec, parse
 from function.api.modelreplica import ReplicaEngine as Engine
 from function.api.modelreplica import ReplicaMember as Member
-from function.core.errors import SpecError
+from function.core.errors import SpecError, quoted
 from function.manifests import workloads as wl
 
 
@@ -24,7 +24,9 @@ def parse_spec(spec: dict[str, Any]) -> ModelReplicaSpec:
     seen: set[str] = set()
     for ei, engine in enumerate(parsed.engines):
         if engine.name in seen:
-            raise SpecError(f"spec.engines[{ei}].name", f"duplicate engine name {engine.name!r}")
+            raise SpecError(
+                f"spec.engines[{ei}].name", f"duplicate engine name {quoted(engine.name)}"
+            )
         seen.add(engine.name)
         if not naming.DNS1123_LABEL.match(engine.name):
             raise SpecError(f"spec.engines[{ei}].name", "must be a DNS-1123 label")
