@@ -128,6 +128,11 @@ def _metrics_server(settings: Settings) -> tuple[Any, str | None]:
 
         multiproc_dir = made = tempfile.mkdtemp(prefix="function-modelplane-metrics-")
     metrics.use_multiprocess_dir(multiproc_dir)
+    # What the endpoint exposes and the archive keeps of the tenant-labelled series.
+    metrics.configure_series(
+        settings.metric_series_limit,
+        metrics.series_stale_seconds(settings.default_ttl_seconds, settings.poll_seconds),
+    )
     address = settings.metrics_address
     try:
         metrics.parse_address(address)

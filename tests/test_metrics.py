@@ -60,6 +60,8 @@ EXPECTED = {
         "counter",
         {"backfill", "namespace", "model"},
     ),
+    # review 16b F2: label sets past MODELPLANE_METRIC_SERIES_LIMIT, or stale gauges
+    "modelplane_metric_series_dropped_total": ("counter", {"metric", "reason"}),
 }
 EXPECTED_BUCKETS = {
     "modelplane_function_run_seconds": [
@@ -143,6 +145,10 @@ def m() -> metrics.Metrics:
 
 def test_exposed_names_types_labels_and_buckets(m):
     m.record_run("ModelCache", "success", 0.002, ["Normal"])
+    # one label set per family: a second deployment is dropped, and counted
+    m.configure_series(1, 600)
+    gone = dict(SAMPLE_LABELS["model_deployment_replicas"], model="gone")
+    m.apply([Observation("model_deployment_replicas", tuple(sorted(gone.items())), 1.0)])
     obs = [Observation(k, tuple(sorted(v.items())), 30.0) for k, v in SAMPLE_LABELS.items()]
     assert m.apply(obs) == len(SAMPLE_LABELS)
     fams = families(m.registry)
@@ -608,11 +614,12 @@ def test_an_exited_process_metric_files_fold_into_the_archive(tmp_path):
     assert proc.wait() == 0
     pids.append(proc.pid)
     before = _exposed(env)
-    files = len(list(tmp_path.glob("*.db")))
-    assert files >= 7
+    # prometheus-client's files, and the tenant-labelled series' (function.ops.series)
+    files = len(list(tmp_path.glob("*.db"))) + len(list(tmp_path.glob("*.tdb")))
+    assert files >= 12
     assert sum(metrics.fold_dead_process(pid, str(tmp_path)) for pid in pids) == files
-    assert sorted(p.name for p in tmp_path.glob("*.db")) == [
-        "counter_archive.db", "gauge_mostrecent_archive.db", "histogram_archive.db",
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "counter_archive.db", "histogram_archive.db", "tenant_archive.tdb",
     ]  # fmt: skip
     assert _exposed(env) == before
     useful = ("modelplane_model_backfill_useful_running_seconds_total",
@@ -629,7 +636,7 @@ def test_an_exited_process_metric_files_fold_into_the_archive(tmp_path):
     count = ("modelplane_function_run_seconds_count",
              (("kind", "ModelDeployment"), ("result", "success")))  # fmt: skip
     assert (before[count], after[count]) == (1.0, 2.0)
-    assert len(list(tmp_path.glob("*.db"))) == 3
+    assert len(list(tmp_path.iterdir())) == 3
 
 
 RESTART = """

@@ -77,6 +77,12 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         self.replace_me = False
         devices.set_cost_limit(self.settings.selector_cost_limit)
         memo.configure(self.settings.cache_budget_mib * 1024 * 1024)
+        self.metrics.configure_series(
+            self.settings.metric_series_limit,
+            metrics_mod.series_stale_seconds(
+                self.settings.default_ttl_seconds, self.settings.poll_seconds
+            ),
+        )
         versioned.trust(self.settings.trust_resource_versions)
 
     async def RunFunction(

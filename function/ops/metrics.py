@@ -16,7 +16,8 @@ Two families:
   ready). A gauge keeps the value the most recent call set, so it is idempotent and
   needs no transition record; with several worker processes the most recent write of
   any process wins (``multiprocess_mode="mostrecent"``), across pods take ``max``. A
-  deleted XR's series stays at its last value until the pod restarts.
+  deleted XR's series is dropped once no call has set it for the stale time
+  (:func:`series_stale_seconds`), never shown at its last value as if live.
 
 Counting lifecycle transitions in a stateless function
 -----------------------------------------------------
@@ -48,7 +49,12 @@ timestamp and observe nothing. Consequences, by design:
 
 Labels are bounded: object names (namespace, model, cache, experiment, backfill) and
 fixed vocabularies only, never run numbers, Job names or timestamps. Labels with a
-fixed vocabulary (:attr:`MetricSpec.values`) map anything else to ``other``.
+fixed vocabulary (:attr:`MetricSpec.values`) map anything else to ``other``. Object
+names bound each value's length, not how many series there are: the families labelled
+with them (:data:`TENANT_FAMILIES`) are kept by ``function.ops.series``, at most
+``MODELPLANE_METRIC_SERIES_LIMIT`` label sets per family and process (the least
+recently updated dropped past it), and counted in
+``modelplane_metric_series_dropped_total{metric,reason}`` when dropped.
 
 Several worker processes
 ------------------------
@@ -72,7 +78,8 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -91,6 +98,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from function.api.modelcachehydration import PHASES, REASON_PVC_BIND_TIMEOUT
 from function.api.modelexperiment import VERDICT_REASONS
 from function.composers import KINDS
+from function.ops import series
 
 PREFIX = "modelplane_"
 OTHER = "other"
@@ -261,8 +269,23 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Seconds ModelBackfill Jobs spent running (waiting excluded).",
     ),
 )
+# The families labelled with values tenants choose (series.tenant_labels): capped.
+TENANT_FAMILIES = frozenset(s.name for s in CATALOGUE if series.tenant_labels(s))
+CATALOGUE += (
+    MetricSpec(
+        "modelplane_metric_series_dropped_total",
+        "counter",
+        ("metric", "reason"),
+        "Label sets of tenant-labelled families dropped by a process: past "
+        "MODELPLANE_METRIC_SERIES_LIMIT (limit; the least recently updated) or a gauge no "
+        "call set for the stale time (stale).",
+        values={"metric": TENANT_FAMILIES, "reason": series.DROP_REASONS},
+    ),
+)
 
 SPECS: dict[str, MetricSpec] = {s.short: s for s in CATALOGUE}
+# Recorded by this module, never observed by composers.
+_RECORDED_HERE = frozenset({"metric_series_dropped_total"})
 
 
 class ObservationLike(Protocol):
@@ -284,8 +307,12 @@ def spec_for(metric: str) -> MetricSpec:
             are recorded by the runner, never by composers).
     """
     spec = SPECS.get(metric.removeprefix(PREFIX))
-    if spec is None or spec.short.startswith("function_"):
-        known = ", ".join(s.short for s in CATALOGUE if not s.short.startswith("function_"))
+    if spec is None or spec.short.startswith("function_") or spec.short in _RECORDED_HERE:
+        known = ", ".join(
+            s.short
+            for s in CATALOGUE
+            if not s.short.startswith("function_") and s.short not in _RECORDED_HERE
+        )
         raise ValueError(f"unknown lifecycle metric {metric!r}; known: {known}")
     return spec
 
@@ -331,17 +358,73 @@ def _build(spec: MetricSpec, registry: CollectorRegistry) -> Any:
     return Counter(spec.name.removesuffix("_total"), spec.help, spec.labels, registry=registry)
 
 
+def default_series_limit() -> int:
+    """``MODELPLANE_METRIC_SERIES_LIMIT``'s default (``function.ops.settings`` owns it)."""
+    from function.ops.settings import Settings
+
+    return int(Settings.model_fields["metric_series_limit"].default)
+
+
+# Until configure_series: the settings' defaults.
+_series_limit = default_series_limit()
+_series_stale_seconds = series.DEFAULT_STALE_SECONDS
+
+
+def series_stale_seconds(default_ttl_seconds: float, poll_seconds: float) -> float:
+    """How long a tenant gauge may go unset before it is dropped, seconds: ten times the
+    longest a served XR waits for its next call (every response asks to be called again
+    within ``MODELPLANE_DEFAULT_TTL_SECONDS``, sooner while in progress:
+    ``MODELPLANE_POLL_SECONDS``), at least 10 minutes."""
+    return max(600.0, 10.0 * max(default_ttl_seconds, poll_seconds))
+
+
+def configure_series(limit: int, stale_seconds: float) -> None:
+    """Set the cap and stale time of the tenant-labelled series of this process: for
+    :func:`default`'s store, and for what the acceptor exposes and folds."""
+    global _series_limit, _series_stale_seconds
+    _series_limit, _series_stale_seconds = max(1, limit), stale_seconds
+    if _default is not None:
+        _default.series.configure(_series_limit, _series_stale_seconds)
+
+
 class Metrics:
-    """The prometheus-client collectors of :data:`CATALOGUE` in one registry.
+    """The prometheus-client collectors of :data:`CATALOGUE` in one registry; the
+    tenant-labelled families are kept in a :class:`~function.ops.series.SeriesStore`
+    (capped, stale gauges dropped) and exposed by its collector on the same registry.
 
     Args:
         registry: Where to register (the process-wide default registry in production;
             tests pass a fresh one).
+        clock: Seconds since the epoch, for the store (tests pass their own).
     """
 
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+    def __init__(
+        self, registry: CollectorRegistry = REGISTRY, clock: Callable[[], float] = time.time
+    ) -> None:
         self.registry = registry
-        self.collectors: dict[str, Any] = {s.short: _build(s, registry) for s in CATALOGUE}
+        self.collectors: dict[str, Any] = {
+            s.short: _build(s, registry) for s in CATALOGUE if s.name not in TENANT_FAMILIES
+        }
+        # In multiprocess mode the store mirrors itself into the directory
+        # (the acceptor exposes every process's file); read at creation, as
+        # prometheus-client reads it.
+        multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        self.series = series.SeriesStore(
+            CATALOGUE,
+            _series_limit,
+            stale_seconds=_series_stale_seconds,
+            file=series.filename(multiproc_dir, os.getpid()) if multiproc_dir else None,
+            clock=clock,
+            on_drop=self._dropped,
+        )
+        registry.register(
+            series.Collector(
+                CATALOGUE,
+                store=self.series,
+                settings=lambda: (self.series.limit, self.series.stale_seconds),
+                clock=clock,
+            )
+        )
         self._run = self.collectors["function_run_seconds"]
         self._results = self.collectors["function_results_total"]
         # Children of the per-call metrics by label values: the label sets are small
@@ -349,6 +432,16 @@ class Metrics:
         self._run_children: dict[tuple[str, str], Any] = {}
         self._result_children: dict[tuple[str, str], Any] = {}
         self._log = structlog.get_logger("metrics")
+
+    def configure_series(self, limit: int, stale_seconds: float) -> None:
+        """Set the cap and stale time of this process's tenant-labelled series (the
+        runner does, from ``MODELPLANE_METRIC_SERIES_LIMIT`` and
+        :func:`series_stale_seconds`)."""
+        self.series.configure(limit, stale_seconds)
+        configure_series(limit, stale_seconds)
+
+    def _dropped(self, short: str, reason: str, n: int) -> None:
+        self.collectors["metric_series_dropped_total"].labels(SPECS[short].name, reason).inc(n)
 
     @staticmethod
     def bound(spec: MetricSpec, label: str, value: str) -> str:
@@ -386,6 +479,10 @@ class Metrics:
                 labels = dict(o.labels)
                 check(spec.short, labels, o.value)
                 values = [self.bound(spec, k, labels[k]) for k in spec.labels]
+                if spec.short in self.series:
+                    self.series.record(spec.short, values, o.value)
+                    n += 1
+                    continue
                 child = self.collectors[spec.short].labels(*values)
                 if spec.type == "histogram":
                     child.observe(o.value)
@@ -435,7 +532,10 @@ def exposition_registry(multiproc_dir: str | None = None) -> CollectorRegistry:
     if not path:
         return REGISTRY
     registry = CollectorRegistry()
-    registry.register(_Catalogue(MultiProcessCollector(None, path=path)))
+    tenant = series.Collector(
+        CATALOGUE, path=path, settings=lambda: (_series_limit, _series_stale_seconds)
+    )
+    registry.register(_Catalogue(MultiProcessCollector(None, path=path), tenant))
     return registry
 
 
@@ -444,8 +544,9 @@ class _Catalogue:
     has written a sample of yet (HELP and TYPE, no samples): every family is listed
     from start-up, as a single process's registry lists them."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, tenant: Any = None) -> None:
         self.inner = inner
+        self.tenant = tenant
 
     def collect(self) -> Iterable[Any]:
         from prometheus_client.metrics_core import Metric
@@ -453,6 +554,8 @@ class _Catalogue:
         seen = set()
         with _FOLD_LOCK:
             families = list(self.inner.collect())
+            if self.tenant is not None:  # the capped tenant-labelled families
+                families += self.tenant.collect()
         for family in families:
             seen.add(family.name)
             yield family
@@ -520,6 +623,14 @@ def fold_dead_process(pid: int, path: str | None = None) -> int:
                 _fold_into(os.path.join(path, f"{prefix}_{ARCHIVE}.db"), entry.path, mode)
             os.unlink(entry.path)
             removed += 1
+        # The tenant-labelled series (function.ops.series): the archive keeps the cap.
+        if os.path.exists(series.filename(path, pid)):
+            left_out = series.fold(
+                CATALOGUE, path, str(pid), limit=_series_limit, stale_seconds=_series_stale_seconds
+            )
+            removed += 1
+            for short, n in left_out.items():
+                default()._dropped(short, series.REASON_LIMIT, n)
     return removed
 
 
@@ -609,6 +720,23 @@ def resume_multiprocess_dir(path: str) -> tuple[int, int]:
                                 file=entry.name, error=str(e))  # fmt: skip
             os.unlink(entry.path)
             removed += 1
+        # The tenant-labelled series (function.ops.series), one file per process: folded
+        # into the tenant archive like a replaced process's (counters continue; a gauge
+        # is kept only while fresh, and the next write of it wins).
+        for name in series.files(path):
+            ident = os.path.basename(name)[len(series.FILE_PREFIX) : -len(series.SUFFIX)]
+            if ident == series.ARCHIVE:
+                continue
+            try:
+                series.fold(
+                    CATALOGUE, path, ident, limit=_series_limit, stale_seconds=_series_stale_seconds
+                )
+                folded += 1
+            except (RuntimeError, ValueError, struct.error) as e:
+                log.warning("metric file of the previous run dropped",
+                            file=os.path.basename(name), error=str(e))  # fmt: skip
+                os.unlink(name)
+                removed += 1
     return folded, removed
 
 

@@ -233,6 +233,20 @@ class Settings(BaseSettings):
             le=65536,
         ),
     ] = 64
+    metric_series_limit: Annotated[
+        int,
+        _env(
+            "MODELPLANE_METRIC_SERIES_LIMIT",
+            "label sets each process keeps per metric family labelled with tenants' object "
+            "names (a ModelDeployment's replicas gauge, a backfill's counters); the least "
+            "recently updated is dropped past it, and counted. A label set takes at most "
+            "about 15 KiB (a histogram's, with 253-character names): 200 keeps a pod with 2 "
+            "processes and the large-call one under 512 MiB at 20,000 distinct ModelDeployments",
+            "label sets",
+            ge=1,
+            le=1_000_000,
+        ),
+    ] = 200
     trust_resource_versions: Annotated[
         bool,
         _env(

@@ -1,0 +1,463 @@
+"""Tenant-labelled metric series, capped per family and dropped when stale.
+
+A family whose labels include one without a fixed vocabulary (an XR's name, a
+namespace, a cluster: :func:`tenant_labels`) gets a series for every object a tenant
+creates. prometheus-client cannot bound those: in multiprocess mode a child keeps its
+entry in the process's memory-mapped file, and its value object in a module list,
+until the process exits, even after ``remove()``; the acceptor reads every entry on
+each scrape. So these families are kept here instead, one :class:`SeriesStore` per
+process:
+
+- **Cap.** At most ``limit`` *label sets* per family and process, a label set being the
+  values of the family's tenant labels (one ModelDeployment's ``namespace, model``,
+  with all its ``state`` series). Past it, the label set updated least recently is
+  dropped whole, and counted in ``modelplane_metric_series_dropped_total{metric,
+  reason="limit"}``.
+- **Stale gauges.** A gauge label set that no call has set for ``stale_seconds`` is
+  dropped (``reason="stale"``): the XR was deleted, or its calls fail. It is never
+  shown at its last value as if it were live; the acceptor applies the same rule to
+  every process's file when it exposes them, so an idle process's stale gauge is not
+  shown either. Counters and histograms hold counts that stay true; they are dropped
+  only by the cap.
+
+In multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) each process mirrors its store into
+``tenant_<pid>.tdb`` in that directory, a prometheus-client ``MmapedDict`` (the
+library's file format; the suffix keeps ``MultiProcessCollector``, which reads
+``*.db``, away from it). Each entry's key is ``[family, sample suffix, label values,
+le]`` (JSON), its value the sample's and its timestamp the label set's last update.
+A dropped label set's entries are marked dropped at once (their timestamp set to
+:data:`DROPPED`) and stay in the file until their count passes the live ones; then the file
+is written anew and replaces the old one (``os.replace``: a scrape reads the old or the
+new one, whole). :func:`collect` merges the files (counters and histograms summed, a
+gauge's most recent write kept, stale gauges left out) and :func:`fold` folds an exited
+process's file into ``tenant_archive.tdb``, keeping the ``limit`` label sets of each
+family updated most recently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.mmap_dict import MmapedDict
+from prometheus_client.utils import floatToGoString
+
+SUFFIX = ".tdb"
+FILE_PREFIX = "tenant_"
+ARCHIVE = "archive"
+DEFAULT_STALE_SECONDS = 600.0
+# Rewrite a process's file once it holds this many dropped entries and more dropped
+# entries than live ones (amortised: a rewrite per as many drops as the file holds).
+_COMPACT_MIN = 4096
+
+# The timestamp of an entry whose label set was dropped (a file keeps its entries until
+# it is rewritten); readers skip it.
+DROPPED = -1.0
+
+REASON_LIMIT = "limit"
+REASON_STALE = "stale"
+DROP_REASONS = frozenset({REASON_LIMIT, REASON_STALE})
+
+
+class SpecLike(Protocol):
+    """What this module reads of a ``function.ops.metrics.MetricSpec``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def short(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def labels(self) -> tuple[str, ...]: ...
+    @property
+    def help(self) -> str: ...
+    @property
+    def buckets(self) -> tuple[float, ...]: ...
+    @property
+    def values(self) -> Mapping[str, frozenset[str]]: ...
+
+
+def tenant_labels(spec: SpecLike) -> tuple[str, ...]:
+    """The labels of ``spec`` without a fixed vocabulary (their values come from objects
+    tenants create); empty for a family whose series are bounded by its vocabularies."""
+    return tuple(label for label in spec.labels if label not in spec.values)
+
+
+@dataclass
+class _Set:
+    """One label set: its samples (JSON key -> value) and when it was last updated."""
+
+    updated: float
+    samples: dict[str, float] = field(default_factory=dict)
+
+
+def _key(short: str, suffix: str, values: Sequence[str], le: str | None) -> str:
+    return json.dumps([short, suffix, list(values), le], separators=(",", ":"))
+
+
+class SeriesStore:
+    """The tenant-labelled series of one process (see the module docstring).
+
+    Args:
+        specs: The catalogue's specs; those with :func:`tenant_labels` are kept here.
+        limit: Label sets per family, at least 1 (``MODELPLANE_METRIC_SERIES_LIMIT``).
+        stale_seconds: A gauge label set not set for this long is dropped.
+        file: Where to mirror the store (:func:`filename`), or None (memory only).
+        clock: Seconds since the epoch (``time.time``; tests pass their own).
+        on_drop: Called with (family short name, reason, label sets dropped).
+    """
+
+    def __init__(
+        self,
+        specs: Iterable[SpecLike],
+        limit: int,
+        *,
+        stale_seconds: float = DEFAULT_STALE_SECONDS,
+        file: str | None = None,
+        clock: Callable[[], float] = time.time,
+        on_drop: Callable[[str, str, int], None] | None = None,
+    ) -> None:
+        self.specs = {s.short: s for s in specs if tenant_labels(s)}
+        self.limit = limit
+        self.stale_seconds = stale_seconds
+        self.clock = clock
+        self.on_drop = on_drop
+        self._sets: dict[str, OrderedDict[tuple[str, ...], _Set]] = {
+            short: OrderedDict() for short in self.specs
+        }
+        self._tenant_index = {
+            short: tuple(s.labels.index(label) for label in tenant_labels(s))
+            for short, s in self.specs.items()
+        }
+        self._lock = threading.Lock()
+        self._file: MmapedDict | None = None
+        self._filename = file
+        self._dead = 0  # entries in the file that belong to dropped label sets
+        self._live = 0  # entries of the label sets held
+
+    def configure(self, limit: int, stale_seconds: float) -> None:
+        """Set the cap and the stale time (the runner does, from the settings)."""
+        with self._lock:
+            self.limit = max(1, limit)
+            self.stale_seconds = stale_seconds
+            now = self.clock()
+            for short in self._sets:
+                self._trim(short, now)
+
+    def __contains__(self, short: str) -> bool:
+        return short in self.specs
+
+    def record(self, short: str, values: Sequence[str], value: float) -> None:
+        """Record one observation of the tenant-labelled family ``short``: a histogram
+        sample, a counter increment or a gauge value; ``values`` in the spec's label order
+        (already checked and bounded by the caller)."""
+        spec = self.specs[short]
+        tenant = tuple(values[i] for i in self._tenant_index[short])
+        with self._lock:
+            now = self.clock()
+            sets = self._sets[short]
+            entry = sets.get(tenant)
+            if entry is None:
+                entry = sets[tenant] = _Set(now)
+            else:
+                entry.updated = now
+                sets.move_to_end(tenant)
+            if spec.type == "histogram":
+                for bound in spec.buckets:  # every bucket, as prometheus-client shows them
+                    le = floatToGoString(bound)
+                    self._add(entry, _key(short, "_bucket", values, le), value <= bound)
+                self._add(entry, _key(short, "_bucket", values, "+Inf"), 1)
+                self._add(entry, _key(short, "_count", values, None), 1)
+                self._add(entry, _key(short, "_sum", values, None), value)
+            elif spec.type == "gauge":
+                k = _key(short, "", values, None)
+                self._live += k not in entry.samples
+                entry.samples[k] = value
+                self._write(k, value, now)
+            else:
+                self._add(entry, _key(short, "_total", values, None), value)
+            if spec.type != "gauge":
+                # The label set's time is on every entry (fold and collect read it).
+                for k, v in entry.samples.items():
+                    self._write(k, v, now)
+            self._trim(short, now)
+
+    def _add(self, entry: _Set, key: str, amount: float) -> None:
+        old = entry.samples.get(key)
+        if old is None:
+            self._live += 1
+            old = 0.0
+        entry.samples[key] = old + amount
+
+    def _pop(self, sets: OrderedDict[tuple[str, ...], _Set]) -> None:
+        samples = sets.popitem(last=False)[1].samples
+        if self._file is not None:
+            for k in samples:  # marked dropped at once: no scrape shows it again
+                self._file.write_value(k, 0.0, DROPPED)
+        self._dead += len(samples)
+        self._live -= len(samples)
+
+    def _trim(self, short: str, now: float) -> None:
+        sets = self._sets[short]
+        stale = 0
+        if self.specs[short].type == "gauge":
+            horizon = now - self.stale_seconds
+            while sets:
+                first = next(iter(sets.values()))
+                if first.updated >= horizon:
+                    break
+                self._pop(sets)
+                stale += 1
+        over = 0
+        while len(sets) > self.limit:
+            self._pop(sets)
+            over += 1
+        if self.on_drop is not None:
+            if stale:
+                self.on_drop(short, REASON_STALE, stale)
+            if over:
+                self.on_drop(short, REASON_LIMIT, over)
+        if self._file is not None and self._dead > _COMPACT_MIN and self._dead > self._live:
+            self._compact()
+
+    def expire(self) -> None:
+        """Drop the stale gauge label sets now (a scrape in a single process does)."""
+        with self._lock:
+            now = self.clock()
+            for short in self._sets:
+                self._trim(short, now)
+
+    def rows(self) -> Iterator[tuple[str, float, float]]:
+        """Every live sample as (key, value, updated), as :func:`read_rows` reads a file."""
+        with self._lock:
+            snapshot = [
+                (k, v, e.updated)
+                for sets in self._sets.values()
+                for e in sets.values()
+                for k, v in e.samples.items()
+            ]
+        return iter(snapshot)
+
+    def label_sets(self, short: str) -> int:
+        """How many label sets the family ``short`` holds now."""
+        return len(self._sets[short])
+
+    # --- the file (multiprocess mode) ---
+
+    def _write(self, key: str, value: float, stamp: float) -> None:
+        if self._filename is None:
+            return
+        if self._file is None:
+            self._file = MmapedDict(self._filename)
+        self._file.write_value(key, value, stamp)
+
+    def _compact(self) -> None:
+        assert self._file is not None and self._filename is not None
+        fresh = self._filename + ".new"
+        if os.path.exists(fresh):
+            os.unlink(fresh)
+        new = MmapedDict(fresh)
+        for sets in self._sets.values():
+            for e in sets.values():
+                for k, v in e.samples.items():
+                    new.write_value(k, v, e.updated)
+        os.replace(fresh, self._filename)
+        self._file.close()
+        self._file = new
+        self._dead = 0
+
+    def file_bytes(self) -> int:
+        """The size of this process's file (0 in a single process)."""
+        return os.path.getsize(self._filename) if self._filename and self._file else 0
+
+
+def filename(path: str, ident: int | str) -> str:
+    """The file of process ``ident`` (a pid, or :data:`ARCHIVE`) in the directory ``path``."""
+    return os.path.join(path, f"{FILE_PREFIX}{ident}{SUFFIX}")
+
+
+def files(path: str) -> list[str]:
+    """The tenant series files in the multiprocess directory ``path``."""
+    return sorted(
+        os.path.join(path, n)
+        for n in os.listdir(path)
+        if n.startswith(FILE_PREFIX) and n.endswith(SUFFIX)
+    )
+
+
+def read_rows(filename: str) -> Iterator[tuple[str, float, float]]:
+    """(key, value, updated) of every entry of one file; a file removed meanwhile (folded)
+    reads as empty."""
+    try:
+        entries = MmapedDict.read_all_values_from_file(filename)
+    except FileNotFoundError:
+        return iter(())
+    return ((k, v, t) for k, v, t, _ in entries)
+
+
+# One merged label set: when it was updated, and its samples by
+# (suffix, label values, le) -> (value, when written).
+_Merged = dict[tuple[str, ...], tuple[float, dict[tuple[str, tuple[str, ...], str | None], float]]]
+
+
+def merge(
+    specs: Mapping[str, SpecLike],
+    sources: Iterable[Iterable[tuple[str, float, float]]],
+    now: float,
+    limit: int,
+    stale_seconds: float,
+) -> dict[str, _Merged]:
+    """Merge the rows of several processes: per family, tenant label set -> (updated,
+    samples); counters and histograms summed, a gauge's most recent write kept; gauge
+    label sets older than ``stale_seconds`` left out, and at most ``limit`` label sets
+    per family for each source's share (the ones updated most recently)."""
+    index = {
+        short: tuple(s.labels.index(label) for label in tenant_labels(s))
+        for short, s in specs.items()
+    }
+    out: dict[str, _Merged] = {short: {} for short in specs}
+    # One tuple per distinct label values (a histogram's buckets share it).
+    interned: dict[tuple[str, ...], tuple[str, ...]] = {}
+    stamps: dict[tuple[str, str, tuple[str, ...], str | None], float] = {}
+    for rows in sources:
+        for key, value, updated in rows:
+            if updated < 0:  # DROPPED
+                continue
+            short, suffix, values, le = json.loads(key)
+            spec = specs.get(short)
+            if spec is None or len(values) != len(spec.labels):
+                continue  # a family this version does not have
+            values = tuple(values)
+            values = interned.setdefault(values, values)
+            gauge = spec.type == "gauge"
+            if gauge and updated < now - stale_seconds:
+                continue
+            tenant = tuple(values[i] for i in index[short])
+            fam = out[short]
+            seen, samples = fam.get(tenant, (0.0, {}))
+            sample = (suffix, values, le)
+            if gauge:
+                if updated >= stamps.get((short, *sample), -1.0):
+                    stamps[(short, *sample)] = updated
+                    samples[sample] = value
+            else:
+                samples[sample] = samples.get(sample, 0.0) + value
+            fam[tenant] = (max(seen, updated), samples)
+    for short, fam in out.items():
+        if len(fam) > limit:
+            keep = sorted(fam.items(), key=lambda kv: kv[1][0], reverse=True)[:limit]
+            out[short] = dict(keep)
+    return out
+
+
+def families(specs: Mapping[str, SpecLike], merged: Mapping[str, _Merged]) -> Iterator[Metric]:
+    """The merged series as prometheus-client metric families (every family, even empty),
+    named as prometheus-client names them (a counter without ``_total``)."""
+    for short, spec in specs.items():
+        name = spec.name.removesuffix("_total") if spec.type == "counter" else spec.name
+        metric = Metric(name, spec.help, spec.type)
+        for _tenant, (_updated, samples) in sorted(merged.get(short, {}).items()):
+            for (suffix, values, le), value in samples.items():
+                labels = dict(zip(spec.labels, values, strict=True))
+                if le is not None:
+                    labels["le"] = le
+                metric.add_sample(name + suffix, labels, value)
+        yield metric
+
+
+class Collector:
+    """A prometheus-client collector of the tenant series: from a :class:`SeriesStore`
+    (single process), or from every ``*.tdb`` file of a multiprocess directory.
+
+    Args:
+        specs: The catalogue's specs (only tenant-labelled ones are read).
+        store: The store to expose, or None.
+        path: The multiprocess directory, or None.
+        settings: Returns (limit, stale_seconds) at each scrape.
+        clock: Seconds since the epoch.
+    """
+
+    def __init__(
+        self,
+        specs: Iterable[SpecLike],
+        *,
+        store: SeriesStore | None = None,
+        path: str | None = None,
+        settings: Callable[[], tuple[int, float]],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.specs = {s.short: s for s in specs if tenant_labels(s)}
+        self.store = store
+        self.path = path
+        self.settings = settings
+        self.clock = clock
+
+    def collect(self) -> Iterator[Any]:
+        limit, stale = self.settings()
+        if self.store is not None:
+            self.store.expire()
+            sources: list[Iterable[tuple[str, float, float]]] = [self.store.rows()]
+            # a store holds at most limit label sets per family
+        else:
+            assert self.path is not None
+            sources = [read_rows(f) for f in files(self.path)]
+            # every process holds up to limit label sets: the exposition shows their union
+            limit = limit * max(1, len(sources))
+        merged = merge(self.specs, sources, self.clock(), limit, stale)
+        return families(self.specs, merged)
+
+
+def fold(
+    specs: Iterable[SpecLike],
+    path: str,
+    ident: str,
+    *,
+    limit: int,
+    stale_seconds: float,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, int]:
+    """Fold the file of the exited process ``ident`` into ``tenant_archive.tdb`` (written
+    whole to a new file that replaces it) and remove it. The archive keeps, per family,
+    the ``limit`` label sets updated most recently and no stale gauge.
+
+    Returns:
+        Per family, how many label sets were left out of the archive for the cap (stale
+        gauges are not counted: the process that held them counted them when it could).
+        Empty when the process left no file.
+    """
+    dead = filename(path, ident)
+    if not os.path.exists(dead):
+        return {}
+    spec_map = {s.short: s for s in specs if tenant_labels(s)}
+    archive = filename(path, ARCHIVE)
+    now = clock()
+    unlimited = merge(spec_map, [read_rows(archive), read_rows(dead)], now, 2**62, stale_seconds)
+    merged = merge(spec_map, [], now, limit, stale_seconds)  # empty, one dict per family
+    dropped: dict[str, int] = {}
+    for short, fam in unlimited.items():
+        keep = sorted(fam.items(), key=lambda kv: kv[1][0], reverse=True)
+        merged[short] = dict(keep[:limit])
+        if len(keep) > limit:
+            dropped[short] = len(keep) - limit
+    fresh = archive + ".new"
+    if os.path.exists(fresh):
+        os.unlink(fresh)
+    out = MmapedDict(fresh)
+    try:
+        for short, fam in merged.items():
+            for _tenant, (updated, samples) in fam.items():
+                for (suffix, values, le), value in samples.items():
+                    out.write_value(_key(short, suffix, values, le), value, updated)
+    finally:
+        out.close()
+    os.replace(fresh, archive)
+    os.unlink(dead)
+    return dropped

@@ -1,0 +1,312 @@
+"""Review 16b F2: series labelled with tenant-chosen values (an XR's name) were not bounded.
+
+Every distinct ModelDeployment added three ``modelplane_model_deployment_replicas``
+series for the pod's life (the backfill, experiment and cache families likewise): in
+prometheus-client's multiprocess mode a child's entry stays in the process's file, and
+its value object in memory, even after ``remove()``. 20,000 ModelDeployments took 60,000
+series, +103 MiB in one process and a 20 MB scrape. Now each tenant-labelled family
+holds at most ``MODELPLANE_METRIC_SERIES_LIMIT`` label sets per process (the least
+recently updated dropped, and counted), and a gauge no call set for the stale time is
+dropped rather than shown at its last value (``function.ops.series``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from function.core.outcome import Observation
+from function.ops import metrics
+from tests.support.table import Case, table
+from tests.test_metrics import EXPECTED, EXPECTED_BUCKETS, SAMPLE_LABELS
+
+ROOT = Path(__file__).resolve().parent.parent
+DROPPED = "modelplane_metric_series_dropped_total"
+
+# A compute process as the pool starts one: settings from the environment, a runner,
+# then lifecycle observations for N distinct XRs of one family (argv: family, N, name
+# length, labels as JSON with {i} for the XR's number, the value).
+CHILD = """
+import json, sys
+from function.edge.runner import FunctionRunner
+from function.ops.settings import load_settings
+from function.core.outcome import Observation
+family, n, length, labels = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+value = float(sys.argv[5])
+runner = FunctionRunner(settings=load_settings())
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) / 1024
+before = rss()
+for i in range(n):
+    name = (f"d{i:06d}-" + "x" * length)[:length]
+    obs = json.loads(labels.replace("{i}", name))
+    runner.metrics.apply([Observation(family, tuple(sorted(o.items())), value) for o in obs])
+print(json.dumps({"grew_mib": rss() - before}))
+"""
+EXPOSE = """
+from prometheus_client import generate_latest
+from function.ops import metrics
+print(generate_latest(metrics.exposition_registry()).decode())
+"""
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", **extra}
+
+
+def _child(env: dict[str, str], family: str, n: int, labels: list[dict], value: float = 1.0,
+           length: int = 20) -> dict:  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, family, str(n), str(length), json.dumps(labels), str(value)],
+        cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=300,
+    ).stdout  # fmt: skip
+    return json.loads(out.splitlines()[-1])
+
+
+def _exposed(env: dict[str, str]) -> dict[str, list]:
+    out = subprocess.run(
+        [sys.executable, "-c", EXPOSE], cwd=ROOT, env=env, check=True, capture_output=True,
+        text=True, timeout=300,
+    ).stdout  # fmt: skip
+    fams: dict[str, list] = {}
+    for f in text_string_to_metric_families(out):
+        fams.setdefault(f.name, []).extend(f.samples)
+    return fams
+
+
+DEPLOYMENT = [{"namespace": "ml", "model": "{i}", "state": s}
+              for s in ("requested", "placed", "ready")]  # fmt: skip
+BACKFILL = [{"backfill": "{i}", "namespace": "ml", "model": "qwen"}]
+COLD_START = [{"namespace": "ml", "model": "{i}", "engine_kind": "Deployment", "cache": "none"}]
+FAILURES = [{"namespace": "ml", "cache": "c", "cluster": "{i}", "reason": "DeadlineExceeded"}]
+
+
+CAPPED = [
+    Case("gauge past the cap", "a deployment's three states are one label set",
+         dict(family="model_deployment_replicas", labels=DEPLOYMENT, xrs=300, limit=50), 50),
+    Case("counter past the cap", "a ModelBackfill's name is a tenant label",
+         dict(family="model_backfill_starts_total", labels=BACKFILL, xrs=300, limit=50), 50),
+    Case("histogram past the cap", "every bucket of a label set goes with it",
+         dict(family="model_cold_start_duration_seconds", labels=COLD_START, xrs=300,
+              limit=50), 50),
+    Case("cluster label past the cap", "an InferenceCluster's name is a tenant label too",
+         dict(family="cache_hydration_failures_total", labels=FAILURES, xrs=300, limit=50),
+         50),
+    Case("gauge within the cap", "nothing is dropped under the cap",
+         dict(family="model_deployment_replicas", labels=DEPLOYMENT, xrs=40, limit=50), 40),
+]  # fmt: skip
+
+
+@table(CAPPED)
+def test_label_sets_per_family_are_capped_through_the_multiprocess_collector(
+    tmp_path, case: Case[dict, int]
+) -> None:
+    """Distinct XRs past ``MODELPLANE_METRIC_SERIES_LIMIT`` in one compute process: the
+    endpoint shows the ``limit`` label sets updated last (each whole: a deployment's three
+    states together), and the dropped ones are counted under the family's name."""
+    family, labels, xrs, limit = (case.inputs[k] for k in ("family", "labels", "xrs", "limit"))
+    kept = case.want
+    env = _env(tmp_path, MODELPLANE_METRIC_SERIES_LIMIT=str(limit))
+    _child(env, family, xrs, labels, value=7.0)
+    fams = _exposed(env)
+    spec = metrics.spec_for(family)
+    name = spec.name.removesuffix("_total") if spec.type == "counter" else spec.name
+    tenant = [k for k in spec.labels if k not in spec.values]
+    samples = fams.get(name, [])
+    sets = {tuple(s.labels[k] for k in tenant) for s in samples}
+    assert len(sets) == kept
+    # the most recent ones, every sample of each
+    newest = {f"d{i:06d}-" for i in range(xrs - kept, xrs)}
+    assert {next(v for v in t if v.startswith("d0"))[:8] for t in sets} == newest
+    whole = [s for s in samples if s.name in (spec.name, name + "_count")]
+    assert len(whole) == kept * len(labels)
+    dropped = {
+        (s.labels["metric"], s.labels["reason"]): s.value
+        for s in fams.get("modelplane_metric_series_dropped", [])
+        if s.name == DROPPED
+    }
+    assert dropped == ({(spec.name, "limit"): xrs - kept} if xrs > kept else {})
+
+
+def test_twenty_thousand_deployments_fit_the_memory_budget_by_default(tmp_path):
+    """The review's measure: 20,000 ModelDeployments with 253-character names grew one
+    process by 103 MiB and the directory every scrape reads by 32 MiB. With the default
+    cap both stay small, and the scrape shows the cap's label sets."""
+    env = _env(tmp_path)
+    got = _child(env, "model_deployment_replicas", 20_000, DEPLOYMENT, length=253)
+    assert got["grew_mib"] < 16, got
+    limit = metrics.default_series_limit()
+    size = sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert size < 8 * 2**20, size
+    fams = _exposed(env)
+    assert len(fams["modelplane_model_deployment_replicas"]) == 3 * limit
+
+
+class _Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_gauge_no_call_sets_is_dropped_when_stale_and_counters_stay():
+    """A deleted ModelDeployment's gauge is not shown at its last value once no call has
+    set it for the stale time; a counter keeps its count (dropped only by the cap)."""
+    clock = _Clock(1_000_000.0)
+    m = metrics.Metrics(CollectorRegistry(), clock=clock)
+    m.configure_series(limit=100, stale_seconds=600)
+    gone = (("model", "gone"), ("namespace", "ml"), ("state", "ready"))
+    live = (("model", "live"), ("namespace", "ml"), ("state", "ready"))
+    starts = (("backfill", "evals"), ("model", "qwen"), ("namespace", "ml"))
+    assert m.apply([Observation("model_deployment_replicas", gone, 2.0),
+                    Observation("model_deployment_replicas", live, 1.0),
+                    Observation("model_backfill_starts_total", starts, 1.0)]) == 3  # fmt: skip
+    clock.now += 400
+    m.apply([Observation("model_deployment_replicas", live, 3.0)])
+    g = "modelplane_model_deployment_replicas"
+    assert m.registry.get_sample_value(g, dict(gone)) == 2.0
+    clock.now += 300  # "gone" last set 700 s ago, "live" 300 s ago
+    assert m.registry.get_sample_value(g, dict(gone)) is None
+    assert m.registry.get_sample_value(g, dict(live)) == 3.0
+    assert m.registry.get_sample_value("modelplane_model_backfill_starts_total", dict(starts)) == 1
+    assert m.registry.get_sample_value(DROPPED, {"metric": g, "reason": "stale"}) == 1.0
+
+
+def test_an_idle_process_stale_gauge_is_not_exposed(tmp_path):
+    """A process that gets no call cannot drop its own stale gauge: the endpoint leaves
+    out every gauge label set written longer ago than the stale time."""
+    from function.ops import series
+
+    specs = metrics.CATALOGUE
+    old = series.SeriesStore(
+        specs, 10, file=series.filename(str(tmp_path), 1), clock=lambda: 1000.0
+    )
+    old.record("model_deployment_replicas", ("ml", "gone", "ready"), 2.0)
+    old.record("model_backfill_starts_total", ("evals", "ml", "qwen"), 1.0)
+    fresh = series.SeriesStore(specs, 10, file=series.filename(str(tmp_path), 2))
+    fresh.record("model_deployment_replicas", ("ml", "live", "ready"), 1.0)
+    registry = metrics.exposition_registry(str(tmp_path))
+    text = generate_latest(registry).decode()
+    assert 'model="live"' in text
+    assert 'model="gone"' not in text
+    assert 'modelplane_model_backfill_starts_total{backfill="evals"' in text
+
+
+def test_folded_archive_keeps_the_most_recently_updated_label_sets(tmp_path):
+    """Processes the pool replaced fold into one archive, which holds at most the cap
+    per family (the label sets updated last), not the union of every process's."""
+    from function.ops import series
+
+    specs = metrics.CATALOGUE
+    for ident, start in (("11", 0), ("12", 30)):
+        store = series.SeriesStore(specs, 50, file=series.filename(str(tmp_path), ident),
+                                   clock=_Clock(1e12))  # fmt: skip
+        for i in range(start, start + 50):
+            store.clock.now = 1e12 + i  # type: ignore[attr-defined]
+            store.record("model_backfill_starts_total", (f"b{i:03d}", "ml", "qwen"), 1.0)
+    assert (
+        series.fold(specs, str(tmp_path), "11", limit=50, stale_seconds=600, clock=lambda: 1e12)
+        == {}
+    )
+    assert series.fold(
+        specs, str(tmp_path), "12", limit=50, stale_seconds=600, clock=lambda: 1e12
+    ) == {"model_backfill_starts_total": 30}
+    assert [p.name for p in tmp_path.iterdir()] == ["tenant_archive.tdb"]
+    text = generate_latest(metrics.exposition_registry(str(tmp_path))).decode()
+    kept = {line.split('backfill="')[1][:4] for line in text.splitlines()
+            if line.startswith("modelplane_model_backfill_starts_total{")}  # fmt: skip
+    assert kept == {f"b{i:03d}" for i in range(30, 80)}
+
+
+def test_a_process_file_is_rewritten_once_dropped_entries_outnumber_live_ones(tmp_path):
+    """Dropped label sets leave their entries in the file until they outnumber the live
+    ones; then the file is written anew, so its size stays bounded by the cap."""
+    from function.ops import series
+
+    store = series.SeriesStore(metrics.CATALOGUE, 100, file=series.filename(str(tmp_path), 7))
+    sizes = []
+    for i in range(20_000):
+        store.record("model_deployment_replicas", ("ml", f"m{i:05d}" + "x" * 240, "ready"), 1.0)
+        if i % 1000 == 999:
+            sizes.append(store.file_bytes())
+    assert max(sizes) < 4 * 2**20, sizes
+    rows = list(series.read_rows(str(tmp_path / "tenant_7.tdb")))
+    assert len({k for k, _v, _t in rows}) <= 100 + 2 * series._COMPACT_MIN
+
+
+@pytest.fixture
+def multiprocess_samples(tmp_path):
+    """Every catalogue family written by a compute process (SAMPLE_LABELS), as the
+    endpoint shows them."""
+    obs = [{"family": k, "labels": v} for k, v in SAMPLE_LABELS.items()]
+    code = (
+        "import json, sys\n"
+        "from function.ops import metrics\n"
+        "from function.core.outcome import Observation\n"
+        "m = metrics.default()\n"
+        "m.record_run('ModelCache', 'success', 0.002, ['Normal'])\n"
+        "obs = json.loads(sys.argv[1])\n"
+        "assert m.apply([Observation(o['family'], tuple(sorted(o['labels'].items())), 30.0)"
+        " for o in obs]) == len(obs)\n"
+    )
+    env = _env(tmp_path)
+    subprocess.run([sys.executable, "-c", code, json.dumps(obs)], cwd=ROOT, env=env, check=True)
+    return _exposed(env)
+
+
+def test_series_within_the_cap_expose_what_the_dashboard_and_alerts_read(
+    multiprocess_samples,
+):
+    """Under the cap nothing changes for ``operations/``: through the real multiprocess
+    collector every family has the names, types, labels and buckets the dashboard and
+    alert tests check their queries against (``tests/test_metrics.py`` EXPECTED), and the
+    values written."""
+    exposed = {}
+    for fam, samples in multiprocess_samples.items():
+        if not fam.startswith("modelplane_") or fam == "modelplane_metric_series_dropped":
+            continue
+        for s in samples:
+            labels = {k for k in s.labels if k != "le"}
+            name = s.name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+            exposed.setdefault(name, set()).update(labels)
+    want = {n: labels for n, (_t, labels) in EXPECTED.items() if n != DROPPED}  # fmt: skip
+    assert exposed == want
+    for name, bounds in EXPECTED_BUCKETS.items():
+        got = sorted(
+            float(s.labels["le"]) for s in multiprocess_samples[name] if s.name.endswith("_bucket")
+        )
+        assert got == [*map(float, bounds), math.inf], name
+    replicas = multiprocess_samples["modelplane_model_deployment_replicas"]
+    assert [s.value for s in replicas] == [30.0]
+    (count,) = [s for s in multiprocess_samples["modelplane_model_cold_start_duration_seconds"]
+                if s.name.endswith("_count")]  # fmt: skip
+    assert count.value == 1.0
+
+
+def test_series_limit_is_a_setting_reported_by_config():
+    out = subprocess.run(
+        [sys.executable, "-m", "function", "config"], cwd=ROOT, capture_output=True, text=True,
+        env={"PATH": "/usr/bin:/bin", "MODELPLANE_METRIC_SERIES_LIMIT": "300"},
+    ).stdout  # fmt: skip
+    assert "MODELPLANE_METRIC_SERIES_LIMIT" in out
+    row = out.split("variable: MODELPLANE_METRIC_SERIES_LIMIT", 1)[1].splitlines()
+    assert row[1:3] == ["  value: 300", "  source: environment"]
+
+
+def test_env_parsing_refuses_a_zero_limit():
+    out = subprocess.run(
+        [sys.executable, "-m", "function", "config"], cwd=ROOT, capture_output=True, text=True,
+        env={"PATH": "/usr/bin:/bin", "MODELPLANE_METRIC_SERIES_LIMIT": "0"},
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "MODELPLANE_METRIC_SERIES_LIMIT" in out.stderr
