@@ -97,6 +97,15 @@ class _Set:
 
     updated: float
     samples: dict[str, float] = field(default_factory=dict)
+    # (suffix, le, label values) -> JSON key: made once, a gauge is set on every call
+    keys: dict[tuple[str, str | None, tuple[str, ...]], str] = field(default_factory=dict)
+
+    def key(self, short: str, suffix: str, values: tuple[str, ...], le: str | None) -> str:
+        """The JSON key of one sample of this label set."""
+        k = self.keys.get((suffix, le, values))
+        if k is None:
+            k = self.keys[suffix, le, values] = _key(short, suffix, values, le)
+        return k
 
 
 def _key(short: str, suffix: str, values: Sequence[str], le: str | None) -> str:
@@ -160,6 +169,7 @@ class SeriesStore:
         sample, a counter increment or a gauge value; ``values`` in the spec's label order
         (already checked and bounded by the caller)."""
         spec = self.specs[short]
+        values = tuple(values)
         tenant = tuple(values[i] for i in self._tenant_index[short])
         with self._lock:
             now = self.clock()
@@ -173,17 +183,17 @@ class SeriesStore:
             if spec.type == "histogram":
                 for bound in spec.buckets:  # every bucket, as prometheus-client shows them
                     le = floatToGoString(bound)
-                    self._add(entry, _key(short, "_bucket", values, le), value <= bound)
-                self._add(entry, _key(short, "_bucket", values, "+Inf"), 1)
-                self._add(entry, _key(short, "_count", values, None), 1)
-                self._add(entry, _key(short, "_sum", values, None), value)
+                    self._add(entry, entry.key(short, "_bucket", values, le), value <= bound)
+                self._add(entry, entry.key(short, "_bucket", values, "+Inf"), 1)
+                self._add(entry, entry.key(short, "_count", values, None), 1)
+                self._add(entry, entry.key(short, "_sum", values, None), value)
             elif spec.type == "gauge":
-                k = _key(short, "", values, None)
+                k = entry.key(short, "", values, None)
                 self._live += k not in entry.samples
                 entry.samples[k] = value
                 self._write(k, value, now)
             else:
-                self._add(entry, _key(short, "_total", values, None), value)
+                self._add(entry, entry.key(short, "_total", values, None), value)
             if spec.type != "gauge":
                 # The label set's time is on every entry (fold and collect read it).
                 for k, v in entry.samples.items():
