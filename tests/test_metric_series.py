@@ -189,11 +189,11 @@ def test_an_idle_process_stale_gauge_is_not_exposed(tmp_path):
 
     specs = metrics.CATALOGUE
     old = series.SeriesStore(
-        specs, 10, file=series.filename(str(tmp_path), 1), clock=lambda: 1000.0
+        specs, 10, stale_seconds=600, file=series.filename(str(tmp_path), 1), clock=lambda: 1e3
     )
     old.record("model_deployment_replicas", ("ml", "gone", "ready"), 2.0)
     old.record("model_backfill_starts_total", ("evals", "ml", "qwen"), 1.0)
-    fresh = series.SeriesStore(specs, 10, file=series.filename(str(tmp_path), 2))
+    fresh = series.SeriesStore(specs, 10, stale_seconds=600, file=series.filename(str(tmp_path), 2))
     fresh.record("model_deployment_replicas", ("ml", "live", "ready"), 1.0)
     registry = metrics.exposition_registry(str(tmp_path))
     text = generate_latest(registry).decode()
@@ -209,8 +209,8 @@ def test_folded_archive_keeps_the_most_recently_updated_label_sets(tmp_path):
 
     specs = metrics.CATALOGUE
     for ident, start in (("11", 0), ("12", 30)):
-        store = series.SeriesStore(specs, 50, file=series.filename(str(tmp_path), ident),
-                                   clock=_Clock(1e12))  # fmt: skip
+        store = series.SeriesStore(specs, 50, stale_seconds=600, clock=_Clock(1e12),
+                                   file=series.filename(str(tmp_path), ident))  # fmt: skip
         for i in range(start, start + 50):
             store.clock.now = 1e12 + i  # type: ignore[attr-defined]
             store.record("model_backfill_starts_total", (f"b{i:03d}", "ml", "qwen"), 1.0)
@@ -233,7 +233,9 @@ def test_a_process_file_is_rewritten_once_dropped_entries_outnumber_live_ones(tm
     ones; then the file is written anew, so its size stays bounded by the cap."""
     from function.ops import series
 
-    store = series.SeriesStore(metrics.CATALOGUE, 100, file=series.filename(str(tmp_path), 7))
+    store = series.SeriesStore(
+        metrics.CATALOGUE, 100, stale_seconds=600, file=series.filename(str(tmp_path), 7)
+    )
     sizes = []
     for i in range(20_000):
         store.record("model_deployment_replicas", ("ml", f"m{i:05d}" + "x" * 240, "ready"), 1.0)

@@ -365,17 +365,26 @@ def default_series_limit() -> int:
     return int(Settings.model_fields["metric_series_limit"].default)
 
 
-# Until configure_series: the settings' defaults.
-_series_limit = default_series_limit()
-_series_stale_seconds = series.DEFAULT_STALE_SECONDS
-
-
 def series_stale_seconds(default_ttl_seconds: float, poll_seconds: float) -> float:
     """How long a tenant gauge may go unset before it is dropped, seconds: ten times the
     longest a served XR waits for its next call (every response asks to be called again
     within ``MODELPLANE_DEFAULT_TTL_SECONDS``, sooner while in progress:
     ``MODELPLANE_POLL_SECONDS``), at least 10 minutes."""
     return max(600.0, 10.0 * max(default_ttl_seconds, poll_seconds))
+
+
+def _default_stale_seconds() -> float:
+    from function.ops.settings import Settings
+
+    fields = Settings.model_fields
+    return series_stale_seconds(
+        fields["default_ttl_seconds"].default, fields["poll_seconds"].default
+    )
+
+
+# Until configure_series: from the settings' defaults.
+_series_limit = default_series_limit()
+_series_stale_seconds = _default_stale_seconds()
 
 
 def configure_series(limit: int, stale_seconds: float) -> None:

@@ -52,7 +52,6 @@ from prometheus_client.utils import floatToGoString
 SUFFIX = ".tdb"
 FILE_PREFIX = "tenant_"
 ARCHIVE = "archive"
-DEFAULT_STALE_SECONDS = 600.0
 # Rewrite a process's file once it holds this many dropped entries and more dropped
 # entries than live ones (amortised: a rewrite per as many drops as the file holds).
 _COMPACT_MIN = 4096
@@ -129,7 +128,7 @@ class SeriesStore:
         specs: Iterable[SpecLike],
         limit: int,
         *,
-        stale_seconds: float = DEFAULT_STALE_SECONDS,
+        stale_seconds: float,
         file: str | None = None,
         clock: Callable[[], float] = time.time,
         on_drop: Callable[[str, str, int], None] | None = None,
