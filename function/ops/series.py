@@ -28,8 +28,9 @@ le]`` (JSON), its value the sample's and its timestamp the label set's last upda
 A dropped label set's entries are marked dropped at once (their timestamp set to
 :data:`DROPPED`) and stay in the file until their count passes the live ones; then the file
 is written anew and replaces the old one (``os.replace``: a scrape reads the old or the
-new one, whole). :func:`collect` merges the files (counters and histograms summed, a
-gauge's most recent write kept, stale gauges left out) and :func:`fold` folds an exited
+new one, whole). :class:`Collector` merges the files (:func:`merge`: counters and
+histograms summed, a gauge's most recent write kept, stale gauges left out) for the
+acceptor's endpoint, and :func:`fold` folds an exited
 process's file into ``tenant_archive.tdb``, keeping the ``limit`` label sets of each
 family updated most recently.
 """
@@ -255,10 +256,6 @@ class SeriesStore:
             ]
         return iter(snapshot)
 
-    def label_sets(self, short: str) -> int:
-        """How many label sets the family ``short`` holds now."""
-        return len(self._sets[short])
-
     # --- the file (multiprocess mode) ---
 
     def _write(self, key: str, value: float, stamp: float) -> None:
@@ -312,8 +309,8 @@ def read_rows(filename: str) -> Iterator[tuple[str, float, float]]:
     return ((k, v, t) for k, v, t, _ in entries)
 
 
-# One merged label set: when it was updated, and its samples by
-# (suffix, label values, le) -> (value, when written).
+# Per tenant label set: when it was last updated, and its samples' values by
+# (suffix, label values, le).
 _Merged = dict[tuple[str, ...], tuple[float, dict[tuple[str, tuple[str, ...], str | None], float]]]
 
 
@@ -324,10 +321,15 @@ def merge(
     limit: int,
     stale_seconds: float,
 ) -> dict[str, _Merged]:
-    """Merge the rows of several processes: per family, tenant label set -> (updated,
-    samples); counters and histograms summed, a gauge's most recent write kept; gauge
-    label sets older than ``stale_seconds`` left out, and at most ``limit`` label sets
-    per family for each source's share (the ones updated most recently)."""
+    """Merge the rows (key, value, updated) of several processes' files or stores.
+
+    Returns:
+        Per family short name: tenant label values -> (last update, samples); counters
+        and histograms summed over the sources, a gauge's most recent write kept, entries
+        marked :data:`DROPPED` and gauges written more than ``stale_seconds`` before
+        ``now`` left out, and at most ``limit`` label sets per family (those updated most
+        recently).
+    """
     index = {
         short: tuple(s.labels.index(label) for label in tenant_labels(s))
         for short, s in specs.items()
