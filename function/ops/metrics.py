@@ -691,9 +691,11 @@ def resume_multiprocess_dir(path: str) -> tuple[int, int]:
     any mode, archive too) are removed, as are files a fold left unfinished
     (``*_archive.new``) and any metric file that cannot be read (logged as a warning
     with the file's name; its values are lost, a reset Prometheus sees as a decrease).
-    Files that are not metric files are left alone. A new pod starts with an empty
-    ``emptyDir``, and a directory made at start (the variable unset) is empty: both
-    start from zero.
+    The tenant-labelled series' files (``tenant_<pid>.tdb``, :mod:`function.ops.series`)
+    are folded into ``tenant_archive.tdb`` the same way: counters continue, the previous
+    run's gauges are left out. Files that are not metric files are left alone. A new
+    pod starts with an empty ``emptyDir``, and a directory made at start (the variable
+    unset) is empty: both start from zero.
 
     Call once, in the process that serves metrics, before any other process starts (a
     new process may reuse a pid of the previous run).
@@ -730,16 +732,14 @@ def resume_multiprocess_dir(path: str) -> tuple[int, int]:
             os.unlink(entry.path)
             removed += 1
         # The tenant-labelled series (function.ops.series), one file per process: folded
-        # into the tenant archive like a replaced process's (counters continue; a gauge
-        # is kept only while fresh, and the next write of it wins).
+        # into the tenant archive like a replaced process's, counters continuing; every
+        # gauge of the previous run (stale after 0 s) is dropped, as above.
         for name in series.files(path):
             ident = os.path.basename(name)[len(series.FILE_PREFIX) : -len(series.SUFFIX)]
             if ident == series.ARCHIVE:
                 continue
             try:
-                series.fold(
-                    CATALOGUE, path, ident, limit=_series_limit, stale_seconds=_series_stale_seconds
-                )
+                series.fold(CATALOGUE, path, ident, limit=_series_limit, stale_seconds=0.0)
                 folded += 1
             except (RuntimeError, ValueError, struct.error) as e:
                 log.warning("metric file of the previous run dropped",
