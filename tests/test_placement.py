@@ -426,6 +426,11 @@ CAPACITY = "a replica costs pods x copies nodes, and other replicas' use counts"
 TAINTS = "a cluster that is not Ready, or has an untolerated NoSchedule taint, gets none"
 FAILED = "a Failed hydration is outside the footprint: its replicas move when they can"
 DISPLACED = "Removed.scaled_down is True only when fewer replicas are wanted"
+NO_CLUSTER_YET = (
+    "review 16a: a selector that matches no InferenceCluster (clusters being re-created "
+    "or relabelled) is NoMatchingClusters, a wait, with or without a cache; not "
+    "NoClusterInCacheFootprint, which a ModelExperiment takes as final"
+)
 RETIRE = "a retained cluster takes no new replica; its replicas retire make-before-break"
 MOVE = "a serving replica due to move stays until as many replicas serve elsewhere as wanted"
 
@@ -556,6 +561,16 @@ PLACEMENT: list[Case[Request, Want]] = [
              clusters=(*FLEET, cluster("gpu-eu", labels={"region": "eu"})),
              footprint=C5_FOOTPRINT, cache="qwen-cache"),
          Want(placed=(), reason=NO_CLUSTER_IN_FOOTPRINT, message_has=("gpu-eu", "gpu-a, gpu-b"))),
+    Case("no-cluster-at-all-with-a-footprint", NO_CLUSTER_YET,
+         req(clusters=(), footprint=C5_FOOTPRINT, cache="qwen-cache"),
+         Want(placed=(), reason=NO_MATCHING_CLUSTERS, message_has=("footprint",))),
+    Case("selector-matches-nothing-with-a-footprint", NO_CLUSTER_YET,
+         req(selector=LabelSelector.parse({"matchLabels": {"gpu": "b200"}}, "s"),
+             clusters=FLEET, footprint=C5_FOOTPRINT, cache="qwen-cache"),
+         Want(placed=(), reason=NO_MATCHING_CLUSTERS, message_has=("gpu-a, gpu-b",))),
+    Case("no-cluster-at-all-with-an-empty-footprint", NO_CLUSTER_YET,
+         req(clusters=(), footprint={}, cache="qwen-cache"),
+         Want(placed=(), reason=NO_MATCHING_CLUSTERS)),
     Case("cache-without-hydrations-waits", "a cache with no hydration yet is waited for",
          req(clusters=FLEET, footprint={}, cache="c"),
          Want(placed=(), reason=WAITING_FOR_CACHE)),

@@ -38,7 +38,10 @@ REPLICAS_READY = "ReplicasReady"
 # ReplicasScheduled=False reasons.
 CACHE_NOT_FOUND = REASON_CACHE_NOT_FOUND  # the same word as the replica's gate reason
 WAITING_FOR_CACHE = "WaitingForCache"
+# clusterSelector matches InferenceClusters and none is in the cache's footprint.
 NO_CLUSTER_IN_FOOTPRINT = "NoClusterInCacheFootprint"
+# clusterSelector matches no InferenceCluster at all, with or without a cache (a wait:
+# clusters being re-created or relabelled come back).
 NO_MATCHING_CLUSTERS = "NoMatchingClusters"
 INSUFFICIENT_CAPACITY = "InsufficientCapacity"
 INVALID_DEVICE_SELECTOR = "InvalidDeviceSelector"
@@ -53,6 +56,8 @@ UNKNOWN_REPLICA = "UnknownReplica"
 HYDRATION_FAILED = REASON_HYDRATION_FAILED
 
 # Reasons no amount of waiting fixes (the ModelExperiment fails the run on them).
+# NO_MATCHING_CLUSTERS is not one: an InferenceCluster re-created or relabelled comes
+# back, and the experiment's own deadline bounds the wait.
 FATAL_SCHEDULING = frozenset({INVALID_DEVICE_SELECTOR, NO_CLUSTER_IN_FOOTPRINT, HYDRATION_FAILED})
 
 # ReplicasReady=True reason when every wanted replica serves but some serve an earlier

@@ -480,9 +480,21 @@ def _report(
 def _shortfall(
     req: Request, clusters: Mapping[str, Cluster], checked: Mapping[str, str]
 ) -> tuple[str, str]:
-    """The specific reason fewer replicas than wanted are placed, and what was checked."""
+    """The specific reason fewer replicas than wanted are placed, and what was checked.
+
+    A selector that matches no InferenceCluster is ``NoMatchingClusters`` with or without
+    a cache: clusters being re-created or relabelled come back, so it is a wait (review
+    16a: with a cache it read ``NoClusterInCacheFootprint``, which a ModelExperiment
+    takes as final). ``NoClusterInCacheFootprint`` only when the selector matches
+    clusters and none of them is in the cache's footprint."""
     selected = sorted(n for n, c in clusters.items() if req.selector.matches(c.labels))
     fp = req.footprint
+    if not selected:
+        detail = "no InferenceCluster matches clusterSelector"
+        if fp:
+            live = sorted(n for n, ph in fp.items() if ph != FAILED and n not in req.retained)
+            detail += f" (the footprint of ModelCache {req.cache} is {names(live) or 'empty'})"
+        return NO_MATCHING_CLUSTERS, detail
     if fp is not None:
         live = sorted(n for n, ph in fp.items() if ph != FAILED and n not in req.retained)
         if not fp:
@@ -496,14 +508,12 @@ def _shortfall(
             if failed and len(failed) == len([n for n in inside if n not in req.retained]):
                 return HYDRATION_FAILED, _failed_everywhere(req, failed)
             detail = (
-                f"clusterSelector matches {names(selected) or 'no cluster'}; the footprint of "
+                f"clusterSelector matches {names(selected)}; the footprint of "
                 f"ModelCache {req.cache} is {names(live) or 'empty'}"
             )
             if failed:
                 detail += f"; hydration Failed on {names(failed)}"
             return NO_CLUSTER_IN_FOOTPRINT, detail
-    elif not selected:
-        return NO_MATCHING_CLUSTERS, "no InferenceCluster matches clusterSelector"
     if not checked:
         return INSUFFICIENT_CAPACITY, "every eligible cluster is full"
     by_why: dict[str, list[str]] = {}
