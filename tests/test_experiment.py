@@ -2454,3 +2454,123 @@ def test_a_gauntlet_job_applied_after_all_is_evaluating_again(sim_factory, clock
     sim.reconcile()
     assert (sim.phase, sim.status["reason"]) == ("Evaluating", "Evaluating")
     assert [s_ for s_, _ in results(sim.rsp)] == ["Normal"]
+
+
+# ---- ArtifactGate on every path (review 16a F1, F2) -----------------------------------
+
+GATE = {"modelCacheRef": {"name": "qwen-cache"}}
+OWN_GATE = (
+    "review 16a F2: the function returns ArtifactGate on every call, the gate the admitted "
+    "run opened with (status.gate); one left out kept what a held edit wrote"
+)
+EVALUATED = "review 16a F1: a set gate is evaluated when the CronJob blocks, never 'not set'"
+
+
+def _gated(sim_factory: Any, *, ready: bool = True, cronjob_: bool = True) -> Sim:
+    phases = None if ready else {"gpu-a": "Ready", "gpu-b": "Hydrating"}
+    world = [inference_cluster(CLUSTER), cache(phases)] + ([cronjob()] if cronjob_ else [])
+    return sim_factory(spec(artifactGate=GATE), world)
+
+
+def _gate_passed(sim: Sim, clock: Clock) -> None:
+    sim.to_evaluating()
+    sim.job_finished(True, NOW + datetime.timedelta(minutes=5))
+    clock.advance(600)
+    sim.reconcile()
+    assert sim.phase == "Succeeded", sim.status
+
+
+def _gate_held_then_resumed(sim: Sim, clock: Clock) -> None:
+    sim.to_evaluating()
+    original = copy.deepcopy(sim.xr["spec"])
+    sim.xr["spec"] = copy.deepcopy(original)
+    sim.xr["spec"]["artifactGate"] = {"modelCacheRef": {"name": "qwen-cahce"}}
+    sim.xr["metadata"]["generation"] += 1
+    clock.advance(30)
+    sim.reconcile()
+    assert sim.phase == "Blocked"
+    assert sim.conditions()["ArtifactGate"]["status"] == "False"
+    sim.xr["spec"] = original
+    sim.xr["metadata"]["generation"] += 1
+    clock.advance(30)
+    sim.reconcile()
+    assert sim.phase == "Evaluating", sim.status
+
+
+def _gate_suspended(sim: Sim, clock: Clock) -> None:
+    sim.to_evaluating()
+    sim.update_spec(suspend=True)
+    clock.advance(30)
+    sim.reconcile()
+    assert sim.phase == "Suspended"
+
+
+def _gate_cronjob_removed(sim: Sim, clock: Clock) -> None:
+    sim.reconcile()
+    sim.reconcile()
+    sim.candidate_ready()
+    sim.remove("CronJob", "lm-eval")
+    clock.advance(30)
+    sim.reconcile()
+    assert (sim.phase, sim.status["reason"]) == ("Blocked", "TemplateNotFound")
+
+
+def _gate_invalid_mid_run(sim: Sim, clock: Clock) -> None:
+    sim.to_evaluating()
+    sim.validate = False  # this XR bypassed admission (the XRD rejects MODELS)
+    sim.xr["spec"]["gauntlet"]["env"].append({"name": "MODELS", "value": "chat=vllm"})
+    clock.advance(30)
+    sim.reconcile()
+    assert sim.status["reason"] == "InvalidSpec"
+
+
+GATE_PATHS: list[Case[Any, tuple[str, str]]] = [
+    Case("blocked-no-cronjob-cache-not-ready", EVALUATED,
+         (lambda f: _gated(f, ready=False, cronjob_=False), lambda s, c: s.reconcile()),
+         ("False", "ArtifactCacheNotReady")),
+    Case("blocked-no-cronjob-cache-ready", EVALUATED,
+         (lambda f: _gated(f, cronjob_=False), lambda s, c: s.reconcile()),
+         ("True", "ArtifactGateOpen")),
+    Case("blocked-cache-not-ready", "the gate as evaluated",
+         (lambda f: _gated(f, ready=False), lambda s, c: s.reconcile()),
+         ("False", "ArtifactCacheNotReady")),
+    Case("deploying", OWN_GATE, (_gated, lambda s, c: (s.reconcile(), s.reconcile())),
+         ("True", "ArtifactGateOpen")),
+    Case("evaluating", OWN_GATE, (_gated, lambda s, c: s.to_evaluating()),
+         ("True", "ArtifactGateOpen")),
+    Case("passed", OWN_GATE, (_gated, _gate_passed), ("True", "ArtifactGateOpen")),
+    Case("held-edit-reverted", OWN_GATE, (_gated, _gate_held_then_resumed),
+         ("True", "ArtifactGateOpen")),
+    Case("templateref-typo-held", EVALUATED + " (the hold path)",
+         (_gated, lambda s, c: (s.to_evaluating(), _typo(s), s.reconcile())),
+         ("True", "ArtifactGateOpen")),
+    Case("cronjob-removed-after-admission", OWN_GATE, (_gated, _gate_cronjob_removed),
+         ("True", "ArtifactGateOpen")),
+    Case("invalid-spec-mid-run", OWN_GATE, (_gated, _gate_invalid_mid_run),
+         ("True", "ArtifactGateOpen")),
+    Case("suspended", "not evaluated while suspended, and says so",
+         (_gated, _gate_suspended), ("Unknown", "ArtifactGateNotEvaluated")),
+    Case("ungated-passed", "a run admitted without a gate says so to the end",
+         (lambda f: f(), _gate_passed), ("True", "NoArtifactGate")),
+]  # fmt: skip
+
+
+@table(GATE_PATHS)
+def test_artifact_gate_is_returned_on_every_path(
+    sim_factory, clock: Clock, case: Case[Any, tuple[str, str]]
+) -> None:
+    make, steps = case.inputs
+    sim = make(sim_factory)
+    steps(sim, clock)
+    c = sim.conditions().get("ArtifactGate")
+    assert c is not None, (case.reason, sim.status.get("phase"))
+    assert (c["status"], c["reason"]) == case.want, (case.reason, c)
+    assert "not set" not in c["message"] or case.want[1] == "NoArtifactGate", c
+    if case.want == ("True", "ArtifactGateOpen"):
+        # The gated cache's, never an edit's since reverted.
+        assert "ml-team/qwen-cache " in c["message"], c
+    # A fixed point in an unchanged world.
+    before = (copy.deepcopy(sim.status), sim.conditions())
+    clock.advance(10)
+    sim.reconcile()
+    assert (sim.status, sim.conditions()) == before

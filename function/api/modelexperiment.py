@@ -412,10 +412,16 @@ GAUNTLET_NOT_SYNCED = "GauntletNotSynced"
 TEMPLATE_NOT_FOUND = "TemplateNotFound"
 TEMPLATE_INVALID = "TemplateInvalid"
 TEMPLATE_REASONS = frozenset({TEMPLATE_NOT_FOUND, TEMPLATE_INVALID})
-# The artifact gate's condition: True (ArtifactGateOpen, or GATE_NOT_SET without
-# spec.artifactGate) or False with the reason that closes it. Set whenever a spec is
-# admitted or held, so removing the gate clears a False left by an earlier one
-# (Crossplane keeps a condition type the function stops returning).
+# The artifact gate's condition, returned on every call (Crossplane keeps the last value
+# of a condition type the function stops returning, so one left out stays stale: a held
+# edit's False outlived the edit, review 16a). Before admission, and for a held edit, the
+# spec's gate as evaluated (even when its CronJob blocks first): True (ArtifactGateOpen,
+# or GATE_NOT_SET without spec.artifactGate) or False with the reason that closes it.
+# From admission on, the gate the run opened with (status.gate): True ArtifactGateOpen,
+# or GATE_NOT_SET for a run admitted without a gate. Unknown, GATE_NOT_EVALUATED, when
+# the gate is not evaluated (suspended, the ModelCache not resolved yet, an invalid spec);
+# the message says why.
 ARTIFACT_GATE = "ArtifactGate"
 GATE_OPEN = "ArtifactGateOpen"
 GATE_NOT_SET = "NoArtifactGate"
+GATE_NOT_EVALUATED = "ArtifactGateNotEvaluated"

@@ -6,6 +6,7 @@ import datetime
 from typing import Any
 
 from function.api.modelexperiment import (
+    ARTIFACT_GATE,
     FAILED,
     PASSED,
     RUNNABLE,
@@ -30,6 +31,7 @@ from function.composers.experiment.run import (
     decided_under_invalid_spec,
     decided_while_held,
     gate_condition,
+    run_gate_condition,
 )
 from function.composers.experiment.state import RunState, next_run
 from function.core import events, structs
@@ -108,6 +110,7 @@ class _Composer:
 
         if not self.advance(spec, h, st):  # held: the running run stays as it is
             out.status.update(st.to_status())
+            self.gate_condition(spec, st)
             out.ready = False
             return out
         self.prune_history(spec, st)
@@ -120,6 +123,7 @@ class _Composer:
             active(self, spec, st)
 
         out.status.update(st.to_status())
+        self.gate_condition(spec, st)
         self.keep_while_unresolved()
         phase = out.status.get("phase")
         last = st.verdict or (st.history[-1] if st.history else {})
@@ -194,6 +198,26 @@ class _Composer:
         out.condition(VERDICT, "Unknown", "Blocked", f"run {st.name} is held: {found.reason}")
         out.requeue_after(self.poll)
 
+    def gate_condition(self, spec: ExperimentSpec | None, st: RunState) -> None:
+        """``ArtifactGate`` on every call: unless this call evaluated the spec's gate
+        (admission, a held edit), the admitted run's gate or why it was not evaluated
+        (:func:`~function.composers.experiment.run.run_gate_condition`; ``spec`` None:
+        the spec is invalid). A type the function stops returning keeps its last value
+        in Crossplane (review 16a: a held edit's False outlived the edit)."""
+        out = self.out
+        if any(c.type == ARTIFACT_GATE for c in out.conditions):
+            return
+        if spec is None:
+            gated, why = None, "the spec is invalid"
+        elif spec.artifactGate is None:
+            gated, why = False, ""
+        elif spec.suspend:
+            gated, why = True, "spec.suspend is true; it is evaluated when a run is admitted"
+        else:
+            ref = f"{self.inputs.namespace}/{spec.artifactGate.modelCacheRef.name}"
+            gated, why = True, f"waiting for Crossplane to resolve ModelCache {ref}"
+        run_gate_condition(out, st, self.inputs.namespace, gated, why)
+
     def prune_history(self, spec: ExperimentSpec, st: RunState) -> None:
         """Earlier runs: at most historyLimit records; a dropped record takes its Job."""
         out = self.out
@@ -243,6 +267,7 @@ class _Composer:
             )
         else:
             out.condition(VERDICT, "Unknown", "InvalidSpec", "no run while the spec is invalid")
+        self.gate_condition(None, st)
         if st.number:
             out.status.update(st.to_status())
         out.ready = False
@@ -420,7 +445,7 @@ def compose(inputs: Inputs) -> Outcome:
         (``gauntlet-r<N>``) of the current run, evidence Jobs of retained runs;
         status ``phase``, ``reason``, ``run``, ``runNumber``, ``runGeneration``,
         ``specHash``, ``candidate``, ``gauntlet``, ``gate``, ``verdict``,
-        ``nextRunAt``, ``history[]``; conditions ``Runnable``, ``Verdict`` and, with
-        an artifact gate, ``ArtifactGate``.
+        ``nextRunAt``, ``history[]``; conditions ``Runnable``, ``Verdict`` and
+        ``ArtifactGate`` (all three on every call).
     """
     return _Composer(inputs).compose()

@@ -20,6 +20,7 @@ from function.api.modelexperiment import (
     CANDIDATE_FAILED,
     CANDIDATE_LOST,
     FAILED,
+    GATE_NOT_EVALUATED,
     GATE_NOT_SET,
     GATE_OPEN,
     GAUNTLET_NOT_SYNCED,
@@ -140,12 +141,13 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
         c.waiting(st, "waiting for Crossplane to resolve the CronJob and the ModelCache")
         return False
     assert isinstance(found, Admission)
-    gate_condition(c.out, found)
     if found.reason is not None:
+        gate_condition(c.out, found)
         c.blocked(st, found.reason, found.message)
         return False
     if found.gate is not None:
         st.gate = found.gate.record
+    # ArtifactGate is then the admitted run's (compose's run_gate_condition, every call).
     deadline = c.now + datetime.timedelta(seconds=spec.timeout_seconds)
     st.candidate = {
         "name": st.name,
@@ -155,32 +157,78 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     return True
 
 
+_NOT_SET = "spec.artifactGate is not set: no artifact evidence is required"
+
+
 def gate_condition(out: Outcome, found: Admission) -> None:
-    """``ArtifactGate`` for what admitting a spec found: True ``ArtifactGateOpen``,
-    False with the gate's reason, or, without ``spec.artifactGate``, True
-    ``NoArtifactGate`` (a False left by a gate since removed is cleared: Crossplane
-    keeps the last value of a condition type the function no longer returns)."""
+    """``ArtifactGate`` for what admitting a spec found (a run not admitted yet, or an
+    edit held): the gate as evaluated, True ``ArtifactGateOpen`` or False with the
+    gate's reason, even when the CronJob blocks the run first; without
+    ``spec.artifactGate``, True ``NoArtifactGate`` (a False left by a gate since removed
+    is cleared: Crossplane keeps the last value of a condition type the function no
+    longer returns)."""
     if found.gate is None:
-        out.condition(
-            ARTIFACT_GATE,
-            "True",
-            GATE_NOT_SET,
-            "spec.artifactGate is not set: no artifact evidence is required",
-        )
+        out.condition(ARTIFACT_GATE, "True", GATE_NOT_SET, _NOT_SET)
         return
-    opened = found.reason is None
+    gate = found.gate
     out.condition(
         ARTIFACT_GATE,
-        "True" if opened else "False",
-        found.reason or GATE_OPEN,
-        found.message,
+        "True" if gate.reason is None else "False",
+        gate.reason or GATE_OPEN,
+        gate.message,
+    )
+
+
+def run_gate_condition(
+    out: Outcome, st: RunState, namespace: str, gated: bool | None, why_not: str
+) -> None:
+    """``ArtifactGate`` of a call that does not evaluate the spec's gate.
+
+    Args:
+        out: Where the condition is written.
+        st: The run; admitted when ``st.candidate.createdAt`` is set.
+        namespace: The experiment's (and the gated ModelCache's) namespace.
+        gated: Whether the spec has ``spec.artifactGate``; None when the spec is invalid.
+        why_not: Why the gate is not evaluated in this call (the Unknown's message).
+
+    An admitted run (its verdict too) says the gate it opened with, from ``status.gate``
+    (``{cache, uid, generation, commit?, digest?}``): True ``ArtifactGateOpen``, or True
+    ``NoArtifactGate`` for a run admitted without one, so nothing a held edit or an
+    earlier run wrote outlives it. Otherwise (suspended, the ModelCache not resolved yet,
+    an invalid spec, or a record unreadable) Unknown ``ArtifactGateNotEvaluated`` naming
+    why, and True ``NoArtifactGate`` for a spec without a gate. Messages carry no time,
+    so an unchanged world writes the same condition.
+    """
+    admitted = bool(st.candidate.get("createdAt"))
+    gate = st.gate
+    if admitted and gate.get("cache"):
+        msg = (
+            f"run {st.name} was admitted with its artifact gate open: ModelCache "
+            f"{namespace}/{gate['cache']} generation {gate.get('generation', 0)}"
+        )
+        for key in ("commit", "digest"):
+            if gate.get(key):
+                msg += f", {key} {gate[key]}"
+        out.condition(ARTIFACT_GATE, "True", GATE_OPEN, msg)
+        return
+    if gated is False:
+        out.condition(ARTIFACT_GATE, "True", GATE_NOT_SET, _NOT_SET)
+        return
+    if admitted and gated:
+        why_not = f"status.gate does not record the gate run {st.name} was admitted with"
+    out.condition(
+        ARTIFACT_GATE,
+        "Unknown",
+        GATE_NOT_EVALUATED,
+        f"the artifact gate was not evaluated: {why_not}",
     )
 
 
 @dataclass(frozen=True)
 class Admission:
     """What admitting a spec found: it can start (``reason`` None), or the reason and
-    message that block it; ``gate`` is the artifact gate's decision (None without one)."""
+    message that block it; ``gate`` is the artifact gate's decision (None without
+    ``spec.artifactGate``; evaluated also when the CronJob blocks first)."""
 
     reason: str | None = None
     message: str = ""
@@ -211,18 +259,23 @@ def admission(c: _Composer, spec: ExperimentSpec) -> Admission | object:
     if tmpl is UNRESOLVED or cache is UNRESOLVED:
         return UNRESOLVED
     assert isinstance(tmpl, Resolved)
+    # The gate is evaluated whatever the CronJob: its condition says the gate's state,
+    # never "not set" for a set gate (review 16a: a missing CronJob reported a closed
+    # gate as True NoArtifactGate).
+    gate: Gate | None = None
+    if spec.artifactGate is not None:
+        assert isinstance(cache, Resolved)
+        gate = evaluate_gate(spec, inputs.namespace, cache.items[0] if cache.items else None)
     ref = f"CronJob {inputs.namespace}/{spec.gauntlet.templateRef.name} (spec.gauntlet.templateRef)"
     if not tmpl.items:
-        return Admission(TEMPLATE_NOT_FOUND, f"{ref} not found")
+        return Admission(TEMPLATE_NOT_FOUND, f"{ref} not found", gate)
     problem = cronjob_problem(tmpl.items[0]) or env_copies_problem(
         tmpl.items[0], spec.gauntlet.sorted_env(), "spec.gauntlet.env"
     )
     if problem:
-        return Admission(TEMPLATE_INVALID, f"{ref}: {problem}")
-    if spec.artifactGate is None:
+        return Admission(TEMPLATE_INVALID, f"{ref}: {problem}", gate)
+    if gate is None:
         return Admission()
-    assert isinstance(cache, Resolved)
-    gate = evaluate_gate(spec, inputs.namespace, cache.items[0] if cache.items else None)
     return Admission(gate.reason, gate.message, gate)
 
 
