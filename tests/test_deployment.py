@@ -1165,6 +1165,39 @@ def test_a_value_every_replica_would_refuse_is_fatal_naming_it(
     assert f"{field}: must be a Kubernetes quantity greater than zero" in msg, msg
 
 
+# Deployment-level tolerations the XRD admits and the workload cluster's API server
+# refuses in every pod the function adds them to (review 16b F4): refused by the
+# deployment, naming the field, the replicas kept.
+TOLERATION_FAULTS = [
+    ("a key that is no qualified name", {"key": "bad key!", "operator": "Exists"},
+     "spec.template.spec.tolerations[0].key"),
+    ("a key of 5,000 characters", {"key": "k" * 5000, "operator": "Exists"},
+     "spec.template.spec.tolerations[0].key"),
+    ("a key with two slashes", {"key": "a/b/c", "operator": "Exists"},
+     "spec.template.spec.tolerations[0].key"),
+    ("a value that is no label value", {"key": "gpu", "operator": "Equal", "value": "a b"},
+     "spec.template.spec.tolerations[0].value"),
+    ("a value of 64 characters", {"key": "gpu", "operator": "Equal", "value": "v" * 64},
+     "spec.template.spec.tolerations[0].value"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("toleration", "field"), [pytest.param(t, f, id=i) for i, t, f in TOLERATION_FAULTS]
+)
+def test_a_toleration_every_pod_would_refuse_is_fatal_naming_it(
+    toleration: dict[str, Any], field: str
+) -> None:
+    first = drive(deployment(1), world())
+    edited = deployment(1)
+    edited["spec"]["template"]["spec"]["tolerations"] = [toleration]
+    validate_xr(edited)  # the XRD admits it: only the function can refuse it
+    rsp, _ = h.drive(h.run, edited, observe(first), world())
+    (msg,) = h.fatal(rsp)
+    assert f"{field}: " in msg and "API server refuses it" in msg, msg
+    assert len(msg) < 800, len(msg)  # an excerpt of the value, never all of it
+
+
 def test_cache_reference_removed_while_replicas_hydrate_names_no_none() -> None:
     """Found by a trial: with ``modelCacheRef`` removed while the observed replicas still
     reported Hydrating, ReplicasReady said "waiting for ModelCache None"."""

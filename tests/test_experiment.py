@@ -1291,6 +1291,17 @@ INVALID_SPECS: list[Case[Any, str]] = [
     Case("flash-loader tmpfs of zero", "the candidate's replicas would refuse it",
          lambda s: s["candidate"].update(flashLoader={"tmpfsSizeLimit": "0"}),
          "spec.candidate.flashLoader.tmpfsSizeLimit"),
+    # Review 16b F4: tolerations the candidate's replicas add to every pod, which the
+    # workload cluster's API server refuses.
+    Case("a candidate toleration key that is no qualified name",
+         "the candidate's pods would be refused",
+         lambda s: s["candidate"].update(tolerations=[{"key": "bad key!", "operator": "Exists"}]),
+         "spec.candidate.tolerations[0].key"),
+    Case("a candidate toleration operator Kubernetes 1.34 does not have",
+         "the candidate's pods would be refused (Lt is 1.35's, behind a gate)",
+         lambda s: s["candidate"].update(
+             tolerations=[{"key": "gpu", "operator": "Lt", "value": "3"}]),
+         "spec.candidate.tolerations[0].operator"),
 ]  # fmt: skip
 
 

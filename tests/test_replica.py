@@ -23,6 +23,7 @@ from function.manifests import workloads as wl
 from function.ops.settings import Settings
 from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
 from tests.support import harness as h
+from tests.support.fixtures import POD_API_FAULTS, put_fault
 from tests.support.replica_fixtures import (
     CACHE,
     MODEL_DIR,
@@ -591,6 +592,14 @@ INVALID: list[Case[Any, str]] = [
          f"{M0}.nodeSelector.devices[0].selectors"),
     Case("a number among the args", "container args are strings (Kubernetes)",
          _edit("container", args=["--x", 5]), f"{M0}.template.spec.containers[0].args[1]"),
+    # Review 16b F4: tolerations the replica adds to every pod, which the workload
+    # cluster's API server refuses (ValidateTolerations).
+    Case("a toleration key that is no qualified name", "a toleration key is a qualified name",
+         lambda s: s["tolerations"][0].update(key="bad key!"), "spec.tolerations[0].key"),
+    Case("a toleration value of 64 characters", "an Equal toleration's value is a label value",
+         lambda s: s["tolerations"][0].update(value="v" * 64), "spec.tolerations[0].value"),
+    Case("tolerationSeconds without NoExecute", "tolerationSeconds needs effect NoExecute",
+         lambda s: s["tolerations"][0].update(tolerationSeconds=30), "spec.tolerations[0].effect"),
 ]  # fmt: skip
 
 
@@ -600,6 +609,28 @@ def test_invalid_spec_is_fatal_naming_the_field(case: Case[Any, str]):
     case.inputs(spec)
     [msg] = h.fatal(run(spec, ready_required()))
     assert case.want in msg, case.reason
+
+
+# What the workload cluster's API server refuses in a member's pod template
+# (POD_API_FAULTS; review 16b F4): the replica refuses it too, naming the field, with a
+# fatal result (Crossplane applies nothing: its workload stays as it is).
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [pytest.param(p, v, f, id=i) for i, p, v, f in POD_API_FAULTS],
+)
+def test_a_pod_template_the_api_server_refuses_is_fatal_naming_it(
+    path: tuple[Any, ...], value: Any, field: str
+) -> None:
+    spec = single_spec()
+    put_fault(spec["engines"][0]["members"][0]["template"], path, value)
+    observed = {"service": {"apiVersion": "v1", "kind": "Object", "metadata": {"name": "x"}}}
+    rsp = run(spec, ready_required(), observed=observed)
+    [msg] = h.fatal(rsp)
+    assert f"{M0}.{field}: " in msg, msg
+    assert "API server refuses it" in msg and len(msg) < 800, msg
+    assert h.desired(rsp) == {}
 
 
 # ---- flash loader and /dev/shm --------------------------------------------------------

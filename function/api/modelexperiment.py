@@ -54,6 +54,7 @@ from function.api.fields import Ref, WholeInt
 from function.api.modelreplica import Engine, NodeSelector
 from function.core.errors import SpecError, pydantic_errors, quoted
 from function.core.timeutil import parse_duration
+from function.manifests.podrules import check_tolerations
 from function.manifests.workloads import ENGINE_CONTAINER, check_template
 from function.scheduling.selectors import LabelSelector
 from function.serving.env import (
@@ -329,6 +330,7 @@ def parse_spec(spec: dict[str, Any]) -> ExperimentSpec:
     if parsed.candidate.clusterSelector is not None:
         LabelSelector.parse(parsed.candidate.clusterSelector, "spec.candidate.clusterSelector")
     check_level(parsed.candidate.flashLoader, parsed.candidate.shmSizeLimit, "spec.candidate")
+    check_tolerations(parsed.candidate.tolerations, "spec.candidate.tolerations")
     for ei, engine in enumerate(parsed.candidate.engines):
         for mi, member in enumerate(engine.members):
             # What the candidate's replicas would refuse, said here where it was written.

@@ -37,6 +37,7 @@ from typing import Any
 
 from function.core import structs
 from function.core.errors import SpecError
+from function.manifests.podrules import check_pod_rules
 from function.manifests.tenancy import check_pod_access
 from function.naming import LABEL_SERVING, LABEL_WORKLOAD
 from function.serving.env import (
@@ -238,7 +239,9 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
 
     Raises:
         SpecError: a missing ``engine`` container, a user env entry that sets a
-            reserved name, or a user volume or mount that collides with ours.
+            reserved name, a user volume or mount that collides with ours, or what the
+            workload cluster's API server refuses in the template
+            (:func:`function.manifests.podrules.check_pod_rules`).
     """
     idx = engine_index(template, field_path)
     t = clone(template)
@@ -246,6 +249,7 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
     engine = spec["containers"][idx]
     cpath = f"{field_path}.spec.containers[{idx}]"
     _check_user_parts(t, engine, field_path, cpath)
+    check_pod_rules(t, field_path, _OWN_VOLUMES)
     _add_labels(t, plan)
     _add_scheduling(spec, plan)
     _add_volumes(spec, engine, plan)
@@ -263,7 +267,10 @@ def pod_template(template: dict[str, Any], plan: PodPlan, field_path: str) -> di
 def check_template(template: dict[str, Any], field_path: str) -> None:
     """Refuse what :func:`pod_template` would refuse in a member's pod template: no
     ``engine`` container, a part it merges into of the wrong type, a volume or mount of
-    the function's own, and a reserved env name in any container (init containers too).
+    the function's own, a reserved env name in any container (init containers too), and
+    what the workload cluster's API server refuses in it
+    (:func:`function.manifests.podrules.check_pod_rules`: names, label keys and values,
+    duplicate volumes or mount paths).
     For the kinds that write member templates (ModelDeployment, ModelExperiment's
     candidate), so the error names the field where the user wrote it instead of failing
     every replica composed from it.
@@ -284,6 +291,7 @@ def check_template(template: dict[str, Any], field_path: str) -> None:
         for i, c in enumerate(containers if isinstance(containers, list) else []):
             if isinstance(c, dict) and c is not engine:  # the engine's: checked above
                 check_reserved(c.get("env"), f"{field_path}.spec.{group}[{i}].env")
+    check_pod_rules(template, field_path, _OWN_VOLUMES)
 
 
 def _check_user_parts(

@@ -182,7 +182,12 @@ POD_ACCESS_FAULTS = [
 
 def put_fault(pod_template: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
     """Write a fault row's ``value`` at ``path`` in a pod template (in place): inside its
-    ``spec``, or, for a path starting ``metadata``, in the template itself."""
+    ``spec``, or, for a path starting ``metadata``, in the template itself. A row that
+    writes several fields has a tuple of paths and a tuple of values, written in order."""
+    if path and isinstance(path[0], tuple):
+        for one, v in zip(path, value, strict=True):
+            put_fault(pod_template, one, v)
+        return
     target: Any = pod_template if path[0] == "metadata" else pod_template["spec"]
     for key in path[:-1]:
         if isinstance(key, str) and key not in target:
@@ -198,6 +203,90 @@ def put_fault(pod_template: dict[str, Any], path: tuple[Any, ...], value: Any) -
 # ``resources.claims: "gpu"`` passed the deployment and failed every replica as an
 # internal error; a volume or mount of the function's own
 # passed and failed every replica.
+# What the workload cluster's API server refuses in a member's pod template
+# (function.manifests.podrules; k8s.io/kubernetes/pkg/apis/core/validation, Kubernetes
+# 1.34), in POD_TEMPLATE_FAULTS' shape. Found by a review (16b F4): each passed the
+# ModelDeployment and its ModelReplica, and the replica sat in Starting until
+# provider-kubernetes reported the remote apply error, naming no field.
+_LONG = "a" * 5000
+_VOL = ("volumes",)
+_MOUNTS = ("containers", 0, "volumeMounts")
+POD_API_FAULTS = [
+    ("a volume name that is no DNS label", (_VOL, _MOUNTS),
+     ([{"name": "Bad_Name", "emptyDir": {}}], [{"name": "Bad_Name", "mountPath": "/x"}]),
+     "template.spec.volumes[0].name"),
+    ("a volume name of 64 characters", _VOL, [{"name": "v" * 64, "emptyDir": {}}],
+     "template.spec.volumes[0].name"),
+    ("a volume name of 5,000 characters", (_VOL, _MOUNTS),
+     ([{"name": _LONG, "emptyDir": {}}], [{"name": _LONG, "mountPath": "/x"}]),
+     "template.spec.volumes[0].name"),
+    ("two volumes of one name", _VOL,
+     [{"name": "v", "emptyDir": {}}, {"name": "v", "emptyDir": {}}],
+     "template.spec.volumes[1].name"),
+    ("a volume without a source", _VOL, [{"name": "v"}], "template.spec.volumes[0]"),
+    ("a mount of no volume", _MOUNTS, [{"name": "nowhere", "mountPath": "/x"}],
+     "template.spec.containers[0].volumeMounts[0].name"),
+    ("two mounts at one path", (_VOL, _MOUNTS),
+     ([{"name": "v", "emptyDir": {}}, {"name": "w", "emptyDir": {}}],
+      [{"name": "v", "mountPath": "/x"}, {"name": "w", "mountPath": "/x"}]),
+     "template.spec.containers[0].volumeMounts[1].mountPath"),
+    ("a serviceAccountName of 5,000 characters", ("serviceAccountName",), _LONG,
+     "template.spec.serviceAccountName"),
+    ("a serviceAccountName with capitals", ("serviceAccountName",), "Runner",
+     "template.spec.serviceAccountName"),
+    ("a toleration key that is no qualified name", ("tolerations",),
+     [{"key": "bad key!", "operator": "Exists"}], "template.spec.tolerations[0].key"),
+    ("a toleration key of 5,000 characters", ("tolerations",),
+     [{"key": _LONG, "operator": "Exists"}], "template.spec.tolerations[0].key"),
+    ("a toleration of no key with Equal", ("tolerations",), [{"operator": "Equal", "value": "x"}],
+     "template.spec.tolerations[0].operator"),
+    ("tolerationSeconds without NoExecute", ("tolerations",),
+     [{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}],
+     "template.spec.tolerations[0].effect"),
+    ("a toleration value that is no label value", ("tolerations",),
+     [{"key": "k", "operator": "Equal", "value": "a b"}], "template.spec.tolerations[0].value"),
+    ("an init container name that is no DNS label", ("initContainers",),
+     [{"name": "Init", "image": "busybox"}], "template.spec.initContainers[0].name"),
+    ("an init container named like the engine", ("initContainers",),
+     [{"name": "engine", "image": "busybox"}], "template.spec.initContainers[0].name"),
+    ("an init container without an image", ("initContainers",), [{"name": "init"}],
+     "template.spec.initContainers[0].image"),
+    ("an image with a trailing space", ("containers", 0, "image"), "vllm/vllm-openai:v0.9.2 ",
+     "template.spec.containers[0].image"),
+    ("an env name with '='", ("containers", 0, "env"), [{"name": "A=B", "value": "1"}],
+     "template.spec.containers[0].env[0].name"),
+    ("an env name outside ASCII", ("containers", 0, "env"), [{"name": "MODÈLE", "value": "1"}],
+     "template.spec.containers[0].env[0].name"),
+    ("an envFrom prefix with '='", ("containers", 0, "envFrom"),
+     [{"prefix": "A=", "configMapRef": {"name": "c"}}],
+     "template.spec.containers[0].envFrom[0].prefix"),
+    ("a port name with capitals", ("containers", 0, "ports"),
+     [{"name": "HTTP", "containerPort": 80}],
+     "template.spec.containers[0].ports[0].name"),
+    ("a port name of 16 characters", ("containers", 0, "ports"),
+     [{"name": "p" * 16, "containerPort": 80}], "template.spec.containers[0].ports[0].name"),
+    ("a port name of digits only", ("containers", 0, "ports"),
+     [{"name": "8080", "containerPort": 80}],
+     "template.spec.containers[0].ports[0].name"),
+    ("a port name with '--'", ("containers", 0, "ports"), [{"name": "a--b", "containerPort": 80}],
+     "template.spec.containers[0].ports[0].name"),
+    ("two ports of one name", ("containers", 0, "ports"),
+     [{"name": "http", "containerPort": 80}, {"name": "http", "containerPort": 81}],
+     "template.spec.containers[0].ports[1].name"),
+    ("a pod label key that is no qualified name", ("metadata", "labels"), {"bad key!": "x"},
+     "template.metadata.labels[bad key!]"),
+    ("a pod label value of 64 characters", ("metadata", "labels"), {"team": "t" * 64},
+     "template.metadata.labels[team]"),
+    ("an annotation key that is no qualified name", ("metadata", "annotations"), {"a/b/c": "x"},
+     "template.metadata.annotations[a/b/c]"),
+    ("annotations past 256 KiB", ("metadata", "annotations"),
+     {f"k{i}": "v" * 8192 for i in range(32)}, "template.metadata.annotations"),
+    ("a nodeSelector key that is no qualified name", ("nodeSelector",), {"-gpu": "h100"},
+     "template.spec.nodeSelector[-gpu]"),
+    ("a hostname that is no DNS label", ("hostname",), "Host_1", "template.spec.hostname"),
+]  # fmt: skip
+
+
 POD_TEMPLATE_FAULTS = [
     ("claims a string", ("containers", 0, "resources"), {"claims": "gpu"},
      "template.spec.containers[0].resources.claims"),
@@ -218,4 +307,5 @@ POD_TEMPLATE_FAULTS = [
      "template.spec.initContainers[0].env[0].name"),
     ("no engine container", ("containers", 0, "name"), "server", "template.spec.containers"),
     *POD_ACCESS_FAULTS,
+    *POD_API_FAULTS,
 ]  # fmt: skip

@@ -16,6 +16,7 @@ from function.core import structs
 from function.core.errors import SpecError, pydantic_errors
 from function.core.inputs import Inputs
 from function.core.memo import memo
+from function.manifests.podrules import check_tolerations
 from function.manifests.workloads import check_template
 from function.scheduling.devices import (
     DeviceRequest,
@@ -106,6 +107,10 @@ def _validate(raw: dict[str, Any]) -> tuple[DeploymentSpec, LabelSelector]:
         raise pydantic_errors("spec", err) from None
     ts = spec.template.spec
     selector = LabelSelector.parse(ts.clusterSelector or {}, "spec.template.spec.clusterSelector")
+    check_tolerations(
+        (raw.get("template") or {}).get("spec", {}).get("tolerations"),
+        "spec.template.spec.tolerations",
+    )
     for ei, e in enumerate(ts.engines):
         f = f"spec.template.spec.engines[{ei}]"
         _check_roles(ts, e, f)

@@ -12,15 +12,19 @@ from function.api.modelreplica import ReplicaEngine as Engine
 from function.api.modelreplica import ReplicaMember as Member
 from function.core.errors import SpecError, quoted
 from function.manifests import workloads as wl
+from function.manifests.podrules import check_tolerations
 
 
 def parse_spec(spec: dict[str, Any]) -> ModelReplicaSpec:
-    """Validate the replica's spec and the shape of each engine.
+    """Validate the replica's spec, its tolerations as the workload cluster's API server
+    would (:func:`function.manifests.podrules.check_tolerations`: the replica adds them to
+    every pod), and the shape of each engine.
 
     Raises:
         SpecError: naming the first invalid field.
     """
     parsed = parse(spec)
+    check_tolerations(parsed.tolerations, "spec.tolerations")
     seen: set[str] = set()
     for ei, engine in enumerate(parsed.engines):
         if engine.name in seen:

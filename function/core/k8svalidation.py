@@ -1,0 +1,147 @@
+"""Kubernetes' syntax rules for names, label keys and values, in one place.
+
+Each rule is the one the API server applies, as written in Kubernetes 1.34 (the oldest
+workload cluster the README supports; none of these rules is relaxed in later releases):
+
+- ``k8s.io/apimachinery/pkg/util/validation`` (``IsDNS1123Label``,
+  ``IsDNS1123Subdomain``, ``IsValidPortName``, ``IsRelaxedEnvVarName``) and
+  ``k8s.io/apimachinery/pkg/api/validate/content`` (``IsLabelKey``, the qualified name
+  that ``IsQualifiedName`` is, and ``IsLabelValue``);
+- ``k8s.io/apimachinery/pkg/api/validation`` (``ValidateAnnotations``: a qualified name
+  once lowercased, :data:`ANNOTATIONS_MAX_BYTES` in all).
+
+Environment variable names follow ``IsRelaxedEnvVarName``: the
+``RelaxedEnvironmentVariableValidation`` feature gate is on by default from 1.32 and GA,
+locked on, from 1.34 (``pkg/features/kube_features.go``), so a 1.34 API server takes
+any non-empty name of printable ASCII characters other than ``=``.
+
+Each ``*_problem`` function returns None for a valid value, else what the value must
+be, as a sentence fragment without the value (the caller names the field and quotes a
+bounded excerpt: :func:`function.core.errors.excerpt`). Lengths are counted in bytes,
+as Go's ``len`` does; the patterns admit ASCII only, so that is characters too. The
+patterns are whole-string (``^...\\Z``: Python's ``$`` would also match before a final
+newline), for ``match`` and ``fullmatch`` alike.
+"""
+
+from __future__ import annotations
+
+import re
+
+DNS1123_LABEL_MAX = 63
+DNS1123_SUBDOMAIN_MAX = 253
+LABEL_VALUE_MAX = 63
+QUALIFIED_NAME_MAX = 63  # the name part of a qualified name; its prefix is a subdomain
+PORT_NAME_MAX = 15
+ANNOTATIONS_MAX_BYTES = 256 * 1024  # apimachinery TotalAnnotationSizeLimitB
+
+_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1123_LABEL = re.compile(rf"^{_LABEL}\Z")
+DNS1123_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*\Z")
+QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+_PORT_NAME_CHARS = re.compile(r"^[-a-z0-9]+\Z")
+
+DNS1123_LABEL_RULE = (
+    f"a DNS-1123 label: at most {DNS1123_LABEL_MAX} characters of lowercase letters, "
+    "digits and '-', starting and ending with a letter or digit"
+)
+DNS1123_SUBDOMAIN_RULE = (
+    f"a DNS-1123 subdomain: at most {DNS1123_SUBDOMAIN_MAX} characters of lowercase "
+    "letters, digits, '-' and '.', each part between dots starting and ending with a "
+    "letter or digit"
+)
+QUALIFIED_NAME_RULE = (
+    "a qualified name: an optional DNS-1123 subdomain prefix of at most "
+    f"{DNS1123_SUBDOMAIN_MAX} characters and '/', then a name of at most "
+    f"{QUALIFIED_NAME_MAX} characters of letters, digits, '-', '_' and '.', starting and "
+    "ending with a letter or digit (for example example.com/my-key)"
+)
+LABEL_VALUE_RULE = (
+    f"a label value: empty, or at most {LABEL_VALUE_MAX} characters of letters, digits, "
+    "'-', '_' and '.', starting and ending with a letter or digit"
+)
+PORT_NAME_RULE = (
+    f"an IANA service name: at most {PORT_NAME_MAX} characters of lowercase letters, "
+    "digits and '-', with at least one letter, no '--' and no '-' at either end (for "
+    "example http)"
+)
+ENV_NAME_RULE = (
+    "an environment variable name: one or more printable ASCII characters other than '='"
+)
+
+
+def dns1123_label_problem(value: str) -> str | None:
+    """``IsDNS1123Label``: None, or :data:`DNS1123_LABEL_RULE`."""
+    if len(value) <= DNS1123_LABEL_MAX and DNS1123_LABEL.match(value):
+        return None
+    return f"must be {DNS1123_LABEL_RULE}"
+
+
+def dns1123_subdomain_problem(value: str) -> str | None:
+    """``IsDNS1123Subdomain``: None, or :data:`DNS1123_SUBDOMAIN_RULE`."""
+    if len(value) <= DNS1123_SUBDOMAIN_MAX and DNS1123_SUBDOMAIN.match(value):
+        return None
+    return f"must be {DNS1123_SUBDOMAIN_RULE}"
+
+
+def qualified_name_problem(value: str) -> str | None:
+    """``IsQualifiedName`` (a label key, a toleration key): None, or
+    :data:`QUALIFIED_NAME_RULE`. ``prefix/name``: the prefix (before the only ``/``) a
+    non-empty DNS-1123 subdomain, the name non-empty, at most :data:`QUALIFIED_NAME_MAX`
+    characters matching :data:`QUALIFIED_NAME_PART`."""
+    parts = value.split("/")
+    if len(parts) == 1:
+        name = value
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix or dns1123_subdomain_problem(prefix):
+            return f"must be {QUALIFIED_NAME_RULE}"
+    else:
+        return f"must be {QUALIFIED_NAME_RULE}"
+    if len(name) > QUALIFIED_NAME_MAX or not QUALIFIED_NAME_PART.match(name):
+        return f"must be {QUALIFIED_NAME_RULE}"
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """``IsValidLabelValue``: None, or :data:`LABEL_VALUE_RULE`."""
+    if len(value) <= LABEL_VALUE_MAX and LABEL_VALUE.match(value):
+        return None
+    return f"must be {LABEL_VALUE_RULE}"
+
+
+def port_name_problem(value: str) -> str | None:
+    """``IsValidPortName`` (``IANA_SVC_NAME``, RFC 6335, lowercase only): None, or
+    :data:`PORT_NAME_RULE`."""
+    if (
+        len(value) <= PORT_NAME_MAX
+        and _PORT_NAME_CHARS.match(value)
+        and any("a" <= c <= "z" for c in value)
+        and "--" not in value
+        and not value.startswith("-")
+        and not value.endswith("-")
+    ):
+        return None
+    return f"must be {PORT_NAME_RULE}"
+
+
+def env_name_problem(value: str) -> str | None:
+    """``IsRelaxedEnvVarName`` (Kubernetes 1.34's rule for ``env[].name`` and
+    ``envFrom[].prefix``): None, or :data:`ENV_NAME_RULE`. Printable ASCII is
+    ``' '`` to ``'~'`` (Go's ``unicode.IsPrint`` below 128)."""
+    if value and all(" " <= c <= "~" and c != "=" for c in value):
+        return None
+    return f"must be {ENV_NAME_RULE}"
+
+
+def annotations_bytes(annotations: dict[str, str]) -> int:
+    """What ``ValidateAnnotationsSize`` adds up: every key's and value's UTF-8 bytes."""
+    return sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+
+
+def suggest_label(value: str, fallback: str = "my-name") -> str:
+    """A DNS-1123 label close to ``value`` for a message to offer: lowercased, every run
+    of other characters folded to ``-``, cut to :data:`DNS1123_LABEL_MAX`; ``fallback``
+    when nothing is left."""
+    folded = re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-")
+    return folded[:DNS1123_LABEL_MAX].rstrip("-") or fallback

@@ -1,0 +1,242 @@
+"""Kubernetes' name rules (``function.core.k8svalidation``) at their limits, and what the
+workload cluster's API server refuses in a member's pod template
+(``function.manifests.podrules``): a template at every limit still composes, from the
+ModelDeployment to the Deployment manifest in its replica's Object, and a refusal
+quotes a bounded excerpt of the value.
+
+The refusals themselves, per kind, are ``tests.support.fixtures.POD_API_FAULTS`` (run
+by ``test_deployment``, ``test_experiment`` and ``test_replica``). Review 16b F4.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from function.core import k8svalidation as k8s
+from function.core.errors import SpecError, excerpt
+from function.manifests.podrules import check_pod_rules, check_tolerations
+from tests.support import harness as h
+from tests.test_deployment import deployment, engine, ic
+
+SUB_253 = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])  # 253 characters
+NAME_63 = "n" * 63
+KEY_AT_LIMIT = f"{SUB_253}/{'k' * 63}"
+
+Rule = Callable[[str], "str | None"]
+RULES: list[tuple[str, Rule, str, bool]] = [
+    # DNS-1123 label (IsDNS1123Label)
+    ("label of 63", k8s.dns1123_label_problem, "a" * 63, True),
+    ("label of 64", k8s.dns1123_label_problem, "a" * 64, False),
+    ("label with a dot", k8s.dns1123_label_problem, "a.b", False),
+    ("label with capitals", k8s.dns1123_label_problem, "Abc", False),
+    ("label ending in '-'", k8s.dns1123_label_problem, "abc-", False),
+    ("label of one digit", k8s.dns1123_label_problem, "0", True),
+    ("empty label", k8s.dns1123_label_problem, "", False),
+    ("label and a newline", k8s.dns1123_label_problem, "abc\n", False),
+    # DNS-1123 subdomain (IsDNS1123Subdomain)
+    ("subdomain of 253", k8s.dns1123_subdomain_problem, SUB_253, True),
+    ("subdomain of 254", k8s.dns1123_subdomain_problem, SUB_253 + "d", False),
+    ("subdomain with '..'", k8s.dns1123_subdomain_problem, "a..b", False),
+    ("subdomain with '_'", k8s.dns1123_subdomain_problem, "a_b", False),
+    # qualified name (IsQualifiedName): prefix a subdomain of 253, name of 63
+    ("key at both limits", k8s.qualified_name_problem, KEY_AT_LIMIT, True),
+    ("key with a name of 64", k8s.qualified_name_problem, f"example.com/{'k' * 64}", False),
+    ("key with a prefix of 254", k8s.qualified_name_problem, f"{SUB_253}d/k", False),
+    ("key with an empty prefix", k8s.qualified_name_problem, "/k", False),
+    ("key with an empty name", k8s.qualified_name_problem, "example.com/", False),
+    ("key with two slashes", k8s.qualified_name_problem, "a/b/c", False),
+    ("key of '_', '.', capitals", k8s.qualified_name_problem, "My_Key.v1", True),
+    ("key starting with '-'", k8s.qualified_name_problem, "-k", False),
+    ("key with a capital prefix", k8s.qualified_name_problem, "Example.com/k", False),
+    # label value (IsValidLabelValue)
+    ("empty value", k8s.label_value_problem, "", True),
+    ("value of 63", k8s.label_value_problem, "V" * 63, True),
+    ("value of 64", k8s.label_value_problem, "V" * 64, False),
+    ("value with a space", k8s.label_value_problem, "a b", False),
+    # port name (IsValidPortName)
+    ("port name of 15", k8s.port_name_problem, "metrics-http-00", True),
+    ("port name of 16", k8s.port_name_problem, "metrics-http-000", False),
+    ("port name of digits", k8s.port_name_problem, "8080", False),
+    ("port name with '--'", k8s.port_name_problem, "a--b", False),
+    ("port name starting with '-'", k8s.port_name_problem, "-http", False),
+    ("port name with a capital", k8s.port_name_problem, "Http", False),
+    ("port name of a letter", k8s.port_name_problem, "h", True),
+    # env name (IsRelaxedEnvVarName, 1.34): printable ASCII but '='
+    ("env name with a space, a dot, a leading digit", k8s.env_name_problem, "1 my.VAR-x", True),
+    ("env name of every other printable", k8s.env_name_problem, "!~`{}$@#", True),
+    ("env name with '='", k8s.env_name_problem, "A=B", False),
+    ("env name with a tab", k8s.env_name_problem, "A\tB", False),
+    ("env name outside ASCII", k8s.env_name_problem, "É", False),
+    ("empty env name", k8s.env_name_problem, "", False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("rule", "value", "valid"), [pytest.param(r, v, ok, id=i) for i, r, v, ok in RULES]
+)
+def test_kubernetes_rule_at_its_limit(rule: Rule, value: str, valid: bool) -> None:
+    problem = rule(value)
+    assert (problem is None) == valid, problem
+    if problem is not None:  # the rule, never the value: the same for every bad value
+        assert problem == rule("\x00"), problem
+
+
+# ValidateTolerations, case by case: (toleration, the field refused, or None: taken).
+TOLERATIONS: list[tuple[str, dict[str, Any], str | None]] = [
+    ("every taint", {"operator": "Exists"}, None),
+    ("no operator is Equal", {"key": "k", "value": "v"}, None),
+    ("an empty effect is every effect", {"key": "k", "operator": "Exists", "effect": ""}, None),
+    ("PreferNoSchedule", {"key": "k", "operator": "Exists", "effect": "PreferNoSchedule"}, None),
+    ("tolerationSeconds with NoExecute",
+     {"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}, None),
+    ("an empty key with Equal", {"operator": "Equal"}, "t[0].operator"),
+    ("an empty key, no operator", {"value": "v"}, "t[0].operator"),
+    ("Exists with a value", {"key": "k", "operator": "Exists", "value": "v"}, "t[0].value"),
+    ("tolerationSeconds, no effect", {"key": "k", "operator": "Exists", "tolerationSeconds": 1},
+     "t[0].effect"),
+    ("an unknown operator", {"key": "k", "operator": "Gt", "value": "1"}, "t[0].operator"),
+    ("an unknown effect", {"key": "k", "operator": "Exists", "effect": "NoRun"}, "t[0].effect"),
+    ("a key of a name of 64", {"key": "k" * 64, "operator": "Exists"}, "t[0].key"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("toleration", "field"), [pytest.param(t, f, id=i) for i, t, f in TOLERATIONS]
+)
+def test_a_toleration_as_kubernetes_validates_it(
+    toleration: dict[str, Any], field: str | None
+) -> None:
+    if field is None:
+        check_tolerations([toleration], "t")
+        return
+    with pytest.raises(SpecError) as e:
+        check_tolerations([toleration], "t")
+    assert e.value.field == field, str(e.value)
+
+
+def test_an_excerpt_is_bounded() -> None:
+    assert excerpt("Bad_Name") == "'Bad_Name'"
+    long = excerpt("x" * 5000)
+    assert long == f"{'x' * 64!r}... (5000 characters)"
+    assert excerpt("a\nb") == "'a\\nb'"
+
+
+def _template(**spec: Any) -> dict[str, Any]:
+    return {
+        "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.9.2"}], **spec}
+    }
+
+
+BIG = "z" * 200_000
+
+
+@pytest.mark.parametrize(
+    ("template", "field"),
+    [
+        (_template(volumes=[{"name": BIG, "emptyDir": {}}]), "t.spec.volumes[0].name"),
+        (_template(serviceAccountName=BIG), "t.spec.serviceAccountName"),
+        (_template(tolerations=[{"key": BIG, "operator": "Exists"}]), "t.spec.tolerations[0].key"),
+        (
+            {"metadata": {"labels": {BIG: "x"}}, **_template()},
+            f"t.metadata.labels[{'z' * 64}...]",
+        ),
+    ],
+    ids=["volume name", "serviceAccountName", "toleration key", "label key"],
+)
+def test_a_refusal_quotes_an_excerpt_not_the_value(template: dict[str, Any], field: str) -> None:
+    """A message never grows with the tenant's value (a status and a log line carry it
+    on every reconcile): 200,000 characters are quoted as 64 and the length."""
+    with pytest.raises(SpecError) as e:
+        check_pod_rules(template, "t")
+    assert e.value.field == field
+    assert len(str(e.value)) < 800 and "(200000 characters)" in str(e.value), str(e.value)
+
+
+def test_a_volume_name_suggests_a_label() -> None:
+    with pytest.raises(SpecError) as e:
+        check_pod_rules(_template(volumes=[{"name": "Model_Weights", "emptyDir": {}}]), "t")
+    assert "write, for example, 'model-weights'" in str(e.value), str(e.value)
+
+
+def test_a_mount_may_name_a_volume_of_the_functions() -> None:
+    """The function adds ``/dev/shm`` and the cache's volumes to the pod: a mount of them
+    is the pod's volume, not a missing one."""
+    t = _template()
+    t["spec"]["containers"][0]["volumeMounts"] = [{"name": "modelplane-dshm", "mountPath": "/x"}]
+    check_pod_rules(t, "t", ("modelplane-dshm",))
+    with pytest.raises(SpecError):
+        check_pod_rules(t, "t")
+
+
+def _at_the_limits() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A member template and deployment tolerations at every limit the API server has:
+    each value is as long or as odd as Kubernetes 1.34 takes."""
+    vol = "v" * 63
+    engine = {
+        "name": "engine",
+        "image": "vllm/vllm-openai:v0.9.2",
+        "args": ["--model=Qwen/Qwen2.5-7B-Instruct"],
+        "env": [{"name": "1 my.VAR-x", "value": "relaxed"}, {"name": "A", "value": "1"}],
+        "envFrom": [{"prefix": "P.", "configMapRef": {"name": "settings"}}],
+        "ports": [{"name": "metrics-http-00", "containerPort": 8000}],
+        "volumeMounts": [
+            {"name": vol, "mountPath": "/data"},
+            {"name": "scratch", "mountPath": "/data/"},  # another path to the API server
+        ],
+    }
+    template = {
+        "metadata": {
+            "labels": {KEY_AT_LIMIT: "V" * 63, "empty": ""},
+            "annotations": {KEY_AT_LIMIT.upper(): "x" * 8192},  # keys are checked lowercased
+        },
+        "spec": {
+            "serviceAccountName": SUB_253,
+            "volumes": [{"name": vol, "emptyDir": {}}, {"name": "scratch", "emptyDir": {}}],
+            "containers": [engine],
+            "tolerations": [
+                {"key": KEY_AT_LIMIT, "operator": "Equal", "value": "V" * 63},
+                {"operator": "Exists"},
+                {"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+            ],
+        },
+    }
+    tolerations = [
+        {"key": KEY_AT_LIMIT, "operator": "Equal", "value": "V" * 63, "effect": "NoSchedule"},
+        {"key": "dedicated", "operator": "Exists"},
+    ]
+    return template, tolerations
+
+
+def deploy_then_replica(
+    template: dict[str, Any], tolerations: list[dict[str, Any]]
+) -> tuple[Any, Any]:
+    """The ModelDeployment's response for one replica of ``template`` (no cache), and its
+    ModelReplica's response (the replica as the deployment composed it)."""
+    e = engine()
+    e["members"][0]["template"] = template
+    xr = deployment(1, cache_name=None, engines=[e])
+    xr["spec"]["template"]["spec"]["tolerations"] = tolerations
+    world = h.World([ic("gpu-0", nodes=8)])
+    rsp, _ = h.drive(h.run, xr, None, world)
+    replicas = [v for v in h.desired(rsp).values() if v["kind"] == "ModelReplica"]
+    assert len(replicas) == 1, h.results(rsp)
+    replica = replicas[0]
+    replica["metadata"].update(uid="uid-replica", generation=1)
+    replica_rsp, _ = h.drive(h.run, replica, None, world)
+    return rsp, replica_rsp
+
+
+def test_a_template_at_every_limit_composes_to_the_workload() -> None:
+    """Nothing Kubernetes 1.34 takes is refused: the ModelDeployment and its ModelReplica
+    compose it, and the Deployment manifest in the replica's Object carries it."""
+    template, tolerations = _at_the_limits()
+    deployment_rsp, replica_rsp = deploy_then_replica(template, tolerations)
+    assert not h.fatal(deployment_rsp), h.results(deployment_rsp)
+    assert not h.fatal(replica_rsp), h.results(replica_rsp)
+    blob = json.dumps(h.desired(replica_rsp))
+    for value in (SUB_253, KEY_AT_LIMIT, "v" * 63, "1 my.VAR-x", "metrics-http-00"):
+        assert json.dumps(value)[1:-1] in blob, value
