@@ -23,12 +23,11 @@ import re
 from typing import Any
 
 from function import API_GROUP
+from function.core.k8svalidation import DNS1123_LABEL, DNS1123_LABEL_MAX, LABEL_VALUE
 from function.core.memo import memo
 
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 _INVALID = re.compile(r"[^a-z0-9-]+")
-MAX_LABEL = 63
+MAX_LABEL = DNS1123_LABEL_MAX
 
 # Labels that tie children to their parents.
 LABEL_CACHE = f"{API_GROUP}/cache"

@@ -158,9 +158,9 @@ def test_a_name_with_a_newline_is_not_an_env_name(name: str) -> None:
         ("function.naming:DNS1123_LABEL", "abc\n"),
         ("function.naming:LABEL_VALUE", "abc\n"),
         ("function.api.modelcache:_REPO", "org/name\n"),
-        ("function.api.modelcache:_SECRET_NAME", "hf-token\n"),
+        ("function.core.k8svalidation:DNS1123_SUBDOMAIN", "hf-token\n"),
         ("function.api.modelexperiment:BACKEND", "vllm\n"),
-        ("function.scheduling.selectors:_NAME", "gpu\n"),
+        ("function.core.k8svalidation:QUALIFIED_NAME_PART", "gpu\n"),
     ],
 )
 def test_whole_string_patterns_refuse_a_trailing_newline(pattern: str, value: str) -> None:

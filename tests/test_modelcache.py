@@ -212,6 +212,12 @@ FATALS: list[Case[BadSpec, Fatal]] = [
     Case("source-negative-size", FATAL, source(sizeGiB=-1), Fatal("spec.huggingFace.sizeGiB")),
     Case("source-bad-secret-name", FATAL, source(authSecret={"name": "Bad_Name"}),
          Fatal("spec.huggingFace.authSecret.name")),
+    # Review 16b: the pattern took "hf..token" and "hf.-token", which no Secret can be
+    # named (Kubernetes' DNS-1123 subdomain, function.core.k8svalidation).
+    Case("source-secret-name-two-dots", FATAL, source(authSecret={"name": "hf..token"}),
+         Fatal("spec.huggingFace.authSecret.name")),
+    Case("source-secret-name-dot-dash", FATAL, source(authSecret={"name": "hf.-token"}),
+         Fatal("spec.huggingFace.authSecret.name")),
     # A trial: "-x" became the download program's option and failed the Job after every
     # retry, naming nothing.
     Case("source-revision-an-option", FATAL, source(revision="-x"),

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from function.core import k8svalidation as k8s
-from function.core.errors import SpecError, excerpt
+from function.core.errors import SpecError, quoted
 from function.manifests.podrules import check_pod_rules, check_tolerations
 from tests.support import harness as h
 from tests.test_deployment import deployment, engine, ic
@@ -119,10 +119,10 @@ def test_a_toleration_as_kubernetes_validates_it(
 
 
 def test_an_excerpt_is_bounded() -> None:
-    assert excerpt("Bad_Name") == "'Bad_Name'"
-    long = excerpt("x" * 5000)
+    assert quoted("Bad_Name") == "'Bad_Name'"
+    long = quoted("x" * 5000)
     assert long == f"{'x' * 64!r}... (5000 characters)"
-    assert excerpt("a\nb") == "'a\\nb'"
+    assert quoted("a\nb") == "'a\\nb'"
 
 
 def _template(**spec: Any) -> dict[str, Any]:

@@ -26,11 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from function.api.modelcachehydration import FAILED, READY
 from function.core import structs
 from function.core.errors import SpecError, pydantic_errors
+from function.core.k8svalidation import dns1123_subdomain_problem
 from function.core.numbers import WholeInt
 from function.naming import source_identity
 
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?\Z")
-_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
 
 
@@ -45,7 +45,7 @@ class AuthSecret(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _SECRET_NAME.match(v):
+        if dns1123_subdomain_problem(v) is not None:
             raise ValueError("must be a DNS-1123 subdomain")
         return v
 

@@ -111,19 +111,6 @@ def written_as(value: object) -> str:
     return type(value).__name__
 
 
-EXCERPT_CHARS = 64
-
-
-def excerpt(value: str, limit: int = EXCERPT_CHARS) -> str:
-    """A tenant's string as a message may quote it, bounded: ``repr`` of the whole
-    value when it has at most ``limit`` characters, else of its first ``limit`` followed
-    by ``... (<n> characters)``. A message never grows with what the tenant wrote (a
-    status and a log line carry it on every reconcile)."""
-    if len(value) <= limit:
-        return repr(value)
-    return f"{value[:limit]!r}... ({len(value)} characters)"
-
-
 def _generic(path: str) -> str:
     """``spec.env[3].name`` -> ``spec.env[].name`` (the key of a shapes table)."""
     out, depth = [], 0

@@ -17,7 +17,7 @@ any non-empty name of printable ASCII characters other than ``=``.
 
 Each ``*_problem`` function returns None for a valid value, else what the value must
 be, as a sentence fragment without the value (the caller names the field and quotes a
-bounded excerpt: :func:`function.core.errors.excerpt`). Lengths are counted in bytes,
+bounded excerpt: :func:`function.core.errors.quoted`). Lengths are counted in bytes,
 as Go's ``len`` does; the patterns admit ASCII only, so that is characters too. The
 patterns are whole-string (``^...\\Z``: Python's ``$`` would also match before a final
 newline), for ``match`` and ``fullmatch`` alike.

@@ -37,7 +37,7 @@ that ``name`` is the one field set), so a name no Secret can have is the kubelet
 The rules themselves are :mod:`function.core.k8svalidation`. Parts of the wrong type
 are left to the shape checks (this module skips them); the function's own additions
 are not checked (only what the tenant wrote). Messages quote a bounded excerpt of the
-value (:func:`function.core.errors.excerpt`) and say what to write.
+value (:func:`function.core.errors.quoted`) and say what to write.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from function.core import k8svalidation as k8s
-from function.core.errors import SpecError, excerpt, written_as
+from function.core.errors import SpecError, excerpt, quoted, written_as
 
 _REFUSED = "the workload cluster's API server refuses it"
 _OPERATORS = ("Equal", "Exists")
@@ -130,7 +130,7 @@ def check_tolerations(tolerations: Any, field: str) -> None:
         if op == "Exists" and value:
             _refuse(
                 f"{path}.value",
-                f"{excerpt(value)}: operator Exists takes no value: remove it, or use "
+                f"{quoted(value)}: operator Exists takes no value: remove it, or use "
                 "operator: Equal",
             )
         elif op == "Equal":
@@ -176,14 +176,14 @@ def _check_volumes(volumes: Any, field: str) -> set[str]:
         if name in seen:
             _refuse(
                 path,
-                f"{excerpt(name)} is also the name of volumes[{seen[name]}]: volume names are "
+                f"{quoted(name)} is also the name of volumes[{seen[name]}]: volume names are "
                 "unique in a pod; rename one",
             )
         seen[name] = i
         if not any(value is not None for key, value in v.items() if key != "name"):
             _refuse(
                 f"{field}[{i}]",
-                f"volume {excerpt(name)} has no source: add one (emptyDir: {{}}, configMap, "
+                f"volume {quoted(name)} has no source: add one (emptyDir: {{}}, configMap, "
                 "secret, persistentVolumeClaim, ...)",
             )
     return set(seen)
@@ -200,7 +200,7 @@ def _check_containers(spec: dict[str, Any], field: str, volumes: set[str]) -> No
                 if name in names:
                     _refuse(
                         f"{path}.name",
-                        f"{excerpt(name)} is also the name of {names[name]}: container names "
+                        f"{quoted(name)} is also the name of {names[name]}: container names "
                         "are unique across containers and initContainers; rename one",
                     )
                 names[name] = f"{group}[{i}]"
@@ -224,7 +224,7 @@ def _check_image(image: Any, path: str) -> None:
     if isinstance(image, str) and image != image.strip():
         _refuse(
             path,
-            f"{excerpt(image)} has leading or trailing whitespace, which the API server "
+            f"{quoted(image)} has leading or trailing whitespace, which the API server "
             "refuses in the pods the workload creates: remove it",
         )
 
@@ -240,7 +240,7 @@ def _check_ports(ports: Any, field: str) -> None:
         if name in seen:
             _refuse(
                 path,
-                f"{excerpt(name)} is also the name of ports[{seen[name]}]: port names are "
+                f"{quoted(name)} is also the name of ports[{seen[name]}]: port names are "
                 "unique in a container; rename one",
             )
         seen[name] = j
@@ -253,7 +253,7 @@ def _check_mounts(mounts: Any, field: str, volumes: set[str]) -> None:
         if isinstance(name, str) and name not in volumes:
             _refuse(
                 f"{field}[{j}].name",
-                f"{excerpt(name)} is not the name of a volume of the pod: add a volume of "
+                f"{quoted(name)} is not the name of a volume of the pod: add a volume of "
                 "that name to spec.volumes, or mount one of those there",
             )
         if not isinstance(mount_path, str):
@@ -261,7 +261,7 @@ def _check_mounts(mounts: Any, field: str, volumes: set[str]) -> None:
         if mount_path in paths:
             _refuse(
                 f"{field}[{j}].mountPath",
-                f"{excerpt(mount_path)} is also the mountPath of "
+                f"{quoted(mount_path)} is also the mountPath of "
                 f"volumeMounts[{paths[mount_path]}]: a container mounts one volume at a "
                 "path; mount this one elsewhere",
             )
@@ -284,14 +284,14 @@ def _check_pod_fields(spec: dict[str, Any], field: str) -> None:
 def _require(value: str, problem: str | None, path: str, what: str) -> None:
     """Refuse ``value`` at ``path`` when ``problem`` (a rule's verdict) is not None."""
     if problem is not None:
-        _refuse(path, f"{excerpt(value)} is not valid as {what}: it {problem}")
+        _refuse(path, f"{quoted(value)} is not valid as {what}: it {problem}")
 
 
 def _require_label(value: str, path: str, what: str) -> None:
     if k8s.dns1123_label_problem(value) is not None:
         _refuse(
             path,
-            f"{excerpt(value)} is not valid as {what}: it must be {k8s.DNS1123_LABEL_RULE}; "
+            f"{quoted(value)} is not valid as {what}: it must be {k8s.DNS1123_LABEL_RULE}; "
             f"write, for example, {k8s.suggest_label(value)!r}",
         )
 
@@ -301,13 +301,15 @@ def _refuse(path: str, what: str) -> None:
 
 
 def _shown(value: Any) -> str:
-    """A value of any type as a message quotes it (strings bounded: :func:`excerpt`)."""
-    return excerpt(value) if isinstance(value, str) else written_as(value)
+    """A value of any type as a message quotes it (strings bounded:
+    :func:`~function.core.errors.quoted`)."""
+    return quoted(value) if isinstance(value, str) else written_as(value)
 
 
 def _key(key: str) -> str:
-    """A map key as a path shows it: bounded like an excerpt, without quotes."""
-    return key if len(key) <= 64 else f"{key[:64]}..."
+    """A map key as a path shows it: bounded, without quotes
+    (:func:`~function.core.errors.excerpt`)."""
+    return excerpt(key)
 
 
 def _items(value: Any) -> list[tuple[int, dict[str, Any]]]:

@@ -18,27 +18,22 @@ Crossplane's required-resource selectors only express a name or equality
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from function.core.errors import SpecError, excerpt, quoted, written_as
-from function.naming import LABEL_VALUE
+from function.core.k8svalidation import label_value_problem, qualified_name_problem
 
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
-_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
-_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
 
 def _check_key(key: Any, field: str) -> str:
-    """Validate a qualified label key (``[prefix/]name``), per Kubernetes rules."""
+    """Validate a qualified label key (``[prefix/]name``), per Kubernetes rules
+    (:func:`function.core.k8svalidation.qualified_name_problem`)."""
     if not isinstance(key, str) or not key:
         raise SpecError(field, "label key must be a non-empty string")
-    prefix, _, name = key.rpartition("/")
-    if "/" in key and (not prefix or len(prefix) > 253 or not _PREFIX.match(prefix)):
-        raise SpecError(field, f"invalid label key prefix in {quoted(key)}")
-    if len(name) > 63 or not _NAME.match(name):
+    if qualified_name_problem(key) is not None:
         raise SpecError(field, f"invalid label key {quoted(key)}")
     return key
 
@@ -80,7 +75,7 @@ def _match_labels(ml: Any, field: str) -> tuple[tuple[str, str], ...]:
         _check_key(k, f"{field}.{excerpt(k) if isinstance(k, str) else k}")
         if not isinstance(v, str):
             raise SpecError(f"{field}.{k}", f"must be a string, got {written_as(v)}")
-        if len(v) > 63 or not LABEL_VALUE.match(v):
+        if label_value_problem(v) is not None:
             raise SpecError(f"{field}.{k}", f"invalid label value {quoted(v)}")
         labels.append((k, v))
     return tuple(labels)
@@ -106,7 +101,7 @@ def _expression(e: Any, f: str) -> Requirement:
     if op in ("Exists", "DoesNotExist") and values:
         raise SpecError(f"{f}.values", f"must be empty for operator {op}")
     for j, v in enumerate(values):
-        if len(v) > 63 or not LABEL_VALUE.match(v):
+        if label_value_problem(v) is not None:
             raise SpecError(f"{f}.values[{j}]", f"invalid label value {quoted(v)}")
     return Requirement(key, op, frozenset(values))
 
