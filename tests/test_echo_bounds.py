@@ -61,7 +61,7 @@ CASES: dict[str, tuple[Callable[[], tuple[dict[str, Any], h.World]], str]] = {
     ),
     "cache matchLabels key prefix": (
         lambda: _cache({"matchLabels": {BIG + "/x": "x"}}),
-        "invalid label key prefix",
+        "invalid label key",
     ),
     "cache matchLabels value": (
         lambda: _cache({"matchLabels": {"gpu": BIG}}),

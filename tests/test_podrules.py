@@ -142,7 +142,7 @@ BIG = "z" * 200_000
         (_template(tolerations=[{"key": BIG, "operator": "Exists"}]), "t.spec.tolerations[0].key"),
         (
             {"metadata": {"labels": {BIG: "x"}}, **_template()},
-            f"t.metadata.labels[{'z' * 64}...]",
+            f"t.metadata.labels[{'z' * 64}... (200000 characters)]",
         ),
     ],
     ids=["volume name", "serviceAccountName", "toleration key", "label key"],

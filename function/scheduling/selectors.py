@@ -33,8 +33,9 @@ def _check_key(key: Any, field: str) -> str:
     (:func:`function.core.k8svalidation.qualified_name_problem`)."""
     if not isinstance(key, str) or not key:
         raise SpecError(field, "label key must be a non-empty string")
-    if qualified_name_problem(key) is not None:
-        raise SpecError(field, f"invalid label key {quoted(key)}")
+    problem = qualified_name_problem(key)
+    if problem is not None:
+        raise SpecError(field, f"invalid label key {quoted(key)}: it {problem}")
     return key
 
 
