@@ -497,3 +497,42 @@ def test_readme_operations_covers_every_setting():
     text = (ROOT / "README.md").read_text()  # its Operations section
     missing = [v for v in VARIABLES if f"`{v}`" not in text]
     assert not missing, missing
+
+
+# A URL's userinfo (user:password@) is a credential the OTLP/HTTP exporter sends as basic
+# auth: `config` (meant for CI logs) and the start-up error line (what `kubectl logs`
+# shows of a crash-looping pod) mask it (review 16d F6).
+@pytest.mark.parametrize(
+    ("var", "value", "shown"),
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://user:SECRETPW456@127.0.0.1:9/", "http://***@127.0.0.1:9/"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://SECRETPW456@c:4318/v1/traces", "https://***@c:4318/v1/traces"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318", "http://collector:4318"),
+        # a slash in the password (not percent-encoded): everything up to the last @
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://us/er:SECRETPW456@collector:4318", "http://***@collector:4318"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4318/v1/traces?k=v#f", "http://c:4318/v1/traces?k=v#f"),
+    ],
+)  # fmt: skip
+def test_config_masks_otlp_endpoint_userinfo(var, value, shown):
+    proc = _python(["config"], {"MODELPLANE_OTEL_ENABLED": "true", var: value})
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "SECRETPW456" not in out + err
+    by_var = {r["variable"]: r for r in yaml.safe_load(out)["settings"]}
+    assert by_var[var]["value"] == shown
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "shown"),
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "htp://user:SECRETPW456@collector:4318", "'htp://***@collector:4318'"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "u:SECRETPW456@c:4318", "'***@c:4318'"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", [["config"], ["--insecure", "--address", "127.0.0.1:0"]])
+def test_settings_error_masks_otlp_endpoint_userinfo(var, value, shown, command):
+    proc = _python(command, {"MODELPLANE_OTEL_ENABLED": "true", var: value})
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "SECRETPW456" not in out + err
+    assert f"{var}: {shown} is not an http(s) URL" in err

@@ -7,9 +7,10 @@ shows too). The source is ``flag`` when a command-line flag set it, ``environmen
 when the variable is set in the process environment, ``default`` otherwise. Variables
 are matched the way pydantic-settings matches them (case-insensitively), so the source
 shown is the one the function actually used. Whole numbers of seconds are shown as
-integers (``20``, as ``--help`` shows the default). A variable that no setting reads but
-whose name is one or two characters off a setting's is listed under ``misspelt``
-(:func:`function.ops.settings.unknown_variables`).
+integers (``20``, as ``--help`` shows the default); a URL's userinfo (a collector's
+``user:password@``) is shown as ``***@`` (:func:`function.ops.settings.mask_userinfo`).
+A variable that no setting reads but whose name is one or two characters off a
+setting's is listed under ``misspelt`` (:func:`function.ops.settings.unknown_variables`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from typing import Any
 
 import yaml
 
-from function.ops.settings import Settings, describe, unknown_text, unknown_variables
+from function.ops.settings import (
+    URL_FIELDS,
+    Settings,
+    describe,
+    mask_userinfo,
+    unknown_text,
+    unknown_variables,
+)
 from function.ops.settings import variable as variable
 
 __all__ = ["report", "rows", "variable"]
@@ -49,10 +57,13 @@ def rows(
             source = "environment"
         else:
             source = "default"
+        value = getattr(settings, field)
+        if field in URL_FIELDS and isinstance(value, str):
+            value = mask_userinfo(value)  # a collector's password is not printed
         out.append(
             {
                 "variable": var,
-                "value": _shown(getattr(settings, field)),
+                "value": _shown(value),
                 "source": source,
                 "description": describe(field),
             }

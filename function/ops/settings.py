@@ -516,7 +516,34 @@ def same_listener(a: str, b: str) -> bool:
 def _otlp_url(v: str) -> None:
     u = urlsplit(v)
     if u.scheme not in ("http", "https") or not u.hostname:
-        raise ValueError(f"{v!r} is not an http(s) URL such as http://collector:4318")
+        raise ValueError(
+            f"{mask_userinfo(v)!r} is not an http(s) URL such as http://collector:4318"
+        )
+
+
+# Settings whose value is a URL that may carry a credential as its userinfo: shown (by
+# ``config``, in errors) through mask_userinfo.
+URL_FIELDS = frozenset({"otel_exporter_otlp_endpoint", "otel_exporter_otlp_traces_endpoint"})
+
+
+def mask_userinfo(url: str) -> str:
+    """``url`` with its userinfo (``user:password@``, which the OTLP/HTTP exporter sends
+    as basic auth) replaced by ``***@``: ``http://u:pw@c:4318/`` -> ``http://***@c:4318/``.
+
+    Everything before the last ``@`` ahead of the query or fragment is masked (after the
+    ``scheme://``, when there is one), so a password holding a ``/`` or no scheme at all
+    (a value that fails validation) is masked too. A URL without ``@`` is returned as it
+    is."""
+    scheme, sep, rest = url.partition("//")
+    if not sep:
+        scheme, rest = "", url
+    else:
+        scheme += sep
+    cut = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    _, at, after = rest[:cut].rpartition("@")
+    if not at:
+        return url
+    return f"{scheme}***@{after}{rest[cut:]}"
 
 
 def _otlp_protocol(v: str) -> None:
@@ -652,6 +679,10 @@ def load_settings(
                 name = variable(field) if field in Settings.model_fields else field
             msg = str(err["msg"]).removeprefix("Value error, ")
             value = err.get("input")
+            if URL_FIELDS & {field, field.lower()} and isinstance(
+                value, str
+            ):  # loc: field or variable
+                value = mask_userinfo(value)  # a collector's password is not printed
             scalar = isinstance(value, str | int | float) and not isinstance(value, bool)
             if scalar and repr(value) not in msg:
                 msg += f" (got {value!r})"
