@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The contract of issue 7 (and issues 5, 6), written out independently of the code.
 EXPECTED = {
     "modelplane_function_run_seconds": ("histogram", {"kind", "result"}),
+    "modelplane_function_queue_seconds": ("histogram", set()),
     "modelplane_function_results_total": ("counter", {"kind", "severity"}),
     "modelplane_model_cold_start_duration_seconds": (
         "histogram",
@@ -65,6 +66,9 @@ EXPECTED = {
 }
 EXPECTED_BUCKETS = {
     "modelplane_function_run_seconds": [
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+    ],
+    "modelplane_function_queue_seconds": [
         0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
     ],
     "modelplane_model_cold_start_duration_seconds": [
@@ -145,6 +149,7 @@ def m() -> metrics.Metrics:
 
 def test_exposed_names_types_labels_and_buckets(m):
     m.record_run("ModelCache", "success", 0.002, ["Normal"])
+    m.record_queue(0.001)
     # one label set per family: a second deployment is dropped, and counted
     m.configure_series(1, 600)
     gone = dict(SAMPLE_LABELS["model_deployment_replicas"], model="gone")
@@ -902,3 +907,12 @@ def test_an_empty_host_serves_ipv4_and_ipv6():
                 assert r.status == 200, url
     finally:
         server.shutdown()
+
+
+def test_run_seconds_help_names_every_result_label() -> None:
+    """Found by review 16d: the HELP text listed success, fatal, error while the series
+    carried result="deadline" too."""
+    spec = metrics.SPECS["function_run_seconds"]
+    assert spec.values["result"] == frozenset(metrics.RUN_RESULTS)
+    for result in metrics.RUN_RESULTS:
+        assert result in spec.help, result

@@ -53,7 +53,7 @@ def affinity(monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[int, ...]]:
     return got
 
 
-def _retiring(slot: Any, kill: bool) -> None:
+def _retiring(slot: Any, kill: bool, **_: Any) -> None:
     slot.retiring = True  # what _replace_soon does first (the rest spawns a process)
 
 

@@ -369,3 +369,89 @@ def test_an_unreachable_collector_does_not_hold_the_exit_past_the_grace_period(
                 proc.kill()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=10)
+
+
+def test_a_deadline_on_compose_sets_its_span_to_error(otel_env, receiver):
+    """Found by review 16d: the compute deadline (``CallDeadline``, a BaseException,
+    which OpenTelemetry does not record) left the ``compose`` span UNSET, without an
+    event; only the call's span said so."""
+    import uuid
+
+    from function.edge.deadline import can_arm
+    from function.scheduling import devices
+    from tests.test_serving import RUNAWAY, runaway_request
+
+    assert can_arm(), "the deadline's SIGALRM reaches the main thread only"
+    otel_env.setenv("MODELPLANE_SELECTOR_COST_LIMIT", "1000000000")
+    req = runaway_request("late", selector=f'{RUNAWAY} && "{uuid.uuid4()}" != ""')
+    traces = tracing.configure(load_settings())
+    runner = FunctionRunner(load_settings(), tracing=traces, metrics=Metrics(CollectorRegistry()))
+    try:
+        md = {"traceparent": TRACEPARENT}
+        out = runner.run_bytes(req.SerializeToString(), md, deadline_seconds=0.3)
+    finally:
+        devices.set_cost_limit(Settings.model_construct().selector_cost_limit)
+        traces.shutdown()
+    rsp = fnv1.RunFunctionResponse.FromString(out)
+    assert "compute deadline" in rsp.results[0].message
+    named = by_name(receiver.spans())
+    root, compose = named["ModelDeployment"], named["compose"]
+    assert root.status.code == STATUS_ERROR
+    assert compose.status.code == STATUS_ERROR
+    assert "CallDeadline" in compose.status.message
+    (event,) = [e for e in compose.events if e.name == "exception"]
+    assert attrs(event.attributes)["exception.type"].endswith("CallDeadline")
+
+
+def test_calls_the_acceptor_answers_and_undecodable_requests_get_a_span(tmp_path, receiver):
+    """Found by review 16d: of 8 traced calls, the 3 the acceptor answered itself (a
+    runaway answered from memory, a compute process SIGKILLed mid-call, one killed past
+    its deadline) and an undecodable request had no span: the traced calls that fail
+    were exactly the ones missing from Crossplane's trace."""
+    import signal
+
+    import grpc
+
+    from tests.support.harness import fatal
+    from tests.test_acceptor import Server, _fresh_runaway
+    from tests.test_serving import _nested_request, _stub, runaway_request
+
+    server = Server(
+        tmp_path,
+        {"MODELPLANE_OTEL_ENABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+         "OTEL_BSP_SCHEDULE_DELAY": "100"},
+    )  # fmt: skip
+    md = (("traceparent", TRACEPARENT),)
+    try:
+        with grpc.insecure_channel(server.address) as ch:
+            call = _stub(ch)
+            assert fatal(call(_nested_request(150), metadata=md, timeout=60))  # undecodable
+            runaway = runaway_request("memo")
+            assert fatal(call(runaway, metadata=md, timeout=60))  # its process's deadline
+            assert fatal(call(runaway, metadata=md, timeout=60))  # from the acceptor's memory
+            server.settle()
+            killed = call.future(_fresh_runaway("oom"), metadata=md, timeout=60)
+            os.kill(server.busy_compute(), signal.SIGKILL)
+            assert "SIGKILL" in fatal(killed.result())[0]
+            server.settle()
+            stuck = call.future(_fresh_runaway("stuck"), metadata=md, timeout=60)
+            os.kill(server.busy_compute(), signal.SIGSTOP)
+            assert "did not stop" in fatal(stuck.result())[0]
+    finally:
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=60) == 0
+    roots = [s for _, s in receiver.spans() if s.kind == SPAN_KIND_SERVER]
+    tags = sorted(attrs(s.attributes)["modelplane.request.tag"] for s in roots)
+    assert tags == ["deep", "memo", "memo", "oom", "stuck"], tags
+    for s in roots:
+        a = attrs(s.attributes)
+        assert s.trace_id.hex() == TRACE_ID and s.parent_span_id.hex() == PARENT_ID
+        assert s.status.code == STATUS_ERROR and s.status.message, a
+        assert a["modelplane.result.severities"] == ["Fatal"], a
+        assert s.name == a["modelplane.xr.kind"] and a["modelplane.xr.name"], a
+        assert a["rpc.method"] == "RunFunction"
+        assert s.start_time_unix_nano < s.end_time_unix_nano
+    deep = next(s for s in roots if attrs(s.attributes)["modelplane.request.tag"] == "deep")
+    assert "could not be parsed" in deep.status.message
+    (event,) = [e for e in deep.events if e.name == "exception"]
+    assert attrs(event.attributes)["exception.type"], event

@@ -47,6 +47,17 @@ gets a fatal result, and the calls queued behind it are served by the replacemen
 request that ran past its deadline is answered with the same fatal result, without
 composing it again, for :data:`RUNAWAY_MEMO_SECONDS` (Crossplane retries it).
 
+Accounting: the acceptor records every call in ``modelplane_function_run_seconds``,
+once, from its arrival to its answer (the wait in the queue included), with the result
+label the compute process sends in its answer's header (the response is not parsed
+here), or the acceptor's own (``deadline``, ``error``, or ``cancelled`` when the caller
+gave up, its gRPC deadline passed or it cancelled, while the call was queued or
+composing: also a warning log line naming the XR). The wait before a compute process
+took the call is in ``modelplane_function_queue_seconds``. The lines logged for a
+process that died or was killed mid-call name the XR it was composing, its pid and how
+it ended (its exit code or signal, read once it is reaped); with tracing on, the calls
+the acceptor answers itself get their server span here.
+
 Wire between acceptor and process: a Unix socket pair with
 :data:`SOCKET_BUFFER_BYTES` buffers, read on the acceptor's event loop, and a shared
 request region (an anonymous memory file, :data:`SHARED_REQUEST_BYTES`, passed over the
@@ -81,6 +92,7 @@ import structlog
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.edge.codec import keep_conditions_of, peek, peek_composite, serialize, xr_label
+from function.ops.metrics import RUN_RESULTS
 from function.ops.settings import Settings
 
 # How long past its budget the acceptor waits for a compute process before killing it.
@@ -91,10 +103,12 @@ START_SECONDS = 60.0
 # budget in seconds or NaN for none, metadata length, where the request is), the pickled
 # metadata, and the request when it is _ON_SOCKET; _SHARED: at the start of the
 # process's shared request region (SHARED_REQUEST_BYTES, a memory file mapped by both).
-# An answer: _RSP (flag, response length), the response. Flags: _OK, _EXIT (the process
-# passed its deadline and exits now), _READY (once, after start-up).
+# An answer: _RSP (flag, result, response length), the response. Flags: _OK, _EXIT (the
+# process passed its deadline and exits now), _READY (once, after start-up); result: the
+# call's result label as its index in metrics.RUN_RESULTS (the acceptor times the call
+# and records it without parsing the response).
 _REQ = struct.Struct("<QdIB")
-_RSP = struct.Struct("<BQ")
+_RSP = struct.Struct("<BBQ")
 _OK, _EXIT, _READY = 0, 1, 2
 _ON_SOCKET, _SHARED = 0, 1
 # Requests up to this size are handed over through shared memory: one copy by the
@@ -116,11 +130,15 @@ SLOW_CALL_SECONDS = 0.05
 # Socket buffers, each way: a 1,000-cluster request (0.9 MiB) goes in one write
 # (the kernel caps this at net.core.wmem_max / rmem_max).
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+# How long the acceptor waits for a compute process whose socket closed to be reaped,
+# so that its exit code (or the signal that ended it) is known.
+REAP_SECONDS = 2.0
 # How long, and for how many requests, a request that ran past its deadline is answered
 # with the same fatal result without being composed again.
 RUNAWAY_MEMO_SECONDS = 300.0
 RUNAWAY_MEMO_ENTRIES = 1024
 _log = structlog.get_logger("pool")
+_FATAL = ("Fatal",)
 
 
 def cpu_limit() -> float:
@@ -259,11 +277,15 @@ def _child(
     logs.configure(debug=debug)
     if settings is None:
         settings = load_settings()
+    from function.ops.metrics import RUN_RESULTS
+
     traces = tracing.configure(settings)
-    runner = FunctionRunner(settings=settings, tracing=traces)
+    # The acceptor times each call, from its arrival (the wait in its queue included).
+    runner = FunctionRunner(settings=settings, tracing=traces, time_calls=False)
+    code = {r: i for i, r in enumerate(RUN_RESULTS)}
     _warm()
     sock.setblocking(True)
-    sock.sendall(_RSP.pack(_READY, 0))
+    sock.sendall(_RSP.pack(_READY, 0, 0))
     # The request region the acceptor shares with this process (an anonymous memory file
     # passed over the socket): requests that fit are written there, not sent.
     _, fds, _, _ = socket.recv_fds(sock, 1, 1)
@@ -295,7 +317,7 @@ def _child(
             data = view[meta_size:] if where == _ON_SOCKET else memoryview(shared)[:size]
             out = runner.run_bytes(data, metadata, seconds)
             flag = _EXIT if runner.replace_me else _OK
-            sock.sendall(_RSP.pack(flag, len(out)))
+            sock.sendall(_RSP.pack(flag, code.get(runner.last_result, code["error"]), len(out)))
             sock.sendall(out)
             if runner.replace_me:
                 return
@@ -367,7 +389,11 @@ class _Job:
     home: int
     digest: bytes
     large: bool
+    # time.monotonic() at its arrival, and when a compute process took it (None: queued).
     started: float = field(default_factory=time.monotonic)
+    taken: float | None = None
+    # Its result label (metrics.RUN_RESULTS), set with its answer.
+    result: str = "error"
 
 
 class _Reader(asyncio.BufferedProtocol):
@@ -379,6 +405,7 @@ class _Reader(asyncio.BufferedProtocol):
         self.transport: asyncio.BaseTransport | None = None
         self.head = bytearray(_RSP.size)
         self.flag = -1
+        self.result = 0
         self.body: bytearray | None = None
         self.got = 0
 
@@ -399,7 +426,7 @@ class _Reader(asyncio.BufferedProtocol):
         if self.body is None:
             if self.got < len(self.head):
                 return
-            self.flag, size = _RSP.unpack(self.head)
+            self.flag, self.result, size = _RSP.unpack(self.head)
             self.body, self.got = bytearray(size), 0
             if size:
                 return
@@ -407,7 +434,7 @@ class _Reader(asyncio.BufferedProtocol):
             flag, body = self.flag, bytes(self.body)
             self.body, self.got = None, 0
             if self.current:
-                self.pool._answered(self.slot, flag, body)
+                self.pool._answered(self.slot, flag, self.result, body)
 
     def eof_received(self) -> bool:
         return False  # close the transport: connection_lost follows
@@ -489,6 +516,12 @@ class ComputePool:
         self.lane = slow_lane(self._cpus, cpu_limit(), offset) if lane is None else lane
         # What _place last applied: the CPUs slow calls compose on, and the processes.
         self._placed: tuple[tuple[int, ...], tuple[tuple[int, bool], ...]] = ((), ())
+        from function.ops import metrics, tracing
+
+        # Every call is timed here (see the module's Accounting); the calls the acceptor
+        # answers itself get their span here (DISABLED: no tracing, nothing built).
+        self._metrics = metrics.default()
+        self._tracing = tracing.configure(settings) if settings is not None else tracing.DISABLED
 
     def pids(self) -> list[int]:
         """The process ids of the compute processes now running."""
@@ -583,7 +616,13 @@ class ComputePool:
         Returns:
             The serialized response (a fatal result when the process passed its
             deadline, or died, while composing it).
+
+        Raises:
+            asyncio.CancelledError: when the caller's task is cancelled (the gRPC
+                deadline passed, or the caller cancelled); the call is counted
+                ``cancelled`` first (see the module's Accounting).
         """
+        arrived = time.monotonic()
         (tag, kind, namespace, name), composite = peek_composite(data)
         # Identifies the request without hashing all of it (megabytes at fleet scale).
         # Crossplane's tag is the SHA-256 of the request marshalled deterministically
@@ -603,18 +642,52 @@ class ComputePool:
         known = self._runaways.get(digest)
         if known is not None:
             expiry, failed_budget, response = known
-            if expiry <= time.monotonic():
+            if expiry <= arrived:
                 del self._runaways[digest]
             elif budget is not None and budget <= failed_budget:
-                _record_fatal(kind, "deadline", 0.0)
-                return response  # it would run past this smaller budget again
+                # It would run past this smaller budget again.
+                self._metrics.record_results(kind, _FATAL)
+                self._metrics.record_time(kind, "deadline", time.monotonic() - arrived)
+                if self._tracing.enabled:
+                    self._span(data, metadata, response, arrived)
+                return response
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         home = zlib.crc32(f"{kind}/{namespace}/{name}".encode())
         large = len(data) >= LARGE_REQUEST_BYTES
         home = self.processes if large else home % self.processes
-        self._pending.append(_Job(data, metadata, budget, fut, home, digest, large))
+        job = _Job(data, metadata, budget, fut, home, digest, large, arrived)
+        self._pending.append(job)
         self._dispatch()
-        return await fut
+        try:
+            response = await fut
+        except asyncio.CancelledError:
+            self._gave_up(job)
+            raise
+        self._metrics.record_time(kind, job.result, time.monotonic() - arrived)
+        return response
+
+    def _gave_up(self, job: _Job) -> None:
+        """The caller of ``job`` gave up (its gRPC deadline passed, or it cancelled)
+        before its answer: counted as ``cancelled`` with the time it waited, its queue
+        wait too if no process took it (it is dropped from the queue when its turn
+        comes, :meth:`_take`), and a warning naming the XR. A process composing it
+        finishes (its answer is dropped) or is stopped by the call's budget."""
+        now = time.monotonic()
+        tag, kind, namespace, name = peek(job.data)
+        taken = now if job.taken is None else job.taken
+        if job.taken is None:
+            self._metrics.record_queue(now - job.started)
+        self._metrics.record_time(kind, "cancelled", now - job.started)
+        _log.warning(
+            "call cancelled by its caller",
+            tag=tag,
+            xr_kind=kind,
+            xr_namespace=namespace,
+            xr_name=name,
+            seconds=round(now - job.started, 6),
+            queued_seconds=round(taken - job.started, 6),
+            state="queued" if job.taken is None else "composing",
+        )
 
     def _take(self, slot: _Slot) -> _Job | None:
         pending = self._pending
@@ -658,6 +731,8 @@ class ComputePool:
     def _send(self, slot: _Slot, job: _Job) -> None:
         assert slot.transport is not None
         slot.job = job
+        job.taken = time.monotonic()
+        self._metrics.record_queue(job.taken - job.started)
         meta = pickle.dumps(job.metadata) if job.metadata else b""
         budget = math.nan if job.budget is None else job.budget
         size = len(job.data)
@@ -792,11 +867,14 @@ class ComputePool:
         if job is not None and not job.future.done():
             job.future.set_result(response)
 
-    def _answered(self, slot: _Slot, flag: int, body: bytes) -> None:
-        """Slot's process answered its call (called by its :class:`_Reader`)."""
+    def _answered(self, slot: _Slot, flag: int, result: int, body: bytes) -> None:
+        """Slot's process answered its call (called by its :class:`_Reader`) with
+        ``result``, the index of its result label in ``metrics.RUN_RESULTS``."""
         if flag == _EXIT:  # past its deadline: the process exits and is replaced
             self._retire(slot)
         job = self._finish(slot)
+        if job is not None:
+            job.result = RUN_RESULTS[result] if result < len(RUN_RESULTS) else "error"
         if flag == _EXIT:
             if job is not None:
                 self._resolve(job, self._remember(job, body))
@@ -806,37 +884,27 @@ class ComputePool:
         self._dispatch()
 
     def _lost(self, slot: _Slot) -> None:
-        """Slot's socket closed: expected while it is replaced, else the process died."""
+        """Slot's socket closed: expected while it is replaced, else the process died.
+        Its call is answered once the process is reaped (:meth:`_replace`), so that the
+        log line and the fatal result say how it ended."""
         if slot.retiring:
             return
         self._retire(slot)
         job = self._finish(slot)
-        code = slot.proc.exitcode if slot.proc is not None else None
-        _log.error("compute process died", exitcode=code)
-        if job is not None:
-            _record_fatal(peek(job.data)[1], "error", time.monotonic() - job.started)
-            self._resolve(
-                job,
-                fatal_for(
-                    job.data,
-                    f"its compute process exited (code {code}) while composing; it was "
-                    "replaced and nothing was changed this reconcile",
-                ),
-            )
-        self._replace_soon(slot, kill=True)
+        self._replace_soon(slot, kill=True, died=True, job=job)
         self._dispatch()
 
     def _expired(self, slot: _Slot, job: _Job) -> None:
-        """Slot's process did not answer within the call's budget plus the margin."""
+        """Slot's process did not answer within the call's budget plus the margin: the
+        call is answered now, the process killed and replaced (and the line naming the
+        XR logged once it is reaped, :meth:`_replace`)."""
         if slot.job is not job:
             return
         self._retire(slot)
         self._finish(slot)
-        pid = slot.proc.pid if slot.proc is not None else None
-        _log.error("compute process killed past its deadline", pid=pid, seconds=job.budget)
-        _record_fatal(peek(job.data)[1], "deadline", time.monotonic() - job.started)
-        self._resolve(
+        self._fail(
             job,
+            "deadline",
             self._remember(
                 job,
                 fatal_for(
@@ -848,8 +916,34 @@ class ComputePool:
                 ),
             ),
         )
-        self._replace_soon(slot, kill=True)
+        self._replace_soon(slot, kill=True, job=job)
         self._dispatch()
+
+    def _fail(self, job: _Job, result: str, response: bytes) -> None:
+        """Answer ``job`` with the acceptor's own fatal ``response`` (``result``: its
+        label): its Fatal result counted, and its span when traced; nothing when its
+        caller has gone (its call was counted ``cancelled``)."""
+        if job.future.done():
+            return
+        job.result = result
+        self._metrics.record_results(peek(job.data)[1], _FATAL)
+        if self._tracing.enabled:
+            self._span(job.data, job.metadata, response, job.started)
+        self._resolve(job, response)
+
+    def _span(self, data: bytes, metadata: dict[str, str], response: bytes, arrived: float) -> None:
+        """The server span of a call answered here with the fatal ``response`` (only
+        while tracing is on: :meth:`function.ops.tracing.Tracing.answered`)."""
+        try:
+            from function.core.inputs import XRRef
+
+            tag, kind, namespace, name = peek(data)
+            message = fnv1.RunFunctionResponse.FromString(response).results[0].message
+            started_ns = time.time_ns() - int((time.monotonic() - arrived) * 1e9)
+            ref = XRRef(api_version="", kind=kind, namespace=namespace, name=name)
+            self._tracing.answered(ref, tag, metadata, message, started_ns)
+        except Exception:  # tracing never fails serving
+            _log.warning("span of a call answered by the acceptor not recorded", exc_info=True)
 
     def _remember(self, job: _Job, response: bytes) -> bytes:
         """Answer the same request with ``response`` for :data:`RUNAWAY_MEMO_SECONDS`
@@ -864,14 +958,53 @@ class ComputePool:
             self._runaways.popitem(last=False)
         return response
 
-    def _replace_soon(self, slot: _Slot, *, kill: bool) -> None:
+    def _replace_soon(
+        self, slot: _Slot, *, kill: bool, died: bool = False, job: _Job | None = None
+    ) -> None:
         slot.retiring = True
-        task = asyncio.get_running_loop().create_task(self._replace(slot, kill=kill))
+        task = asyncio.get_running_loop().create_task(
+            self._replace(slot, kill=kill, died=died, job=job)
+        )
         self._replacing.add(task)
         task.add_done_callback(self._replacing.discard)
 
-    async def _replace(self, slot: _Slot, *, kill: bool) -> None:
-        await self._stop_slot(slot, kill=kill, wait=5)
+    async def _replace(
+        self, slot: _Slot, *, kill: bool, died: bool = False, job: _Job | None = None
+    ) -> None:
+        """Stop slot's process and start another. ``died``: its socket closed unasked
+        (the process died): it is reaped first (at most :data:`REAP_SECONDS`), then
+        ``job``, the call it was composing, is answered with a fatal result saying how
+        it ended. Otherwise a ``job``: the call it was killed for, past its deadline.
+        Either way an error line names the XR, the pid and how the process ended."""
+        pid = slot.proc.pid if slot.proc is not None else None
+        fields = _call_fields(job)
+        if died:
+            loop = asyncio.get_running_loop()
+            code = await loop.run_in_executor(None, _reaped, slot.proc, REAP_SECONDS)
+            ended = how_it_ended(code)
+            _log.error("compute process died", pid=pid, exitcode=code, ended=ended, **fields)
+            if job is not None:
+                self._fail(
+                    job,
+                    "error",
+                    fatal_for(
+                        job.data,
+                        f"its compute process {ended} while composing; it was replaced and "
+                        "nothing was changed this reconcile",
+                    ),
+                )
+            await self._stop_slot(slot, kill=kill, wait=5)
+        else:
+            code = await self._stop_slot(slot, kill=kill, wait=5)
+            if job is not None:
+                _log.error(
+                    "compute process killed past its deadline",
+                    pid=pid,
+                    seconds=job.budget,
+                    exitcode=code,
+                    ended=how_it_ended(code),
+                    **fields,
+                )
         self.replaced += 1
         while not self._closing:
             try:
@@ -883,8 +1016,10 @@ class ComputePool:
             break
         self._dispatch()
 
-    async def _stop_slot(self, slot: _Slot, *, kill: bool, wait: float) -> None:
-        """Close slot's socket (its process sees end-of-file and exits) and reap it."""
+    async def _stop_slot(self, slot: _Slot, *, kill: bool, wait: float) -> int | None:
+        """Close slot's socket (its process sees end-of-file and exits) and reap it;
+        returns its exit code (``-N``: ended by signal N; None: none was running, or it
+        could not be reaped)."""
         slot.retiring = True
         old, transport, shared = slot.proc, slot.transport, slot.shared
         slot.transport = slot.shared = None
@@ -902,6 +1037,7 @@ class ComputePool:
         slot.proc = None
         if shared is not None:
             shared.close()
+        return old.exitcode if old is not None else None
 
     def _check_idle(self) -> None:
         if self._idle is None:
@@ -937,6 +1073,7 @@ class ComputePool:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), 0.5)
         await asyncio.gather(*(self._stop_slot(s, kill=False, wait=10) for s in self._slots))
+        self._tracing.shutdown()  # the spans of the calls answered here (bounded)
 
 
 def _narrowed(pid: int, cpus: tuple[int, ...]) -> bool:
@@ -960,18 +1097,40 @@ def set_threads(pid: int, cpus: Iterable[int]) -> None:
             os.sched_setaffinity(tid, cpus)
 
 
-def _record_fatal(kind: str, result: str, seconds: float) -> None:
-    """Count a call the acceptor answered itself with a fatal result (a compute process
-    that died or was killed past the deadline, a runaway answered from memory) in
-    ``modelplane_function_run_seconds`` and ``modelplane_function_results_total``, as the
-    compute processes count theirs (the acceptor writes to the same multiprocess
-    directory, so one endpoint shows both)."""
-    try:
-        from function.ops import metrics
+def _reaped(proc: Any, seconds: float) -> int | None:  # pragma: no cover - thread
+    """Wait (blocking, at most ``seconds``) for ``proc`` to be reaped; its exit code
+    (``-N``: ended by signal N), or None if it did not exit meanwhile. A process's
+    socket closes before it can be reaped, so its exit code read at once is often
+    None."""
+    if proc is None:
+        return None
+    proc.join(seconds)
+    return proc.exitcode  # type: ignore[no-any-return]
 
-        metrics.default().record_run(kind, result, seconds, ("Fatal",))
-    except Exception:  # metrics never fail serving
-        pass
+
+def how_it_ended(code: int | None) -> str:
+    """How a compute process ended, as a message says it: ``exited with code 1``,
+    ``was killed by signal 9 (SIGKILL: out of memory?)`` (the kernel's OOM killer sends
+    SIGKILL), or ``did not exit`` (None: not reaped in time)."""
+    if code is None:
+        return "did not exit"
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "an unknown signal"
+    hint = ": out of memory?" if -code == signal.SIGKILL else ""
+    return f"was killed by signal {-code} ({name}{hint})"
+
+
+def _call_fields(job: _Job | None) -> dict[str, str]:
+    """The fields every per-call log line carries (``function.ops.logs.CALL``): tag and
+    the XR's kind, namespace and name, read from ``job``'s request (none: no job)."""
+    if job is None:
+        return {}
+    tag, kind, namespace, name = peek(job.data)
+    return {"tag": tag, "xr_kind": kind, "xr_namespace": namespace, "xr_name": name}
 
 
 def _fold_dead(pid: int | None) -> None:

@@ -57,6 +57,10 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         tracing: Span recording (None: built from ``settings``; disabled by default).
         metrics: Where calls and lifecycle samples are recorded (None: the process-wide
             collectors on prometheus-client's default registry).
+        time_calls: Record each call's time in ``modelplane_function_run_seconds``
+            (True: composing in the serving process). A compute process passes False:
+            the acceptor records it, from the call's arrival, with :attr:`last_result`
+            (``function.edge.pool``).
     """
 
     def __init__(
@@ -66,8 +70,12 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         *,
         tracing: Tracing | None = None,
         metrics: metrics_mod.Metrics | None = None,
+        time_calls: bool = True,
     ) -> None:
         self.settings = settings or default_settings()
+        self.time_calls = time_calls
+        # The last call's result label (metrics.RUN_RESULTS), for the acceptor.
+        self.last_result = "success"
         self.clock = clock or utcnow
         self.log = structlog.get_logger("function")
         self.tracing = tracing or tracing_mod.configure(self.settings)
@@ -154,9 +162,29 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         try:
             req = fnv1.RunFunctionRequest.FromString(data)
         except Exception as e:  # DecodeError (upb also reports recursion this way)
-            self.metrics.record_run("", "fatal", 0.0, ["Fatal"])
-            return undecodable(data, e)
+            return self._undecodable(data, metadata, e)
         return self._call(req, metadata, complete=False, deadline_seconds=deadline_seconds)[1]
+
+    def _undecodable(
+        self, data: bytes | bytearray | memoryview, metadata: Mapping[str, str] | None, e: Exception
+    ) -> bytes:
+        """The response to a request protobuf cannot parse (:func:`codec.undecodable`),
+        counted; with tracing on, a span named after whatever kind could be read
+        (``RunFunction`` when none), ERROR with the fatal message and the parse error as
+        an ``exception`` event. Counted under the kind read from its first bytes, as the
+        acceptor times it (``unknown`` when none could be read)."""
+        tag, kind, namespace, name = codec.peek(data)
+        self.last_result = "fatal"
+        if self.time_calls:
+            self.metrics.record_time(kind, "fatal", 0.0)
+        self.metrics.record_results(kind, ["Fatal"])
+        out = undecodable(data, e)
+        if self.tracing.enabled:
+            message = fnv1.RunFunctionResponse.FromString(out).results[0].message
+            ref = XRRef(api_version="", kind=kind, namespace=namespace, name=name)
+            with self.tracing.run_span(ref, tag, metadata) as span:
+                Tracing.finish(span, ["Fatal"], message, e)
+        return out
 
     def _call(
         self,
@@ -221,7 +249,10 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         fatal = next((r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL), None)
         if fatal is not None and result == "success":
             result = "fatal"
-        self.metrics.record_run(ref.kind, result, seconds, severities)
+        self.last_result = result
+        if self.time_calls:
+            self.metrics.record_time(ref.kind, result, seconds)
+        self.metrics.record_results(ref.kind, severities)
         # Lifecycle samples are recorded in the loop's last call only (once), judged on
         # the request as it came (the first decode: nothing left out).
         if (

@@ -2,8 +2,13 @@
 
 Two families:
 
-- **Per call**, recorded by the runner: ``modelplane_function_run_seconds{kind,result}``
-  (RunFunction time) and ``modelplane_function_results_total{kind,severity}``: every
+- **Per call**: ``modelplane_function_run_seconds{kind,result}`` (the time Crossplane
+  waits for a RunFunction call, from its arrival to its answer: recorded by the
+  acceptor, ``function.edge.pool``, for every call, those whose caller gave up
+  included; by the runner when it composes in the serving process),
+  ``modelplane_function_queue_seconds`` (the wait in the acceptor's queue before a
+  compute process took the call) and ``modelplane_function_results_total{kind,severity}``
+  (recorded where the results are written): every
   result returned, in every call of Crossplane's requirements loop (only the applied
   call's Normal and Warning results become events; the earlier calls' are counted and
   never emitted), and the Fatal results the acceptor answers itself
@@ -106,7 +111,10 @@ OTHER = "other"
 # Served XR kinds, owned by function.composers.KINDS; any other kind is "unknown".
 _KINDS = frozenset(KINDS)
 UNKNOWN_KIND = "unknown"
-RUN_RESULTS = frozenset({"success", "fatal", "error", "deadline"})
+# Results of a RunFunction call. The order is the wire code a compute process sends the
+# acceptor in its answer's header (function.edge.pool): append only. ``cancelled``: the
+# caller gave up (its gRPC deadline passed, or it cancelled) before the answer.
+RUN_RESULTS: tuple[str, ...] = ("success", "fatal", "error", "deadline", "cancelled")
 SEVERITIES = frozenset({"Normal", "Warning", "Fatal"})
 BACKFILL_RESULTS = frozenset({"succeeded", "failed"})
 PREEMPTION_REASONS = frozenset({"foreground", "not_ready", "suspended", "spec_changed", "other"})
@@ -175,9 +183,19 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "modelplane_function_run_seconds",
         "histogram",
         ("kind", "result"),
-        "Time to serve one RunFunction call, by XR kind and result (success, fatal, error).",
+        "Time Crossplane waits for one RunFunction call, from its arrival to its answer "
+        "(the wait in the acceptor's queue included), by XR kind and result (success, "
+        "fatal, error, deadline, cancelled: the caller gave up first).",
         RUN_BUCKETS,
-        {"kind": _KINDS | {UNKNOWN_KIND}, "result": RUN_RESULTS},
+        {"kind": _KINDS | {UNKNOWN_KIND}, "result": frozenset(RUN_RESULTS)},
+    ),
+    MetricSpec(
+        "modelplane_function_queue_seconds",
+        "histogram",
+        (),
+        "Time a RunFunction call waited in the acceptor's queue before a compute process "
+        "took it (or its caller gave up).",
+        RUN_BUCKETS,
     ),
     MetricSpec(
         "modelplane_function_results_total",
@@ -436,6 +454,7 @@ class Metrics:
         )
         self._run = self.collectors["function_run_seconds"]
         self._results = self.collectors["function_results_total"]
+        self._queue = self.collectors["function_queue_seconds"]
         # Children of the per-call metrics by label values: the label sets are small
         # and fixed, and a dict lookup is several times cheaper than ``labels()``.
         self._run_children: dict[tuple[str, str], Any] = {}
@@ -460,12 +479,29 @@ class Metrics:
 
     def record_run(self, kind: str, result: str, seconds: float, severities: Iterable[str]) -> None:
         """Record one RunFunction call: its time and the severity of each result."""
-        k = kind if kind in _KINDS else UNKNOWN_KIND
-        key = (k, result if result in RUN_RESULTS else OTHER)
+        self.record_time(kind, result, seconds)
+        self.record_results(kind, severities)
+
+    def record_time(self, kind: str, result: str, seconds: float) -> None:
+        """Record one RunFunction call's time in ``modelplane_function_run_seconds``:
+        ``kind`` the XR's (any other: ``unknown``), ``result`` one of
+        :data:`RUN_RESULTS` (any other: ``other``), ``seconds`` from its arrival to its
+        answer."""
+        key = (kind if kind in _KINDS else UNKNOWN_KIND, result if result in RUN_RESULTS else OTHER)
         child = self._run_children.get(key)
         if child is None:
             child = self._run_children[key] = self._run.labels(*key)
         child.observe(seconds)
+
+    def record_queue(self, seconds: float) -> None:
+        """Record how long a call waited in the acceptor's queue (seconds) in
+        ``modelplane_function_queue_seconds``."""
+        self._queue.observe(seconds)
+
+    def record_results(self, kind: str, severities: Iterable[str]) -> None:
+        """Count one call's results by severity (``Normal``, ``Warning``, ``Fatal``; any
+        other: ``other``) in ``modelplane_function_results_total``."""
+        k = kind if kind in _KINDS else UNKNOWN_KIND
         for sev in severities:
             rkey = (k, sev if sev in SEVERITIES else OTHER)
             counter = self._result_children.get(rkey)

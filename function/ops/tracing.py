@@ -26,8 +26,12 @@ Spans (one trace per RunFunction call):
   ``modelplane.result.severities`` (one entry per result, in order) and the
   ``rpc.*`` attributes of the OpenTelemetry RPC conventions. A Fatal result, or an
   exception, sets the span status to ERROR; an exception is also recorded as an
-  event.
-- children ``decode`` (resolve the request into inputs), ``compose`` and ``encode``.
+  event. Calls the acceptor answers itself (a runaway answered from memory, a compute
+  process that died or was killed past the deadline: :meth:`Tracing.answered`) and
+  requests protobuf cannot parse get this span too, ERROR with the fatal message.
+- children ``decode`` (resolve the request into inputs), ``compose`` and ``encode``;
+  an exception that leaves one, the compute deadline included, sets its status to
+  ERROR and is recorded as an ``exception`` event on it.
 
 A W3C ``traceparent`` (and ``tracestate``) in the gRPC metadata of the call becomes
 the parent (https://www.w3.org/TR/trace-context/).
@@ -85,11 +89,18 @@ class Tracing:
         return out
 
     @contextlib.contextmanager
-    def run_span(self, ref: XRRef, tag: str, metadata: Mapping[str, str] | None) -> Iterator[Span]:
+    def run_span(
+        self,
+        ref: XRRef,
+        tag: str,
+        metadata: Mapping[str, str] | None,
+        start_time: int | None = None,
+    ) -> Iterator[Span]:
         """The server span of one call, current while the block runs.
 
-        The parent comes from a W3C ``traceparent`` in ``metadata``. Only call this
-        when :attr:`enabled`.
+        The parent comes from a W3C ``traceparent`` in ``metadata``; ``start_time``:
+        when it started (nanoseconds since the epoch; None: now). Only call this when
+        :attr:`enabled`.
         """
         assert self._tracer is not None
         from opentelemetry.trace import SpanKind
@@ -112,14 +123,50 @@ class Tracing:
             attributes=attributes,
             record_exception=True,
             set_status_on_exception=True,
+            start_time=start_time,
         ) as span:
             yield span
 
     def span(self, name: str) -> contextlib.AbstractContextManager[Any]:
-        """A child span of the current span; a shared no-op when disabled."""
+        """A child span of the current span; a shared no-op when disabled. An exception
+        that leaves it, a ``BaseException`` such as
+        :class:`~function.edge.deadline.CallDeadline` too (OpenTelemetry records only
+        ``Exception``), sets its status to ERROR and is recorded as an ``exception``
+        event."""
         if self._tracer is None:
             return _NULL
-        return self._tracer.start_as_current_span(name)
+        return self._child(name)
+
+    @contextlib.contextmanager
+    def _child(self, name: str) -> Iterator[Span]:
+        assert self._tracer is not None
+        with self._tracer.start_as_current_span(name) as span:
+            try:
+                yield span
+            except Exception:  # recorded by the SDK
+                raise
+            except BaseException as e:  # the SDK leaves these out (CallDeadline)
+                from opentelemetry.trace import Status, StatusCode
+
+                span.record_exception(e)
+                span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"))
+                raise
+
+    def answered(
+        self,
+        ref: XRRef,
+        tag: str,
+        metadata: Mapping[str, str] | None,
+        message: str,
+        started_ns: int,
+    ) -> None:
+        """The server span of a call the acceptor answered itself with the fatal result
+        ``message`` (``function.edge.pool``: a runaway answered from memory, a compute
+        process that died or was killed past the deadline): named and attributed as
+        :meth:`run_span`'s, from ``started_ns`` (``time.time_ns()`` of its arrival) to
+        now, status ERROR with ``message``. Only call this when :attr:`enabled`."""
+        with self.run_span(ref, tag, metadata, start_time=started_ns) as span:
+            self.finish(span, ["Fatal"], message, None)
 
     @staticmethod
     def finish(
