@@ -247,25 +247,41 @@ def plain_object(key: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def largest_string(value: Any, path: str) -> tuple[str, int]:
-    """The longest string in plain Python ``value`` (dicts, lists, strings: a
-    :func:`to_py` result), map keys included, and where it is: ``(path, characters)``,
-    the path written from ``path`` as a spec path (``spec.env[0].value``; a key's path
-    ends in the key's excerpt and `` (a key)``). ``(path, 0)`` when there is no string.
-    Iterative: any depth."""
-    best, where = 0, path
-    stack: list[tuple[Any, str]] = [(value, path)]
-    while stack:
-        node, at = stack.pop()
-        if isinstance(node, str):
-            if len(node) > best:
-                best, where = len(node), at
-        elif isinstance(node, dict):
-            for k, v in node.items():
-                key = str(k)
-                if len(key) > best:
-                    best, where = len(key), f"{at}.{excerpt(key)} (a key)"
-                stack.append((v, f"{at}.{excerpt(key)}"))
-        elif isinstance(node, list):
-            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(node))
-    return where, best
+def heaviest_part(
+    value: Struct, path: str, *, max_children: int = 1024, max_steps: int = 12
+) -> tuple[str, int]:
+    """Where most of a Struct's serialized bytes are: ``(path, bytes)``, the path written
+    from ``path`` as a spec path (``spec.template.spec.containers[0].env[0].value``).
+
+    From the top, step into the child (map entry or list item) with the most bytes
+    (protobuf's ``ByteSize``, computed in C) while it holds at least half of its
+    parent's; stop at a scalar, at a part no child dominates, at a part with more
+    than ``max_children`` children (named whole: no child of many is worth a step, and
+    counting them would cost a Python object each), or after ``max_steps`` steps (the
+    path goes into a condition on every reconcile). Memory: one level's children at a
+    time, never a path per node (review 16f F0: a path string per list item took a
+    1.4 MB XR to 1.3 GB).
+    """
+    node: Any = value
+    at, size = path, value.ByteSize()
+    for _ in range(max_steps):
+        kind = node.WhichOneof("kind") if isinstance(node, Value) else "struct_value"
+        if kind == "struct_value":
+            fields = node.fields if isinstance(node, Struct) else node.struct_value.fields
+            if not 0 < len(fields) <= max_children:
+                break
+            key, child = max(fields.items(), key=lambda kv: kv[1].ByteSize())
+            step = f"{at}.{excerpt(key)}"
+        elif kind == "list_value":
+            items = node.list_value.values
+            if not 0 < len(items) <= max_children:
+                break
+            i, child = max(enumerate(items), key=lambda iv: iv[1].ByteSize())
+            step = f"{at}[{i}]"
+        else:
+            break
+        weight = child.ByteSize()
+        if 2 * weight < size:
+            break
+        node, at, size = child, step, weight
+    return at, size

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from google.protobuf.struct_pb2 import Struct
+
 from function import API_VERSION
 from function.api.modelreplica import REASON_HYDRATION_FAILED
 from function.composers.deployment import capacity
@@ -20,7 +22,6 @@ from function.composers.deployment.children import (
     _observed_replicas,
     _replica_body,
     _replica_size,
-    _template,
     _template_key,
     _usage,
 )
@@ -182,25 +183,40 @@ def _refuse_oversized(inputs: Inputs, placed: int, replicas: int) -> None:
     """Refuse, before any ModelReplica is built, a placement whose ``placed`` bodies (each
     a copy of ``spec.template``) would pass Crossplane's 4 MiB response.
 
+    ``placed`` counts the replacements of replicas that move make-before-break too: they
+    are composed beside the replicas they replace, so a deployment that fits in steady
+    state may not while it fails over; the message says so, and its advice is what
+    would make the response fit (review 16f F1).
+
     Raises:
-        SpecError: at ``spec.replicas``, naming ``spec.template``'s largest field (review
-            16b F1; :func:`function.core.outcome.refuse_copies`).
+        SpecError: at ``spec.replicas``, naming the part of ``spec.template`` that holds
+            most of its bytes (:func:`function.core.structs.heaviest_part`; review 16b
+            F1: :func:`function.core.outcome.refuse_copies`).
     """
     template = _template_key(inputs)
     each = _replica_size(inputs.namespace, inputs.name, template)
     if placed * each <= MAX_RESPONSE_BYTES:
         return
-    path, chars = structs.largest_string(_template(template), "spec.template")
-    largest = f"; its largest field is {path} ({chars} characters)" if chars else ""
-    refuse_copies(
-        "spec.replicas",
-        placed,
-        each,
-        f"ModelReplicas to compose (spec.replicas: {replicas}), each a copy of spec.template",
-        f"lower spec.replicas (at most {max(1, MAX_RESPONSE_BYTES // each)} such copies fit) "
-        f"or shrink spec.template{largest}; move large env values into a ConfigMap "
-        "(envFrom) or a mounted volume",
-    )
+    path, size = structs.heaviest_part(Struct.FromString(template), "spec.template")
+    heaviest = f"{path} ({size / 1024:.1f} KiB)" if path != "spec.template" else ""
+    fit = MAX_RESPONSE_BYTES // each
+    moving = placed - replicas if placed > replicas else 0
+    what = f"ModelReplicas to compose (spec.replicas: {replicas}"
+    what += f", and {moving} replacements of replicas moving make-before-break" if moving else ""
+    what += "), each a copy of spec.template"
+    shrink = "shrink spec.template" + (f", whose heaviest part is {heaviest}" if heaviest else "")
+    if ".env[" in path:
+        shrink += "; a large env value belongs in a ConfigMap (envFrom) or a mounted volume"
+    if fit == 0:
+        fix = f"one copy alone is over the limit: {shrink}"
+    elif moving:
+        fix = (
+            f"at most {fit} such copies fit, the replacements included: {shrink}, or lower "
+            "spec.replicas so that the replacements fit beside the replicas they replace"
+        )
+    else:
+        fix = f"lower spec.replicas to at most {fit}, or {shrink}"
+    refuse_copies("spec.replicas", placed, each, what, fix)
 
 
 # ---- what to read --------------------------------------------------------------
