@@ -2148,12 +2148,43 @@ def test_a_candidate_with_bad_devices_blocks_naming_the_field(
 
 
 # What the candidate's replicas would refuse in a member's pod template
-# (POD_TEMPLATE_FAULTS), refused where it was written: the experiment blocks.
+# (POD_TEMPLATE_FAULTS), refused where it was written: the experiment blocks. A
+# member's pod labels are the exception: the candidate carries the experiment's own
+# instead (children.candidate_body), so none of the tenant's reaches a cluster.
+_POD_LABELS = ("metadata", "labels")
+CARRIED_FAULTS = [row for row in POD_TEMPLATE_FAULTS if row[1] != _POD_LABELS]
+REPLACED_LABELS = [
+    *[(i, v) for i, p, v, _ in POD_TEMPLATE_FAULTS if p == _POD_LABELS],
+    ("a label value with a space", {"team": "ml platform"}),  # review 16f F2
+    ("a label key with a space", {"my team": "ml"}),
+]
+
+
+@pytest.mark.parametrize("labels", [pytest.param(v, id=i) for i, v in REPLACED_LABELS])
+def test_a_candidate_pod_label_is_replaced_not_refused(sim_factory, labels: dict) -> None:
+    """Review 16f F2: labels the API server (or the tenancy policy) would refuse in a
+    member's pod template were refused "(the workload cluster's API server refuses
+    it)", though the candidate replaces them with the experiment's own and they never
+    reach a cluster. They are accepted; the candidate carries only the experiment's."""
+    s = spec()
+    member = s["candidate"]["engines"][0]["members"][0]
+    member["template"].setdefault("metadata", {})["labels"] = labels
+    parse_spec(s)
+    sim = sim_factory(s)
+    sim.validate = False  # the XRD refuses some of these (modelplane.ai/, 64 characters)
+    sim.reconcile()
+    assert sim.phase == "Deploying", sim.status
+    carried = sim.observed["candidate-r1"]["spec"]["template"]["spec"]["engines"][0]
+    assert carried["members"][0]["template"]["metadata"]["labels"] == {
+        "experiment.modelplane.ai/name": NAME,
+        "experiment.modelplane.ai/run": "1",
+        "experiment.modelplane.ai/generation": "1",
+    }
 
 
 @pytest.mark.parametrize(
     ("path", "value", "field"),
-    [pytest.param(p, v, f, id=i) for i, p, v, f in POD_TEMPLATE_FAULTS],
+    [pytest.param(p, v, f, id=i) for i, p, v, f in CARRIED_FAULTS],
 )
 def test_a_pod_template_fault_mid_run_blocks_naming_it_and_keeps_the_candidate(
     sim_factory, clock: Clock, path: tuple[Any, ...], value: Any, field: str

@@ -333,13 +333,40 @@ def parse_spec(spec: dict[str, Any]) -> ExperimentSpec:
     check_tolerations(parsed.candidate.tolerations, "spec.candidate.tolerations")
     for ei, engine in enumerate(parsed.candidate.engines):
         for mi, member in enumerate(engine.members):
-            # What the candidate's replicas would refuse, said here where it was written.
-            check_template(member.template, f"spec.candidate.engines[{ei}].members[{mi}].template")
+            # What the candidate's replicas would refuse, said here where it was written:
+            # in the template as the candidate carries it (its pod labels are the
+            # experiment's own, the function's, so none of the tenant's is checked).
+            check_template(
+                candidate_template(member.template, {}),
+                f"spec.candidate.engines[{ei}].members[{mi}].template",
+            )
             if member.nodeSelector is not None:
                 _check_devices(
                     member.nodeSelector, f"spec.candidate.engines[{ei}].members[{mi}].nodeSelector"
                 )
     return parsed
+
+
+def candidate_template(template: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+    """A candidate member's pod template as the candidate ModelDeployment carries it:
+    ``template`` with ``metadata.labels`` replaced by ``labels``, the experiment's own
+    (:func:`function.composers.experiment.children.template_labels`), so no Service
+    that selects production pods can select the candidate. The labels the tenant wrote
+    there never reach a cluster; everything else is carried as written.
+
+    Args:
+        template: A member's ``template`` as written (a dict; not changed).
+        labels: The pod labels to carry (``{}`` to check the tenant's parts alone).
+
+    Returns:
+        A new dict with a new ``metadata`` (also when ``template`` had none or one of
+        the wrong type); its other values are ``template``'s own objects, not copies.
+    """
+    meta = template.get("metadata")
+    return {
+        **template,
+        "metadata": {**(meta if isinstance(meta, dict) else {}), "labels": dict(labels)},
+    }
 
 
 def _check_devices(raw: dict[str, Any], field: str) -> None:

@@ -19,6 +19,7 @@ from function.api.modelexperiment import (
     SERVED_NAME_ENV,
     SERVED_NAME_REF,
     ExperimentSpec,
+    candidate_template,
     drop_nulls,
     engine_words,
     force_served_name,
@@ -118,10 +119,7 @@ def candidate_body(inputs: Inputs, spec_dict: dict[str, Any], st: RunState) -> d
     # shapes there are passed through, never trusted.
     for engine in cand.get("engines") or ():
         for member in engine.get("members") or ():
-            tmpl = member["template"]
-            if not isinstance(tmpl.get("metadata"), dict):
-                tmpl["metadata"] = {}
-            tmpl["metadata"]["labels"] = dict(tlabels)
+            tmpl = member["template"] = candidate_template(member["template"], tlabels)
             pod = tmpl.get("spec")
             containers = pod.get("containers") if isinstance(pod, dict) else None
             if not isinstance(containers, list):
