@@ -85,6 +85,79 @@ def test_kubernetes_rule_at_its_limit(rule: Rule, value: str, valid: bool) -> No
         assert problem == rule("\x00"), problem
 
 
+# Go's string functions the API server applies before a rule (review 16f F3), where
+# Python's differ: (function, input, Go's result, checked with go1.26 on every rune).
+GO_STRINGS: list[tuple[str, Callable[[str], str], str, str]] = [
+    # strings.ToLower (unicode.ToLower per rune, no special casing)
+    ("ToLower of ASCII", k8s.go_lower, "Example.COM/Key_1", "example.com/key_1"),
+    ("ToLower of İ is ASCII i", k8s.go_lower, "\u0130stanbul", "istanbul"),
+    ("ToLower of İ in a name", k8s.go_lower, "example.com/\u0130d", "example.com/id"),
+    ("ToLower of the Kelvin sign is k", k8s.go_lower, "\u212aey", "key"),
+    ("ToLower has no final sigma", k8s.go_lower, "\u0391\u03a3", "\u03b1\u03c3"),
+    ("ToLower of É", k8s.go_lower, "\u00c9t\u00c9", "\u00e9t\u00e9"),
+    ("ToLower of a dotless i (U+0131) is itself", k8s.go_lower, "\u0131", "\u0131"),
+    # strings.TrimSpace (unicode.IsSpace)
+    ("TrimSpace of ASCII spaces", k8s.go_trim_space, "\t\n\v\f\r img \r\n", "img"),
+    ("TrimSpace keeps U+001C..U+001F", k8s.go_trim_space, "\x1c\x1dimg\x1e\x1f",
+     "\x1c\x1dimg\x1e\x1f"),
+    ("TrimSpace of NEL and NBSP", k8s.go_trim_space, "\x85img\xa0", "img"),
+    ("TrimSpace of Unicode White_Space", k8s.go_trim_space,
+     "\u1680\u2000\u200aimg\u2028\u2029\u202f\u205f\u3000", "img"),
+    ("TrimSpace keeps a zero-width space", k8s.go_trim_space, "img\u200b", "img\u200b"),
+    ("TrimSpace keeps U+180E", k8s.go_trim_space, "img\u180e", "img\u180e"),
+    ("TrimSpace of nothing but spaces", k8s.go_trim_space, " \t ", ""),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("function", "value", "go"), [pytest.param(f, v, g, id=i) for i, f, v, g in GO_STRINGS]
+)
+def test_a_go_string_function_as_go_computes_it(
+    function: Callable[[str], str], value: str, go: str
+) -> None:
+    assert function(value) == go
+
+
+# The verdict on what Go's string functions touch: (part, value, refused). Review 16f
+# F3: the first rows of each were refused, though the 1.34 API server takes them.
+GO_VERDICTS: list[tuple[str, str, str, bool]] = [
+    ("an annotation key with İ", "annotation", "\u0130stanbul", False),
+    ("an annotation name with İ", "annotation", "example.com/\u0130d", False),
+    ("an annotation key with the Kelvin sign", "annotation", "\u212aey", False),
+    ("an annotation key with capitals", "annotation", "Example.COM/My_Key", False),
+    ("an annotation key with a dotless i (U+0131)", "annotation", "\u0131d", True),
+    ("an annotation key with É", "annotation", "\u00c9t\u00e9", True),
+    ("an annotation key with two slashes", "annotation", "a/b/c", True),
+    ("an image ending in U+001F", "image", "vllm/vllm-openai:v0.9.2\x1f", False),
+    ("an image starting with U+001C", "image", "\x1cvllm/vllm-openai:v0.9.2", False),
+    ("an image ending in a zero-width space", "image", "vllm/vllm-openai:v0.9.2\u200b", False),
+    ("an image ending in a space", "image", "vllm/vllm-openai:v0.9.2 ", True),
+    ("an image starting with a tab", "image", "\tvllm/vllm-openai:v0.9.2", True),
+    ("an image ending in NBSP", "image", "vllm/vllm-openai:v0.9.2\xa0", True),
+    ("an image ending in NEL", "image", "vllm/vllm-openai:v0.9.2\x85", True),
+    ("an image ending in an ideographic space", "image", "vllm/vllm-openai:v0.9.2\u3000", True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("part", "value", "refused"), [pytest.param(p, v, r, id=i) for i, p, v, r in GO_VERDICTS]
+)
+def test_a_verdict_through_go_string_functions(part: str, value: str, refused: bool) -> None:
+    t = _template()
+    if part == "annotation":
+        t["metadata"] = {"annotations": {value: "v"}}
+        field = f"t.metadata.annotations[{value}]"
+    else:
+        t["spec"]["containers"][0]["image"] = value
+        field = "t.spec.containers[0].image"
+    if not refused:
+        check_pod_rules(t, "t")
+        return
+    with pytest.raises(SpecError) as e:
+        check_pod_rules(t, "t")
+    assert e.value.field == field, str(e.value)
+
+
 # ValidateTolerations, case by case: (toleration, the field refused, or None: taken).
 TOLERATIONS: list[tuple[str, dict[str, Any], str | None]] = [
     ("every taint", {"operator": "Exists"}, None),

@@ -8,7 +8,12 @@ workload cluster the README supports; none of these rules is relaxed in later re
   ``k8s.io/apimachinery/pkg/api/validate/content`` (``IsLabelKey``, the qualified name
   that ``IsQualifiedName`` is, and ``IsLabelValue``);
 - ``k8s.io/apimachinery/pkg/api/validation`` (``ValidateAnnotations``: a qualified name
-  once lowercased, :data:`ANNOTATIONS_MAX_BYTES` in all).
+  once lowercased by Go's ``strings.ToLower``, :func:`go_lower`,
+  :data:`ANNOTATIONS_MAX_BYTES` in all).
+
+Where a rule applies a Go string function first, this module has Go's, not Python's
+look-alike (:func:`go_lower`, :func:`go_trim_space`): the two differ on a few
+characters (``İ``; U+001C..U+001F), and the API server's verdict is Go's.
 
 Environment variable names follow ``IsRelaxedEnvVarName``: the
 ``RelaxedEnvironmentVariableValidation`` feature gate is on by default from 1.32 and GA,
@@ -132,6 +137,39 @@ def env_name_problem(value: str) -> str | None:
     if value and all(" " <= c <= "~" and c != "=" for c in value):
         return None
     return f"must be {ENV_NAME_RULE}"
+
+
+# Go's unicode.IsSpace, the set strings.TrimSpace removes: ASCII '\t', '\n', '\v', '\f',
+# '\r' and ' ', U+0085 and U+00A0, and the rest of Unicode's White_Space property
+# (unicode.White_Space). Not U+001C..U+001F, which Python's str.strip() also removes.
+GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680"
+    + "".join(chr(c) for c in range(0x2000, 0x200B))  # U+2000..U+200A
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
+# Where Go's unicode.ToLower (Unicode's simple lowercase mapping, per rune) differs
+# from Python's str.lower() of one character (the full mapping of SpecialCasing.txt):
+# U+0130 LATIN CAPITAL LETTER I WITH DOT ABOVE, to ASCII 'i' (Python: 'i' + U+0307).
+_GO_LOWER = {"\u0130": "i"}
+
+
+def go_lower(value: str) -> str:
+    """Go's ``strings.ToLower``: ``unicode.ToLower`` of each rune, no special casing and
+    no context (capital alpha and sigma become small alpha and sigma, never a final
+    sigma). Where it maps a non-ASCII character to ASCII: U+0130 ``İ`` to ``i`` (which
+    ``str.lower`` makes ``i`` and U+0307) and U+212A KELVIN SIGN to ``k`` (as
+    ``str.lower`` does). Checked against go1.26 on every rune. Used as
+    ``ValidateAnnotations`` uses it, before ``IsQualifiedName``."""
+    if value.isascii():
+        return value.lower()
+    return "".join(_GO_LOWER.get(c) or c.lower() for c in value)
+
+
+def go_trim_space(value: str) -> str:
+    """Go's ``strings.TrimSpace``: ``value`` without leading and trailing
+    :data:`GO_SPACE` (``unicode.IsSpace``). Used as ``validateContainerOnlyForPod``
+    uses it on a container's ``image``."""
+    return value.strip(GO_SPACE)
 
 
 def annotations_bytes(annotations: dict[str, str]) -> int:

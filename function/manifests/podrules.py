@@ -10,16 +10,19 @@ candidate) and the ModelReplica refuse, where the tenant wrote it, what
 and what it calls) refuses in the parts of a pod template the function copies:
 
 - ``metadata.labels``: qualified-name keys, label values (``ValidateLabels``);
-  ``metadata.annotations``: qualified-name keys once lowercased, 256 KiB in all
+  ``metadata.annotations``: qualified-name keys once lowercased (Go's
+  ``strings.ToLower``: :func:`function.core.k8svalidation.go_lower`), 256 KiB in all
   (``ValidateAnnotations``);
 - ``spec.volumes[]``: a DNS-1123 label ``name``, unique, and a volume source
   (``ValidateVolumes``; only a volume with no source at all is refused here, so a
   source type newer than this code is never refused);
 - ``spec.containers[]`` and ``spec.initContainers[]``: a DNS-1123 label ``name``, unique
   across both lists (``validateContainers``, ``validateInitContainers``); an ``image``
-  (``validateContainerCommon``) without leading or trailing whitespace (refused in the
-  pods the workload creates: ``validateContainerOnlyForPod``); ``ports[].name`` an IANA
-  service name, unique in the container (``validateContainerPorts``); ``env[].name`` and
+  (``validateContainerCommon``) without leading or trailing whitespace as Go's
+  ``strings.TrimSpace`` has it (:func:`function.core.k8svalidation.go_trim_space`;
+  refused in the pods the workload creates: ``validateContainerOnlyForPod``);
+  ``ports[].name`` an IANA service name, unique in the container
+  (``validateContainerPorts``); ``env[].name`` and
   ``envFrom[].prefix`` environment variable names (``ValidateEnv``, ``ValidateEnvFrom``
   with the relaxed rule of 1.34, :func:`function.core.k8svalidation.env_name_problem`);
   ``volumeMounts[]``: a ``name`` that is a volume of the pod, a ``mountPath`` unique in
@@ -153,7 +156,8 @@ def _check_annotations(annotations: Any, field: str) -> None:
     if not isinstance(annotations, dict):
         return
     for key in annotations:
-        _require(key, k8s.qualified_name_problem(key.lower()), f"{field}[{_key(key)}]", "a key")
+        problem = k8s.qualified_name_problem(k8s.go_lower(key))
+        _require(key, problem, f"{field}[{_key(key)}]", "a key")
     strings = {k: v for k, v in annotations.items() if isinstance(v, str)}
     size = k8s.annotations_bytes(strings)
     if size > k8s.ANNOTATIONS_MAX_BYTES:
@@ -221,7 +225,7 @@ def _check_containers(spec: dict[str, Any], field: str, volumes: set[str]) -> No
 def _check_image(image: Any, path: str) -> None:
     if image is None or image == "":
         _refuse(path, "is required: the container's image (for example vllm/vllm-openai:latest)")
-    if isinstance(image, str) and image != image.strip():
+    if isinstance(image, str) and image != k8s.go_trim_space(image):
         _refuse(
             path,
             f"{quoted(image)} has leading or trailing whitespace, which the API server "
