@@ -312,3 +312,149 @@ def test_env_parsing_refuses_a_zero_limit():
     )  # fmt: skip
     assert out.returncode == 2
     assert "MODELPLANE_METRIC_SERIES_LIMIT" in out.stderr
+
+
+# --- Review 16e: the tenant files across a container restart, and unreadable files ---
+
+RESTART = """
+from function import __main__ as main
+from function.ops.settings import load_settings
+main._metrics_server(load_settings({}, []))
+"""
+STARTS = "model_backfill_starts_total"
+REPLICAS = "model_deployment_replicas"
+
+
+def _store(path: Path, ident: str | int, rows: list[tuple[str, tuple[str, ...], float]]) -> None:
+    """A process's (or the archive's) tenant file holding ``rows`` (family, values, value),
+    written now by a real SeriesStore."""
+    from function.ops import series
+
+    store = series.SeriesStore(metrics.CATALOGUE, 200, stale_seconds=600,
+                               file=series.filename(str(path), ident))  # fmt: skip
+    for family, values, value in rows:
+        store.record(family, values, value)
+    store._file.close()  # type: ignore[union-attr]
+
+
+def _torn(path: Path, name: str) -> None:
+    """The file ``name`` cut short of the bytes its header says it holds, as a container
+    killed mid-write (a torn write) leaves it."""
+    data = (path / name).read_bytes()
+    (path / name).write_bytes(data[: int.from_bytes(data[:4], "little") - 10])
+
+
+def _archive_torn_process_readable(path: Path) -> None:
+    _store(path, "archive", [(STARTS, ("old", "ml", "qwen"), 4.0)])
+    _torn(path, "tenant_archive.tdb")
+    _store(path, 99999, [(STARTS, ("b0", "ml", "qwen"), 5.0)])
+
+
+def _process_torn_archive_readable(path: Path) -> None:
+    _store(path, "archive", [(STARTS, ("b0", "ml", "qwen"), 4.0)])
+    _store(path, 41, [(STARTS, ("b1", "ml", "qwen"), 5.0)])
+    _torn(path, "tenant_41.tdb")
+
+
+def _archive_gauges(path: Path) -> None:
+    _store(path, "archive", [(REPLICAS, ("ml", "gone-xr", "ready"), 1.0),
+                             (STARTS, ("b0", "ml", "qwen"), 5.0)])  # fmt: skip
+    # no process file left: every process of the previous run was folded while it ran
+
+
+def _over_the_cap(path: Path) -> None:
+    # limit 3: two processes of the previous run with three backfills each
+    _store(path, 7, [(STARTS, (f"a{i}", "ml", "qwen"), 5.0) for i in range(3)])
+    _store(path, 8, [(STARTS, (f"b{i}", "ml", "qwen"), 5.0) for i in range(3)])
+
+
+def _unfinished(path: Path) -> None:
+    from prometheus_client.mmap_dict import MmapedDict
+
+    _store(path, "archive", [(STARTS, ("b0", "ml", "qwen"), 5.0)])
+    for name in ("tenant_7.tdb.new", "tenant_archive.tdb.new"):
+        d = MmapedDict(str(path / name))
+        d.write_value("k", 1.0, 1.0)
+        d.close()
+
+
+# want: (files left, {backfill: starts} exposed, deployments exposed, dropped for the
+# limit, a file named in a warning)
+TENANT_RESTARTS = [
+    Case("unreadable-archive", "F1: the torn archive is removed (logged) before the "
+         "readable process file folds into it; /metrics serves",
+         (_archive_torn_process_readable, {}),
+         (["tenant_archive.tdb"], {"b0": 5.0}, set(), None, "tenant_archive.tdb")),
+    Case("unreadable-process-file", "F1: a torn process file is removed, the archive kept",
+         (_process_torn_archive_readable, {}),
+         (["tenant_archive.tdb"], {"b0": 4.0}, set(), None, "tenant_41.tdb")),
+    Case("archive-gauges", "F2: every gauge of the previous run goes, the archive's too; "
+         "counters continue",
+         (_archive_gauges, {}),
+         (["tenant_archive.tdb"], {"b0": 5.0}, set(), None, None)),
+    Case("over-the-cap", "F4: label sets the archive cannot keep are counted as dropped",
+         (_over_the_cap, {"MODELPLANE_METRIC_SERIES_LIMIT": "3"}),
+         (["tenant_archive.tdb"], 3, set(), 3.0, None)),
+    Case("unfinished-rewrites", "F5: a compaction's or fold's leftover .new files go",
+         (_unfinished, {}),
+         (["tenant_archive.tdb"], {"b0": 5.0}, set(), None, None)),
+]  # fmt: skip
+
+
+@table(TENANT_RESTARTS)
+def test_a_container_restart_folds_the_tenant_files(tmp_path, case) -> None:
+    """Review 16e F1, F2, F4, F5: ``python -m function``'s start on the directory a
+    previous run left (a real process), then a scrape in another one."""
+    setup, extra = case.inputs
+    files, starts, deployments, dropped, warned = case.want
+    setup(tmp_path)
+    env = _env(tmp_path, METRICS_ADDRESS="", **extra)
+    out = subprocess.run([sys.executable, "-c", RESTART], cwd=ROOT, env=env, check=True,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir() if "tenant" in p.name) == files
+    warnings = [line for line in (out.stdout + out.stderr).splitlines() if "dropped" in line]
+    assert [w for w in warnings if warned and warned in w] == warnings
+    assert len(warnings) == (1 if warned else 0), warnings
+    fams = _exposed(env)
+    got = {s.labels["backfill"]: s.value for s in fams["modelplane_model_backfill_starts"]
+           if s.name.endswith("_total")}  # fmt: skip
+    if isinstance(starts, int):  # how many label sets, each 5
+        assert (len(got), set(got.values())) == (starts, {5.0})
+    else:
+        assert got == starts
+    assert {s.labels["model"] for s in fams["modelplane_model_deployment_replicas"]} == (
+        deployments
+    )
+    limit = [s.value for s in fams.get("modelplane_metric_series_dropped", [])
+             if s.name == DROPPED and s.labels["reason"] == "limit"]  # fmt: skip
+    assert limit == ([dropped] if dropped is not None else [])
+
+
+UNREADABLE_AT_SCRAPE = [
+    Case("archive", "a torn archive is skipped, the processes' files are shown",
+         "tenant_archive.tdb", {"b1": 5.0}),
+    Case("process-file", "a torn process file is skipped, the archive is shown",
+         "tenant_41.tdb", {"b0": 4.0}),
+]  # fmt: skip
+
+
+@table(UNREADABLE_AT_SCRAPE)
+def test_a_scrape_skips_a_tenant_file_it_cannot_read(tmp_path, case) -> None:
+    """Review 16e F1: one unreadable tenant file made every scrape fail (HTTP 500, no
+    metric of the pod). Now it is left out, with one warning naming it, not one per
+    scrape; prometheus-client's own metrics are still served."""
+    from structlog.testing import capture_logs
+
+    _store(tmp_path, "archive", [(STARTS, ("b0", "ml", "qwen"), 4.0)])
+    _store(tmp_path, 41, [(STARTS, ("b1", "ml", "qwen"), 5.0)])
+    _torn(tmp_path, case.inputs)
+    registry = metrics.exposition_registry(str(tmp_path))
+    with capture_logs() as logs:
+        texts = [generate_latest(registry).decode() for _ in range(3)]
+    assert len(set(texts)) == 1
+    fams = {f.name: f for f in text_string_to_metric_families(texts[0])}
+    got = {s.labels["backfill"]: s.value for s in fams["modelplane_model_backfill_starts"].samples
+           if s.name.endswith("_total")}  # fmt: skip
+    assert got == case.want
+    assert "modelplane_function_run_seconds" in fams
+    assert [(e["log_level"], e["file"]) for e in logs] == [("warning", case.inputs)]

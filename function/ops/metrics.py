@@ -649,7 +649,9 @@ def fold_dead_process(pid: int, path: str | None = None) -> int:
     ``live*`` gauges dropped, as ``mark_process_dead`` does) and the directory holds one
     archive file per type. Gauges of other modes (``all``, labelled by pid; ``min``,
     ``max``; none of the function's) are left as they are. Call only once ``pid`` has
-    exited (it writes no more), in the process that serves ``/metrics``.
+    exited (it writes no more), in the process that serves ``/metrics``. A tenant
+    series file that cannot be read (the archive, or the process's) is removed with a
+    warning ``metric file dropped`` naming it, so the other is folded (or kept).
     """
     path = path or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if not path:
@@ -669,14 +671,35 @@ def fold_dead_process(pid: int, path: str | None = None) -> int:
             os.unlink(entry.path)
             removed += 1
         # The tenant-labelled series (function.ops.series): the archive keeps the cap.
-        if os.path.exists(series.filename(path, pid)):
-            left_out = series.fold(
-                CATALOGUE, path, str(pid), limit=_series_limit, stale_seconds=_series_stale_seconds
-            )
+        tenant = series.filename(path, pid)
+        if os.path.exists(tenant):
+            log = structlog.get_logger("metrics")
+            _drop_unreadable(series.filename(path, series.ARCHIVE), log, "metric file dropped")
+            left_out = {}
+            if not _drop_unreadable(tenant, log, "metric file dropped"):
+                left_out = series.fold(
+                    CATALOGUE,
+                    path,
+                    str(pid),
+                    limit=_series_limit,
+                    stale_seconds=_series_stale_seconds,
+                )
             removed += 1
             for short, n in left_out.items():
                 default()._dropped(short, series.REASON_LIMIT, n)
     return removed
+
+
+def _drop_unreadable(name: str, log: Any, event: str) -> bool:
+    """Remove the tenant series file ``name`` if it cannot be read whole (a warning
+    ``event`` naming it); whether it was removed (False: readable, or absent)."""
+    try:
+        series.read_rows(name)
+    except series.UNREADABLE as e:
+        log.warning(event, file=os.path.basename(name), error=str(e))
+        os.unlink(name)
+        return True
+    return False
 
 
 def _fold_into(archive_path: str, dead_path: str, mode: str) -> None:
@@ -725,13 +748,15 @@ def resume_multiprocess_dir(path: str) -> tuple[int, int]:
     back at 1 on its next event, no lower than before: a reset Prometheus cannot see,
     so ``increase()`` and the alerts built on it would miss that event. Gauge files (of
     any mode, archive too) are removed, as are files a fold left unfinished
-    (``*_archive.new``) and any metric file that cannot be read (logged as a warning
-    with the file's name; its values are lost, a reset Prometheus sees as a decrease).
-    The tenant-labelled series' files (``tenant_<pid>.tdb``, :mod:`function.ops.series`)
-    are folded into ``tenant_archive.tdb`` the same way: counters continue, the previous
-    run's gauges are left out. Files that are not metric files are left alone. A new
-    pod starts with an empty ``emptyDir``, and a directory made at start (the variable
-    unset) is empty: both start from zero.
+    (``*_archive.new``, ``tenant_*.tdb.new``) and any metric file that cannot be read
+    (logged as a warning with the file's name; its values are lost, a reset Prometheus
+    sees as a decrease). The tenant-labelled series' files (``tenant_<pid>.tdb``,
+    :mod:`function.ops.series`) are folded into ``tenant_archive.tdb`` the same way:
+    counters continue, the previous run's gauges are left out (the archive's too), and
+    the label sets the archive cannot keep for the cap are counted in
+    ``modelplane_metric_series_dropped_total{reason="limit"}``. Files that are not
+    metric files are left alone. A new pod starts with an empty ``emptyDir``, and a
+    directory made at start (the variable unset) is empty: both start from zero.
 
     Call once, in the process that serves metrics, before any other process starts (a
     new process may reuse a pid of the previous run).
@@ -751,12 +776,19 @@ def resume_multiprocess_dir(path: str) -> tuple[int, int]:
         for entry in entries:
             stem, dot, ext = entry.name.rpartition(".")
             prefix, _, ident = stem.rpartition("_")
-            if not dot or ext not in ("db", "new") or (ext == "new" and ident != ARCHIVE):
+            # A tenant file's compaction or fold left unfinished: tenant_<ident>.tdb.new.
+            tenant_new = stem.startswith(series.FILE_PREFIX) and stem.endswith(series.SUFFIX)
+            if (
+                not dot
+                or ext not in ("db", "new")
+                or (ext == "new" and ident != ARCHIVE and not tenant_new)
+            ):
                 continue
             if ext == "db" and prefix in _CONTINUED:
                 try:
                     if ident == ARCHIVE:
-                        MmapedDict.read_all_values_from_file(entry.path)
+                        for _ in MmapedDict.read_all_values_from_file(entry.path):
+                            pass  # read whole: a truncated archive fails here
                         continue
                     _fold_into(os.path.join(path, f"{prefix}_{ARCHIVE}.db"), entry.path, "")
                     folded += 1
@@ -767,22 +799,44 @@ def resume_multiprocess_dir(path: str) -> tuple[int, int]:
                                 file=entry.name, error=str(e))  # fmt: skip
             os.unlink(entry.path)
             removed += 1
-        # The tenant-labelled series (function.ops.series), one file per process: folded
-        # into the tenant archive like a replaced process's, counters continuing; every
-        # gauge of the previous run (stale after 0 s) is dropped, as above.
-        for name in series.files(path):
-            ident = os.path.basename(name)[len(series.FILE_PREFIX) : -len(series.SUFFIX)]
-            if ident == series.ARCHIVE:
-                continue
-            try:
-                series.fold(CATALOGUE, path, ident, limit=_series_limit, stale_seconds=0.0)
-                folded += 1
-            except (RuntimeError, ValueError, struct.error) as e:
-                log.warning("metric file of the previous run dropped",
-                            file=os.path.basename(name), error=str(e))  # fmt: skip
-                os.unlink(name)
-                removed += 1
+        tenant_folded, tenant_removed, left_out = _resume_tenant(path, log)
+    folded += tenant_folded
+    removed += tenant_removed
+    # Label sets the archive could not keep for the cap are counted, as when a
+    # replaced process is folded (fold_dead_process).
+    for short, n in left_out.items():
+        default()._dropped(short, series.REASON_LIMIT, n)
     return folded, removed
+
+
+def _resume_tenant(path: str, log: Any) -> tuple[int, int, dict[str, int]]:
+    """The tenant part of :func:`resume_multiprocess_dir` (under ``_FOLD_LOCK``):
+    (files folded, files removed, label sets left out for the cap per family)."""
+    folded = removed = 0
+    # The tenant-labelled series (function.ops.series), one file per process: folded
+    # into the tenant archive like a replaced process's, counters continuing; every
+    # gauge of the previous run (stale after 0 s) is dropped, the archive's too. An
+    # archive that cannot be read is removed before any file folds into it; a
+    # process's file that cannot be read is removed, not folded.
+    left_out: dict[str, int] = {}
+    archive = series.filename(path, series.ARCHIVE)
+    dropped = "metric file of the previous run dropped"
+    if _drop_unreadable(archive, log, dropped):
+        removed += 1
+    else:
+        left_out = series.prune_archive(CATALOGUE, path, limit=_series_limit, stale_seconds=0.0)
+    for name in series.files(path):
+        ident = os.path.basename(name)[len(series.FILE_PREFIX) : -len(series.SUFFIX)]
+        if ident == series.ARCHIVE:
+            continue
+        if _drop_unreadable(name, log, dropped):
+            removed += 1
+            continue
+        more = series.fold(CATALOGUE, path, ident, limit=_series_limit, stale_seconds=0.0)
+        for short, n in more.items():
+            left_out[short] = left_out.get(short, 0) + n
+        folded += 1
+    return folded, removed, left_out
 
 
 def serve(address: str, multiproc_dir: str | None = None) -> Any:

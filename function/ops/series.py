@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import threading
 import time
 from collections import OrderedDict
@@ -46,6 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import structlog
 from prometheus_client.metrics_core import Metric
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.utils import floatToGoString
@@ -64,6 +66,10 @@ DROPPED = -1.0
 REASON_LIMIT = "limit"
 REASON_STALE = "stale"
 DROP_REASONS = frozenset({REASON_LIMIT, REASON_STALE})
+
+# What reading a file that cannot be read raises (a torn or truncated write, a
+# container killed mid-write): :func:`read_rows`.
+UNREADABLE = (RuntimeError, ValueError, struct.error)
 
 
 class SpecLike(Protocol):
@@ -301,8 +307,18 @@ def files(path: str) -> list[str]:
 
 def read_rows(filename: str) -> Iterator[tuple[str, float, float]]:
     """(key, value, updated) of every entry of one file; a file removed meanwhile (folded)
-    reads as empty."""
+    reads as empty.
+
+    The file is read through once before its rows are returned, so a file that cannot
+    be read whole fails here, not part way through a merge.
+
+    Raises:
+        RuntimeError, ValueError, struct.error (:data:`UNREADABLE`): the file cannot be
+            read (its header claims more than it holds, an entry runs past its end).
+    """
     try:
+        for _ in MmapedDict.read_all_values_from_file(filename):
+            pass
         entries = MmapedDict.read_all_values_from_file(filename)
     except FileNotFoundError:
         return iter(())
@@ -410,6 +426,26 @@ class Collector:
         self.path = path
         self.settings = settings
         self.clock = clock
+        self._unreadable: set[str] = set()  # files logged as unreadable (once each)
+
+    def _sources(self, path: str) -> list[Iterable[tuple[str, float, float]]]:
+        """The rows of every readable file; one that cannot be read is skipped, with a
+        warning naming it the first time (until it reads again)."""
+        sources: list[Iterable[tuple[str, float, float]]] = []
+        for name in files(path):
+            try:
+                sources.append(read_rows(name))
+            except UNREADABLE as e:
+                if name not in self._unreadable:
+                    self._unreadable.add(name)
+                    structlog.get_logger("metrics").warning(
+                        "metric file cannot be read, left out of /metrics",
+                        file=os.path.basename(name),
+                        error=str(e),
+                    )
+                continue
+            self._unreadable.discard(name)
+        return sources
 
     def collect(self) -> Iterator[Any]:
         limit, stale = self.settings()
@@ -419,7 +455,7 @@ class Collector:
             # a store holds at most limit label sets per family
         else:
             assert self.path is not None
-            sources = [read_rows(f) for f in files(self.path)]
+            sources = self._sources(self.path)
             # every process holds up to limit label sets: the exposition shows their union
             limit = limit * max(1, len(sources))
         merged = merge(self.specs, sources, self.clock(), limit, stale)
@@ -443,14 +479,60 @@ def fold(
         Per family, how many label sets were left out of the archive for the cap (stale
         gauges are not counted: the process that held them counted them when it could).
         Empty when the process left no file.
+
+    Raises:
+        :data:`UNREADABLE`: the archive or the process's file cannot be read (nothing
+            is changed).
     """
     dead = filename(path, ident)
     if not os.path.exists(dead):
         return {}
+    dropped = _rewrite_archive(
+        specs, path, [dead], limit=limit, stale_seconds=stale_seconds, now=clock()
+    )
+    os.unlink(dead)
+    return dropped
+
+
+def prune_archive(
+    specs: Iterable[SpecLike],
+    path: str,
+    *,
+    limit: int,
+    stale_seconds: float,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, int]:
+    """Rewrite ``tenant_archive.tdb`` without its gauges written more than
+    ``stale_seconds`` before now (0: every gauge; a restart drops the previous run's)
+    and with at most ``limit`` label sets per family.
+
+    Returns:
+        Per family, how many label sets were left out for the cap (as :func:`fold`).
+        Empty when there is no archive.
+
+    Raises:
+        :data:`UNREADABLE`: the archive cannot be read (it is left as it is).
+    """
+    if not os.path.exists(filename(path, ARCHIVE)):
+        return {}
+    return _rewrite_archive(specs, path, [], limit=limit, stale_seconds=stale_seconds, now=clock())
+
+
+def _rewrite_archive(
+    specs: Iterable[SpecLike],
+    path: str,
+    extra: Sequence[str],
+    *,
+    limit: int,
+    stale_seconds: float,
+    now: float,
+) -> dict[str, int]:
+    """Merge the archive with the files ``extra`` and write it anew; per family, the
+    label sets left out for the cap."""
     spec_map = {s.short: s for s in specs if tenant_labels(s)}
     archive = filename(path, ARCHIVE)
-    now = clock()
-    unlimited = merge(spec_map, [read_rows(archive), read_rows(dead)], now, 2**62, stale_seconds)
+    sources = [read_rows(archive), *(read_rows(f) for f in extra)]
+    unlimited = merge(spec_map, sources, now, 2**62, stale_seconds)
     merged = merge(spec_map, [], now, limit, stale_seconds)  # empty, one dict per family
     dropped: dict[str, int] = {}
     for short, fam in unlimited.items():
@@ -470,5 +552,4 @@ def fold(
     finally:
         out.close()
     os.replace(fresh, archive)
-    os.unlink(dead)
     return dropped
