@@ -31,6 +31,7 @@ from typing import Any
 
 import grpc
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.harness import fatal
@@ -258,3 +259,54 @@ def test_a_compute_process_that_died_or_was_killed_is_logged_with_the_xr_pid_and
     assert (killed["tag"], killed["pid"], killed["exitcode"]) == ("stuck", victim, -9), killed
     assert killed["xr_kind"] == "ModelDeployment" and killed["xr_name"], killed
     assert killed["ended"].startswith("was killed by signal 9"), killed
+
+
+def test_calls_cut_by_the_function_s_own_stop_are_not_blamed_on_their_callers(
+    tmp_path: Path,
+) -> None:
+    """Found by review 16e (F3): at SIGTERM, the calls still held when the grace period
+    ended were counted ``cancelled`` and logged ``call cancelled by its caller``, which
+    the troubleshooting table reads as Crossplane giving up on a slow call. Now they are
+    ``stopped`` (logged as the function stopping); a caller whose own deadline passes
+    during the grace period is still ``cancelled``."""
+    from function.ops import metrics
+
+    server = Server(tmp_path, {"MODELPLANE_CALL_DEADLINE_SECONDS": "30",
+                               "MODELPLANE_GRACE_SECONDS": "3"})  # fmt: skip
+    try:
+        with grpc.insecure_channel(server.address) as ch:
+            call = _stub(ch)
+            held = [call.future(_fresh_runaway("held-0"), timeout=60)]
+            server.busy_compute()
+            held.append(call.future(_fresh_runaway("held-1"), timeout=60))
+            time.sleep(1)  # both regular processes compose; the next one waits
+            held.append(call.future(_fresh_runaway("held-2"), timeout=60))
+            late = call.future(small_request("late"), timeout=1.5)  # gives up in the grace
+            time.sleep(0.2)
+            server.proc.send_signal(signal.SIGTERM)
+            for f in [*held, late]:
+                with pytest.raises(grpc.RpcError):
+                    f.result()
+        assert server.proc.wait(timeout=60) == 0
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait()
+    text = generate_latest(metrics.exposition_registry(str(tmp_path / "metrics")))
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text.decode())
+        for s in fam.samples
+    }
+    counts = {
+        (kind, result): _series(samples, f"{RUN}_count", kind=kind, result=result)
+        for kind in ("ModelDeployment", "ModelReplica")
+        for result in ("cancelled", "stopped")
+    }
+    assert counts == {("ModelDeployment", "cancelled"): 0, ("ModelDeployment", "stopped"): 3,
+                      ("ModelReplica", "cancelled"): 1, ("ModelReplica", "stopped"): 0}  # fmt: skip
+    stopped = {r["tag"]: r for r in server.lines("call stopped: the function is stopping")}
+    assert sorted(stopped) == ["held-0", "held-1", "held-2"], stopped
+    assert sorted(r["state"] for r in stopped.values()) == ["composing", "composing", "queued"]
+    assert all(r["level"] == "warning" and r["xr_name"] for r in stopped.values())
+    assert [r["tag"] for r in server.lines("call cancelled by its caller")] == ["late"]

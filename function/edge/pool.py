@@ -52,7 +52,9 @@ once, from its arrival to its answer (the wait in the queue included), with the 
 label the compute process sends in its answer's header (the response is not parsed
 here), or the acceptor's own (``deadline``, ``error``, or ``cancelled`` when the caller
 gave up, its gRPC deadline passed or it cancelled, while the call was queued or
-composing: also a warning log line naming the XR). The wait before a compute process
+composing: also a warning log line naming the XR; ``stopped`` for the calls the
+function's own stop cut when its grace period ended, :meth:`ComputePool.grace_ended`,
+logged as such). The wait before a compute process
 took the call is in ``modelplane_function_queue_seconds``. The lines logged for a
 process that died or was killed mid-call name the XR it was composing, its pid and how
 it ended (its exit code or signal, read once it is reaped); with tracing on, the calls
@@ -504,6 +506,9 @@ class ComputePool:
         # Requests that ran past their deadline, by digest: (expiry, the fatal response).
         self._runaways: OrderedDict[bytes, tuple[float, float, bytes]] = OrderedDict()
         self._closing = False
+        # The server's grace period ended: the calls it cancels now are stopped, not
+        # given up by their callers.
+        self._grace_over = False
         self._idle: asyncio.Event | None = None
         self._replacing: set[asyncio.Task[None]] = set()
         self._cpus: tuple[int, ...] = ()
@@ -619,8 +624,9 @@ class ComputePool:
 
         Raises:
             asyncio.CancelledError: when the caller's task is cancelled (the gRPC
-                deadline passed, or the caller cancelled); the call is counted
-                ``cancelled`` first (see the module's Accounting).
+                deadline passed, the caller cancelled, or the server's stop cut it); the
+                call is counted ``cancelled`` (``stopped``) first (see the module's
+                Accounting).
         """
         arrived = time.monotonic()
         (tag, kind, namespace, name), composite = peek_composite(data)
@@ -666,20 +672,29 @@ class ComputePool:
         self._metrics.record_time(kind, job.result, time.monotonic() - arrived)
         return response
 
+    def grace_ended(self) -> None:
+        """The server's stop is about to cancel every call it still holds (its grace
+        period ended): from now on a call cut before its answer is counted ``stopped``
+        and logged ``call stopped: the function is stopping``, not as its caller's."""
+        self._grace_over = True
+
     def _gave_up(self, job: _Job) -> None:
         """The caller of ``job`` gave up (its gRPC deadline passed, or it cancelled)
         before its answer: counted as ``cancelled`` with the time it waited, its queue
         wait too if no process took it (it is dropped from the queue when its turn
         comes, :meth:`_take`), and a warning naming the XR. A process composing it
-        finishes (its answer is dropped) or is stopped by the call's budget."""
+        finishes (its answer is dropped) or is stopped by the call's budget. Once the
+        server's grace period ended (:meth:`grace_ended`) the cut is the function's own
+        stop: ``stopped``, and the warning says so."""
         now = time.monotonic()
         tag, kind, namespace, name = peek(job.data)
         taken = now if job.taken is None else job.taken
         if job.taken is None:
             self._metrics.record_queue(now - job.started)
-        self._metrics.record_time(kind, "cancelled", now - job.started)
+        stopped = self._grace_over
+        self._metrics.record_time(kind, "stopped" if stopped else "cancelled", now - job.started)
         _log.warning(
-            "call cancelled by its caller",
+            "call stopped: the function is stopping" if stopped else "call cancelled by its caller",
             tag=tag,
             xr_kind=kind,
             xr_namespace=namespace,

@@ -213,8 +213,9 @@ async def serve_async(
     On the signal the server stops at once: the listener closes, new calls and
     connections are refused (Crossplane's client moves to another pod), the health
     service reports NOT_SERVING; calls in flight get ``grace_seconds`` to finish, and
-    are cancelled after that. Then the compute processes exit. A log line that cannot
-    be written (standard error gone) never keeps the process from stopping.
+    are cancelled after that (counted ``stopped``, ``ComputePool.grace_ended``). Then
+    the compute processes exit. A log line that cannot be written (standard error gone)
+    never keeps the process from stopping.
     """
     log = structlog.get_logger("server")
     # Handlers first: a signal while the compute processes start stops cleanly too.
@@ -258,6 +259,14 @@ async def serve_async(
         # Whatever ended serving (the signal, or an error), stop: the listener, then
         # the calls in flight within the grace period, then the compute processes.
         try:
+            if pool is not None:
+                # Before the server's own timer (registered next, due no sooner): the
+                # calls it cancels when the grace period ends are the stop's, not their
+                # callers' (counted ``stopped``).
+                if cfg.grace_seconds > 0:
+                    loop.call_later(cfg.grace_seconds, pool.grace_ended)
+                else:
+                    pool.grace_ended()
             stopped = asyncio.ensure_future(server.stop(grace=cfg.grace_seconds))
             await hs.enter_graceful_shutdown()
             await stopped

@@ -113,8 +113,9 @@ _KINDS = frozenset(KINDS)
 UNKNOWN_KIND = "unknown"
 # Results of a RunFunction call. The order is the wire code a compute process sends the
 # acceptor in its answer's header (function.edge.pool): append only. ``cancelled``: the
-# caller gave up (its gRPC deadline passed, or it cancelled) before the answer.
-RUN_RESULTS: tuple[str, ...] = ("success", "fatal", "error", "deadline", "cancelled")
+# caller gave up (its gRPC deadline passed, or it cancelled) before the answer;
+# ``stopped``: the function's own stop cut the call (its grace period ended first).
+RUN_RESULTS: tuple[str, ...] = ("success", "fatal", "error", "deadline", "cancelled", "stopped")
 SEVERITIES = frozenset({"Normal", "Warning", "Fatal"})
 BACKFILL_RESULTS = frozenset({"succeeded", "failed"})
 PREEMPTION_REASONS = frozenset({"foreground", "not_ready", "suspended", "spec_changed", "other"})
@@ -185,7 +186,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("kind", "result"),
         "Time Crossplane waits for one RunFunction call, from its arrival to its answer "
         "(the wait in the acceptor's queue included), by XR kind and result (success, "
-        "fatal, error, deadline, cancelled: the caller gave up first).",
+        "fatal, error, deadline, cancelled: the caller gave up first, stopped: the function "
+        "stopped first, its grace period over).",
         RUN_BUCKETS,
         {"kind": _KINDS | {UNKNOWN_KIND}, "result": frozenset(RUN_RESULTS)},
     ),
