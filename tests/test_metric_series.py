@@ -431,10 +431,11 @@ def test_a_container_restart_folds_the_tenant_files(tmp_path, case) -> None:
 
 
 UNREADABLE_AT_SCRAPE = [
-    Case("archive", "a torn archive is skipped, the processes' files are shown",
+    Case("archive", "a torn archive is left out whole (its first entry reads, its last "
+         "does not), the processes' files are shown",
          "tenant_archive.tdb", {"b1": 5.0}),
     Case("process-file", "a torn process file is skipped, the archive is shown",
-         "tenant_41.tdb", {"b0": 4.0}),
+         "tenant_41.tdb", {"b0": 4.0, "b9": 4.0}),
 ]  # fmt: skip
 
 
@@ -445,7 +446,8 @@ def test_a_scrape_skips_a_tenant_file_it_cannot_read(tmp_path, case) -> None:
     scrape; prometheus-client's own metrics are still served."""
     from structlog.testing import capture_logs
 
-    _store(tmp_path, "archive", [(STARTS, ("b0", "ml", "qwen"), 4.0)])
+    _store(tmp_path, "archive", [(STARTS, ("b0", "ml", "qwen"), 4.0),
+                                 (STARTS, ("b9", "ml", "qwen"), 4.0)])  # fmt: skip
     _store(tmp_path, 41, [(STARTS, ("b1", "ml", "qwen"), 5.0)])
     _torn(tmp_path, case.inputs)
     registry = metrics.exposition_registry(str(tmp_path))

@@ -428,14 +428,17 @@ class Collector:
         self.clock = clock
         self._unreadable: set[str] = set()  # files logged as unreadable (once each)
 
-    def _sources(self, path: str) -> list[Iterable[tuple[str, float, float]]]:
-        """The rows of every readable file; one that cannot be read is skipped, with a
-        warning naming it the first time (until it reads again)."""
-        sources: list[Iterable[tuple[str, float, float]]] = []
-        for name in files(path):
-            try:
-                sources.append(read_rows(name))
-            except UNREADABLE as e:
+    def _merged_files(self, path: str, limit: int, stale: float) -> dict[str, _Merged]:
+        """Every file of ``path`` merged; a file that cannot be read is left out (the
+        merge is done again without it: rare, so a scrape reads each file once), with
+        a warning naming it the first time (until it reads again)."""
+        names = files(path)
+        while True:
+            bad: dict[str, Exception] = {}
+            sources = [_guarded(name, bad) for name in names]
+            # every process holds up to limit label sets: the exposition shows their union
+            merged = merge(self.specs, sources, self.clock(), limit * max(1, len(names)), stale)
+            for name, e in bad.items():
                 if name not in self._unreadable:
                     self._unreadable.add(name)
                     structlog.get_logger("metrics").warning(
@@ -443,23 +446,33 @@ class Collector:
                         file=os.path.basename(name),
                         error=str(e),
                     )
-                continue
-            self._unreadable.discard(name)
-        return sources
+            if not bad:
+                self._unreadable -= set(names)  # read whole this time
+                return merged
+            names = [n for n in names if n not in bad]
 
     def collect(self) -> Iterator[Any]:
         limit, stale = self.settings()
         if self.store is not None:
             self.store.expire()
-            sources: list[Iterable[tuple[str, float, float]]] = [self.store.rows()]
             # a store holds at most limit label sets per family
+            merged = merge(self.specs, [self.store.rows()], self.clock(), limit, stale)
         else:
             assert self.path is not None
-            sources = self._sources(self.path)
-            # every process holds up to limit label sets: the exposition shows their union
-            limit = limit * max(1, len(sources))
-        merged = merge(self.specs, sources, self.clock(), limit, stale)
+            merged = self._merged_files(self.path, limit, stale)
         return families(self.specs, merged)
+
+
+def _guarded(name: str, bad: dict[str, Exception]) -> Iterator[tuple[str, float, float]]:
+    """The rows of the file ``name`` as they are read (once); if it cannot be read,
+    the error is put in ``bad`` and the rows stop."""
+    try:
+        for k, v, t, _ in MmapedDict.read_all_values_from_file(name):
+            yield k, v, t
+    except FileNotFoundError:
+        return
+    except UNREADABLE as e:
+        bad[name] = e
 
 
 def fold(
