@@ -13,6 +13,18 @@ from tests.support import harness as h
 from tests.test_deployment import deployment, engine, ic, observe
 
 
+def _drive_traced(xr: dict[str, Any], world: h.World) -> tuple[Any, int]:
+    """One reconcile of ``xr`` (its requirements loop) and the peak of memory traced
+    meanwhile, bytes."""
+    tracemalloc.start()
+    try:
+        rsp, _ = h.drive(h.run, xr, None, world)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return rsp, peak
+
+
 def _big_deployment(replicas: int, value_kib: int) -> dict[str, Any]:
     e = engine()
     container = e["members"][0]["template"]["spec"]["containers"][0]
@@ -37,13 +49,7 @@ def test_deployment_refuses_replicas_times_template_before_building(
     replicas: int, value_kib: int, clusters: int, refused: bool
 ) -> None:
     xr = _big_deployment(replicas, value_kib)
-    w = h.World([ic(f"gpu-{i:03d}", nodes=8) for i in range(clusters)])
-    tracemalloc.start()
-    try:
-        rsp, _ = h.drive(h.run, xr, None, w)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    rsp, peak = _drive_traced(xr, h.World([ic(f"gpu-{i:03d}", nodes=8) for i in range(clusters)]))
     fatal = h.fatal(rsp)
     replicas_out = [v for v in h.desired(rsp).values() if v.get("kind") == "ModelReplica"]
     if not refused:
@@ -84,14 +90,7 @@ def test_a_refusal_names_the_heaviest_part_without_a_path_per_item() -> None:
     string per list item: a 1.4 MB XR of zeros under long keys took the call to 1.4 GB.
     It now steps into the part that holds most of the bytes (no path per node), and a
     single copy over the limit says so (F4: it said "at most 1 such copies fit")."""
-    xr = _deep_list_deployment(21, 700_000)
-    w = h.World([ic("gpu-a", nodes=8)])
-    tracemalloc.start()
-    try:
-        rsp, _ = h.drive(h.run, xr, None, w)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    rsp, peak = _drive_traced(_deep_list_deployment(21, 700_000), h.World([ic("gpu-a", nodes=8)]))
     (msg,) = h.fatal(rsp)
     assert "one copy alone is over the limit" in msg, msg
     assert "copies fit" not in msg and "ConfigMap" not in msg, msg
