@@ -84,6 +84,7 @@ import re
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -789,8 +790,8 @@ def resume_multiprocess_dir(path: str) -> tuple[int, int]:
             if ext == "db" and prefix in _CONTINUED:
                 try:
                     if ident == ARCHIVE:
-                        for _ in MmapedDict.read_all_values_from_file(entry.path):
-                            pass  # read whole: a truncated archive fails here
+                        # Read whole (the reader is lazy): a truncated archive fails here.
+                        deque(MmapedDict.read_all_values_from_file(entry.path), maxlen=0)
                         continue
                     _fold_into(os.path.join(path, f"{prefix}_{ARCHIVE}.db"), entry.path, "")
                     folded += 1
