@@ -102,8 +102,8 @@ def decided_while_held(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool
 
 
 def _live(obj: Any) -> Any:
-    """``obj``, or None when it is being deleted (``metadata.deletionTimestamp`` set)."""
-    if obj is None or structs.get(obj, "metadata", "deletionTimestamp") is not None:
+    """``obj``, or None when it is being deleted (:func:`function.core.structs.being_deleted`)."""
+    if obj is None or structs.being_deleted(obj):
         return None
     return obj
 
@@ -417,7 +417,7 @@ class ActiveRun:
             r
             for r in self.replicas.items
             if structs.get_str(r, "spec", "clusterName") == g["cluster"]
-            and structs.get(r, "metadata", "deletionTimestamp") is None
+            and not structs.being_deleted(r)
         ]
         if on:
             return False
