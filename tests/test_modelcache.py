@@ -903,3 +903,171 @@ def test_no_hostable_cluster_is_said_on_the_first_reconcile() -> None:
     assert not [m for _, m in results(rsp) if "hydration started" in m], results(rsp)
     c = conditions(rsp)["ArtifactReady"]
     assert (c["status"], c["reason"]) == ("False", "NoHostableClusters"), c
+
+
+# ---- One InferenceCluster per workload cluster ----------------------------------------
+#
+# Remote object names do not include the InferenceCluster: two InferenceClusters that
+# reach one workload cluster would make two hydrations own the same PVC, token Secret
+# and Job there, and the one that goes deletes the PVC the other's replicas mount. The
+# function sees one such case: two Existing clusters naming the same kubeconfig Secret.
+
+DISTINCT = "ClustersDistinct"
+T1, T2, T3 = "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z", "2026-01-03T00:00:00Z"
+
+Kubeconfig = str | tuple[str, str | None] | None
+
+
+@dataclass(frozen=True)
+class SharedFleet:
+    """InferenceClusters ``(name, kubeconfig Secret, creationTimestamp)``, which of them
+    already have a Ready hydration of the cache (composed before this check, each then
+    with its own kubeconfig), and whether Crossplane sends the list in reverse order."""
+
+    clusters: tuple[tuple[str, Kubeconfig, str | None], ...]
+    existing: tuple[str, ...] = ()
+    reverse: bool = False
+
+
+@dataclass(frozen=True)
+class OneHydration:
+    """The clusters with a desired hydration; ``ClustersDistinct``'s status; the
+    InferenceClusters and words its message must name."""
+
+    hydrated: tuple[str, ...]
+    status: str
+    names: tuple[str, ...] = ()
+    says: tuple[str, ...] = ()
+
+
+ONE = (
+    "two Existing InferenceClusters naming the same kubeconfig Secret reach one workload "
+    "cluster: only the oldest (creationTimestamp, then name) gets a hydration there"
+)
+ORDER = "the choice does not depend on the order Crossplane sends the clusters in"
+KEEP = (
+    "hydrations composed before the check are kept, both (bad input loses nothing), and "
+    "nothing new is composed on that cluster"
+)
+NEWER_ONLY = (
+    "the older InferenceCluster gets no second hydration while the newer one's (composed "
+    "before the check) exists there"
+)
+UNCHANGED = "distinct kubeconfig Secrets (or clusters that are not Existing): as before"
+DEFAULT_KEY = "a secretRef without key reads key kubeconfig (the XRD's default)"
+
+SHARED: list[Case[SharedFleet, OneHydration]] = [
+    Case("shared-older-wins", ONE,
+         SharedFleet((("gpu-a", "kc", T2), ("gpu-b", "kc", T1))),
+         OneHydration(("gpu-b",), "False", ("gpu-a", "gpu-b"), ("gpu-b is the oldest",))),
+    Case("shared-older-wins-reversed", ORDER,
+         SharedFleet((("gpu-a", "kc", T2), ("gpu-b", "kc", T1)), reverse=True),
+         OneHydration(("gpu-b",), "False", ("gpu-a", "gpu-b"), ("gpu-b is the oldest",))),
+    Case("shared-same-time-name-breaks-tie", ONE,
+         SharedFleet((("gpu-a", "kc", T1), ("gpu-b", "kc", T1))),
+         OneHydration(("gpu-a",), "False", ("gpu-a", "gpu-b"))),
+    Case("shared-same-time-reversed", ORDER,
+         SharedFleet((("gpu-a", "kc", T1), ("gpu-b", "kc", T1)), reverse=True),
+         OneHydration(("gpu-a",), "False", ("gpu-a", "gpu-b"))),
+    Case("shared-no-timestamp-sorts-last", ONE,
+         SharedFleet((("gpu-a", "kc", None), ("gpu-b", "kc", T3))),
+         OneHydration(("gpu-b",), "False", ("gpu-a", "gpu-b"))),
+    Case("shared-by-three", ONE,
+         SharedFleet((("gpu-a", "kc", T3), ("gpu-b", "kc", T2), ("gpu-c", "kc", T1),
+                      ("gpu-d", "other", T3))),
+         OneHydration(("gpu-c", "gpu-d"), "False", ("gpu-a", "gpu-b", "gpu-c"))),
+    Case("shared-default-key", DEFAULT_KEY,
+         SharedFleet((("gpu-a", ("kc", None), T1), ("gpu-b", ("kc", "kubeconfig"), T2))),
+         OneHydration(("gpu-a",), "False", ("gpu-a", "gpu-b"))),
+    Case("both-existing-kept", KEEP,
+         SharedFleet((("gpu-a", "kc", T2), ("gpu-b", "kc", T1)), existing=("gpu-a", "gpu-b")),
+         OneHydration(("gpu-a", "gpu-b"), "False", ("gpu-a", "gpu-b"),
+                      ("both are kept", "nothing new"))),
+    Case("newer-existing-blocks-the-older", NEWER_ONLY,
+         SharedFleet((("gpu-a", "kc", T2), ("gpu-b", "kc", T1)), existing=("gpu-a",)),
+         OneHydration(("gpu-a",), "False", ("gpu-a", "gpu-b"), ("gpu-b gets none",))),
+    Case("distinct-secrets", UNCHANGED,
+         SharedFleet((("gpu-a", "kc-a", T1), ("gpu-b", "kc-b", T1))),
+         OneHydration(("gpu-a", "gpu-b"), "True")),
+    Case("same-secret-other-key", UNCHANGED,
+         SharedFleet((("gpu-a", ("kc", "a"), T1), ("gpu-b", ("kc", "b"), T1))),
+         OneHydration(("gpu-a", "gpu-b"), "True")),
+    Case("not-existing-clusters", UNCHANGED,
+         SharedFleet((("gpu-a", None, T1), ("gpu-b", None, T1))),
+         OneHydration(("gpu-a", "gpu-b"), "True")),
+]  # fmt: skip
+
+
+def _shared_fleet(fleet: SharedFleet) -> list[dict[str, Any]]:
+    out = [inference_cluster(n, kubeconfig=k, created=c) for n, k, c in fleet.clusters]
+    return out[::-1] if fleet.reverse else out
+
+
+@table(SHARED)
+def test_one_hydration_per_workload_cluster(case: Case[SharedFleet, OneHydration]) -> None:
+    fleet, want = case.inputs, case.want
+    if fleet.existing:
+        before = [
+            inference_cluster(n, kubeconfig=f"own-{n}", created=c)
+            for n, _, c in fleet.clusters
+            if n in fleet.existing
+        ]
+        t = grown(cache(selector={}), before, dict.fromkeys(fleet.existing, ("Ready", "")))
+        assert hydrated_clusters(t) == sorted(fleet.existing), "the row's setup"
+        t.clusters = _shared_fleet(fleet)
+    else:
+        t = Tree(cache(selector={}), _shared_fleet(fleet))
+    t.step()
+    t.step()
+    assert hydrated_clusters(t) == list(want.hydrated), case.reason
+    assert all(n in t.hydrations for n in fleet.existing), "a hydration was deleted"
+    c = conditions(t.rsp)[DISTINCT]
+    assert c["status"] == want.status, (case.reason, c)
+    for words in (*want.names, *want.says):
+        assert words in c["message"], (case.reason, words, c)
+    if want.status == "False":
+        assert c["reason"] == "SharedKubeconfig", c
+        assert "spec.cluster.existing.secretRef" in c["message"], c
+    # A fixed point: the same world gives the same response, and no event again.
+    first = t.reconcile_cache()
+    again = t.reconcile_cache()
+    assert first.SerializeToString(deterministic=True) == again.SerializeToString(
+        deterministic=True
+    ), case.reason
+    assert not results(again), results(again)
+
+
+def test_the_one_used_does_not_depend_on_the_order_clusters_are_sent() -> None:
+    """Every order of three clusters sharing a Secret: the same shards, conditions and
+    status (the tie-break reads creationTimestamp and name, never the list's order)."""
+    import itertools
+
+    rows = [("gpu-a", T2), ("gpu-b", T1), ("gpu-c", T1)]
+    seen = set()
+    for order in itertools.permutations(rows):
+        clusters = [inference_cluster(n, kubeconfig="kc", created=c) for n, c in order]
+        rsp = run(request(cache(selector={}), required=resolved(clusters)))
+        seen.add(
+            (
+                repr(sorted(desired(rsp).items())),
+                repr(sorted(conditions(rsp).items())),
+                repr(status(rsp)),
+            )
+        )
+        assert hydrated_clusters(rsp) == ["gpu-b"]
+    assert len(seen) == 1
+
+
+def test_a_shared_kubeconfig_is_warned_once_and_said_while_unresolved_is_unknown() -> None:
+    clusters = [
+        inference_cluster("gpu-a", kubeconfig="kc", created=T2),
+        inference_cluster("gpu-b", kubeconfig="kc", created=T1),
+    ]
+    t = Tree(cache(selector={}), clusters)
+    rsp = t.reconcile_cache()
+    warnings = [m for s, m in results(rsp) if s == "Warning"]
+    assert len(warnings) == 1 and "gpu-a" in warnings[0] and "gpu-b" in warnings[0], warnings
+    # Not resolved yet is "not known", never "no conflict".
+    rsp = run(request(t.xr, observed=t.observed_shards(), required={}))
+    assert conditions(rsp)[DISTINCT]["status"] == "Unknown"
+    assert set(desired(rsp)) == set(t.observed_shards())

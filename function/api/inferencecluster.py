@@ -203,6 +203,59 @@ def host_problem(cluster: Struct) -> str:
     return cache_host_problem(cluster) or ""
 
 
+# ``spec.cluster.source`` of a bring-your-own cluster (the others are Modelplane's own).
+SOURCE_EXISTING = "Existing"
+# The namespace of every Secret an Existing cluster's spec references, and the key of
+# ``spec.cluster.existing.secretRef`` when the spec leaves it out (the XRD's default).
+SECRET_NAMESPACE = "modelplane-system"
+DEFAULT_KUBECONFIG_KEY = "kubeconfig"
+# The field two InferenceClusters share when they reach one workload cluster.
+KUBECONFIG_FIELD = "spec.cluster.existing.secretRef"
+
+
+@versioned.reading(65536, weight=6)
+def kubeconfig_secret(cluster: Struct) -> tuple[str, str] | None:
+    """``(name, key)`` of the kubeconfig Secret (in :data:`SECRET_NAMESPACE`) an
+    ``Existing`` cluster reaches its workload cluster through, or None.
+
+    Read from ``spec.cluster.existing.secretRef {name, key}``; ``key`` defaults to
+    :data:`DEFAULT_KUBECONFIG_KEY`. None for any other source and for a spec that does
+    not name a Secret (or names it with a value of the wrong type: the cluster's own
+    composer reports that, :func:`parse_existing`). Two clusters with the same pair
+    reach the same workload cluster, where remote object names do not include the
+    InferenceCluster (README, "One InferenceCluster per workload cluster").
+
+    Hot path (the ModelCache reads every cluster it is sent): read through the field
+    maps, once per ``(uid, resourceVersion)`` (pass the version when it is known).
+    """
+    c = _map(_map(cluster.fields, "spec"), "cluster")
+    ref = _map(_map(c, "existing"), "secretRef")
+    src, name, key = c.get("source"), ref.get("name"), ref.get("key")
+    kind = key.WhichOneof("kind") if key is not None else None
+    if (
+        src is None
+        or src.string_value != SOURCE_EXISTING
+        or name is None
+        or not name.string_value
+        or kind not in (None, "null_value", "string_value")  # the composer refuses it
+    ):
+        return None
+    # An empty key reads as the default, as the composer reads it
+    # (function.composers.inferencecluster._provider_config).
+    return name.string_value, (key.string_value if key is not None else "") or (
+        DEFAULT_KUBECONFIG_KEY
+    )
+
+
+def _map(fields: Any, key: str) -> Any:
+    """The field map of the object at ``fields[key]`` (empty when absent or not one)."""
+    v = fields.get(key)
+    return v.struct_value.fields if v is not None else _NO_FIELDS
+
+
+_NO_FIELDS = Struct().fields
+
+
 # ---- spec of a bring-your-own cluster (read by function.composers.inferencecluster) --
 #
 # The fields of ``spec`` the composer reads when ``spec.cluster.source`` is ``Existing``,

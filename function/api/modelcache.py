@@ -10,10 +10,11 @@ as ``sizeGiB: "2"`` or ``sizeGiB: true``, is an error naming the field, as the X
 structural schema makes it for the API server, instead of being coerced.
 
 This module also owns the ModelCache's status contract (written by
-:mod:`function.composers.modelcache`): conditions :data:`CLUSTERS_MATCHED` and
-:data:`ARTIFACT_READY` with their reasons, and ``status.clusters[].phase`` (a
-ModelCacheHydration phase, :mod:`function.api.modelcachehydration`, or
-:data:`UNAVAILABLE`), which the ModelExperiment artifact gate reads.
+:mod:`function.composers.modelcache`): conditions :data:`CLUSTERS_MATCHED`,
+:data:`ARTIFACT_READY` and :data:`CLUSTERS_DISTINCT` with their reasons, and
+``status.clusters[].phase`` (a ModelCacheHydration phase,
+:mod:`function.api.modelcachehydration`, or :data:`UNAVAILABLE`), which the
+ModelExperiment artifact gate reads.
 """
 
 from __future__ import annotations
@@ -169,6 +170,12 @@ def parse_source(spec: dict[str, Any]) -> CacheSource:
 # Conditions of a ModelCache.
 CLUSTERS_MATCHED = "ClustersMatched"
 ARTIFACT_READY = "ArtifactReady"
+# Whether the InferenceClusters the cache is sent reach distinct workload clusters, as
+# far as the function can see: no two Existing clusters name the same kubeconfig Secret.
+CLUSTERS_DISTINCT = "ClustersDistinct"
+# ClustersDistinct reasons (and ResolvingClusters while the clusters are not resolved).
+REASON_DISTINCT = "Distinct"
+REASON_SHARED_KUBECONFIG = "SharedKubeconfig"
 # ArtifactReady reasons.
 REASON_HYDRATED = "Hydrated"
 REASON_HYDRATING = "Hydrating"

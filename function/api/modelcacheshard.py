@@ -204,6 +204,31 @@ def read_report(shard: Struct) -> ShardReport:
     return r
 
 
+@versioned.reading(4096, weight=2)
+def hydrated_clusters(shard: Struct) -> frozenset[str]:
+    """The clusters a shard reported a hydration of: each ``status.clusters[]`` row whose
+    ``phase`` is not ``Unavailable``, or that is ``retained`` (read once per ``(uid,
+    resourceVersion)``; shared, never mutate it).
+
+    A shard writes its rows in the reconcile that desires its hydrations, so a cluster
+    it does not list (it has not reported yet, or the cluster is new to it) has none:
+    it gets one only in a reconcile that lists it (the same rule as the roll-up's
+    "unreported": composed, not reconciled yet, no hydration).
+    """
+    out: set[str] = set()
+    v = shard.fields.get("status")
+    rows = v.struct_value.fields.get("clusters") if v is not None else None
+    if rows is None:
+        return frozenset()
+    for e in rows.list_value.values:
+        f = e.struct_value.fields
+        name = _str(f, "name")
+        r = f.get("retained")
+        if name and (_str(f, "phase") != UNAVAILABLE or (r is not None and r.bool_value)):
+            out.add(name)
+    return frozenset(out)
+
+
 def named_list(pairs: list[tuple[str, str]]) -> ListValue:
     """``[{name, message}]`` from (name, message) pairs."""
     out = ListValue()

@@ -52,7 +52,10 @@ from function import API_VERSION
 from function.api import inferenceclass
 from function.api.inferencecluster import (
     CLAIM_DRA,
+    DEFAULT_KUBECONFIG_KEY,
     DEFAULT_PROVIDER_CONFIG_KIND,
+    SECRET_NAMESPACE,
+    SOURCE_EXISTING,
     STATUS_CACHE,
     STATUS_GATEWAY,
     STATUS_GPU_POOLS,
@@ -72,10 +75,9 @@ CONDITION = "PoolsResolved"
 CONDITION_TYPES = (CONDITION,)
 PROVIDER_CONFIG_KEY = "provider-config"
 PROVIDER_CONFIG_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
-SECRET_NAMESPACE = "modelplane-system"
 _ECHO = (STATUS_GPU_POOLS, STATUS_PROVIDER_CONFIG_REF, STATUS_CACHE, STATUS_GATEWAY)
 # spec.cluster.source values of the InferenceCluster XRD (compositions/inferencecluster).
-SOURCES = ("Existing", "GKE", "EKS", "AKS", "Nebius", "Vultr")
+SOURCES = (SOURCE_EXISTING, "GKE", "EKS", "AKS", "Nebius", "Vultr")
 INVALID_SPEC = "InvalidSpec"
 # An InferenceClass that a pool names is not what its CRD declares.
 CLASS_INVALID = "ClassInvalid"
@@ -174,7 +176,7 @@ def _provider_config(inputs: Inputs, existing: Mapping[str, Any]) -> dict[str, A
             "secretRef": {
                 "namespace": SECRET_NAMESPACE,
                 "name": ref.get("name"),
-                "key": ref.get("key") or "kubeconfig",
+                "key": ref.get("key") or DEFAULT_KUBECONFIG_KEY,
             },
         }
     }
@@ -251,7 +253,7 @@ def compose(inputs: Inputs) -> Outcome:
     source, bad = _source(spec.get("cluster"))
     if bad:
         return _invalid(inputs, out, f"{bad}; what this XR composed is kept")
-    if source != "Existing":
+    if source != SOURCE_EXISTING:
         return _not_served(inputs, out, source)
     try:
         existing, node_pools = _existing_spec(spec)

@@ -48,9 +48,10 @@ REQUIRED = [cluster(c) for c in CLUSTERS] + [secret(NS)]
 class Fleet:
     """The ModelCache, its shards, and one simulated hydration per composed hydration."""
 
-    def __init__(self, render):
+    def __init__(self, render, required: list[dict] | None = None):
         self.render = render
-        self.cache = XR(render, cache_xr(), REQUIRED)
+        self.required = REQUIRED if required is None else required
+        self.cache = XR(render, cache_xr(), self.required)
         self.shards: dict[str, XR] = {}
         self.hydrations: dict[str, Hydration] = {}
 
@@ -63,7 +64,7 @@ class Fleet:
             if sh is None or sh.xr["spec"] != sdoc["spec"]:
                 keep = sh.observed if sh is not None else {}
                 st = (sh.xr.get("status") if sh is not None else None) or {}
-                sh = self.shards[key] = XR(self.render, sdoc, REQUIRED)
+                sh = self.shards[key] = XR(self.render, sdoc, self.required)
                 sh.observed, sh.xr["status"] = keep, st
             sout = sh.reconcile()
             for name, doc in sout.composed.items():
@@ -71,7 +72,7 @@ class Fleet:
                 h = self.hydrations.get(cl)
                 if h is None or h.xr["spec"] != doc["spec"]:
                     keep = h.observed if h is not None else {}
-                    h = self.hydrations[cl] = Hydration(self.render, doc, REQUIRED)
+                    h = self.hydrations[cl] = Hydration(self.render, doc, self.required)
                     h.observed = keep
                     h.xr.setdefault("status", {}).update(
                         (sh.observed.get(name) or {}).get("status") or {}
@@ -189,3 +190,28 @@ def test_revision_edit_is_not_ready_from_stale_evidence(fleet: Fleet):
     assert out.is_ready(), out.stdout
     for h in fleet.hydrations.values():
         assert h.status["source"]["revision"] == "v2"
+
+
+def test_two_clusters_sharing_a_kubeconfig_get_one_hydration(render):
+    """One InferenceCluster per workload cluster (README): gpu-b names gpu-a's kubeconfig
+    Secret, so both reach one workload cluster, where two hydrations would own the same
+    PVC. Only the older (gpu-a) gets one; the cache says so, and is a fixed point."""
+    a, b = cluster("gpu-a"), cluster("gpu-b")
+    a["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    b["metadata"]["creationTimestamp"] = "2026-01-02T00:00:00Z"
+    b["spec"]["cluster"]["existing"]["secretRef"] = {"name": "gpu-a-kubeconfig"}
+    fleet = Fleet(render, [b, cluster("gpu-c"), a, secret(NS)])
+    fleet.cache.reconcile()
+    fleet.step(dict.fromkeys(CLUSTERS, READY))
+    assert sorted(fleet.composed_hydrations()) == ["gpu-a", "gpu-c"]
+    out = fleet.cache.reconcile()
+    cond = out.condition("ClustersDistinct") or {}
+    assert (cond.get("status"), cond.get("reason")) == ("False", "SharedKubeconfig"), cond
+    for words in ("gpu-a", "gpu-b", "spec.cluster.existing.secretRef", "gpu-a-kubeconfig"):
+        assert words in cond["message"], (words, cond)
+    assert [u["name"] for u in fleet.cache.status["unavailable"]] == ["gpu-b"]
+    assert out.is_ready(), out.stdout  # every cluster the cache uses is Ready
+    assert out.deleted(fleet.cache.observed.values()) == set()
+    again = fleet.cache.reconcile()
+    assert again.condition("ClustersDistinct") == out.condition("ClustersDistinct")
+    assert again.composed == out.composed

@@ -17,8 +17,16 @@ def inference_cluster(
     provider_config: str | None = "default",
     storage_class: str | None = "rwx-fast",
     extra_status: dict[str, Any] | None = None,
+    kubeconfig: str | tuple[str, str | None] | None = None,
+    created: str | None = None,
 ) -> dict[str, Any]:
-    """A cluster-scoped InferenceCluster as Modelplane reports it."""
+    """A cluster-scoped InferenceCluster as Modelplane reports it.
+
+    ``kubeconfig``: a bring-your-own cluster (``spec.cluster.source: Existing``) whose
+    ``spec.cluster.existing.secretRef`` is this Secret name, or ``(name, key)`` (key None:
+    left out, as before the XRD's default applies);
+    ``created``: its ``metadata.creationTimestamp``.
+    """
     status: dict[str, Any] = {
         "conditions": [
             {"type": "Ready", "status": "True" if ready else "False", "reason": "Available"}
@@ -32,12 +40,19 @@ def inference_cluster(
     meta: dict[str, Any] = {"name": name}
     if labels:
         meta["labels"] = dict(labels)
-    return {
+    if created:
+        meta["creationTimestamp"] = created
+    out: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "InferenceCluster",
         "metadata": meta,
         "status": status,
     }
+    if kubeconfig is not None:
+        ref_name, key = (kubeconfig, "kubeconfig") if isinstance(kubeconfig, str) else kubeconfig
+        ref = {"name": ref_name, "key": key} if key is not None else {"name": ref_name}
+        out["spec"] = {"cluster": {"source": "Existing", "existing": {"secretRef": ref}}}
+    return out
 
 
 def observed_hydration(

@@ -16,6 +16,11 @@ Rules:
 - A matched cluster that cannot host a cache (not Ready, no provider config or no
   cache storage class) is passed to its shard with the reason: it gets no new
   hydration, an existing one is kept.
+- One InferenceCluster per workload cluster: of the matched Existing clusters that
+  name the same kubeconfig Secret only the oldest is used, and not even that one while
+  another has a hydration there; the others are passed to their shards with the reason
+  (:func:`footprint.match`, :func:`footprint.guard`), nothing is deleted on this
+  account, and condition ``ClustersDistinct`` names them.
 - A shard whose clusters all left the footprint stays desired, with no clusters,
   until it reports that it keeps no hydration (it keeps one while a live ModelReplica
   uses it: ``retained``); nothing is deleted while a requirement is unresolved.
@@ -35,14 +40,18 @@ from typing import Any
 from google.protobuf.struct_pb2 import Struct
 
 from function import API_VERSION
+from function.api.inferencecluster import KUBECONFIG_FIELD, SECRET_NAMESPACE
 from function.api.modelcache import (
     ARTIFACT_READY,
+    CLUSTERS_DISTINCT,
     CLUSTERS_MATCHED,
+    REASON_DISTINCT,
     REASON_HYDRATED,
     REASON_HYDRATING,
     REASON_HYDRATION_FAILED,
     REASON_NO_HOSTABLE_CLUSTERS,
     REASON_NO_MATCHING_CLUSTERS,
+    REASON_SHARED_KUBECONFIG,
     CacheSource,
     parse_source,
     retained_clusters,
@@ -56,7 +65,7 @@ from function.api.modelcacheshard import (
 )
 from function.composers.modelcache import footprint, wire
 from function.composers.modelcache.rollup import Rollup
-from function.core import structs
+from function.core import events, structs
 from function.core.errors import SpecError
 from function.core.inputs import UNRESOLVED, Inputs, ObservedView, Resolved
 from function.core.numbers import ascii_digits
@@ -127,7 +136,8 @@ def compose(inputs: Inputs) -> Outcome:
     Returns:
         The outcome: ModelCacheShards keyed ``shard-<n>``; status ``source``,
         ``summary``, ``evidence[]``, ``failed[]``, ``unavailable[]``, ``retained[]``,
-        ``waiting[]``; conditions ``ClustersMatched`` and ``ArtifactReady``.
+        ``waiting[]``; conditions ``ClustersMatched``, ``ArtifactReady`` and
+        ``ClustersDistinct``.
 
     Raises:
         SpecError: for a missing or malformed ``spec.clusterSelector`` or source.
@@ -144,7 +154,8 @@ def compose(inputs: Inputs) -> Outcome:
     assert isinstance(clusters, Resolved)
 
     repo, revision = source.huggingFace.repo, source.huggingFace.revision
-    matched, shards = footprint.match(clusters, selector)
+    matched, shards, shared = footprint.match(clusters, selector)
+    matched, shards, guarded = footprint.guard(shared, matched, shards, observed)
     call = _Call(
         inputs,
         out,
@@ -159,6 +170,7 @@ def compose(inputs: Inputs) -> Outcome:
     lists = call.roll.lists()
     _write_status(call, lists)
     _events(call, new, lists[0])
+    _clusters_distinct(inputs, out, guarded)
     if not matched:
         return _no_matching_clusters(out)
     _clusters_matched(call)
@@ -183,6 +195,7 @@ def _resolving(inputs: Inputs, out: Outcome) -> Outcome:
     msg = "waiting for Crossplane to resolve the InferenceClusters of spec.clusterSelector"
     out.condition(CLUSTERS_MATCHED, "Unknown", "ResolvingClusters", msg)
     out.condition(ARTIFACT_READY, "Unknown", "ResolvingClusters", msg)
+    out.condition(CLUSTERS_DISTINCT, "Unknown", "ResolvingClusters", msg)
     out.ready = False
     return out
 
@@ -280,6 +293,79 @@ def _no_matching_clusters(out: Outcome) -> Outcome:
     return out
 
 
+def _shared_sentence(g: footprint.Guarded) -> str:
+    """One group of :func:`_clusters_distinct`: who shares which Secret, and what the
+    cache does there (each list of names cut after five, :func:`_names`)."""
+    grp = g.group
+    used, rest = grp.matched[0], grp.matched[1:]
+    unselected = [n for n in grp.others if n in g.hydrated]
+    members = [*grp.matched, *(f"{n} (not selected by spec.clusterSelector)" for n in unselected)]
+    name, key = grp.secret
+    head = (
+        f"InferenceClusters {_names(members)} name the same {KUBECONFIG_FIELD} (Secret "
+        f"{SECRET_NAMESPACE}/{name}, key {key}), so they reach one workload cluster"
+    )
+    if not g.blocked:
+        return (
+            f"{head}: {used} is the oldest (metadata.creationTimestamp, then name) and is "
+            f"used there; {_names(list(rest))} {'gets' if len(rest) == 1 else 'get'} no "
+            "hydration"
+        )
+    have = list(g.hydrated)
+    if used in have:
+        kept = "both are kept" if len(have) == 2 else f"all {len(have)} are kept"
+        return (
+            f"{head}: {_names(have)} each have a hydration there from before this "
+            f"check and own the same PVC: {kept} and nothing new is composed"
+        )
+    return (
+        f"{head}: {_names(have)} already {'has' if len(have) == 1 else 'have'} a "
+        f"hydration there: {used} gets none while it exists, and nothing new is composed"
+    )
+
+
+def _clusters_distinct(inputs: Inputs, out: Outcome, guarded: list[footprint.Guarded]) -> None:
+    """``ClustersDistinct``: False naming each group of InferenceClusters that name one
+    kubeconfig Secret (:func:`footprint.guard`, at most three groups spelled out), with a
+    Warning event when that changes; True otherwise. A pure function of the clusters
+    and the shards' reports: the same world, the same condition."""
+    if not guarded:
+        out.condition(
+            CLUSTERS_DISTINCT,
+            "True",
+            REASON_DISTINCT,
+            f"no two InferenceClusters this cache uses name the same {KUBECONFIG_FIELD} "
+            "(two kubeconfigs that reach one cluster cannot be told apart)",
+        )
+        return
+    shown = [_shared_sentence(g) for g in guarded[:3]]
+    if len(guarded) > 3:
+        shown.append(f"and {len(guarded) - 3} more such groups")
+    message = (
+        "; ".join(shown)
+        + ". Keep one InferenceCluster per workload cluster: delete the newer one or "
+        f"point its {KUBECONFIG_FIELD} at the kubeconfig of its own cluster. A hydration "
+        "that goes deletes the cache PVC on that cluster, which the other's replicas "
+        "mount: the download runs again there (README, One InferenceCluster per "
+        "workload cluster)"
+    )
+    out.condition(CLUSTERS_DISTINCT, "False", REASON_SHARED_KUBECONFIG, message)
+    last = structs.conditions(inputs.xr).get(CLUSTERS_DISTINCT)
+    before = (
+        (structs.sval(last, "status"), structs.sval(last, "reason"), structs.sval(last, "message"))
+        if last is not None
+        else None
+    )
+    events.changed(
+        out,
+        before,
+        ("False", REASON_SHARED_KUBECONFIG, message),
+        message,
+        reason=REASON_SHARED_KUBECONFIG,
+        warning=True,
+    )
+
+
 def _unhostable(matched: dict[str, str]) -> list[str]:
     """The matched clusters that cannot host a cache, sorted."""
     return sorted(n for n, why in matched.items() if why)
@@ -335,4 +421,4 @@ def _artifact_ready(call: _Call, failed: list[tuple[str, str]], waiting: list[st
 
 
 # The condition types this kind writes on its XR (function.composers.condition_types).
-CONDITION_TYPES = (ARTIFACT_READY, CLUSTERS_MATCHED)
+CONDITION_TYPES = (ARTIFACT_READY, CLUSTERS_MATCHED, CLUSTERS_DISTINCT)

@@ -3,31 +3,108 @@ the shard of each, and which shards stay desired (no wire bytes here)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import NamedTuple
+
 from google.protobuf.struct_pb2 import Struct
 
 from function.api import inferencecluster
-from function.api.modelcacheshard import ShardReport, spec_hash
+from function.api.inferencecluster import KUBECONFIG_FIELD, kubeconfig_secret
+from function.api.modelcacheshard import ShardReport, hydrated_clusters, spec_hash
 from function.core import structs, versioned
 from function.core.inputs import Resolved
+from function.core.timeutil import parse_time
 from function.naming import cache_shard
 from function.scheduling.selectors import LabelSelector
 
 Entries = tuple[tuple[str, str], ...]
 
 
-def match(clusters: Resolved, selector: LabelSelector) -> tuple[dict[str, str], dict[int, Entries]]:
+class Shared(NamedTuple):
+    """InferenceClusters that name one kubeconfig Secret, so reach one workload cluster.
+
+    Attributes:
+        secret: ``(name, key)`` of ``spec.cluster.existing.secretRef``
+            (:func:`function.api.inferencecluster.kubeconfig_secret`).
+        matched: The members the selector matches, oldest first (:func:`_age`): the
+            first is the one the cache uses there, every other one is matched with a
+            reason (:func:`shared_reason`) and gets no new hydration.
+        others: The members the selector does not match, by name (they count only
+            through a hydration they still have: :func:`guard`).
+    """
+
+    secret: tuple[str, str]
+    matched: tuple[str, ...]
+    others: tuple[str, ...]
+
+
+class Guarded(NamedTuple):
+    """A :class:`Shared` group as this call sees it (:func:`guard`).
+
+    Attributes:
+        group: The group.
+        hydrated: Its members that have a hydration of the cache (their shard lists
+            one), in the group's order (matched oldest first, then the others).
+        blocked: Whether a member other than the one used has a hydration there: then
+            nothing new is composed on that workload cluster, the one used included.
+    """
+
+    group: Shared
+    hydrated: tuple[str, ...]
+    blocked: bool
+
+
+Footprint = tuple[dict[str, str], dict[int, Entries], tuple[Shared, ...]]
+
+
+def match(clusters: Resolved, selector: LabelSelector) -> Footprint:
     """The footprint: matched cluster name -> why it cannot host a cache ("" when it can),
-    and the shard number -> its ``spec.clusters`` entries, sorted by name.
+    the shard number -> its ``spec.clusters`` entries, sorted by name, and the groups of
+    clusters that name one kubeconfig Secret (:class:`Shared`, by the name of the one
+    used).
 
     The full selector with Kubernetes semantics (the requirement carried only its
     ``matchLabels``). A cluster's shard is ``naming.cache_shard`` of its name only: a
     cluster never moves between shards, whatever the fleet or the footprint (a moved
     hydration would be deleted with its PVC by the shard that stopped desiring it).
 
-    Both are shared between calls that get the same clusters at the same versions
-    (:func:`function.core.versioned.over_versions`): never mutate them.
+    One InferenceCluster per workload cluster (README): remote object names do not
+    include the InferenceCluster, so two hydrations of one cache on one workload
+    cluster would own the same PVC, token Secret and Job, and the one that goes deletes
+    the PVC the other's replicas mount. Of the matched clusters that name the same
+    Secret only the oldest (``metadata.creationTimestamp``, then name: never the order
+    Crossplane sends them in) is used; each other one is matched with the reason
+    :func:`shared_reason`, so it gets no new hydration and one it has is kept.
+
+    All three are shared between calls that get the same clusters at the same versions
+    (:func:`function.core.versioned.over_versions`): never mutate them. O(clusters).
     """
     return _footprint(clusters.items, clusters.versions, selector)
+
+
+def shared_reason(used: str) -> str:
+    """Why a matched cluster that shares its kubeconfig Secret with ``used`` gets no
+    new hydration (the ``unavailable`` of its shard entry)."""
+    return (
+        f"names the same {KUBECONFIG_FIELD} as InferenceCluster {used}, which this cache "
+        "uses on that workload cluster"
+    )
+
+
+def blocked_reason(holder: str) -> str:
+    """Why the cluster used gets no new hydration while ``holder``, which shares its
+    kubeconfig Secret, has one there."""
+    return (
+        f"InferenceCluster {holder}, which names the same {KUBECONFIG_FIELD}, has a "
+        "hydration of this cache on that workload cluster"
+    )
+
+
+def _age(cluster: Struct, name: str) -> tuple[int, float, str]:
+    """The order of creation: ``metadata.creationTimestamp``, then name; a cluster
+    without a valid timestamp (a hand-written request) after every one with one."""
+    t = parse_time(structs.get(cluster, "metadata", "creationTimestamp"))
+    return (0, t.timestamp(), name) if t is not None else (1, 0.0, name)
 
 
 @versioned.over_versions(256, weight=8)
@@ -35,20 +112,89 @@ def _footprint(
     items: tuple[Struct, ...],
     versions: tuple[versioned.Version | None, ...] | None,
     selector: LabelSelector,
-) -> tuple[dict[str, str], dict[int, Entries]]:
+) -> Footprint:
     matched: dict[str, str] = {}
+    by_secret: dict[tuple[str, str], list[tuple[Struct, str]]] = {}
     matches = selector.matches
     facts, problem = versioned.object_facts, inferencecluster.host_problem
     for c, version in zip(items, versions or (...,) * len(items), strict=True):
         f = facts(c, version)
+        if not f.name:
+            continue
         # A label value that is not a string (only in a malformed request) reads as "".
         labels = f.labels if not f.odd_labels else {**dict.fromkeys(f.odd_labels, ""), **f.labels}
-        if f.name and matches(labels):
+        if matches(labels):
             matched[f.name] = problem(c, version)
+        secret = kubeconfig_secret(c, version)
+        if secret is not None:
+            by_secret.setdefault(secret, []).append((c, f.name))
+    shared = []
+    for secret, members in by_secret.items():
+        if len(members) < 2:
+            continue
+        ours = sorted((_age(c, n) for c, n in members if n in matched))
+        if not ours:
+            continue
+        used = ours[0][2]
+        for _, _, name in ours[1:]:
+            matched[name] = shared_reason(used)
+        others = tuple(sorted(n for _, n in members if n not in matched))
+        shared.append(Shared(secret, tuple(a[2] for a in ours), others))
     buckets: dict[int, list[tuple[str, str]]] = {}
     for name in sorted(matched):
         buckets.setdefault(cache_shard(name), []).append((name, matched[name]))
-    return matched, {n: tuple(v) for n, v in buckets.items()}
+    shared.sort(key=lambda g: g.matched[0])
+    return matched, {n: tuple(v) for n, v in buckets.items()}, tuple(shared)
+
+
+def guard(
+    shared: tuple[Shared, ...],
+    matched: dict[str, str],
+    shards: dict[int, Entries],
+    observed: Mapping[int, Struct],
+) -> tuple[dict[str, str], dict[int, Entries], list[Guarded]]:
+    """Never a second hydration of the cache on one workload cluster.
+
+    A group's first matched cluster is used there unless another member already has a
+    hydration of this cache (composed before this check, or while it was the one used
+    or selected): then it is matched with :func:`blocked_reason` too, so nothing new is
+    composed there and every hydration that exists is kept (bad input loses nothing).
+    Who has one is read from each member's observed shard (:func:`hydrated_clusters`).
+
+    Args:
+        shared: The groups (:func:`match`).
+        matched: The shared footprint of :func:`match` (not mutated).
+        shards: Its shard entries (not mutated).
+        observed: The observed shards by number.
+
+    Returns:
+        ``matched`` and ``shards`` (new ones when a cluster is blocked), and the groups
+        the cache reports: two matched members or more, or one blocked. O(members).
+    """
+    if not shared:
+        return matched, shards, []
+
+    def has(name: str) -> bool:
+        s = observed.get(cache_shard(name))
+        return s is not None and name in hydrated_clusters(s)
+
+    blocked: dict[str, str] = {}
+    out: list[Guarded] = []
+    for g in shared:
+        used = g.matched[0]
+        hydrated = tuple(n for n in (*g.matched, *g.others) if has(n))
+        holder = next((n for n in hydrated if n != used), None)
+        if holder is not None:
+            blocked[used] = blocked_reason(holder)
+        if len(g.matched) > 1 or holder is not None:
+            out.append(Guarded(g, hydrated, holder is not None))
+    if not blocked:
+        return matched, shards, out
+    matched = {**matched, **blocked}
+    shards = dict(shards)
+    for n in {cache_shard(name) for name in blocked}:
+        shards[n] = tuple((name, blocked.get(name, why)) for name, why in shards[n])
+    return matched, shards, out
 
 
 def keep_draining(observed: Struct, report: ShardReport, identity: str, shard: int) -> bool:
