@@ -1071,3 +1071,37 @@ def test_a_shared_kubeconfig_is_warned_once_and_said_while_unresolved_is_unknown
     rsp = run(request(t.xr, observed=t.observed_shards(), required={}))
     assert conditions(rsp)[DISTINCT]["status"] == "Unknown"
     assert set(desired(rsp)) == set(t.observed_shards())
+
+
+def test_a_hydration_kept_for_a_cluster_that_left_blocks_the_one_that_shares_its_secret() -> None:
+    """gpu-a left the selector while a replica runs there (its hydration retained);
+    gpu-b, older, names the same kubeconfig Secret and is selected: it would be a second
+    hydration on that workload cluster, so it gets none while gpu-a's exists."""
+    prod, dev = {"tier": "prod"}, {"tier": "dev"}
+    a = inference_cluster("gpu-a", prod, kubeconfig="kc", created=T2)
+    t = grown(cache(selector={"matchLabels": prod}), [a], {"gpu-a": ("Ready", "")})
+    t.replicas = [_replica("chat-0", "gpu-a")]
+    t.clusters = [
+        inference_cluster("gpu-a", dev, kubeconfig="kc", created=T2),
+        inference_cluster("gpu-b", prod, kubeconfig="kc", created=T1),
+    ]
+    # Crossplane sends only the matchLabels matches; gpu-a still comes when the
+    # requirement is wider than the selector (here: matchExpressions filter it).
+    t.xr = cache(
+        selector={"matchExpressions": [{"key": "tier", "operator": "In", "values": ["prod"]}]},
+        status=t.xr["status"],
+    )
+    t.step()
+    t.step()
+    assert hydrated_clusters(t) == ["gpu-a"]
+    assert [e["name"] for e in status(t.rsp)["retained"]] == ["gpu-a"]
+    c = conditions(t.rsp)[DISTINCT]
+    assert (c["status"], c["reason"]) == ("False", "SharedKubeconfig"), c
+    assert "gpu-a (not selected by spec.clusterSelector)" in c["message"], c
+    assert "gpu-b gets none" in c["message"], c
+    # The replica goes: gpu-a's hydration is reclaimed, then gpu-b gets its own.
+    t.replicas = []
+    t.step()
+    t.step()
+    assert hydrated_clusters(t) == ["gpu-b"]
+    assert conditions(t.rsp)[DISTINCT]["status"] == "True"
