@@ -24,7 +24,7 @@ from function.api.modelbackfill import accelerator_uses, definition_hash, is_acc
 from function.composers.backfill import JOB_PREFIX
 from function.core.errors import SpecError
 from function.core.timeutil import format_time, parse_time
-from function.naming import replica_name
+from function.naming import label_value, replica_name
 from function.ops import metrics as metrics_mod
 from function.render import World, drive, load_yaml, observed_by_name
 from tests.support import fixtures
@@ -754,6 +754,71 @@ def test_no_attempt_starts_on_a_replica_being_deleted(
         assert sim.observed[BACKFILL] == {}
     else:
         assert st["replicaUID"] == f"uid-modelreplica-{on}"
+
+
+# Found by review 17l (F1): label values are shortened past 63 characters
+# (naming.label_value), and the shortened value of a long name is itself a valid
+# ModelDeployment name; the replicas selected by the modelplane.ai/deployment label are
+# used only when their spec.deploymentName is the backfill's spec.modelRef.name.
+LONG = "chat-" + "assistant-" * 6 + "prod"  # 69 characters
+SHORT = label_value(LONG)  # 63 characters: another valid ModelDeployment name
+
+
+@dataclass(frozen=True)
+class Collision:
+    """The backfill's deployment, and which replicas serve (deployment -> Ready)."""
+
+    model: str
+    ready: dict[str, bool]
+
+
+SAME_LABEL: list[Case[Collision, tuple[str, str, str | None]]] = [
+    Case("long name, only the short one serves", "the other deployment's replica carries "
+         "the same label: it is not the model's, so nothing starts",
+         Collision(LONG, {LONG: False, SHORT: True}),
+         ("WaitingForIdle", "NoReadyReplica", None)),
+    Case("short name, only the long one serves", "the reverse: the long deployment's "
+         "replica is labelled with the short name",
+         Collision(SHORT, {LONG: True, SHORT: False}),
+         ("WaitingForIdle", "NoReadyReplica", None)),
+    Case("long name, both serve", "the attempt starts on the model's own replica",
+         Collision(LONG, {LONG: True, SHORT: True}),
+         ("Starting", "JobCreated", replica_name(NAMESPACE, LONG, 0))),
+    Case("short name, both serve", "the attempt starts on the model's own replica",
+         Collision(SHORT, {LONG: True, SHORT: True}),
+         ("Starting", "JobCreated", replica_name(NAMESPACE, SHORT, 0))),
+]  # fmt: skip
+
+
+@table(SAME_LABEL)
+def test_only_the_named_deployments_replicas_are_used(
+    sim: Sim, clock: Clock, case: Case[Collision, tuple[str, str, str | None]]
+) -> None:
+    model = case.inputs.model
+    sim.deployment = deployment(name=model, foreground=format_time(clock.now))
+    sim.replicas = [
+        replica(0, cluster, ready=case.inputs.ready[dep], dep=dep)
+        for dep, cluster in ((LONG, "gpu-a"), (SHORT, "gpu-b"))
+    ]
+    assert {r["metadata"]["labels"]["modelplane.ai/deployment"] for r in sim.replicas} == {SHORT}
+    sim.add(spec(modelRef={"name": model}))
+    clock.advance(900)
+    st = sim.step()
+    phase, reason, on = case.want
+    assert (st["phase"], st["reason"], st.get("replica")) == (phase, reason, on), (
+        case.reason,
+        st,
+    )
+    if on is None:
+        assert sim.observed[BACKFILL] == {}
+    else:
+        cluster = "gpu-a" if model == LONG else "gpu-b"
+        assert st["cluster"] == cluster
+        env = {
+            e["name"]: e.get("value")
+            for e in job_manifest(sim)["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert env["MODELPLANE_ENDPOINT"] == f"http://{model}-0.default.svc.cluster.local:8000"
 
 
 def test_a_replaced_replica_is_cancelled_then_readmitted_on_the_new_one(

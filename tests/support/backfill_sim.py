@@ -22,6 +22,7 @@ from function.naming import (
     LABEL_CLUSTER,
     LABEL_DEPLOYMENT,
     LABEL_REPLICA_INDEX,
+    label_value,
     replica_name,
 )
 from tests.support import fixtures, world
@@ -129,14 +130,19 @@ def deployment(
 
 
 def replica(index: int, cluster: str, *, ready: bool = True, dep: str = DEPLOYMENT) -> dict:
-    """An observed ModelReplica of ``dep`` on ``cluster``."""
+    """An observed ModelReplica of ``dep`` on ``cluster``, labelled as the deployment
+    composer labels it (``modelplane.ai/deployment: label_value(dep)``)."""
     name = replica_name(NAMESPACE, dep, index)
     st = "True" if ready else "False"
     return xr(
         "ModelReplica",
         name,
         {"deploymentName": dep, "index": index, "clusterName": cluster},
-        labels={LABEL_DEPLOYMENT: dep, LABEL_CLUSTER: cluster, LABEL_REPLICA_INDEX: str(index)},
+        labels={
+            LABEL_DEPLOYMENT: label_value(dep),
+            LABEL_CLUSTER: cluster,
+            LABEL_REPLICA_INDEX: str(index),
+        },
         status={
             "endpoint": f"http://{dep}-{index}.default.svc.cluster.local:8000",
             "conditions": [

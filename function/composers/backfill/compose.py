@@ -65,7 +65,7 @@ def decide(c: Call) -> bool:
     phase = c.prior.phase or ""
     if phase == CANCELLING:
         require_job_object(c)
-    req = Required.read(c.inputs)
+    req = Required.read(c.inputs, c.model)
     if req is None or not c.resolved():
         return False
     if phase in ACTIVE:

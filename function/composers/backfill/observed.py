@@ -7,6 +7,7 @@ import datetime
 from functools import cached_property
 from typing import Any, NamedTuple
 
+import structlog
 from google.protobuf.struct_pb2 import Struct
 
 from function.api.modelreplica import MODEL_READY
@@ -15,6 +16,8 @@ from function.core import structs
 from function.core.inputs import Inputs, Resolved
 from function.core.timeutil import parse_time
 from function.naming import ANNOTATION_LAST_FOREGROUND
+
+_log = structlog.get_logger("backfill")
 
 KIND = "ModelBackfill"
 REQ_DEPLOYMENT = "deployment"
@@ -36,20 +39,22 @@ class Required:
     the namespace that hold a replica (replica -> holders, sorted). Each is read when a
     decision first needs it (a cooling-down backfill reads none)."""
 
-    def __init__(self, inputs: Inputs, resolved: dict[str, Resolved]) -> None:
+    def __init__(self, inputs: Inputs, resolved: dict[str, Resolved], model: str) -> None:
         self._name = inputs.name
         self._resolved = resolved
+        self._model = model
 
     @classmethod
-    def read(cls, inputs: Inputs) -> Required | None:
-        """The base requirements, or None while one is not resolved yet."""
+    def read(cls, inputs: Inputs, model: str) -> Required | None:
+        """The base requirements of a backfill of ModelDeployment ``model``
+        (``spec.modelRef.name``), or None while one is not resolved yet."""
         resolved = {}
         for name in BASE:
             r = inputs.required(name)
             if not isinstance(r, Resolved):
                 return None
             resolved[name] = r
-        return cls(inputs, resolved)
+        return cls(inputs, resolved, model)
 
     @property
     def deployment(self) -> Struct | None:
@@ -61,7 +66,27 @@ class Required:
 
     @cached_property
     def replicas(self) -> dict[str, Struct]:
-        return self._resolved[REQ_REPLICAS].by_name()
+        """The model's ModelReplicas by ``metadata.name``: those the
+        ``modelplane.ai/deployment`` label selected whose ``spec.deploymentName`` is the
+        model. The label value is shortened past 63 characters
+        (:func:`function.naming.label_value`), and a shortened value is itself a valid
+        ModelDeployment name, so two deployments' replicas can share it; another
+        deployment's replica is left out with a debug log line."""
+        out: dict[str, Struct] = {}
+        for r in self._resolved[REQ_REPLICAS].items:
+            name = structs.get_str(r, "metadata", "name")
+            dep = structs.get_str(r, "spec", "deploymentName")
+            if dep != self._model:
+                _log.debug(
+                    "ignoring a ModelReplica of another deployment with the same label",
+                    requirement=REQ_REPLICAS,
+                    name=name,
+                    deployment=dep,
+                    model=self._model,
+                )
+                continue
+            out[name] = r
+        return out
 
     @cached_property
     def holders(self) -> dict[str, list[Holder]]:
