@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from function.api.modelreplica import ModelReplicaSpec
 from function.naming import hydration_name, replica_name
 from tests.support import harness as h
 from tests.support.fixtures import POD_TEMPLATE_FAULTS, inference_cluster, put_fault
+from tests.support.table import Case, table
 from tests.support.validation import validate_manifest, validate_xr
 
 NS = h.NAMESPACE
@@ -1093,6 +1095,77 @@ def test_retained_cluster_takes_no_replica_and_its_replicas_move_make_before_bre
     c3, hyd3 = cache_call(west_only, r1, hyd2)
     assert h.status(c3)["retained"] == [] and h.status(c3)["summary"]["ready"] == "1/1"
     assert sorted(b["spec"]["clusterName"] for b in hyd3.values()) == ["gpu-b"]
+
+
+# Found by review 17l (F3): the cache writes status.retained only from its shards'
+# reports, so right after its clusterSelector drops a cluster (and before the shard
+# reports it retained) the cluster read as an ordinary footprint cluster and a scale-up
+# placed new replicas there. A footprint cluster the cache's selector no longer matches
+# is treated like a retained one; an invalid selector changes nothing (the cache reports
+# it).
+EAST_WEST = [
+    ic("gpu-a", {"gpu": "h100", "zone": "east"}),
+    ic("gpu-b", {"gpu": "h100", "zone": "west"}),
+]
+HYDRATED = [hydration("gpu-a", "Ready"), hydration("gpu-b", "Ready")]
+BOTH = {"matchLabels": {"gpu": "h100"}}
+
+
+@dataclass(frozen=True)
+class Leaving:
+    """The cache's spec.clusterSelector and status.retained names when the deployment,
+    with replica 0 serving on gpu-a, scales from 1 to ``replicas``."""
+
+    selector: Any
+    retained: tuple[str, ...] = ()
+    replicas: int = 3
+
+
+LEAVING: list[Case[Leaving, tuple[list[tuple[int, str]], str]]] = [
+    Case("selector unchanged", "both clusters in the footprint: the new replicas spread",
+         Leaving(BOTH), ([(0, "gpu-a"), (1, "gpu-b"), (2, "gpu-a")], "3 of 3")),
+    Case("gpu-b left, not yet retained", "the reviewer's s14: gpu-b left the selector, "
+         "the shard has not reported it: no new replica there",
+         Leaving({"matchLabels": {"zone": "east"}}),
+         ([(0, "gpu-a"), (1, "gpu-a"), (2, "gpu-a")], "3 of 3")),
+    Case("gpu-b left and retained", "the status says so too: the same placement",
+         Leaving({"matchLabels": {"zone": "east"}}, ("gpu-b",)),
+         ([(0, "gpu-a"), (1, "gpu-a"), (2, "gpu-a")], "3 of 3")),
+    Case("gpu-b left by matchExpressions", "the full selector with Kubernetes semantics",
+         Leaving({"matchExpressions": [
+             {"key": "zone", "operator": "NotIn", "values": ["west"]}]}),
+         ([(0, "gpu-a"), (1, "gpu-a"), (2, "gpu-a")], "3 of 3")),
+    Case("gpu-a left, not yet retained", "the replica's cluster left: new replicas go to "
+         "gpu-b, replica 0 stays until they serve (make-before-break)",
+         Leaving({"matchLabels": {"zone": "west"}}),
+         ([(0, "gpu-a"), (1, "gpu-b"), (2, "gpu-b"), (3, "gpu-b")], "kept on retained")),
+    Case("gpu-a left and retained", "the status says so too: the same placement",
+         Leaving({"matchLabels": {"zone": "west"}}, ("gpu-a",)),
+         ([(0, "gpu-a"), (1, "gpu-b"), (2, "gpu-b"), (3, "gpu-b")], "kept on retained")),
+    Case("invalid selector", "the cache reports its invalid selector; placement is as "
+         "before the edit",
+         Leaving({"matchExpressions": [{"key": "zone", "operator": "Near"}]}),
+         ([(0, "gpu-a"), (1, "gpu-b"), (2, "gpu-a")], "3 of 3")),
+]  # fmt: skip
+
+
+@table(LEAVING)
+def test_a_cluster_that_left_the_cache_selector_takes_no_new_replica(
+    case: Case[Leaving, tuple[list[tuple[int, str]], str]],
+) -> None:
+    first = drive(deployment(1), world(base=[*EAST_WEST, cache(), *HYDRATED]))
+    assert placed(first) == [(0, "gpu-a")]
+    mc = cache()
+    mc["spec"]["clusterSelector"] = case.inputs.selector
+    mc["status"] = {"retained": [{"name": n, "message": "kept"} for n in case.inputs.retained]}
+    rsp = drive(
+        deployment(case.inputs.replicas),
+        world(base=[*EAST_WEST, mc, *HYDRATED]),
+        observe(first, {0: ("True", "Serving", "ok")}),
+    )
+    want, says = case.want
+    assert placed(rsp) == want, case.reason
+    assert says in h.conditions(rsp)["ReplicasScheduled"]["message"]
 
 
 WHOLE_NUMBER_FIELDS = [

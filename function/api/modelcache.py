@@ -22,14 +22,16 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+from google.protobuf.struct_pb2 import Struct
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from function.api.modelcachehydration import FAILED, READY
-from function.core import structs
+from function.core import structs, versioned
 from function.core.errors import SpecError, pydantic_errors
 from function.core.k8svalidation import dns1123_subdomain_problem
 from function.core.numbers import WholeInt
 from function.naming import source_identity
+from function.scheduling.selectors import LabelSelector
 
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?\Z")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
@@ -151,6 +153,35 @@ def parse_source(spec: dict[str, Any]) -> CacheSource:
         raise pydantic_errors("spec", e) from None
 
 
+CLUSTER_SELECTOR_FIELD = "spec.clusterSelector"
+
+
+def parse_cluster_selector(spec: dict[str, Any]) -> LabelSelector:
+    """``spec.clusterSelector`` of a ModelCache's ``spec`` (plain Python): the clusters
+    its footprint may hold, with full Kubernetes label-selector semantics
+    (:class:`~function.scheduling.selectors.LabelSelector`).
+
+    Raises:
+        SpecError: naming the field, when it is missing (``{}`` selects every cluster)
+            or invalid.
+    """
+    return LabelSelector.parse(spec.get("clusterSelector"), CLUSTER_SELECTOR_FIELD)
+
+
+@versioned.reading(1024)
+def cluster_selector(cache: Struct) -> LabelSelector | None:
+    """What another kind reads of an observed ModelCache's ``spec.clusterSelector``:
+    the selector as the cache applies it (:func:`parse_cluster_selector`), or None when
+    it is missing or invalid (the cache itself reports that: ``Synced=False`` naming the
+    field). Kept by the object's version (:func:`function.core.versioned.reading`); call
+    it as ``cluster_selector(cache, version)`` when the version is known."""
+    raw = structs.to_py(structs.get(cache, "spec", "clusterSelector"))
+    try:
+        return parse_cluster_selector({"clusterSelector": raw})
+    except SpecError:
+        return None
+
+
 # ---- status contract (written by function.composers.modelcache; read by the
 # ModelExperiment artifact gate and ModelDeployment placement) ------------------------
 #
@@ -195,7 +226,10 @@ def retained_clusters(cache: Any) -> frozenset[str]:
 
     Read from ``status.retained[].name`` (the cluster left ``spec.clusterSelector``).
     The contract ModelDeployment placement reads: no new replica there, replicas there
-    move into the footprint make-before-break, then the hydration is reclaimed.
+    move into the footprint make-before-break, then the hydration is reclaimed. It is
+    written from the shards' reports, one reconcile of a shard after the selector
+    changed: placement also treats a footprint cluster that :func:`cluster_selector`
+    no longer matches as retained.
     """
     out = set()
     for e in structs.items(cache, "status", "retained"):

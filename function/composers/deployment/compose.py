@@ -8,12 +8,14 @@ the finished :class:`Outcome` (every existing child kept exactly).
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
 from function import API_VERSION
+from function.api.modelcache import cluster_selector
 from function.api.modelreplica import REASON_HYDRATION_FAILED
 from function.composers.deployment import capacity
 from function.composers.deployment.children import (
@@ -29,6 +31,7 @@ from function.composers.deployment.fleet import (
     _Fleet,
     _Footprint,
     _Observed,
+    _Retained,
 )
 from function.composers.deployment.spec import (
     Parsed,
@@ -123,12 +126,13 @@ class _Call:
 
 @dataclass(frozen=True)
 class _Lists:
-    """The resolved fleet lists: clusters, and with a cache its footprint and the
-    clusters it retains."""
+    """The resolved fleet lists: clusters, and with a cache its footprint, the clusters
+    its status retains and its ``spec.clusterSelector`` (None when invalid)."""
 
     clusters: Resolved
     footprint: _Footprint | None = None
     retained: frozenset[str] = frozenset()
+    cache_selector: LabelSelector | None = None
 
 
 def compose(inputs: Inputs) -> Outcome:
@@ -315,10 +319,12 @@ def _resolve_lists(call: _Call) -> _Lists | Outcome:
     if not cache_r.items:
         call.require_upfront()
         return _cache_not_found(call)
+    mc = cache_r.items[0]
     return _Lists(
         clusters,
         _Footprint(hyd_r.items, inputs.namespace, cache, hyd_r.versions),
-        retained_clusters(cache_r.items[0]),
+        retained_clusters(mc),
+        cluster_selector(mc, cache_r.versions[0]) if cache_r.versions else cluster_selector(mc),
     )
 
 
@@ -360,15 +366,20 @@ def _request(
             )
         )
     selector = parsed.selector
+    fleet = _Fleet(lists.clusters.items, lists.clusters.versions, selector.match_labels)
+    retained: Container[str] = lists.retained
+    if lists.footprint is not None and lists.cache_selector is not None:
+        # A cluster that left the cache's selector is retained before its shard says so.
+        retained = _Retained(lists.retained, lists.cache_selector, fleet, lists.footprint)
     return Request(
         replicas=parsed.spec.replicas,
         engines=engines,
         selector=selector,
         tolerations=parsed.tolerations,
-        fleet=_Fleet(lists.clusters.items, lists.clusters.versions, selector.match_labels),
+        fleet=fleet,
         existing=tuple(existing),
         footprint=lists.footprint,
-        retained=lists.retained,
+        retained=retained,
         cache=call.cache,
         identities=lists.footprint,
         displaced=displaced,

@@ -5,7 +5,7 @@ through the Struct field maps, memoized where fleets repeat)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Container, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -35,6 +35,7 @@ from function.scheduling.placement import (
     Cluster,
     Pool,
 )
+from function.scheduling.selectors import LabelSelector
 from function.scheduling.tolerations import parse_taints
 
 # ---- reading the fleet ----------------------------------------------------------
@@ -205,6 +206,49 @@ class _Fleet(Mapping[str, Cluster]):
 
     def __len__(self) -> int:
         return len(self._index.position)
+
+
+class _Retained(Container[str]):
+    """The clusters of the cache's footprint that take no new replica
+    (``Request.retained``): those the cache's ``status.retained`` names, and those it
+    does not name yet whose labels its ``spec.clusterSelector`` no longer matches.
+
+    The cache writes ``status.retained`` from its shards' reports, one reconcile of a
+    shard after its selector changed (review 17l, F3); the deployment has the cache's
+    spec and the clusters, so a cluster that left reads as retained at once. Only the
+    deployment's own fleet is looked at (a cluster outside it takes no replica
+    anyway), and only clusters of the footprint (``Request.retained``'s contract).
+
+    Args:
+        status: ``function.api.modelcache.retained_clusters`` of the cache.
+        selector: The cache's ``spec.clusterSelector``
+            (``function.api.modelcache.cluster_selector``; the caller passes none when
+            it is invalid: then only ``status`` counts).
+        fleet: The deployment's clusters by name (:class:`_Fleet`).
+        footprint: The cache's footprint (:class:`_Footprint`).
+    """
+
+    __slots__ = ("_fleet", "_footprint", "_selector", "_status")
+
+    def __init__(
+        self,
+        status: frozenset[str],
+        selector: LabelSelector,
+        fleet: Mapping[str, Cluster],
+        footprint: Mapping[str, str],
+    ) -> None:
+        self._status, self._selector = status, selector
+        self._fleet, self._footprint = fleet, footprint
+
+    def __contains__(self, name: object) -> bool:
+        if name in self._status:
+            return True
+        if not isinstance(name, str):
+            return False
+        c = self._fleet.get(name)
+        if c is None or self._selector.matches(c.labels):
+            return False
+        return name in self._footprint
 
 
 class _Hydration(NamedTuple):

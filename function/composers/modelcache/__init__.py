@@ -53,6 +53,7 @@ from function.api.modelcache import (
     REASON_NO_MATCHING_CLUSTERS,
     REASON_SHARED_KUBECONFIG,
     CacheSource,
+    parse_cluster_selector,
     parse_source,
     retained_clusters,
 )
@@ -66,7 +67,6 @@ from function.api.modelcacheshard import (
 from function.composers.modelcache import footprint, wire
 from function.composers.modelcache.rollup import Rollup
 from function.core import events, structs
-from function.core.errors import SpecError
 from function.core.inputs import UNRESOLVED, Inputs, ObservedView, Resolved
 from function.core.numbers import ascii_digits
 from function.core.outcome import Desired, Outcome
@@ -183,10 +183,7 @@ def compose(inputs: Inputs) -> Outcome:
 
 def _parse(spec: dict[str, Any]) -> tuple[LabelSelector, CacheSource]:
     """``spec.clusterSelector`` (required) and the source."""
-    if "clusterSelector" not in spec:
-        raise SpecError("spec.clusterSelector", "is required (use {} to select every cluster)")
-    selector = LabelSelector.parse(spec["clusterSelector"], "spec.clusterSelector")
-    return selector, parse_source(spec)
+    return parse_cluster_selector(spec), parse_source(spec)
 
 
 def _resolving(inputs: Inputs, out: Outcome) -> Outcome:

@@ -49,7 +49,9 @@ Stability
 
 Retained clusters (issue 13, "Reclaim finishes")
     A cluster that left the cache's ``clusterSelector`` keeps its hydration while a
-    live replica uses it (``Request.retained``, from the ModelCache's status). It
+    live replica uses it (``Request.retained``, from the ModelCache's status, and,
+    before its shard reports it there, from the cache's spec: the ModelDeployment
+    composer's ``_Retained``). It
     takes no new replica. A replica on it is *retiring*: it does not count toward
     ``replicas``, so a replacement is placed inside the footprint, and it is kept
     (make-before-break) until as many replicas serve elsewhere as are wanted

@@ -6,7 +6,7 @@ spec; the rules that read them are in :mod:`function.scheduling.placement`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -208,7 +208,8 @@ class Request:
             stored.
         retained: Clusters of the footprint that the cache keeps only while a live
             replica uses them (they left its ``clusterSelector``): no new replica goes
-            there, and replicas there retire make-before-break.
+            there, and replicas there retire make-before-break. Read only with ``in``
+            (a caller may decide each cluster when asked).
         displaced: Indexes of existing replicas the deployment recorded as displaced
             (its ``status.displaced[]``): a replica that serves and moves stays beside its
             replacement until that serves, then goes as moved; without the record (a
@@ -230,6 +231,6 @@ class Request:
     footprint: Mapping[str, str] | None = None
     cache: str | None = None
     fleet: Mapping[str, Cluster] | None = None
-    retained: frozenset[str] = frozenset()
+    retained: Container[str] = frozenset()
     identities: CacheIdentities | None = None
     displaced: frozenset[int] = frozenset()
