@@ -15,9 +15,12 @@ from typing import Any
 
 import celpy
 import pytest
+from google.protobuf.struct_pb2 import Struct
 
 from function import naming
+from function.api.modelreplica import pods_answer
 from function.composers.replica import CONDITION
+from function.composers.replica.names import ANNOTATION_REPLACES
 from function.core.numbers import ints_from_doubles
 from function.manifests import workloads as wl
 from function.ops.settings import Settings
@@ -980,3 +983,140 @@ def test_gpu_pools_absent_is_not_known_not_empty(pools, reason):
     if pools is None:
         assert "reports no status.gpuPools" in cond["message"]
         assert not [m for s, m in h.results(rsp) if s == "Warning"], h.results(rsp)
+
+
+# ---- an engine renamed: make-before-break (review 17n C) --------------------------------
+
+# An engine's name is part of its workload's remote name (function.naming.workload_name)
+# and composition-resource name: renaming it composes a new workload. Found by review
+# 17n: the old one (and its claim templates) stopped being desired in the same call, so
+# Crossplane deleted every replica's serving workload at once.
+DEP_SERVES = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1}
+LWS_SERVES = {"replicas": 1, "readyReplicas": 1,
+              "conditions": [{"type": "Available", "status": "True"}]}  # fmt: skip
+STARTS = {"observedGeneration": 1, "replicas": 1}  # applied, no pod available yet
+
+
+@dataclass(frozen=True)
+class Renamed:
+    """``engines[0]`` renamed (``multi``: the LeaderWorkerSet engine ``kimi``, else the
+    Deployment ``vllm``); the old workload's remote state (``serves``, ``down``); the new
+    one's (None: not created yet, ``starts``, ``serves``); the old Object being deleted."""
+
+    multi: bool
+    old: str
+    new: str | None
+    old_deleting: bool = False
+
+
+@dataclass(frozen=True)
+class Handover:
+    """Whether the old engine's workload and claim templates are still desired (exactly
+    as observed), ``ModelReady`` True, and the new engine's ``status.engines[].available``
+    (the replica's pods answer, whichever workload runs them: the deployment's moves
+    read it)."""
+
+    kept: bool
+    ready: bool
+    available: bool
+
+
+def _remote(kind: str, state: str | None) -> dict[str, Any]:
+    if state == "serves":
+        return LWS_SERVES if kind == "LeaderWorkerSet" else DEP_SERVES
+    return STARTS if state == "starts" else {}
+
+
+RENAMES = [
+    Case("not-created", "the new workload is only desired: the old one keeps serving",
+         Renamed(False, "serves", None), Handover(True, False, True)),
+    Case("starting", "the new workload runs no available pod yet: the old one keeps serving "
+         "(the annotation on the new Object remembers what it replaces)",
+         Renamed(False, "serves", "starts"), Handover(True, False, True)),
+    Case("serving", "the new workload serves: the old one goes, the replica is Ready",
+         Renamed(False, "serves", "serves"), Handover(False, True, True)),
+    Case("old-down", "the old workload does not answer: still kept (nothing running is "
+         "deleted before its replacement serves), and nothing answers",
+         Renamed(False, "down", "starts"), Handover(True, False, False)),
+    Case("old-deleting", "an old Object already being deleted is not desired again",
+         Renamed(False, "serves", "starts", old_deleting=True), Handover(False, False, False)),
+    Case("lws-starting", "a multi-node engine: its LeaderWorkerSet and both claim templates",
+         Renamed(True, "serves", "starts"), Handover(True, False, True)),
+    Case("lws-serving", "a multi-node engine whose new LeaderWorkerSet serves",
+         Renamed(True, "serves", "serves"), Handover(False, True, True)),
+]  # fmt: skip
+
+
+@table(RENAMES)
+def test_a_renamed_engine_keeps_its_workload_until_the_new_one_serves(
+    case: Case[Renamed, Handover],
+):
+    given, want = case.inputs, case.want
+    spec = multi_spec() if given.multi else single_spec()
+    old = spec["engines"][0]["name"]
+    new = f"{old}2"
+    first = h.desired(run(spec, ready_required()))
+    olds = {k for k in first if k != "service"}
+    assert f"workload-{old}" in olds and any(k.startswith(f"claim-{old}-") for k in olds)
+    kind = manifest(first, f"workload-{old}")["kind"]
+    observed = {
+        k: observed_object(v, _remote(kind, given.old) if k.startswith("workload-") else {})
+        for k, v in first.items()
+    }
+    if given.old_deleting:
+        observed[f"workload-{old}"]["metadata"]["deletionTimestamp"] = "2026-01-05T10:00:00Z"
+    renamed = copy.deepcopy(spec)
+    renamed["engines"][0]["name"] = new
+    if given.new is not None:
+        # What the rename call desired, as Crossplane applied it.
+        created = h.desired(run(renamed, ready_required(), observed=observed))
+        for k, v in created.items():
+            if k not in first:
+                remote = _remote(kind, given.new) if k.startswith("workload-") else {}
+                observed[k] = observed_object(v, remote)
+    rsp = run(renamed, ready_required(), observed=observed)
+    desired = validate_all(rsp)
+    assert not h.fatal(rsp)
+    news = {k.replace(f"-{old}", f"-{new}", 1) for k in olds}
+    assert news <= set(desired) and "service" in desired
+    if want.kept:
+        for k in olds:
+            assert desired[k]["spec"] == first[k]["spec"], (case.reason, k)
+    else:
+        assert not olds & set(desired), case.reason
+    cond = h.conditions(rsp)[CONDITION]
+    assert (cond["status"] == "True") == want.ready, (case.reason, cond)
+    [entry] = h.status(rsp)["engines"]
+    assert (entry["name"], entry["available"]) == (new, want.available), case.reason
+    # The new workload's Object names what it replaces while it does not serve yet.
+    notes = desired[f"workload-{new}"]["metadata"].get("annotations") or {}
+    assert (notes.get(ANNOTATION_REPLACES) == old) == want.kept, (case.reason, notes)
+    if want.kept:
+        wname = manifest(first, f"workload-{old}")["metadata"]["name"]
+        assert f"engine {old}" in cond["message"] and wname in cond["message"], cond
+    # The deployment's make-before-break moves read whether the replica's pods answer.
+    xr = Struct()
+    xr.update({"status": h.status(rsp)})
+    assert pods_answer(xr) == want.available, case.reason
+    # A fixed point: the same world, the status written back, gives the same answer.
+    again = run(renamed, ready_required(), observed=observed, status=h.status(rsp))
+    assert h.desired(again) == h.desired(rsp) and h.status(again) == h.status(rsp)
+
+
+def test_an_engine_removed_goes_at_once():
+    """Removing an engine (no new engine beside it) deletes its workload in the same
+    call, as before, even while another engine is not serving: the room it frees may be
+    what that engine waits for."""
+    spec = single_spec()
+    second = copy.deepcopy(spec["engines"][0])
+    second["name"] = "vllm-b"
+    spec["engines"].append(second)
+    first = h.desired(run(spec, ready_required()))
+    assert {"workload-vllm-b", "claim-vllm-b-standalone"} <= set(first)
+    observed = {
+        k: observed_object(v, STARTS if k == "workload-vllm" else DEP_SERVES)
+        for k, v in first.items()
+    }
+    spec["engines"].pop()
+    rsp = run(spec, ready_required(), observed=observed)
+    assert set(h.desired(rsp)) == {"workload-vllm", "claim-vllm-standalone", "service"}

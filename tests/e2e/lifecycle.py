@@ -147,24 +147,26 @@ class Hydration(XR):
 class Replica(XR):
     """A ModelReplica whose Objects a simulated provider and cluster apply."""
 
-    def world(self, *, serving: bool = True) -> None:
-        """Apply every Object of the last render; workloads available when ``serving``."""
+    def world(self, *, serving: bool = True, starting: Iterable[str] = ()) -> None:
+        """Apply every Object of the last render; workloads available when ``serving``,
+        but those named in ``starting`` (composition-resource names), not yet."""
         assert self.last is not None
         self.observed = {}
         for name, doc in self.last.composed.items():
             manifest = doc["spec"]["forProvider"]["manifest"]
             kind = manifest["kind"]
             n = int(manifest.get("spec", {}).get("replicas", 1))
+            up = serving and name not in starting
             if kind == "Deployment":
-                remote = world.deployment_available(n) if serving else {"replicas": n}
-                obs = world.observed_object(doc, remote=remote, ready=serving)
+                remote = world.deployment_available(n) if up else {"replicas": n}
+                obs = world.observed_object(doc, remote=remote, ready=up)
             elif kind == "LeaderWorkerSet":
                 remote = (
                     {"replicas": n, "readyReplicas": n,
                      "conditions": [{"type": "Available", "status": "True"}]}
-                    if serving else {"replicas": n}
+                    if up else {"replicas": n}
                 )
-                obs = world.observed_object(doc, remote=remote, ready=serving)
+                obs = world.observed_object(doc, remote=remote, ready=up)
             else:
                 obs = world.observed_object(doc)
             self.observed[name] = obs

@@ -207,6 +207,49 @@ def test_replica_hydration_fails_before_anything_composed(render):
     assert events(out) == [("Warning", "HydrationFailed")]
 
 
+def test_replica_engine_renamed_serves_throughout(render):
+    """Review 17n C: renaming ``engines[0].name`` (the ModelDeployment copies it into
+    every replica) names a new workload; the old one, serving, was deleted in the same
+    reconcile. Now it is kept, exactly, until the new one serves, then Crossplane deletes
+    it and its claim template."""
+    (xr,) = load_yaml([str(REPLICA / "xr-single-node-hydrating.yaml")])
+    required = replica_world()
+    set_hydration(required, xr, "Ready", "weights are on the cache PVC")
+    r = Replica(render, xr, required)
+    out = r.settle(serving=True)
+    assert cond(out, "ModelReady") == ("True", "Serving") and set(out.composed) == WORKLOAD_SINGLE
+    before = {n: copy.deepcopy(d["spec"]) for n, d in out.composed.items()}
+
+    r.xr["spec"]["engines"][0]["name"] = "vllm2"
+    olds = {"workload-vllm", "claim-vllm-standalone"}
+    news = {"workload-vllm2", "claim-vllm2-standalone"}
+    out = r.reconcile()
+    assert set(out.composed) == olds | news | {"service"}
+    assert out.deleted(r.observed.values()) == set()
+    for n in olds:
+        assert out.composed[n]["spec"] == before[n], n
+    status, reason = cond(out, "ModelReady")
+    assert (status, reason) == ("False", "Starting")
+    assert "engine vllm (no longer in spec.engines) is kept" in r.status["message"]
+    assert r.status["engines"][0]["available"] is True  # the old pods answer
+    assert synced(out) and not out.is_ready()
+
+    # Applied, the new pods not available yet: the same answer, nothing deleted.
+    r.world(starting={"workload-vllm2"})
+    out = r.reconcile()
+    assert set(out.composed) == olds | news | {"service"}
+    assert out.deleted(r.observed.values()) == set()
+    again = r.reconcile()
+    assert again.xr["status"] == out.xr["status"]
+
+    # The new workload serves: the old one and its claim template go.
+    r.world(serving=True)
+    out = r.reconcile()
+    assert cond(out, "ModelReady") == ("True", "Serving")
+    assert out.deleted(r.observed.values()) == olds
+    assert set(out.composed) == news | {"service"} and out.is_ready()
+
+
 # ---- 2. ModelExperiment: to a pass and to a fail verdict -----------------------------
 
 EXPERIMENT = EXAMPLES / "modelexperiment"

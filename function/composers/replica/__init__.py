@@ -11,7 +11,8 @@ ModelDeployment composer) and three requirements, asked on every call:
 
 Outputs, as provider-kubernetes Objects with the cluster's provider config: per
 engine a Deployment (Standalone) or a LeaderWorkerSet (Leader + Worker), a
-ResourceClaimTemplate per member that claims devices, and one Service; status
+ResourceClaimTemplate per member that claims devices, and one Service (and, while a
+renamed engine's new workload does not serve, the old one's, kept as observed); status
 ``phase``, ``message``, ``engines[]``, ``hydration`` and, once every engine serves,
 ``endpoint`` (the Service's in-cluster URL); condition ``ModelReady``.
 
@@ -70,7 +71,8 @@ Modules: :mod:`.names` (condition, requirement and composition-resource names),
 :mod:`.spec` (the validated spec), :mod:`.pools` (pools and DRA device requests),
 :mod:`.desired` (the children one distinct input desires: the domain rules),
 :mod:`.children` (memos and serialized bodies: the hot path), :mod:`.lifecycle`
-(timestamps and the cold-start sample) and :mod:`.compose` (the decisions).
+(timestamps and the cold-start sample), :mod:`.handover` (an engine renamed: its old
+workload is kept until the new one serves) and :mod:`.compose` (the decisions).
 """
 
 from function.composers.replica.children import CACHE_SIZE

@@ -34,7 +34,7 @@ from function.api.modelreplica import (
     STATUS_CACHE_IDENTITIES,
     status_identity,
 )
-from function.composers.replica import children
+from function.composers.replica import children, handover
 from function.composers.replica.children import Defaults, Head, PlanKey
 from function.composers.replica.lifecycle import Times, gate_lifted_at, record_serving, was_gated
 from function.composers.replica.names import (
@@ -378,6 +378,7 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
     source = hydration.get("identity", wl.ROOT_SOURCE) if hydration is not None else None
     stalled: list[tuple[children.EnginePlan, str]] = []
     engines_status = [_engine_status(c, e, source, stalled) for e in plan.engines]
+    _hand_over(c, plan, engines_status)
     status: dict[str, Any] = {"cluster": c.head.clusterName, "engines": engines_status}
     if hydration is not None:
         status["hydration"] = hydration
@@ -413,6 +414,33 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
     times.write(status)
     out.status.update(status)
     return out
+
+
+def _hand_over(c: _Call, plan: children.Plan, engines_status: list[dict[str, Any]]) -> None:
+    """Keep the workload of an engine renamed away until its new one serves
+    (:mod:`.handover`): desire it and its claim templates exactly as observed, mark the
+    new engine's Object with the engines it replaces, and say so in its
+    ``status.engines[]`` entry (``available`` while the kept pods answer)."""
+    gone = handover.retired(c.inputs, plan.engines)
+    if not gone:
+        return
+    serving = {e["name"]: bool(e["ready"]) for e in engines_status}
+    replaces = handover.replaced(c.inputs, plan.engines, serving, gone)
+    bodies = dict(plan.children)
+    for e, entry in zip(plan.engines, engines_status, strict=True):
+        olds = replaces.get(e.name)
+        if not olds:
+            continue
+        c.out.add(e.key, handover.annotated(bodies[e.key], olds))
+        said = entry.get("message")
+        entry["message"] = "; ".join(m for m in (said, handover.kept_message(olds)) if m)
+        if not entry[ENGINE_AVAILABLE]:
+            entry[ENGINE_AVAILABLE] = all(r.answers for r in olds)
+        for r in olds:
+            for key in r.keys:
+                body = c.inputs.observed_body(key)
+                if body is not None:
+                    c.out.keep(key, body)
 
 
 def _stalled_message(
