@@ -14,7 +14,7 @@ import base64
 import copy
 import datetime
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import structlog
@@ -1416,3 +1416,179 @@ def test_ready_latch_holds_only_while_the_pvc_is_bound(
         assert any(warning in m for s, m in results(rsp) if s == "Warning")
         assert "readyAt" not in st and st.get("startedAt") != extra["startedAt"]
         assert xr_ready(rsp) == "READY_FALSE"
+
+
+# ---- a download Job that exists is kept as it was observed -------------------------
+#
+# Found by review 17n (finding A): the download Job was rebuilt from the spec on every
+# call. A Job's pod template is immutable, so a running Job whose template the spec (an
+# added or removed spec.huggingFace.authSecret) or an upgrade of the function changed
+# was re-sent under the same remote name and refused (its Object Synced=False), and with
+# authSecret removed the token Secret Object stopped being desired: Crossplane deleted
+# the remote Secret the running Job's pods read (a retry pod could not start).
+
+
+def _public_baseline() -> dict[str, dict]:
+    """The desired Objects of a first call for a public model (no authSecret)."""
+    return desired(run(request(hydration_xr(auth=False), required={"cluster": [CLUSTER_OBJ]})))
+
+
+def _older_template() -> dict:
+    """The download Job's Object as an older release composed it: another image, less
+    memory, no ServiceAccount and no result ConfigMap (the README example's Job)."""
+    body = copy.deepcopy(baseline()[JOB_KEY])
+    pod = body["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]
+    pod["automountServiceAccountToken"] = False
+    pod.pop("serviceAccountName", None)
+    (container,) = pod["containers"]
+    container["image"] = "xpkg.crossplane.io/modelplane/function-modelplane:v0.0.9"
+    container["resources"]["limits"]["memory"] = "4Gi"
+    container["env"] = [e for e in container["env"] if e["name"].startswith("HF_")]
+    return body
+
+
+def _download(
+    body: dict, conds: list[dict] | None, *, token: bool = True, **job_status: Any
+) -> dict:
+    """The observed download Job Object ``body`` with its remote status (and the token
+    Secret's Object when ``token``: it exists when the Job was created with a token)."""
+    st: dict[str, Any] = dict(job_status)
+    if conds is not None:
+        st["conditions"] = conds
+    return {JOB_KEY: observed_object(body, st), **(token_object() if token else {})}
+
+
+_HELD = "spec.huggingFace.authSecret change applies after the running download ends"
+_NEXT = "spec.huggingFace.authSecret change applies to the next download"
+_PUBLIC = {"cluster": [CLUSTER_OBJ]}
+
+
+class _Kept(NamedTuple):
+    """What a call must write: the phase, whether the Job is the observed one (else the
+    one the spec asks for, or none), whether the token Secret is desired, and the note
+    the message carries (None: no authSecret note)."""
+
+    phase: str
+    job: str  # "observed", "spec" or "none"
+    token: bool
+    note: str | None
+
+
+# (auth in the spec, observed download Job and token Secret, required) -> what is written.
+KEPT_AS_OBSERVED: list[Case[tuple[bool, dict, dict], _Kept]] = [
+    Case(
+        "unchanged-running",
+        "nothing changed: the running Job and its token Secret are what the spec asks for",
+        (True, _download(baseline()[JOB_KEY], [], active=1), resolved()),
+        _Kept("Hydrating", "observed", True, None),
+    ),
+    Case(
+        "auth-removed-while-running",
+        "review 17n A: the running Job keeps the template it was created with (it reads "
+        "the token Secret), so the token Secret stays desired until the Job ends",
+        (False, _download(baseline()[JOB_KEY], [], active=1), _PUBLIC),
+        _Kept("Hydrating", "observed", True, _HELD),
+    ),
+    Case(
+        "auth-added-while-running",
+        "review 17n A, the reverse: a public download that runs is not re-sent with "
+        "HF_TOKEN; the token Secret the spec now asks for is composed beside it",
+        (True, _download(_public_baseline()[JOB_KEY], [], token=False, active=1), resolved()),
+        _Kept("Hydrating", "observed", True, _HELD),
+    ),
+    Case(
+        "auth-added-secret-missing-while-running",
+        "the added Secret does not exist yet: the running public Job goes on as it was",
+        (
+            True,
+            _download(_public_baseline()[JOB_KEY], [], token=False, active=1),
+            resolved(secret=[]),
+        ),
+        _Kept("Hydrating", "observed", False, _HELD),
+    ),
+    Case(
+        "older-template-while-running",
+        "review 17n E, the README example: a Job an older release created runs on with "
+        "the template it has (a Job's pod template is immutable); no refused update",
+        (True, _download(_older_template(), [], active=1), resolved()),
+        _Kept("Hydrating", "observed", True, None),
+    ),
+    Case(
+        "auth-removed-after-failure",
+        "a failed Job is kept as it failed (not re-sent, not re-run: the name is the "
+        "source's, and Failed holds until the source changes or its Object is deleted); "
+        "the token Secret it no longer needs goes, and the message says how to retry",
+        (False, _download(baseline()[JOB_KEY], BACKOFF, failed=4), _PUBLIC),
+        _Kept("Failed", "observed", False, _NEXT),
+    ),
+    Case(
+        "auth-added-after-failure",
+        "a public download that failed (a gated repo): kept as it failed; the token "
+        "Secret follows the spec, ready for the retry the message names",
+        (True, _download(_public_baseline()[JOB_KEY], BACKOFF, token=False, failed=4), resolved()),
+        _Kept("Failed", "observed", True, _NEXT),
+    ),
+    Case(
+        "auth-removed-after-complete",
+        "a completed Job: Ready, the Job and the token Secret are dropped; nothing is held",
+        (False, _download(baseline()[JOB_KEY], COMPLETE, succeeded=1), _PUBLIC),
+        _Kept("Ready", "none", False, None),
+    ),
+    Case(
+        "auth-removed-job-never-created",
+        "a Job provider-kubernetes could not create (Synced=False, no remote Job) has no "
+        "template to keep: the spec's applies at once",
+        (False, {**_job_refused("exceeded quota: q"), **token_object()}, _PUBLIC),
+        _Kept("Pending", "spec", False, None),
+    ),
+]
+
+
+@table(KEPT_AS_OBSERVED)
+def test_a_created_download_job_is_kept_as_observed(case: Case) -> None:
+    auth, observed_job, required = case.inputs
+    want: _Kept = case.want
+    rbac = {k: observed_object(baseline()[k], None) for k in hydration.RBAC_KEYS}
+    observed = {**pvc("Bound"), **rbac, **observed_job}
+    composite = hydration_xr(prev_status("Hydrating", startedAt=_ago(600)), auth=auth)
+    clock = Clock(NOW)
+    rsp = run(request(composite, observed=observed, required=required), now=clock)
+    assert not fatal(rsp)
+    st = status(rsp)
+    assert st["phase"] == want.phase, st
+    got = desired(rsp)
+    if want.job == "observed":
+        kept, seen = got[JOB_KEY], observed[JOB_KEY]
+        assert kept["spec"] == seen["spec"]
+        assert {k: kept["metadata"].get(k) for k in ("name", "labels", "annotations")} == {
+            k: seen["metadata"].get(k) for k in ("name", "labels", "annotations")
+        }
+    elif want.job == "spec":
+        fresh = (baseline() if auth else _public_baseline())[JOB_KEY]
+        assert got[JOB_KEY]["spec"] == fresh["spec"]
+    else:
+        assert JOB_KEY not in got
+    assert ("token-secret" in got) == want.token, sorted(got)
+    if want.token and not auth:
+        # Kept as observed (no spec to build it from), never with data.
+        assert (
+            got["token-secret"]["spec"]["references"]
+            == observed["token-secret"]["spec"]["references"]
+        )
+    if want.job == "observed" and want.phase == "Hydrating":
+        assert set(hydration.RBAC_KEYS) <= set(got)  # the Job may report its result
+        assert "result" in got
+    if want.note is None:
+        assert "authSecret" not in st["message"], st["message"]
+    else:
+        assert want.note in st["message"], st["message"]
+        assert hydration_job_name(NAMESPACE, CACHE, REPO, "main") in st["message"]
+    assert "not applied" not in st["message"]
+    validate_all(rsp)
+    validate_status(composite, rsp)
+    # A fixed point: the next reconcile of the same world writes the same status.
+    clock.advance(60)
+    again = run(request(hydration_xr(st, auth=auth), observed=observed, required=required),
+                now=clock)  # fmt: skip
+    assert status(again) == st
+    assert desired(again) == got

@@ -28,12 +28,20 @@ provider-kubernetes Objects applied with the cluster's provider config
   that cannot expand refusing the larger request) is a ``PVCNotSynced`` warning naming
   the PVC, the request and the error, in every phase;
 - ``token-secret``: the remote token Secret (only with ``authSecret``, only while a
-  download is composed); its manifest has no data, the token is copied from the
-  control-plane Secret by provider-kubernetes through ``spec.references[].patchesFrom``;
+  download is composed, and while a running download Job created with the token reads
+  it after ``authSecret`` was removed: kept as observed, without data); its manifest has
+  no data, the token is copied from the control-plane Secret by provider-kubernetes
+  through ``spec.references[].patchesFrom``;
 - ``job-<identity>``: the download Job, named ``naming.hydration_job_name`` (a Job's
   pod template is immutable, so a new repo/revision gets a new Job), writing
   ``<mount>/<identity>.partial`` and renaming it to ``<mount>/<identity>``
-  (``jobs.contract.identity_dir``) once complete and verified;
+  (``jobs.contract.identity_dir``) once complete and verified. Once the Job exists on
+  the cluster (its Object reports the remote Job) it is kept exactly as observed
+  (``Outcome.keep``, as the prune Jobs are) until it is dropped: an ``authSecret`` edit or
+  a new release's template applies to the next download, and when the edit changes
+  whether the Job reads the token, the message says so ("spec.huggingFace.authSecret
+  change applies after the running download ends", or "... applies to the next
+  download" once it failed);
 - ``prune-<hash>``: once the current identity is Ready, the prune Job
   (``python -m jobs.hydrate --prune-keep``) keeping the current identity and those live
   replicas may read, and removing the other identities stored (renamed to

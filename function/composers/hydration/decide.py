@@ -57,6 +57,7 @@ from function.composers.hydration.observed import (
     _manifest_name,
     _prune_keep,
     _pvc_phase,
+    _reads_secret,
     _secret_has_key,
     _sync_error,
 )
@@ -80,6 +81,7 @@ from function.naming import (
     LABEL_CACHE,
     LABEL_CLUSTER,
     cache_pvc_name,
+    cache_secret_name,
     hydration_job_name,
     label_value,
 )
@@ -342,16 +344,60 @@ class _Composer:
         )
 
     def _compose_download(self, target: Target) -> None:
-        """The token is usable: compose the token Secret (with auth) and the Job."""
+        """The token is usable: compose the token Secret (with auth) and the Job; a Job
+        created on the cluster is kept exactly as it was observed (see :meth:`_held`)."""
+        created = self._job_created()
         if self.auth is not None:
             self._add_secret(target)
-        self._add_job(target)
+        self._add_job(target, created)
+        if created is not None:
+            self._held(created)
         self._derive_from_observed(job_desired=True)
+
+    def _job_created(self) -> Struct | None:
+        """The current identity's download Job Object once the Job exists on the cluster
+        (its remote state reported), else None: one provider-kubernetes could not create
+        (``Synced=False``, no remote Job) has no template to keep, so the spec's applies."""
+        job = self._job_observed()
+        return job if job is not None and _manifest(job) is not None else None
+
+    def _held(self, job: Struct) -> None:
+        """A created download Job keeps its pod template (immutable on a Job): whatever
+        the spec or the function's release now asks for, it is kept as observed until
+        it is dropped (Ready) or its Object is deleted (a retry after Failed). When its
+        template reads the token Secret and the spec's ``authSecret`` no longer asks for
+        one (or the reverse), the message says when the change applies, and a running
+        Job that reads the token keeps the token Secret's Object (as observed, without
+        data) until it ends. A completed Job holds nothing: Ready needs no token."""
+        reads = _reads_secret(job, cache_secret_name(self.ns, self.cache))
+        result = _job_result(job)
+        if reads == (self.auth is not None) or (result is not None and result[0] == READY):
+            return
+        name = hydration_job_name(self.ns, self.cache, self.repo, self.revision)
+        how = "with" if reads else "without"
+        if result is None:
+            if reads:  # authSecret removed: the running Job's pods still read the token
+                secret = self.inputs.observed_body(SECRET_KEY)
+                if secret is not None:
+                    _keep_sanitized(self.out, SECRET_KEY, secret)
+            self.state.notes.append(
+                "spec.huggingFace.authSecret change applies after the running download "
+                f"ends (Job {name} was created {how} the token; a Job's pod template "
+                "cannot change)"
+            )
+            return
+        self.state.notes.append(
+            "spec.huggingFace.authSecret change applies to the next download (Job "
+            f"{name} ran {how} the token; delete its Object to download again)"
+        )
 
     def _wait_for_token(self, token_ok: bool | None) -> None:
         """The Secret is not resolved yet (None) or missing (False): never compose a
         Job that cannot read its token, but keep one that already runs."""
         self._keep_job_and_secret()
+        created = self._job_created()
+        if created is not None:
+            self._held(created)
         self._derive_from_observed(job_desired=self._job_observed() is not None)
         if self.state.phase != PENDING:
             return
@@ -594,7 +640,10 @@ class _Composer:
         assert self.auth is not None
         self.out.add(SECRET_KEY, token_object(target, self.auth.name, self.auth.key))
 
-    def _add_job(self, target: Target) -> None:
+    def _add_job(self, target: Target, created: Struct | None) -> None:
+        """The RBAC children and the download Job: the ``created`` Job's Object kept as
+        it was observed (``Outcome.keep``, as the prune and gauntlet Jobs are), else
+        built from the spec and settings."""
         settings = self.inputs.settings
         download = Download(
             self.repo,
@@ -604,8 +653,12 @@ class _Composer:
             settings.hydration_backoff_limit,
             settings.hydration_deadline_seconds,
         )
+        job = job_key(self.identity)
         for key, body in download_objects(target, download):
-            self.out.add(key, body)
+            if key == job and created is not None:
+                self.out.keep(key, created)
+            else:
+                self.out.add(key, body)
 
     def _job_observed(self) -> Struct | None:
         return self.inputs.observed_body(job_key(self.identity))

@@ -69,6 +69,23 @@ def _job_result(job_obj: Struct | None) -> tuple[str, str, str] | None:
     return None
 
 
+def _reads_secret(job_obj: Struct | None, secret: str) -> bool:
+    """Whether an observed Job Object's pod template reads the Secret named ``secret``
+    (a container's ``env[].valueFrom.secretKeyRef`` or ``envFrom[].secretRef``), as it
+    was desired (``spec.forProvider.manifest``) or as it exists on the cluster
+    (``status.atProvider.manifest``): either is enough."""
+    desired = structs.sub(structs.sub(structs.sub(job_obj, "spec"), "forProvider"), "manifest")
+    for manifest in (desired, _manifest(job_obj)):
+        for c in structs.items(manifest, "spec", "template", "spec", "containers"):
+            for env in structs.items(c, "env"):
+                if structs.get_str(env, "valueFrom", "secretKeyRef", "name") == secret:
+                    return True
+            for src in structs.items(c, "envFrom"):
+                if structs.get_str(src, "secretRef", "name") == secret:
+                    return True
+    return False
+
+
 def _pvc_phase(pvc_obj: Struct | None) -> str:
     """The observed PVC's ``status.phase`` (``Bound``, ``Pending``, ``Lost``), or ``""``."""
     return structs.sval(structs.sub(_manifest(pvc_obj), "status"), "phase")
