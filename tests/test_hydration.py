@@ -1592,3 +1592,26 @@ def test_a_created_download_job_is_kept_as_observed(case: Case) -> None:
                 now=clock)  # fmt: skip
     assert status(again) == st
     assert desired(again) == got
+
+
+def test_a_refused_update_still_keeps_the_token_the_running_job_reads() -> None:
+    """The Object's desired template and the Job on the cluster differ only after an
+    update provider-kubernetes could not apply (``Synced=False``: a release before this
+    rule re-sent a running Job without the token). The Job on the cluster reads the
+    token: its Secret stays desired while it runs."""
+    refused = observed_object(_public_baseline()[JOB_KEY], {"active": 1})
+    running = baseline()[JOB_KEY]["spec"]["forProvider"]["manifest"]
+    refused["status"]["atProvider"]["manifest"] = {
+        **copy.deepcopy(running),
+        "status": {"active": 1},
+    }
+    error = "Job.batch is invalid: spec.template: Invalid value: field is immutable"
+    refused["status"]["conditions"] = [cond("Synced", "False", "ReconcileError", error)]
+    observed = {**pvc("Bound"), JOB_KEY: refused, **token_object()}
+    composite = hydration_xr(prev_status("Hydrating"), auth=False)
+    rsp = run(request(composite, observed=observed, required=_PUBLIC))
+    got = desired(rsp)
+    assert got[JOB_KEY]["spec"] == refused["spec"]  # as observed, never rebuilt again
+    assert "token-secret" in got
+    st = status(rsp)
+    assert st["phase"] == "Hydrating" and _HELD in st["message"] and error in st["message"]

@@ -370,8 +370,10 @@ class _Composer:
         Job that reads the token keeps the token Secret's Object (as observed, without
         data) until it ends. A completed Job holds nothing: Ready needs no token."""
         reads = _reads_secret(job, cache_secret_name(self.ns, self.cache))
+        if reads == (self.auth is not None):
+            return
         result = _job_result(job)
-        if reads == (self.auth is not None) or (result is not None and result[0] == READY):
+        if result is not None and result[0] == READY:
             return
         name = hydration_job_name(self.ns, self.cache, self.repo, self.revision)
         how = "with" if reads else "without"

@@ -72,16 +72,37 @@ def _job_result(job_obj: Struct | None) -> tuple[str, str, str] | None:
 def _reads_secret(job_obj: Struct | None, secret: str) -> bool:
     """Whether an observed Job Object's pod template reads the Secret named ``secret``
     (a container's ``env[].valueFrom.secretKeyRef`` or ``envFrom[].secretRef``), as it
-    was desired (``spec.forProvider.manifest``) or as it exists on the cluster
+    was desired (``spec.forProvider.manifest``) or, when provider-kubernetes could not
+    apply that (``Synced=False``: the two may differ), as it exists on the cluster
     (``status.atProvider.manifest``): either is enough."""
     desired = structs.sub(structs.sub(structs.sub(job_obj, "spec"), "forProvider"), "manifest")
-    for manifest in (desired, _manifest(job_obj)):
-        for c in structs.items(manifest, "spec", "template", "spec", "containers"):
-            for env in structs.items(c, "env"):
-                if structs.get_str(env, "valueFrom", "secretKeyRef", "name") == secret:
+    if _template_reads(desired, secret):
+        return True
+    return _sync_error(job_obj) is not None and _template_reads(_manifest(job_obj), secret)
+
+
+def _template_reads(manifest: Struct | None, secret: str) -> bool:
+    """:func:`_reads_secret` for one Job manifest (read Value by Value: the hot path; a
+    field of another type reads as empty)."""
+    pod = structs.sub(structs.sub(structs.sub(manifest, "spec"), "template"), "spec")
+    containers = pod.fields.get("containers") if pod is not None else None
+    if containers is None:
+        return False
+    for c in containers.list_value.values:
+        fields = c.struct_value.fields
+        env = fields.get("env")
+        if env is not None:
+            for e in env.list_value.values:
+                source = e.struct_value.fields.get("valueFrom")  # most entries have none
+                if source is None:
+                    continue
+                ref = structs.sub(source.struct_value, "secretKeyRef")
+                if structs.sval(ref, "name") == secret:
                     return True
-            for src in structs.items(c, "envFrom"):
-                if structs.get_str(src, "secretRef", "name") == secret:
+        env_from = fields.get("envFrom")
+        if env_from is not None:
+            for e in env_from.list_value.values:
+                if structs.sval(structs.sub(e.struct_value, "secretRef"), "name") == secret:
                     return True
     return False
 
