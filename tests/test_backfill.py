@@ -1779,6 +1779,58 @@ def test_an_edit_that_cannot_run_never_cancels_the_running_job(sim: Sim, clock: 
     assert (st["phase"], st["reason"]) == ("Cancelling", "SpecChanged"), st
 
 
+HELD = "keeps running under the previous spec"
+EDIT_ENV = {"env": [{"name": "SUITE", "value": "mmlu"}]}
+
+HELD_WHILE_STARTING: list[Case[Bad, str]] = [
+    Case("template typo", "review 17n: spec.templateRef names no CronJob",
+         Bad({"templateRef": {"name": "chat-evl"}}), "TemplateNotFound"),
+    Case("template forbidden", "the spec edited while the CronJob reaches the host",
+         Bad(EDIT_ENV, _forbidden_cronjob(("hostPID",), True)), "InvalidTemplate"),
+    Case("template asks for a gpu", "the spec edited while the CronJob asks for a GPU",
+         Bad(EDIT_ENV, eval_cronjob(resources=_gpu("nvidia.com/gpu"))), "GPURequestForbidden"),
+]  # fmt: skip
+
+
+@table(HELD_WHILE_STARTING)
+def test_an_edit_held_behind_a_starting_attempt_still_follows_the_job(
+    sim: Sim, clock: Clock, case: Case[Bad, str]
+) -> None:
+    """Found by review 17n: an edit held behind a Starting attempt froze the phase at
+    Starting (no runningSince) while the Job had active pods, and fixing the edit set
+    runningSince to that later moment. The held attempt still goes Starting -> Running
+    from the observed Job; only the reason and message say the edit is held."""
+    reason = case.want
+    sim.add(spec())
+    sim.step()
+    clock.advance(600)
+    assert sim.step()["phase"] == "Starting"
+    job_keys = set(sim.observed[BACKFILL])
+    sim.backfills[BACKFILL]["spec"] = spec(**case.inputs.extra)
+    if case.inputs.cronjob is not None:
+        sim.cronjobs = [case.inputs.cronjob]
+    clock.advance(10)
+    st = sim.step()  # no pod active yet: still Starting, held
+    assert (st["phase"], st["reason"]) == ("Starting", reason), st
+    assert HELD in st["message"] and "runningSince" not in st, st
+    sim.set_job("active")
+    clock.advance(10)
+    began = format_time(clock.now)
+    st = sim.step()
+    assert (st["phase"], st["reason"], st.get("runningSince")) == ("Running", reason, began), st
+    assert HELD in st["message"] and set(sim.observed[BACKFILL]) == job_keys, st
+    assert conditions(sim.last)["Backfilling"]["status"] == "True"
+    # A fixed point: the same world gives the same status (no clock-derived field).
+    clock.advance(60)
+    assert sim.step() == st
+    # The edit undone: the attempt runs on, running since it began running.
+    sim.backfills[BACKFILL]["spec"] = spec()
+    sim.cronjobs = [eval_cronjob()]
+    clock.advance(60)
+    st = sim.step()
+    assert (st["phase"], st["reason"], st["runningSince"]) == ("Running", "JobRunning", began), st
+
+
 def test_a_request_in_the_second_the_attempt_started_cancels_it(sim: Sim, clock: Clock) -> None:
     """Found by a review: the Job was admitted at 09:10:00.7 and a request at 09:10:00.9
     stamped 09:10:00Z (producers write whole seconds) never cancelled it: the check was

@@ -90,7 +90,7 @@ def active(c: Call, p: Parsed, req: Required, phase: str) -> bool:
         # Kept only while the Job exists on the cluster: an Object whose Job was never
         # created (refused) runs nothing under any spec (found by a review).
         if problem is not None and other is None and manifest is not None:
-            _keep_previous_spec(c, *problem)
+            _keep_previous_spec(c, phase, manifest, *problem)
             return True
     if cancel is not None:
         return cancel_attempt(c, p, req, cancel, exists=obs is not None)
@@ -124,19 +124,34 @@ def _outcome(c: Call, p: Parsed, req: Required, outcome: JobOutcome, manifest: A
     return cancel_attempt(c, p, req, failed, exists=True)
 
 
-def _keep_previous_spec(c: Call, reason: str, message: str) -> None:
+def _keep_previous_spec(c: Call, phase: str, manifest: Any, reason: str, message: str) -> None:
     """The edited spec cannot run (its template is unusable): the running attempt is not
-    given up for it. Bad input loses nothing."""
+    given up for it. Bad input loses nothing. The phase still follows the observed Job
+    (:func:`_running`: Starting becomes Running once it has active pods); only the reason
+    and the message say that the edit is held (found by review 17n: a held Starting
+    attempt stayed Starting, with no ``runningSince``, while its Job ran)."""
     c.keep_all()
     entering = c.st.reason != reason
-    c.st.reason = reason
-    c.st.message = (
+    c.st.set(
+        RUNNING if _running(c, phase, manifest) else STARTING,
+        reason,
         f"{message}; Job {c.st.job} keeps running under the previous "
-        f"spec until the new one can replace it"
+        f"spec until the new one can replace it",
     )
     if entering:  # one Warning event on entry, not one per reconcile
         c.out.warning(message, reason)
     c.out.requeue_after(c.poll)
+
+
+def _running(c: Call, phase: str, manifest: Any) -> bool:
+    """Whether the attempt in ``phase`` (Starting or Running) is Running now, from its
+    observed Job (``manifest``, None before the Object reports one). Starting becomes
+    Running, and ``status.runningSince`` this call's time, the first time the Job has
+    active pods; so ``runningSince`` is written once, never re-stamped."""
+    if phase == STARTING and manifest is not None and job_running(manifest):
+        c.st.running_since = format_time(c.now)
+        return True
+    return phase == RUNNING
 
 
 def _progress(c: Call, phase: str, key: str, obs: Struct, manifest: Any) -> None:
@@ -144,16 +159,13 @@ def _progress(c: Call, phase: str, key: str, obs: Struct, manifest: Any) -> None
     st = c.st
     keep_job(c.out, key, obs, created=manifest is not None)
     err = sync_error(obs)
-    if phase == STARTING and manifest is not None and job_running(manifest):
-        st.running_since = format_time(c.now)
+    if _running(c, phase, manifest):
         st.set(RUNNING, "JobRunning", _running_message(c))
-    elif phase == STARTING:
+    else:
         msg = f"Job {st.job} on {st.cluster} is starting"
         if err:
             msg += f"; the cluster reports: {err}"
         st.set(STARTING, "JobStarting" if not err else "JobNotSynced", msg)
-    else:
-        st.set(RUNNING, "JobRunning", _running_message(c))
     c.out.requeue_after(c.poll)
 
 
