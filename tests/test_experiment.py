@@ -25,6 +25,7 @@ from function import API_VERSION
 from function.api.modelexperiment import CANDIDATE_LOST, PASSED, definition_hash, parse_spec
 from function.composers import experiment as exp
 from function.core.errors import SpecError
+from function.core.timeutil import format_time
 from function.naming import (
     LABEL_CLUSTER,
     LABEL_DEPLOYMENT,
@@ -315,7 +316,9 @@ class Sim:
         self.xr = xr("ModelExperiment", NAME, spec_, generation=generation)
         self.observed: dict[str, dict[str, Any]] = {}
         self.world: list[dict[str, Any]] = (
-            list(world) if world is not None else [cronjob(), inference_cluster(CLUSTER)]
+            list(world)
+            if world is not None
+            else [cronjob(), inference_cluster(CLUSTER), cache()]  # the candidate's cache
         )
         self.rsp: Any = None
         self.calls = 0
@@ -637,13 +640,13 @@ JOB_DEADLINES: list[Case[int | None, int]] = [
 def test_job_deadline_is_capped_by_the_run_deadline(
     sim_factory, case: Case[int | None, int]
 ) -> None:
-    sim = sim_factory(world=[cronjob(deadline=case.inputs), inference_cluster(CLUSTER)])
+    sim = sim_factory(world=[cronjob(deadline=case.inputs), inference_cluster(CLUSTER), cache()])
     sim.to_evaluating()
     assert sim.job()["spec"]["activeDeadlineSeconds"] == case.want, case.reason
 
 
 def test_serving_waits_for_endpoint_and_provider_config(sim_factory, clock: Clock) -> None:
-    sim = sim_factory(world=[cronjob(), inference_cluster(CLUSTER, provider_config=None)])
+    sim = sim_factory(world=[cronjob(), inference_cluster(CLUSTER, provider_config=None), cache()])
     sim.reconcile()
     sim.reconcile()
     sim.candidate_ready(endpoint="")
@@ -857,6 +860,174 @@ def test_candidate_waiting_for_capacity_is_not_failed(sim_factory, clock: Clock)
     assert "InsufficientCapacity" in sim.conditions()["Verdict"]["message"]
 
 
+CANDIDATE_FIELD = "review 17n: the experiment names its own field, spec.candidate.*"
+STOOD = "review 17n: a TimedOut summary says where the run stood (the candidate's last report)"
+CACHE_GONE = (
+    "ModelCache ml-team/qwen-cache (spec.template.spec.modelCacheRef) does not exist; "
+    "no replica is placed until it does"
+)
+
+
+@dataclass(frozen=True)
+class Waits:
+    """What the candidate reports while it waits: its ``ReplicasScheduled=False`` reason
+    and message (as the ModelDeployment composer writes them)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Stood:
+    """A fragment of the Deploying message and of the TimedOut summary."""
+
+    deploying: str
+    summary: str
+
+
+CANDIDATE_WAITS: list[Case[Waits, Stood]] = [
+    Case("cache deleted after admission", f"{CANDIDATE_FIELD}; {STOOD}",
+         Waits("CacheNotFound", CACHE_GONE),
+         Stood("ReplicasScheduled: CacheNotFound ModelCache ml-team/qwen-cache "
+               "(spec.candidate.modelCacheRef) does not exist",
+               "the candidate never became Ready within 10m (deadline 2026-11-29T09:10:00Z); "
+               "the candidate last reported: 0/1 replicas ready; ReplicasScheduled: "
+               "CacheNotFound ModelCache ml-team/qwen-cache (spec.candidate.modelCacheRef) "
+               "does not exist")),
+    Case("no capacity", STOOD,
+         Waits("InsufficientCapacity", "0 of 1 replicas fit: gpu-a: no device matches"),
+         Stood("ReplicasScheduled: InsufficientCapacity 0 of 1",
+               "the candidate last reported: 0/1 replicas ready; ReplicasScheduled: "
+               "InsufficientCapacity 0 of 1 replicas fit: gpu-a: no device matches")),
+    Case("no matching cluster", f"{CANDIDATE_FIELD}; {STOOD}",
+         Waits("NoMatchingClusters",
+               "no InferenceCluster matches spec.template.spec.clusterSelector"),
+         Stood("NoMatchingClusters no InferenceCluster matches spec.candidate.clusterSelector",
+               "ReplicasScheduled: NoMatchingClusters no InferenceCluster matches "
+               "spec.candidate.clusterSelector")),
+]  # fmt: skip
+
+
+@table(CANDIDATE_WAITS)
+def test_a_waiting_candidate_is_reported_in_the_experiments_terms(
+    sim_factory, clock: Clock, case: Case[Waits, Stood]
+) -> None:
+    sim = sim_factory(spec(timeout="10m"))
+    sim.reconcile()
+    assert sim.phase == "Deploying"
+    sim.observed["candidate-r1"]["status"] = {
+        "replicas": {"total": 1, "ready": 0},
+        "conditions": [cond("ReplicasScheduled", "False", case.inputs.reason, case.inputs.message)],
+    }
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Deploying", sim.status
+    msg = sim.conditions()["Verdict"]["message"]
+    assert case.want.deploying in msg and "spec.template.spec" not in msg, msg
+    # An unchanged world: the same status and conditions.
+    before = (copy.deepcopy(sim.status), sim.conditions())
+    clock.advance(60)
+    sim.reconcile()
+    assert (sim.status, sim.conditions()) == before
+    clock.advance(600)
+    sim.reconcile()
+    v = sim.status["verdict"]
+    assert (sim.phase, v["reason"]) == ("Failed", "TimedOut"), sim.status
+    assert case.want.summary in v["summary"] and "spec.template.spec" not in v["summary"], v
+
+
+def test_a_candidate_failure_names_the_experiments_field(sim_factory, clock: Clock) -> None:
+    """Review 17n: the candidate's message names its own field (spec.template.spec...);
+    the verdict names the experiment's, where the user writes it."""
+    sim = sim_factory()
+    sim.reconcile()
+    field = "spec.template.spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel"
+    sim.observed["candidate-r1"]["status"] = {
+        "conditions": [cond("ReplicasScheduled", "False", "InvalidDeviceSelector",
+                            f"{field}: no such key: memory")]
+    }  # fmt: skip
+    clock.advance(60)
+    sim.reconcile()
+    v = sim.status["verdict"]
+    assert v["reason"] == "CandidateFailed", sim.status
+    assert (
+        "InvalidDeviceSelector: spec.candidate.engines[0].members[0].nodeSelector.devices[0]"
+        ".selectors[0].cel: no such key: memory"
+    ) in v["summary"], v
+
+
+@dataclass(frozen=True)
+class CacheCase:
+    """The spec's candidate cache and gate, the ModelCaches that exist."""
+
+    candidate_cache: str
+    gate: dict[str, Any] | None
+    caches: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Gated:
+    """The reason the run is blocked, a fragment of its message, the ArtifactGate reason."""
+
+    reason: str
+    fragment: str
+    gate_reason: str
+
+
+CANDIDATE_CACHE_MISSING = (
+    "review 17n: a candidate ModelCache that does not exist blocks before admission, as the "
+    "gate's does: no candidate claims a GPU it cannot place, the clock has not started"
+)
+CANDIDATE_CACHES: list[Case[CacheCase, Gated]] = [
+    Case("typo, no gate", CANDIDATE_CACHE_MISSING,
+         CacheCase("qwen-cach", None, [cache()]),
+         Gated("CandidateCacheNotFound",
+               "ModelCache ml-team/qwen-cach (spec.candidate.modelCacheRef) not found",
+               "NoArtifactGate")),
+    Case("typo, the gate open on another cache", CANDIDATE_CACHE_MISSING,
+         CacheCase("qwen-cach", {"modelCacheRef": {"name": "qwen-cache"}}, [cache()]),
+         Gated("CandidateCacheNotFound",
+               "ModelCache ml-team/qwen-cach (spec.candidate.modelCacheRef) not found",
+               "ArtifactGateOpen")),
+    Case("no cache yet, no gate", CANDIDATE_CACHE_MISSING,
+         CacheCase("qwen-cache", None, []),
+         Gated("CandidateCacheNotFound",
+               "ModelCache ml-team/qwen-cache (spec.candidate.modelCacheRef) not found",
+               "NoArtifactGate")),
+]  # fmt: skip
+
+
+@table(CANDIDATE_CACHES)
+def test_a_missing_candidate_cache_blocks_until_it_exists(
+    sim_factory, clock: Clock, case: Case[CacheCase, Gated]
+) -> None:
+    got, want = case.inputs, case.want
+    s = spec(candidate=candidate(modelCacheRef={"name": got.candidate_cache}))
+    if got.gate is not None:
+        s["artifactGate"] = got.gate
+    sim = sim_factory(s, [cronjob(), inference_cluster(CLUSTER), *got.caches])
+    sim.reconcile()
+    assert (sim.phase, sim.status["reason"]) == ("Blocked", want.reason), sim.status
+    c = sim.conditions()
+    assert (c["Runnable"]["status"], c["Runnable"]["reason"]) == ("False", want.reason)
+    assert want.fragment in c["Runnable"]["message"], c["Runnable"]["message"]
+    assert c["ArtifactGate"]["reason"] == want.gate_reason, c["ArtifactGate"]
+    assert not sim.observed and "candidate" not in sim.status
+    assert any(s_ == "Warning" and want.fragment in m for s_, m in results(sim.rsp))
+    # A wait, not a verdict: the same status while the cache is missing (one event)...
+    before = (copy.deepcopy(sim.status), sim.conditions())
+    clock.advance(3600)
+    sim.reconcile()
+    assert (sim.status, sim.conditions()) == before and results(sim.rsp) == []
+    # ...and the run is admitted once the cache exists, its clock starting then.
+    sim.world.append(cache(name=got.candidate_cache))
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Deploying" and "candidate-r1" in sim.observed, sim.status
+    assert sim.conditions()["Runnable"]["reason"] == "Admitted"
+    assert sim.status["candidate"]["createdAt"] == format_time(clock.now)
+
+
 # ---- blocked -------------------------------------------------------------------------------
 
 
@@ -1037,7 +1208,7 @@ def test_gate_fixed_retries(sim_factory, clock: Clock) -> None:
 
 
 def test_template_missing_blocks_then_recovers(sim_factory, clock: Clock) -> None:
-    sim = sim_factory(spec(), [inference_cluster(CLUSTER)])
+    sim = sim_factory(spec(), [inference_cluster(CLUSTER), cache()])
     sim.reconcile()
     assert sim.phase == "Blocked" and sim.status["reason"] == "TemplateNotFound"
     assert "ml-team/lm-eval" in sim.conditions()["Runnable"]["message"]
@@ -1208,7 +1379,7 @@ def test_a_job_running_under_an_edit_held_for_its_cronjob_times_out_as_a_gauntle
 def test_template_without_containers_is_invalid(sim_factory) -> None:
     cj = cronjob()
     cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"] = []
-    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER)])
+    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER), cache()])
     sim.reconcile()
     assert sim.status["reason"] == "TemplateInvalid"
     assert not sim.observed
@@ -1227,7 +1398,7 @@ def test_gauntlet_env_times_containers_past_4mib_is_refused_at_admission(
     pod["containers"] = [pod["containers"][0], *extra]
     s = spec()
     s["gauntlet"]["env"] = [{"name": "BLOB", "value": "x" * 32 * 1024}]
-    sim = sim_factory(s, [cj, inference_cluster(CLUSTER)])
+    sim = sim_factory(s, [cj, inference_cluster(CLUSTER), cache()])
     sim.reconcile()
     if not refused:
         assert sim.phase == "Deploying", sim.status
@@ -1251,7 +1422,7 @@ def test_a_gauntlet_template_a_shared_namespace_forbids_is_invalid_naming_it(
     in the gauntlet's CronJob: no candidate, no Job; the field is named."""
     cj = cronjob()
     put_fault(cj["spec"]["jobTemplate"]["spec"]["template"], path, value)
-    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER)])
+    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER), cache()])
     sim.reconcile()
     assert sim.status["reason"] == "TemplateInvalid", sim.status
     msg = sim.conditions()["Runnable"]["message"]
@@ -1483,6 +1654,9 @@ HELD_EDITS = [
     ("an artifact gate on a ModelCache that does not exist",
      lambda s, w: s.update(artifactGate={"modelCacheRef": {"name": "qwen-cahce"}}),
      "ArtifactCacheNotFound", "qwen-cahce"),
+    ("a candidate ModelCache that does not exist (review 17n)",
+     lambda s, w: s["candidate"]["modelCacheRef"].update(name="qwen-cach"),
+     "CandidateCacheNotFound", "ModelCache ml-team/qwen-cach (spec.candidate.modelCacheRef)"),
 ]  # fmt: skip
 
 
@@ -2280,8 +2454,8 @@ def test_removing_the_gate_clears_its_condition(sim_factory, clock: Clock) -> No
     returned), so ``ArtifactGate=False`` stayed on the XR for ever after the gate was
     removed and the run started. Now every admission says the gate's state: without a
     gate, True ``NoArtifactGate``."""
-    gate = {"modelCacheRef": {"name": "qwen-cache"}}
-    sim = sim_factory(spec(artifactGate=gate), [cronjob(), inference_cluster(CLUSTER)])
+    gate = {"modelCacheRef": {"name": "gated-cache"}}  # not the candidate's, which exists
+    sim = sim_factory(spec(artifactGate=gate), [cronjob(), inference_cluster(CLUSTER), cache()])
     sim.reconcile()
     c = sim.conditions()["ArtifactGate"]
     assert (c["status"], c["reason"]) == ("False", "ArtifactCacheNotFound")
@@ -2322,14 +2496,14 @@ def test_a_gauntlet_may_request_an_extended_resource_but_claims_no_device(sim_fa
     cj = cronjob()
     pod = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     pod["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
-    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER)])
+    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER), cache()])
     sim.to_evaluating()
     limits = sim.job()["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": 1}
 
     pod["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "chat-0-vllm-x"}]
     pod["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
-    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER)])
+    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER), cache()])
     sim.reconcile()
     assert (sim.phase, sim.status["reason"]) == ("Blocked", "TemplateInvalid"), sim.status
     msg = sim.conditions()["Runnable"]["message"]
@@ -2368,7 +2542,7 @@ def test_a_gauntlet_job_name_fits_its_completion_mode(
         js["completionMode"] = case.inputs.completion_mode
     if case.inputs.completions is not None:
         js["completions"] = js["parallelism"] = case.inputs.completions
-    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER)])
+    sim = sim_factory(spec(), [cj, inference_cluster(CLUSTER), cache()])
     sim.to_evaluating()
     job = sim.job()
     name = job["metadata"]["name"]

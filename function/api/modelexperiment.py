@@ -441,6 +441,12 @@ GAUNTLET_NOT_SYNCED = "GauntletNotSynced"
 TEMPLATE_NOT_FOUND = "TemplateNotFound"
 TEMPLATE_INVALID = "TemplateInvalid"
 TEMPLATE_REASONS = frozenset({TEMPLATE_NOT_FOUND, TEMPLATE_INVALID})
+# The candidate's ModelCache (spec.candidate.modelCacheRef) does not exist: status.reason
+# and Runnable=False, Blocked before admission (no candidate is composed, the clock has not
+# started; the run is admitted once the cache exists), held for an edit. A cache deleted
+# after admission is the candidate's own wait (its ReplicasScheduled CacheNotFound), which
+# the run's deadline bounds.
+CANDIDATE_CACHE_NOT_FOUND = "CandidateCacheNotFound"
 # The artifact gate's condition, returned on every call (Crossplane keeps the last value
 # of a condition type the function stops returning, so one left out stays stale: a held
 # edit's False outlived the edit, review 16a). Before admission, and for a held edit, the

@@ -16,11 +16,14 @@ Lifecycle of one run (``status.phase``):
   artifact-gate reasons ``ArtifactCacheNotFound``, ``ArtifactCacheFailed``,
   ``ArtifactCacheNotReady`` (with progress "2/3 clusters ready"),
   ``ArtifactSourceMismatch``, ``ArtifactValidationMissing``,
-  ``ArtifactDigestMissing``. Not terminal: fixing the cause retries.
-- ``Deploying``: the gate opened (at admission: the CronJob exists and the gate
-  is open), so the candidate is composed: a ModelDeployment with one replica,
-  named after the run, whose template and pod labels are only the experiment's
-  own (no label of the candidate spec that a Service could select survives), with
+  ``ArtifactDigestMissing``; and ``CandidateCacheNotFound`` (the ModelCache of
+  ``spec.candidate.modelCacheRef`` does not exist; admitted once it does). Not
+  terminal: fixing the cause retries.
+- ``Deploying``: the gate opened (at admission: the CronJob exists, the gate is
+  open and the candidate's ModelCache exists), so the candidate is composed: a
+  ModelDeployment with one replica, named after the run, whose template and pod
+  labels are only the experiment's own (no label of the candidate spec that a
+  Service could select survives), with
   ``MODELPLANE_SERVED_MODEL_NAME=<candidate>`` in every engine container and the
   gate's evidence in annotations. The timeout clock starts here
   (``status.candidate.createdAt``/``deadline``), not while waiting at the gate.

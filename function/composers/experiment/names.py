@@ -12,6 +12,8 @@ from function.naming import MAX_INDEXED_JOB_NAME, MAX_LABEL, child_name, short_n
 
 REQ_TEMPLATE = "gauntlet-template"
 REQ_CACHE = "artifact-cache"
+# The candidate's ModelCache, when it is not the gated one (then REQ_CACHE answers both).
+REQ_CANDIDATE_CACHE = "candidate-cache"
 REQ_REPLICAS = "candidate-replicas"
 REQ_CLUSTER = "candidate-cluster"
 

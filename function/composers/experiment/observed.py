@@ -5,6 +5,7 @@ candidate's readiness or failure, and the replica it serves from.
 from __future__ import annotations
 
 import datetime
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,20 @@ def job_result(obj: Any, experiment: str, st: RunState) -> JobResult | None:
     return None
 
 
+# The candidate ModelDeployment's fields under its template's spec, as its messages name
+# them: in the experiment they are spec.candidate's (the candidate spec is copied
+# verbatim into spec.template.spec).
+_TEMPLATE_SPEC = re.compile(r"(?<![\w.])spec\.template\.spec(?!\w)")
+
+
+def in_experiment_terms(message: str) -> str:
+    """``message`` of the candidate ModelDeployment with the fields it names under
+    ``spec.template.spec`` named as the experiment's ``spec.candidate`` (found by review
+    17n: the experiment's messages sent the user to a field of a child they never wrote,
+    ``spec.template.spec.modelCacheRef``, for ``spec.candidate.modelCacheRef``)."""
+    return _TEMPLATE_SPEC.sub("spec.candidate", message)
+
+
 def candidate_ready(cand: Any) -> bool:
     """The candidate serves: Crossplane's ``Ready``, or ``ReplicasReady`` with a ready replica.
 
@@ -91,7 +106,9 @@ def candidate_failure(cand: Any, replicas: Any) -> str | None:
     conds = structs.conditions(cand)
     rr = conds.get(REPLICAS_READY)
     if rr is not None and structs.get_str(rr, "reason") == HYDRATION_FAILED:
-        return "hydration failed: " + (structs.get_str(rr, "message") or HYDRATION_FAILED)
+        return "hydration failed: " + in_experiment_terms(
+            structs.get_str(rr, "message") or HYDRATION_FAILED
+        )
     if isinstance(replicas, Resolved):
         for r in replicas.items:
             c = structs.conditions(r).get(MODEL_READY)
@@ -108,12 +125,17 @@ def candidate_failure(cand: Any, replicas: Any) -> str | None:
     ):
         return (
             f"cannot be scheduled: {structs.get_str(rs, 'reason')}: "
-            f"{structs.get_str(rs, 'message')}"
+            f"{in_experiment_terms(structs.get_str(rs, 'message'))}"
         )
     return None
 
 
 def candidate_progress(cand: Any) -> str:
+    """What the candidate ModelDeployment (``cand``, None before Crossplane reports it)
+    reports while it is not Ready: ``<ready>/<total> replicas ready``, then ``<type>:
+    <reason> <message>`` of each of its ``Synced``, ``ReplicasScheduled`` and
+    ``ReplicasReady`` conditions that is not True (fields named as the experiment's,
+    :func:`in_experiment_terms`)."""
     if cand is None:
         return "created; waiting for Crossplane to report it"
     ready = whole_count(structs.get(cand, "status", "replicas", "ready"))
@@ -122,8 +144,18 @@ def candidate_progress(cand: Any) -> str:
     for typ in ("Synced", SCHEDULED, REPLICAS_READY):
         c = structs.conditions(cand).get(typ)
         if c is not None and structs.get(c, "status") != "True":
-            parts.append(f"{typ}: {structs.get_str(c, 'reason')} {structs.get_str(c, 'message')}")
+            msg = in_experiment_terms(structs.get_str(c, "message"))
+            parts.append(f"{typ}: {structs.get_str(c, 'reason')} {msg}")
     return "; ".join(p.strip() for p in parts)
+
+
+def candidate_report(cand: Any) -> str:
+    """Where a candidate that never became Ready stood, for a ``TimedOut`` summary: "the
+    candidate last reported: " and :func:`candidate_progress`, or that it was never
+    observed (``cand`` None)."""
+    if cand is None:
+        return "the candidate was not observed at the deadline"
+    return f"the candidate last reported: {candidate_progress(cand)}"
 
 
 def serving_replica(replicas: Resolved, candidate: str) -> tuple[str, str] | None:

@@ -17,6 +17,7 @@ from function import API_VERSION
 from function.api.inferencecluster import provider_config_ref
 from function.api.modelexperiment import (
     ARTIFACT_GATE,
+    CANDIDATE_CACHE_NOT_FOUND,
     CANDIDATE_FAILED,
     CANDIDATE_LOST,
     FAILED,
@@ -37,6 +38,7 @@ from function.composers.experiment.children import candidate_body, gauntlet_obje
 from function.composers.experiment.gate import Gate, evaluate_gate
 from function.composers.experiment.names import (
     REQ_CACHE,
+    REQ_CANDIDATE_CACHE,
     REQ_CLUSTER,
     REQ_REPLICAS,
     candidate_key,
@@ -47,6 +49,7 @@ from function.composers.experiment.observed import (
     candidate_failure,
     candidate_progress,
     candidate_ready,
+    candidate_report,
     job_result,
     serving_replica,
 )
@@ -237,26 +240,22 @@ class Admission:
 
 def admission(c: _Composer, spec: ExperimentSpec) -> Admission | object:
     """Whether a run of ``spec`` can start: its gauntlet CronJob exists and can template a
-    Job, and its artifact gate (if any) is open. Asks Crossplane for both.
+    Job, its artifact gate (if any) is open, and the candidate's ModelCache (if any)
+    exists. Asks Crossplane for all three.
 
     Returns:
-        ``UNRESOLVED`` while Crossplane has not resolved either requirement (not known),
-        else an :class:`Admission` (reasons ``TemplateNotFound``, ``TemplateInvalid`` or
-        the gate's, :func:`~function.composers.experiment.gate.evaluate_gate`).
+        ``UNRESOLVED`` while Crossplane has not resolved a requirement (not known),
+        else an :class:`Admission` (reasons ``TemplateNotFound``, ``TemplateInvalid``,
+        the gate's (:func:`~function.composers.experiment.gate.evaluate_gate`), or
+        ``CandidateCacheNotFound``, checked in that order).
     """
     inputs = c.inputs
     tmpl = c.require_template(spec)
     cache: Any = None
     if spec.artifactGate is not None:
-        c.out.require(
-            REQ_CACHE,
-            API_VERSION,
-            "ModelCache",
-            match_name=spec.artifactGate.modelCacheRef.name,
-            namespace=inputs.namespace,
-        )
-        cache = inputs.required(REQ_CACHE)
-    if tmpl is UNRESOLVED or cache is UNRESOLVED:
+        cache = _require_cache(c, REQ_CACHE, spec.artifactGate.modelCacheRef.name)
+    cand_cache = _candidate_cache(c, spec, cache)
+    if any(r is UNRESOLVED for r in (tmpl, cache, cand_cache)):
         return UNRESOLVED
     assert isinstance(tmpl, Resolved)
     # The gate is evaluated whatever the CronJob: its condition says the gate's state,
@@ -274,9 +273,44 @@ def admission(c: _Composer, spec: ExperimentSpec) -> Admission | object:
     )
     if problem:
         return Admission(TEMPLATE_INVALID, f"{ref}: {problem}", gate)
-    if gate is None:
-        return Admission()
-    return Admission(gate.reason, gate.message, gate)
+    if gate is not None and gate.reason is not None:
+        return Admission(gate.reason, gate.message, gate)
+    if isinstance(cand_cache, Resolved) and not cand_cache.items:
+        assert spec.candidate.modelCacheRef is not None  # asked for only when it is set
+        return Admission(
+            CANDIDATE_CACHE_NOT_FOUND,
+            f"ModelCache {inputs.namespace}/{spec.candidate.modelCacheRef.name} "
+            "(spec.candidate.modelCacheRef) not found; the candidate is not created "
+            "until it exists",
+            gate,
+        )
+    return Admission(None, gate.message if gate is not None else "", gate)
+
+
+def _require_cache(c: _Composer, key: str, name: str) -> Any:
+    """Ask Crossplane for ModelCache ``name`` in the experiment's namespace under
+    requirement ``key``: its :class:`~function.core.inputs.Resolved` answer, or
+    ``UNRESOLVED``."""
+    c.out.require(key, API_VERSION, "ModelCache", match_name=name, namespace=c.inputs.namespace)
+    return c.inputs.required(key)
+
+
+def _candidate_cache(c: _Composer, spec: ExperimentSpec, gated: Any) -> Any:
+    """The candidate's ModelCache (``spec.candidate.modelCacheRef``) as Crossplane
+    resolved it, ``UNRESOLVED``, or None when the candidate names none. The gated cache's
+    answer (``gated``) when it is the same cache: one requirement for one object.
+
+    Found by review 17n: a typo'd candidate cache was admitted; the candidate waited for
+    it (its ModelDeployment's ``CacheNotFound``, a wait there) until the run ended
+    ``TimedOut`` without saying why. It blocks now, as the gate's missing cache does.
+    """
+    ref = spec.candidate.modelCacheRef
+    if ref is None:
+        return None
+    gate = spec.artifactGate
+    if gate is not None and gate.modelCacheRef.name == ref.name:
+        return gated
+    return _require_cache(c, REQ_CANDIDATE_CACHE, ref.name)
 
 
 @dataclass(frozen=True)
@@ -376,6 +410,7 @@ class ActiveRun:
     def deadline_passed(self) -> bool:
         if self.c.now < self.deadline:
             return False
+        stood = ""
         if self.st.gauntlet:
             what = "the gauntlet did not finish"
             err = not_synced(self.job_obs, self.st) if self.job_obs is not None else None
@@ -388,17 +423,16 @@ class ActiveRun:
             what = "the candidate was Ready but its endpoint or cluster was never found"
         else:
             what = "the candidate never became Ready"
+            # Where the run stood (review 17n: "never became Ready" alone did not say why).
+            stood = candidate_report(self.cand_obs)
         # The run's own timeout (an edit held behind it may have changed the spec's).
         created = parse_time(self.st.candidate.get("createdAt"))
         own = (self.deadline - created).total_seconds() if created is not None else None
         timeout = self.spec.timeout if self.spec is not None else f"{own or 0:g}s"
         if own is not None and self.spec is not None and own != self.spec.timeout_seconds:
             timeout = f"{own:g}s"
-        return self.verdict(
-            TIMED_OUT,
-            f"{what} within {timeout} (deadline {format_time(self.deadline)})",
-            self.c.now,
-        )
+        summary = f"{what} within {timeout} (deadline {format_time(self.deadline)})"
+        return self.verdict(TIMED_OUT, summary + (f"; {stood}" if stood else ""), self.c.now)
 
     def candidate_lost(self) -> bool:
         """The candidate disappeared after it was seen."""
