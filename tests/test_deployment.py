@@ -9,13 +9,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from function import API_VERSION
 from function.api.modelreplica import ModelReplicaSpec
-from function.naming import hydration_name, replica_name
+from function.naming import hydration_name, replica_name, source_identity
 from tests.support import harness as h
 from tests.support.fixtures import POD_TEMPLATE_FAULTS, inference_cluster, put_fault
 from tests.support.table import Case, table
@@ -1365,6 +1365,175 @@ def test_a_new_cache_reference_holds_each_replica_on_its_cache_until_the_new_one
     assert usages(rsp) == ["llama-cache", "qwen-cache"]
     rsp = drive(switched, h.World(ready), observe(rsp, {0: serving, 1: serving}))
     assert usages(rsp) == ["llama-cache"]
+
+
+# ---- a replica rolling off a cache is labelled as leaving it (review 17l F2) --------------
+
+LEAVING = "modelplane.ai/leaving-cache"
+QWEN_ID = source_identity("Qwen/Qwen2.5-7B-Instruct", "main")
+LLAMA_ID = source_identity(LLAMA, "main")
+
+
+def _cache_like(name: str, repo: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """ModelCache ``name`` of ``repo`` and its hydration, Ready on gpu-a."""
+    c, hyd = cache(name), hydration("gpu-a", "Ready", cache_name=name)
+    c["spec"]["huggingFace"]["repo"] = hyd["spec"]["huggingFace"]["repo"] = repo
+    return c, hyd
+
+
+class Roll(NamedTuple):
+    """A 1-replica deployment on qwen-cache switched to ``to`` (Ready on the replica's
+    cluster); the moved replica then observed with ModelReady ``ready`` (status,
+    reason), ``status.cacheIdentities`` ``reads``, its condition written for the
+    previous generation when ``stale`` (None: no ``observedGeneration``), its
+    ``status.hydration`` naming cache ``hydrated``'s hydration (None: its spec's); the
+    next reconcile with ``modelCacheRef`` ``then`` (None: ``to`` still)."""
+
+    to: str
+    ready: tuple[str, str]
+    reads: tuple[str, ...]
+    stale: bool | None = False
+    then: str | None = None
+    hydrated: str | None = None
+
+
+class Marked(NamedTuple):
+    """The replica after that reconcile: its spec's cache, its leaving-cache label (None:
+    none), and the ModelCaches the deployment's Usages protect."""
+
+    cache: str
+    leaving: str | None
+    usages: tuple[str, ...]
+
+
+ROLLING = ("False", "Starting")
+STALLED = ("False", "RolloutStalled")
+SERVING = ("True", "Serving")
+BOTH = (LLAMA_ID, QWEN_ID)
+
+LEAVING_CASES = [
+    Case(
+        "rolling",
+        "review 17l F2: the replica's pods of the previous template still read qwen-cache's "
+        "PVC: it stays labelled as leaving it (its hydration and shard keep what they "
+        "read), and qwen-cache keeps its Usage",
+        Roll("llama-cache", ROLLING, BOTH),
+        Marked("llama-cache", "qwen-cache", ("llama-cache", "qwen-cache")),
+    ),
+    Case(
+        "roll-stalled",
+        "a roll stalled for lack of GPU room lasts: the label stays as long",
+        Roll("llama-cache", STALLED, BOTH),
+        Marked("llama-cache", "qwen-cache", ("llama-cache", "qwen-cache")),
+    ),
+    Case(
+        "ready-for-an-older-generation",
+        "a ModelReady=True written before the switch (observedGeneration behind) says "
+        "nothing of the roll",
+        Roll("llama-cache", SERVING, (LLAMA_ID,), stale=True),
+        Marked("llama-cache", "qwen-cache", ("llama-cache", "qwen-cache")),
+    ),
+    Case(
+        "ready-while-its-status-names-the-old-identity",
+        "the replica still says its pods may read qwen-cache's identity",
+        Roll("llama-cache", SERVING, BOTH),
+        Marked("llama-cache", "qwen-cache", ("llama-cache", "qwen-cache")),
+    ),
+    Case(
+        "rolled",
+        "ready for its current generation, reading the new cache's identity only: the "
+        "label goes (qwen-cache releases its identity and hydration), and the Usage",
+        Roll("llama-cache", SERVING, (LLAMA_ID,)),
+        Marked("llama-cache", None, ("llama-cache",)),
+    ),
+    Case(
+        "same-identity-rolling",
+        "two caches of the same repo and revision share the identity: the status cannot "
+        "tell them apart, the label (set from the spec the deployment rewrote) does",
+        Roll("qwen-copy", ROLLING, (QWEN_ID,)),
+        Marked("qwen-copy", "qwen-cache", ("qwen-cache", "qwen-copy")),
+    ),
+    Case(
+        "same-identity-status-from-the-old-cache",
+        "a ModelReady=True that names the old cache's hydration (written before the "
+        "switch, no observedGeneration to tell) is not the roll's end",
+        Roll("qwen-copy", SERVING, (QWEN_ID,), stale=None, hydrated="qwen-cache"),
+        Marked("qwen-copy", "qwen-cache", ("qwen-cache", "qwen-copy")),
+    ),
+    Case(
+        "same-identity-rolled",
+        "ready for its current generation: rolled, released",
+        Roll("qwen-copy", SERVING, (QWEN_ID,)),
+        Marked("qwen-copy", None, ("qwen-copy",)),
+    ),
+    Case(
+        "switched-again-while-rolling",
+        "a replica leaves one cache at a time: switched to a third cache before its roll "
+        "off qwen-cache is done, it is held on llama-cache until it is",
+        Roll("llama-cache", ROLLING, BOTH, then="mistral-cache"),
+        Marked("llama-cache", "qwen-cache", ("llama-cache", "mistral-cache", "qwen-cache")),
+    ),
+    Case(
+        "switched-back-while-rolling",
+        "back to the cache it is leaving (its old pods read it): it moves back at once, "
+        "leaving llama-cache, whose new pods may have started",
+        Roll("llama-cache", ROLLING, BOTH, then="qwen-cache"),
+        Marked("qwen-cache", "llama-cache", ("llama-cache", "qwen-cache")),
+    ),
+]
+
+
+def _observe_rolling(rsp: Any, roll: Roll) -> dict[str, Any]:
+    """The desired replica as observed mid-roll (``roll``'s status)."""
+    out = observe(rsp, {0: (*roll.ready, "the roll")})
+    for body in out.values():
+        if body.get("kind") == "ModelReplica":
+            if roll.stale is not None:
+                body["metadata"]["generation"] = 2
+                body["status"]["conditions"][0]["observedGeneration"] = 1 if roll.stale else 2
+            body["status"]["cacheIdentities"] = list(roll.reads)
+            cache = roll.hydrated or body["spec"]["modelCacheRef"]["name"]
+            hyd = hydration_name(NS, cache, body["spec"]["clusterName"])
+            body["status"]["hydration"] = {"name": hyd, "phase": "Ready", "message": "ready"}
+    return out
+
+
+@table(LEAVING_CASES)
+def test_a_replica_rolling_off_a_cache_is_labelled_as_leaving_it(case: Case[Roll, Marked]) -> None:
+    roll = case.inputs
+    extra = [
+        _cache_like("llama-cache", LLAMA),
+        _cache_like("qwen-copy", "Qwen/Qwen2.5-7B-Instruct"),  # the same identity
+        _cache_like("mistral-cache", "mistralai/Mistral-7B-Instruct-v0.3"),
+    ]
+    base = [ic("gpu-a"), cache(), hydration("gpu-a", "Ready"), *(o for pair in extra for o in pair)]
+    xr = deployment(1)
+    rsp = drive(xr, h.World(base))
+    rsp = drive(xr, h.World(base), observe(rsp, {0: ("True", "Serving", "serving")}))
+    switched = copy.deepcopy(xr)
+    switched["spec"]["template"]["spec"]["modelCacheRef"] = {"name": roll.to}
+    rsp = drive(switched, h.World(base), observe(rsp, {0: ("True", "Serving", "serving")}))
+    (moved,) = replicas_of(rsp).values()
+    assert moved["spec"]["modelCacheRef"]["name"] == roll.to
+    assert moved["metadata"]["labels"][LEAVING] == "qwen-cache"  # set in the call it moves
+    then = copy.deepcopy(switched)
+    then["spec"]["template"]["spec"]["modelCacheRef"] = {"name": roll.then or roll.to}
+    rsp = drive(then, h.World(base), _observe_rolling(rsp, roll))
+    (after,) = replicas_of(rsp).values()
+    got = Marked(
+        after["spec"]["modelCacheRef"]["name"],
+        after["metadata"]["labels"].get(LEAVING),
+        tuple(sorted(_usage_keys(rsp).values())),
+    )
+    assert got == case.want, case.reason
+    assert after["metadata"]["labels"]["modelplane.ai/cache"] == got.cache
+    validate_xr(after)
+    # The replica observed as composed, in the same roll state, twice: the same replica
+    # and the same status (a fixed point).
+    once = drive(then, h.World(base), _observe_rolling(rsp, roll))
+    again = drive(then, h.World(base), _observe_rolling(once, roll))
+    assert replicas_of(again) == replicas_of(once)
+    assert h.status(again) == h.status(once)
 
 
 def test_a_missing_cache_reference_keeps_the_serving_cache_protected() -> None:

@@ -104,6 +104,8 @@ def resolved(secret: list | None = None, cluster: list | None = None) -> dict:
     return {
         "cluster": [CLUSTER_OBJ] if cluster is None else cluster,
         "auth-secret": [auth_secret()] if secret is None else secret,
+        # No replica rolls off this cache (resolved, nothing matched).
+        "leaving-replicas": [],
     }
 
 
@@ -491,9 +493,19 @@ def test_requirements_ask_for_cluster_and_secret() -> None:
             },
             "namespace": NAMESPACE,
         },
+        # The replicas on this cluster whose old pods still read this cache while they
+        # roll off it onto another (their status.cacheIdentities are kept too).
+        "leaving-replicas": {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "ModelReplica",
+            "matchLabels": {
+                "labels": {"modelplane.ai/leaving-cache": CACHE, "modelplane.ai/cluster": CLUSTER}
+            },
+            "namespace": NAMESPACE,
+        },
     }
     public = run(request(hydration_xr(auth=False), required={}))
-    assert sorted(requirements(public)) == ["cluster", "replicas"]
+    assert sorted(requirements(public)) == ["cluster", "leaving-replicas", "replicas"]
 
 
 # ---- C2: unresolved is not empty (auth Secret) -------------------------------------
@@ -510,7 +522,7 @@ def c2_calls(call):
 
 def check_c2(a, b, c) -> None:
     # A: ask for the Secret and the cluster, compose nothing that needs the token.
-    assert set(requirements(a)) == {"cluster", "auth-secret", "replicas"}
+    assert set(requirements(a)) == {"cluster", "auth-secret", "replicas", "leaving-replicas"}
     assert not [k for k in desired(a) if k == "token-secret" or k.startswith("job-")]
     assert status(a)["phase"] == "Pending"
     assert not warnings(a)
@@ -926,7 +938,7 @@ def test_ready_drops_job_and_secret_and_latches() -> None:
     assert status(rsp2)["readyAt"] == st["readyAt"]
     assert not results(rsp2)
     # Ready needs no token: Crossplane is not asked for the Secret any more.
-    assert sorted(requirements(rsp2)) == ["cluster", "replicas"]
+    assert sorted(requirements(rsp2)) == ["cluster", "leaving-replicas", "replicas"]
     # The Secret requirement is not even needed once Ready: unresolved keeps Ready.
     rsp3 = run(request(after, observed=pvc("Bound"), required={}))
     assert status(rsp3)["phase"] == "Ready"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -18,6 +18,8 @@ from function.naming import (
     LABEL_VALUE,
     cache_shard,
     hydration_name,
+    label_value,
+    labels_with_full,
     shard_name,
     source_identity,
 )
@@ -620,6 +622,99 @@ def test_cluster_that_stops_matching_loses_its_hydration_unless_a_replica_runs_t
     assert retained_clusters(t.xr) == frozenset({"gpu-b"})
     # Replicas not resolved yet: not known, so kept.
     assert hydrated_clusters(after(None)) == ["gpu-a", "gpu-b"]
+
+
+def _leaving_replica(name, cluster, leaving="qwen-cache", *, deleting=False):
+    """A replica its deployment moved onto ``llama-cache`` while its old pods still mount
+    ``leaving``'s PVC: spec, labels and annotations as the deployment writes them
+    (``naming.labels_with_full``: a long name's label shortened, the full name kept)."""
+    body = _replica(name, cluster, "llama-cache")
+    labels, ann = labels_with_full(
+        {"modelplane.ai/cache": "llama-cache", "modelplane.ai/leaving-cache": leaving}
+    )
+    body["metadata"]["labels"] = labels
+    if ann:
+        body["metadata"]["annotations"] = ann
+    if deleting:
+        body["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    return body
+
+
+LONG_CACHE = "qwen-cache-" + "x" * 70
+SHORT_CACHE = label_value(LONG_CACHE)  # a valid name: equals LONG_CACHE's label
+
+
+class Leaving(NamedTuple):
+    """The cache whose selector drops gpu-b, and the namespace's replicas meanwhile."""
+
+    cache: str
+    replicas: list[dict[str, Any]]
+
+
+LEAVING_CASES = [
+    Case(
+        "rolling-off-this-cache",
+        "review 17l F2: the deployment moved the replica onto another cache, its roll "
+        "stalls, its old pods still mount this cache's PVC there: the hydration is "
+        "retained, and the status names the replica",
+        Leaving("qwen-cache", [_leaving_replica("chat-0", "gpu-b")]),
+        "chat-0",
+    ),
+    Case(
+        "rolling-off-a-long-named-cache",
+        "a long cache name: the label is shortened, the full name (annotation) matches",
+        Leaving(LONG_CACHE, [_leaving_replica("chat-0", "gpu-b", LONG_CACHE)]),
+        "chat-0",
+    ),
+    Case(
+        "rolled-off",
+        "the roll is done: the deployment dropped the leaving label, the spec names the "
+        "other cache: released",
+        Leaving("qwen-cache", [_replica("chat-0", "gpu-b", "llama-cache")]),
+        None,
+    ),
+    Case(
+        "leaving-another-cache-whose-label-is-this-name",
+        "a replica leaving a long-named cache whose shortened label is this cache's "
+        "name: the full names are compared, it keeps nothing here",
+        Leaving(SHORT_CACHE, [_leaving_replica("chat-0", "gpu-b", LONG_CACHE)]),
+        None,
+    ),
+    Case(
+        "leaving-and-being-deleted",
+        "a replica being deleted keeps nothing (as one of this cache)",
+        Leaving("qwen-cache", [_leaving_replica("chat-0", "gpu-b", deleting=True)]),
+        None,
+    ),
+]
+
+
+@table(LEAVING_CASES)
+def test_a_replica_rolling_off_the_cache_retains_its_hydration(case: Case[Leaving, Any]):
+    both = [
+        inference_cluster("gpu-a", {"tier": "prod"}),
+        inference_cluster("gpu-b", {"tier": "prod"}),
+    ]
+    name = case.inputs.cache
+    t = grown(cache(name, selector={}), both, {"gpu-a": ("Ready", ""), "gpu-b": ("Ready", "")})
+    # The cache's selector drops gpu-b while the replica there rolls off the cache.
+    t.xr = cache(name, selector={"matchLabels": {"tier": "prod"}}, status=t.xr["status"])
+    t.clusters = [both[0], inference_cluster("gpu-b", {"tier": "dev"})]
+    t.replicas = case.inputs.replicas
+    t.step()
+    if case.want is None:
+        assert hydrated_clusters(t) == ["gpu-a"], case.reason
+        assert retained_clusters(t.xr) == frozenset(), case.reason
+        return
+    assert hydrated_clusters(t) == ["gpu-a", "gpu-b"], case.reason
+    entry = t.rows()["gpu-b"]
+    assert entry["retained"] is True and case.want in entry["message"], entry
+    assert retained_clusters(t.xr) == frozenset({"gpu-b"})
+    # Its roll completes: the deployment drops the label; the hydration is released.
+    t.replicas = [_replica(case.want, "gpu-b", "llama-cache")]
+    t.step()
+    assert hydrated_clusters(t) == ["gpu-a"]
+    assert retained_clusters(t.xr) == frozenset()
 
 
 def test_a_shard_requires_replicas_only_while_a_hydration_leaves():

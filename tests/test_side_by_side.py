@@ -323,10 +323,39 @@ def _ready_new(stored: list[str]) -> dict[str, Any]:
     return _at(H_NEW, "Ready", stored)
 
 
+def _leaving(
+    reads: list[Any] | None,
+    name: str = "r0",
+    cluster: str = th.CLUSTER,
+    full: str | None = None,
+) -> dict[str, Any]:
+    """A ModelReplica whose deployment moved it off this cache onto ``llama-cache``
+    (spec, cache label and ``modelplane.ai/leaving-cache: <this cache>`` as the
+    deployment writes them) while its old pods still mount this cache's PVC: ``reads``
+    is its ``status.cacheIdentities`` (None: none reported); ``full`` the
+    ``modelplane.ai/full-leaving-cache`` annotation (a shortened label)."""
+    body = _live(LLAMA_ID, name, cache="llama-cache", cluster=cluster)
+    body["metadata"]["labels"] = {
+        "modelplane.ai/cache": "llama-cache",
+        "modelplane.ai/leaving-cache": th.CACHE,
+        "modelplane.ai/cluster": th.CLUSTER,
+    }
+    if full is not None:
+        body["metadata"]["annotations"] = {"modelplane.ai/full-leaving-cache": full}
+    if reads is not None:
+        body["status"] = {"cacheIdentities": reads}
+    return body
+
+
+LLAMA_ID = source_identity("meta-llama/Llama-3.1-8B-Instruct", "main")
+
+
 class Live(NamedTuple):
-    """The live-replica requirement: None (not resolved) or its items."""
+    """The live-replica requirements: None (not resolved) or their items: ``replicas``
+    (labelled with this cache) and ``leaving`` (labelled as leaving it)."""
 
     replicas: list[dict[str, Any]] | None
+    leaving: list[dict[str, Any]] | None = []
 
 
 class Pruned(NamedTuple):
@@ -391,6 +420,47 @@ PRUNE_CASES = [
         Live([_live(H_OLD, "x", cache="other"), _live(H_OLD, "y", cluster="gpu-b")]),
         Pruned((H_NEW,), [{"identity": H_NEW}]),
     ),
+    Case(
+        "a-replica-rolling-off-this-cache",
+        "review 17l F2: the deployment's modelCacheRef moved to another cache and the "
+        "replica's roll stalls; its old pods still read the old identity from this PVC "
+        "(status.cacheIdentities), so a revision edit of this cache keeps it",
+        Live([], [_leaving([LLAMA_ID, H_OLD])]),
+        Pruned(None, [{"identity": H_NEW}, {"identity": H_OLD, "usedBy": ["r0"]}]),
+    ),
+    Case(
+        "leaving-replicas-not-known",
+        "the leaving-replicas requirement unresolved is not known, not empty: no prune",
+        Live([], None),
+        Pruned(None, [{"identity": H_NEW}, {"identity": H_OLD}]),
+    ),
+    Case(
+        "a-leaving-replica-that-reports-nothing",
+        "a replica leaving this cache with no status.cacheIdentities has not said what its "
+        "old pods read: not known, no prune",
+        Live([], [_leaving(None)]),
+        Pruned(None, [{"identity": H_NEW}, {"identity": H_OLD}]),
+    ),
+    Case(
+        "rolled-off-this-cache",
+        "once the replica's pods read the other cache only (its status names that "
+        "cache's identity), the old identity goes",
+        Live([], [_leaving([LLAMA_ID])]),
+        Pruned((H_NEW,), [{"identity": H_NEW}]),
+    ),
+    Case(
+        "leaving-another-cache-or-cluster",
+        "a replica leaving another cache whose shortened label collides (its full name "
+        "in the annotation), or on another cluster, keeps nothing",
+        Live(
+            [],
+            [
+                _leaving([H_OLD], "x", full=th.CACHE + "-" + "x" * 60),
+                _leaving([H_OLD], "y", cluster="gpu-b"),
+            ],
+        ),
+        Pruned((H_NEW,), [{"identity": H_NEW}]),
+    ),
 ]
 
 
@@ -407,9 +477,13 @@ def _keep_of(obj: dict[str, Any]) -> tuple[str, ...]:
 
 @table(PRUNE_CASES)
 def test_prune_keeps_what_live_replicas_serve(case: Case[Live, Pruned]) -> None:
-    required = th.resolved()
+    required: dict[str, Any] = th.resolved()
     if case.inputs.replicas is not None:
         required["replicas"] = case.inputs.replicas
+    if case.inputs.leaving is None:
+        del required["leaving-replicas"]
+    else:
+        required["leaving-replicas"] = case.inputs.leaving
     composite = _ready_new([H_NEW, H_OLD])
     rsp = th.run(th.request(composite, observed=th.pvc("Bound"), required=required))
     st = th.status(rsp)

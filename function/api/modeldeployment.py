@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from function import API_GROUP
 from function.api.fields import Ref, WholeInt
 from function.api.modelreplica import (
     REASON_CACHE_NOT_FOUND,
@@ -29,6 +30,8 @@ from function.api.modelreplica import (
     FlashLoader,
 )
 from function.api.modelreplica import Engine as EngineSpec
+from function.core import structs
+from function.naming import ANNOTATION_FULL_PREFIX
 
 KIND = "ModelDeployment"
 
@@ -71,6 +74,45 @@ SERVING_PREVIOUS_IDENTITY = "ServingPreviousIdentity"
 # ``status.replicas.total`` counts both meanwhile, as a Deployment's ``status.replicas``
 # counts its surge pods.
 MOVING = "Moving"
+
+
+# ---- the ModelReplica label of a replica rolling off a ModelCache ----------------------
+#
+# ``modelplane.ai/leaving-cache: <cache>`` on a ModelReplica whose
+# ``spec.modelCacheRef`` the deployment moved off ModelCache ``<cache>`` (its spec
+# ``modelCacheRef`` changed, and the new cache's hydration is Ready on the replica's
+# cluster) while the replica's pods may still read ``<cache>``'s PVC: its workload rolls
+# make-before-break onto the new cache's PVC, and the old pods serve until it is done
+# (a roll can stall for lack of GPU room). Set in the call that moves the replica; kept
+# until the replica reports ``ModelReady=True`` for its current generation, for the new
+# cache (a ``status.hydration`` naming another cache's hydration was written before the
+# switch) and with ``status.cacheIdentities`` naming no identity but its spec's (its
+# pods read the new cache only). Written by :mod:`function.composers.deployment`; read
+# by the ModelCacheHydration of ``<cache>`` (its second live-replica requirement: the
+# identities of such a replica's ``status.cacheIdentities`` stay on the PVC) and by the
+# ModelCacheShard of ``<cache>`` (the hydration is retained on a cluster that left the
+# cache's selector). Shortened like every label (``naming.labels_with_full``): the full
+# name is then in the annotation ``modelplane.ai/full-leaving-cache``
+# (:func:`leaving_cache` reads it).
+LABEL_LEAVING_CACHE = f"{API_GROUP}/leaving-cache"
+_FULL_LEAVING_CACHE = ANNOTATION_FULL_PREFIX + LABEL_LEAVING_CACHE.rsplit("/", 1)[-1]
+
+
+def leaving_cache(replica: Any) -> str:
+    """The ModelCache a ModelReplica's pods may still read while they roll off it.
+
+    Args:
+        replica: A ModelReplica as observed or required (protobuf ``Struct`` or dict).
+
+    Returns:
+        The full name from :data:`LABEL_LEAVING_CACHE`: the annotation
+        ``modelplane.ai/full-leaving-cache`` when present (a shortened label), else
+        the label's value; "" when the replica carries no such label.
+    """
+    label = structs.get_str(replica, "metadata", "labels", LABEL_LEAVING_CACHE)
+    if not label:
+        return ""
+    return structs.get_str(replica, "metadata", "annotations", _FULL_LEAVING_CACHE) or label
 
 
 # ---- the spec model (read by function.composers.deployment.spec) -----------------------

@@ -103,6 +103,7 @@ __all__ = [
     "parse",
     "pods_answer",
     "reads_pvc_root",
+    "reported_identities",
     "status_identity",
 ]
 
@@ -354,14 +355,31 @@ def identities_in_use(replica: Struct | None) -> set[str]:
         entries are "not known" and skipped (statuses are read, not trusted). Empty for
         a replica with neither.
     """
-    out = set()
+    out = reported_identities(replica) or set()
     spec_identity = source_identity_of(structs.sub(structs.sub(replica, "spec"), "modelCacheRef"))
     if spec_identity:
         out.add(spec_identity)
-    for v in structs.items(replica, "status", STATUS_CACHE_IDENTITIES):
-        if isinstance(v, str) and IDENTITY_PATTERN.fullmatch(v):
-            out.add(v)
     return out
+
+
+def reported_identities(replica: Any) -> set[str] | None:
+    """The identities a ModelReplica's status says its pods may read.
+
+    Args:
+        replica: A ModelReplica as observed or required (protobuf ``Struct`` or dict).
+
+    Returns:
+        Every string of ``status.cacheIdentities`` that is a well-formed identity
+        (``jobs.contract.IDENTITY_PATTERN``; malformed entries are skipped); None when
+        the status has no such list (not reported: "not known").
+    """
+    if not isinstance(structs.get(replica, "status", STATUS_CACHE_IDENTITIES), ListValue | list):
+        return None
+    return {
+        v
+        for v in structs.items(replica, "status", STATUS_CACHE_IDENTITIES)
+        if isinstance(v, str) and IDENTITY_PATTERN.fullmatch(v)
+    }
 
 
 # ``status.engines[].available``: whether the engine's workload answers, as its own

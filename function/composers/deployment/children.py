@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 from google.protobuf.struct_pb2 import Struct
 
 from function import API_VERSION
+from function.api.modeldeployment import LABEL_LEAVING_CACHE
 from function.composers.deployment.status import _replica_state
 from function.composers.deployment.terms import REPLICA_KIND, USAGE_API_VERSION
 from function.core import structfill, structs
@@ -114,6 +115,10 @@ class Slot(NamedTuple):
     """The ModelCache it keeps serving from while the deployment's
     ``spec.template.spec.modelCacheRef`` names another one not Ready on its cluster yet
     ("": the template's)."""
+    leaving: str = ""
+    """The ModelCache its pods may still read while they roll off it onto ``cache`` (or
+    the template's): written as :data:`~function.api.modeldeployment.LABEL_LEAVING_CACHE`
+    ("": none)."""
 
 
 @memo(4096, weight=4)
@@ -153,6 +158,10 @@ def _replica_body(namespace: str, name: str, template: bytes, slot: Slot) -> byt
             # how that cache's hydration finds the replicas still reading it).
             ref.struct_value.fields["name"].string_value = slot.cache
             _set_label(meta, LABEL_CACHE, slot.cache)
+    if slot.leaving:
+        # How the cache it leaves (its hydration and shard) finds the replicas whose
+        # old pods still read its PVC.
+        _set_label(meta, LABEL_LEAVING_CACHE, slot.leaving)
     return out.SerializeToString(deterministic=True)
 
 

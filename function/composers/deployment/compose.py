@@ -465,7 +465,9 @@ class _Serving(NamedTuple):
     failed: tuple[str, str] = ("", "")
     existing: bool = False
     held_on: str = ""  # the ModelCache it is held on (the spec references another)
-    leaving: str = ""  # the ModelCache it leaves in this call (its pods read it until rolled)
+    # The ModelCache its pods may still read while they roll off it: the one it leaves
+    # in this call, or the one it left before while its roll is not done.
+    leaving: str = ""
 
 
 def _identity(
@@ -490,23 +492,28 @@ def _identity(
     ``modelCacheRef`` changed) keeps that cache's name and identity, and serves from it,
     until ``cache``'s hydration is Ready on its cluster; then it is given that
     hydration's identity (its workload rolls make-before-break onto the new cache's
-    PVC). An identity is never given under another cache's name.
+    PVC) and is marked as leaving the old cache (``leaving``: the label
+    ``api.modeldeployment.LABEL_LEAVING_CACHE``, by which the old cache's hydration and
+    shard keep what its old pods read) until its roll is done. An identity is never
+    given under another cache's name. A replica leaves one cache at a time: one still
+    rolling off a cache is held where it is until that roll is done, unless ``cache``
+    is the one it is leaving (going back: its old pods read it).
     """
     named = view.identity if view is not None else ""
+    leaving = view.leaving if view is not None else ""
     if footprint is not None and view is not None and view.cache and cache and view.cache != cache:
         current, ready = footprint.identity(cluster)
-        if ready:
+        if ready and leaving in ("", cache):
             return _Serving(
                 replica, cluster, named, current, current, existing=True, leaving=view.cache
             )
-        return _Serving(
-            replica, cluster, named, named, current, footprint.failure(cluster), True, view.cache
-        )
+        failure = footprint.failure(cluster)
+        return _Serving(replica, cluster, named, named, current, failure, True, view.cache, leaving)
     # What it serves: its spec's identity, else the one its workload serves (its
     # status.hydration.identity); only the spec's decides what it is given.
     serves = named or (view.serves if view is not None else "")
     if footprint is None:
-        return _Serving(replica, cluster, serves, "", "")
+        return _Serving(replica, cluster, serves, "", "", leaving=leaving)
     current, ready = footprint.identity(cluster)
     if named:
         given = current if ready else named
@@ -514,8 +521,9 @@ def _identity(
         given = current if current and current in footprint.stored(cluster) else ""
     else:
         given = current
+    failure = footprint.failure(cluster)
     return _Serving(
-        replica, cluster, serves, given, current, footprint.failure(cluster), view is not None
+        replica, cluster, serves, given, current, failure, view is not None, leaving=leaving
     )
 
 
@@ -537,7 +545,7 @@ def _children(
         ident = _identity(footprint, p.index, p.cluster, view, call.cache)
         if serving is not None:
             serving.append(ident)
-        slot = Slot(p.index, p.cluster, pools, ident.given, ident.held_on)
+        slot = Slot(p.index, p.cluster, pools, ident.given, ident.held_on, ident.leaving)
         body = _replica_body(ns, name, template, slot)
         out.add(f"{REPLICA_PREFIX}{p.index}", body, ready=view is not None and view.state[0])
         rows.append((p.index, p.cluster, view.obj if view is not None else None, p.hydration))
@@ -562,7 +570,8 @@ def _children(
     # cache meanwhile.
     held = {c for s in serving or () for c in (s.held_on, s.leaving) if c}
     if not call.cache:
-        held |= {v.cache for v in call.placed if v.cache}  # they leave it in this call
+        # They leave it in this call (or still roll off the one they left before).
+        held |= {c for v in call.placed for c in (v.cache, v.leaving) if c}
     if not all(by_index[p.index].state[0] for p in placement.replicas if p.index in by_index):
         held |= set(_observed_usages(inputs).values())
     _usages(inputs, out, call.cache, held)
@@ -803,7 +812,8 @@ def _cache_not_found(call: _Call) -> Outcome:
     # The replicas kept serve from the cache they name: it stays protected (review 13d:
     # a typo in modelCacheRef left the serving cache deletable), by the Usage that
     # protects it now (review 14b: moving it to another key left a gap).
-    _usages(inputs, out, None, {v.cache for v in call.placed if v.cache and v.cache != call.cache})
+    kept = {c for v in call.placed for c in (v.cache, v.leaving) if c and c != call.cache}
+    _usages(inputs, out, None, kept)
     msg = (
         f"ModelCache {inputs.namespace}/{call.cache} (spec.template.spec.modelCacheRef) "
         f"does not exist; no replica is placed until it does"

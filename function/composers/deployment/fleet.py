@@ -20,7 +20,13 @@ from function.api.modelcachehydration import (
     source_identity_of,
     stored_identities,
 )
-from function.api.modelreplica import pods_answer, reads_pvc_root, status_identity
+from function.api.modeldeployment import leaving_cache
+from function.api.modelreplica import (
+    identities_in_use,
+    pods_answer,
+    reads_pvc_root,
+    status_identity,
+)
 from function.composers.deployment.status import _replica_state
 from function.core import structs, versioned
 from function.core.memo import memo
@@ -505,6 +511,7 @@ class _Replica(NamedTuple):
     serves: str
     answers: bool
     cache: str
+    leaving: str
 
 
 @versioned.reading(16384, weight=4)
@@ -524,7 +531,31 @@ def _replica(obj: Struct) -> _Replica:
     serves = status_identity(obj) if not identity and ref is not None else ""
     state = _replica_state(obj)
     answers = pods_answer(obj)
-    return _Replica(index, cluster, pools, state, identity, reads_root, serves, answers, cache)
+    leaving = _still_leaving(obj, cache, cluster, identity, state[0])
+    return _Replica(
+        index, cluster, pools, state, identity, reads_root, serves, answers, cache, leaving
+    )
+
+
+def _still_leaving(obj: Struct, cache: str, cluster: str, identity: str, ready: bool) -> str:
+    """The ModelCache the replica's pods may still read while they roll off it
+    (``api.modeldeployment.LABEL_LEAVING_CACHE``), or "" once the roll is done: the
+    replica reports ``ModelReady=True`` for its current generation (``ready``: a stale
+    condition is not ready) and not for another cache (a ``status.hydration.name``
+    other than its spec's cache's hydration on its cluster was written before the
+    switch, which matters when both caches share the identity), and its pods may read
+    no identity but its spec's (``api.modelreplica.identities_in_use``). A label naming
+    its own spec's cache means nothing."""
+    leaving = leaving_cache(obj)
+    if not leaving or leaving == cache:
+        return ""
+    if not ready or not identities_in_use(obj) <= {identity}:
+        return leaving
+    hyd = structs.get_str(obj, "status", "hydration", "name")
+    ns = structs.get_str(obj, "metadata", "namespace")
+    if hyd and hyd != hydration_name(ns, cache, cluster):
+        return leaving
+    return ""
 
 
 @dataclass(slots=True)
@@ -541,6 +572,7 @@ class _Observed:
     serves: str = ""  # spec names none: the identity its workload serves (status_identity)
     answers: bool = False  # every engine's pods answer, any template (api.modelreplica.pods_answer)
     cache: str = ""  # spec.modelCacheRef.name: the ModelCache it serves from
+    leaving: str = ""  # the ModelCache its pods may still read, rolling off it (_still_leaving)
 
     @classmethod
     def of(cls, obj: Struct) -> _Observed:

@@ -16,8 +16,13 @@ It requires its InferenceCluster by name (requirement ``cluster``), the live
 ModelReplicas of its cache on its cluster (requirement ``replicas``: labels
 ``modelplane.ai/cache`` and ``modelplane.ai/cluster`` in its namespace, the spec's cache
 and cluster checked too; every identity ``modelreplica.identities_in_use`` names for one
-of them is kept on the PVC) and, until Ready, when ``authSecret`` is set, that Secret by
-name in the XR's own namespace (requirement ``auth-secret``). It composes, as
+of them is kept on the PVC), the ModelReplicas on its cluster whose old pods still read
+its cache while they roll onto another one (requirement ``leaving-replicas``: labels
+``modelplane.ai/leaving-cache`` and ``modelplane.ai/cluster``, the full cache name
+and the spec's cluster checked; every identity their ``status.cacheIdentities`` names is
+kept too; ``api.modeldeployment.LABEL_LEAVING_CACHE``) and, until Ready, when
+``authSecret`` is set, that Secret by name in the XR's own namespace (requirement
+``auth-secret``). It composes, as
 provider-kubernetes Objects applied with the cluster's provider config
 (``status.providerConfigRef``):
 

@@ -29,7 +29,8 @@ from function.api.modelcachehydration import (
     STATUS_STORED,
     stored_identities,
 )
-from function.api.modelreplica import identities_in_use
+from function.api.modeldeployment import LABEL_LEAVING_CACHE, leaving_cache
+from function.api.modelreplica import identities_in_use, reported_identities
 from function.composers.hydration.keys import (
     CONDITION,
     FAILED,
@@ -44,6 +45,7 @@ from function.composers.hydration.keys import (
     RBAC_KEYS,
     READY,
     REQ_CLUSTER,
+    REQ_LEAVING,
     REQ_REPLICAS,
     REQ_SECRET,
     RESULT_KEY,
@@ -129,6 +131,21 @@ def _keep_sanitized(out: Outcome, name: str, observed: Struct) -> None:
         for field in ("data", "stringData"):
             if field in manifest:
                 del manifest[field]
+
+
+def _spec_cache_cluster(replica: Struct) -> tuple[str, str]:
+    """``(spec.modelCacheRef.name, spec.clusterName)`` of a ModelReplica."""
+    spec = structs.sub(replica, "spec")
+    return structs.sval(structs.sub(spec, "modelCacheRef"), "name"), structs.sval(
+        spec, "clusterName"
+    )
+
+
+def _add_reader(live: dict[str, set[str]], replica: Struct, identities: set[str]) -> None:
+    """Record that ``replica`` (its ``metadata.name``) may read each of ``identities``."""
+    name = structs.get_str(replica, "metadata", "name")
+    for ident in identities:
+        live.setdefault(ident, set()).add(name)
 
 
 class _PruneFailure(NamedTuple):
@@ -312,6 +329,16 @@ class _Composer:
             },
             namespace=self.ns,
         )
+        out.require(
+            REQ_LEAVING,
+            API_VERSION,
+            "ModelReplica",
+            match_labels={
+                LABEL_LEAVING_CACHE: label_value(self.cache),
+                LABEL_CLUSTER: label_value(self.cluster_name),
+            },
+            namespace=self.ns,
+        )
         if self.auth is not None and not latched:
             out.require(REQ_SECRET, "v1", "Secret", match_name=self.auth.name, namespace=self.ns)
 
@@ -471,25 +498,34 @@ class _Composer:
     # ---- side-by-side identities: what is kept on the PVC, and pruning ----------
 
     def _live_identities(self) -> dict[str, list[str]] | None:
-        """Identity -> names of the live ModelReplicas of this cache on this cluster whose
-        pods may read it (``modelreplica.identities_in_use``: the spec's identity and,
-        while the workload rolls, the one it served before); None while the requirement
-        is not resolved ("not known")."""
+        """Identity -> names of the live ModelReplicas on this cluster whose pods may
+        read it from this cache's PVC; None while either requirement is not resolved, or
+        a replica leaving this cache does not say what its pods read ("not known").
+
+        A replica of this cache (``spec.modelCacheRef.name``) counts with
+        ``modelreplica.identities_in_use`` (the spec's identity and, while the workload
+        rolls, the one it served before). A replica rolling off this cache onto another
+        (``api.modeldeployment.leaving_cache`` names this cache) counts with its
+        ``status.cacheIdentities`` only: its spec names the other cache, whose PVC its
+        new pods mount; its old pods mount this one until the roll is done."""
         req = self.inputs.required(REQ_REPLICAS)
-        if not isinstance(req, Resolved):
+        leaving = self.inputs.required(REQ_LEAVING)
+        if not isinstance(req, Resolved) or not isinstance(leaving, Resolved):
             return None
-        live: dict[str, list[str]] = {}
+        live: dict[str, set[str]] = {}
+        where = (self.cache, self.cluster_name)
         for item in req.items:
-            spec = structs.sub(item, "spec")
-            ref = structs.sub(spec, "modelCacheRef")
             # The labels are shortened past 63 characters: check the spec's own names.
-            if structs.sval(ref, "name") != self.cache:
+            if _spec_cache_cluster(item) == where:
+                _add_reader(live, item, identities_in_use(item))
+        for item in leaving.items:
+            # The label is shortened too: its full value, and the spec's cluster.
+            if (leaving_cache(item), structs.get_str(item, "spec", "clusterName")) != where:
                 continue
-            if structs.sval(spec, "clusterName") != self.cluster_name:
-                continue
-            name = structs.sval(structs.sub(item, "metadata"), "name")
-            for ident in identities_in_use(item):
-                live.setdefault(ident, []).append(name)
+            reads = reported_identities(item)
+            if reads is None:
+                return None
+            _add_reader(live, item, reads)
         return {k: sorted(v) for k, v in live.items()}
 
     def _read_prunes(self) -> None:

@@ -20,6 +20,10 @@ REQ_SECRET = "auth-secret"
 # The live ModelReplicas of this cache on this cluster (the identities they serve are
 # kept on the PVC; see the prune step).
 REQ_REPLICAS = "replicas"
+# The ModelReplicas on this cluster whose pods may still read this cache while they roll
+# off it onto another ModelCache (label ``api.modeldeployment.LABEL_LEAVING_CACHE``):
+# the identities their status names are kept too.
+REQ_LEAVING = "leaving-replicas"
 
 PVC_KEY = "pvc"
 SECRET_KEY = "token-secret"

@@ -11,10 +11,12 @@ Rules (the ModelCache's, per shard):
   ``unavailable`` that has none yet (it is listed as ``Unavailable`` with the reason);
   an existing hydration on a cluster that became unavailable is kept.
 - A hydration whose cluster is no longer in ``spec.clusters`` (it left the cache's
-  selector) is kept while a live ModelReplica of the cache runs there (``retained``),
-  else removed. Only then does the shard require the namespace's ModelReplicas, so a
-  steady reconcile requires nothing and takes one call; until Crossplane resolved them
-  every such hydration is kept.
+  selector) is kept while a live ModelReplica of the cache runs there, or one whose old
+  pods still read the cache while they roll onto another one
+  (``api.modeldeployment.leaving_cache``) (``retained``), else removed. Only then does
+  the shard require the namespace's ModelReplicas, so a steady reconcile requires
+  nothing and takes one call; until Crossplane resolved them every such hydration is
+  kept.
 - A hydration's phase counts only when its ``status.source.identity`` is the cache's
   current source identity; evidence is rolled up as one entry per distinct artifact.
 - Readiness is explicit: Ready when every footprint cluster of the shard is Ready.

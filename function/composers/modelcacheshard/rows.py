@@ -9,6 +9,7 @@ from google.protobuf.struct_pb2 import Struct
 
 from function.api.modelcachehydration import PENDING
 from function.api.modelcacheshard import MAX_RETAINED, PHASES
+from function.api.modeldeployment import leaving_cache
 from function.core import structs
 from function.core.inputs import Resolved
 from function.core.timeutil import parse_time
@@ -24,16 +25,21 @@ def names(items: list[str], limit: int = 5) -> str:
 
 
 def replica_clusters(replicas: Resolved, cache: str) -> dict[str, list[str]]:
-    """Clusters where a live ModelReplica uses ``cache`` -> replica names."""
+    """Clusters where a live ModelReplica's pods may read ``cache`` -> replica names: its
+    ``spec.modelCacheRef.name`` is ``cache``, or it rolls off ``cache`` onto another one
+    (``api.modeldeployment.leaving_cache``: its old pods mount ``cache``'s PVC until
+    the roll is done). Names, not labels, are compared (labels are shortened)."""
     out: dict[str, list[str]] = {}
     for r in replicas.items:
-        if structs.get_str(r, "spec", "modelCacheRef", "name") != cache:
+        uses = structs.get_str(r, "spec", "modelCacheRef", "name") == cache
+        if not uses and leaving_cache(r) != cache:
             continue
         if structs.being_deleted(r):
             continue
         cluster = structs.get_str(r, "spec", "clusterName")
         if cluster:
-            out.setdefault(cluster, []).append(structs.get_str(r, "metadata", "name"))
+            name = structs.get_str(r, "metadata", "name")
+            out.setdefault(cluster, []).append(name if uses else f"{name} (rolling off it)")
     return out
 
 
@@ -42,7 +48,8 @@ def retention(leaving: list[str], replicas: Resolved | None, cache: str) -> dict
 
     ``replicas`` None means Crossplane has not resolved the ModelReplicas yet: every
     leaving hydration is kept ("not known" is not "unused"). Otherwise a hydration is
-    kept while a live (not deleting) ModelReplica of ``cache`` runs on its cluster.
+    kept while a live (not deleting) ModelReplica of ``cache`` runs on its cluster, or
+    one whose pods still read it while they roll off it (:func:`replica_clusters`).
     """
     if replicas is None:
         return dict.fromkeys(
