@@ -1,0 +1,225 @@
+"""Review 17l F2 through Crossplane's own engine: a ModelDeployment switches
+``modelCacheRef`` from cache A to cache B and the replica's roll onto B's PVC stalls
+(no room for the surge pod); its old pods still read identity X from A's PVC.
+
+Every XR is rendered through ``crossplane render`` with the core binary: the
+deployment (it labels the moved replica ``modelplane.ai/leaving-cache: A``), the
+replica (its ``status.cacheIdentities`` keeps X while the roll stalls), A's hydration
+on the replica's cluster (the engine resolves its ``leaving-replicas`` requirement by
+that label) and A's cache and shards. While the roll stalls, a revision edit of A keeps
+X on the PVC (``status.stored`` lists it for the replica) and A's selector dropping the
+cluster retains the hydration and its PVC. Once the roll is done, the label goes, X is
+pruned and the hydration is reclaimed.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from function.naming import cache_shard, hydration_name, source_identity
+from tests.e2e.lifecycle import XR, Hydration, Replica, cluster
+from tests.e2e.test_modeldeployment_lifecycle import Deployment, fleet_resources
+from tests.support import world
+
+A, B = "qwen-7b-cache", "other-cache"
+B_REPO = "Qwen/Qwen2.5-3B-Instruct"
+LEAVING = "modelplane.ai/leaving-cache"
+
+
+def _cache_b(required: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Cache B (another repo) and its hydrations, Ready wherever A's are."""
+    out = []
+    for doc in required:
+        if doc["kind"] == "ModelCache":
+            b = copy.deepcopy(doc)
+            b["metadata"]["name"] = B
+            b["spec"]["huggingFace"]["repo"] = B_REPO
+            out.append(b)
+        elif doc["kind"] == "ModelCacheHydration":
+            h = copy.deepcopy(doc)
+            cl = h["spec"]["clusterName"]
+            h["metadata"]["name"] = hydration_name(h["metadata"]["namespace"], B, cl)
+            h["metadata"]["labels"]["modelplane.ai/cache"] = B
+            h["spec"]["cacheName"] = B
+            h["spec"]["huggingFace"]["repo"] = B_REPO
+            h["status"]["source"] = {
+                "repo": B_REPO,
+                "revision": "main",
+                "identity": source_identity(B_REPO, "main"),
+            }
+            out.append(h)
+    return out
+
+
+def _stalled(replicas: int) -> dict[str, Any]:
+    """A Deployment whose roll stopped: the surge pod of the new template never became
+    available (no GPU room), the old pod still serves."""
+    return {
+        "observedGeneration": 1,
+        "replicas": replicas + 1,
+        "updatedReplicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+        "conditions": [
+            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+            {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"},
+        ],
+    }
+
+
+def _roll(rep: Replica, *, done: bool) -> None:
+    """Reconcile the replica, its workloads then observed stalled or rolled, again."""
+    rep.reconcile()
+    rep.observed = {}
+    assert rep.last is not None
+    for name, doc in rep.last.composed.items():
+        manifest = doc["spec"]["forProvider"]["manifest"]
+        if manifest["kind"] == "Deployment":
+            n = int(manifest["spec"].get("replicas", 1))
+            remote = world.deployment_available(n) if done else _stalled(n)
+            rep.observed[name] = world.observed_object(doc, remote=remote)
+        else:
+            rep.observed[name] = world.observed_object(doc)
+    rep.reconcile()
+
+
+def test_a_stalled_roll_off_a_cache_keeps_what_the_old_pods_read(render):
+    d = Deployment(render, replicas=1)
+    d.required = fleet_resources(hydrating=False)
+    d.required += _cache_b(d.required)
+    d.step()
+    d.step()
+    assert d.dep.reconcile().is_ready()
+    ((rname, rep),) = [(n, r) for n, r in d.replicas.items() if n in d.dep.last.composed]
+    where = rep.xr["spec"]["clusterName"]
+    x = rep.xr["spec"]["modelCacheRef"]["identity"]
+    y = source_identity(B_REPO, "main")
+    ns = rep.xr["metadata"]["namespace"]
+
+    # A's hydration on the replica's cluster, through the engine from here on.
+    hdoc = next(
+        copy.deepcopy(r)
+        for r in d.required
+        if r["kind"] == "ModelCacheHydration"
+        and r["spec"]["cacheName"] == A
+        and r["spec"]["clusterName"] == where
+    )
+    hdoc.pop("status")
+
+    def replica_seen() -> dict[str, Any]:
+        assert rep.last is not None
+        return world.observed_xr(rep.xr, rep.last.xr)
+
+    hyd = Hydration(render, hdoc, [cluster(where), replica_seen()])
+    hyd.settle(pvc="Bound", job="complete", result=True)
+    hyd.reconcile()
+    assert hyd.status["stored"] == [{"identity": x, "usedBy": [rep.xr["metadata"]["name"]]}]
+
+    # modelCacheRef -> B, Ready on the cluster: the deployment rewrites the replica's
+    # spec and cache label at once, and labels it as leaving A.
+    d.dep.xr["spec"]["template"]["spec"]["modelCacheRef"] = {"name": B}
+    out = d.dep.reconcile()
+    moved = out.composed[rname]
+    assert moved["spec"]["modelCacheRef"] == {"name": B, "identity": y}
+    assert moved["metadata"]["labels"]["modelplane.ai/cache"] == B
+    assert moved["metadata"]["labels"][LEAVING] == A
+
+    def publish(doc: dict[str, Any]) -> None:
+        rep.xr["spec"] = copy.deepcopy(doc["spec"])
+        rep.xr["metadata"]["labels"] = copy.deepcopy(doc["metadata"]["labels"])
+        rep.xr["metadata"]["generation"] += 1
+        rep.required = d.required
+
+    # The replica's roll onto B's PVC stalls: its old pods still read X from A's PVC.
+    publish(moved)
+    _roll(rep, done=False)
+    assert rep.status["cacheIdentities"] == [y, x], rep.status
+    assert rep.last is not None and not rep.last.is_ready()
+    d.dep.observed[rname] = world.observed_xr(moved, rep.last.xr)
+    out = d.dep.reconcile()
+    assert out.composed[rname]["metadata"]["labels"][LEAVING] == A, "label dropped mid-roll"
+
+    # A's revision is edited meanwhile: the new identity hydrates beside X, and X stays.
+    new = source_identity(hdoc["spec"]["huggingFace"]["repo"], "v2")
+    hdoc["spec"]["huggingFace"]["revision"] = "v2"
+    hyd.xr["spec"] = copy.deepcopy(hdoc["spec"])
+    hyd.required = [cluster(where), replica_seen()]
+    hyd.settle(pvc="Bound", job="complete", result=True)
+    out = hyd.reconcile()
+    assert hyd.status["phase"] == "Ready"
+    name = rep.xr["metadata"]["name"]
+    assert hyd.status["stored"] == [{"identity": new}, {"identity": x, "usedBy": [name]}]
+    for n, doc in out.composed.items():
+        if n.startswith("prune-"):
+            args = doc["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]
+            assert x in args["containers"][0]["args"][-1], "X pruned under the old pods"
+
+    # A's selector drops the cluster meanwhile: the hydration (and its PVC) is retained.
+    clusters = [copy.deepcopy(r) for r in d.required if r["kind"] == "InferenceCluster"]
+    for c in clusters:  # the selector reads the name label Kubernetes sets
+        c["metadata"]["labels"]["kubernetes.io/metadata.name"] = c["metadata"]["name"]
+    cache_doc = next(copy.deepcopy(r) for r in d.required if r["kind"] == "ModelCache"
+                     and r["metadata"]["name"] == A)  # fmt: skip
+    cache = XR(render, cache_doc, clusters)
+    observed_hyd = {}
+    for h in [r for r in d.required if r["kind"] == "ModelCacheHydration"
+              and r["spec"]["cacheName"] == A]:  # fmt: skip
+        cl = h["spec"]["clusterName"]
+        key = f"hydration-{cl}"
+        meta = {**h["metadata"], "annotations": {"crossplane.io/composition-resource-name": key}}
+        observed_hyd[cl] = world.observed_xr({**copy.deepcopy(h), "metadata": meta}, h)
+    shards: dict[str, XR] = {}
+
+    def tree(replicas: list[dict[str, Any]]) -> None:
+        """The cache, each shard (its hydrations observed, replicas required), the cache."""
+        out = cache.reconcile()
+        for key, sdoc in out.composed.items():
+            sh = shards.get(key) or XR(render, sdoc, [])
+            sh.xr["spec"] = copy.deepcopy(sdoc["spec"])
+            sh.required = [*clusters, *replicas]
+            sh.observed = {
+                f"hydration-{cl}": o
+                for cl, o in observed_hyd.items()
+                if cache_shard(cl) == sdoc["spec"]["shard"]
+            }
+            shards[key] = sh
+            sh.reconcile()
+            assert sh.last is not None
+            for cl in [c for c in observed_hyd if f"hydration-{c}" in sh.observed]:
+                if f"hydration-{cl}" not in sh.last.composed:
+                    del observed_hyd[cl]  # Crossplane deletes what the shard stopped desiring
+            cache.observed[key] = world.observed_xr(sdoc, sh.last.xr)
+        cache.reconcile()
+
+    tree([replica_seen()])
+    cache.xr["spec"]["clusterSelector"] = {
+        "matchLabels": {"modelplane.ai/gpu": "h100"},
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [where]}
+        ],
+    }
+    tree([replica_seen()])
+    tree([replica_seen()])
+    assert where in observed_hyd, "A's hydration deleted under the rolling pods"
+    assert [r["name"] for r in cache.status["retained"]] == [where], cache.status
+    assert name in cache.status["retained"][0]["message"]
+
+    # The roll completes: the label goes, X is pruned, the hydration is reclaimed.
+    _roll(rep, done=True)
+    assert rep.status["cacheIdentities"] == [y] and rep.last is not None
+    assert rep.last.is_ready()
+    d.dep.observed[rname] = world.observed_xr(d.dep.last.composed[rname], rep.last.xr)
+    out = d.dep.reconcile()
+    assert LEAVING not in out.composed[rname]["metadata"]["labels"]
+    publish(out.composed[rname])
+    hyd.required = [cluster(where), replica_seen()]
+    out = hyd.reconcile()
+    (prune,) = [doc for n, doc in out.composed.items() if n.startswith("prune-")]
+    (c,) = prune["spec"]["forProvider"]["manifest"]["spec"]["template"]["spec"]["containers"]
+    assert c["args"][-2:] == ["--prune-keep", new]
+    tree([replica_seen()])
+    tree([replica_seen()])
+    assert where not in observed_hyd
+    assert cache.status["retained"] == []
+    assert ns == d.dep.xr["metadata"]["namespace"]
