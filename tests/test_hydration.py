@@ -1470,6 +1470,31 @@ def _download(
     return {JOB_KEY: observed_object(body, st), **(token_object() if token else {})}
 
 
+def _unreported(body: dict, synced: dict, *, token: bool = True, **annotations: str) -> dict:
+    """The download Job's Object ``body`` with no remote observation
+    (no ``status.atProvider``), its ``Synced`` condition ``synced``, and crossplane-runtime's
+    create annotations (``pending``, ``succeeded``, ``failed``: RFC 3339 times), plus the
+    token Secret's Object when ``token``."""
+    obj = copy.deepcopy(body)
+    obj["status"] = {"conditions": [synced, cond("Ready", "False", "Creating")]}
+    if annotations:
+        obj["metadata"].setdefault("annotations", {}).update(
+            {f"crossplane.io/external-create-{k}": v for k, v in annotations.items()}
+        )
+    return {JOB_KEY: obj, **(token_object() if token else {})}
+
+
+_SYNCED = cond("Synced", "True", "ReconcileSuccess")
+_INCOMPLETE = cond(
+    "Synced",
+    "False",
+    "ReconcileError",
+    "cannot determine creation result - remove the crossplane.io/external-create-pending "
+    "annotation if it is safe to proceed",
+)
+_UNREACHABLE = cond("Synced", "False", "ReconcileError", "cannot connect: dial tcp: i/o timeout")
+_QUOTA = cond("Synced", "False", "ReconcileError", "exceeded quota: q")
+
 _HELD = "spec.huggingFace.authSecret change applies after the running download ends"
 _NEXT = "spec.huggingFace.authSecret change applies to the next download"
 _PUBLIC = {"cluster": [CLUSTER_OBJ]}
@@ -1529,9 +1554,12 @@ KEPT_AS_OBSERVED: list[Case[tuple[bool, dict, dict], _Kept]] = [
         "auth-removed-after-failure",
         "a failed Job is kept as it failed (not re-sent, not re-run: the name is the "
         "source's, and Failed holds until the source changes or its Object is deleted); "
-        "the token Secret it no longer needs goes, and the message says how to retry",
+        "review 17h B: its template reads the token Secret, and provider-kubernetes "
+        "re-creates the Job from the kept Object if the Job is deleted on the cluster, so "
+        "the token Secret stays desired (as observed) while the Job's Object is; the "
+        "message says how to retry",
         (False, _download(baseline()[JOB_KEY], BACKOFF, failed=4), _PUBLIC),
-        _Kept("Failed", "observed", False, _NEXT),
+        _Kept("Failed", "observed", True, _NEXT),
     ),
     Case(
         "auth-added-after-failure",
@@ -1545,6 +1573,55 @@ KEPT_AS_OBSERVED: list[Case[tuple[bool, dict, dict], _Kept]] = [
         "a completed Job: Ready, the Job and the token Secret are dropped; nothing is held",
         (False, _download(baseline()[JOB_KEY], COMPLETE, succeeded=1), _PUBLIC),
         _Kept("Ready", "none", False, None),
+    ),
+    Case(
+        "auth-removed-job-created-not-reported",
+        "review 17h A: Crossplane applied the Object (Synced=True), provider-kubernetes "
+        "has not reported the remote Job yet (no atProvider): it may exist with the token "
+        "template, so it is kept as observed and the token Secret with it",
+        (False, _unreported(baseline()[JOB_KEY], _SYNCED), _PUBLIC),
+        _Kept("Hydrating", "observed", True, _HELD),
+    ),
+    Case(
+        "older-template-created-not-reported",
+        "review 17h A, an upgrade in that window: not re-sent with the new template",
+        (True, _unreported(_older_template(), _SYNCED), resolved()),
+        _Kept("Hydrating", "observed", True, None),
+    ),
+    Case(
+        "auth-removed-job-create-incomplete",
+        "review 17h A: a create whose result provider-kubernetes does not know "
+        "(external-create-pending newer than any result; Synced=False) is not known, "
+        "not 'never created'",
+        (
+            False,
+            _unreported(baseline()[JOB_KEY], _INCOMPLETE, pending=_ago(120)),
+            _PUBLIC,
+        ),
+        _Kept("Hydrating", "observed", True, _HELD),
+    ),
+    Case(
+        "auth-removed-job-created-then-unreachable",
+        "review 17h A: the create succeeded (external-create-succeeded), the status "
+        "carrying the remote Job was never written, then the cluster became unreachable "
+        "(Synced=False): the Job exists, kept as observed",
+        (
+            False,
+            _unreported(baseline()[JOB_KEY], _UNREACHABLE, pending=_ago(120), succeeded=_ago(119)),
+            _PUBLIC,
+        ),
+        _Kept("Hydrating", "observed", True, _HELD),
+    ),
+    Case(
+        "auth-removed-job-create-failed",
+        "the last create failed (external-create-failed after -pending, Synced=False, no "
+        "remote Job): known never created, so the spec applies (a guard of the rule)",
+        (
+            False,
+            _unreported(baseline()[JOB_KEY], _QUOTA, pending=_ago(120), failed=_ago(120)),
+            _PUBLIC,
+        ),
+        _Kept("Pending", "spec", False, None),
     ),
     Case(
         "auth-removed-job-never-created",
@@ -1595,7 +1672,8 @@ def test_a_created_download_job_is_kept_as_observed(case: Case) -> None:
     else:
         assert want.note in st["message"], st["message"]
         assert hydration_job_name(NAMESPACE, CACHE, REPO, "main") in st["message"]
-    assert "not applied" not in st["message"]
+    if not any(c["status"] == "False" for c in observed[JOB_KEY]["status"]["conditions"]):
+        assert "not applied" not in st["message"]
     validate_all(rsp)
     validate_status(composite, rsp)
     # A fixed point: the next reconcile of the same world writes the same status.
@@ -1627,3 +1705,52 @@ def test_a_refused_update_still_keeps_the_token_the_running_job_reads() -> None:
     assert "token-secret" in got
     st = status(rsp)
     assert st["phase"] == "Hydrating" and _HELD in st["message"] and error in st["message"]
+
+
+def test_a_kept_job_that_reads_the_token_keeps_it_until_its_object_is_dropped() -> None:
+    """Review 17h B, as a sequence: the download failed, then ``authSecret`` was removed.
+    The failed Job's Object is kept (its template reads the token Secret), so the token
+    Secret's Object stays desired as observed: when the failed Job is deleted on the
+    cluster, provider-kubernetes re-creates it from the kept Object and its pods can read
+    the token. Once the Job's Object is dropped (the user deletes it to retry), the token
+    Secret goes with it: the retry follows the spec, without the token."""
+    rbac = {k: observed_object(baseline()[k], None) for k in hydration.RBAC_KEYS}
+    clock = Clock(NOW)
+    prev = prev_status("Failed", startedAt=_ago(900))
+    prev.update(reason="BackoffLimitExceeded", message="Job BackoffLimitExceeded: x")
+    prev["failedAt"] = _ago(300)
+
+    def call(prev: dict, observed: dict) -> tuple[dict, dict]:
+        rsp = run(
+            request(hydration_xr(prev, auth=False), observed=observed, required=_PUBLIC),
+            now=clock,
+        )
+        assert not fatal(rsp)
+        validate_all(rsp)
+        return status(rsp), desired(rsp)
+
+    # 1. Failed, authSecret removed: the failed Job and the token Secret it reads stay.
+    failed = {**pvc("Bound"), **rbac, **_download(baseline()[JOB_KEY], BACKOFF, failed=4)}
+    st, got = call(prev, failed)
+    assert st["phase"] == "Failed" and _NEXT in st["message"], st
+    assert got[JOB_KEY]["spec"] == failed[JOB_KEY]["spec"]
+    assert "token-secret" in got
+    assert "data" not in got["token-secret"]["spec"]["forProvider"]["manifest"]
+    # 2. The remote Job deleted and re-created from the kept Object: it runs with the
+    #    token (its Secret is still there), and the message says it is running.
+    recreated = {
+        **pvc("Bound"),
+        **rbac,
+        JOB_KEY: observed_object(got[JOB_KEY], {"active": 1}),
+        **token_object(),
+    }
+    st, got = call(st, recreated)
+    assert st["phase"] == "Hydrating" and _HELD in st["message"], st
+    assert "token-secret" in got
+    # 3. The Job's Object deleted to retry: the new Job follows the spec, without the
+    #    token, and the token Secret is no longer desired.
+    retry = {**pvc("Bound"), **rbac, **token_object()}
+    st, got = call(st, retry)
+    assert got[JOB_KEY]["spec"] == _public_baseline()[JOB_KEY]["spec"]
+    assert "token-secret" not in got
+    assert "authSecret" not in st["message"], st

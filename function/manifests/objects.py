@@ -26,6 +26,15 @@ from function.naming import LABEL_MANAGED_BY, LABEL_NAMESPACE, MANAGED_BY
 OBJECT_API_VERSION = "kubernetes.m.crossplane.io/v1alpha1"
 OBJECT_KIND = "Object"
 
+# crossplane-runtime's managed reconciler (pkg/meta) writes these on every managed
+# resource, an Object included, around each create of its external resource: ``pending``
+# before the create, then ``succeeded`` or ``failed`` (RFC 3339, whole seconds). A
+# ``pending`` newer than both is a create whose result is not known
+# (``meta.ExternalCreateIncomplete``).
+ANNOTATION_CREATE_PENDING = "crossplane.io/external-create-pending"
+ANNOTATION_CREATE_SUCCEEDED = "crossplane.io/external-create-succeeded"
+ANNOTATION_CREATE_FAILED = "crossplane.io/external-create-failed"
+
 
 class ObjectOptions(TypedDict, total=False):
     """The optional parts of an Object (keyword arguments of :func:`remote_object`).

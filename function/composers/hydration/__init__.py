@@ -33,15 +33,19 @@ provider-kubernetes Objects applied with the cluster's provider config
   that cannot expand refusing the larger request) is a ``PVCNotSynced`` warning naming
   the PVC, the request and the error, in every phase;
 - ``token-secret``: the remote token Secret (only with ``authSecret``, only while a
-  download is composed, and while a running download Job created with the token reads
-  it after ``authSecret`` was removed: kept as observed, without data); its manifest has
+  download is composed, and, after ``authSecret`` was removed, while the download Job's
+  Object the function keeps, running or failed, reads it: kept as observed, without
+  data, and dropped with that Object); its manifest has
   no data, the token is copied from the control-plane Secret by provider-kubernetes
   through ``spec.references[].patchesFrom``;
 - ``job-<identity>``: the download Job, named ``naming.hydration_job_name`` (a Job's
   pod template is immutable, so a new repo/revision gets a new Job), writing
   ``<mount>/<identity>.partial`` and renaming it to ``<mount>/<identity>``
-  (``jobs.contract.identity_dir``) once complete and verified. Once the Job exists on
-  the cluster (its Object reports the remote Job) it is kept exactly as observed
+  (``jobs.contract.identity_dir``) once complete and verified. Once its Object is
+  observed it is kept exactly as observed, unless the Job is known never to have been
+  created (``Synced=False``, no remote Job, no create that succeeded or is in flight:
+  ``observed._never_created``; it then follows the spec). One whose remote Job is not
+  reported yet may exist ("not known") and is kept
   (``Outcome.keep``, as the prune Jobs are) until it is dropped: an ``authSecret`` edit or
   a new release's template applies to the next download, and when the edit changes
   whether the Job reads the token, the message says so ("spec.huggingFace.authSecret
@@ -96,7 +100,8 @@ Phases come from observed state (``status.atProvider.manifest`` of the Objects):
   ``BackoffLimitExceeded`` or ``DeadlineExceeded``, and message are reported;
   ``status.failed`` counts are never used), or the PVC did not bind within
   ``settings.pvc_bind_timeout_seconds`` of ``status.pendingSince``, or provider-kubernetes
-  could not create the download Job (its Object ``Synced=False``, no remote Job) for
+  could not create the download Job (its Object ``Synced=False``, no remote Job, and no
+  create that succeeded or is in flight: ``observed._never_created``) for
   ``settings.hydration_deadline_seconds`` (``JobNotCreated``; ``Pending`` /
   ``JobNotSynced`` until then). The failed Job is kept, so Kubernetes does not run it
   again.

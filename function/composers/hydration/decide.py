@@ -57,6 +57,7 @@ from function.composers.hydration.observed import (
     _job_result,
     _manifest,
     _manifest_name,
+    _never_created,
     _prune_keep,
     _pvc_phase,
     _reads_secret,
@@ -382,20 +383,26 @@ class _Composer:
         self._derive_from_observed(job_desired=True)
 
     def _job_created(self) -> Struct | None:
-        """The current identity's download Job Object once the Job exists on the cluster
-        (its remote state reported), else None: one provider-kubernetes could not create
-        (``Synced=False``, no remote Job) has no template to keep, so the spec's applies."""
+        """The current identity's download Job Object unless the Job is known never to
+        have been created on the cluster (:func:`observed._never_created`: Synced=False,
+        no remote Job, no create that succeeded or is in flight), else None: such a Job
+        has no template to keep, so the spec's applies. An Object whose remote Job
+        provider-kubernetes has not reported yet is "not known": the Job may exist with
+        the template it was sent with, so it is kept like one that is known to exist."""
         job = self._job_observed()
-        return job if job is not None and _manifest(job) is not None else None
+        return job if job is not None and not _never_created(job) else None
 
     def _held(self, job: Struct) -> None:
-        """A created download Job keeps its pod template (immutable on a Job): whatever
-        the spec or the function's release now asks for, it is kept as observed until
-        it is dropped (Ready) or its Object is deleted (a retry after Failed). When its
-        template reads the token Secret and the spec's ``authSecret`` no longer asks for
-        one (or the reverse), the message says when the change applies, and a running
-        Job that reads the token keeps the token Secret's Object (as observed, without
-        data) until it ends. A completed Job holds nothing: Ready needs no token."""
+        """A created (or not known) download Job keeps its pod template (immutable on a
+        Job): whatever the spec or the function's release now asks for, it is kept as
+        observed until it is dropped (Ready) or its Object is deleted (a retry after
+        Failed). When its template reads the token Secret and the spec's ``authSecret``
+        no longer asks for one (or the reverse), the message says when the change
+        applies, and the token Secret's Object is kept (as observed, without data)
+        while the Job's Object that reads it is desired, running or failed: a failed
+        Job deleted on the cluster is re-created by provider-kubernetes from the kept
+        Object, and its pods read the token. It goes with the Job's Object (Ready, a
+        retry, a new source). A completed Job holds nothing: Ready needs no token."""
         reads = _reads_secret(job, cache_secret_name(self.ns, self.cache))
         if reads == (self.auth is not None):
             return
@@ -404,11 +411,11 @@ class _Composer:
             return
         name = hydration_job_name(self.ns, self.cache, self.repo, self.revision)
         how = "with" if reads else "without"
+        if reads:  # authSecret removed: the kept Job's pods read the token
+            secret = self.inputs.observed_body(SECRET_KEY)
+            if secret is not None:
+                _keep_sanitized(self.out, SECRET_KEY, secret)
         if result is None:
-            if reads:  # authSecret removed: the running Job's pods still read the token
-                secret = self.inputs.observed_body(SECRET_KEY)
-                if secret is not None:
-                    _keep_sanitized(self.out, SECRET_KEY, secret)
             self.state.notes.append(
                 "spec.huggingFace.authSecret change applies after the running download "
                 f"ends (Job {name} was created {how} the token; a Job's pod template "
@@ -752,7 +759,7 @@ class _Composer:
             st.message = self.prev_message or "Job failed"
             return
         job_err = _sync_error(job_obj)
-        if job_desired and job_err and _manifest(job_obj) is None:
+        if job_desired and job_err and _never_created(job_obj):
             # Whatever the PVC's phase: a WaitForFirstConsumer PVC cannot bind before
             # the Job's pod exists, so the Job is what blocks.
             self._job_not_created(job_err)

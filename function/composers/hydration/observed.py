@@ -12,6 +12,12 @@ from function.composers.hydration.keys import (
     READY,
 )
 from function.core import structs
+from function.core.timeutil import parse_time
+from function.manifests.objects import (
+    ANNOTATION_CREATE_FAILED,
+    ANNOTATION_CREATE_PENDING,
+    ANNOTATION_CREATE_SUCCEEDED,
+)
 from jobs.contract import PRUNE_KEEP_FLAG, parse_prune_keep
 
 # ---- reading observed state (hot path: straight from the Structs) ------------------
@@ -44,6 +50,34 @@ def _sync_error(obj: Struct | None) -> str | None:
     if c is not None and structs.sval(c, "status") == "False":
         return structs.sval(c, "message") or structs.sval(c, "reason") or "not synced"
     return None
+
+
+def _never_created(obj: Struct | None) -> bool:
+    """Whether an observed Object is known never to have created its remote object: no
+    remote observation (``status.atProvider.manifest``), ``Synced=False``, and
+    crossplane-runtime's create annotations
+    (:data:`function.manifests.objects.ANNOTATION_CREATE_PENDING` ...) say no create
+    succeeded and none is in flight: no create attempted (the error came before one:
+    provider config, connection), or the latest attempt failed (``failed`` at or after
+    ``pending``, after ``succeeded``).
+
+    Anything else is "exists" or "not known", never "never created": an Object whose
+    remote object provider-kubernetes has not reported yet (``Synced=True`` after the
+    create, before the status carrying ``atProvider`` is written), a create whose result
+    is not known (``pending`` newer than both results: Synced=False "cannot determine
+    creation result"), or a create that succeeded whose status was never written.
+    Unparseable times read as absent, as crossplane-runtime reads them.
+    """
+    if obj is None or _manifest(obj) is not None or _sync_error(obj) is None:
+        return False
+    notes = structs.sub(structs.sub(obj, "metadata"), "annotations")
+    keys = (ANNOTATION_CREATE_PENDING, ANNOTATION_CREATE_SUCCEEDED, ANNOTATION_CREATE_FAILED)
+    pending, succeeded, failed = (parse_time(structs.sval(notes, key)) for key in keys)
+    if failed is None:
+        return pending is None and succeeded is None
+    if succeeded is not None and succeeded >= failed:
+        return False
+    return pending is None or pending <= failed
 
 
 def _job_result(job_obj: Struct | None) -> tuple[str, str, str] | None:
