@@ -10,7 +10,9 @@ against the LWS CRD, plus the API server's pod-spec checks.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import celpy
@@ -24,9 +26,11 @@ from function.composers.replica.names import ANNOTATION_REPLACES
 from function.core.numbers import ints_from_doubles
 from function.manifests import workloads as wl
 from function.ops.settings import Settings
+from function.render import World, load_yaml
 from jobs.contract import CACHE_MOUNT_PATH, FLASH_MOUNT_PATH
 from tests.support import harness as h
 from tests.support.fixtures import POD_API_FAULTS, put_fault
+from tests.support.reliability import resolve
 from tests.support.replica_fixtures import (
     CACHE,
     MODEL_DIR,
@@ -983,6 +987,56 @@ def test_gpu_pools_absent_is_not_known_not_empty(pools, reason):
     if pools is None:
         assert "reports no status.gpuPools" in cond["message"]
         assert not [m for s, m in h.results(rsp) if s == "Warning"], h.results(rsp)
+
+
+# The ModelReplica example the fuzzer seeded (tests/test_fuzz.py::test_fuzz[ModelReplica],
+# case 573 of the m17 run): examples/modelreplica/xr-multi-node-failed.yaml and its
+# required/ world, every requirement resolved from it, one thing of its InferenceCluster
+# not known.
+EXAMPLE_DIR = Path(__file__).resolve().parents[1] / "examples" / "modelreplica"
+
+
+def _no_pools(c: dict[str, Any]) -> None:
+    del c["status"]["gpuPools"]
+
+
+def _claim(value: Any) -> Callable[[dict[str, Any]], None]:
+    def put(c: dict[str, Any]) -> None:
+        c["status"]["gpuPools"][0]["devices"][0]["claim"] = value
+
+    return put
+
+
+NOT_KNOWN = [
+    Case("fuzz-573", "a device claim the fuzzer made a number", _claim(123), "a float"),
+    Case("claim-typo", "a device claim neither DRA nor Synthetic", _claim("Dra"), "Dra"),
+    Case("pools-absent", "status.gpuPools absent", _no_pools, "reports no status.gpuPools"),
+]  # fmt: skip
+
+
+@table(NOT_KNOWN)
+def test_a_cluster_not_known_states_the_replica_is_not_ready(
+    case: Case[Callable[[dict[str, Any]], None], str],
+):
+    """Found by the fuzzer (m17, case 573): with every requirement resolved but the
+    cluster's pools not known, the replica said ``ModelReady=Unknown Resolving`` and
+    left ``desired.composite.ready`` unspecified, so Crossplane derived the XR's
+    readiness from its children (the function's rule: every composer states it). Only
+    the call that still waits for Crossplane got READY_FALSE (from the runner). Now
+    not known is not ready, stated."""
+    (xr,) = load_yaml([str(EXAMPLE_DIR / "xr-multi-node-failed.yaml")])
+    world = World(load_yaml([str(EXAMPLE_DIR / "required")]))
+    first = h.run(h.request(xr))
+    assert h.xr_ready(first) == "READY_FALSE"  # the loop's first call: the runner's rule
+    resolved = resolve(first, world)
+    (c,) = resolved["cluster"]
+    case.inputs(c)
+    rsp = h.run(h.request(xr, required=resolved))
+    assert not h.fatal(rsp) and not h.requirements(rsp).keys() - resolved.keys()
+    cond = h.conditions(rsp)[CONDITION]
+    assert (cond["status"], cond["reason"]) == ("Unknown", "Resolving"), cond
+    assert case.want in cond["message"], cond
+    assert h.xr_ready(rsp) == "READY_FALSE", case.reason
 
 
 # ---- an engine renamed: make-before-break (review 17n C) --------------------------------

@@ -585,7 +585,8 @@ def _pools_known(cluster_req: Resolved) -> bool:
 
 def _unresolved(c: _Call, what: str = "") -> Outcome:
     """A requirement is not resolved yet (or what it holds is not known: ``what``):
-    keep everything, echo the last status."""
+    keep everything, echo the last status; not ready, stated (with every requirement
+    resolved, the runner would leave it unspecified: the fuzzer's case 573 of m17)."""
     inputs, out = c.inputs, c.out
     _hold_observed(inputs, out)
     for key, kind in _STATUS_FIELDS.items():
@@ -594,6 +595,7 @@ def _unresolved(c: _Call, what: str = "") -> Outcome:
             out.status[key] = v
     c.times.write(out.status)
     out.condition(CONDITION, "Unknown", "Resolving", what or "waiting for required resources")
+    out.ready = False
     return out
 
 
