@@ -1055,12 +1055,18 @@ STARTS = {"observedGeneration": 1, "replicas": 1}  # applied, no pod available y
 class Renamed:
     """``engines[0]`` renamed (``multi``: the LeaderWorkerSet engine ``kimi``, else the
     Deployment ``vllm``); the old workload's remote state (``serves``, ``down``); the new
-    one's (None: not created yet, ``starts``, ``serves``); the old Object being deleted."""
+    one's (None: not created yet, ``starts``, ``serves``); the old Object being deleted;
+    the new one's being deleted (observed with no annotation, its remote status as
+    ``new`` says: the name was renamed back, or onto an engine removed, while Crossplane
+    still deletes its earlier workload); ``between``: renamed twice, the remote state of
+    the workload of the name in between (``<old>1``), applied before the second rename."""
 
     multi: bool
     old: str
     new: str | None
     old_deleting: bool = False
+    new_deleting: bool = False
+    between: str | None = None
 
 
 @dataclass(frozen=True)
@@ -1068,11 +1074,12 @@ class Handover:
     """Whether the old engine's workload and claim templates are still desired (exactly
     as observed), ``ModelReady`` True, and the new engine's ``status.engines[].available``
     (the replica's pods answer, whichever workload runs them: the deployment's moves
-    read it)."""
+    read it); whether the in-between engine's are still desired."""
 
     kept: bool
     ready: bool
     available: bool
+    between_kept: bool = False
 
 
 def _remote(kind: str, state: str | None) -> dict[str, Any]:
@@ -1098,7 +1105,48 @@ RENAMES = [
          Renamed(True, "serves", "starts"), Handover(True, False, True)),
     Case("lws-serving", "a multi-node engine whose new LeaderWorkerSet serves",
          Renamed(True, "serves", "serves"), Handover(False, True, True)),
+    # Review 17g F1: renamed back (or onto an engine removed) while Crossplane still
+    # deletes the new name's earlier Object: its stale status read as serving, and an
+    # Object observed counted as created, so the only serving workload was dropped.
+    Case("new-deleting-reads-serving", "the new name's Object is being deleted, its stale "
+         "status still serving: it does not serve, the old one is kept",
+         Renamed(False, "serves", "serves", new_deleting=True), Handover(True, False, True)),
+    Case("new-deleting-reads-down", "the new name's Object is being deleted, no pod: the "
+         "old one is kept",
+         Renamed(False, "serves", "starts", new_deleting=True), Handover(True, False, True)),
+    Case("lws-new-deleting", "a multi-node engine renamed back while its LeaderWorkerSet "
+         "is being deleted",
+         Renamed(True, "serves", "serves", new_deleting=True), Handover(True, False, True)),
+    # Review 17g F2: renamed twice before the first new name served.
+    Case("twice", "renamed again before the name in between served: the old one answers, "
+         "so the one in between (it never answered) goes, room for one copy only",
+         Renamed(False, "serves", None, between="starts"), Handover(True, False, True)),
+    Case("twice-starting", "the same once the newest workload is applied",
+         Renamed(False, "serves", "starts", between="starts"), Handover(True, False, True)),
+    Case("twice-old-down", "neither earlier workload answers: both kept (nothing running is "
+         "deleted before its replacement serves)",
+         Renamed(False, "down", "starts", between="starts"), Handover(True, False, False, True)),
+    Case("twice-between-answers", "only the one in between answers: both kept (the old "
+         "one served before; only one that never served goes)",
+         Renamed(False, "down", "starts", between="serves"), Handover(True, False, True, True)),
+    Case("twice-both-answer", "both earlier workloads answer: both kept, available",
+         Renamed(False, "serves", "starts", between="serves"), Handover(True, False, True, True)),
+    Case("twice-serving", "the newest workload serves: both earlier ones go",
+         Renamed(False, "serves", "serves", between="starts"), Handover(False, True, True)),
 ]  # fmt: skip
+
+
+def _applied(
+    observed: dict[str, Any], created: dict[str, Any], kind: str, state: str | None
+) -> dict[str, Any]:
+    """Add what a call ``created`` (not observed yet) to ``observed``, as Crossplane
+    applied it, its workload's remote state ``state``; returns what was added."""
+    added = {}
+    for k, v in created.items():
+        if k not in observed:
+            remote = _remote(kind, state) if k.startswith("workload-") else {}
+            observed[k] = added[k] = observed_object(v, remote)
+    return added
 
 
 @table(RENAMES)
@@ -1108,7 +1156,7 @@ def test_a_renamed_engine_keeps_its_workload_until_the_new_one_serves(
     given, want = case.inputs, case.want
     spec = multi_spec() if given.multi else single_spec()
     old = spec["engines"][0]["name"]
-    new = f"{old}2"
+    new, between = f"{old}2", f"{old}1"
     first = h.desired(run(spec, ready_required()))
     olds = {k for k in first if k != "service"}
     assert f"workload-{old}" in olds and any(k.startswith(f"claim-{old}-") for k in olds)
@@ -1119,15 +1167,24 @@ def test_a_renamed_engine_keeps_its_workload_until_the_new_one_serves(
     }
     if given.old_deleting:
         observed[f"workload-{old}"]["metadata"]["deletionTimestamp"] = "2026-01-05T10:00:00Z"
+    mids: dict[str, Any] = {}
+    if given.between is not None:
+        middle = copy.deepcopy(spec)
+        middle["engines"][0]["name"] = between
+        made = h.desired(run(middle, ready_required(), observed=observed))
+        mids = _applied(observed, made, kind, given.between)
+        assert f"workload-{between}" in mids
     renamed = copy.deepcopy(spec)
     renamed["engines"][0]["name"] = new
-    if given.new is not None:
+    if given.new_deleting:
+        # Its earlier Object (it served once: no annotation), still being deleted.
+        earlier = h.desired(run(renamed, ready_required()))
+        for k in _applied(observed, earlier, kind, given.new):
+            observed[k]["metadata"]["deletionTimestamp"] = "2026-01-05T10:00:00Z"
+    elif given.new is not None:
         # What the rename call desired, as Crossplane applied it.
         created = h.desired(run(renamed, ready_required(), observed=observed))
-        for k, v in created.items():
-            if k not in first:
-                remote = _remote(kind, given.new) if k.startswith("workload-") else {}
-                observed[k] = observed_object(v, remote)
+        _applied(observed, created, kind, given.new)
     rsp = run(renamed, ready_required(), observed=observed)
     desired = validate_all(rsp)
     assert not h.fatal(rsp)
@@ -1138,16 +1195,24 @@ def test_a_renamed_engine_keeps_its_workload_until_the_new_one_serves(
             assert desired[k]["spec"] == first[k]["spec"], (case.reason, k)
     else:
         assert not olds & set(desired), case.reason
+    if want.between_kept:
+        for k, v in mids.items():
+            assert desired[k]["spec"] == v["spec"], (case.reason, k)
+    else:
+        assert not set(mids) & set(desired), case.reason
     cond = h.conditions(rsp)[CONDITION]
     assert (cond["status"] == "True") == want.ready, (case.reason, cond)
     [entry] = h.status(rsp)["engines"]
     assert (entry["name"], entry["available"]) == (new, want.available), case.reason
+    if given.new_deleting:
+        assert "being deleted" in entry["message"], entry
     # The new workload's Object names what it replaces while it does not serve yet.
+    kept = sorted(n for n, k in ((old, want.kept), (between, want.between_kept)) if k)
     notes = desired[f"workload-{new}"]["metadata"].get("annotations") or {}
-    assert (notes.get(ANNOTATION_REPLACES) == old) == want.kept, (case.reason, notes)
-    if want.kept:
-        wname = manifest(first, f"workload-{old}")["metadata"]["name"]
-        assert f"engine {old}" in cond["message"] and wname in cond["message"], cond
+    assert notes.get(ANNOTATION_REPLACES) == (",".join(kept) or None), (case.reason, notes)
+    for name in kept:
+        wname = manifest(desired, f"workload-{name}")["metadata"]["name"]
+        assert f"engine {name}" in cond["message"] and wname in cond["message"], cond
     # The deployment's make-before-break moves read whether the replica's pods answer.
     xr = Struct()
     xr.update({"status": h.status(rsp)})
@@ -1155,6 +1220,31 @@ def test_a_renamed_engine_keeps_its_workload_until_the_new_one_serves(
     # A fixed point: the same world, the status written back, gives the same answer.
     again = run(renamed, ready_required(), observed=observed, status=h.status(rsp))
     assert h.desired(again) == h.desired(rsp) and h.status(again) == h.status(rsp)
+
+
+def test_two_engines_renamed_at_once_keep_both_old_workloads():
+    """Both engines renamed in one edit: each new engine replaces both old ones (which
+    was which is not known). The one that does not answer served before (its Object
+    names nothing it replaced), so it is kept though the other answers: only an engine
+    renamed away before it ever served goes while another kept one answers."""
+    spec = single_spec()
+    second = copy.deepcopy(spec["engines"][0])
+    second["name"] = "vllm-b"
+    spec["engines"].append(second)
+    first = h.desired(run(spec, ready_required()))
+    observed = {
+        k: observed_object(v, STARTS if k == "workload-vllm-b" else DEP_SERVES)
+        for k, v in first.items()
+    }
+    renamed = copy.deepcopy(spec)
+    renamed["engines"][0]["name"], renamed["engines"][1]["name"] = "vllm2", "vllm-b2"
+    rsp = run(renamed, ready_required(), observed=observed)
+    desired = h.desired(rsp)
+    for k in first:
+        assert desired[k]["spec"] == first[k]["spec"], k
+    for e in ("vllm2", "vllm-b2"):
+        notes = desired[f"workload-{e}"]["metadata"]["annotations"]
+        assert notes[ANNOTATION_REPLACES] == "vllm,vllm-b", notes
 
 
 def test_an_engine_removed_goes_at_once():

@@ -250,6 +250,56 @@ def test_replica_engine_renamed_serves_throughout(render):
     assert set(out.composed) == news | {"service"} and out.is_ready()
 
 
+def test_replica_engine_renamed_back_while_its_old_workload_is_deleted(render):
+    """Review 17g F1: vllm -> vllm2 (serves; workload-vllm goes, its Object still being
+    deleted: provider-kubernetes' finalizer) -> vllm again. The deleting Object's stale
+    status read as serving and, observed, counted as created: workload-vllm2, the only
+    workload that serves, was deleted in that reconcile. Now vllm2 is kept until a live
+    vllm workload serves."""
+    (xr,) = load_yaml([str(REPLICA / "xr-single-node-hydrating.yaml")])
+    required = replica_world()
+    set_hydration(required, xr, "Ready", "weights are on the cache PVC")
+    r = Replica(render, xr, required)
+    r.settle(serving=True)
+    r.xr["spec"]["engines"][0]["name"] = "vllm2"
+    r.reconcile()
+    r.world(serving=True)
+    gone = {n: copy.deepcopy(r.observed[n]) for n in ("workload-vllm", "claim-vllm-standalone")}
+    out = r.reconcile()
+    assert cond(out, "ModelReady") == ("True", "Serving") and not set(gone) & set(out.composed)
+    r.world(serving=True)
+    for n, obj in gone.items():  # Crossplane deletes them; their finalizers hold them
+        obj["metadata"]["deletionTimestamp"] = "2026-01-05T10:00:00Z"
+        r.observed[n] = obj
+
+    r.xr["spec"]["engines"][0]["name"] = "vllm"  # renamed back
+    kept = {"workload-vllm2", "claim-vllm2-standalone"}
+    out = r.reconcile()
+    assert out.deleted(r.observed.values()) == set()
+    assert kept <= set(out.composed)
+    assert cond(out, "ModelReady") == ("False", "Starting")
+    [engine] = r.status["engines"]
+    assert "being deleted" in engine["message"] and engine["available"] is True, engine
+    assert "engine vllm2 (no longer in spec.engines) is kept and answers" in r.status["message"]
+    again = r.reconcile()
+    assert again.xr["status"] == out.xr["status"]
+
+    # The deletion finishes: vllm is created again, vllm2 still kept.
+    for n in gone:
+        del r.observed[n]
+    out = r.reconcile()
+    assert kept | set(gone) <= set(out.composed)
+    assert out.deleted(r.observed.values()) == set()
+    r.world(starting={"workload-vllm"})
+    assert r.reconcile().deleted(r.observed.values()) == set()
+
+    # The live vllm workload serves: vllm2 goes.
+    r.world(serving=True)
+    out = r.reconcile()
+    assert cond(out, "ModelReady") == ("True", "Serving")
+    assert out.deleted(r.observed.values()) == kept
+
+
 # ---- 2. ModelExperiment: to a pass and to a fail verdict -----------------------------
 
 EXPERIMENT = EXAMPLES / "modelexperiment"

@@ -64,6 +64,10 @@ _STATUS_FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 
+_BEING_DELETED = "its Object is being deleted; it is created again once gone"
+"""``status.engines[].message`` of an engine whose own workload Object is being deleted."""
+
+
 @dataclass(frozen=True, slots=True)
 class Gate:
     """Compose nothing new; keep what exists exactly; report ``reason``; not ready.
@@ -420,7 +424,7 @@ def _hand_over(c: _Call, plan: children.Plan, engines_status: list[dict[str, Any
     """Keep the workload of an engine renamed away until its new one serves
     (:mod:`.handover`): desire it and its claim templates exactly as observed, mark the
     new engine's Object with the engines it replaces, and say so in its
-    ``status.engines[]`` entry (``available`` while the kept pods answer)."""
+    ``status.engines[]`` entry (``available`` while any kept workload answers)."""
     gone = handover.retired(c.inputs, plan.engines)
     if not gone:
         return
@@ -435,7 +439,9 @@ def _hand_over(c: _Call, plan: children.Plan, engines_status: list[dict[str, Any
         said = entry.get("message")
         entry["message"] = "; ".join(m for m in (said, handover.kept_message(olds)) if m)
         if not entry[ENGINE_AVAILABLE]:
-            entry[ENGINE_AVAILABLE] = all(r.answers for r in olds)
+            # Any kept workload that answers serves behind the Service (review 17g F2:
+            # all of them, one renamed away before it ever served included).
+            entry[ENGINE_AVAILABLE] = any(r.answers for r in olds)
         for r in olds:
             for key in r.keys:
                 body = c.inputs.observed_body(key)
@@ -520,7 +526,8 @@ def _serving(
     """Whether the observed workload Object serves, why not, why its roll onto
     ``source`` stalled (None unless the old pods serve while the roll stopped), and
     whether its pods answer at all, whatever template they run
-    (:data:`function.api.modelreplica.ENGINE_AVAILABLE`).
+    (:data:`function.api.modelreplica.ENGINE_AVAILABLE`). An Object being deleted
+    (:func:`function.core.structs.being_deleted`) neither serves nor answers.
 
     With a cache (``source``: the identity composed, "" for the PVC root), the pods
     that serve must be those of the template that reads it: a workload whose observed
@@ -529,8 +536,12 @@ def _serving(
     ``source`` yet, though the old pods answer.
     """
     obj = c.inputs.observed_body(key)
-    if obj is None:
-        return False, "not created yet", None, False
+    if obj is None or structs.being_deleted(obj):
+        # Being deleted, its status is the last one observed, not what runs (review
+        # 17g F1: a name renamed back while Crossplane still deleted its Object read as
+        # serving).
+        why = "not created yet" if obj is None else _BEING_DELETED
+        return False, why, None, False
     w = observed_workload(obj)
     if w.kind != kind:  # a manifest of another kind, or naming none: read as the plan's
         w = read_workload(obj, kind)

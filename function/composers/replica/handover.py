@@ -9,14 +9,24 @@ deployment at once). So:
 
 - A *retired* engine is one no longer in the spec whose workload Object is observed
   and not being deleted; its claim templates go with it.
-- An engine whose workload Object is not observed yet (the call of the rename)
-  *replaces* every retired engine, and its Object carries their names in the
-  annotation :data:`.names.ANNOTATION_REPLACES`: the annotation is applied with the
-  Object that creates the workload, so later calls read it there (never from the XR's
-  status, which a failed apply may leave unwritten).
+- An engine whose workload Object is not observed yet (the call of the rename), or is
+  observed being deleted (renamed back, or onto an engine removed, while Crossplane
+  still deletes that name's earlier workload: it is on its way out and re-created once
+  gone; review 17g F1), *replaces* every retired engine, and its Object carries their
+  names in the annotation :data:`.names.ANNOTATION_REPLACES`: the annotation is applied
+  with the Object that creates the workload, so later calls read it there (never from
+  the XR's status, which a failed apply may leave unwritten).
 - While an engine that replaces it does not serve, a retired engine's workload and
   claim templates are kept exactly as observed. Once it serves, the annotation is
   dropped and the retired engine, no longer desired, is deleted.
+- Renamed again before the new name served (a -> b -> c), more than one retired engine
+  is replaced. A retired engine whose Object still carries the annotation never served
+  (it is dropped once an engine serves): while another kept engine answers, such an
+  engine that does not answer goes (b would hold the room c needs: the handover needs
+  room for one more copy, not one per rename; review 17g F2). While none answers, all
+  are kept (nothing that may come up is deleted before a replacement serves), and an
+  engine that served before (no annotation) is kept though it does not answer, as with
+  one rename. One that goes is being deleted from then on, so it is never kept again.
 - An engine removed with no new engine beside it is replaced by none: its workload
   goes at once, as before (the room it frees may be what another engine waits for).
 """
@@ -51,6 +61,8 @@ class Retired:
             desired manifest names it.
         workload: Its workload's remote name.
         answers: Whether its workload answers (all its pods, or groups, available).
+        never_served: Whether its workload Object carries :data:`.names.ANNOTATION_REPLACES`:
+            it replaced other engines and was renamed away before it served.
     """
 
     engine: str
@@ -58,6 +70,7 @@ class Retired:
     kind: str
     workload: str
     answers: bool
+    never_served: bool = False
 
 
 def retired(inputs: Inputs, current: Sequence[EnginePlan]) -> dict[str, Retired]:
@@ -95,6 +108,7 @@ def retired(inputs: Inputs, current: Sequence[EnginePlan]) -> dict[str, Retired]
             kind,
             structs.get_str(manifest, "metadata", "name"),
             not w.malformed and w.serving,
+            bool(structs.get_str(body, "metadata", "annotations", ANNOTATION_REPLACES)),
         )
     return out
 
@@ -106,12 +120,17 @@ def replaced(
     gone: Mapping[str, Retired],
 ) -> dict[str, tuple[Retired, ...]]:
     """Per engine of the spec that does not serve yet, the retired engines it replaces
-    (only those with any).
+    and keeps (only those with any), by name: while any of them answers, all but those
+    that never served (:attr:`Retired.never_served`) and do not answer; else all.
+
+    An engine whose own workload Object is not observed, or is being deleted
+    (:func:`function.core.structs.being_deleted`), replaces every retired engine; one
+    whose Object is live replaces those its :data:`.names.ANNOTATION_REPLACES` names.
 
     Args:
         inputs: The call's inputs.
         current: The engines the spec composes.
-        serving: Whether each of them serves, by name.
+        serving: Whether each of them serves, by name (an Object being deleted does not).
         gone: :func:`retired`.
     """
     if not gone:
@@ -121,13 +140,16 @@ def replaced(
         if serving.get(e.name, False):
             continue
         own = inputs.observed_body(e.key)
-        if own is None:
+        if own is None or structs.being_deleted(own):
             names = set(gone)
         else:
             said = structs.get_str(own, "metadata", "annotations", ANNOTATION_REPLACES)
             names = {n for n in said.split(",") if n in gone}
-        if names:
-            out[e.name] = tuple(gone[n] for n in sorted(names))
+        olds = tuple(gone[n] for n in sorted(names))
+        if any(r.answers for r in olds):
+            olds = tuple(r for r in olds if r.answers or not r.never_served)
+        if olds:
+            out[e.name] = olds
     return out
 
 
