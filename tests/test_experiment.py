@@ -1028,6 +1028,72 @@ def test_a_missing_candidate_cache_blocks_until_it_exists(
     assert sim.status["candidate"]["createdAt"] == format_time(clock.now)
 
 
+ADMITTED_KEEPS = (
+    "a run whose candidate or gauntlet Job exists was admitted: a missing candidate cache "
+    "never drops them (fuzz, merge 17 case 1218); the candidate waits for its cache and the "
+    "deadline bounds the run"
+)
+
+
+@dataclass(frozen=True)
+class Lost:
+    """How far the run got, and what of its status is gone when its cache is deleted."""
+
+    evaluating: bool
+    status: str  # "kept", "lost" (no status at all), "unadmitted" (no status.candidate)
+
+
+@dataclass(frozen=True)
+class Goes:
+    """The run's phase afterwards and the children it keeps."""
+
+    phase: str
+    kept: tuple[str, ...]
+
+
+CACHE_GONE_MID_RUN: list[Case[Lost, Goes]] = [
+    Case("admitted, cache deleted while deploying", ADMITTED_KEEPS,
+         Lost(False, "kept"), Goes("Deploying", ("candidate-r1",))),
+    Case("admitted, cache deleted while evaluating", ADMITTED_KEEPS,
+         Lost(True, "kept"), Goes("Evaluating", ("candidate-r1", "gauntlet-r1"))),
+    Case("status lost while deploying", ADMITTED_KEEPS,
+         Lost(False, "lost"), Goes("Deploying", ("candidate-r1",))),
+    Case("status lost while evaluating", ADMITTED_KEEPS,
+         Lost(True, "lost"), Goes("Evaluating", ("candidate-r1", "gauntlet-r1"))),
+    Case("admission not recorded while evaluating", ADMITTED_KEEPS,
+         Lost(True, "unadmitted"), Goes("Evaluating", ("candidate-r1", "gauntlet-r1"))),
+]  # fmt: skip
+
+
+@table(CACHE_GONE_MID_RUN)
+def test_a_missing_candidate_cache_never_drops_a_running_runs_children(
+    sim_factory, clock: Clock, case: Case[Lost, Goes]
+) -> None:
+    got, want = case.inputs, case.want
+    sim = sim_factory()
+    if got.evaluating:
+        sim.to_evaluating()
+    else:
+        sim.reconcile()
+        sim.reconcile()  # the candidate is observed
+        assert sim.phase == "Deploying", sim.status
+    sim.remove("ModelCache", "qwen-cache")
+    if got.status == "lost":
+        del sim.xr["status"]
+    elif got.status == "unadmitted":
+        sim.xr["status"].pop("candidate")
+    clock.advance(60)
+    sim.reconcile()
+    assert set(want.kept) <= set(desired(sim.rsp)), sorted(desired(sim.rsp))
+    assert sim.phase == want.phase, sim.status
+    assert sim.conditions()["Runnable"]["reason"] == "Admitted", sim.conditions()
+    # A fixed point in an unchanged world.
+    before = (copy.deepcopy(sim.status), sim.conditions())
+    sim.reconcile()
+    assert (sim.status, sim.conditions()) == before
+    assert set(want.kept) <= set(desired(sim.rsp)), sorted(desired(sim.rsp))
+
+
 # ---- blocked -------------------------------------------------------------------------------
 
 

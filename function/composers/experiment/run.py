@@ -134,7 +134,16 @@ def decided_under_invalid_spec(c: _Composer, st: RunState) -> bool:
 
 
 def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
-    """Check the CronJob and the artifact gate; create the candidate when both pass.
+    """Check the CronJob, the artifact gate and the candidate's ModelCache; create the
+    candidate when all pass.
+
+    A missing candidate cache (``CandidateCacheNotFound``) blocks only a run that has
+    not created its candidate: when run ``st``'s candidate or gauntlet Job is observed
+    (its admission not recorded in status: a status lost or rewritten), the run was
+    admitted and is admitted again; its candidate waits for the cache (its own
+    ``CacheNotFound``) and the deadline bounds the run, as for a cache deleted after
+    admission. (Found by the fuzz test, merge 17 case 1218: blocking dropped the
+    candidate and the Job.)
 
     Returns:
         True when the candidate was admitted in this call.
@@ -144,6 +153,8 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
         c.waiting(st, "waiting for Crossplane to resolve the CronJob and the ModelCache")
         return False
     assert isinstance(found, Admission)
+    if found.reason == CANDIDATE_CACHE_NOT_FOUND and _created(c, st):
+        found = Admission(None, found.gate.message if found.gate is not None else "", found.gate)
     if found.reason is not None:
         gate_condition(c.out, found)
         c.blocked(st, found.reason, found.message)
@@ -158,6 +169,16 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
         "deadline": format_time(deadline),
     }
     return True
+
+
+def _created(c: _Composer, st: RunState) -> bool:
+    """Whether run ``st``'s candidate or gauntlet Job is observed (and not being deleted:
+    a previous run's going away under the same names is not this run's)."""
+    inputs = c.inputs
+    return any(
+        _live(inputs.observed_body(key)) is not None
+        for key in (candidate_key(st.number), job_key(st.number))
+    )
 
 
 _NOT_SET = "spec.artifactGate is not set: no artifact evidence is required"
