@@ -24,6 +24,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function import API_VERSION
 from function.api.modelexperiment import CANDIDATE_LOST, PASSED, definition_hash, parse_spec
 from function.composers import experiment as exp
+from function.composers.experiment.observed import in_experiment_terms
 from function.core.errors import SpecError
 from function.core.timeutil import format_time
 from function.naming import (
@@ -954,6 +955,46 @@ def test_a_candidate_failure_names_the_experiments_field(sim_factory, clock: Clo
         "InvalidDeviceSelector: spec.candidate.engines[0].members[0].nodeSelector.devices[0]"
         ".selectors[0].cel: no such key: memory"
     ) in v["summary"], v
+
+
+USER_TEXT = (
+    "review 17h C: only the candidate's field paths are renamed; what the user wrote, quoted "
+    "(function.core.errors.quoted) or a name, is left as written"
+)
+RENAMED = "the candidate's field paths are named as the experiment's, spec.candidate.*"
+SEL = "spec.template.spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel"
+CAND_SEL = "spec.candidate.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel"
+EXPR = 'device.attributes["x.example.com"].path == "spec.template.spec"'
+REWRITES: list[Case[str, str]] = [
+    Case("a string literal in the user's CEL selector", USER_TEXT,
+         f"{SEL}: CEL selector {EXPR!r} does not compile: ...",
+         f"{CAND_SEL}: CEL selector {EXPR!r} does not compile: ..."),
+    Case("a path in the user's CEL selector", USER_TEXT,
+         f"{SEL}: CEL selector {'x == spec.template.spec.a'!r} does not compile: ...",
+         f"{CAND_SEL}: CEL selector {'x == spec.template.spec.a'!r} does not compile: ..."),
+    Case("a quote inside the quoted selector", USER_TEXT,
+         f"{SEL}: CEL selector {'it' + chr(39) + 's (spec.template.spec.a)'!r} ...",
+         f"{CAND_SEL}: CEL selector {'it' + chr(39) + 's (spec.template.spec.a)'!r} ..."),
+    Case("a ModelCache named like the path", USER_TEXT,
+         "ModelCache ml-team/spec.template.spec.x (spec.template.spec.modelCacheRef) "
+         "does not exist",
+         "ModelCache ml-team/spec.template.spec.x (spec.candidate.modelCacheRef) does not exist"),
+    Case("a path after an apostrophe", RENAMED,
+         "the candidate's spec.template.spec.engines[0] isn't 'x'",
+         "the candidate's spec.candidate.engines[0] isn't 'x'"),
+    Case("the function's own paths", RENAMED,
+         "no InferenceCluster matches spec.template.spec.clusterSelector; "
+         "spec.template.spec[0]",
+         "no InferenceCluster matches spec.candidate.clusterSelector; spec.candidate[0]"),
+    Case("a longer path is another object's", RENAMED,
+         "spec.jobTemplate.spec.template.spec.containers: is empty",
+         "spec.jobTemplate.spec.template.spec.containers: is empty"),
+]  # fmt: skip
+
+
+@table(REWRITES)
+def test_the_rewrite_leaves_quoted_user_text_alone(case: Case[str, str]) -> None:
+    assert in_experiment_terms(case.inputs) == case.want
 
 
 @dataclass(frozen=True)

@@ -70,16 +70,29 @@ def job_result(obj: Any, experiment: str, st: RunState) -> JobResult | None:
 
 # The candidate ModelDeployment's fields under its template's spec, as its messages name
 # them: in the experiment they are spec.candidate's (the candidate spec is copied
-# verbatim into spec.template.spec).
-_TEMPLATE_SPEC = re.compile(r"(?<![\w.])spec\.template\.spec(?!\w)")
+# verbatim into spec.template.spec). A field path the function writes starts a token (at
+# the start, after a space or "(") and goes on with a field (".x" or "[i]"); what the user
+# wrote is quoted (function.core.errors.quoted: a Python literal, opened after a non-word
+# character, so an apostrophe in "candidate's" opens none) or a name ("ml-team/<name>"),
+# and is matched as a whole so that it is left as written.
+_QUOTED = r"""(?<!\w)(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")"""
+_REWRITE = re.compile(rf"(?P<quoted>{_QUOTED})|(?<![^\s(])spec\.template\.spec(?=\.[A-Za-z]|\[)")
+
+
+def _rename(m: re.Match[str]) -> str:
+    quoted = m.group("quoted")
+    return quoted if quoted is not None else "spec.candidate"
 
 
 def in_experiment_terms(message: str) -> str:
     """``message`` of the candidate ModelDeployment with the fields it names under
     ``spec.template.spec`` named as the experiment's ``spec.candidate`` (found by review
     17n: the experiment's messages sent the user to a field of a child they never wrote,
-    ``spec.template.spec.modelCacheRef``, for ``spec.candidate.modelCacheRef``)."""
-    return _TEMPLATE_SPEC.sub("spec.candidate", message)
+    ``spec.template.spec.modelCacheRef``, for ``spec.candidate.modelCacheRef``). Text
+    the message quotes from the spec (a CEL selector) and names are left as written
+    (review 17h: a string literal ``"spec.template.spec"`` in a selector was rewritten).
+    Never longer than ``message``."""
+    return _REWRITE.sub(_rename, message)
 
 
 def candidate_ready(cand: Any) -> bool:
