@@ -336,10 +336,16 @@ def test_a_shard_whose_clusters_all_left_drains_before_it_goes():
     assert [e["name"] for e in st["retained"]] == ["gpu-b"]
     assert "chat-0" in st["retained"][0]["message"]
     assert st["summary"]["ready"] == "1/1"
-    # The replica is gone: the shard lets go, then the cache drops the empty shard.
+    # The replica is gone: the shard lets go, then the cache drops the empty shard once
+    # the shard has seen its hydration gone (Crossplane deletes it meanwhile).
     t.replicas = []
     t.reconcile_shards()
     assert "gpu-b" not in t.hydrated_clusters()
+    assert t.rows()["gpu-b"]["phase"] == "Deleting"
+    t.reconcile_cache()
+    assert key_b in t.shards, "a shard whose hydration is still being deleted was dropped"
+    t.reconcile_shards()
+    assert "gpu-b" not in t.rows()
     t.reconcile_cache()
     assert key_b not in t.shards
     assert status(t.rsp)["retained"] == []
@@ -1194,9 +1200,75 @@ def test_a_hydration_kept_for_a_cluster_that_left_blocks_the_one_that_shares_its
     assert (c["status"], c["reason"]) == ("False", "SharedKubeconfig"), c
     assert "gpu-a (not selected by spec.clusterSelector)" in c["message"], c
     assert "gpu-b gets none" in c["message"], c
-    # The replica goes: gpu-a's hydration is reclaimed, then gpu-b gets its own.
+    # The replica goes: gpu-a's hydration is reclaimed, then gpu-b gets its own once
+    # gpu-a's shard has seen it gone (a round later).
     t.replicas = []
     t.step()
     t.step()
+    assert hydrated_clusters(t) == []
+    t.step()
     assert hydrated_clusters(t) == ["gpu-b"]
     assert conditions(t.rsp)[DISTINCT]["status"] == "True"
+
+
+class Blocker(NamedTuple):
+    """``gpu-a`` (older, hydrated) and ``blocked`` share a kubeconfig; ``gpu-a`` then
+    leaves the selector. ``also`` are clusters with their own kubeconfig (in the
+    selector throughout), hydrated too."""
+
+    blocked: str
+    also: tuple[str, ...] = ()
+
+
+WAIT_FOR_GONE = (
+    "a hydration that stops being wanted is deleted by Crossplane (foreground: its "
+    "Objects, the remote PVC/Job/Secret go first) while its shard no longer observes it; "
+    "the other member sharing the kubeconfig gets a hydration (the same remote names) "
+    "only once the first one is gone, as the README's procedure says"
+)
+
+BLOCKER_GOES = [
+    Case("blocker-alone-in-its-shard", WAIT_FOR_GONE + "; the drained shard stays meanwhile",
+         Blocker("gpu-b"), None),
+    Case("blocker-shard-keeps-other-clusters", WAIT_FOR_GONE,
+         Blocker("gpu-b", also=("gpu-298",)), None),
+    Case("both-in-one-shard", WAIT_FOR_GONE + "; one shard drops one and must not add the other",
+         Blocker("gpu-462"), None),
+]  # fmt: skip
+
+
+@table(BLOCKER_GOES)
+def test_the_other_member_waits_until_the_blocking_hydration_is_gone(
+    case: Case[Blocker, None],
+) -> None:
+    prod, dev = {"tier": "prod"}, {"tier": "dev"}
+    sel = {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["prod"]}]}
+    also = case.inputs.also
+    other = [inference_cluster(n, prod, kubeconfig=f"own-{n}", created=T1) for n in also]
+    blocked = inference_cluster(case.inputs.blocked, prod, kubeconfig="kc", created=T2)
+    a = inference_cluster("gpu-a", prod, kubeconfig="kc", created=T1)
+    t = grown(cache(selector=sel), [a, blocked, *other], {"gpu-a": ("Ready", "")})
+    t.observe(dict.fromkeys(case.inputs.also, ("Ready", "")))
+    t.step()
+    assert hydrated_clusters(t) == sorted(["gpu-a", *case.inputs.also]), "the row's setup"
+    t.linger = True
+    # gpu-a leaves the selector (still sent: the requirement is wider); no replica there.
+    t.clusters = [inference_cluster("gpu-a", dev, kubeconfig="kc", created=T1), blocked, *other]
+    seen = []
+    for _ in range(4):  # Crossplane is still deleting hydration-gpu-a all along
+        t.reconcile_cache()
+        t.reconcile_shards()
+        assert "gpu-a" not in t.desired_hydrations(), case.name
+        assert "gpu-a" in t.deleting, "the setup: its deletion is under way"
+        assert case.inputs.blocked not in t.desired_hydrations(), (case.reason, t.rows())
+        c = conditions(t.rsp)[DISTINCT]
+        assert c["status"] == "False" and "gpu-a" in c["message"], c
+        seen.append((repr(status(t.rsp)), repr(sorted(t.shard_status.items()))))
+    assert seen[-1] == seen[-2], "not a fixed point while the hydration is being deleted"
+    assert all(n in t.desired_hydrations() for n in case.inputs.also), "a hydration was dropped"
+    t.finish_deleting("gpu-a")
+    for _ in range(3):
+        t.step()
+    assert hydrated_clusters(t) == sorted([case.inputs.blocked, *case.inputs.also]), t.rows()
+    assert conditions(t.rsp)[DISTINCT]["status"] == "True"
+    assert "gpu-a" not in t.rows()

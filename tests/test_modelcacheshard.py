@@ -75,3 +75,52 @@ def test_unavailable_cluster_gets_no_new_hydration():
     }
     rsp = run(request(xr, observed=obs))
     assert sorted(b["spec"]["clusterName"] for b in desired(rsp).values()) == shard_clusters(2)
+
+
+GONE_ROWS = [
+    # (case, found by name: None = not looked up yet, True = still there, False = gone,
+    #  whether the Deleting row stays)
+    ("unresolved-is-not-known", None, True),
+    ("still-there-being-deleted", True, True),
+    ("gone", False, False),
+]
+
+
+@pytest.mark.parametrize(("case", "found", "kept"), GONE_ROWS, ids=[r[0] for r in GONE_ROWS])
+def test_a_deleting_row_lasts_until_the_hydration_is_seen_gone(case, found, kept):
+    """A cluster that left the shard, whose hydration the previous call stopped desiring
+    (row ``Deleting``) and which Crossplane no longer shows as observed: the row stays
+    while the hydration is found by name or not looked up yet, and goes once it is not
+    found; it is never desired again on this account."""
+    from function.naming import hydration_name
+
+    names = shard_clusters(3)
+    xr = _spec(shard_request(3))
+    xr["spec"]["clusters"] = [{"name": n} for n in names[:2]]
+    first = run(request(xr))
+    xr["status"] = status(first)
+    xr["status"]["clusters"].append(
+        {"name": names[2], "phase": "Deleting", "message": "being deleted"}
+    )
+    body = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelCacheHydration",
+        "metadata": {
+            "name": hydration_name(xr["metadata"]["namespace"], "c", names[2]),
+            "namespace": xr["metadata"]["namespace"],
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+        },
+    }
+    required = {} if found is None else {f"gone-{names[2]}": [body] if found else []}
+    rsp = run(request(xr, required=required))
+    (req,) = [v for k, v in requirements(rsp).items() if k == f"gone-{names[2]}"]
+    assert req["matchName"] == body["metadata"]["name"], req
+    rows = {r["name"]: r for r in status(rsp)["clusters"]}
+    assert (names[2] in rows) is kept, (case, rows)
+    assert status(rsp)["summary"]["deleting"] == int(kept), case
+    assert names[2] not in {b["spec"]["clusterName"] for b in desired(rsp).values()}
+    if kept:
+        assert rows[names[2]]["phase"] == "Deleting"
+        # A fixed point: the same world gives the same status.
+        xr["status"] = status(rsp)
+        assert status(run(request(xr, required=required))) == status(rsp), case

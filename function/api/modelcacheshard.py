@@ -13,11 +13,15 @@ owns the fields both sides read:
 - ``status`` (written by the shard, read by the ModelCache's roll-up):
   ``specHash`` (:func:`spec_hash` of the spec the status describes), ``namesHash``
   (:func:`names_hash`: the same without the clusters' availability), ``source``,
-  ``summary {ready: "r/n", total, hydrations, retained, phases {<phase>: count}}``,
+  ``summary {ready: "r/n", total, hydrations, retained, deleting, phases {<phase>:
+  count}}`` (``deleting``: hydrations the shard no longer desires that are still there,
+  Crossplane deleting them),
   ``evidence[] {commit, digest, clusters, validated}`` (one entry per distinct
   artifact among the Ready clusters), ``failed[] / unavailable[] / retained[]
   {name, message}``, ``waiting[]`` (names) and ``clusters[]`` (one row per cluster of
-  the shard, as the ModelCache wrote them before issue 17).
+  the shard, as the ModelCache wrote them before issue 17, plus one row in phase
+  :data:`DELETING` per hydration of a cluster that left the shard while Crossplane
+  deletes it).
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ from function.core.numbers import WholeInt, finite_int
 from function.naming import CACHE_SHARDS, name_hash
 
 KIND = "ModelCacheShard"
+# Phase of a status.clusters[] row whose cluster left the shard and whose hydration the
+# shard no longer desires but which is still there: Crossplane is deleting it (and,
+# before it, its Objects and the PVC, token Secret and Job they own on the cluster).
+DELETING = "Deleting"
 # Lists a shard writes to its status are cut at these lengths (the counts stay whole).
 MAX_LISTED = 20
 MAX_WAITING = 5
@@ -109,6 +117,8 @@ class ShardReport:
     """The source identity the status describes (``status.source.identity``)."""
     total: int = 0
     hydrations: int | None = None
+    deleting: int | None = None
+    """Hydrations being deleted (``summary.deleting``); None when not reported."""
     phases: dict[str, int] = field(default_factory=dict)
     evidence: list[tuple[str, str, int, int]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
@@ -177,6 +187,8 @@ def read_report(shard: Struct) -> ShardReport:
         r.total = _count(_at(summary, "total"))
         h = _at(summary, "hydrations")
         r.hydrations = _count(h) if isinstance(h, (int, float)) else None
+        d = _at(summary, "deleting")
+        r.deleting = _count(d) if isinstance(d, (int, float)) else None
         v = summary.get("phases")
         if v is not None and v.HasField("struct_value"):
             phases = v.struct_value.fields
@@ -208,12 +220,14 @@ def read_report(shard: Struct) -> ShardReport:
 def hydrated_clusters(shard: Struct) -> frozenset[str]:
     """The clusters a shard reported a hydration of: each ``status.clusters[]`` row whose
     ``phase`` is not ``Unavailable``, or that is ``retained`` (read once per ``(uid,
-    resourceVersion)``; shared, never mutate it).
+    resourceVersion)``; shared, never mutate it). A row in phase :data:`DELETING`
+    counts: that hydration, and its PVC and Job on the cluster, are still there.
 
     A shard writes its rows in the reconcile that desires its hydrations, so a cluster
     it does not list (it has not reported yet, or the cluster is new to it) has none:
     it gets one only in a reconcile that lists it (the same rule as the roll-up's
-    "unreported": composed, not reconciled yet, no hydration).
+    "unreported": composed, not reconciled yet, no hydration). A hydration it stops
+    desiring keeps its row (phase :data:`DELETING`) until the shard has seen it gone.
     """
     out: set[str] = set()
     v = shard.fields.get("status")

@@ -14,6 +14,7 @@ from tests.support.harness import (
     desired,
     desired_ready,
     request,
+    requirements,
     run,
     status,
     xr,
@@ -49,6 +50,12 @@ class Tree:
         self.shard_status: dict[str, dict[str, Any]] = {}
         self.shard_rsp: dict[str, Any] = {}
         self.hydrations: dict[str, dict[str, Any]] = {}  # cluster -> observed hydration
+        # Hydrations a shard stopped desiring that Crossplane is still deleting (foreground:
+        # their Objects, then the remote PVC/Job, go first). No longer observed by the
+        # shard (Crossplane drops them from spec.resourceRefs at once), only found by name.
+        # With ``linger`` False a deletion finishes before the next round.
+        self.deleting: dict[str, dict[str, Any]] = {}
+        self.linger = False
         self.replicas: list[dict[str, Any]] | None = []
         self.rsp: Any = None
 
@@ -79,16 +86,38 @@ class Tree:
         for k, body in self.shards.items():
             n = body["spec"]["shard"]
             obs = {f"hydration-{c}": h for c, h in self.hydrations.items() if cache_shard(c) == n}
-            required = {"replicas": self.replicas} if self.replicas is not None else {}
-            rsp = run(
-                request(shard_xr(body, self.shard_status.get(k)), observed=obs, required=required)
-            )
+            required: dict[str, Any] = {}
+            if self.replicas is not None:
+                required["replicas"] = self.replicas
+            x = shard_xr(body, self.shard_status.get(k))
+            rsp = run(request(x, observed=obs, required=required))
+            # Crossplane's requirements loop for hydrations looked up by name (replicas
+            # stay unresolved while ``replicas`` is None).
+            while asked := {
+                k: v
+                for k, v in requirements(rsp).items()
+                if k not in required and v.get("kind") == "ModelCacheHydration"
+            }:
+                required.update({k: self._resolve(v) for k, v in asked.items()})
+                rsp = run(request(x, observed=obs, required=required))
             self.shard_rsp[k] = rsp
             self.shard_status[k] = status(rsp)
-            # What the shard no longer desires, Crossplane deletes.
+            # What the shard no longer desires, Crossplane deletes (and stops observing).
             kept = {d["spec"]["clusterName"] for d in desired(rsp).values()}
             for c in [c for c in self.hydrations if cache_shard(c) == n and c not in kept]:
-                del self.hydrations[c]
+                gone = self.hydrations.pop(c)
+                if self.linger:
+                    meta = {**gone["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}
+                    self.deleting[c] = {**gone, "metadata": meta}
+
+    def _resolve(self, sel: dict[str, Any]) -> list[dict[str, Any]]:
+        """A hydration looked up by name: found while it is being deleted (or observed)."""
+        bodies = [*self.deleting.values(), *self.hydrations.values()]
+        return [b for b in bodies if b["metadata"]["name"] == sel.get("matchName")]
+
+    def finish_deleting(self, cluster: str) -> None:
+        """Crossplane finished deleting ``cluster``'s hydration (and its Objects)."""
+        del self.deleting[cluster]
 
     def step(self) -> Any:
         """Cache, shards, cache: the status of a full round."""

@@ -159,7 +159,10 @@ def guard(
     hydration of this cache (composed before this check, or while it was the one used
     or selected): then it is matched with :func:`blocked_reason` too, so nothing new is
     composed there and every hydration that exists is kept (bad input loses nothing).
-    Who has one is read from each member's observed shard (:func:`hydrated_clusters`).
+    Who has one is read from each member's observed shard (:func:`hydrated_clusters`):
+    a hydration that shard no longer desires counts until it reports it
+    gone (its ``Deleting`` row), so the next one on that workload cluster is composed
+    only once the first one's PVC and Job are deleted.
 
     Args:
         shared: The groups (:func:`match`).
@@ -201,8 +204,10 @@ def keep_draining(observed: Struct, report: ShardReport, identity: str, shard: i
     """Whether an observed shard whose clusters all left the footprint stays desired.
 
     It stays (with no clusters) until it has been told so and reports that it keeps
-    no hydration: while a live replica uses one of its hydrations it keeps that one,
-    and a shard not yet known to have let go is "not known", never "empty".
+    no hydration and that none it dropped is still being deleted (``summary.deleting``,
+    None when not reported; its ``Deleting`` rows are what :func:`guard` reads): while a
+    live replica uses one of its hydrations it keeps that one, and a shard not yet
+    known to have let go is "not known", never "empty".
     Dropping it then deletes nothing but the empty shard.
 
     The report counts only when it describes the spec the cache desires for the
@@ -215,5 +220,7 @@ def keep_draining(observed: Struct, report: ShardReport, identity: str, shard: i
     if structs.items(observed, "spec", "clusters"):
         return True
     if report.spec_hash != spec_hash(identity, shard, ()):
+        return True
+    if report.deleting is None or report.deleting > 0:
         return True
     return report.hydrations is None or report.hydrations > 0

@@ -41,6 +41,7 @@ from function.api.modelcache import (
 )
 from function.api.modelcachehydration import READY
 from function.api.modelcacheshard import (
+    DELETING,
     MAX_LISTED,
     MAX_WAITING,
     ShardSpec,
@@ -56,9 +57,17 @@ from function.composers.modelcacheshard.tally import Tally
 from function.core.errors import SpecError, quoted
 from function.core.inputs import Inputs, ObservedView, Resolved
 from function.core.outcome import Desired, Outcome
-from function.naming import cache_shard, source_identity
+from function.naming import cache_shard, hydration_name, source_identity
 
 REQ_REPLICAS = "replicas"
+# Requirement "gone-<cluster>": the hydration of a cluster that left the shard, by name,
+# while its row says Deleting.
+REQ_GONE = "gone-"
+GOING = (
+    "no longer in this shard's footprint: its hydration is being deleted, and with it "
+    "the cache PVC and Job on the cluster; no InferenceCluster naming the same workload "
+    "cluster gets a hydration of this cache until it is gone"
+)
 CHILD_PREFIX = wire.CHILD_PREFIX
 
 
@@ -129,6 +138,7 @@ def compose(inputs: Inputs) -> Outcome:
     _events(out, tally)
     for name, why in retained.items():
         tally.add_retained(name, *decide.retained_state(by_cluster[name], why))
+    _deleting(call, tally, prev_rows)
     tally.rows.sort(key=lambda r: r[0])
     same = prev_list is not None and wire.same_rows(tally.rows, prev_rows)
     _write_status(call, tally, prev_list if same else None)
@@ -222,6 +232,30 @@ def _hydrations(call: _Call, prev: dict[str, str]) -> Tally:
     return tally
 
 
+def _deleting(call: _Call, tally: Tally, prev_rows: list[wire.Row]) -> None:
+    """A ``Deleting`` row for each hydration of a cluster that left the shard and is
+    still there: one dropped in this call (observed, neither listed nor retained), and
+    one whose previous row said ``Deleting`` while its hydration, looked up by name, is
+    still found (or not resolved yet). Polls while any is left (required resources
+    are not watched)."""
+    by_cluster, listed, retained = call.by_cluster, call.listed, call.retained
+    for name in sorted(by_cluster):
+        if name not in listed and name not in retained:
+            tally.add_deleting(name, GOING)
+    ns, cache = call.inputs.namespace, call.spec.cacheName
+    for name, phase, *_ in prev_rows:
+        if phase != DELETING or name in by_cluster or name in listed:
+            continue
+        key = REQ_GONE + name
+        match = hydration_name(ns, cache, name)
+        call.out.require(key, API_VERSION, "ModelCacheHydration", match_name=match, namespace=ns)
+        got = call.inputs.required(key)
+        if not isinstance(got, Resolved) or got.items:
+            tally.add_deleting(name, GOING)
+    if tally.deleting:
+        call.out.requeue_after(call.inputs.settings.poll_seconds)
+
+
 def _events(out: Outcome, tally: Tally) -> None:
     """One event per kind of transition, not one per cluster."""
     if tally.started:
@@ -249,6 +283,7 @@ def _write_status(call: _Call, tally: Tally, same_list: ListValue | None) -> Non
         "total": tally.total,
         "hydrations": len(call.out.resources),
         "retained": len(call.retained),
+        "deleting": tally.deleting,
         "phases": tally.counts,
     }
     st["evidence"] = evidence_list(decide.evidence_groups(tally.ready_evidence))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from google.protobuf.struct_pb2 import Struct
 
 from function.api.modelcachehydration import FAILED, READY
-from function.api.modelcacheshard import PHASES, UNAVAILABLE
+from function.api.modelcacheshard import DELETING, PHASES, UNAVAILABLE
 from function.composers.modelcacheshard.wire import Row
 
 
@@ -28,6 +28,7 @@ class Tally:
         newly_ready: Clusters that turned Ready since the previous status.
         newly_failed: ``"cluster: message"`` of the clusters that turned Failed.
         kept: ``(cluster, message)`` of the retained clusters, in the order added.
+        deleting: Hydrations no longer desired that are still there (being deleted).
     """
 
     rows: list[Row] = field(default_factory=list)
@@ -40,6 +41,7 @@ class Tally:
     newly_ready: list[str] = field(default_factory=list)
     newly_failed: list[str] = field(default_factory=list)
     kept: list[tuple[str, str]] = field(default_factory=list)
+    deleting: int = 0
 
     @property
     def total(self) -> int:
@@ -82,3 +84,9 @@ class Tally:
         """Add the row of ``name``, kept while replicas use it."""
         self.rows.append((name, phase, msg, None, True))
         self.kept.append((name, msg))
+
+    def add_deleting(self, name: str, msg: str) -> None:
+        """Add the row of ``name``, whose hydration is no longer desired and still there
+        (not counted among the footprint's phases)."""
+        self.rows.append((name, DELETING, msg, None, False))
+        self.deleting += 1
