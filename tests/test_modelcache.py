@@ -1272,3 +1272,21 @@ def test_the_other_member_waits_until_the_blocking_hydration_is_gone(
     assert hydrated_clusters(t) == sorted([case.inputs.blocked, *case.inputs.also]), t.rows()
     assert conditions(t.rsp)[DISTINCT]["status"] == "True"
     assert "gpu-a" not in t.rows()
+
+
+def test_the_guard_reads_each_observed_shard_once_per_call(monkeypatch) -> None:
+    """Review 17g F4: at 5,000 clusters in kubeconfig-sharing pairs the guard looked up
+    each member's shard rows (a memo lookup reading the shard's resourceVersion) on
+    every steady call; it now reads each observed shard's rows at most once a call."""
+    from function.composers.modelcache import footprint
+
+    clusters = [
+        inference_cluster(f"gpu-{i:03d}", kubeconfig=f"kc-{i // 2}", created=T1) for i in range(400)
+    ]
+    t = grown(cache(selector={}), clusters)
+    t.step()
+    seen: list[int] = []
+    real = footprint.hydrated_clusters
+    monkeypatch.setattr(footprint, "hydrated_clusters", lambda s: seen.append(1) or real(s))
+    t.reconcile_cache()
+    assert 0 < len(seen) <= len(t.shards), (len(seen), len(t.shards))

@@ -4,7 +4,7 @@ the shard of each, and which shards stay desired (no wire bytes here)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
@@ -31,11 +31,14 @@ class Shared(NamedTuple):
             reason (:func:`shared_reason`) and gets no new hydration.
         others: The members the selector does not match, by name (they count only
             through a hydration they still have: :func:`guard`).
+        shards: ``cache_shard`` of each of ``(*matched, *others)``, in that order
+            (computed once, inside the memo of :func:`match`, not on every call).
     """
 
     secret: tuple[str, str]
     matched: tuple[str, ...]
     others: tuple[str, ...]
+    shards: tuple[int, ...]
 
 
 class Guarded(NamedTuple):
@@ -139,7 +142,9 @@ def _footprint(
         for _, _, name in ours[1:]:
             matched[name] = shared_reason(used)
         others = tuple(sorted(n for _, n in members if n not in matched))
-        shared.append(Shared(secret, tuple(a[2] for a in ours), others))
+        used_here = tuple(a[2] for a in ours)
+        where = tuple(cache_shard(n) for n in (*used_here, *others))
+        shared.append(Shared(secret, used_here, others, where))
     buckets: dict[int, list[tuple[str, str]]] = {}
     for name in sorted(matched):
         buckets.setdefault(cache_shard(name), []).append((name, matched[name]))
@@ -159,8 +164,8 @@ def guard(
     hydration of this cache (composed before this check, or while it was the one used
     or selected): then it is matched with :func:`blocked_reason` too, so nothing new is
     composed there and every hydration that exists is kept (bad input loses nothing).
-    Who has one is read from each member's observed shard (:func:`hydrated_clusters`):
-    a hydration that shard no longer desires counts until it reports it
+    Who has one is read from each member's observed shard (:func:`hydrated_clusters`,
+    once per shard): a hydration that shard no longer desires counts until it reports it
     gone (its ``Deleting`` row), so the next one on that workload cluster is composed
     only once the first one's PVC and Job are deleted.
 
@@ -172,20 +177,61 @@ def guard(
 
     Returns:
         ``matched`` and ``shards`` (new ones when a cluster is blocked), and the groups
-        the cache reports: two matched members or more, or one blocked. O(members).
+        the cache reports: two matched members or more, or one blocked. O(members)
+        when the groups or a member's shard rows changed since the last call, else
+        O(shards holding a member).
     """
     if not shared:
         return matched, shards, []
+    # A steady call (the same groups, from the per-versions memo of match, and the same
+    # rows in each shard holding a member) reuses the last result: O(shards) then.
+    hit = _GUARDED.get(id(shared))
+    if hit is not None and hit[0] is shared and hit[1] is matched and hit[2] is shards:
+        touched = hit[3]
+    else:
+        hit = None
+        touched = tuple(sorted({n for g in shared for n in g.shards}))
+    by_shard = {n: _rows(observed.get(n)) for n in touched}
+    key = tuple(by_shard.values())
+    if hit is not None and hit[4] == key:
+        return hit[5]
+    result = _guard(shared, matched, shards, by_shard)
+    if len(_GUARDED) >= _GUARDED_SLOTS:
+        _GUARDED.clear()
+    _GUARDED[id(shared)] = (shared, matched, shards, touched, key, result)
+    return result
 
-    def has(name: str) -> bool:
-        s = observed.get(cache_shard(name))
-        return s is not None and name in hydrated_clusters(s)
+
+# id(shared) -> (shared, matched, shards, touched shards, their rows, result) of the
+# last guard call for those groups; the objects are kept, so an id is never reused
+# while its entry lives. Results are shared: callers never mutate them.
+_GUARDED: dict[int, tuple[Any, ...]] = {}
+_GUARDED_SLOTS = 64
+_NO_ROWS: frozenset[str] = frozenset()
+
+
+def _rows(shard: Struct | None) -> frozenset[str]:
+    """The clusters an observed shard reports a hydration of (none when not observed)."""
+    return hydrated_clusters(shard) if shard is not None else _NO_ROWS
+
+
+def _guard(
+    shared: tuple[Shared, ...],
+    matched: dict[str, str],
+    shards: dict[int, Entries],
+    by_shard: dict[int, frozenset[str]],
+) -> tuple[dict[str, str], dict[int, Entries], list[Guarded]]:
+    """:func:`guard` once the rows of every shard holding a member are read."""
+
+    def has(name: str, n: int) -> bool:
+        return name in by_shard[n]
 
     blocked: dict[str, str] = {}
     out: list[Guarded] = []
     for g in shared:
         used = g.matched[0]
-        hydrated = tuple(n for n in (*g.matched, *g.others) if has(n))
+        names = (*g.matched, *g.others)
+        hydrated = tuple(n for n, k in zip(names, g.shards, strict=True) if has(n, k))
         holder = next((n for n in hydrated if n != used), None)
         if holder is not None:
             blocked[used] = blocked_reason(holder)
