@@ -927,20 +927,58 @@ QUOTA = (
 )
 UNAPPLIED = "unapplied"  # the prune Object's state: Synced=False, no remote Job
 NOT_REPORTED = "not-reported"  # created, provider-kubernetes reported nothing yet
+INCOMPLETE = (
+    "cannot determine creation result - remove the crossplane.io/external-create-pending "
+    "annotation if it is safe to proceed"
+)
+UNREACHABLE = "cannot connect: dial tcp: i/o timeout"
+
+
+def _ago(seconds: float) -> str:
+    return (h.NOW - datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Unreported(NamedTuple):
+    """A prune Object with no remote observation (no ``status.atProvider``): its
+    ``Synced`` condition (the error; None: ``Synced=True``) and crossplane-runtime's
+    create annotations (``pending``, ``succeeded``, ``failed``: RFC 3339 times)."""
+
+    error: str | None
+    notes: dict[str, str]
+
+
+CREATE_PENDING = Unreported(INCOMPLETE, {"pending": _ago(60), "failed": _ago(120)})
+CREATED_NOT_REPORTED = Unreported(None, {"pending": _ago(60), "succeeded": _ago(59)})
+CREATED_THEN_UNREACHABLE = Unreported(UNREACHABLE, {"pending": _ago(60), "succeeded": _ago(59)})
+CREATE_FAILED = Unreported(QUOTA, {"pending": _ago(120), "failed": _ago(60)})
 
 
 def _prune_observed(keep: tuple[str, ...], remote: Any) -> dict[str, Any]:
     """The observed prune Job Object keeping ``keep``: its remote Job in ``remote`` state,
-    or one provider-kubernetes could not create (UNAPPLIED) or has not reported on."""
-    if remote not in (UNAPPLIED, NOT_REPORTED):
+    or one provider-kubernetes could not create (UNAPPLIED), has not reported on, or
+    reports as ``remote`` (an :class:`Unreported`)."""
+    if remote not in (UNAPPLIED, NOT_REPORTED) and not isinstance(remote, Unreported):
         return _observed_prune(keep, remote)
     ((key, obs),) = _observed_prune(keep, RUNNING_JOB).items()
     obs["status"] = {}
     if remote == UNAPPLIED:
+        remote = Unreported(QUOTA, {})
+    if isinstance(remote, Unreported):
+        synced = {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}
+        if remote.error is not None:
+            synced = {
+                "type": "Synced",
+                "status": "False",
+                "reason": "ReconcileError",
+                "message": remote.error,
+            }
         obs["status"]["conditions"] = [
-            {"type": "Synced", "status": "False", "reason": "ReconcileError", "message": QUOTA},
+            synced,
             {"type": "Ready", "status": "False", "reason": "Creating"},
         ]
+        notes = {f"crossplane.io/external-create-{k}": v for k, v in remote.notes.items()}
+        if notes:
+            obs["metadata"].setdefault("annotations", {}).update(notes)
     return {key: obs}
 
 
@@ -1086,6 +1124,43 @@ PRUNE_FAILURES = [
         Failing(_at(H_NEW, "Ready", [H_NEW], H_OLD), None, ((H_NEW,), NOT_REPORTED), SERVING_NEW),
         Handled("Pending", "WaitingForPrune", True, None, False, None),
     ),
+    # ---- "never created" is evidence (observed._never_created), as for the download Job ----
+    Case(
+        "prune-create-pending-is-running",
+        "a create whose result provider-kubernetes does not know (external-create-pending "
+        "newer than any result; Synced=False 'cannot determine creation result') may have "
+        "created the Job: kept as observed, it still holds a download it would remove",
+        Failing(_at(H_NEW, "Ready", [H_NEW], H_OLD), None, ((H_NEW,), CREATE_PENDING), SERVING_NEW),
+        Handled("Pending", "WaitingForPrune", True, None, False, None),
+    ),
+    Case(
+        "prune-created-not-reported-is-running",
+        "created (external-create-succeeded, Synced=True), the remote Job not reported yet: "
+        "kept as observed",
+        Failing(
+            _at(H_NEW, "Ready", [H_NEW], H_OLD), None, ((H_NEW,), CREATED_NOT_REPORTED), SERVING_NEW
+        ),
+        Handled("Pending", "WaitingForPrune", True, None, False, None),
+    ),
+    Case(
+        "prune-created-then-unreachable-is-running",
+        "created (external-create-succeeded), the status carrying the remote Job never "
+        "written, then the cluster unreachable (Synced=False): the Job exists, kept",
+        Failing(
+            _at(H_NEW, "Ready", [H_NEW], H_OLD),
+            None,
+            ((H_NEW,), CREATED_THEN_UNREACHABLE),
+            SERVING_NEW,
+        ),
+        Handled("Pending", "WaitingForPrune", True, None, False, None),
+    ),
+    Case(
+        "prune-create-failed-is-not-running",
+        "the last create failed (external-create-failed after -pending, Synced=False, no "
+        "remote Job): known never created, recorded and dropped as before",
+        Failing(_at(H_NEW, "Ready", [H_NEW], H_OLD), None, ((H_NEW,), CREATE_FAILED), SERVING_NEW),
+        Handled("Hydrating", "JobRunning", False, None, True, "PruneNotSynced", True, QUOTA, True),
+    ),
 ]
 
 
@@ -1156,6 +1231,15 @@ def test_a_failed_or_uncreated_prune_is_recorded_and_dropped(
             for r in replicas:
                 assert set(r.get("status", {}).get("cacheIdentities", [])) <= keep
     th.validate_status(xr, rsp)
+    if isinstance(prune and prune[1], Unreported):
+        # An unchanged world: the status written is read back and written again as is,
+        # the prune Object kept (or not) alike, no Warning said twice.
+        again = copy.deepcopy(xr)
+        again["status"] = st
+        rsp2 = th.run(th.request(again, observed=observed, required=required))
+        assert th.status(rsp2) == st, case.reason
+        assert (key in h.desired(rsp2)) is want.prune_kept, case.reason
+        assert not th.warnings(rsp2), case.reason
 
 
 def test_a_failed_prune_lifecycle() -> None:

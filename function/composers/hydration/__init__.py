@@ -65,10 +65,12 @@ removals the last status still lists is kept for the call that records them. A f
 one is recorded in ``status.prune`` (a ``PruneFailed`` warning, in the message while the
 record stands) and dropped once recorded, at once when its keep-list no longer covers
 the current identity and every identity live replicas may read: deleted on the
-cluster, a desired failed Job would be re-created and run again. One that
-provider-kubernetes cannot create (``Synced=False``, no remote Job: a jobs quota, a
-webhook) is not running: a ``PruneNotSynced`` warning naming the Job and the error,
-recorded the same way, dropped, and it holds no download. The next prune keeps the
+cluster, a desired failed Job would be re-created and run again. One known never to
+have been created (``observed._never_created``: ``Synced=False``, no remote Job, no
+create that succeeded or is in flight: a jobs quota, a webhook) is not running: a
+``PruneNotSynced`` warning naming the Job and the error, recorded the same way, dropped,
+and it holds no download; any other one without a Job result may be running and is
+kept. The next prune keeps the
 current identities; the keep-list that failed is not composed again before
 ``function.manifests.hydration.PRUNE_RETRY_SECONDS`` (1 h) after ``failedAt``. One prune
 at a time, only while the current identity is Ready and stored (a download always comes

@@ -547,11 +547,13 @@ class _Composer:
         keep-list does not cover the current identity and every identity the live
         replicas may read (or those are not known): a failed Job deleted on the cluster
         is re-created by provider-kubernetes while desired, and would run again. An
-        Object provider-kubernetes cannot create (``Synced=False``, no remote Job) is
+        Object known never to have created its Job (:func:`observed._never_created`:
+        ``Synced=False``, no remote Job, no create that succeeded or is in flight) is
         not running: recorded (``PruneNotSynced``, the apply error) and dropped at once,
-        blocking nothing. The current identity is never dropped from ``stored`` by a
-        completed or failed prune (it was downloaded after: a download of an identity a
-        prune removes waits for the prune).
+        blocking nothing; any other Object without a Job result (created but not
+        reported, a create whose result is not known) is running. The current identity
+        is never dropped from ``stored`` by a completed or failed prune (it was
+        downloaded after: a download of an identity a prune removes waits for the prune).
         """
         for key, child in self.inputs.observed.items():
             if not key.startswith(PRUNE_PREFIX):
@@ -562,8 +564,8 @@ class _Composer:
             name = _manifest_name(body) or key
             if result is None:
                 err = _sync_error(body)
-                if err and _manifest(body) is None:
-                    # Never created on the cluster: nothing runs, nothing was removed.
+                if err is not None and _never_created(body):
+                    # Known never created on the cluster: nothing runs, nothing was removed.
                     self.prunes_dropped.add(key)
                     self._record_prune_failure(name, keep, REASON_PRUNE_NOT_SYNCED, err)
                     continue
