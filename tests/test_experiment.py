@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import datetime
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1133,6 +1133,130 @@ def test_a_missing_candidate_cache_never_drops_a_running_runs_children(
     sim.reconcile()
     assert (sim.status, sim.conditions()) == before
     assert set(want.kept) <= set(desired(sim.rsp)), sorted(desired(sim.rsp))
+
+
+HELD_UNADMITTED = (
+    "bad input never drops children that exist: a run whose candidate or gauntlet Job is "
+    "observed (its admission not recorded in status) is held, as a held edit is, when its "
+    "spec cannot start it"
+)
+
+
+def _templateref_typo(sim: Sim) -> None:
+    sim.xr["spec"]["gauntlet"]["templateRef"]["name"] = "lm-evl"
+
+
+def _forbidden_template(sim: Sim) -> None:
+    sim.xr["spec"]["gauntlet"]["templateRef"]["name"] = "lm-eval-host"
+    sim.world.append(_forbidden_cronjob("lm-eval-host"))
+
+
+def _gate_on_a_missing_cache(sim: Sim) -> None:
+    sim.xr["spec"]["artifactGate"] = {"modelCacheRef": {"name": "qwen-cahce"}}
+
+
+def _cronjob_deleted(sim: Sim) -> None:
+    sim.remove("CronJob", "lm-eval")
+
+
+def _gated_cache_deleted(sim: Sim) -> None:
+    sim.remove("ModelCache", "qwen-cache")
+
+
+@dataclass(frozen=True)
+class Unadmitted:
+    """How far the run got, what of its status is gone, the bad input then (in the spec
+    or the world), and whether the spec has an artifact gate from the start."""
+
+    evaluating: bool
+    status: str  # "lost" (no status at all), "unadmitted" (no status.candidate)
+    bad: Callable[[Sim], None]
+    gated: bool = False
+
+
+@dataclass(frozen=True)
+class Held:
+    """The hold's reason, a fragment of its Runnable message, and whether undoing the
+    bad input admits the same run again (a world fixed; a fixed spec differs from the
+    status's specHash, recorded while held, so it starts a new run)."""
+
+    reason: str
+    fragment: str
+    resumes: bool = False
+
+
+TYPO = "CronJob ml-team/lm-evl (spec.gauntlet.templateRef) not found"
+GONE = "CronJob ml-team/lm-eval (spec.gauntlet.templateRef) not found"
+HELD_WHEN_UNADMITTED: list[Case[Unadmitted, Held]] = [
+    Case("templateRef typo, status lost while deploying", HELD_UNADMITTED,
+         Unadmitted(False, "lost", _templateref_typo), Held("TemplateNotFound", TYPO)),
+    Case("templateRef typo, status lost while evaluating", HELD_UNADMITTED,
+         Unadmitted(True, "lost", _templateref_typo), Held("TemplateNotFound", TYPO)),
+    Case("CronJob deleted, status lost while evaluating", HELD_UNADMITTED,
+         Unadmitted(True, "lost", _cronjob_deleted), Held("TemplateNotFound", GONE, True)),
+    Case("CronJob deleted, admission not recorded while evaluating", HELD_UNADMITTED,
+         Unadmitted(True, "unadmitted", _cronjob_deleted), Held("TemplateNotFound", GONE, True)),
+    Case("forbidden CronJob, status lost while evaluating", HELD_UNADMITTED,
+         Unadmitted(True, "lost", _forbidden_template),
+         Held("TemplateInvalid", "spec.jobTemplate.spec.template.spec.hostPID")),
+    Case("gate on a missing cache, status lost while deploying", HELD_UNADMITTED,
+         Unadmitted(False, "lost", _gate_on_a_missing_cache),
+         Held("ArtifactCacheNotFound", "qwen-cahce")),
+    Case("gate on a missing cache, status lost while evaluating", HELD_UNADMITTED,
+         Unadmitted(True, "lost", _gate_on_a_missing_cache),
+         Held("ArtifactCacheNotFound", "qwen-cahce")),
+    Case("gated cache deleted, admission not recorded while evaluating", HELD_UNADMITTED,
+         Unadmitted(True, "unadmitted", _gated_cache_deleted, gated=True),
+         Held("ArtifactCacheNotFound", "ml-team/qwen-cache", True)),
+]  # fmt: skip
+
+
+@table(HELD_WHEN_UNADMITTED)
+def test_bad_input_holds_a_run_whose_children_exist_without_its_admission(
+    sim_factory, clock: Clock, case: Case[Unadmitted, Held]
+) -> None:
+    got, want = case.inputs, case.want
+    gate = {"modelCacheRef": {"name": "qwen-cache"}}
+    sim = sim_factory(spec(artifactGate=gate) if got.gated else None)
+    if got.evaluating:
+        sim.to_evaluating()
+    else:
+        sim.reconcile()
+        sim.reconcile()  # the candidate is observed
+        assert sim.phase == "Deploying", sim.status
+    before = copy.deepcopy(sim.observed)
+    original, world = copy.deepcopy(sim.xr["spec"]), list(sim.world)
+    sim.xr["spec"] = copy.deepcopy(original)
+    got.bad(sim)
+    if got.status == "lost":
+        del sim.xr["status"]
+    else:
+        sim.xr["status"].pop("candidate")
+    clock.advance(60)
+    sim.reconcile()
+    assert set(desired(sim.rsp)) == set(before), sorted(desired(sim.rsp))
+    for k, obj in before.items():
+        assert sim.observed[k]["spec"] == obj["spec"], k
+    assert (sim.phase, sim.status["reason"]) == ("Blocked", want.reason), sim.status
+    runnable = sim.conditions()["Runnable"]
+    assert runnable["reason"] == want.reason and want.fragment in runnable["message"], runnable
+    assert "keeps its candidate and gauntlet Job" in runnable["message"], runnable
+    # A fixed point in an unchanged world.
+    status_before = (copy.deepcopy(sim.status), sim.conditions())
+    clock.advance(30)
+    sim.reconcile()
+    assert (sim.status, sim.conditions()) == status_before
+    assert set(desired(sim.rsp)) == set(before), sorted(desired(sim.rsp))
+    for k, obj in before.items():
+        assert sim.observed[k]["spec"] == obj["spec"], k
+    if not want.resumes:
+        return
+    # The world fixed: the run is admitted again, its children kept.
+    sim.world = world
+    clock.advance(30)
+    sim.reconcile()
+    assert sim.conditions()["Runnable"]["reason"] == "Admitted", sim.conditions()
+    assert set(before) <= set(sim.observed), sorted(sim.observed)
 
 
 # ---- blocked -------------------------------------------------------------------------------

@@ -184,14 +184,19 @@ class _Composer:
             )
         return True
 
-    def hold(self, st: RunState, found: Admission) -> None:
-        """The edited spec cannot start: run ``st`` keeps its candidate and Job as they are."""
+    def hold(
+        self,
+        st: RunState,
+        found: Admission,
+        until: str = "under the previous spec until the edited one can start",
+    ) -> None:
+        """The edited spec cannot start (or, ``until`` saying so, the spec cannot start a
+        run whose children exist without its admission recorded): run ``st`` keeps its
+        candidate and Job as they are. Runnable's message is ``found.message`` (naming the
+        field), then "run <name> keeps its candidate and gauntlet Job <until>"."""
         out = self.out
         out.keep_observed(self.inputs)
-        msg = (
-            f"{found.message}; run {st.name} keeps its candidate and gauntlet Job under the "
-            "previous spec until the edited one can start"
-        )
+        msg = f"{found.message}; run {st.name} keeps its candidate and gauntlet Job {until}"
         gate_condition(out, found)
         self.set_phase("Blocked", str(found.reason), msg)
         out.condition(RUNNABLE, "False", str(found.reason), msg)

@@ -143,7 +143,11 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     admitted and is admitted again; its candidate waits for the cache (its own
     ``CacheNotFound``) and the deadline bounds the run, as for a cache deleted after
     admission. (Found by the fuzz test, merge 17 case 1218: blocking dropped the
-    candidate and the Job.)
+    candidate and the Job.) Any other reason (``TemplateNotFound``, ``TemplateInvalid``,
+    a closed gate) holds such a run as a held edit does (:meth:`~function.composers.
+    experiment.compose._Composer.hold`): its children are kept as observed, phase
+    ``Blocked`` and ``Runnable=False`` name the field; bad input never drops children
+    that exist. Fixing the spec admits the run again.
 
     Returns:
         True when the candidate was admitted in this call.
@@ -153,8 +157,16 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
         c.waiting(st, "waiting for Crossplane to resolve the CronJob and the ModelCache")
         return False
     assert isinstance(found, Admission)
-    if found.reason == CANDIDATE_CACHE_NOT_FOUND and _created(c, st):
+    created = _created(c, st)
+    if found.reason == CANDIDATE_CACHE_NOT_FOUND and created:
         found = Admission(None, found.gate.message if found.gate is not None else "", found.gate)
+    if found.reason is not None and created:
+        c.hold(
+            st,
+            found,
+            "as observed (its admission is not recorded in status) until the spec can start it",
+        )
+        return False
     if found.reason is not None:
         gate_condition(c.out, found)
         c.blocked(st, found.reason, found.message)
