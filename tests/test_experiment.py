@@ -1176,13 +1176,10 @@ class Unadmitted:
 
 @dataclass(frozen=True)
 class Held:
-    """The hold's reason, a fragment of its Runnable message, and whether undoing the
-    bad input admits the same run again (a world fixed; a fixed spec differs from the
-    status's specHash, recorded while held, so it starts a new run)."""
+    """The hold's reason and a fragment of its Runnable message."""
 
     reason: str
     fragment: str
-    resumes: bool = False
 
 
 TYPO = "CronJob ml-team/lm-evl (spec.gauntlet.templateRef) not found"
@@ -1192,10 +1189,12 @@ HELD_WHEN_UNADMITTED: list[Case[Unadmitted, Held]] = [
          Unadmitted(False, "lost", _templateref_typo), Held("TemplateNotFound", TYPO)),
     Case("templateRef typo, status lost while evaluating", HELD_UNADMITTED,
          Unadmitted(True, "lost", _templateref_typo), Held("TemplateNotFound", TYPO)),
+    Case("templateRef typo, admission not recorded while evaluating", HELD_UNADMITTED,
+         Unadmitted(True, "unadmitted", _templateref_typo), Held("TemplateNotFound", TYPO)),
     Case("CronJob deleted, status lost while evaluating", HELD_UNADMITTED,
-         Unadmitted(True, "lost", _cronjob_deleted), Held("TemplateNotFound", GONE, True)),
+         Unadmitted(True, "lost", _cronjob_deleted), Held("TemplateNotFound", GONE)),
     Case("CronJob deleted, admission not recorded while evaluating", HELD_UNADMITTED,
-         Unadmitted(True, "unadmitted", _cronjob_deleted), Held("TemplateNotFound", GONE, True)),
+         Unadmitted(True, "unadmitted", _cronjob_deleted), Held("TemplateNotFound", GONE)),
     Case("forbidden CronJob, status lost while evaluating", HELD_UNADMITTED,
          Unadmitted(True, "lost", _forbidden_template),
          Held("TemplateInvalid", "spec.jobTemplate.spec.template.spec.hostPID")),
@@ -1207,7 +1206,7 @@ HELD_WHEN_UNADMITTED: list[Case[Unadmitted, Held]] = [
          Held("ArtifactCacheNotFound", "qwen-cahce")),
     Case("gated cache deleted, admission not recorded while evaluating", HELD_UNADMITTED,
          Unadmitted(True, "unadmitted", _gated_cache_deleted, gated=True),
-         Held("ArtifactCacheNotFound", "ml-team/qwen-cache", True)),
+         Held("ArtifactCacheNotFound", "ml-team/qwen-cache")),
 ]  # fmt: skip
 
 
@@ -1249,13 +1248,13 @@ def test_bad_input_holds_a_run_whose_children_exist_without_its_admission(
     assert set(desired(sim.rsp)) == set(before), sorted(desired(sim.rsp))
     for k, obj in before.items():
         assert sim.observed[k]["spec"] == obj["spec"], k
-    if not want.resumes:
-        return
-    # The world fixed: the run is admitted again, its children kept.
-    sim.world = world
+    # The input fixed (the spec written back, the world restored): the same run is
+    # admitted again, its children kept.
+    sim.xr["spec"], sim.world = original, world
     clock.advance(30)
     sim.reconcile()
     assert sim.conditions()["Runnable"]["reason"] == "Admitted", sim.conditions()
+    assert sim.status["run"] == RUN1, sim.status
     assert set(before) <= set(sim.observed), sorted(sim.observed)
 
 

@@ -28,6 +28,7 @@ from function.composers.experiment.run import (
     Admission,
     active,
     admission,
+    children_observed,
     decided_under_invalid_spec,
     decided_while_held,
     gate_condition,
@@ -142,12 +143,21 @@ class _Composer:
             False when the spec changed under a run in progress and the edited spec
             cannot start (its CronJob or ModelCache not found, unusable, or not known
             yet): the running run is held, its children kept (bad input loses nothing;
-            the spec written back resumes it), and nothing else is decided.
+            the spec written back resumes it), and nothing else is decided. A run whose
+            children are observed without its admission recorded (a status lost or
+            rewritten) is not a spec change: it goes on under ``h`` (held by
+            :func:`~function.composers.experiment.run.admit` if ``h`` cannot start it).
         """
         inputs, out = self.inputs, self.out
         if st.number == 0:
             st.start(inputs.name, 1, h, inputs.generation)
         elif st.spec_hash != h:
+            if not st.candidate.get("createdAt") and not st.verdict and children_observed(self, st):
+                # Children without a recorded admission (a status lost or rewritten): the
+                # same run under this spec, so writing back a spec whose input held it
+                # resumes it (bad input loses nothing).
+                st.start(inputs.name, st.number, h, inputs.generation)
+                return True
             if self.held(spec, st):
                 return False
             was = st.name

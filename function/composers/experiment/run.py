@@ -157,7 +157,7 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
         c.waiting(st, "waiting for Crossplane to resolve the CronJob and the ModelCache")
         return False
     assert isinstance(found, Admission)
-    created = _created(c, st)
+    created = children_observed(c, st)
     if found.reason == CANDIDATE_CACHE_NOT_FOUND and created:
         found = Admission(None, found.gate.message if found.gate is not None else "", found.gate)
     if found.reason is not None and created:
@@ -183,7 +183,7 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     return True
 
 
-def _created(c: _Composer, st: RunState) -> bool:
+def children_observed(c: _Composer, st: RunState) -> bool:
     """Whether run ``st``'s candidate or gauntlet Job is observed (and not being deleted:
     a previous run's going away under the same names is not this run's)."""
     inputs = c.inputs
