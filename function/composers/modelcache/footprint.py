@@ -4,7 +4,7 @@ the shard of each, and which shards stay desired (no wire bytes here)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
@@ -177,36 +177,16 @@ def guard(
 
     Returns:
         ``matched`` and ``shards`` (new ones when a cluster is blocked), and the groups
-        the cache reports: two matched members or more, or one blocked. O(members)
-        when the groups or a member's shard rows changed since the last call, else
-        O(shards holding a member).
+        the cache reports: two matched members or more, or one blocked. O(members),
+        with one read of each shard holding a member.
     """
     if not shared:
         return matched, shards, []
-    # A steady call (the same groups, from the per-versions memo of match, and the same
-    # rows in each shard holding a member) reuses the last result: O(shards) then.
-    hit = _GUARDED.get(id(shared))
-    if hit is not None and hit[0] is shared and hit[1] is matched and hit[2] is shards:
-        touched = hit[3]
-    else:
-        hit = None
-        touched = tuple(sorted({n for g in shared for n in g.shards}))
+    touched = {n for g in shared for n in g.shards}
     by_shard = {n: _rows(observed.get(n)) for n in touched}
-    key = tuple(by_shard.values())
-    if hit is not None and hit[4] == key:
-        return hit[5]
-    result = _guard(shared, matched, shards, by_shard)
-    if len(_GUARDED) >= _GUARDED_SLOTS:
-        _GUARDED.clear()
-    _GUARDED[id(shared)] = (shared, matched, shards, touched, key, result)
-    return result
+    return _guard(shared, matched, shards, by_shard)
 
 
-# id(shared) -> (shared, matched, shards, touched shards, their rows, result) of the
-# last guard call for those groups; the objects are kept, so an id is never reused
-# while its entry lives. Results are shared: callers never mutate them.
-_GUARDED: dict[int, tuple[Any, ...]] = {}
-_GUARDED_SLOTS = 64
 _NO_ROWS: frozenset[str] = frozenset()
 
 
