@@ -61,3 +61,29 @@ def test_no_case_stores_a_secret_value():
             for line in text.splitlines():
                 if line.strip().startswith(("HF_TOKEN:", "token:")):
                     assert golden.REDACTED in line or "Ref" in line, f"{f}: {line.strip()}"
+
+
+def test_every_recorded_status_is_valid_against_its_xrd():
+    """Each status the corpus records the function writing, laid over its XR, passes the
+    kind's XRD as the API server checks it (an enum value or a field the schema lacks is
+    refused there, and Crossplane then applies none of the XR's composed resources in
+    that reconcile). Conditions are Crossplane's, with its own schema."""
+    import yaml
+
+    from tests.support.validation import SchemaError, validate_xr
+
+    problems: list[str] = []
+    for case in CASES:
+        xr = yaml.safe_load((case / "xr.yaml").read_text())
+        want = yaml.safe_load((case / "want.yaml").read_text()) or {}
+        written = (((want.get("desired") or {}).get("composite") or {}).get("resource") or {})
+        if not written.get("status"):
+            continue
+        merged = dict(xr)
+        merged["status"] = {**(xr.get("status") or {}), **written["status"]}
+        merged["status"].pop("conditions", None)
+        try:
+            validate_xr(merged)
+        except SchemaError as e:
+            problems.append(f"{case.parent.name}/{case.name}: {e}")
+    assert not problems, "\n".join(problems[:20])
