@@ -1480,7 +1480,46 @@ LEAVING_CASES = [
         Roll("llama-cache", ROLLING, BOTH, then="qwen-cache"),
         Marked("qwen-cache", "llama-cache", ("llama-cache", "qwen-cache")),
     ),
+    Case(
+        "reference-removed-rolling",
+        "review 17k F3: modelCacheRef removed (a single-node engine may serve without a "
+        "cache) is a roll off qwen-cache as a switch is: labelled as leaving it, which "
+        "keeps its Usage, while the old pods read its PVC",
+        Roll("", ROLLING, (QWEN_ID,)),
+        Marked("", "qwen-cache", ("qwen-cache",)),
+    ),
+    Case(
+        "reference-removed-ready-for-an-older-generation",
+        "a ModelReady=True written before the removal says nothing of the roll",
+        Roll("", SERVING, (), stale=True),
+        Marked("", "qwen-cache", ("qwen-cache",)),
+    ),
+    Case(
+        "reference-removed-status-from-the-old-cache",
+        "a ModelReady=True that names qwen-cache's hydration (written before the "
+        "removal) is not the roll's end",
+        Roll("", SERVING, (), stale=None, hydrated="qwen-cache"),
+        Marked("", "qwen-cache", ("qwen-cache",)),
+    ),
+    Case(
+        "reference-removed-rolled",
+        "ready for its current generation, naming no identity and no hydration: rolled "
+        "off, the label goes, and the Usage",
+        Roll("", SERVING, ()),
+        Marked("", None, ()),
+    ),
 ]
+
+
+def _with_cache(xr: dict[str, Any], name: str) -> dict[str, Any]:
+    """``xr`` with ``spec.template.spec.modelCacheRef`` naming ``name`` ("": removed)."""
+    out = copy.deepcopy(xr)
+    spec = out["spec"]["template"]["spec"]
+    if name:
+        spec["modelCacheRef"] = {"name": name}
+    else:
+        spec.pop("modelCacheRef", None)
+    return out
 
 
 def _observe_rolling(rsp: Any, roll: Roll) -> dict[str, Any]:
@@ -1492,9 +1531,10 @@ def _observe_rolling(rsp: Any, roll: Roll) -> dict[str, Any]:
                 body["metadata"]["generation"] = 2
                 body["status"]["conditions"][0]["observedGeneration"] = 1 if roll.stale else 2
             body["status"]["cacheIdentities"] = list(roll.reads)
-            cache = roll.hydrated or body["spec"]["modelCacheRef"]["name"]
-            hyd = hydration_name(NS, cache, body["spec"]["clusterName"])
-            body["status"]["hydration"] = {"name": hyd, "phase": "Ready", "message": "ready"}
+            cache = roll.hydrated or body["spec"].get("modelCacheRef", {}).get("name")
+            if cache:  # a replica without a cache reports no hydration
+                hyd = hydration_name(NS, cache, body["spec"]["clusterName"])
+                body["status"]["hydration"] = {"name": hyd, "phase": "Ready", "message": "ready"}
     return out
 
 
@@ -1510,23 +1550,21 @@ def test_a_replica_rolling_off_a_cache_is_labelled_as_leaving_it(case: Case[Roll
     xr = deployment(1)
     rsp = drive(xr, h.World(base))
     rsp = drive(xr, h.World(base), observe(rsp, {0: ("True", "Serving", "serving")}))
-    switched = copy.deepcopy(xr)
-    switched["spec"]["template"]["spec"]["modelCacheRef"] = {"name": roll.to}
+    switched = _with_cache(xr, roll.to)
     rsp = drive(switched, h.World(base), observe(rsp, {0: ("True", "Serving", "serving")}))
     (moved,) = replicas_of(rsp).values()
-    assert moved["spec"]["modelCacheRef"]["name"] == roll.to
+    assert moved["spec"].get("modelCacheRef", {}).get("name", "") == roll.to
     assert moved["metadata"]["labels"][LEAVING] == "qwen-cache"  # set in the call it moves
-    then = copy.deepcopy(switched)
-    then["spec"]["template"]["spec"]["modelCacheRef"] = {"name": roll.then or roll.to}
+    then = _with_cache(switched, roll.then or roll.to)
     rsp = drive(then, h.World(base), _observe_rolling(rsp, roll))
     (after,) = replicas_of(rsp).values()
     got = Marked(
-        after["spec"]["modelCacheRef"]["name"],
+        after["spec"].get("modelCacheRef", {}).get("name", ""),
         after["metadata"]["labels"].get(LEAVING),
         tuple(sorted(_usage_keys(rsp).values())),
     )
     assert got == case.want, case.reason
-    assert after["metadata"]["labels"]["modelplane.ai/cache"] == got.cache
+    assert after["metadata"]["labels"].get("modelplane.ai/cache", "") == got.cache
     validate_xr(after)
     # The replica observed as composed, in the same roll state, twice: the same replica
     # and the same status (a fixed point).

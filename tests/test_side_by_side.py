@@ -328,18 +328,22 @@ def _leaving(
     name: str = "r0",
     cluster: str = th.CLUSTER,
     full: str | None = None,
+    to: str = "llama-cache",
 ) -> dict[str, Any]:
-    """A ModelReplica whose deployment moved it off this cache onto ``llama-cache``
-    (spec, cache label and ``modelplane.ai/leaving-cache: <this cache>`` as the
-    deployment writes them) while its old pods still mount this cache's PVC: ``reads``
-    is its ``status.cacheIdentities`` (None: none reported); ``full`` the
-    ``modelplane.ai/full-leaving-cache`` annotation (a shortened label)."""
-    body = _live(LLAMA_ID, name, cache="llama-cache", cluster=cluster)
+    """A ModelReplica whose deployment moved it off this cache onto ``to`` ("": its
+    ``modelCacheRef`` removed) (spec, cache label and ``modelplane.ai/leaving-cache:
+    <this cache>`` as the deployment writes them) while its old pods still mount this
+    cache's PVC: ``reads`` is its ``status.cacheIdentities`` (None: none reported);
+    ``full`` the ``modelplane.ai/full-leaving-cache`` annotation (a shortened label)."""
+    body = _live(LLAMA_ID, name, cache=to, cluster=cluster)
     body["metadata"]["labels"] = {
-        "modelplane.ai/cache": "llama-cache",
         "modelplane.ai/leaving-cache": th.CACHE,
         "modelplane.ai/cluster": th.CLUSTER,
     }
+    if to:
+        body["metadata"]["labels"]["modelplane.ai/cache"] = to
+    else:
+        del body["spec"]["modelCacheRef"]
     if full is not None:
         body["metadata"]["annotations"] = {"modelplane.ai/full-leaving-cache": full}
     if reads is not None:
@@ -426,6 +430,14 @@ PRUNE_CASES = [
         "replica's roll stalls; its old pods still read the old identity from this PVC "
         "(status.cacheIdentities), so a revision edit of this cache keeps it",
         Live([], [_leaving([LLAMA_ID, H_OLD])]),
+        Pruned(None, [{"identity": H_NEW}, {"identity": H_OLD, "usedBy": ["r0"]}]),
+    ),
+    Case(
+        "a-replica-rolling-off-this-cache-onto-none",
+        "review 17k F3: the deployment's modelCacheRef removed; the replica (no "
+        "modelCacheRef now, labelled as leaving this cache) still has pods reading the "
+        "old identity: kept",
+        Live([], [_leaving([H_OLD], to="")]),
         Pruned(None, [{"identity": H_NEW}, {"identity": H_OLD, "usedBy": ["r0"]}]),
     ),
     Case(

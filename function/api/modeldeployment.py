@@ -81,9 +81,10 @@ MOVING = "Moving"
 # ``modelplane.ai/leaving-cache: <cache>`` on a ModelReplica whose
 # ``spec.modelCacheRef`` the deployment moved off ModelCache ``<cache>`` (its spec
 # ``modelCacheRef`` changed, and the new cache's hydration is Ready on the replica's
-# cluster) while the replica's pods may still read ``<cache>``'s PVC: its workload rolls
-# make-before-break onto the new cache's PVC, and the old pods serve until it is done
-# (a roll can stall for lack of GPU room). Set in the call that moves the replica; kept
+# cluster; or it was removed: at once) while the replica's pods may still read
+# ``<cache>``'s PVC: its workload rolls make-before-break onto the new cache's PVC (or
+# none), and the old pods serve until it is done (a roll can stall for lack of GPU
+# room). Set in the call that moves the replica; kept
 # until the replica reports ``ModelReady=True`` for its current generation, for the new
 # cache (a ``status.hydration`` naming another cache's hydration was written before the
 # switch) and with ``status.cacheIdentities`` naming no identity but its spec's (its

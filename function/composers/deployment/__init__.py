@@ -40,8 +40,8 @@ references the cache (Crossplane deletes it with the deployment, or when
 the deployment the way a Usage ``by`` the deployment itself would (the Usage
 would wait for the deployment, which waits for its composed Usage).
 ``replayDeletion`` re-issues a deletion of the cache attempted while it was in use.
-A replica moved off a cache by a ``modelCacheRef`` switch carries the label
-``modelplane.ai/leaving-cache: <that cache>`` until its roll onto the new cache is done
+A replica moved off a cache by a ``modelCacheRef`` switch (or its removal) carries the label
+``modelplane.ai/leaving-cache: <that cache>`` until its roll off it is done
 (``function.api.modeldeployment.LABEL_LEAVING_CACHE``): the old cache's hydration and
 shard keep what its old pods read.
 

@@ -498,9 +498,16 @@ def _identity(
     given under another cache's name. A replica leaves one cache at a time: one still
     rolling off a cache is held where it is until that roll is done, unless ``cache``
     is the one it is leaving (going back: its old pods read it).
+
+    Without ``cache`` (the reference removed), a replica composed from a ModelCache
+    rolls off it at once, marked as leaving it likewise; one already leaving a cache
+    keeps that mark.
     """
     named = view.identity if view is not None else ""
     leaving = view.leaving if view is not None else ""
+    if not cache and view is not None and view.cache and not leaving:
+        # The reference removed: its pods roll off that cache now, as on a switch.
+        leaving = view.cache
     if footprint is not None and view is not None and view.cache and cache and view.cache != cache:
         current, ready = footprint.identity(cluster)
         if ready and leaving in ("", cache):
