@@ -226,15 +226,7 @@ def _warn_once(
     False (``reason``, ``message``): not on every call that finds it unchanged
     (``function.core.events``: Crossplane turns every result into an event, on every
     call)."""
-    last = structs.conditions(inputs.xr).get(CONDITION)
-    before = (
-        (structs.sval(last, "status"), structs.sval(last, "reason"), structs.sval(last, "message"))
-        if last is not None
-        else None
-    )
-    events.changed(
-        out, before, ("False", reason, message), event or message, reason=reason, warning=True
-    )
+    events.condition_warning(out, inputs.xr, CONDITION, reason, message, event=event)
 
 
 def _echo(inputs: Inputs, out: Outcome) -> None:

@@ -28,6 +28,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from google.protobuf.struct_pb2 import Struct
+
+from function.core import structs
 from function.core.outcome import Outcome
 
 # Phases after which an event is a warning rather than a normal event.
@@ -95,3 +98,35 @@ def changed(
     else:
         out.normal(message, reason)
     return True
+
+
+def condition_warning(
+    out: Outcome,
+    xr: Struct,
+    condition_type: str,
+    reason: str,
+    message: str,
+    *,
+    event: str | None = None,
+) -> bool:
+    """A Warning event (``event``, else ``message``) when this call sets condition
+    ``condition_type`` to False with ``reason`` and ``message`` and the XR's last
+    written condition of that type (``status.conditions[]`` of ``xr``, the observed
+    XR) said something else: once per change, not on every call that finds it
+    unchanged.
+
+    Returns:
+        True if a result was added.
+
+    Raises:
+        ValueError: for an empty message.
+    """
+    last = structs.conditions(xr).get(condition_type)
+    before = (
+        (structs.sval(last, "status"), structs.sval(last, "reason"), structs.sval(last, "message"))
+        if last is not None
+        else None
+    )
+    return changed(
+        out, before, ("False", reason, message), event or message, reason=reason, warning=True
+    )

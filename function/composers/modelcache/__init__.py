@@ -347,20 +347,7 @@ def _clusters_distinct(inputs: Inputs, out: Outcome, guarded: list[footprint.Gua
         "workload cluster)"
     )
     out.condition(CLUSTERS_DISTINCT, "False", REASON_SHARED_KUBECONFIG, message)
-    last = structs.conditions(inputs.xr).get(CLUSTERS_DISTINCT)
-    before = (
-        (structs.sval(last, "status"), structs.sval(last, "reason"), structs.sval(last, "message"))
-        if last is not None
-        else None
-    )
-    events.changed(
-        out,
-        before,
-        ("False", REASON_SHARED_KUBECONFIG, message),
-        message,
-        reason=REASON_SHARED_KUBECONFIG,
-        warning=True,
-    )
+    events.condition_warning(out, inputs.xr, CLUSTERS_DISTINCT, REASON_SHARED_KUBECONFIG, message)
 
 
 def _unhostable(matched: dict[str, str]) -> list[str]:
