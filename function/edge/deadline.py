@@ -7,6 +7,14 @@ derives from ``BaseException`` so that a composer's ``except Exception`` (a CEL
 evaluation error "does not match") cannot swallow it; the runner turns it into a fatal
 result that names the XR and, for a device selector, the selector.
 
+The exception can be lost: CPython clears an error raised while it looks an attribute
+up in a type's dictionary (``getattr(evaluator, token)``, where lark's ``Token.__eq__``
+runs Python code, so the signal's handler may run there), and the evaluation then goes
+on with a half-done step, for the whole run of a runaway selector, to a wrong result.
+So a deadline that fired is remembered until the armed block ends: :func:`check`
+raises it again (the CEL evaluation's step counter calls it at every step), and a body
+that returns after the deadline fired raises it too, since its result is not trusted.
+
 Only the main thread of a process can receive the signal: elsewhere (an in-process
 server's worker thread, tests) :func:`armed` does nothing and the compute process pool
 (``function.edge.pool``) is the only bound, by replacing a process past its deadline.
@@ -29,6 +37,17 @@ class CallDeadline(BaseException):
         self.seconds = seconds
 
 
+# The seconds of the armed deadline once it has fired (None: not fired, or not armed).
+_fired: float | None = None
+
+
+def check() -> None:
+    """Raise :class:`CallDeadline` again if the armed deadline has fired (cheap: one
+    global read; called at every step of a CEL evaluation)."""
+    if _fired is not None:
+        raise CallDeadline(_fired)
+
+
 def can_arm() -> bool:
     """Whether :func:`armed` can enforce a deadline here (the main thread, POSIX)."""
     return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
@@ -39,18 +58,26 @@ def armed(seconds: float | None) -> Iterator[None]:
     """Raise :class:`CallDeadline` in the body once ``seconds`` (wall clock) have passed.
 
     ``None`` or a non-positive value, or a thread other than the main one: no deadline.
+    A body that returns after the deadline fired (its exception was lost, see the module
+    docstring) raises :class:`CallDeadline` on leaving the block.
     """
+    global _fired
     if seconds is None or seconds <= 0 or not can_arm():
         yield
         return
 
     def fire(_signum: int, _frame: Any) -> None:
+        global _fired
+        _fired = seconds
         raise CallDeadline(seconds)
 
     previous = signal.signal(signal.SIGALRM, fire)
+    _fired = None
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
+        check()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        _fired = None

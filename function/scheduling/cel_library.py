@@ -54,6 +54,7 @@ from celpy.evaluation import CELEvalError, Evaluator, base_functions
 from function.core.errors import quoted
 from function.core.memo import memo
 from function.core.memo import sized as memo_sized
+from function.edge import deadline
 
 _S = celtypes.StringType
 _I = celtypes.IntType
@@ -103,6 +104,7 @@ def charge(units: int) -> None:
         ValueError: once past the limit (:func:`over_budget`).
     """
     global _spent
+    deadline.check()  # a compute deadline whose exception CPython lost (see there)
     _spent += units
     if _spent > _limit:
         raise ValueError(over_budget())
