@@ -1264,3 +1264,133 @@ def test_an_engine_removed_goes_at_once():
     spec["engines"].pop()
     rsp = run(spec, ready_required(), observed=observed)
     assert set(h.desired(rsp)) == {"workload-vllm", "claim-vllm-standalone", "service"}
+
+
+# ---- an engine's members changed role under the same name ------------------------------
+
+# One Standalone member <-> a Leader and a Worker needs a LeaderWorkerSet in place of a
+# Deployment (or back) under the same composition-resource name. provider-kubernetes
+# reads an Object's workload by its manifest's kind: given the new kind it creates the new
+# workload and never reads, updates or deletes the old one, which would run on (holding
+# its devices) with no Object managing it (left open since review 17n; confirmed against
+# provider-kubernetes' namespaced Object controller, Observe). So the old workload is
+# kept, nothing new is composed for the engine, and the condition says how to switch.
+
+
+def _roles_of(spec: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with its engine's members (and the engine's shape) taken from ``other``'s
+    engine, under ``spec``'s engine name."""
+    changed = copy.deepcopy(spec)
+    name = changed["engines"][0]["name"]
+    changed["engines"][0] = copy.deepcopy(other["engines"][0]) | {"name": name}
+    return changed
+
+
+@dataclass(frozen=True)
+class RoleChange:
+    """The engine starts ``multi`` (a LeaderWorkerSet) or not; its old workload's remote
+    state; its Object being deleted; ``renamed``: the engine is renamed in the same edit."""
+
+    multi: bool
+    old: str = "serves"
+    deleting: bool = False
+    renamed: bool = False
+
+
+ROLE_CHANGES = [
+    Case("to-gang", "Standalone -> Leader/Worker: the Deployment and its claim template are "
+         "kept as observed, no LeaderWorkerSet is composed", RoleChange(False), "kept"),
+    Case("to-standalone", "Leader/Worker -> Standalone: the LeaderWorkerSet and both claim "
+         "templates are kept", RoleChange(True), "kept"),
+    Case("old-down", "the old workload does not answer: still kept, not available",
+         RoleChange(False, old="down"), "kept"),
+    Case("old-deleting", "the old Object is being deleted: kept until gone (the new kind's "
+         "manifest would have the provider delete the new kind, not the old)",
+         RoleChange(False, deleting=True), "kept"),
+    Case("renamed", "renamed in the same edit: the rename's make-before-break, no refusal",
+         RoleChange(False, renamed=True), "handover"),
+]  # fmt: skip
+
+
+@table(ROLE_CHANGES)
+def test_an_engine_whose_members_change_role_keeps_its_workload(case: Case[RoleChange, str]):
+    given = case.inputs
+    before, after = (multi_spec(), single_spec()) if given.multi else (single_spec(), multi_spec())
+    name = before["engines"][0]["name"]
+    first = h.desired(run(before, ready_required()))
+    old_kind = manifest(first, f"workload-{name}")["kind"]
+    new_kind = "Deployment" if given.multi else "LeaderWorkerSet"
+    remote = _remote(old_kind, given.old)
+    observed = {
+        k: observed_object(v, remote if k.startswith("workload-") else {}) for k, v in first.items()
+    }
+    if given.deleting:
+        observed[f"workload-{name}"]["metadata"]["deletionTimestamp"] = "2026-01-05T10:00:00Z"
+    changed = _roles_of(before, after)
+    if given.renamed:
+        changed["engines"][0]["name"] = f"{name}2"
+    rsp = run(changed, ready_required(), observed=observed)
+    assert not h.fatal(rsp), h.fatal(rsp)
+    desired = validate_all(rsp)
+    olds = {k for k in first if k != "service"}
+    # The old workload and its claim templates: desired exactly as observed.
+    for k in olds:
+        assert desired[k]["spec"] == first[k]["spec"], (case.reason, k)
+    cond = h.conditions(rsp)[CONDITION]
+    [entry] = h.status(rsp)["engines"]
+    if case.want == "handover":
+        new = f"{name}2"
+        assert manifest(desired, f"workload-{new}")["kind"] == new_kind
+        assert cond["reason"] != "WorkloadKindChanged", cond
+        assert desired[f"workload-{new}"]["metadata"]["annotations"][ANNOTATION_REPLACES] == name
+        return
+    # Nothing new for the engine: no workload of the new kind, no claim template of a new
+    # role (the old keys are the only ones of the engine).
+    assert {k for k in desired if k != "service"} == olds, (case.reason, sorted(desired))
+    assert manifest(desired, f"workload-{name}")["kind"] == old_kind
+    assert (cond["status"], cond["reason"]) == ("False", "WorkloadKindChanged"), cond
+    wname = manifest(first, f"workload-{name}")["metadata"]["name"]
+    msg = cond["message"]
+    assert (
+        f"spec.engines[0] ({name})" in msg
+        and f"{new_kind} in place of its {old_kind} {wname}" in msg
+    )
+    assert "rename the engine" in msg, msg
+    assert (entry["name"], entry["kind"], entry["workload"], entry["ready"]) == (
+        name, old_kind, wname, False,
+    )  # fmt: skip
+    assert entry["available"] == (given.old == "serves" and not given.deleting), entry
+    assert ("being deleted" in entry["message"]) == given.deleting, entry
+    xr = Struct()
+    xr.update({"status": h.status(rsp)})
+    assert pods_answer(xr) == entry["available"], case.reason
+    # A Warning once per change: none when the status already says it.
+    assert ("Warning", msg) in h.results(rsp), h.results(rsp)
+    written = h.status(rsp) | {"conditions": [{"type": CONDITION, **cond}]}
+    again = run(changed, ready_required(), observed=observed, status=written)
+    assert h.desired(again) == h.desired(rsp) and h.status(again) == h.status(rsp)
+    assert not [m for s, m in h.results(again) if s == "Warning" and m == msg]
+
+
+def test_an_engine_composes_its_new_kind_once_the_old_workload_is_gone():
+    """Once the old workload's Object is gone (its roles restored, or the old Object
+    deleted by hand), the engine composes the kind its members need, and restoring the
+    roles while it is kept needs nothing more."""
+    before, after = single_spec(), multi_spec()
+    first = h.desired(run(before, ready_required()))
+    changed = _roles_of(before, after)
+    # Nothing of the engine observed: the LeaderWorkerSet is composed.
+    observed = {"service": observed_object(first["service"], {})}
+    rsp = run(changed, ready_required(), observed=observed)
+    desired = h.desired(rsp)
+    assert manifest(desired, "workload-vllm")["kind"] == "LeaderWorkerSet"
+    assert {"claim-vllm-leader", "claim-vllm-worker"} <= set(desired)
+    assert h.conditions(rsp)[CONDITION]["reason"] != "WorkloadKindChanged"
+    # Roles restored while the Deployment is kept: it is desired as the spec says again.
+    observed = {
+        k: observed_object(v, DEP_SERVES if k.startswith("workload-") else {})
+        for k, v in first.items()
+    }
+    rsp = run(before, ready_required(), observed=observed)
+    assert h.desired(rsp) == first
+    assert h.conditions(rsp)[CONDITION]["status"] == "True"

@@ -88,6 +88,7 @@ __all__ = [
     "REASON_HYDRATION_FAILED",
     "REASON_HYDRATION_NOT_FOUND",
     "REASON_ROLLOUT_STALLED",
+    "REASON_WORKLOAD_KIND_CHANGED",
     "STATUS_CACHE_IDENTITIES",
     "CacheRef",
     "Engine",
@@ -328,6 +329,11 @@ REASON_HYDRATION_FAILED = "HydrationFailed"
 # deadline exceeded: no room for the surge pod, an image that does not pull...). The old
 # pods still serve the old identity; the replica is not ready for the new one.
 REASON_ROLLOUT_STALLED = "RolloutStalled"
+# An engine's members changed role (one Standalone member <-> a Leader and a Worker)
+# under the same engine name, which needs a workload of another kind (Deployment <->
+# LeaderWorkerSet) in place of the observed one: the observed workload is kept as it is
+# and nothing new is composed for that engine; renaming it switches make-before-break.
+REASON_WORKLOAD_KIND_CHANGED = "WorkloadKindChanged"
 # Every reason that means "waiting on (or failed by) the cache", not the workload.
 CACHE_GATE_REASONS = frozenset(
     {REASON_CACHE_NOT_FOUND, REASON_HYDRATION_NOT_FOUND, REASON_HYDRATING, REASON_HYDRATION_FAILED}

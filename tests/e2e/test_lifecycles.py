@@ -300,6 +300,52 @@ def test_replica_engine_renamed_back_while_its_old_workload_is_deleted(render):
     assert out.deleted(r.observed.values()) == kept
 
 
+def test_replica_engine_members_changing_role_keep_the_old_workload(render):
+    """An engine's members changed from one Standalone member to a Leader and a Worker
+    under the same name: provider-kubernetes would create the LeaderWorkerSet and leave
+    the Deployment running, unmanaged. Through Crossplane's engine: the Deployment is kept
+    exactly, nothing is deleted or added, ``WorkloadKindChanged`` says to rename; renamed
+    in the next edit, the LeaderWorkerSet is composed beside it and the Deployment goes
+    once it serves."""
+    (xr,) = load_yaml([str(REPLICA / "xr-single-node-hydrating.yaml")])
+    (multi,) = load_yaml([str(REPLICA / "xr-multi-node-hydrating.yaml")])
+    required = replica_world()
+    set_hydration(required, xr, "Ready", "weights are on the cache PVC")
+    r = Replica(render, xr, required)
+    out = r.settle(serving=True)
+    assert cond(out, "ModelReady") == ("True", "Serving") and set(out.composed) == WORKLOAD_SINGLE
+    before = {n: copy.deepcopy(d["spec"]) for n, d in out.composed.items()}
+
+    gang = copy.deepcopy(multi["spec"]["engines"][0])
+    r.xr["spec"]["engines"][0] = gang | {"name": "vllm"}
+    out = r.reconcile()
+    assert set(out.composed) == WORKLOAD_SINGLE and out.deleted(r.observed.values()) == set()
+    for n, spec in before.items():
+        assert out.composed[n]["spec"] == spec, n
+    assert cond(out, "ModelReady") == ("False", "WorkloadKindChanged")
+    assert "rename the engine" in out.condition("ModelReady")["message"]
+    assert events(out) == [("Warning", "WorkloadKindChanged")]
+    [engine] = r.status["engines"]
+    assert (engine["kind"], engine["available"], engine["ready"]) == ("Deployment", True, False)
+    assert synced(out) and not out.is_ready()
+    again = r.reconcile()
+    assert again.xr["status"] == out.xr["status"] and events(again) == []
+
+    # Renamed: the rename's make-before-break composes the LeaderWorkerSet beside it.
+    r.xr["spec"]["engines"][0]["name"] = "kimi"
+    out = r.reconcile()
+    news = {"workload-kimi", "claim-kimi-leader", "claim-kimi-worker"}
+    assert set(out.composed) == WORKLOAD_SINGLE | news
+    assert out.composed["workload-kimi"]["spec"]["forProvider"]["manifest"]["kind"] == (
+        "LeaderWorkerSet"
+    )
+    assert out.deleted(r.observed.values()) == set()
+    r.world(serving=True)
+    out = r.reconcile()
+    assert cond(out, "ModelReady") == ("True", "Serving")
+    assert out.deleted(r.observed.values()) == {"workload-vllm", "claim-vllm-standalone"}
+
+
 # ---- 2. ModelExperiment: to a pass and to a fail verdict -----------------------------
 
 EXPERIMENT = EXAMPLES / "modelexperiment"

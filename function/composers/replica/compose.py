@@ -31,6 +31,7 @@ from function.api.modelreplica import (
     REASON_HYDRATION_FAILED,
     REASON_HYDRATION_NOT_FOUND,
     REASON_ROLLOUT_STALLED,
+    REASON_WORKLOAD_KIND_CHANGED,
     STATUS_CACHE_IDENTITIES,
     status_identity,
 )
@@ -43,9 +44,10 @@ from function.composers.replica.names import (
     REQ_CLUSTER,
     REQ_HYDRATION,
     WORKLOAD_PREFIX,
+    engine_of_key,
 )
 from function.composers.replica.observed import WorkloadFacts, observed_workload, read_workload
-from function.core import structs
+from function.core import events, structs
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
 from function.manifests import workloads as wl
@@ -377,12 +379,21 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
     if plan.gate is not None:
         stop = plan.gate
         return _gate(c, Gate(stop.reason, stop.message, hydration=hydration, warn=True))
+    changed = _kinds_changed(c, plan)
     for key, body in plan.children:
+        if changed and engine_of_key(key) in changed:
+            continue  # nothing new for an engine whose workload would change kind
         out.add(key, body)  # serialized: the runner splices it into the response
+    _keep_changed(c, changed)
     source = hydration.get("identity", wl.ROOT_SOURCE) if hydration is not None else None
     stalled: list[tuple[children.EnginePlan, str]] = []
-    engines_status = [_engine_status(c, e, source, stalled) for e in plan.engines]
-    _hand_over(c, plan, engines_status)
+    engines_status = [
+        _changed_status(c, e, changed[e.name])
+        if e.name in changed
+        else _engine_status(c, e, source, stalled)
+        for e in plan.engines
+    ]
+    _hand_over(c, plan, engines_status, changed)
     status: dict[str, Any] = {"cluster": c.head.clusterName, "engines": engines_status}
     if hydration is not None:
         status["hydration"] = hydration
@@ -406,7 +417,11 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
         )
         msg = f"{ready}/{n} engines serving; waiting for {waiting}"
         reason = "Starting"
-        if stalled and source is not None:
+        if changed:
+            reason = REASON_WORKLOAD_KIND_CHANGED
+            msg = _kind_changed_message(c, plan, changed)
+            events.condition_warning(out, inputs.xr, CONDITION, reason, msg)
+        elif stalled and source is not None:
             reason = REASON_ROLLOUT_STALLED
             msg = _stalled_message(c, stalled, source, status.get(STATUS_CACHE_IDENTITIES, []))
             if _last_reason(inputs) != REASON_ROLLOUT_STALLED:
@@ -420,11 +435,17 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
     return out
 
 
-def _hand_over(c: _Call, plan: children.Plan, engines_status: list[dict[str, Any]]) -> None:
+def _hand_over(
+    c: _Call,
+    plan: children.Plan,
+    engines_status: list[dict[str, Any]],
+    changed: dict[str, str],
+) -> None:
     """Keep the workload of an engine renamed away until its new one serves
     (:mod:`.handover`): desire it and its claim templates exactly as observed, mark the
-    new engine's Object with the engines it replaces, and say so in its
-    ``status.engines[]`` entry (``available`` while any kept workload answers)."""
+    new engine's Object with the engines it replaces (not one kept as observed because
+    its kind would change: ``changed``), and say so in its ``status.engines[]`` entry
+    (``available`` while any kept workload answers)."""
     gone = handover.retired(c.inputs, plan.engines)
     if not gone:
         return
@@ -435,7 +456,8 @@ def _hand_over(c: _Call, plan: children.Plan, engines_status: list[dict[str, Any
         olds = replaces.get(e.name)
         if not olds:
             continue
-        c.out.add(e.key, handover.annotated(bodies[e.key], olds))
+        if e.name not in changed:
+            c.out.add(e.key, handover.annotated(bodies[e.key], olds))
         said = entry.get("message")
         entry["message"] = "; ".join(m for m in (said, handover.kept_message(olds)) if m)
         if not entry[ENGINE_AVAILABLE]:
@@ -447,6 +469,92 @@ def _hand_over(c: _Call, plan: children.Plan, engines_status: list[dict[str, Any
                 body = c.inputs.observed_body(key)
                 if body is not None:
                     c.out.keep(key, body)
+
+
+def _observed_kind(c: _Call, key: str) -> tuple[str, str]:
+    """The kind and remote name of the workload Object ``key`` as its observed manifest
+    names them (``("", "")`` when not observed or naming none)."""
+    manifest = structs.get(
+        structs.sub(c.inputs.observed_body(key), "spec"), "forProvider", "manifest"
+    )
+    if not isinstance(manifest, Struct):
+        return "", ""
+    return structs.get_str(manifest, "kind"), structs.get_str(manifest, "metadata", "name")
+
+
+def _kinds_changed(c: _Call, plan: children.Plan) -> dict[str, str]:
+    """The engines of ``plan`` whose workload Object is observed (being deleted too) with
+    a manifest of another kind than the plan composes, by name: the observed kind.
+
+    An engine's members changed role under the same name (one Standalone member <-> a
+    Leader and a Worker). provider-kubernetes reads an Object's workload by the kind its
+    manifest names (``Observe`` gets the manifest's GroupVersionKind and name): given the
+    new kind it would create the new workload and never read, update or delete the old
+    one, which would run (holding its devices) with no Object managing it. So the
+    observed workload and claim templates are kept as they are and nothing new is
+    composed for the engine (:data:`~function.api.modelreplica.REASON_WORKLOAD_KIND_CHANGED`);
+    renaming the engine switches make-before-break (:mod:`.handover`)."""
+    out: dict[str, str] = {}
+    for e in plan.engines:
+        kind = _observed_kind(c, e.key)[0]
+        if kind and kind != e.kind:
+            out[e.name] = kind
+    return out
+
+
+def _keep_changed(c: _Call, changed: dict[str, str]) -> None:
+    """Keep, exactly as observed, the workload and claim templates of each engine in
+    ``changed`` (:func:`_kinds_changed`)."""
+    if not changed:
+        return
+    for key in sorted(c.inputs.observed):
+        if engine_of_key(key) in changed:
+            body = c.inputs.observed_body(key)
+            if body is not None:
+                c.out.keep(key, body)
+
+
+def _changed_status(c: _Call, e: children.EnginePlan, kind: str) -> dict[str, Any]:
+    """``status.engines[]`` entry of engine ``e`` whose observed workload is of ``kind``
+    (:func:`_kinds_changed`): not ready, ``available`` while the kept workload answers."""
+    obj = c.inputs.observed_body(e.key)
+    workload = _observed_kind(c, e.key)[1] or e.workload
+    if obj is not None and structs.being_deleted(obj):
+        why = f"its {kind} {workload} is being deleted; its {e.kind} is composed once it is gone"
+    else:
+        why = (
+            f"its members need a {e.kind} in place of its {kind} {workload}, which is kept "
+            "as it is (rename the engine to switch make-before-break)"
+        )
+    entry: dict[str, Any] = {"name": e.name, "kind": kind, "workload": workload}
+    entry["ready"] = False
+    entry[ENGINE_AVAILABLE] = _serving(c, e.key, kind, None)[3]
+    entry["message"] = why
+    return entry
+
+
+def _kind_changed_message(c: _Call, plan: children.Plan, changed: dict[str, str]) -> str:
+    """The ``WorkloadKindChanged`` message: the engines, the field, and what to write."""
+    names = [structs.get_str(v, "name") for v in structs.items(c.inputs.xr, "spec", "engines")]
+    which = []
+    for e in plan.engines:
+        if e.name in changed:
+            at = f"spec.engines[{names.index(e.name)}]" if e.name in names else "spec.engines"
+            workload = _observed_kind(c, e.key)[1] or e.workload
+            which.append(
+                f"{at} ({e.name}): its members need a {e.kind} in place of its "
+                f"{changed[e.name]} {workload}"
+            )
+    return (
+        "; ".join(which)
+        + ". A workload cannot change kind under one name: provider-kubernetes reads an "
+        "Object's workload by its manifest's kind, so it would create the new one and "
+        "leave the old one running with nothing managing it. The old workload is kept as "
+        "it is and nothing new is composed for the engine. To switch, rename the engine in "
+        "the same edit (its name; in a ModelDeployment, spec.template.spec.engines[].name): "
+        "the renamed engine is composed beside the old one, which serves until the new "
+        "one does; or restore the members' roles"
+    )
 
 
 def _stalled_message(
