@@ -1394,3 +1394,93 @@ def test_an_engine_composes_its_new_kind_once_the_old_workload_is_gone():
     rsp = run(before, ready_required(), observed=observed)
     assert h.desired(rsp) == first
     assert h.conditions(rsp)[CONDITION]["status"] == "True"
+
+
+# ---- modelCacheRef removed: the replica rolls off its cache (review 17k F3 follow-up) ---
+
+# A single-node engine may serve without a cache. With modelCacheRef removed, readiness
+# read only "available": the old pods answered, so the replica was Ready at once, wrote
+# no status.cacheIdentities, and its ModelDeployment dropped the leaving-cache label (and
+# the cache its Usage) while pods still read the cache's PVC.
+ROLLING = {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 1, "availableReplicas": 1}
+NO_COUNTS = {
+    "observedGeneration": 1,
+    "updatedReplicas": 1,
+    "availableReplicas": 1,
+}  # no status.replicas
+
+
+@dataclass(frozen=True)
+class OffCache:
+    """The observed workload's template (``old``: it still reads the cache; ``new``: the
+    template without it) and its remote status; ``had``: the replica's last status
+    names the identity it served (it was on a cache)."""
+
+    template: str
+    remote: dict[str, Any]
+    had: bool = True
+
+
+@dataclass(frozen=True)
+class OffCacheWant:
+    """ModelReady, the engine message's start, ``status.cacheIdentities``."""
+
+    ready: bool
+    why: str | None
+    identities: list[str] | None
+
+
+OFF_CACHE = [
+    Case("old-template", "the old template still reads the identity (the new one not "
+         "applied yet): not ready, the identity kept",
+         OffCache("old", DEP_SERVES),
+         OffCacheWant(False, "rolling off the cache: the observed pods read identity", ["ID"])),
+    Case("rolling", "the new template applied, pods of the old one still run",
+         OffCache("new", ROLLING),
+         OffCacheWant(False, "rolling off the cache: pods of the previous template", ["ID"])),
+    Case("rolled", "every pod runs the new template: ready, nothing kept",
+         OffCache("new", DEP_SERVES), OffCacheWant(True, None, None)),
+    Case("not-known", "rollout counts not reported: ready (readiness waits on what is "
+         "known), the identity kept (never released on an unknown state)",
+         OffCache("new", NO_COUNTS), OffCacheWant(True, None, ["ID"])),
+    Case("never-cached", "a replica that never had a cache rolling a new template: ready "
+         "as before", OffCache("new", ROLLING, had=False), OffCacheWant(True, None, None)),
+]  # fmt: skip
+
+
+@table(OFF_CACHE)
+def test_a_replica_whose_cache_was_removed_is_ready_once_its_pods_rolled_off_it(
+    case: Case[OffCache, OffCacheWant],
+):
+    given, want = case.inputs, case.want
+    on = h.desired(run(single_spec(), ready_required()))
+    on_status = h.status(run(single_spec(), ready_required()))
+    identity = on_status["hydration"]["identity"]
+    off = single_spec(cache=False)
+    plain = h.desired(run(off, required(cluster_items=[cluster("gpu-a")])))
+    source = on if given.template == "old" else plain
+    observed = {
+        k: observed_object(v, given.remote if k.startswith("workload-") else {})
+        for k, v in source.items()
+    }
+    status = (
+        {"hydration": on_status["hydration"], "cacheIdentities": [identity]} if given.had else {}
+    )
+    rsp = run(off, required(cluster_items=[cluster("gpu-a")]), observed=observed, status=status)
+    assert not h.fatal(rsp), h.fatal(rsp)
+    assert h.desired(rsp) == plain  # the template without the cache is what is composed
+    cond = h.conditions(rsp)[CONDITION]
+    assert (cond["status"] == "True") == want.ready, (case.reason, cond)
+    [entry] = h.status(rsp)["engines"]
+    if want.why is None:
+        assert entry["ready"] and "message" not in entry, entry
+    else:
+        assert not entry["ready"] and entry["message"].startswith(want.why), entry
+        assert entry["available"] is True, entry  # the old pods answer meanwhile
+    ids = h.status(rsp).get("cacheIdentities")
+    assert ids == ([identity] if want.identities else None), (case.reason, ids)
+    # Carried in status, the identity stays until the roll is known to be done.
+    again = run(
+        off, required(cluster_items=[cluster("gpu-a")]), observed=observed, status=h.status(rsp)
+    )
+    assert h.status(again).get("cacheIdentities") == ids, case.reason

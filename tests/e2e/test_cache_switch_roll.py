@@ -223,3 +223,48 @@ def test_a_stalled_roll_off_a_cache_keeps_what_the_old_pods_read(render):
     assert where not in observed_hyd
     assert cache.status["retained"] == []
     assert ns == d.dep.xr["metadata"]["namespace"]
+
+
+def test_a_roll_off_a_removed_cache_keeps_the_label_until_it_is_done(render):
+    """``modelCacheRef`` removed (a single-node engine serves without a cache): the
+    replica's roll off A stalls, its old pods still read X. Before, the replica reported
+    ModelReady as soon as those pods answered, wrote no ``status.cacheIdentities``, and
+    the deployment dropped the ``leaving-cache`` label in that reconcile, so A's
+    hydration no longer kept X for it. Now the replica is not ready and keeps X until
+    its roll is done, and the label stays until then."""
+    d = Deployment(render, replicas=1)
+    d.required = fleet_resources(hydrating=False)
+    d.step()
+    d.step()
+    assert d.dep.reconcile().is_ready()
+    ((rname, rep),) = [(n, r) for n, r in d.replicas.items() if n in d.dep.last.composed]
+    x = rep.xr["spec"]["modelCacheRef"]["identity"]
+
+    del d.dep.xr["spec"]["template"]["spec"]["modelCacheRef"]
+    out = d.dep.reconcile()
+    moved = out.composed[rname]
+    assert "modelCacheRef" not in moved["spec"]
+    assert moved["metadata"]["labels"][LEAVING] == A
+
+    def publish(doc: dict[str, Any]) -> None:
+        rep.xr["spec"] = copy.deepcopy(doc["spec"])
+        rep.xr["metadata"]["labels"] = copy.deepcopy(doc["metadata"]["labels"])
+        rep.xr["metadata"]["generation"] += 1
+        rep.required = d.required
+
+    publish(moved)
+    _roll(rep, done=False)
+    assert rep.status["cacheIdentities"] == [x], rep.status
+    assert rep.last is not None and not rep.last.is_ready()
+    [engine] = rep.status["engines"]
+    assert engine["available"] is True and "rolling off the cache" in engine["message"]
+    d.dep.observed[rname] = world.observed_xr(moved, rep.last.xr)
+    out = d.dep.reconcile()
+    assert out.composed[rname]["metadata"]["labels"][LEAVING] == A, "label dropped mid-roll"
+
+    _roll(rep, done=True)
+    assert "cacheIdentities" not in rep.status and rep.last is not None
+    assert rep.last.is_ready()
+    d.dep.observed[rname] = world.observed_xr(d.dep.last.composed[rname], rep.last.xr)
+    out = d.dep.reconcile()
+    assert LEAVING not in out.composed[rname]["metadata"]["labels"]

@@ -121,6 +121,31 @@ class _Call:
             self._workloads = found
         return self._workloads
 
+    def off_cache(self) -> list[str]:
+        """Without a cache (``spec.modelCacheRef`` removed, or never set): the identities
+        the replica's pods may still read while they roll off the cache they had,
+        sorted; empty once every observed workload has rolled off it (its rollout
+        complete and its pod templates reading no cache) or when it had none.
+
+        Those of its last status (``status.cacheIdentities``, ``status.hydration.identity``)
+        and those its observed workloads' templates read. While any is left the replica
+        is not ready and writes them in ``status.cacheIdentities``, so that the cache it
+        left keeps them and its ModelDeployment keeps the replica's
+        ``modelplane.ai/leaving-cache`` label (review 17k: it reported ModelReady as soon
+        as the old pods answered, and the label and the cache's Usage could go while they
+        still ran)."""
+        if self.head.cache is not None:
+            return []
+        workloads = self.workloads()
+        reading: set[str] = set()
+        for w in workloads.values():
+            reading |= w.sources
+        ids = {i for i in _last_identities(self.inputs) | reading if IDENTITY_PATTERN.fullmatch(i)}
+        rolled = bool(workloads) and all(
+            not w.sources and w.complete is True for w in workloads.values()
+        )
+        return [] if rolled else sorted(ids)
+
 
 def compose(inputs: Inputs) -> Outcome:
     """Compose one ModelReplica (see the package docstring, "Hot path" for the memoization).
@@ -352,6 +377,9 @@ def _write_cache_identities(c: _Call, status: dict[str, Any], serving: str | Non
     its observed workloads' templates read. Rollout state not known: all are kept.
     """
     if c.head.cache is None:
+        leaving = c.off_cache()
+        if leaving:
+            status[STATUS_CACHE_IDENTITIES] = leaving
         return
     first = [i for i in (serving, c.head.identity) if i]
     earlier = _last_identities(c.inputs)
@@ -663,8 +691,27 @@ def _serving(
     if not w.serving:
         unit = "groups ready" if kind == "LeaderWorkerSet" else "pods available"
         return False, f"{w.have}/{w.want} {unit}", None, False
-    why = _rolled(w, source)[1] if source is not None else ""
+    if source is not None:
+        why = _rolled(w, source)[1]
+    elif c.head.cache is None and (w.sources or c.off_cache()):
+        why = _rolled_off(w)
+    else:
+        why = ""
     return not why, why, w.stalled if why else None, True
+
+
+def _rolled_off(w: WorkloadFacts) -> str:
+    """Why an observed workload of a replica without a cache has not rolled off the
+    cache it had ("" once it has; :meth:`_Call.off_cache`): its template still reads one,
+    or pods of the previous template still run. Rollout state not known: "" (readiness
+    waits only on what is known; ``status.cacheIdentities`` keeps the identities)."""
+    if w.sources:
+        return "rolling off the cache: the observed pods read " + ", ".join(
+            _source_name(s) for s in sorted(w.sources)
+        )
+    if w.complete is False:
+        return "rolling off the cache: pods of the previous template still run"
+    return ""
 
 
 def _rolled(w: WorkloadFacts, source: str) -> tuple[bool | None, str]:
