@@ -78,3 +78,31 @@ def test_a_deadline_that_did_not_fire_is_forgotten() -> None:
         check()
         cel_library.begin(10)
         cel_library.charge(1)
+
+
+def test_a_deadline_firing_as_the_block_ends_leaves_nothing_behind(monkeypatch) -> None:
+    """The timer fires after the body returned and before it is disarmed: the handler is
+    still restored and the deadline forgotten, so a CEL step after the block (a call
+    without a deadline) does not raise it again."""
+    import signal
+
+    from function.edge import deadline
+
+    real = signal.setitimer
+    fired = []
+
+    def setitimer(which: int, seconds: float, *rest: float) -> object:
+        if seconds == 0 and not fired:  # as if the handler ran just before disarming
+            fired.append(True)
+            deadline._fired = 0.05
+            raise CallDeadline(0.05)
+        return real(which, seconds, *rest)
+
+    monkeypatch.setattr(deadline.signal, "setitimer", setitimer)
+    before = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(CallDeadline), armed(5):
+        pass
+    assert fired and signal.getsignal(signal.SIGALRM) is before
+    check()
+    cel_library.begin(10)
+    cel_library.charge(1)

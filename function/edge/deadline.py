@@ -78,6 +78,11 @@ def armed(seconds: float | None) -> Iterator[None]:
         yield
         check()
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        _fired = None
+        # Nested: the timer may fire before it is disarmed, and its exception must not
+        # skip restoring the handler and forgetting the deadline (a stale one would
+        # make the next CEL step outside any armed block raise).
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+            _fired = None
