@@ -1,4 +1,4 @@
-"""The compute deadline (``function.edge.deadline``) still ends a call whose
+"""The compute deadline (``function.core.deadline``) still ends a call whose
 ``CallDeadline`` CPython lost.
 
 Found by CI on 6f7af7fd (``test_a_deadline_on_compose_sets_its_span_to_error``, about
@@ -14,11 +14,15 @@ These run in the test process's main thread, which the signal reaches.
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
+from celpy import celtypes
 
-from function.edge.deadline import CallDeadline, armed, can_arm, check
+from function.core.deadline import CallDeadline, armed, can_arm, check
+from function.core.memo import memo
 from function.scheduling import cel_library
+from function.scheduling import devices as devices_mod
 
 pytestmark = pytest.mark.skipif(not can_arm(), reason="SIGALRM reaches the main thread only")
 
@@ -86,7 +90,7 @@ def test_a_deadline_firing_as_the_block_ends_leaves_nothing_behind(monkeypatch) 
     without a deadline) does not raise it again."""
     import signal
 
-    from function.edge import deadline
+    from function.core import deadline
 
     real = signal.setitimer
     fired = []
@@ -107,3 +111,61 @@ def test_a_deadline_firing_as_the_block_ends_leaves_nothing_behind(monkeypatch) 
     check()
     cel_library.begin(10)
     cel_library.charge(1)
+
+
+# ---- review 18a F1/F1b: lost in a selector's last step, then an invalid-input error ----
+
+GPU = devices_mod.Device.from_status(
+    {"name": "gpu-0", "driver": "gpu.nvidia.com", "attributes": {"model": {"string": "H100"}}}
+)
+
+
+class SpecLikeError(Exception):
+    """An ordinary error the body raises after the deadline was lost (the wrong result
+    of the half-done step, turned into an invalid-input error)."""
+
+
+def test_an_error_raised_after_a_lost_deadline_is_the_deadline() -> None:
+    with pytest.raises(CallDeadline) as e, armed(0.05):
+        _lose_the_deadline()
+        raise SpecLikeError("fails on device gpu: no operator >= for an int and list")
+    assert isinstance(e.value.__cause__, SpecLikeError)
+
+
+def test_nothing_computed_after_a_lost_deadline_is_memoized() -> None:
+    calls = []
+
+    @memo(16)
+    def square(x: int) -> int:
+        calls.append(x)
+        return x * x
+
+    with pytest.raises(CallDeadline), armed(0.05):
+        _lose_the_deadline()
+        square(3)
+    assert square(3) == 9 and calls == [3, 3], "the value computed past the deadline was kept"
+
+
+def test_a_deadline_lost_in_a_selectors_last_step_names_it_and_is_not_memoized(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The evaluation's last step loses the deadline and ends with a wrong outcome (no
+    further step charges the budget): the deadline is raised before the outcome is
+    memoized, while the selector being evaluated is still known (the runner names it)."""
+    expression = f'device.attributes["gpu.nvidia.com"].model == "H100" && "{uuid.uuid4()}" != ""'
+    real = cel_library.CountingRunner.evaluate
+    seen: list[object] = []
+
+    def last_step_loses_it(self, context):
+        _lose_the_deadline()
+        return celtypes.BoolType(False)  # the wrong outcome of the half-done step
+
+    monkeypatch.setattr(cel_library.CountingRunner, "evaluate", last_step_loses_it)
+    with pytest.raises(CallDeadline), armed(0.05):
+        try:
+            devices_mod.selector_matches(expression, GPU)
+        finally:
+            seen.append(devices_mod.in_progress())
+    assert seen[0] is not None and seen[0][:2] == ("evaluating", devices_mod.normalize(expression))
+    monkeypatch.setattr(cel_library.CountingRunner, "evaluate", real)
+    assert devices_mod.selector_matches(expression, GPU) is True  # evaluated again, right

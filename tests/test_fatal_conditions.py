@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function.core import deadline as deadline_mod
 from function.core.outcome import Outcome
 from function.edge import codec
-from function.edge import deadline as deadline_mod
 from function.edge import runner as runner_mod
 from function.edge.pool import fatal_for
 from function.edge.runner import FunctionRunner

@@ -377,7 +377,7 @@ def test_a_deadline_on_compose_sets_its_span_to_error(otel_env, receiver):
     event; only the call's span said so."""
     import uuid
 
-    from function.edge.deadline import can_arm
+    from function.core.deadline import can_arm
     from function.scheduling import devices
     from tests.test_serving import RUNAWAY, runaway_request
 

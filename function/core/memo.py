@@ -32,6 +32,8 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
+from function.core import deadline
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_BUDGET_BYTES = 64 * 1024 * 1024
@@ -218,6 +220,9 @@ class ByteLRU:
         return self._miss(key, self.fn(*args, **kwargs))
 
     def _miss(self, key: Any, value: Any) -> Any:
+        # A value computed after a compute deadline fired is not trusted (CPython may have
+        # lost the deadline's exception half-way through a step): never kept.
+        deadline.check()
         self.misses += 1
         entries = self._entries
         if key in entries:  # kept under another tag, or computed again: replace it

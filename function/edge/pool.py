@@ -39,7 +39,7 @@ a process the moment it is free, on the event loop (no thread in between).
 
 Deadlines: each call carries its compute budget in seconds (the gRPC deadline capped by
 ``MODELPLANE_CALL_DEADLINE_SECONDS``). The compute process enforces it itself
-(``function.edge.deadline``), answers with a fatal result naming the XR and exits, and is
+(``function.core.deadline``), answers with a fatal result naming the XR and exits, and is
 replaced. If it does not answer within the budget plus :data:`KILL_MARGIN_SECONDS` (a
 loop in C code that never returns to Python), the acceptor kills it, answers with a
 fatal result, and replaces it. A process that dies is replaced too; the call it held

@@ -22,12 +22,12 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from function.composers import composer_for, served
+from function.core import deadline as deadline_mod
 from function.core import memo, versioned
 from function.core.errors import SpecError, quoted
 from function.core.inputs import Inputs, RequiredView, XRRef
 from function.core.outcome import MAX_RESPONSE_BYTES, Outcome, Requirement
 from function.edge import codec
-from function.edge import deadline as deadline_mod
 from function.edge.codec import SEVERITY_NAME, desired_suffix, undecodable
 from function.ops import logs
 from function.ops import metrics as metrics_mod
@@ -150,7 +150,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 or a view of the buffer a compute process receives it in).
             metadata: The call's gRPC metadata (lower-case keys), for trace context.
             deadline_seconds: Compute budget of the call (wall clock); None for none.
-                Enforced in the main thread only (``function.edge.deadline``).
+                Enforced in the main thread only (``function.core.deadline``).
 
         Returns:
             The response's wire bytes. A request protobuf cannot parse (malformed, or

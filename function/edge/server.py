@@ -82,7 +82,7 @@ def in_process(runner: FunctionRunner) -> Compute:
     """Compose in this process, on one worker thread (tests and tools).
 
     The event loop stays free to accept and match calls while a call composes; the
-    compute deadline is not enforced off the main thread (``function.edge.deadline``).
+    compute deadline is not enforced off the main thread (``function.core.deadline``).
     """
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compose")
 

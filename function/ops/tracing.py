@@ -130,7 +130,7 @@ class Tracing:
     def span(self, name: str) -> contextlib.AbstractContextManager[Any]:
         """A child span of the current span; a shared no-op when disabled. An exception
         that leaves it, a ``BaseException`` such as
-        :class:`~function.edge.deadline.CallDeadline` too (OpenTelemetry records only
+        :class:`~function.core.deadline.CallDeadline` too (OpenTelemetry records only
         ``Exception``), sets its status to ERROR and is recorded as an ``exception``
         event."""
         if self._tracer is None:

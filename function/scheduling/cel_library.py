@@ -51,10 +51,10 @@ import re2
 from celpy import InterpretedRunner, celtypes
 from celpy.evaluation import CELEvalError, Evaluator, base_functions
 
+from function.core import deadline
 from function.core.errors import quoted
 from function.core.memo import memo
 from function.core.memo import sized as memo_sized
-from function.edge import deadline
 
 _S = celtypes.StringType
 _I = celtypes.IntType

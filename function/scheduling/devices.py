@@ -56,6 +56,7 @@ from celpy.evaluation import base_functions as ev_base_functions
 from celpy.evaluation import celstr
 
 from function.api.inferencecluster import CLAIM_DRA
+from function.core import deadline
 from function.core.errors import quoted
 from function.core.memo import memo, shared
 from function.scheduling import cel_library
@@ -1153,6 +1154,7 @@ def _eval(expression: str, device: Device, limit: int) -> bool | SelectorEvaluat
         result = program.evaluate(device.activation())
     except Exception as e:  # celpy raises CELEvalError (and Python errors from functions)
         result = e
+    deadline.check()  # lost in the last step: raised here, the selector still named
     _evaluating = None
     if cel_library.over():  # even when || or && absorbed the error it raised
         return SelectorEvaluationError(expression, device, cel_library.over_budget())

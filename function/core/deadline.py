@@ -11,9 +11,12 @@ The exception can be lost: CPython clears an error raised while it looks an attr
 up in a type's dictionary (``getattr(evaluator, token)``, where lark's ``Token.__eq__``
 runs Python code, so the signal's handler may run there), and the evaluation then goes
 on with a half-done step, for the whole run of a runaway selector, to a wrong result.
-So a deadline that fired is remembered until the armed block ends: :func:`check`
-raises it again (the CEL evaluation's step counter calls it at every step), and a body
-that returns after the deadline fired raises it too, since its result is not trusted.
+So a deadline that fired is remembered until the armed block ends, and nothing
+computed after it is trusted: :func:`check` raises it again (the CEL evaluation's step
+counter calls it at every step, a selector's evaluation once it ends, and every memo
+before it keeps a value, so no half-done result outlives the call), and a body that
+leaves the block after the deadline fired, returning or raising another exception (a
+wrong result turned into an invalid-input error), raises :class:`CallDeadline`.
 
 Only the main thread of a process can receive the signal: elsewhere (an in-process
 server's worker thread, tests) :func:`armed` does nothing and the compute process pool
@@ -58,8 +61,9 @@ def armed(seconds: float | None) -> Iterator[None]:
     """Raise :class:`CallDeadline` in the body once ``seconds`` (wall clock) have passed.
 
     ``None`` or a non-positive value, or a thread other than the main one: no deadline.
-    A body that returns after the deadline fired (its exception was lost, see the module
-    docstring) raises :class:`CallDeadline` on leaving the block.
+    A body that returns, or raises another exception, after the deadline fired (its
+    exception was lost, see the module docstring) raises :class:`CallDeadline` on
+    leaving the block (from that exception).
     """
     global _fired
     if seconds is None or seconds <= 0 or not can_arm():
@@ -75,7 +79,12 @@ def armed(seconds: float | None) -> Iterator[None]:
     _fired = None
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        yield
+        try:
+            yield
+        except Exception as e:
+            if _fired is not None:
+                raise CallDeadline(_fired) from e
+            raise
         check()
     finally:
         # Nested: the timer may fire before it is disarmed, and its exception must not
