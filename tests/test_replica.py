@@ -1351,11 +1351,13 @@ def test_an_engine_whose_members_change_role_keeps_its_workload(case: Case[RoleC
     assert (cond["status"], cond["reason"]) == ("False", "WorkloadKindChanged"), cond
     wname = manifest(first, f"workload-{name}")["metadata"]["name"]
     msg = cond["message"]
-    assert (
-        f"spec.engines[0] ({name})" in msg
-        and f"{new_kind} in place of its {old_kind} {wname}" in msg
-    )
-    assert "rename the engine" in msg, msg
+    assert f"spec.engines[0] ({name})" in msg
+    if given.deleting:  # going already: the new kind follows with no edit (review 18a F2)
+        assert f"its {old_kind} {wname} is being deleted; its {new_kind} is composed" in msg
+        assert "rename" not in msg, msg
+    else:
+        assert f"{new_kind} in place of its {old_kind} {wname}" in msg
+        assert "rename the engine" in msg, msg
     assert (entry["name"], entry["kind"], entry["workload"], entry["ready"]) == (
         name, old_kind, wname, False,
     )  # fmt: skip
@@ -1423,11 +1425,19 @@ class OffCache:
 
 @dataclass(frozen=True)
 class OffCacheWant:
-    """ModelReady, the engine message's start, ``status.cacheIdentities``."""
+    """ModelReady, the engine message's start, ``status.cacheIdentities``; the reason
+    while not ready."""
 
     ready: bool
     why: str | None
     identities: list[str] | None
+    reason: str = "Starting"
+
+
+# The roll's surge pod never became available (no GPU room): the Deployment says so.
+STALLED = ROLLING | {
+    "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+}
 
 
 OFF_CACHE = [
@@ -1438,6 +1448,11 @@ OFF_CACHE = [
     Case("rolling", "the new template applied, pods of the old one still run",
          OffCache("new", ROLLING),
          OffCacheWant(False, "rolling off the cache: pods of the previous template", ["ID"])),
+    Case("stalled", "the roll off the cache stalled: RolloutStalled, warned once (review "
+         "18a F3: it read Starting for as long as the stall lasted)",
+         OffCache("new", STALLED),
+         OffCacheWant(False, "rolling off the cache: pods of the previous template", ["ID"],
+                      "RolloutStalled")),
     Case("rolled", "every pod runs the new template: ready, nothing kept",
          OffCache("new", DEP_SERVES), OffCacheWant(True, None, None)),
     Case("not-known", "rollout counts not reported: ready (readiness waits on what is "
@@ -1477,6 +1492,12 @@ def test_a_replica_whose_cache_was_removed_is_ready_once_its_pods_rolled_off_it(
     else:
         assert not entry["ready"] and entry["message"].startswith(want.why), entry
         assert entry["available"] is True, entry  # the old pods answer meanwhile
+        assert cond["reason"] == want.reason, cond
+        warned = [m for s, m in h.results(rsp) if s == "Warning" and "stalled" in m]
+        assert bool(warned) == (want.reason == "RolloutStalled"), h.results(rsp)
+        if warned:
+            assert "rollout off the cache (spec.modelCacheRef removed) stalled" in warned[0]
+            assert f"its old pods still serve identity {identity}" in warned[0], warned
     ids = h.status(rsp).get("cacheIdentities")
     assert ids == ([identity] if want.identities else None), (case.reason, ids)
     # Carried in status, the identity stays until the roll is known to be done.

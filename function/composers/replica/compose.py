@@ -449,7 +449,7 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
             reason = REASON_WORKLOAD_KIND_CHANGED
             msg = _kind_changed_message(c, plan, changed)
             events.condition_warning(out, inputs.xr, CONDITION, reason, msg)
-        elif stalled and source is not None:
+        elif stalled:  # onto the cache's identity, or off a cache removed (source None)
             reason = REASON_ROLLOUT_STALLED
             msg = _stalled_message(c, stalled, source, status.get(STATUS_CACHE_IDENTITIES, []))
             if _last_reason(inputs) != REASON_ROLLOUT_STALLED:
@@ -564,15 +564,21 @@ def _changed_status(c: _Call, e: children.EnginePlan, kind: str) -> dict[str, An
 def _kind_changed_message(c: _Call, plan: children.Plan, changed: dict[str, str]) -> str:
     """The ``WorkloadKindChanged`` message: the engines, the field, and what to write."""
     names = [structs.get_str(v, "name") for v in structs.items(c.inputs.xr, "spec", "engines")]
-    which = []
+    which, live = [], False
     for e in plan.engines:
         if e.name in changed:
             at = f"spec.engines[{names.index(e.name)}]" if e.name in names else "spec.engines"
             workload = _observed_kind(c, e.key)[1] or e.workload
-            which.append(
-                f"{at} ({e.name}): its members need a {e.kind} in place of its "
-                f"{changed[e.name]} {workload}"
-            )
+            old = f"{changed[e.name]} {workload}"
+            if structs.being_deleted(c.inputs.observed_body(e.key)):
+                # Going already (review 18a F2): the new kind follows with no edit.
+                which.append(f"{at} ({e.name}): its {old} is being deleted; its {e.kind} is "
+                             "composed once it is gone")  # fmt: skip
+                continue
+            live = True
+            which.append(f"{at} ({e.name}): its members need a {e.kind} in place of its {old}")
+    if not live:
+        return "; ".join(which)
     return (
         "; ".join(which)
         + ". A workload cannot change kind under one name: provider-kubernetes reads an "
@@ -586,17 +592,23 @@ def _kind_changed_message(c: _Call, plan: children.Plan, changed: dict[str, str]
 
 
 def _stalled_message(
-    c: _Call, stalled: list[tuple[children.EnginePlan, str]], source: str, keep: list[str]
+    c: _Call, stalled: list[tuple[children.EnginePlan, str]], source: str | None, keep: list[str]
 ) -> str:
-    """The ``RolloutStalled`` message: the workloads whose roll onto ``source`` stopped
-    and why, what the old pods still serve, and what to do."""
+    """The ``RolloutStalled`` message: the workloads whose roll onto ``source`` (None: off
+    the cache the replica had, its reference removed) stopped and why, what the old pods
+    still serve, and what to do."""
     what = ", ".join(
         f"workload {e.workload} ({e.kind}) on cluster {c.head.clusterName}: {why}"
         for e, why in stalled
     )
+    if source is None:
+        onto = "rollout off the cache (spec.modelCacheRef removed)"
+        olds = " and ".join(_source_name(i) for i in keep) or "the cache's PVC"
+    else:
+        onto = f"rollout onto {_source_name(source)}"
+        olds = _old_pods_serve(c, source, keep)
     return (
-        f"rollout onto {_source_name(source)} stalled: {what}; its old pods still serve "
-        + _old_pods_serve(c, source, keep)
+        f"{onto} stalled: {what}; its old pods still serve {olds}"
         + ". A roll needs room for one surge pod per workload (maxSurge 1, maxUnavailable "
         "0): free one GPU slot per replica on the cluster for the surge pod (scale down "
         "or move another workload there), or, if the new pods do not start for another "
