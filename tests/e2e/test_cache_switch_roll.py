@@ -19,7 +19,7 @@ from typing import Any
 
 from function.naming import cache_shard, hydration_name, source_identity
 from tests.e2e.lifecycle import XR, Hydration, Replica, cluster
-from tests.e2e.test_modeldeployment_lifecycle import Deployment, fleet_resources
+from tests.e2e.test_modeldeployment_lifecycle import one_serving_replica
 from tests.support import world
 
 A, B = "qwen-7b-cache", "other-cache"
@@ -68,6 +68,15 @@ def _stalled(replicas: int) -> dict[str, Any]:
     }
 
 
+def _publish(rep: Replica, doc: dict[str, Any], required: list[dict[str, Any]]) -> None:
+    """The replica as the deployment composed it (``doc``): its spec and labels, a new
+    generation, what the engine resolves for it."""
+    rep.xr["spec"] = copy.deepcopy(doc["spec"])
+    rep.xr["metadata"]["labels"] = copy.deepcopy(doc["metadata"]["labels"])
+    rep.xr["metadata"]["generation"] += 1
+    rep.required = required
+
+
 def _roll(rep: Replica, *, done: bool) -> None:
     """Reconcile the replica, its workloads then observed stalled or rolled, again."""
     rep.reconcile()
@@ -85,13 +94,7 @@ def _roll(rep: Replica, *, done: bool) -> None:
 
 
 def test_a_stalled_roll_off_a_cache_keeps_what_the_old_pods_read(render):
-    d = Deployment(render, replicas=1)
-    d.required = fleet_resources(hydrating=False)
-    d.required += _cache_b(d.required)
-    d.step()
-    d.step()
-    assert d.dep.reconcile().is_ready()
-    ((rname, rep),) = [(n, r) for n, r in d.replicas.items() if n in d.dep.last.composed]
+    d, rname, rep = one_serving_replica(render, _cache_b)
     where = rep.xr["spec"]["clusterName"]
     x = rep.xr["spec"]["modelCacheRef"]["identity"]
     y = source_identity(B_REPO, "main")
@@ -125,14 +128,8 @@ def test_a_stalled_roll_off_a_cache_keeps_what_the_old_pods_read(render):
     assert moved["metadata"]["labels"]["modelplane.ai/cache"] == B
     assert moved["metadata"]["labels"][LEAVING] == A
 
-    def publish(doc: dict[str, Any]) -> None:
-        rep.xr["spec"] = copy.deepcopy(doc["spec"])
-        rep.xr["metadata"]["labels"] = copy.deepcopy(doc["metadata"]["labels"])
-        rep.xr["metadata"]["generation"] += 1
-        rep.required = d.required
-
     # The replica's roll onto B's PVC stalls: its old pods still read X from A's PVC.
-    publish(moved)
+    _publish(rep, moved, d.required)
     _roll(rep, done=False)
     assert rep.status["cacheIdentities"] == [y, x], rep.status
     assert rep.last is not None and not rep.last.is_ready()
@@ -212,7 +209,7 @@ def test_a_stalled_roll_off_a_cache_keeps_what_the_old_pods_read(render):
     d.dep.observed[rname] = world.observed_xr(d.dep.last.composed[rname], rep.last.xr)
     out = d.dep.reconcile()
     assert LEAVING not in out.composed[rname]["metadata"]["labels"]
-    publish(out.composed[rname])
+    _publish(rep, out.composed[rname], d.required)
     hyd.required = [cluster(where), replica_seen()]
     out = hyd.reconcile()
     (prune,) = [doc for n, doc in out.composed.items() if n.startswith("prune-")]
@@ -232,12 +229,7 @@ def test_a_roll_off_a_removed_cache_keeps_the_label_until_it_is_done(render):
     the deployment dropped the ``leaving-cache`` label in that reconcile, so A's
     hydration no longer kept X for it. Now the replica is not ready and keeps X until
     its roll is done, and the label stays until then."""
-    d = Deployment(render, replicas=1)
-    d.required = fleet_resources(hydrating=False)
-    d.step()
-    d.step()
-    assert d.dep.reconcile().is_ready()
-    ((rname, rep),) = [(n, r) for n, r in d.replicas.items() if n in d.dep.last.composed]
+    d, rname, rep = one_serving_replica(render)
     x = rep.xr["spec"]["modelCacheRef"]["identity"]
 
     del d.dep.xr["spec"]["template"]["spec"]["modelCacheRef"]
@@ -246,13 +238,7 @@ def test_a_roll_off_a_removed_cache_keeps_the_label_until_it_is_done(render):
     assert "modelCacheRef" not in moved["spec"]
     assert moved["metadata"]["labels"][LEAVING] == A
 
-    def publish(doc: dict[str, Any]) -> None:
-        rep.xr["spec"] = copy.deepcopy(doc["spec"])
-        rep.xr["metadata"]["labels"] = copy.deepcopy(doc["metadata"]["labels"])
-        rep.xr["metadata"]["generation"] += 1
-        rep.required = d.required
-
-    publish(moved)
+    _publish(rep, moved, d.required)
     _roll(rep, done=False)
     assert rep.status["cacheIdentities"] == [x], rep.status
     assert rep.last is not None and not rep.last.is_ready()

@@ -15,7 +15,11 @@ import copy
 from function.naming import cache_shard
 from tests.e2e.lifecycle import XR
 from tests.e2e.test_modelcache_lifecycle import CLUSTERS, READY, Fleet
-from tests.e2e.test_modeldeployment_lifecycle import Deployment, fleet_resources
+from tests.e2e.test_modeldeployment_lifecycle import (
+    Deployment,
+    fleet_resources,
+    one_serving_replica,
+)
 from tests.support import world
 
 FAILING = 'device.attributes["gpu.nvidia.com"].noSuchAttribute == "x"'
@@ -161,12 +165,7 @@ def test_revision_edit_rolls_replicas_side_by_side(render):
         (engine,) = [c for c in pod["spec"]["containers"] if c["name"] == "engine"]
         return next(e["value"] for e in engine["env"] if e["name"] == "MODELPLANE_MODEL")
 
-    d = Deployment(render, replicas=1)
-    d.required = fleet_resources(hydrating=False)
-    d.step()
-    d.step()
-    assert d.dep.reconcile().is_ready()
-    ((rname, rep),) = [(n, r) for n, r in d.replicas.items() if n in d.dep.last.composed]
+    d, rname, rep = one_serving_replica(render)
     where = rep.xr["spec"]["clusterName"]
     old = rep.xr["spec"]["modelCacheRef"]["identity"]
     assert model_env(rep) == identity_dir(CACHE_MOUNT_PATH, old)

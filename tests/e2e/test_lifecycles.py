@@ -207,18 +207,24 @@ def test_replica_hydration_fails_before_anything_composed(render):
     assert events(out) == [("Warning", "HydrationFailed")]
 
 
-def test_replica_engine_renamed_serves_throughout(render):
-    """Review 17n C: renaming ``engines[0].name`` (the ModelDeployment copies it into
-    every replica) names a new workload; the old one, serving, was deleted in the same
-    reconcile. Now it is kept, exactly, until the new one serves, then Crossplane deletes
-    it and its claim template."""
+def _single_serving(render) -> tuple[Replica, dict[str, Any]]:
+    """The single-node replica example, its hydration Ready, settled serving: the
+    replica and the spec of each composed resource."""
     (xr,) = load_yaml([str(REPLICA / "xr-single-node-hydrating.yaml")])
     required = replica_world()
     set_hydration(required, xr, "Ready", "weights are on the cache PVC")
     r = Replica(render, xr, required)
     out = r.settle(serving=True)
     assert cond(out, "ModelReady") == ("True", "Serving") and set(out.composed) == WORKLOAD_SINGLE
-    before = {n: copy.deepcopy(d["spec"]) for n, d in out.composed.items()}
+    return r, {n: copy.deepcopy(d["spec"]) for n, d in out.composed.items()}
+
+
+def test_replica_engine_renamed_serves_throughout(render):
+    """Review 17n C: renaming ``engines[0].name`` (the ModelDeployment copies it into
+    every replica) names a new workload; the old one, serving, was deleted in the same
+    reconcile. Now it is kept, exactly, until the new one serves, then Crossplane deletes
+    it and its claim template."""
+    r, before = _single_serving(render)
 
     r.xr["spec"]["engines"][0]["name"] = "vllm2"
     olds = {"workload-vllm", "claim-vllm-standalone"}
@@ -307,14 +313,8 @@ def test_replica_engine_members_changing_role_keep_the_old_workload(render):
     exactly, nothing is deleted or added, ``WorkloadKindChanged`` says to rename; renamed
     in the next edit, the LeaderWorkerSet is composed beside it and the Deployment goes
     once it serves."""
-    (xr,) = load_yaml([str(REPLICA / "xr-single-node-hydrating.yaml")])
     (multi,) = load_yaml([str(REPLICA / "xr-multi-node-hydrating.yaml")])
-    required = replica_world()
-    set_hydration(required, xr, "Ready", "weights are on the cache PVC")
-    r = Replica(render, xr, required)
-    out = r.settle(serving=True)
-    assert cond(out, "ModelReady") == ("True", "Serving") and set(out.composed) == WORKLOAD_SINGLE
-    before = {n: copy.deepcopy(d["spec"]) for n, d in out.composed.items()}
+    r, before = _single_serving(render)
 
     gang = copy.deepcopy(multi["spec"]["engines"][0])
     r.xr["spec"]["engines"][0] = gang | {"name": "vllm"}

@@ -62,6 +62,21 @@ class Deployment:
         return self.dep.last.condition(typ) or {}
 
 
+def one_serving_replica(render, more=None) -> tuple[Deployment, str, Replica]:
+    """A ModelDeployment of one replica on the example's fleet (its hydrations Ready;
+    ``more(required)`` adds to what the engine resolves), reconciled until it and its
+    replica serve: the deployment, the replica's composition-resource name, the replica."""
+    d = Deployment(render, replicas=1)
+    d.required = fleet_resources(hydrating=False)
+    if more is not None:
+        d.required += more(d.required)
+    d.step()
+    d.step()
+    assert d.dep.reconcile().is_ready()
+    ((rname, rep),) = [(n, r) for n, r in d.replicas.items() if n in d.dep.last.composed]
+    return d, rname, rep
+
+
 def test_from_nothing_to_every_replica_serving(render):
     d = Deployment(render)
     first = d.dep.reconcile()
