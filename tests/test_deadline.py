@@ -13,6 +13,8 @@ These run in the test process's main thread, which the signal reaches.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 
@@ -24,18 +26,23 @@ from function.core.memo import memo
 from function.scheduling import cel_library
 from function.scheduling import devices as devices_mod
 
+# Longer than any test here runs: the deadline fires only when a test sends its signal.
+DEADLINE = 30.0
+
 pytestmark = pytest.mark.skipif(not can_arm(), reason="SIGALRM reaches the main thread only")
 
 
 class _SlowKey(str):
-    """An attribute name whose comparison runs Python code long enough for the timer to
-    fire inside it, as lark's ``Token`` does: the type lookup compares it with the
-    class's own key of the same text and hash."""
+    """An attribute name whose comparison runs Python code, as lark's ``Token`` does (the
+    type lookup compares it with the class's own key of the same text and hash), and the
+    deadline's signal arrives while it runs: sent here, not timed, so the handler runs
+    inside it however loaded the machine is."""
 
     __hash__ = str.__hash__
 
     def __eq__(self, other: object) -> bool:
-        time.sleep(0.5)  # the signal's handler raises here
+        os.kill(os.getpid(), signal.SIGALRM)  # the deadline's timer, as if it fired now
+        time.sleep(0.01)  # the signal's handler raises here
         return str.__eq__(self, other)
 
 
@@ -50,7 +57,7 @@ def _lose_the_deadline() -> str:
 
 def test_cpython_loses_an_exception_raised_in_a_type_lookup() -> None:
     """The premise: without the remembered deadline, the body would return normally."""
-    with pytest.raises(CallDeadline), armed(0.05):
+    with pytest.raises(CallDeadline), armed(DEADLINE):
         _lose_the_deadline()  # the exception raised in __eq__ is cleared here
         # ... and the body goes on; only leaving the block raises it again
         returned = True
@@ -66,16 +73,16 @@ def test_cpython_loses_an_exception_raised_in_a_type_lookup() -> None:
     ],
 )
 def test_a_lost_deadline_is_raised_again(after) -> None:
-    with pytest.raises(CallDeadline) as e, armed(0.05):
+    with pytest.raises(CallDeadline) as e, armed(DEADLINE):
         _lose_the_deadline()
         after()
         time.sleep(0)  # nothing else may run past the deadline
-    assert e.value.seconds == 0.05
+    assert e.value.seconds == DEADLINE
 
 
 def test_a_deadline_that_did_not_fire_is_forgotten() -> None:
     """Nothing is left behind: a later block, or a check outside any block, is clean."""
-    with pytest.raises(CallDeadline), armed(0.05):
+    with pytest.raises(CallDeadline), armed(DEADLINE):
         _lose_the_deadline()
     check()  # outside the block: nothing to raise
     with armed(5):
@@ -88,7 +95,6 @@ def test_a_deadline_firing_as_the_block_ends_leaves_nothing_behind(monkeypatch) 
     """The timer fires after the body returned and before it is disarmed: the handler is
     still restored and the deadline forgotten, so a CEL step after the block (a call
     without a deadline) does not raise it again."""
-    import signal
 
     from function.core import deadline
 
@@ -126,7 +132,7 @@ class SpecLikeError(Exception):
 
 
 def test_an_error_raised_after_a_lost_deadline_is_the_deadline() -> None:
-    with pytest.raises(CallDeadline) as e, armed(0.05):
+    with pytest.raises(CallDeadline) as e, armed(DEADLINE):
         _lose_the_deadline()
         raise SpecLikeError("fails on device gpu: no operator >= for an int and list")
     assert isinstance(e.value.__cause__, SpecLikeError)
@@ -140,7 +146,7 @@ def test_nothing_computed_after_a_lost_deadline_is_memoized() -> None:
         calls.append(x)
         return x * x
 
-    with pytest.raises(CallDeadline), armed(0.05):
+    with pytest.raises(CallDeadline), armed(DEADLINE):
         _lose_the_deadline()
         square(3)
     assert square(3) == 9 and calls == [3, 3], "the value computed past the deadline was kept"
@@ -161,7 +167,7 @@ def test_a_deadline_lost_in_a_selectors_last_step_names_it_and_is_not_memoized(
         return celtypes.BoolType(False)  # the wrong outcome of the half-done step
 
     monkeypatch.setattr(cel_library.CountingRunner, "evaluate", last_step_loses_it)
-    with pytest.raises(CallDeadline), armed(0.05):
+    with pytest.raises(CallDeadline), armed(DEADLINE):
         try:
             devices_mod.selector_matches(expression, GPU)
         finally:
