@@ -13,6 +13,7 @@ import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from function.naming import cache_shard
 from tests.support import world
 from tests.support.engine import Rendered
 from tests.support.fixtures import FAKE_TOKEN
@@ -142,6 +143,52 @@ class Hydration(XR):
                 obs = world.observed_object(doc)
             self.observed[name] = obs
 
+
+
+class CacheTree:
+    """A ModelCache and its ModelCacheShards, each reconciled through the engine, with the
+    hydrations the shards composed as observed (``observed``: cluster -> observed
+    hydration). Crossplane deletes a hydration a shard stopped desiring: it leaves
+    ``observed``."""
+
+    def __init__(
+        self,
+        render: Callable[..., Rendered],
+        cache_doc: dict[str, Any],
+        clusters: list[dict[str, Any]],
+        hydrations: Iterable[dict[str, Any]],
+    ) -> None:
+        self.render, self.clusters = render, clusters
+        self.cache = XR(render, cache_doc, clusters)
+        self.observed: dict[str, dict[str, Any]] = {}
+        for h in hydrations:
+            cl = h["spec"]["clusterName"]
+            named = {"crossplane.io/composition-resource-name": f"hydration-{cl}"}
+            meta = {**h["metadata"], "annotations": named}
+            self.observed[cl] = world.observed_xr({**copy.deepcopy(h), "metadata": meta}, h)
+        self.shards: dict[str, XR] = {}
+
+    def reconcile(self, replicas: list[dict[str, Any]]) -> Rendered:
+        """The cache, each shard (its hydrations observed, ``replicas`` required), the
+        cache again; returns the cache's last render."""
+        out = self.cache.reconcile()
+        for key, sdoc in out.composed.items():
+            sh = self.shards.get(key) or XR(self.render, sdoc, [])
+            sh.xr["spec"] = copy.deepcopy(sdoc["spec"])
+            sh.required = [*self.clusters, *replicas]
+            sh.observed = {
+                f"hydration-{cl}": o
+                for cl, o in self.observed.items()
+                if cache_shard(cl) == sdoc["spec"]["shard"]
+            }
+            self.shards[key] = sh
+            sh.reconcile()
+            assert sh.last is not None
+            for cl in [c for c in self.observed if f"hydration-{c}" in sh.observed]:
+                if f"hydration-{cl}" not in sh.last.composed:
+                    del self.observed[cl]  # Crossplane deletes what the shard stopped desiring
+            self.cache.observed[key] = world.observed_xr(sdoc, sh.last.xr)
+        return self.cache.reconcile()
 
 
 class Replica(XR):

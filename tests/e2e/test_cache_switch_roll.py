@@ -17,8 +17,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from function.naming import cache_shard, hydration_name, source_identity
-from tests.e2e.lifecycle import XR, Hydration, Replica, cluster
+from function.naming import hydration_name, source_identity
+from tests.e2e.lifecycle import CacheTree, Hydration, Replica, cluster
 from tests.e2e.test_modeldeployment_lifecycle import one_serving_replica
 from tests.support import world
 
@@ -55,17 +55,14 @@ def _cache_b(required: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _stalled(replicas: int) -> dict[str, Any]:
     """A Deployment whose roll stopped: the surge pod of the new template never became
     available (no GPU room), the old pod still serves."""
-    return {
-        "observedGeneration": 1,
-        "replicas": replicas + 1,
-        "updatedReplicas": replicas,
-        "readyReplicas": replicas,
-        "availableReplicas": replicas,
-        "conditions": [
-            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
-            {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"},
-        ],
-    }
+    status = world.deployment_available(replicas)
+    status["replicas"] = replicas + 1  # the surge pod
+    status["conditions"] = [
+        c if c["type"] != "Progressing"
+        else {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}
+        for c in status["conditions"]
+    ]  # fmt: skip
+    return status
 
 
 def _publish(rep: Replica, doc: dict[str, Any], required: list[dict[str, Any]]) -> None:
@@ -158,37 +155,10 @@ def test_a_stalled_roll_off_a_cache_keeps_what_the_old_pods_read(render):
         c["metadata"]["labels"]["kubernetes.io/metadata.name"] = c["metadata"]["name"]
     cache_doc = next(copy.deepcopy(r) for r in d.required if r["kind"] == "ModelCache"
                      and r["metadata"]["name"] == A)  # fmt: skip
-    cache = XR(render, cache_doc, clusters)
-    observed_hyd = {}
-    for h in [r for r in d.required if r["kind"] == "ModelCacheHydration"
-              and r["spec"]["cacheName"] == A]:  # fmt: skip
-        cl = h["spec"]["clusterName"]
-        key = f"hydration-{cl}"
-        meta = {**h["metadata"], "annotations": {"crossplane.io/composition-resource-name": key}}
-        observed_hyd[cl] = world.observed_xr({**copy.deepcopy(h), "metadata": meta}, h)
-    shards: dict[str, XR] = {}
-
-    def tree(replicas: list[dict[str, Any]]) -> None:
-        """The cache, each shard (its hydrations observed, replicas required), the cache."""
-        out = cache.reconcile()
-        for key, sdoc in out.composed.items():
-            sh = shards.get(key) or XR(render, sdoc, [])
-            sh.xr["spec"] = copy.deepcopy(sdoc["spec"])
-            sh.required = [*clusters, *replicas]
-            sh.observed = {
-                f"hydration-{cl}": o
-                for cl, o in observed_hyd.items()
-                if cache_shard(cl) == sdoc["spec"]["shard"]
-            }
-            shards[key] = sh
-            sh.reconcile()
-            assert sh.last is not None
-            for cl in [c for c in observed_hyd if f"hydration-{c}" in sh.observed]:
-                if f"hydration-{cl}" not in sh.last.composed:
-                    del observed_hyd[cl]  # Crossplane deletes what the shard stopped desiring
-            cache.observed[key] = world.observed_xr(sdoc, sh.last.xr)
-        cache.reconcile()
-
+    hyds = [r for r in d.required if r["kind"] == "ModelCacheHydration"
+            and r["spec"]["cacheName"] == A]  # fmt: skip
+    t = CacheTree(render, cache_doc, clusters, hyds)
+    cache, observed_hyd, tree = t.cache, t.observed, t.reconcile
     tree([replica_seen()])
     cache.xr["spec"]["clusterSelector"] = {
         "matchLabels": {"modelplane.ai/gpu": "h100"},

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import copy
 
-from function.naming import cache_shard
-from tests.e2e.lifecycle import XR
+from tests.e2e.lifecycle import CacheTree
 from tests.e2e.test_modelcache_lifecycle import CLUSTERS, READY, Fleet
 from tests.e2e.test_modeldeployment_lifecycle import (
     Deployment,
@@ -81,36 +80,9 @@ def test_reclaim_finishes_make_before_break(render):
     clusters = [r for r in d.required if r["kind"] == "InferenceCluster"]
     for c in clusters:  # the selector reads the name label Kubernetes sets
         c["metadata"]["labels"]["kubernetes.io/metadata.name"] = c["metadata"]["name"]
-    cache = XR(render, cache_doc, clusters)
     # The hydrations the cache's shards composed before, as observed.
-    observed_hyd = {}
-    for h in hydrations:
-        cl = h["spec"]["clusterName"]
-        key = f"hydration-{cl}"
-        meta = {**h["metadata"], "annotations": {"crossplane.io/composition-resource-name": key}}
-        observed_hyd[cl] = world.observed_xr({**copy.deepcopy(h), "metadata": meta}, h)
-    shards: dict[str, XR] = {}
-
-    def tree(replicas):
-        """The cache, each shard (its hydrations observed, replicas required), the cache."""
-        out = cache.reconcile()
-        for key, sdoc in out.composed.items():
-            sh = shards.get(key) or XR(render, sdoc, [])
-            sh.xr["spec"] = copy.deepcopy(sdoc["spec"])
-            sh.required = [*clusters, *replicas]
-            sh.observed = {
-                f"hydration-{cl}": o
-                for cl, o in observed_hyd.items()
-                if cache_shard(cl) == sdoc["spec"]["shard"]
-            }
-            shards[key] = sh
-            sh.reconcile()
-            for cl in [c for c in observed_hyd if f"hydration-{c}" in sh.observed]:
-                if f"hydration-{cl}" not in sh.last.composed:
-                    del observed_hyd[cl]  # Crossplane deletes what the shard stopped desiring
-            cache.observed[key] = world.observed_xr(sdoc, sh.last.xr)
-        return cache.reconcile()
-
+    t = CacheTree(render, cache_doc, clusters, hydrations)
+    cache, observed_hyd, tree = t.cache, t.observed, t.reconcile
     tree([first])
     cache.xr["spec"]["clusterSelector"] = {
         "matchExpressions": [
