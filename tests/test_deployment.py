@@ -1880,3 +1880,42 @@ def test_a_status_int_attribute_of_int64_max_is_read() -> None:
     rsp = drive(deployment(1, engines=[eng]), w)
     c = h.conditions(rsp)["ReplicasScheduled"]
     assert c["status"] == "True", c
+
+
+@pytest.mark.parametrize(
+    ("case", "edit", "want"),
+    [
+        # Review 19a F2: a typo in modelCacheRef kept the replicas but told the user
+        # they waited for the typo'd cache, which does not exist.
+        (
+            "cache-ref-typo",
+            lambda x, r: x["spec"]["template"]["spec"].update(modelCacheRef={"name": "nope"}),
+            "waiting for ModelCache qwen-cache: replica 0 on gpu-a (Hydrating)",
+        ),
+        # Review 19a F4: a replica whose spec.clusterName was removed was "on " nothing.
+        (
+            "cluster-name-removed",
+            lambda x, r: [
+                b["spec"].pop("clusterName") for b in r.values() if b["kind"] == "ModelReplica"
+            ],
+            "replica 0 (no spec.clusterName) (Hydrating)",
+        ),
+    ],
+    ids=["cache-ref-typo", "cluster-name-removed"],
+)
+def test_ready_message_names_what_the_kept_replicas_wait_for(
+    case: str, edit: Any, want: str
+) -> None:
+    """``ReplicasReady`` of held replicas names the cache they serve from and, when a
+    replica names no cluster, says so."""
+    hydrating = ("False", "Hydrating", "waiting for the cache")
+    base = [ic("gpu-a"), cache(), hydration("gpu-a", "Hydrating")]
+    xr = deployment(1)
+    rsp = drive(xr, h.World(base))
+    seen = observe(rsp, {0: hydrating})
+    then = copy.deepcopy(xr)
+    edit(then, seen)
+    rsp = drive(then, h.World(base), seen)
+    msg = h.conditions(rsp)["ReplicasReady"]["message"]
+    assert want in msg, msg
+    assert "nope" not in msg and " on  " not in msg, msg

@@ -797,7 +797,7 @@ def _frozen(call: _Call, reason: str, msg: str) -> Outcome:
     _keep_all(inputs, out)
     out.condition(SCHEDULED, "False", reason, msg)
     out.warning(msg, reason)
-    return _hold(call)
+    return _hold(call, call.cache)
 
 
 def _pending(call: _Call, what: str) -> Outcome:
@@ -809,7 +809,7 @@ def _pending(call: _Call, what: str) -> Outcome:
         "ResolvingRequirements",
         f"waiting for Crossplane to resolve required resources: {what}",
     )
-    return _hold(call)
+    return _hold(call, call.cache)
 
 
 def _cache_not_found(call: _Call) -> Outcome:
@@ -828,15 +828,19 @@ def _cache_not_found(call: _Call) -> Outcome:
     out.condition(SCHEDULED, "False", CACHE_NOT_FOUND, msg)
     out.warning(msg, CACHE_NOT_FOUND)
     out.requeue_after(inputs.settings.poll_seconds)
-    return _hold(call)
+    # ReplicasReady names the cache the kept replicas serve from, not the missing one
+    # (review 19a F2); several: "the ModelCache they were composed with".
+    served = {v.cache for v in call.placed if v.cache}
+    return _hold(call, served.pop() if len(served) == 1 else None)
 
 
-def _hold(call: _Call) -> Outcome:
+def _hold(call: _Call, cache: str | None) -> Outcome:
     """Status for a call that places nothing: the observed rows, and
     ``status.displaced`` and ``status.nextClusters`` carried (Crossplane applies the XR
-    status a function returns: a field left out is lost)."""
+    status a function returns: a field left out is lost). ``cache``: the cache the
+    rows' messages name (:func:`~function.composers.deployment.status._cache_name`)."""
     inputs, out = call.inputs, call.out
-    _status_from(inputs, out, call.replicas, call.rows, call.cache)
+    _status_from(inputs, out, call.replicas, call.rows, cache)
     _carry_displaced(inputs, out)
     for field in (CACHE_IDENTITIES, CACHE_ROLLOUT):
         value = inputs.status(field)

@@ -106,17 +106,19 @@ class _Tally:
             self.total += 1
         if ok:
             self.ready += 1
-        elif reason == HYDRATION_FAILED or phase == FAILED:
+            return ok, reason
+        # A replica whose spec.clusterName was removed is named without one (review 19a F4).
+        where = f"replica {index} " + (f"on {cluster}" if cluster else "(no spec.clusterName)")
+        if reason == HYDRATION_FAILED or phase == FAILED:
             self.failed.append(
-                f"replica {index} on {cluster}: "
-                + (message or f"hydration of {_cache_name(cache)} on {cluster} Failed")
+                f"{where}: " + (message or f"hydration of {_cache_name(cache)} on {cluster} Failed")
             )
             reason = HYDRATION_FAILED
         elif reason == REASON_HYDRATING or (phase is not None and phase != READY):
-            self.waiting.append(f"replica {index} on {cluster} ({phase or 'Hydrating'})")
+            self.waiting.append(f"{where} ({phase or 'Hydrating'})")
             reason = reason or WAITING_FOR_CACHE
         else:
-            self.other.append(f"replica {index} on {cluster}: {reason or 'not ready'}")
+            self.other.append(f"{where}: {reason or 'not ready'}")
         return ok, reason
 
 
