@@ -2,8 +2,9 @@
 
 ``scripts/crossplane-tools`` builds the Crossplane CLI and core binary and collects the
 CRD schemas (Crossplane's, provider-kubernetes' ``kubernetes.m.crossplane.io``, the
-LeaderWorkerSet) from the Go module cache, once per pinned version, into a cache
-directory outside the repository (``$MODELPLANE_TOOLS_CACHE``, else
+LeaderWorkerSet) from the Go module cache, and builds ``scripts/policy-check`` (which
+management-policy sets provider-kubernetes' reconciler accepts), once per pinned
+version, into a cache directory outside the repository (``$MODELPLANE_TOOLS_CACHE``, else
 ``~/.cache/function-modelplane``). Nothing is read from outside the repository but that
 cache, which the script fills from the Go module proxy.
 
@@ -43,11 +44,16 @@ class Tools:
             reconciler against an in-memory client (``--crossplane-binary``).
         schemas: a directory with ``crossplane/``, ``provider-kubernetes/`` and ``lws/``
             holding the CRDs of those projects at the pinned versions.
+        policy_check: ``scripts/policy-check`` built against the crossplane-runtime
+            the pinned provider-kubernetes requires: a JSON array of
+            ``spec.managementPolicies`` sets on stdin, the resolver's verdict for each
+            ("" accepted, else its error) on stdout.
     """
 
     cli: Path
     core: Path
     schemas: Path
+    policy_check: Path
 
 
 def _parse(out: str) -> Tools:
@@ -60,6 +66,7 @@ def _parse(out: str) -> Tools:
         Path(values["CROSSPLANE_CLI"]),
         Path(values["CROSSPLANE_CORE"]),
         Path(values["CROSSPLANE_SCHEMAS"]),
+        Path(values["POLICY_CHECK"]),
     )
 
 

@@ -37,8 +37,13 @@ from function.naming import (
 from function.serving.env import set_env
 
 JOB_PREFIX = "job-"
-# Object management once provider-kubernetes created the Job: everything but Create.
-NO_CREATE_POLICIES = ["Observe", "Update", "LateInitialize", "Delete"]
+# Object management once provider-kubernetes created the Job: observed and deleted with
+# its Object, never created again (a Job deleted by hand stays deleted) nor updated (a
+# Job's template is immutable). A set provider-kubernetes supports: crossplane-runtime's
+# default list, which it uses, has no {Observe, Update, LateInitialize, Delete}; an Object
+# with that set is left Synced=False, unobserved and undeleted (review 19b;
+# tests/e2e/test_provider_policies.py checks every set with the resolver itself).
+NO_CREATE_POLICIES = ["Observe", "Delete"]
 
 
 def job_key(attempt: int) -> str:
@@ -120,10 +125,14 @@ def job_object(a: Attempt, p: Parsed, cronjob: Struct) -> tuple[str, dict[str, A
 
 
 def keep_job(out: Outcome, key: str, obs: Struct, *, created: bool) -> None:
-    """Keep the observed Job Object; once the Job exists, its Object no longer allows
-    Create (a Job deleted behind the function's back is not re-created)."""
+    """Keep the observed Job Object; once the Job exists (``created``), its Object no
+    longer allows Create (a Job deleted behind the function's back is not re-created).
+    An Object that already carries a set (written by an earlier call, or by a version
+    of the function that wrote a set provider-kubernetes refuses) gets
+    :data:`NO_CREATE_POLICIES` too."""
     out.keep(key, obs, ready=True)
     body = out.resources[key].body
     assert isinstance(body, Struct)
-    if created:
-        body.get_or_create_struct("spec")["managementPolicies"] = NO_CREATE_POLICIES
+    spec = body.get_or_create_struct("spec")
+    if created or "managementPolicies" in spec:
+        spec["managementPolicies"] = NO_CREATE_POLICIES

@@ -1,0 +1,115 @@
+"""Every ``spec.managementPolicies`` set the function writes on a provider-kubernetes
+Object is one provider-kubernetes accepts.
+
+provider-kubernetes' Object reconciler checks the set with crossplane-runtime's
+resolver against the runtime's default supported list; a set outside it leaves the
+Object ``Synced=False``, no longer observed, and skips its deletion (review 19b: the
+backfill's ``[Observe, Update, LateInitialize, Delete]`` froze its Job Object, so a
+cancelled backfill's Job was never deleted). The verdicts come from that resolver
+itself: ``scripts/policy-check``, built by ``scripts/crossplane-tools`` against the
+crossplane-runtime the pinned provider-kubernetes requires.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from function.composers.backfill.children import NO_CREATE_POLICIES
+from function.composers.experiment.children import EVIDENCE_POLICIES
+from tests.support import crossplane
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def _policies(doc: Any) -> Iterator[tuple[str, ...]]:
+    """Every ``spec.managementPolicies`` list anywhere in a YAML document."""
+    if isinstance(doc, dict):
+        spec = doc.get("spec")
+        if isinstance(spec, dict) and isinstance(spec.get("managementPolicies"), list):
+            yield tuple(spec["managementPolicies"])
+        for v in doc.values():
+            yield from _policies(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from _policies(v)
+
+
+def _written() -> tuple[dict[tuple[str, ...], str], int]:
+    """Each set the function writes, with where it was seen: the constants that hold
+    them, and every one in the desired composed resources of the golden responses
+    (recorded from Crossplane's calls), but for a resource whose spec is kept exactly
+    as observed (a call that decides nothing keeps what exists); and how many of the
+    golden composed resources carry one."""
+    hits = 0
+    seen = {
+        tuple(NO_CREATE_POLICIES): "backfill NO_CREATE_POLICIES",
+        tuple(EVIDENCE_POLICIES): "experiment EVIDENCE_POLICIES",
+    }
+    for path in sorted(GOLDEN.rglob("want.yaml")):
+        want = yaml.safe_load(path.read_text()) or {}
+        seen_file = path.parent / "observed.yaml"
+        observed = (yaml.safe_load(seen_file.read_text()) if seen_file.exists() else None) or {}
+        for key, child in ((want.get("desired") or {}).get("resources") or {}).items():
+            body = child.get("resource")
+            was = (observed.get(key) or {}).get("resource") or {}
+            if body.get("spec") == was.get("spec"):
+                continue
+            for s in _policies(body):
+                hits += 1
+                seen.setdefault(s, f"{path.parent.relative_to(GOLDEN)} {key}")
+    return seen, hits
+
+
+def _verdicts(tools: crossplane.Tools, sets: list[tuple[str, ...]]) -> list[str]:
+    done = subprocess.run(
+        [str(tools.policy_check)],
+        input=json.dumps([list(s) for s in sets]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    verdicts = json.loads(done.stdout)
+    assert isinstance(verdicts, list) and len(verdicts) == len(sets), done.stdout
+    return verdicts
+
+
+def test_the_checker_is_crossplane_runtimes_resolver(xp: crossplane.Tools) -> None:
+    """The premise: the resolver refuses the set review 19b found, accepts the default
+    and the sets the docs name."""
+    got = _verdicts(
+        xp,
+        [
+            ("Observe", "Update", "LateInitialize", "Delete"),
+            ("*",),
+            ("Observe",),
+            ("Observe", "Delete"),
+        ],
+    )
+    assert "not supported" in got[0], got
+    assert got[1:] == ["", "", ""], got
+
+
+def test_every_policy_set_the_function_writes_is_accepted(xp: crossplane.Tools) -> None:
+    written, hits = _written()
+    assert hits > 0, "the golden responses hold no management policies: the scan is broken"
+    sets = sorted(written)
+    refused = {
+        f"{list(s)} ({written[s]})": v for s, v in zip(sets, _verdicts(xp, sets), strict=True) if v
+    }
+    assert not refused, refused
+
+
+@pytest.mark.parametrize("name", ["NO_CREATE_POLICIES", "EVIDENCE_POLICIES"])
+def test_kept_objects_still_delete(name: str) -> None:
+    """A Job the function keeps as observed is still deleted with its Object (a cancel
+    must remove the remote Job), and is never created again behind the function's back."""
+    value = {"NO_CREATE_POLICIES": NO_CREATE_POLICIES, "EVIDENCE_POLICIES": EVIDENCE_POLICIES}
+    assert "Delete" in value[name] and "Create" not in value[name] and "*" not in value[name]
