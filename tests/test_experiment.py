@@ -24,6 +24,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function import API_VERSION
 from function.api.modelexperiment import CANDIDATE_LOST, PASSED, definition_hash, parse_spec
 from function.composers import experiment as exp
+from function.composers.experiment.names import candidate_key, job_key, key_run_number
 from function.composers.experiment.observed import in_experiment_terms
 from function.core.errors import SpecError
 from function.core.timeutil import format_time
@@ -344,6 +345,11 @@ class Sim:
             b = copy.deepcopy(body)
             if old is not None and "status" in old:
                 b["status"] = old["status"]
+            # Set by the API server when the object is created, then never changed.
+            created = (old or {}).get("metadata", {}).get("creationTimestamp")
+            b.setdefault("metadata", {})["creationTimestamp"] = created or format_time(
+                self.clock.now
+            )
             new[key] = b
         self.observed = new
         return rsp
@@ -1258,6 +1264,245 @@ def test_bad_input_holds_a_run_whose_children_exist_without_its_admission(
     assert set(before) <= set(sim.observed), sorted(sim.observed)
 
 
+def _unadmitted_and_held(sim_factory: Any, got: Unadmitted, clock: Clock) -> Sim:
+    """Run 1 as far as ``got`` says, its status lost or unadmitted, held by ``got.bad``."""
+    gate = {"modelCacheRef": {"name": "qwen-cache"}}
+    sim = sim_factory(spec(artifactGate=gate) if got.gated else None)
+    if got.evaluating:
+        sim.to_evaluating()
+    else:
+        sim.reconcile()
+        sim.reconcile()  # the candidate is observed
+        assert sim.phase == "Deploying", sim.status
+    got.bad(sim)
+    if got.status == "lost":
+        del sim.xr["status"]
+    else:
+        sim.xr["status"].pop("candidate")
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Blocked", sim.status
+    return sim
+
+
+HELD_UNADMITTED_BOUNDED = (
+    "a run held without its admission recorded is still a bounded canary: its deadline is "
+    "spec.timeout after its oldest child's metadata.creationTimestamp (an admitted run's is "
+    "spec.timeout after status.candidate.createdAt); then it ends TimedOut and its children "
+    "go as an admitted run's do (the candidate released, the Job kept as evidence)"
+)
+# The children are created at NOW (the harness's clock) and the timeout is 30m.
+CHILDREN_DEADLINE = NOW + datetime.timedelta(minutes=30)
+WITHIN = f"within 30m (deadline {format_time(CHILDREN_DEADLINE)})"
+
+
+@dataclass(frozen=True)
+class TimesOut:
+    """A fragment of the TimedOut verdict's summary, and whether the gauntlet Job stays
+    as evidence."""
+
+    fragment: str
+    evidence: bool
+
+
+HELD_UNADMITTED_DEADLINES: list[Case[Unadmitted, TimesOut]] = [
+    Case("templateRef typo, status lost while deploying", HELD_UNADMITTED_BOUNDED,
+         Unadmitted(False, "lost", _templateref_typo),
+         TimesOut(f"the candidate never became Ready {WITHIN}", False)),
+    Case("templateRef typo, status lost while evaluating", HELD_UNADMITTED_BOUNDED,
+         Unadmitted(True, "lost", _templateref_typo),
+         TimesOut(f"the gauntlet did not finish {WITHIN}", True)),
+    Case("CronJob deleted, admission not recorded while evaluating", HELD_UNADMITTED_BOUNDED,
+         Unadmitted(True, "unadmitted", _cronjob_deleted),
+         TimesOut(f"the gauntlet did not finish {WITHIN}", True)),
+    Case("gate on a missing cache, status lost while deploying", HELD_UNADMITTED_BOUNDED,
+         Unadmitted(False, "lost", _gate_on_a_missing_cache),
+         TimesOut(f"the candidate never became Ready {WITHIN}", False)),
+    Case("gated cache deleted, admission not recorded while evaluating", HELD_UNADMITTED_BOUNDED,
+         Unadmitted(True, "unadmitted", _gated_cache_deleted, gated=True),
+         TimesOut(f"the gauntlet did not finish {WITHIN}", True)),
+]  # fmt: skip
+
+
+@table(HELD_UNADMITTED_DEADLINES)
+def test_a_run_held_without_its_admission_ends_at_its_deadline(
+    sim_factory, clock: Clock, case: Case[Unadmitted, TimesOut]
+) -> None:
+    got, want = case.inputs, case.want
+    sim = _unadmitted_and_held(sim_factory, got, clock)
+    held = set(sim.observed)
+    runnable = sim.conditions()["Runnable"]
+    assert f"or its deadline {format_time(CHILDREN_DEADLINE)} passes" in runnable["message"]
+    # Held, and a fixed point (no "now" in status), until the deadline...
+    before = (copy.deepcopy(sim.status), sim.conditions())
+    clock.now = CHILDREN_DEADLINE - datetime.timedelta(seconds=1)
+    sim.reconcile()
+    assert (sim.status, sim.conditions()) == before and set(sim.observed) == held
+    assert sim.rsp.meta.ttl.seconds <= 1, sim.rsp.meta.ttl  # called again at the deadline
+    # ...which ends it as an admitted run's deadline does.
+    clock.now = CHILDREN_DEADLINE
+    sim.reconcile()
+    verdict = sim.status["verdict"]
+    assert (sim.phase, verdict["reason"]) == ("Failed", "TimedOut"), sim.status
+    assert want.fragment in verdict["summary"], verdict
+    # The run was admitted (it has a verdict): its gate is not "waiting for Crossplane".
+    gate = sim.conditions()["ArtifactGate"]
+    assert "waiting for Crossplane" not in gate["message"], gate
+    assert "candidate-r1" not in desired(sim.rsp), sorted(desired(sim.rsp))
+    if want.evidence:
+        job = desired(sim.rsp)["gauntlet-r1"]
+        assert job["spec"]["managementPolicies"] == ["Observe", "Delete"], job["spec"]
+    else:
+        assert "gauntlet-r1" not in desired(sim.rsp)
+    # Terminal, and a fixed point.
+    after = (copy.deepcopy(sim.status), sim.conditions())
+    clock.advance(3600)
+    sim.reconcile()
+    assert (sim.status, sim.conditions()) == after
+
+
+@pytest.mark.parametrize(
+    "created",
+    [None, "yesterday", "9999-12-31T23:59:59Z"],
+    ids=["absent", "not a timestamp", "deadline past year 9999"],
+)
+def test_a_run_held_without_its_admission_and_no_creation_time_is_held(
+    sim_factory, clock: Clock, created: str | None
+) -> None:
+    """No child's creationTimestamp to count from (the API server always sets one): the
+    run stays held as before, no deadline said, no internal error."""
+    sim = _unadmitted_and_held(sim_factory, Unadmitted(True, "lost", _templateref_typo), clock)
+    for obs in sim.observed.values():
+        obs["metadata"]["creationTimestamp"] = created
+    clock.advance(7 * 24 * 3600)
+    sim.reconcile()
+    assert (sim.phase, sim.status["reason"]) == ("Blocked", "TemplateNotFound"), sim.status
+    assert "or its deadline" not in sim.conditions()["Runnable"]["message"]
+    assert {"candidate-r1", "gauntlet-r1"} <= set(desired(sim.rsp))
+
+
+def test_a_gauntlet_that_finishes_while_held_without_admission_is_recorded(
+    sim_factory, clock: Clock
+) -> None:
+    """As for a held edit: a run held without its admission recorded is decided by its
+    gauntlet Job finishing before its deadline (a result is never dropped)."""
+    sim = _unadmitted_and_held(sim_factory, Unadmitted(True, "lost", _templateref_typo), clock)
+    sim.job_finished(True, clock.advance(60))
+    sim.reconcile()
+    verdict = sim.status["verdict"]
+    assert (sim.phase, verdict["reason"]) == ("Succeeded", PASSED), sim.status
+    assert verdict["completedAt"] == format_time(clock.now)
+    assert "candidate-r1" not in sim.observed and "gauntlet-r1" in sim.observed
+
+
+RUN_N_RECOGNISED = (
+    "children of run N > 1 observed with no status are the current run (the highest run "
+    "number observed): losing status never deletes a running evaluation nor starts a "
+    "run on top of it"
+)
+
+
+@pytest.mark.parametrize(
+    ("key", "number"),
+    [("candidate-r1", 1), ("gauntlet-r12", 12), ("candidate-r1000000000", 10**9),
+     ("candidate-r1000000001", None), ("candidate-r0", None), ("gauntlet-r01", None),
+     ("candidate-r", None), ("cache-usage", None), ("candidate-r2x", None)],
+)  # fmt: skip
+def test_a_composed_resource_name_gives_its_run_number(key: str, number: int | None) -> None:
+    """Only the names candidate_key and job_key write, for a run number status may hold."""
+    assert key_run_number(key) == number
+    if number is not None:
+        assert key in (candidate_key(number), job_key(number))
+
+
+def _run2_deploying(sim: Sim, clock: Clock) -> None:
+    sim.reconcile()
+    sim.update_spec(timeout="40m")  # run 2
+    clock.advance(60)
+    sim.reconcile()
+    sim.reconcile()  # the candidate is observed
+    assert (sim.status["run"], sim.phase) == (RUN2, "Deploying"), sim.status
+
+
+def _run2_evaluating(sim: Sim, clock: Clock) -> None:
+    sim.reconcile()
+    sim.update_spec(timeout="40m")  # run 2
+    clock.advance(60)
+    sim.to_evaluating(2)
+
+
+def _run2_after_a_pass(sim: Sim, clock: Clock) -> None:
+    pass_run(sim, clock, 1)
+    clock.advance(3600)  # repeatAfter 1h
+    sim.to_evaluating(2)
+    assert "gauntlet-r1" in sim.observed  # run 1's evidence
+
+
+@dataclass(frozen=True)
+class LaterRun:
+    """How run 2 got where it is (spec fields and steps), and bad input after it lost its
+    status (None: none)."""
+
+    setup: Callable[[Sim, Clock], None]
+    spec_fields: tuple[tuple[str, Any], ...] = ()
+    bad: Callable[[Sim], None] | None = None
+    lost: tuple[str, ...] = ()  # the status fields lost; () is the whole status
+
+
+@dataclass(frozen=True)
+class Recognised:
+    """The phase (and reason) afterwards, and the composed resources desired."""
+
+    phase: str
+    reason: str
+    kept: tuple[str, ...]
+
+
+LATER_RUNS_LOSING_STATUS: list[Case[LaterRun, Recognised]] = [
+    Case("run 2 deploying", RUN_N_RECOGNISED, LaterRun(_run2_deploying),
+         Recognised("Deploying", "Deploying", ("candidate-r2",))),
+    Case("run 2 evaluating", RUN_N_RECOGNISED, LaterRun(_run2_evaluating),
+         Recognised("Evaluating", "Evaluating", ("candidate-r2", "gauntlet-r2"))),
+    Case("run 2 evaluating after run 1 passed", RUN_N_RECOGNISED,
+         LaterRun(_run2_after_a_pass, (("repeatAfter", "1h"),)),
+         Recognised("Evaluating", "Evaluating", ("candidate-r2", "gauntlet-r2"))),
+    Case("run 2 evaluating, its CronJob deleted", RUN_N_RECOGNISED,
+         LaterRun(_run2_evaluating, bad=_cronjob_deleted),
+         Recognised("Blocked", "TemplateNotFound", ("candidate-r2", "gauntlet-r2"))),
+    Case("run 2 evaluating, only runNumber lost", RUN_N_RECOGNISED + " (run 1's evidence "
+         "Job is a run the history records, not the current one)",
+         LaterRun(_run2_after_a_pass, (("repeatAfter", "1h"),), lost=("runNumber",)),
+         Recognised("Evaluating", "Evaluating", ("candidate-r2", "gauntlet-r2", "gauntlet-r1"))),
+]  # fmt: skip
+
+
+@table(LATER_RUNS_LOSING_STATUS)
+def test_a_later_run_is_recognised_when_status_is_lost(
+    sim_factory, clock: Clock, case: Case[LaterRun, Recognised]
+) -> None:
+    got, want = case.inputs, case.want
+    sim = sim_factory(spec(**dict(got.spec_fields)))
+    got.setup(sim, clock)
+    assert sim.status["runNumber"] == 2, sim.status
+    if got.bad is not None:
+        got.bad(sim)
+    for field in got.lost or tuple(sim.xr["status"]):
+        del sim.xr["status"][field]
+    clock.advance(60)
+    sim.reconcile()
+    assert (sim.status["run"], sim.status["runNumber"]) == (RUN2, 2), sim.status
+    assert (sim.phase, sim.status["reason"]) == (want.phase, want.reason), sim.status
+    composed = set(desired(sim.rsp))
+    assert set(want.kept) <= composed and "candidate-r1" not in composed, sorted(composed)
+    assert sim.observed["candidate-r2"]["metadata"]["name"] == RUN2
+    # A fixed point in an unchanged world.
+    before = (copy.deepcopy(sim.status), sim.conditions())
+    clock.advance(30)
+    sim.reconcile()
+    assert (sim.status, sim.conditions()) == before
+    assert set(want.kept) <= set(desired(sim.rsp)), sorted(desired(sim.rsp))
+
+
 # ---- blocked -------------------------------------------------------------------------------
 
 
@@ -1952,6 +2197,9 @@ def test_a_held_run_still_ends_at_its_deadline(sim_factory, clock: Clock) -> Non
     clock.advance(7 * 24 * 3600)
     sim.reconcile()
     assert [h["reason"] for h in sim.status["history"]] == ["TimedOut"], sim.status
+    # Where it stood: its candidate was never Ready (not "the gauntlet's CronJob could not
+    # template its Job", which is for a Ready candidate held by its CronJob).
+    assert "the candidate never became Ready" in sim.status["history"][0]["summary"]
     assert (sim.phase, sim.status["reason"], sim.status["run"]) == (
         "Blocked", "TemplateNotFound", RUN2,
     )  # fmt: skip

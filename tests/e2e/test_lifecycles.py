@@ -361,11 +361,12 @@ class Experiment:
         # No replica of the candidate exists until the candidate is placed.
         self.exp = XR(render, xr, [d for d in self.world if d["kind"] != "ModelReplica"])
 
-    def candidate(self, *, ready: bool) -> None:
-        """The candidate ModelDeployment applied, with its replica serving when ``ready``."""
-        doc = self.exp.last.composed["candidate-r1"]
+    def candidate(self, *, ready: bool, key: str = "candidate-r1") -> None:
+        """The candidate ModelDeployment applied (composition-resource name ``key``), with
+        its replica serving when ``ready``."""
+        doc = self.exp.last.composed[key]
         status = world.deployment_xr_status(ready=1 if ready else 0)
-        self.exp.observed["candidate-r1"] = world.observed_xr(doc, {"status": status})
+        self.exp.observed[key] = world.observed_xr(doc, {"status": status})
         if ready:
             self.exp.required = self.world
 
@@ -583,6 +584,71 @@ def test_experiment_suspend_releases_candidate_and_job(render):
     assert set(out.composed) == {"candidate-r1"}
     assert "gauntlet" not in e.exp.status
     assert not out.is_ready()
+
+
+def lose_status(e: Experiment, created_minutes_ago: int) -> None:
+    """The experiment's status is lost (restored from a backup without it, say); its
+    children were created ``created_minutes_ago`` (their ``metadata.creationTimestamp``,
+    which the API server set and Crossplane passes with the observed resources)."""
+    e.exp.xr["status"] = {}
+    now = datetime.datetime.now(datetime.UTC)
+    created = format_time(now - datetime.timedelta(minutes=created_minutes_ago))
+    for obs in e.exp.observed.values():
+        obs["metadata"]["creationTimestamp"] = created
+
+
+@pytest.mark.parametrize(
+    ("created_minutes_ago", "timed_out"),
+    [(5, False), (46, True)],  # timeout: 45m
+    ids=["held-within-its-timeout", "ended-past-its-timeout"],
+)
+def test_experiment_held_without_its_admission_ends_at_its_children_deadline(
+    render, created_minutes_ago, timed_out
+):
+    """A run whose status (its admission, ``status.candidate.createdAt``) is lost while
+    its CronJob is gone is held, keeping its children; its deadline is the timeout after
+    its children's creation, and past it the run ends TimedOut as an admitted run does."""
+    e = Experiment(render)
+    experiment_to_evaluating(e)
+    e.exp.required = [d for d in e.world if d["kind"] != "CronJob"]
+    lose_status(e, created_minutes_ago)
+    out = e.exp.reconcile()
+    if not timed_out:
+        assert cond(out, "Runnable") == ("False", "TemplateNotFound")
+        assert "or its deadline" in out.condition("Runnable")["message"]
+        assert e.exp.status["phase"] == "Blocked"
+        assert out.deleted(e.exp.observed.values()) == set()
+        return
+    assert cond(out, "Verdict") == ("False", "TimedOut")
+    assert "the gauntlet did not finish within 45m" in out.condition("Verdict")["message"]
+    assert e.exp.status["phase"] == "Failed"
+    assert out.deleted(e.exp.observed.values()) == {"candidate-r1"}
+    assert out.composed["gauntlet-r1"]["spec"]["managementPolicies"] == ["Observe", "Delete"]
+    e.drop_deleted()
+    again = e.exp.reconcile()
+    assert cond(again, "Verdict") == ("False", "TimedOut")
+    assert again.deleted(e.exp.observed.values()) == set()
+
+
+def test_experiment_run_2_is_recognised_when_status_is_lost(render):
+    """Run 2's candidate observed with no status is the current run: kept, not replaced
+    by a run 1 started on top of it."""
+    e = Experiment(render)
+    experiment_to_evaluating(e)
+    e.exp.xr["spec"]["gauntlet"]["env"][0]["value"] = "gsm8k"
+    e.exp.xr["metadata"]["generation"] = 2
+    e.exp.reconcile()
+    e.drop_deleted()
+    e.candidate(ready=False, key="candidate-r2")
+    out = e.exp.reconcile()
+    assert e.exp.status["runNumber"] == 2 and e.exp.status["phase"] == "Deploying"
+    run2 = e.exp.status["run"]
+    lose_status(e, 5)
+    out = e.exp.reconcile()
+    assert (e.exp.status["runNumber"], e.exp.status["run"]) == (2, run2)
+    assert e.exp.status["phase"] == "Deploying", e.exp.status.get("message")
+    assert set(out.composed) == {"candidate-r2"}
+    assert out.deleted(e.exp.observed.values()) == set()
 
 
 # ---- 3. ModelBackfill: run and cancel, and a run that completes ---------------------

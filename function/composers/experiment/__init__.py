@@ -65,7 +65,12 @@ most ``historyLimit``; a record that falls off takes its evidence Job with it.
 Run 1 uses plain names (the candidate is named like the experiment); run N > 1
 uses ``<experiment>-r<N>``; every child carries ``modelplane.ai/experiment``,
 ``modelplane.ai/run`` and ``modelplane.ai/generation`` labels, and a Job whose
-labels belong to another run never counts.
+labels belong to another run never counts. A status without ``runNumber`` (lost or
+rewritten) is recovered from the composed resources: the current run is the highest
+one whose candidate or gauntlet Job is observed (:func:`.run.observed_run`); a run
+whose admission is not recorded and that its spec cannot start is held, bounded by
+``timeout`` after its children's ``metadata.creationTimestamp``
+(:func:`.run.children_deadline`).
 
 Composition-resource names: ``candidate-r<N>`` and ``gauntlet-r<N>`` (per run, so
 an object of one run is never renamed into another's slot).

@@ -32,6 +32,7 @@ from function.composers.experiment.run import (
     decided_under_invalid_spec,
     decided_while_held,
     gate_condition,
+    observed_run,
     run_gate_condition,
 )
 from function.composers.experiment.state import RunState, next_run
@@ -136,8 +137,10 @@ class _Composer:
         return out
 
     def advance(self, spec: ExperimentSpec, h: str, st: RunState) -> bool:
-        """Start run 1, or the next run on a spec change (``h``: the spec's
-        :func:`definition_hash`) or when a passed run is due again.
+        """Start run 1 (or, with no run recorded in status, the run whose children are
+        observed: :func:`~function.composers.experiment.run.observed_run`), or the next
+        run on a spec change (``h``: the spec's :func:`definition_hash`) or when a passed
+        run is due again.
 
         Returns:
             False when the spec changed under a run in progress and the edited spec
@@ -150,7 +153,12 @@ class _Composer:
         """
         inputs, out = self.inputs, self.out
         if st.number == 0:
-            st.start(inputs.name, 1, h, inputs.generation)
+            # No run recorded (status.runNumber lost or rewritten): the current run is the
+            # last one composed, if its children are observed, else the one after history.
+            number = observed_run(self, st) or 1 + max(
+                (rec["number"] for rec in st.history), default=0
+            )
+            st.start(inputs.name, number, h, inputs.generation)
         elif st.spec_hash != h:
             if not st.candidate.get("createdAt") and not st.verdict and children_observed(self, st):
                 # Children without a recorded admission (a status lost or rewritten): the

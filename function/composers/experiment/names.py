@@ -8,6 +8,8 @@ one run is never renamed into another's slot.
 
 from __future__ import annotations
 
+import re
+
 from function.naming import MAX_INDEXED_JOB_NAME, MAX_LABEL, child_name, short_name
 
 REQ_TEMPLATE = "gauntlet-template"
@@ -55,3 +57,16 @@ def candidate_key(number: int) -> str:
 def job_key(number: int) -> str:
     """Composition-resource name of the gauntlet Job Object of run ``number``."""
     return f"gauntlet-r{number}"
+
+
+# What candidate_key and job_key write, for a run number from 1 to 10^9 (the most
+# status.runNumber may hold: state.MAX_COUNT).
+_CHILD_KEY = re.compile(r"^(?:candidate|gauntlet)-r([1-9][0-9]{0,8}|1000000000)$")
+
+
+def key_run_number(key: str) -> int | None:
+    """The run number of composition-resource name ``key`` (``candidate-r<N>`` or
+    ``gauntlet-r<N>``, as :func:`candidate_key` and :func:`job_key` write it), or None
+    for any other name."""
+    m = _CHILD_KEY.match(key)
+    return int(m.group(1)) if m else None

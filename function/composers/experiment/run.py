@@ -44,6 +44,7 @@ from function.composers.experiment.names import (
     candidate_key,
     gauntlet_job_name,
     job_key,
+    key_run_number,
 )
 from function.composers.experiment.observed import (
     candidate_failure,
@@ -147,7 +148,10 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     a closed gate) holds such a run as a held edit does (:meth:`~function.composers.
     experiment.compose._Composer.hold`): its children are kept as observed, phase
     ``Blocked`` and ``Runnable=False`` name the field; bad input never drops children
-    that exist. Fixing the spec admits the run again.
+    that exist. Fixing the spec admits the run again. Such a hold is bounded: its Job
+    finishing or its deadline (:func:`children_deadline`: ``spec.timeout`` after its
+    children's creation, there being no ``createdAt``) decides the run as an admitted
+    run's (:func:`decided_without_record`).
 
     Returns:
         True when the candidate was admitted in this call.
@@ -161,11 +165,17 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     if found.reason == CANDIDATE_CACHE_NOT_FOUND and created:
         found = Admission(None, found.gate.message if found.gate is not None else "", found.gate)
     if found.reason is not None and created:
-        c.hold(
-            st,
-            found,
-            "as observed (its admission is not recorded in status) until the spec can start it",
-        )
+        until = "as observed (its admission is not recorded in status) until the spec can start it"
+        deadline = children_deadline(c, spec, st)
+        if deadline is not None:
+            if decided_without_record(c, spec, st, deadline):
+                return False
+            until += (
+                f", or its deadline {format_time(deadline)} passes (spec.timeout after its "
+                "oldest child's metadata.creationTimestamp)"
+            )
+            c.out.requeue_after((deadline - c.now).total_seconds())
+        c.hold(st, found, until)
         return False
     if found.reason is not None:
         gate_condition(c.out, found)
@@ -183,14 +193,83 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     return True
 
 
+def _children(c: _Composer, st: RunState) -> list[Any]:
+    """Run ``st``'s candidate and gauntlet Job Object as observed, those not being deleted
+    (a previous run's going away under the same names is not this run's)."""
+    inputs = c.inputs
+    found = (
+        _live(inputs.observed_body(key)) for key in (candidate_key(st.number), job_key(st.number))
+    )
+    return [obs for obs in found if obs is not None]
+
+
 def children_observed(c: _Composer, st: RunState) -> bool:
     """Whether run ``st``'s candidate or gauntlet Job is observed (and not being deleted:
     a previous run's going away under the same names is not this run's)."""
-    inputs = c.inputs
-    return any(
-        _live(inputs.observed_body(key)) is not None
-        for key in (candidate_key(st.number), job_key(st.number))
+    return bool(_children(c, st))
+
+
+def observed_run(c: _Composer, st: RunState) -> int:
+    """The highest run number whose candidate or gauntlet Job is observed (composed
+    resource names ``candidate-r<N>``, ``gauntlet-r<N>``: :func:`~function.composers.
+    experiment.names.key_run_number`), not being deleted and not a run ``st.history``
+    records (its evidence Job); 0 when there is none.
+
+    What ``status.runNumber`` lost or rewritten is recovered from: the current run is
+    the last one composed, so losing status neither drops a running run N > 1 nor
+    starts another on top of it."""
+    recorded = {rec["number"] for rec in st.history}
+    numbers = (
+        n
+        for key in c.inputs.observed
+        if (n := key_run_number(key)) is not None
+        and n not in recorded
+        and _live(c.inputs.observed_body(key)) is not None
     )
+    return max(numbers, default=0)
+
+
+def children_deadline(c: _Composer, spec: ExperimentSpec, st: RunState) -> datetime.datetime | None:
+    """The deadline of run ``st`` when its children are observed but its admission is not
+    recorded in status (``status.candidate.createdAt``, from which an admitted run's
+    deadline is ``spec.timeout`` later, is lost or rewritten): ``spec.timeout`` after
+    the oldest ``metadata.creationTimestamp`` of its live candidate and gauntlet Job
+    Object. The API server sets it when each is created and never changes it, so the
+    deadline is the same on every call (no time of a call is written into status); the
+    candidate is created at admission, so it is the admitted run's deadline to within
+    the time Crossplane took to create it. None when no child carries one (or the
+    deadline is past the last date Python can hold)."""
+    created = [
+        t
+        for obs in _children(c, st)
+        if (t := parse_time(structs.get(obs, "metadata", "creationTimestamp"))) is not None
+    ]
+    if not created:
+        return None
+    try:
+        return min(created) + datetime.timedelta(seconds=spec.timeout_seconds)
+    except OverflowError:  # a timestamp near year 9999
+        return None
+
+
+def decided_without_record(
+    c: _Composer, spec: ExperimentSpec, st: RunState, deadline: datetime.datetime
+) -> bool:
+    """Whether a run held without its admission recorded (:func:`admit`) is decided in
+    this call, as a held edit is: its gauntlet Job finished (before ``deadline``: else it
+    is ``TimedOut``), or ``deadline`` (:func:`children_deadline`) passed. The verdict is
+    recorded as an admitted run's, the candidate released and the Job kept as evidence."""
+    inputs = c.inputs
+    run = ActiveRun(
+        c,
+        spec,
+        st,
+        deadline,
+        _live(inputs.observed_body(candidate_key(st.number))),
+        _live(inputs.observed_body(job_key(st.number))),
+        UNRESOLVED,
+    )
+    return run.job_finished() or run.deadline_passed()
 
 
 _NOT_SET = "spec.artifactGate is not set: no artifact evidence is required"
@@ -222,7 +301,7 @@ def run_gate_condition(
 
     Args:
         out: Where the condition is written.
-        st: The run; admitted when ``st.candidate.createdAt`` is set.
+        st: The run; admitted when ``st.candidate.createdAt`` or ``st.verdict`` is set.
         namespace: The experiment's (and the gated ModelCache's) namespace.
         gated: Whether the spec has ``spec.artifactGate``; None when the spec is invalid.
         why_not: Why the gate is not evaluated in this call (the Unknown's message).
@@ -235,7 +314,8 @@ def run_gate_condition(
     why, and True ``NoArtifactGate`` for a spec without a gate. Messages carry no time,
     so an unchanged world writes the same condition.
     """
-    admitted = bool(st.candidate.get("createdAt"))
+    # A verdict was reached by an admitted run (its record may be lost: children_deadline).
+    admitted = bool(st.candidate.get("createdAt") or st.verdict)
     gate = st.gate
     if admitted and gate.get("cache"):
         msg = (
@@ -449,15 +529,17 @@ class ActiveRun:
             err = not_synced(self.job_obs, self.st) if self.job_obs is not None else None
             if err:
                 what += f" ({err})"
-        elif self.c.prev_phase == "Blocked" and self.c.prev_reason in TEMPLATE_REASONS:
-            # Held since its CronJob broke (template_unusable): no Job was ever observed.
-            what = f"the gauntlet's CronJob could not template its Job ({self.c.prev_reason})"
-        elif candidate_ready(self.cand_obs):
-            what = "the candidate was Ready but its endpoint or cluster was never found"
-        else:
+        elif self.job_obs is not None:  # its record lost with the status (children_deadline)
+            what = "the gauntlet did not finish"
+        elif not candidate_ready(self.cand_obs):
             what = "the candidate never became Ready"
             # Where the run stood (review 17n: "never became Ready" alone did not say why).
             stood = candidate_report(self.cand_obs)
+        elif self.c.prev_phase == "Blocked" and self.c.prev_reason in TEMPLATE_REASONS:
+            # Held since its CronJob broke (template_unusable): no Job was ever observed.
+            what = f"the gauntlet's CronJob could not template its Job ({self.c.prev_reason})"
+        else:
+            what = "the candidate was Ready but its endpoint or cluster was never found"
         # The run's own timeout (an edit held behind it may have changed the spec's).
         created = parse_time(self.st.candidate.get("createdAt"))
         own = (self.deadline - created).total_seconds() if created is not None else None
