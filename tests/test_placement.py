@@ -6,7 +6,7 @@ and Kubernetes taint/toleration matching (function.scheduling.tolerations).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Final
 
@@ -363,6 +363,8 @@ class Want:
     message_starts: str = ""
     message_has: tuple[str, ...] = ()
     removed: tuple[Gone, ...] | None = None  # exactly these, in order
+    moving: tuple[int, ...] | None = None  # Placement.moving's indexes, exactly
+    deferred: tuple[tuple[int, str], ...] | None = None  # Placement.deferred (index, why)
 
 
 def at(*pairs: tuple[int, str]) -> tuple[At, ...]:
@@ -433,6 +435,8 @@ NO_CLUSTER_YET = (
 )
 RETIRE = "a retained cluster takes no new replica; its replicas retire make-before-break"
 MOVE = "a serving replica due to move stays until as many replicas serve elsewhere as wanted"
+SURGE = "at most Request.surge replicas are kept beside their replacements at once"
+NOT_READY = "cluster is not Ready"
 
 PLACEMENT: list[Case[Request, Want]] = [
     Case("spread-then-pack", SPREAD,
@@ -715,6 +719,66 @@ PLACEMENT: list[Case[Request, Want]] = [
                        serving(3, "b", False)), displaced=frozenset({0, 1})),
          Want(placed=at((0, "a"), (2, "b"), (3, "b")), removed=(
              Gone(index=1, why="moved (cluster is not Ready)"),))),
+    # Request.surge (the response size limit): at most that many replicas are kept beside
+    # their replacements; the other moves are deferred, the replicas kept where they are
+    Case("surge-defers-the-moves-past-it", SURGE,
+         req(replicas=4, clusters=(cluster("a", ready=False), cluster("b", nodes=8)),
+             existing=tuple(serving(i, "a", True) for i in range(4)), surge=1),
+         Want(placed=at((0, "a"), (1, "a"), (2, "a"), (3, "a"), (4, "b")), removed=(),
+              reason=None, moving=(0,), deferred=((1, NOT_READY), (2, NOT_READY),
+                                                  (3, NOT_READY)))),
+    Case("surge-a-started-move-goes-on", SURGE + "; a move recorded as started (displaced) "
+         "goes before one not started, so its replacement is never left alone",
+         req(replicas=4, clusters=(cluster("a", ready=False), cluster("b", nodes=8)),
+             existing=(*(serving(i, "a", True) for i in range(4)), serving(4, "b", False)),
+             displaced=frozenset({2}), surge=1),
+         Want(placed=at((0, "a"), (1, "a"), (2, "a"), (3, "a"), (4, "b")), removed=(),
+              reason=None, moving=(2,), deferred=((0, NOT_READY), (1, NOT_READY),
+                                                  (3, NOT_READY)))),
+    Case("surge-the-old-goes-when-the-new-serves", SURGE + "; the old replica goes once its "
+         "replacement serves, the rest still deferred (the next call moves the next)",
+         req(replicas=4, clusters=(cluster("a", ready=False), cluster("b", nodes=8)),
+             existing=(*(serving(i, "a", True) for i in range(4)), serving(4, "b", True)),
+             displaced=frozenset({2}), surge=1),
+         Want(placed=at((0, "a"), (1, "a"), (3, "a"), (4, "b")), reason=None, moving=(),
+              removed=(Gone(index=2, why="moved (cluster is not Ready)", scaled_down=False),),
+              deferred=((0, NOT_READY), (1, NOT_READY), (3, NOT_READY)))),
+    Case("surge-next-batch", SURGE + "; with room again, the next move starts",
+         req(replicas=4, clusters=(cluster("a", ready=False), cluster("b", nodes=8)),
+             existing=(*(serving(i, "a", True) for i in (0, 1, 3)), serving(4, "b", True)),
+             surge=1),
+         Want(placed=at((0, "a"), (1, "a"), (2, "b"), (3, "a"), (4, "b")), removed=(),
+              moving=(0,), deferred=((1, NOT_READY), (3, NOT_READY)))),
+    Case("surge-a-gone-cluster-before-a-relabelled-one", SURGE + "; a replica whose cluster "
+         "is gone moves before one whose cluster merely stopped matching",
+         req(replicas=2, selector=H100_ONLY,
+             clusters=(cluster("a", labels={"gpu": "a100"}), cluster("b", nodes=8)),
+             existing=(serving(0, "a", True), serving(1, "x", True)), surge=1),
+         Want(placed=at((0, "a"), (1, "x"), (2, "b")), removed=(), moving=(1,),
+              deferred=((0, "cluster no longer matches clusterSelector"),))),
+    Case("surge-retiring-deferred", SURGE + "; a retiring replica's move is deferred too",
+         replace(retire(2, (serving(0, "a", True), serving(1, "a", True)), room=("a", "b")),
+                 surge=1),
+         Want(placed=at((0, "a"), (1, "a"), (2, "b")), removed=(), reason=None,
+              deferred=((1, "cluster is retained by ModelCache qwen-cache"),))),
+    Case("surge-zero-a-replica-not-serving-still-moves", SURGE + "; one that does not serve "
+         "is never kept beside its replacement: it moves with no surge at all",
+         req(clusters=(cluster("a", ready=False), cluster("b")),
+             existing=(serving(0, "a", False),), surge=0),
+         Want(placed=at((1, "b")), removed=(Gone(index=0, why="moved (cluster is not Ready)"),),
+              deferred=())),
+    Case("surge-enough-nothing-deferred", SURGE + "; within it, placement is as without it",
+         req(replicas=2, clusters=(cluster("a", ready=False), cluster("b", nodes=8)),
+             existing=(serving(0, "a", True), serving(1, "a", True)), surge=2),
+         Want(placed=at((0, "a"), (1, "a"), (2, "b"), (3, "b")), moving=(0, 1), deferred=())),
+    Case("surge-scale-down-drops-the-deferred-first", SURGE + "; fewer wanted: the replicas "
+         "due to move go before a healthy one, as without a surge",
+         req(replicas=1, clusters=(cluster("a", ready=False), cluster("b")),
+             existing=(serving(0, "a", True), serving(1, "a", True), serving(2, "b", True)),
+             surge=0),
+         Want(placed=at((2, "b")), deferred=(), removed=(
+             Gone(index=0, why="scaled down (cluster is not Ready)", scaled_down=True),
+             Gone(index=1, why="scaled down (cluster is not Ready)", scaled_down=True)))),
 ]  # fmt: skip
 
 
@@ -747,6 +811,13 @@ def test_placement(case: Case[Request, Want]) -> None:
                     assert getattr(got, name) == getattr(want, name), (name, got, *why)
             if want.why_has is not None:
                 assert want.why_has in got.why, (got, *why)
+    if w.moving is not None:
+        assert tuple(m.index for m in p.moving) == w.moving, why
+    if w.deferred is not None:
+        assert tuple((d.index, d.why) for d in p.deferred) == w.deferred, why
+    # Request.surge bounds the replicas composed: the wanted ones and the surge.
+    if case.inputs.surge is not None:
+        assert len(p.replicas) <= case.inputs.replicas + case.inputs.surge, why
     # Issue 13: a retained cluster never gets a new replica.
     assert all(r.existing for r in p.replicas if r.cluster in case.inputs.retained), why
 

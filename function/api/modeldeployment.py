@@ -5,8 +5,9 @@ Written by :mod:`function.composers.deployment` (the owner; placement,
 writes) and read by the ModelExperiment composer (the candidate's readiness) and the
 ModelBackfill composer. Declared in ``compositions/modeldeployment/definition.yaml``.
 
-- :data:`SCHEDULED` (``ReplicasScheduled``): True when every wanted replica is placed;
-  False with one of the reasons below otherwise.
+- :data:`SCHEDULED` (``ReplicasScheduled``): True when every wanted replica is placed
+  (reason ``Scheduled``, or :data:`MOVES_DEFERRED` while some moves wait for room in the
+  response); False with one of the reasons below otherwise.
 - :data:`REPLICAS_READY` (``ReplicasReady``): True when every wanted replica serves
   (reason ``Ready``, ``ScaledToZero``, :data:`SERVING_PREVIOUS_IDENTITY` when some
   keep serving an earlier source identity because the new one Failed to hydrate on
@@ -37,6 +38,12 @@ KIND = "ModelDeployment"
 
 SCHEDULED = "ReplicasScheduled"
 REPLICAS_READY = "ReplicasReady"
+
+# ReplicasScheduled=True reason while replicas due to move (their cluster failed or
+# stopped being eligible) stay where they are because the replacements of all of them
+# would not fit in the response Crossplane accepts beside the replicas they replace:
+# the message says how many moves wait, which, and the bound; they move in batches.
+MOVES_DEFERRED = "MovesDeferred"
 
 # ReplicasScheduled=False reasons.
 CACHE_NOT_FOUND = REASON_CACHE_NOT_FOUND  # the same word as the replica's gate reason

@@ -64,7 +64,10 @@ replacement does not serve yet; see :func:`_track_displaced`, which observes
 the gauge ``modelplane_model_deployment_replicas{state}`` (requested, placed, ready).
 Conditions:
 
-- ``ReplicasScheduled``: True only when every wanted replica is placed; False
+- ``ReplicasScheduled``: True only when every wanted replica is placed (reason
+  ``MovesDeferred`` while replicas due to move wait, kept where they are, because the
+  replacements of all of them would pass Crossplane's 4 MiB response beside the replicas
+  they replace: the message says how many, which and the bound); False
   with ``CacheNotFound``, ``WaitingForCache``, ``NoClusterInCacheFootprint``,
   ``HydrationFailed`` (the hydration Failed on every selected footprint cluster),
   ``NoMatchingClusters``, ``InsufficientCapacity`` ("M of N replicas placed: ..."

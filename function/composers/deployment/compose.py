@@ -54,6 +54,7 @@ from function.composers.deployment.terms import (
     INVALID_DEVICE_SELECTOR,
     MAX_NEXT_CLUSTERS,
     MIN_NEXT_CLUSTERS,
+    MOVES_DEFERRED,
     NEXT_CLUSTERS,
     READY_COND,
     REPLICA_PREFIX,
@@ -166,14 +167,15 @@ def compose(inputs: Inputs) -> Outcome:
     lists = _resolve_lists(call)
     if isinstance(lists, Outcome):
         return lists
-    request = _request(call, parsed, engines, lists)
+    room = _Room.of(inputs, spec.replicas)
+    request = _request(call, parsed, engines, lists, room.surge)
     placement = _place(call, request, parsed.raw_engines)
     if isinstance(placement, Outcome):
         return placement
-    _refuse_oversized(inputs, len(placement.replicas), spec.replicas)
+    _refuse_oversized(inputs, len(placement.replicas), spec.replicas, room)
     nxt = _next_clusters(request, placement, spec.replicas)
     rows, serving = _children(call, placement, lists.footprint)
-    _report(call, placement, rows)
+    _report(call, placement, rows, room)
     if serving is not None:
         _rollout_status(call.out, serving)
         held = set(placement.held)
@@ -183,27 +185,50 @@ def compose(inputs: Inputs) -> Outcome:
     return out
 
 
-def _refuse_oversized(inputs: Inputs, placed: int, replicas: int) -> None:
+class _Room(NamedTuple):
+    """How many ModelReplicas fit in the response Crossplane accepts.
+
+    Attributes:
+        each: A lower bound of one ModelReplica's serialized size, bytes (a copy of
+            ``spec.template``: :func:`function.composers.deployment.children._replica_size`).
+        fit: How many such copies fit in :data:`MAX_RESPONSE_BYTES`.
+        surge: ``Request.surge``: how many replicas may be kept beside their
+            replacements (``fit - spec.replicas``), or None when ``spec.replicas`` alone
+            does not fit (then the call is refused: :func:`_refuse_oversized`).
+    """
+
+    each: int
+    fit: int
+    surge: int | None
+
+    @classmethod
+    def of(cls, inputs: Inputs, replicas: int) -> _Room:
+        each = _replica_size(inputs.namespace, inputs.name, _template_key(inputs))
+        fit = MAX_RESPONSE_BYTES // each
+        return cls(each, fit, fit - replicas if replicas <= fit else None)
+
+
+def _refuse_oversized(inputs: Inputs, placed: int, replicas: int, room: _Room) -> None:
     """Refuse, before any ModelReplica is built, a placement whose ``placed`` bodies (each
     a copy of ``spec.template``) would pass Crossplane's 4 MiB response.
 
-    ``placed`` counts the replacements of replicas that move make-before-break too: they
-    are composed beside the replicas they replace, so a deployment that fits in steady
-    state may not while it fails over; the message says so, and its advice is what
-    would make the response fit (review 16f F1).
+    Only when ``spec.replicas`` alone does not fit (``room.surge`` is None): otherwise
+    placement composes at most ``room.fit`` (``Request.surge`` defers the moves past it),
+    so a deployment that fits in steady state still fails over, in batches. ``placed``
+    counts the replacements of replicas that move make-before-break too (composed beside
+    the replicas they replace); the message says how many.
 
     Raises:
         SpecError: at ``spec.replicas``, naming the part of ``spec.template`` that holds
             most of its bytes (:func:`function.core.structs.heaviest_part`; review 16b
             F1: :func:`function.core.outcome.refuse_copies`).
     """
-    template = _template_key(inputs)
-    each = _replica_size(inputs.namespace, inputs.name, template)
+    each, fit = room.each, room.fit
     if placed * each <= MAX_RESPONSE_BYTES:
         return
+    template = _template_key(inputs)
     path, size = structs.heaviest_part(Struct.FromString(template), "spec.template")
     heaviest = f"{path} ({size / 1024:.1f} KiB)" if path != "spec.template" else ""
-    fit = MAX_RESPONSE_BYTES // each
     moving = placed - replicas if placed > replicas else 0
     what = f"ModelReplicas to compose (spec.replicas: {replicas}"
     what += f", and {moving} replacements of replicas moving make-before-break" if moving else ""
@@ -213,11 +238,6 @@ def _refuse_oversized(inputs: Inputs, placed: int, replicas: int) -> None:
         shrink += "; a large env value belongs in a ConfigMap (envFrom) or a mounted volume"
     if fit == 0:
         fix = f"one copy alone is over the limit: {shrink}"
-    elif moving:
-        fix = (
-            f"at most {fit} such copies fit, the replacements included: {shrink}, or lower "
-            "spec.replicas so that the replacements fit beside the replicas they replace"
-        )
     else:
         fix = f"lower spec.replicas to at most {fit}, or {shrink}"
     refuse_copies("spec.replicas", placed, each, what, fix)
@@ -336,8 +356,10 @@ def _request(
     parsed: Parsed,
     engines: tuple[Engine, ...],
     lists: _Lists,
+    surge: int | None,
 ) -> Request:
-    """The placement request: the spec, the fleet lists and the existing replicas."""
+    """The placement request: the spec, the fleet lists, the existing replicas and the
+    surge the response leaves room for (:class:`_Room`)."""
     displaced = frozenset(d.index for d in _read_displaced(_displaced_status(call.inputs)))
     existing = []
     for v in call.placed:
@@ -383,6 +405,7 @@ def _request(
         cache=call.cache,
         identities=lists.footprint,
         displaced=displaced,
+        surge=surge,
     )
 
 
@@ -763,21 +786,59 @@ def _served(s: _Serving) -> str:
     )
 
 
-def _report(call: _Call, placement: Placement, rows: list[Any]) -> None:
+def _report(call: _Call, placement: Placement, rows: list[Any], room: _Room) -> None:
     """``ReplicasScheduled``, the status rows and the displaced replicas."""
     inputs, out = call.inputs, call.out
+    deferred = _deferred(placement, call.replicas, room)
+    msg = f"{placement.message}; {deferred}" if deferred else placement.message
     if placement.reason is None:
-        out.condition(SCHEDULED, "True", "Scheduled", placement.message)
+        out.condition(SCHEDULED, "True", MOVES_DEFERRED if deferred else "Scheduled", msg)
     else:
-        out.condition(SCHEDULED, "False", placement.reason, placement.message)
+        out.condition(SCHEDULED, "False", placement.reason, msg)
         out.requeue_after(inputs.settings.poll_seconds)
+    if deferred:
+        said = structs.get(structs.conditions(inputs.xr).get(SCHEDULED), "message")
+        if not isinstance(said, str) or deferred not in said:  # once per change
+            out.warning(deferred, MOVES_DEFERRED)
     done = _status_from(inputs, out, call.replicas, rows, call.cache, moving=placement.moving)
-    if not done or placement.moving:
+    if not done or placement.moving or placement.deferred:
         out.requeue_after(inputs.settings.poll_seconds)
     prev = _displaced_status(inputs)
     if prev is not None or placement.moving or any(not r.scaled_down for r in placement.removed):
         by_index = {v.index: v for v in call.placed if v.index is not None}
         _track_displaced(inputs, out, placement, by_index, prev)
+
+
+def _deferred(placement: Placement, replicas: int, room: _Room) -> str:
+    """What ``ReplicasScheduled`` says of the moves placement deferred for want of room
+    in the response (``Placement.deferred``, bounded by ``room.surge``): how many, which
+    (the first :data:`MAX_NAMED`), and the bound; '' when none is."""
+    waits = placement.deferred
+    if not waits:
+        return ""
+    parts = [f"replica {d.index} on {d.cluster} ({d.why})" for d in waits[:MAX_NAMED]]
+    more = f" and {len(waits) - MAX_NAMED} more" if len(waits) > MAX_NAMED else ""
+    surge = room.surge or 0
+    bound = (
+        f"each ModelReplica is a copy of spec.template, at least {room.each / 1024:.1f} KiB: "
+        f"at most {room.fit} fit in the {MAX_RESPONSE_BYTES / 1048576:g} MiB response "
+        f"Crossplane accepts and spec.replicas is {replicas}"
+    )
+    if surge:
+        then = (
+            f"so {_plural(surge, 'replica moves', 'replicas move')} at a time, each beside "
+            "its replacement; the next start as the replacements composed now serve (a "
+            "smaller spec.template moves more at once)"
+        )
+    else:
+        then = (
+            "so no replacement fits beside the replica it replaces: shrink spec.template "
+            "or lower spec.replicas to let them move"
+        )
+    return (
+        f"{_plural(len(waits), 'move', 'moves')} deferred by the response size limit: "
+        f"{', '.join(parts)}{more} stay where they are ({bound}, {then})"
+    )
 
 
 # ---- calls that place nothing ---------------------------------------------------

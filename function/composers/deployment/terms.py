@@ -9,6 +9,7 @@ from function.api import modeldeployment
 from function.api.modeldeployment import CACHE_NOT_FOUND as CACHE_NOT_FOUND
 from function.api.modeldeployment import HYDRATION_FAILED as HYDRATION_FAILED
 from function.api.modeldeployment import INVALID_DEVICE_SELECTOR as INVALID_DEVICE_SELECTOR
+from function.api.modeldeployment import MOVES_DEFERRED as MOVES_DEFERRED
 from function.api.modeldeployment import MOVING as MOVING
 from function.api.modeldeployment import SCHEDULED as SCHEDULED
 from function.api.modeldeployment import SERVING_PREVIOUS_IDENTITY as SERVING_PREVIOUS_IDENTITY

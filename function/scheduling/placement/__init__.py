@@ -58,6 +58,17 @@ Retained clusters (issue 13, "Reclaim finishes")
     (``Existing.serving``); then it is removed, and the cache reclaims the hydration
     once no live replica uses it. With no room for a replacement it stays.
 
+Surge (``Request.surge``, the response size limit)
+    At most ``surge`` replicas are kept beside their replacements at once (serving
+    replicas due to move, retiring ones). The moves past it are *deferred*
+    (``Placement.deferred``): the replica stays where it is, counted as placed, with no
+    replacement, until a move in flight ends and a later call has room. Started moves
+    (``Request.displaced``) go first, then those off a cluster that is gone, not Ready or
+    whose hydration Failed, then those off a cluster merely no longer eligible; by index
+    within each. A replica due to move that does not serve is never deferred (it goes
+    once its replacement is placed, so it takes no room). A scale-down drops deferred
+    replicas before healthy ones. So at most ``replicas + surge`` replicas are placed.
+
 Choice for new replicas
     Spread, then pack: clusters without a replica of this deployment first;
     among them a cluster whose hydration is Ready before one still Hydrating;

@@ -181,6 +181,11 @@ class Placement:
     stuck: list[Moving] = field(default_factory=list)
     """Replicas due to move for which no replacement fits: they stay as placed (in
     ``replicas`` too), named in ``message``."""
+    deferred: list[Moving] = field(default_factory=list)
+    """Replicas due to move (or retiring) whose move waits for room under
+    ``Request.surge``: they stay as placed, count toward ``replicas`` like any other, and
+    get no replacement in this call (in ``replicas`` too), sorted by index. The caller
+    says why there is no room (placement does not know the bound's cause)."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +215,17 @@ class Request:
             replica uses them (they left its ``clusterSelector``): no new replica goes
             there, and replicas there retire make-before-break. Read only with ``in``
             (a caller may decide each cluster when asked).
+        surge: How many replicas may be kept beside their replacements at once (moves
+            make-before-break: replicas due to move that serve, retiring ones), or None
+            for no bound. The replicas composed are then at most ``replicas + surge``.
+            The moves past it are *deferred* (``Placement.deferred``): the replica stays
+            where it is, counted as placed, with no replacement, until a move in flight
+            ends (its replacement serves, the old one goes) and a later call has room.
+            Moves go in this order: those already started (in ``displaced``), then those
+            off a cluster that is gone, not Ready or whose hydration Failed (or absent),
+            then those off a cluster merely no longer eligible (selector, footprint,
+            pools, retained); by index within each. A replica due to move that does not
+            serve is never deferred: it goes once its replacement is placed.
         displaced: Indexes of existing replicas the deployment recorded as displaced
             (its ``status.displaced[]``): a replica that serves and moves stays beside its
             replacement until that serves, then goes as moved; without the record (a
@@ -234,3 +250,4 @@ class Request:
     retained: Container[str] = frozenset()
     identities: CacheIdentities | None = None
     displaced: frozenset[int] = frozenset()
+    surge: int | None = None

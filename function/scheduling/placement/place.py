@@ -1,7 +1,8 @@
 """:func:`place`: where every replica of a deployment runs, in named steps.
 
 The steps, in order (rules in :mod:`function.scheduling.placement`): sort the existing
-replicas into kept, due to move, retiring or displaced; scale down; place new replicas
+replicas into kept, due to move, retiring or displaced; defer the moves past
+``Request.surge``; scale down; place new replicas
 (spread, then pack); replace replicas due to move where a replacement was placed; retire
 replicas on retained clusters once enough serve elsewhere; report.
 """
@@ -51,12 +52,13 @@ def place(req: Request) -> Placement:
     )
     run = _Run(req, clusters, Ledger(clusters, req.used), StaticFits(req.engines))
     standing = _sort_existing(run)
+    _defer(run, standing)
     _scale_down(run, standing)
     chooser = _Chooser(run, standing)
     chooser.place(req.replicas - len(standing.solid))
     stuck, moving = _replace_moved(run, standing, chooser.new)
     kept_retiring = _retire(run, standing)
-    return _report(
+    placement = _report(
         run,
         standing.solid + [p for p, _ in stuck] + chooser.new,
         kept_retiring,
@@ -64,6 +66,12 @@ def place(req: Request) -> Placement:
         chooser.checked,
         stuck=stuck,
     )
+    placement.deferred = [
+        Moving(p.index, p.cluster, standing.deferred[p.index], False)
+        for p in standing.solid
+        if p.index in standing.deferred
+    ]
+    return placement
 
 
 @dataclass
@@ -102,6 +110,12 @@ class _Standing:
     retiring: list[Placed] = field(default_factory=list)
     """On a retained cluster: kept until enough replicas serve elsewhere."""
     serving: set[int] = field(default_factory=set)
+    urgent: set[int] = field(default_factory=set)
+    """Due to move off a cluster that is gone, not Ready, or whose hydration Failed (or
+    is absent): these move before those off a cluster merely no longer eligible."""
+    deferred: dict[int, str] = field(default_factory=dict)
+    """Index to why it should move, of the replicas whose move :func:`_defer` deferred
+    (they are in ``solid``)."""
 
 
 # ---- existing replicas: keep, move (soft), retire or drop ----------------------
@@ -123,6 +137,8 @@ def _sort_existing(run: _Run) -> _Standing:
             standing.serving.add(ex.index)
         if why:  # serves: moves make-before-break (it stays until a replacement serves)
             standing.soft.append((p, why))
+            if c is None:
+                standing.urgent.add(ex.index)
             continue
         assert c is not None
         _file(run, standing, p, c, ex)
@@ -180,18 +196,20 @@ def _file(run: _Run, standing: _Standing, p: Placed, c: Cluster, ex: Existing) -
     fp = req.footprint
     if c.name in req.retained:
         standing.retiring.append(p)
-    elif not c.ready:
-        standing.soft.append((p, "cluster is not Ready"))
+        return
+    if not c.ready:
+        why = "cluster is not Ready"
     elif fp is not None and not fp:
-        standing.soft.append((p, f"ModelCache {req.cache} has no hydration"))
-    elif fp is not None and fp.get(c.name) == FAILED:
-        if _still_stored(req, ex):
-            standing.solid.append(p)
-            run.held.append(p)
-        else:
-            standing.soft.append((p, f"hydration of ModelCache {req.cache} Failed"))
+        why = f"ModelCache {req.cache} has no hydration"
+    elif fp is not None and fp.get(c.name) == FAILED and not _still_stored(req, ex):
+        why = f"hydration of ModelCache {req.cache} Failed"
     else:
         standing.solid.append(p)
+        if fp is not None and fp.get(c.name) == FAILED:
+            run.held.append(p)
+        return
+    standing.soft.append((p, why))
+    standing.urgent.add(p.index)
 
 
 def _still_stored(req: Request, ex: Existing) -> bool:
@@ -207,6 +225,40 @@ def _still_stored(req: Request, ex: Existing) -> bool:
         return False
     failed, _ = ids.failure(ex.cluster)
     return serves != failed and serves in ids.stored(ex.cluster)
+
+
+# ---- moves past the surge -------------------------------------------------------
+
+
+def _defer(run: _Run, standing: _Standing) -> None:
+    """Keep the moves past ``Request.surge`` for later: each such replica stays where it
+    is, in ``solid`` (counted as placed, so no replacement is placed for it), and is
+    recorded in ``standing.deferred``.
+
+    The moves that may keep a replica beside its replacement are those of replicas due
+    to move that serve and of retiring ones; in the order of ``Request.surge`` (started
+    ones first, so a replacement already composed is never left without its move), the
+    first ``surge`` go on and the rest wait. Runs before the scale-down, which drops
+    deferred replicas before healthy ones (:func:`_shed`), as it drops replicas due to
+    move first without a bound. Bound: ``solid`` is at most ``replicas`` after the
+    scale-down and at most ``surge`` replicas remain to be kept beside a replacement.
+    """
+    surge = run.req.surge
+    if surge is None:
+        return
+    displaced, urgent = run.req.displaced, standing.urgent
+    cluster_of = f"cluster is retained by ModelCache {run.req.cache}"
+    moves = [(p, why) for p, why in standing.soft if p.index in standing.serving]
+    moves += [(p, cluster_of) for p in standing.retiring]
+    if len(moves) <= surge:
+        return
+    moves.sort(key=lambda m: (m[0].index not in displaced, m[0].index not in urgent, m[0].index))
+    for p, why in moves[surge:]:
+        standing.deferred[p.index] = why
+        standing.solid.append(p)
+    standing.soft = [s for s in standing.soft if s[0].index not in standing.deferred]
+    standing.retiring = [p for p in standing.retiring if p.index not in standing.deferred]
+    standing.solid.sort(key=lambda p: p.index)
 
 
 # ---- scale-down ---------------------------------------------------------------
@@ -228,24 +280,30 @@ def _scale_down(run: _Run, standing: _Standing) -> None:
             excess -= 1
     excess = len(standing.solid) - run.req.replicas
     if excess > 0:
-        standing.solid = _shed(run, standing.solid, excess, standing.serving)
+        standing.solid = _shed(run, standing, excess)
+        kept = {p.index for p in standing.solid}
+        standing.deferred = {i: why for i, why in standing.deferred.items() if i in kept}
 
 
-def _shed(run: _Run, solid: list[Placed], excess: int, serving: set[int]) -> list[Placed]:
-    """``solid`` without ``excess`` replicas: those not serving yet first, then on the
-    most loaded clusters.
+def _shed(run: _Run, standing: _Standing, excess: int) -> list[Placed]:
+    """``standing.solid`` without ``excess`` replicas: those not serving yet first, then
+    those whose move is deferred, then on the most loaded clusters.
 
     The victim is a replica that does not serve before one that does (a replica whose
     cluster came back while its replacement was starting must not cost a serving
-    replica elsewhere: the replacement goes), then the highest (load, count, tier,
-    index). Removing one lowers only its own cluster's load and count, so keys only
-    decrease: a heap of negated keys re-checked on pop finds each victim in O(log n).
+    replica elsewhere: the replacement goes), then one due to move whose move is
+    deferred (:func:`_defer`; without a surge bound such a replica is dropped first too,
+    by :func:`_replace_moved`), then the highest (load, count, tier, index). Removing one
+    lowers only its own cluster's load and count, so keys only decrease: a heap of
+    negated keys re-checked on pop finds each victim in O(log n).
     """
+    solid, serving, deferred = standing.solid, standing.serving, standing.deferred
     per = counts(solid)
 
-    def down_key(p: Placed) -> tuple[bool, float, int, int, int]:
+    def down_key(p: Placed) -> tuple[bool, bool, float, int, int, int]:
         return (
             p.index in serving,
+            p.index not in deferred,
             -run.ledger.load(p.cluster),
             -per[p.cluster],
             -run.tier(p.cluster),
@@ -263,7 +321,8 @@ def _shed(run: _Run, solid: list[Placed], excess: int, serving: set[int]) -> lis
             continue
         gone.add(victim.index)
         per[victim.cluster] -= 1
-        run.drop(victim, "scaled down", True)
+        why = deferred.get(victim.index)
+        run.drop(victim, f"scaled down ({why})" if why else "scaled down", True)
         excess -= 1
     return [p for p in solid if p.index not in gone]
 
