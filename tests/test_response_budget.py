@@ -136,11 +136,14 @@ class Failover:
     first_batch: int  # replacements composed beside the replicas they replace
     deferred: int  # moves deferred in that call
     converges: bool  # every replica ends on gpu-z
+    most: int = 10  # ModelReplicas composed at most in any call
 
 
-def _world(lost: tuple[tuple[str, str], ...]) -> h.World:
-    clusters = [ic(c, nodes=16, ready=False) for c, how in lost if how == "not-ready"]
-    return h.World([*clusters, ic("gpu-z", nodes=16)])
+def _world(o: Outage) -> h.World:
+    """After the outage: the lost clusters not Ready (or gone), gpu-z with room for all."""
+    nodes = max(16, o.replicas)
+    clusters = [ic(c, nodes=nodes, ready=False) for c, how in o.lost if how == "not-ready"]
+    return h.World([*clusters, ic("gpu-z", nodes=nodes)])
 
 
 def _written(xr: dict[str, Any], rsp: Any) -> dict[str, Any]:
@@ -165,6 +168,10 @@ FAILOVER: list[Case[Outage, Failover]] = [
     Case("no-room-to-move", "10 fit exactly: no replacement fits beside them, every move "
          "deferred, every replica kept as it is (not refused, not deleted)",
          Outage(10, 400, (("gpu-a", "not-ready"),)), Failover(0, 10, False)),
+    Case("many-small-ones", "100 of 30 KiB: 133 lower bounds fit in 4 MiB, but 133 whole "
+         "ModelReplicas with the status pass it (the runner refused the call): the surge "
+         "leaves room for the rest of the response, 127 at most",
+         Outage(100, 30, (("gpu-a", "not-ready"),)), Failover(27, 73, True, most=127)),
 ]  # fmt: skip
 
 
@@ -179,14 +186,14 @@ def test_a_failover_past_the_response_limit_moves_in_batches(
     moves wait and why (the response limit), with one Warning, and each later call moves
     the next batch once the previous one's replacements serve."""
     o, want = case.inputs, case.want
-    fit = 10
+    fit = want.most
     xr = _big_deployment(o.replicas, o.kib)
     per_cluster = -(-o.replicas // len(o.lost))
     home = h.World([ic(c, nodes=per_cluster) for c, _ in o.lost])
     rsp, _ = h.drive(h.run, xr, None, home)
     assert not h.fatal(rsp) and len(_replicas(rsp)) == o.replicas, h.results(rsp)
     lost = {c for c, _ in o.lost}
-    world = _world(o.lost)
+    world = _world(o)
     xr = _written(xr, rsp)
     obs = observe(rsp, {i: SERVING for i in range(o.replicas)})
 

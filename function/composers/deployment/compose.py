@@ -185,27 +185,44 @@ def compose(inputs: Inputs) -> Outcome:
     return out
 
 
+_SURGE_RESERVE = 64 * 1024
+"""Bytes of the response a failover leaves to what is not a ModelReplica body: the XR's
+status and conditions, the results, the Usages (a few KiB measured; the surge fills the
+response up to the limit, so it keeps this margin)."""
+_SURGE_PER_REPLICA = 1024
+"""Bytes per ModelReplica beyond :func:`_replica_size`'s lower bound, for the surge: its
+slot (index, cluster, pools, identity), its map entry, its ``status.placement`` row and
+``status.displaced`` record (about 600 measured)."""
+
+
 class _Room(NamedTuple):
     """How many ModelReplicas fit in the response Crossplane accepts.
 
     Attributes:
         each: A lower bound of one ModelReplica's serialized size, bytes (a copy of
             ``spec.template``: :func:`function.composers.deployment.children._replica_size`).
-        fit: How many such copies fit in :data:`MAX_RESPONSE_BYTES`.
+        fit: How many such lower bounds fit in :data:`MAX_RESPONSE_BYTES` (the
+            refusal's bound: :func:`_refuse_oversized`).
+        most: How many ModelReplicas a call composes at most while replicas move: as
+            ``fit``, less :data:`_SURGE_RESERVE` for the rest of the response and
+            :data:`_SURGE_PER_REPLICA` more per replica (a failover fills the response
+            up to it; the runner's own size check stays the last word).
         surge: ``Request.surge``: how many replicas may be kept beside their
-            replacements (``fit - spec.replicas``), or None when ``spec.replicas`` alone
-            does not fit (then the call is refused: :func:`_refuse_oversized`).
+            replacements (``most - spec.replicas``, at least 0), or None when
+            ``spec.replicas`` alone does not fit (then the call is refused).
     """
 
     each: int
     fit: int
+    most: int
     surge: int | None
 
     @classmethod
     def of(cls, inputs: Inputs, replicas: int) -> _Room:
         each = _replica_size(inputs.namespace, inputs.name, _template_key(inputs))
         fit = MAX_RESPONSE_BYTES // each
-        return cls(each, fit, fit - replicas if replicas <= fit else None)
+        most = min(fit, (MAX_RESPONSE_BYTES - _SURGE_RESERVE) // (each + _SURGE_PER_REPLICA))
+        return cls(each, fit, most, max(0, most - replicas) if replicas <= fit else None)
 
 
 def _refuse_oversized(inputs: Inputs, placed: int, replicas: int, room: _Room) -> None:
@@ -213,7 +230,7 @@ def _refuse_oversized(inputs: Inputs, placed: int, replicas: int, room: _Room) -
     a copy of ``spec.template``) would pass Crossplane's 4 MiB response.
 
     Only when ``spec.replicas`` alone does not fit (``room.surge`` is None): otherwise
-    placement composes at most ``room.fit`` (``Request.surge`` defers the moves past it),
+    placement composes at most ``room.most`` (``Request.surge`` defers the moves past it),
     so a deployment that fits in steady state still fails over, in batches. ``placed``
     counts the replacements of replicas that move make-before-break too (composed beside
     the replicas they replace); the message says how many.
@@ -821,7 +838,7 @@ def _deferred(placement: Placement, replicas: int, room: _Room) -> str:
     surge = room.surge or 0
     bound = (
         f"each ModelReplica is a copy of spec.template, at least {room.each / 1024:.1f} KiB: "
-        f"at most {room.fit} fit in the {MAX_RESPONSE_BYTES / 1048576:g} MiB response "
+        f"at most {room.most} fit in the {MAX_RESPONSE_BYTES / 1048576:g} MiB response "
         f"Crossplane accepts and spec.replicas is {replicas}"
     )
     if surge:
