@@ -194,24 +194,65 @@ def test_malformed_observed_conditions_are_skipped_never_raise(conditions: Any) 
     assert not rsp.conditions
 
 
-def test_an_invalid_backfill_spec_says_so_in_spec_valid() -> None:
-    """Found by review 15d: with every owned condition kept as it was, a ModelBackfill
-    whose spec turned invalid kept ``SpecValid=True "the spec is valid"`` beside the
-    fatal result. A spec error now sets the kind's spec condition False, naming the
-    field; its other conditions are kept."""
-    (xr,) = load_yaml([str(ROOT / "examples" / "modelbackfill" / "xr.yaml")])
+def _set(xr: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
+    node = xr
+    for p in path[:-1]:
+        node = node[p]
+    node[path[-1]] = value
+
+
+SPEC_CONDITION_CASES = [
+    # Found by review 15d: with every owned condition kept as it was, a ModelBackfill
+    # whose spec turned invalid kept SpecValid=True "the spec is valid" beside the fatal.
+    (
+        "modelbackfill",
+        ("spec", "idleFor"),
+        "fifteen minutes",
+        "SpecValid",
+        {"type": "Backfilling", "status": "False", "reason": "NotIdle", "message": "idle"},
+        "spec.idleFor",
+    ),
+    # Found by review 19b: an InferenceClass kept DevicesValid=True describing the
+    # devices before an edit the XRD admits and the function refuses.
+    (
+        "inferenceclass",
+        ("spec", "devices", 0, "attributes", "cudaComputeCapability"),
+        {"version": "nine"},
+        "DevicesValid",
+        None,
+        "spec.devices[0].attributes.cudaComputeCapability.version",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("example", "path", "value", "spec_type", "other", "field"),
+    SPEC_CONDITION_CASES,
+    ids=[c[0] for c in SPEC_CONDITION_CASES],
+)
+def test_an_invalid_spec_says_so_in_the_kinds_spec_condition(
+    example: str,
+    path: tuple[Any, ...],
+    value: Any,
+    spec_type: str,
+    other: dict[str, str] | None,
+    field: str,
+) -> None:
+    """A spec error sets the kind's spec condition False, reason InvalidSpec, naming the
+    field; its other conditions are kept as they were."""
+    (xr,) = load_yaml([str(ROOT / "examples" / example / "xr.yaml")])
     xr = copy.deepcopy(xr)
-    xr["spec"]["idleFor"] = "fifteen minutes"
-    valid = {"type": "SpecValid", "status": "True", "reason": "Valid", "message": "valid"}
-    waiting = {"type": "Backfilling", "status": "False", "reason": "NotIdle", "message": "idle"}
-    xr["status"] = {"conditions": [valid, waiting]}
+    _set(xr, path, value)
+    valid = {"type": spec_type, "status": "True", "reason": "Valid", "message": "valid"}
+    xr["status"] = {"conditions": [valid] + ([other] if other else [])}
     rsp = FunctionRunner(settings=hh.default_settings(), clock=hh.Clock()).run(hh.request(xr))
     (msg,) = hh.fatal(rsp)
-    assert "spec.idleFor" in msg, msg
+    assert field in msg, msg
     got = _kept(rsp)
-    assert got["SpecValid"]["status"] == "False" and got["SpecValid"]["reason"] == "InvalidSpec"
-    assert "spec.idleFor" in got["SpecValid"]["message"], got
-    assert got["Backfilling"] == {"status": "False", "reason": "NotIdle", "message": "idle"}
+    assert got[spec_type]["status"] == "False" and got[spec_type]["reason"] == "InvalidSpec"
+    assert field in got[spec_type]["message"], got
+    if other:
+        assert got[other["type"]] == {k: other[k] for k in ("status", "reason", "message")}
 
 
 def test_every_condition_a_kind_writes_is_one_it_declares() -> None:

@@ -12,7 +12,8 @@ Configuration ships one, and this composer checks the class where it is written:
   (``spec.devices[].count`` not a whole number from 1 to 64: what
   :func:`function.api.inferenceclass.check` checks) is a fatal result naming the field,
   so the
-  class shows ``Synced=False`` with it (the InferenceClusters that name it report
+  class shows ``Synced=False`` with it, and ``DevicesValid=False`` (reason
+  ``InvalidSpec``) with the same message (the InferenceClusters that name it report
   ``ClassInvalid`` too);
 - otherwise the XR is stated Ready (nothing to wait for), with condition
   ``DevicesValid`` naming the devices a node of the class has.
@@ -32,6 +33,10 @@ from function.core.outcome import Outcome
 CONDITION = "DevicesValid"
 # The condition types this kind writes on its XR (function.composers.condition_types).
 CONDITION_TYPES = (CONDITION,)
+# DevicesValid is the class's spec condition: a fatal result for an invalid spec sends it
+# False, reason InvalidSpec, naming the field (function.edge.codec.keep_conditions), not
+# the last call's True describing the devices before the edit (review 19b).
+SPEC_CONDITION = CONDITION
 
 
 def compose(inputs: Inputs) -> Outcome:

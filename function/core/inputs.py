@@ -404,9 +404,12 @@ class XRRef(NamedTuple):
         )
 
     @property
-    def where(self) -> str:
-        """``namespace/name``, as messages name the XR."""
-        return f"{self.namespace}/{self.name}"
+    def label(self) -> str:
+        """How a message names the XR: ``ModelCache team-a/qwen``, or ``InferenceClass
+        h100`` for a cluster-scoped one (no namespace); ``XR`` stands for a kind not
+        known."""
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind or 'XR'} {where}"
 
 
 @dataclass

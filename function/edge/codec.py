@@ -28,7 +28,7 @@ from google.protobuf import duration_pb2
 from google.protobuf.struct_pb2 import ListValue, Struct, Value
 
 from function.core import structfill, structs, versioned
-from function.core.inputs import Inputs, ObservedView, RequiredView
+from function.core.inputs import Inputs, ObservedView, RequiredView, XRRef
 from function.core.outcome import INVALID_SPEC, RESERVED_CONDITION_TYPES, Outcome, Requirement
 from function.ops.settings import Settings
 
@@ -548,7 +548,7 @@ def _field(data: Any, number: int) -> Any:
 def xr_label(kind: str, namespace: str, name: str) -> str:
     """How a message names an XR: ``ModelCache team-a/qwen``, or ``InferenceClass h100``
     for a cluster-scoped one (no namespace); ``XR`` stands for a kind not known."""
-    return f"{kind or 'XR'} {namespace}/{name}" if namespace else f"{kind or 'XR'} {name}"
+    return XRRef("", kind, namespace, name).label
 
 
 def undecodable(data: bytes | bytearray | memoryview, error: BaseException) -> bytes:

@@ -235,14 +235,12 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         except SpecError as e:
             error = e
             self.log.info("invalid input", error=str(e))
-            message = f"invalid {ref.kind or 'XR'} {ref.where}: {e}"
+            message = f"invalid {ref.label}: {e}"
             rsp = self._fatal(req, message, spec_error=str(e))
         except Exception as e:  # the call must never crash
             error, result = e, "error"
             self.log.exception("composer failed")
-            rsp = self._fatal(
-                req, f"internal error composing {ref.kind} {ref.where}: {type(e).__name__}: {e}"
-            )
+            rsp = self._fatal(req, f"internal error composing {ref.label}: {type(e).__name__}: {e}")
         rsp, data = self._bytes(req, ref, rsp, wires, complete)
         seconds = time.perf_counter() - started
         severities = [SEVERITY_NAME.get(r.severity, "Unspecified") for r in rsp.results]
@@ -278,7 +276,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             where = f" while {what} the device selector {path or repr(expression[:200])}"
         self.log.warning("compute deadline passed", seconds=e.seconds, selector=path)
         return (
-            f"{ref.kind or 'XR'} {ref.where}: composing ran past the call's compute "
+            f"{ref.label}: composing ran past the call's compute "
             f"deadline of {e.seconds:g} s{where}; nothing was changed this reconcile "
             f"(simplify the spec; MODELPLANE_CALL_DEADLINE_SECONDS caps the deadline)"
         )
@@ -305,7 +303,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             rsp, wires = (
                 self._fatal(
                     req,
-                    f"response for {ref.kind} {ref.where} would be {size / 1048576:.1f} "
+                    f"response for {ref.label} would be {size / 1048576:.1f} "
                     f"MiB, over the 4 MiB Crossplane accepts: {count} composed resources, "
                     f"the largest {quoted(largest)} at {largest_size / 1024:.1f} KiB; "
                     "compose fewer or smaller ones (fewer clusters selected, fewer replicas, "

@@ -116,3 +116,34 @@ def test_a_fatal_result_leaves_another_steps_condition_to_that_step(
         assert after["DatabaseReady"]["reason"] == "Available", after["DatabaseReady"]
     finally:
         server.stop(0)
+
+
+def test_an_invalid_class_edit_turns_devices_valid_false_through_the_engine(
+    render: Any, xp: crossplane.Tools, fn: str, tmp_path: Path
+) -> None:
+    """Found by review 19b: an InferenceClass edited to a value the XRD admits but the
+    function refuses kept ``DevicesValid=True`` describing the devices before the edit,
+    beside ``Synced=False``. The class's spec condition now says the spec is invalid,
+    naming the field, as the core binary writes it."""
+    from tests.e2e.lifecycle import XR
+
+    (xr,) = load_yaml([str(ROOT / "examples" / "inferenceclass" / "xr.yaml")])
+    c = XR(render, xr, [])
+    c.reconcile()
+    c.reconcile()
+    before = {x["type"]: x for x in c.status["conditions"]}
+    assert before["DevicesValid"]["status"] == "True", before
+    bad = copy.deepcopy(c.xr)
+    # Admitted by the XRD (a string of at most 32 characters), not a semantic version.
+    bad["spec"]["devices"][0]["attributes"]["cudaComputeCapability"] = {"version": "nine"}
+    core = tmp_path / "core.bin"
+    out = engine.render(xp, fn, bad, full_xr=False, core_output=core)
+    assert out.exit_code != 0, out.stdout
+    written = engine.core_composite(core)
+    assert written is not None
+    after = {x["type"]: x for x in written["status"]["conditions"]}
+    field = "spec.devices[0].attributes.cudaComputeCapability.version"
+    assert after["Synced"]["status"] == "False" and field in after["Synced"]["message"], after
+    got = after["DevicesValid"]
+    assert (got["status"], got["reason"]) == ("False", "InvalidSpec"), got
+    assert field in got["message"] and "InferenceClass /" not in after["Synced"]["message"], after
