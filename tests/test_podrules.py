@@ -257,9 +257,16 @@ def _at_the_limits() -> tuple[dict[str, Any], list[dict[str, Any]]]:
         "envFrom": [{"prefix": "P.", "configMapRef": {"name": "settings"}}],
         "ports": [{"name": "metrics-http-00", "containerPort": 8000}],
         "volumeMounts": [
-            {"name": vol, "mountPath": "/data"},
+            {"name": vol, "mountPath": "/data", "subPath": "a..b/c"},  # '..' only in a name
             {"name": "scratch", "mountPath": "/data/"},  # another path to the API server
         ],
+        # quantities in every form Kubernetes decodes; a request at its limit, over none
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "1e3", "nvidia.com/gpu": "1"},
+            "limits": {"cpu": 4, "memory": "16Gi", "nvidia.com/gpu": 1},
+        },
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "metrics-http-00"}},
+        "livenessProbe": {"tcpSocket": {"port": 8000}, "successThreshold": 1},
     }
     template = {
         "metadata": {
@@ -268,7 +275,10 @@ def _at_the_limits() -> tuple[dict[str, Any], list[dict[str, Any]]]:
         },
         "spec": {
             "serviceAccountName": SUB_253,
-            "volumes": [{"name": vol, "emptyDir": {}}, {"name": "scratch", "emptyDir": {}}],
+            "volumes": [
+                {"name": vol, "emptyDir": {"sizeLimit": "0"}},
+                {"name": "scratch", "emptyDir": {}},
+            ],
             "containers": [engine],
             "tolerations": [
                 {"key": KEY_AT_LIMIT, "operator": "Equal", "value": "V" * 63},
@@ -311,5 +321,192 @@ def test_a_template_at_every_limit_composes_to_the_workload() -> None:
     assert not h.fatal(deployment_rsp), h.results(deployment_rsp)
     assert not h.fatal(replica_rsp), h.results(replica_rsp)
     blob = json.dumps(h.desired(replica_rsp))
-    for value in (SUB_253, KEY_AT_LIMIT, "v" * 63, "1 my.VAR-x", "metrics-http-00"):
+    for value in (SUB_253, KEY_AT_LIMIT, "v" * 63, "1 my.VAR-x", "metrics-http-00", "a..b/c"):
         assert json.dumps(value)[1:-1] in blob, value
+
+
+# ---- resources, probes, a volume's quantity, mount paths (review 19a F1) ---------------
+# What ValidateContainerResourceRequirements, validateProbe / validateHandler,
+# ValidateVolumeMounts / validateLocalDescendingPath and the quantity decoder
+# (k8s.io/apimachinery resource.ParseQuantity) of Kubernetes 1.34 refuse in a container:
+# (case, the container's extra fields, the field named, below the container, or None:
+# accepted). The refusals were accepted before review 19a F1 and failed on the workload
+# cluster, naming no field the tenant wrote.
+
+_HTTP = {"httpGet": {"path": "/health", "port": 8000}}
+
+CONTAINER_RULES: list[tuple[str, dict[str, Any], str | None]] = [
+    # quantities: Kubernetes' syntax, a number and an optional suffix
+    ("a memory limit in gb", {"resources": {"limits": {"memory": "16gb"}}},
+     "resources.limits[memory]"),
+    ("a cpu request in words", {"resources": {"requests": {"cpu": "four"}}},
+     "resources.requests[cpu]"),
+    ("a quantity with a space inside", {"resources": {"limits": {"memory": "16 Gi"}}},
+     "resources.limits[memory]"),
+    ("a lowercase ki", {"resources": {"limits": {"memory": "1ki"}}}, "resources.limits[memory]"),
+    ("a quantity that is true", {"resources": {"limits": {"cpu": True}}}, "resources.limits[cpu]"),
+    ("a negative memory limit", {"resources": {"limits": {"memory": "-1Gi"}}},
+     "resources.limits[memory]"),
+    ("a negative cpu request as a number", {"resources": {"requests": {"cpu": -1}}},
+     "resources.requests[cpu]"),
+    ("16Gi, 500m, 1e3, 0.5, 1.5G, 2", {"resources": {
+        "limits": {"memory": "16Gi", "cpu": "1e3", "ephemeral-storage": "1.5G"},
+        "requests": {"memory": "16Gi", "cpu": "500m", "ephemeral-storage": 2}}}, None),
+    ("a cpu of 0.5 as a number, 4 as a number", {"resources": {
+        "requests": {"cpu": 0.5}, "limits": {"cpu": 4.0}}}, None),
+    ("zero, -0, '+1', '1.', '.5', ' 1Gi '", {"resources": {
+        "requests": {"cpu": "0", "memory": "-0"},
+        "limits": {"cpu": "+1", "memory": ".5", "ephemeral-storage": " 1Gi "}}}, None),
+    ("a sign or a suffix alone (Kubernetes reads 0)", {"resources": {
+        "requests": {"cpu": "+", "memory": "Gi"}}}, None),
+    # requests and limits of one resource
+    ("requests over limits", {"resources": {
+        "requests": {"memory": "32Gi"}, "limits": {"memory": "16Gi"}}},
+     "resources.requests[memory]"),
+    ("a cpu request over its limit in other units", {"resources": {
+        "requests": {"cpu": "1001m"}, "limits": {"cpu": "1"}}}, "resources.requests[cpu]"),
+    ("requests equal to limits in other units", {"resources": {
+        "requests": {"memory": "1024Mi", "cpu": "1000m"},
+        "limits": {"memory": "1Gi", "cpu": 1}}}, None),
+    ("a request above another resource's limit", {"resources": {
+        "requests": {"memory": "32Gi"}, "limits": {"cpu": "1"}}}, None),
+    ("requests without limits", {"resources": {"requests": {"memory": "64Gi", "cpu": 8}}}, None),
+    # extended resources: whole numbers, the request equal to the limit
+    ("a GPU limit only", {"resources": {"limits": {"nvidia.com/gpu": 2}}}, None),
+    ("a GPU request equal to its limit", {"resources": {
+        "requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": 2}}}, None),
+    ("a GPU request under its limit", {"resources": {
+        "requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}}},
+     "resources.requests[nvidia.com/gpu]"),
+    ("a GPU request without a limit", {"resources": {"requests": {"nvidia.com/gpu": 1}}},
+     "resources.limits"),
+    ("half a GPU", {"resources": {"limits": {"nvidia.com/gpu": "500m"}}},
+     "resources.limits[nvidia.com/gpu]"),
+    # resource names
+    ("a resource name typo", {"resources": {"limits": {"memroy": "16Gi"}}},
+     "resources.limits[memroy]"),
+    ("a resource name that is no qualified name", {"resources": {"limits": {"a/b/c": 1}}},
+     "resources.limits[a/b/c]"),
+    ("hugepages and memory", {"resources": {"limits": {"hugepages-2Mi": "4Mi", "memory": "1Gi"}}},
+     None),
+    ("hugepages without cpu or memory", {"resources": {"limits": {"hugepages-2Mi": "4Mi"}}},
+     "resources"),
+    # probes: one handler, a valid port
+    ("a probe without a handler", {"readinessProbe": {"path": "/health", "port": 8000}},
+     "readinessProbe"),
+    ("a probe with two handlers", {"livenessProbe": {
+        "httpGet": {"path": "/h", "port": 8000}, "tcpSocket": {"port": 8000}}},
+     "livenessProbe.tcpSocket"),
+    ("a probe port name of 18 characters", {"readinessProbe": {
+        "httpGet": {"path": "/h", "port": "http-port-too-long"}}}, "readinessProbe.httpGet.port"),
+    ("a probe port name of digits", {"startupProbe": {"tcpSocket": {"port": "8000"}}},
+     "startupProbe.tcpSocket.port"),
+    ("a probe port of 0", {"livenessProbe": {"tcpSocket": {"port": 0}}},
+     "livenessProbe.tcpSocket.port"),
+    ("a probe port of 65536", {"livenessProbe": {"httpGet": {"path": "/", "port": 65536}}},
+     "livenessProbe.httpGet.port"),
+    ("a probe without a port", {"readinessProbe": {"httpGet": {"path": "/health"}}},
+     "readinessProbe.httpGet.port"),
+    ("a grpc probe on a named port", {"livenessProbe": {"grpc": {"port": "grpc"}}},
+     "livenessProbe.grpc.port"),
+    ("an exec probe without a command", {"livenessProbe": {"exec": {}}},
+     "livenessProbe.exec.command"),
+    ("an httpGet scheme in lowercase", {"readinessProbe": {
+        "httpGet": {"path": "/", "port": 80, "scheme": "https"}}}, "readinessProbe.httpGet.scheme"),
+    ("a negative periodSeconds", {"readinessProbe": {**_HTTP, "periodSeconds": -1}},
+     "readinessProbe.periodSeconds"),
+    ("a liveness successThreshold of 2", {"livenessProbe": {**_HTTP, "successThreshold": 2}},
+     "livenessProbe.successThreshold"),
+    ("every probe at its valid values", {
+        "livenessProbe": {"exec": {"command": ["true"]}, "successThreshold": 1,
+                          "terminationGracePeriodSeconds": 5},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http", "scheme": "HTTPS",
+                                       "httpHeaders": [{"name": "X-Probe", "value": "1"}]},
+                           "successThreshold": 3, "periodSeconds": 0, "initialDelaySeconds": 30},
+        "startupProbe": {"grpc": {"port": 9000}, "failureThreshold": 60},
+        "ports": [{"name": "http", "containerPort": 8000}]}, None),
+    ("a probe port name of 15", {"readinessProbe": {
+        "httpGet": {"path": "/", "port": "metrics-http-00"}}}, None),
+    # volumeMounts: a mountPath, a subPath inside the volume
+    ("an empty mountPath", {"volumeMounts": [{"name": "v", "mountPath": ""}]},
+     "volumeMounts[0].mountPath"),
+    ("no mountPath", {"volumeMounts": [{"name": "v"}]}, "volumeMounts[0].mountPath"),
+    ("a subPath with '..'", {"volumeMounts": [{"name": "v", "mountPath": "/a", "subPath": "../x"}]},
+     "volumeMounts[0].subPath"),
+    ("an absolute subPath", {"volumeMounts": [{"name": "v", "mountPath": "/a", "subPath": "/abs"}]},
+     "volumeMounts[0].subPath"),
+    ("subPath and subPathExpr", {"volumeMounts": [
+        {"name": "v", "mountPath": "/a", "subPath": "x", "subPathExpr": "$(POD)"}]},
+     "volumeMounts[0].subPathExpr"),
+    ("a subPathExpr with '..'", {"volumeMounts": [
+        {"name": "v", "mountPath": "/a", "subPathExpr": "$(POD)/../x"}]},
+     "volumeMounts[0].subPathExpr"),
+    ("a subPath with '..' inside a name", {"volumeMounts": [
+        {"name": "v", "mountPath": "/a", "subPath": "a..b/c"}]}, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"), [pytest.param(x, f, id=i) for i, x, f in CONTAINER_RULES]
+)
+def test_a_container_as_kubernetes_validates_it(extra: dict[str, Any], field: str | None) -> None:
+    """Each refusal names the field below the container and says what to write; each
+    accepted case is one Kubernetes 1.34 takes (no over-refusal)."""
+    t = _template(volumes=[{"name": "v", "emptyDir": {}}])
+    t["spec"]["containers"][0].update(extra)
+    if field is None:
+        check_pod_rules(t, "t")
+        return
+    with pytest.raises(SpecError) as e:
+        check_pod_rules(t, "t")
+    assert e.value.field == f"t.spec.containers[0].{field}", str(e.value)
+    assert "API server refuses it" in str(e.value) and len(str(e.value)) < 800, str(e.value)
+
+
+INIT_PROBES: list[tuple[str, dict[str, Any], str | None]] = [
+    ("a probe on an init container", {"readinessProbe": _HTTP}, "readinessProbe"),
+    ("a probe on a sidecar", {"restartPolicy": "Always", "livenessProbe": _HTTP}, None),
+    ("a sidecar's probe without a handler", {"restartPolicy": "Always", "startupProbe": {}},
+     "startupProbe"),
+    ("an init container's request over its limit", {"resources": {
+        "requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}, "resources.requests[cpu]"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("extra", "field"), [pytest.param(x, f, id=i) for i, x, f in INIT_PROBES])
+def test_an_init_container_as_kubernetes_validates_it(
+    extra: dict[str, Any], field: str | None
+) -> None:
+    """validateInitContainers: probes only on a sidecar (``restartPolicy: Always``), and
+    validated there as a container's."""
+    t = _template(initContainers=[{"name": "init", "image": "busybox", **extra}])
+    if field is None:
+        check_pod_rules(t, "t")
+        return
+    with pytest.raises(SpecError) as e:
+        check_pod_rules(t, "t")
+    assert e.value.field == f"t.spec.initContainers[0].{field}", str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("size", "refused"),
+    [("10gb", True), ("-1Gi", True), ("10Gi", False), ("0", False), ("1e9", False)],
+)
+def test_an_empty_dir_size_limit_is_a_quantity(size: str, refused: bool) -> None:
+    """validateVolumeSource: an ``emptyDir.sizeLimit`` decodes as a quantity, not
+    negative."""
+    t = _template(volumes=[{"name": "v", "emptyDir": {"sizeLimit": size}}])
+    if not refused:
+        check_pod_rules(t, "t")
+        return
+    with pytest.raises(SpecError) as e:
+        check_pod_rules(t, "t")
+    assert e.value.field == "t.spec.volumes[0].emptyDir.sizeLimit", str(e.value)
+
+
+def test_a_bad_quantity_says_what_to_write() -> None:
+    t = _template()
+    t["spec"]["containers"][0]["resources"] = {"limits": {"memory": "16gb"}}
+    with pytest.raises(SpecError) as e:
+        check_pod_rules(t, "t")
+    assert "'16gb'" in str(e.value) and "16Gi" in str(e.value), str(e.value)

@@ -15,7 +15,8 @@ and what it calls) refuses in the parts of a pod template the function copies:
   (``ValidateAnnotations``);
 - ``spec.volumes[]``: a DNS-1123 label ``name``, unique, and a volume source
   (``ValidateVolumes``; only a volume with no source at all is refused here, so a
-  source type newer than this code is never refused);
+  source type newer than this code is never refused); an ``emptyDir.sizeLimit`` that
+  decodes as a quantity and is not negative (``validateVolumeSource``);
 - ``spec.containers[]`` and ``spec.initContainers[]``: a DNS-1123 label ``name``, unique
   across both lists (``validateContainers``, ``validateInitContainers``); an ``image``
   (``validateContainerCommon``) without leading or trailing whitespace as Go's
@@ -25,8 +26,26 @@ and what it calls) refuses in the parts of a pod template the function copies:
   (``validateContainerPorts``); ``env[].name`` and
   ``envFrom[].prefix`` environment variable names (``ValidateEnv``, ``ValidateEnvFrom``
   with the relaxed rule of 1.34, :func:`function.core.k8svalidation.env_name_problem`);
-  ``volumeMounts[]``: a ``name`` that is a volume of the pod, a ``mountPath`` unique in
-  the container (``ValidateVolumeMounts``);
+  ``volumeMounts[]``: a ``name`` that is a volume of the pod, a ``mountPath`` (required)
+  unique in the container, a ``subPath`` or ``subPathExpr`` (not both) relative and
+  without a ``..`` element (``ValidateVolumeMounts``, ``validateLocalDescendingPath``);
+  ``resources.limits`` and ``resources.requests`` (``ValidateResourceRequirements``, as
+  ``ValidateContainerResourceRequirements`` applies it): container resource names
+  (``validateContainerResourceName``), quantities the API server decodes
+  (``resource.ParseQuantity``: ``16gb`` is none) and not negative, whole numbers for an
+  extended resource (``nvidia.com/gpu``; ``ValidateResourceQuantityValue``), a request at
+  most its limit, equal to it for a resource that cannot be overcommitted (extended
+  resources, hugepages: ``IsOvercommitAllowed``), which needs a limit once requested,
+  and hugepages only with cpu or memory (not checked: hugepages a multiple of their
+  page size, ``resources.claims``, which the function writes);
+  ``livenessProbe``, ``readinessProbe``, ``startupProbe`` (on an init container only
+  with ``restartPolicy: Always``: ``validateInitContainers``): exactly one handler of
+  exec (with a command), httpGet, tcpSocket, grpc (``validateHandler``), its port a
+  number 1..65535 or (not grpc) an IANA service name (``ValidatePortNumOrName``), an
+  httpGet scheme HTTP or HTTPS and header names, counts not negative,
+  ``successThreshold`` 1 for liveness and startup, ``terminationGracePeriodSeconds``
+  greater than 0 and not on a readiness probe (``validateProbe``,
+  ``validateLivenessProbe``, ``validateReadinessProbe``, ``validateStartupProbe``);
 - ``spec.serviceAccountName``: a DNS-1123 subdomain (``ValidateServiceAccountName``);
   ``spec.hostname`` and ``spec.subdomain``: DNS-1123 labels;
 - ``spec.nodeSelector``: qualified-name keys, label values;
@@ -45,16 +64,45 @@ value (:func:`function.core.errors.quoted`) and say what to write.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from typing import Any
+from decimal import ROUND_CEILING, Decimal
+from typing import Any, NoReturn, TypeGuard
 
 from function.core import k8svalidation as k8s
 from function.core.errors import SpecError, excerpt, quoted, written_as
+from function.core.memo import memo
+from function.scheduling.devices import parse_quantity
 
 _REFUSED = "the workload cluster's API server refuses it"
 _OPERATORS = ("Equal", "Exists")
 _EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 _GROUPS = ("containers", "initContainers")
+# A container's standard resources (IsStandardContainerResourceName), and the prefix of
+# hugepages of one size (hugepages-2Mi); a name with a "/" is an extended resource
+# (nvidia.com/gpu) unless it is native (a "kubernetes.io/" one).
+_CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+_HUGEPAGES = "hugepages-"
+_NATIVE = "kubernetes.io/"
+_QUANTITY_RULE = (
+    "a Kubernetes quantity: a number and an optional suffix, binary Ki, Mi, Gi, Ti, Pi, "
+    "Ei or decimal m, k, M, G, T, P, E (16Gi, 500m, 1e3, 0.5)"
+)
+# What Kubernetes' parser (resource.ParseQuantity) reads as 0 and parse_quantity
+# refuses: no digit, at most a sign and a point, and a suffix its int64 fast path takes
+# (binary up to Ti, an exponent from -9 that an int32 holds): "Gi", "+", ".", "e-9".
+_NO_DIGITS = re.compile(r"[+-]?\.?(?:Ki|Mi|Gi|Ti|n|u|m|k|M|G|T|P|E|[eE]([+-]?[0-9]+))?\Z")
+_PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+_PROBE_COUNTS = (
+    "initialDelaySeconds",
+    "timeoutSeconds",
+    "periodSeconds",
+    "successThreshold",
+    "failureThreshold",
+)
+_SCHEMES = ("", "HTTP", "HTTPS")  # "" is defaulted to HTTP
+_HEADER_NAME = re.compile(r"^[-A-Za-z0-9]+\Z")  # IsHTTPHeaderName
 
 
 def check_pod_rules(template: Any, field: str, own_volumes: Iterable[str] = ()) -> None:
@@ -190,10 +238,15 @@ def _check_volumes(volumes: Any, field: str) -> set[str]:
                 f"volume {quoted(name)} has no source: add one (emptyDir: {{}}, configMap, "
                 "secret, persistentVolumeClaim, ...)",
             )
+        empty = v.get("emptyDir")
+        if isinstance(empty, dict) and empty.get("sizeLimit") is not None:
+            _quantity(empty["sizeLimit"], f"{field}[{i}].emptyDir.sizeLimit", "10Gi")
     return set(seen)
 
 
 def _check_containers(spec: dict[str, Any], field: str, volumes: set[str]) -> None:
+    """Each container and init container: ``validateContainers``,
+    ``validateInitContainers`` and what they call (``validateContainerCommon``)."""
     names: dict[str, str] = {}  # name -> the first container's path
     for group in _GROUPS:
         for i, c in _items(spec.get(group)):
@@ -208,18 +261,41 @@ def _check_containers(spec: dict[str, Any], field: str, volumes: set[str]) -> No
                         "are unique across containers and initContainers; rename one",
                     )
                 names[name] = f"{group}[{i}]"
-            _check_image(c.get("image"), f"{path}.image")
-            _check_ports(c.get("ports"), f"{path}.ports")
-            for j, e in _items(c.get("env")):
-                env = e.get("name")
-                if isinstance(env, str):
-                    _require(env, k8s.env_name_problem(env), f"{path}.env[{j}].name", "an env name")
-            for j, e in _items(c.get("envFrom")):
-                prefix = e.get("prefix")
-                if isinstance(prefix, str) and prefix:
-                    where = f"{path}.envFrom[{j}].prefix"
-                    _require(prefix, k8s.env_name_problem(prefix), where, "an env prefix")
-            _check_mounts(c.get("volumeMounts"), f"{path}.volumeMounts", volumes)
+            _check_container(c, path, volumes, sidecar=group == "containers")
+
+
+def _check_container(c: dict[str, Any], path: str, volumes: set[str], sidecar: bool) -> None:
+    """``validateContainerCommon`` past the name, and the probes (``validateContainers``;
+    ``validateInitContainers``: on an init container only if it is a sidecar,
+    ``restartPolicy: Always``)."""
+    _check_image(c.get("image"), f"{path}.image")
+    _check_ports(c.get("ports"), f"{path}.ports")
+    for j, e in _items(c.get("env")):
+        env = e.get("name")
+        if isinstance(env, str):
+            _require(env, k8s.env_name_problem(env), f"{path}.env[{j}].name", "an env name")
+    for j, e in _items(c.get("envFrom")):
+        prefix = e.get("prefix")
+        if isinstance(prefix, str) and prefix:
+            where = f"{path}.envFrom[{j}].prefix"
+            _require(prefix, k8s.env_name_problem(prefix), where, "an env prefix")
+    _check_mounts(c.get("volumeMounts"), f"{path}.volumeMounts", volumes)
+    resources = c.get("resources")
+    if isinstance(resources, dict):
+        _check_resources(resources, f"{path}.resources")
+    sidecar = sidecar or c.get("restartPolicy") == "Always"
+    for key in _PROBES:
+        probe = c.get(key)
+        if probe is None:
+            continue
+        if not sidecar:
+            _refuse(
+                f"{path}.{key}",
+                "an init container takes no probes unless it is a sidecar: remove it, or "
+                "set restartPolicy: Always on the init container",
+            )
+        if isinstance(probe, dict):
+            _check_probe(probe, f"{path}.{key}", key)
 
 
 def _check_image(image: Any, path: str) -> None:
@@ -251,6 +327,9 @@ def _check_ports(ports: Any, field: str) -> None:
 
 
 def _check_mounts(mounts: Any, field: str, volumes: set[str]) -> None:
+    """``ValidateVolumeMounts``: a ``name`` that is a volume of the pod, a ``mountPath``
+    (required, unique in the container), a ``subPath`` or ``subPathExpr`` (not both)
+    inside the volume (``validateLocalDescendingPath``)."""
     paths: dict[str, int] = {}
     for j, m in _items(mounts):
         name, mount_path = m.get("name"), m.get("mountPath")
@@ -259,6 +338,21 @@ def _check_mounts(mounts: Any, field: str, volumes: set[str]) -> None:
                 f"{field}[{j}].name",
                 f"{quoted(name)} is not the name of a volume of the pod: add a volume of "
                 "that name to spec.volumes, or mount one of those there",
+            )
+        sub, expr = m.get("subPath"), m.get("subPathExpr")
+        if isinstance(sub, str) and sub:
+            _check_descending(sub, f"{field}[{j}].subPath")
+        if isinstance(expr, str) and expr:
+            if isinstance(sub, str) and sub:
+                _refuse(
+                    f"{field}[{j}].subPathExpr",
+                    "subPath and subPathExpr are mutually exclusive: keep one",
+                )
+            _check_descending(expr, f"{field}[{j}].subPathExpr")
+        if mount_path is None or mount_path == "":
+            _refuse(
+                f"{field}[{j}].mountPath",
+                "is required: the path in the container to mount the volume at (for example /data)",
             )
         if not isinstance(mount_path, str):
             continue
@@ -270,6 +364,281 @@ def _check_mounts(mounts: Any, field: str, volumes: set[str]) -> None:
                 "path; mount this one elsewhere",
             )
         paths[mount_path] = j
+
+
+def _check_descending(path: str, field: str) -> None:
+    """``validateLocalDescendingPath``: a relative path with no ``..`` element."""
+    if path.startswith("/"):
+        _refuse(
+            field,
+            f"{quoted(path)} is absolute: a subPath is a path inside the volume; write it "
+            f"relative ({quoted(path.lstrip('/') or 'dir')})",
+        )
+    if ".." in path.split("/"):
+        _refuse(
+            field,
+            f"{quoted(path)} contains '..': a subPath stays inside the volume; write a path "
+            "below its root",
+        )
+
+
+def _quantity(value: Any, field: str, example: str) -> Decimal | None:
+    """A quantity as the workload cluster decodes and validates it
+    (``resource.Quantity.UnmarshalJSON``: a string :func:`function.scheduling.devices.
+    parse_quantity` reads, trimmed, or a JSON number; ``ValidateNonnegativeQuantity``).
+
+    Returns:
+        Its value (None: null, which the API server decodes as no value).
+
+    Raises:
+        SpecError: at ``field``, for anything the decoder refuses (``'16gb'``, ``true``)
+            or a negative quantity, saying what to write (``example``).
+    """
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = Decimal(repr(value))
+    elif isinstance(value, str):
+        decoded = _decoded(value)
+        if decoded is None:
+            _refuse(
+                field, f"{_shown(value)} is not {_QUANTITY_RULE}: write, for example, {example}"
+            )
+        number = decoded
+    else:
+        _refuse(field, f"{_shown(value)} is not {_QUANTITY_RULE}: write, for example, {example}")
+    if number < 0:
+        _refuse(
+            field, f"{_shown(value)} is negative: a quantity is 0 or more (for example {example})"
+        )
+    return number
+
+
+@memo(4096)
+def _decoded(text: str) -> Decimal | None:
+    """The value of a quantity as the workload cluster decodes ``text``, None where it
+    refuses it (memoized: a template's few quantities recur on every call)."""
+    try:
+        return parse_quantity(text)
+    except ValueError:
+        return Decimal(0) if _zero_without_digits(text.strip()) else None
+
+
+def _zero_without_digits(text: str) -> bool:
+    """Whether Kubernetes reads ``text`` (no digit: :data:`_NO_DIGITS`) as 0."""
+    m = _NO_DIGITS.match(text) if text else None
+    return m is not None and (m.group(1) is None or -9 <= int(m.group(1)) < 2**31)
+
+
+def _check_resources(resources: dict[str, Any], field: str) -> None:
+    """``ValidateContainerResourceRequirements`` (``validateResourceRequirements``) over
+    ``limits`` and ``requests``: resource names (``validateContainerResourceName``),
+    quantities (``ValidateResourceQuantityValue``: decoded, not negative, whole for an
+    extended resource), a request at most its limit, equal to it for a resource that
+    cannot be overcommitted (extended resources such as ``nvidia.com/gpu``, hugepages),
+    which also needs a limit (a missing request defaults to the limit), and hugepages
+    only with cpu or memory. Not checked: that hugepages are a multiple of their page
+    size, and ``claims`` (the function adds its own).
+    """
+    limits: dict[str, Decimal | None] = {}
+    requests: dict[str, Decimal | None] = {}
+    for key, out in (("limits", limits), ("requests", requests)):
+        values = resources.get(key)
+        if not isinstance(values, dict):
+            continue
+        for name, value in values.items():
+            path = f"{field}.{key}[{_key(name)}]"
+            _check_resource_name(name, path)
+            q = out[name] = _quantity(value, path, "16Gi" if name == "memory" else "2")
+            if (
+                q is not None
+                and _overcommit(name) is None
+                and ((q * 1000).to_integral_value(ROUND_CEILING) % 1000)
+            ):
+                _refuse(
+                    path,
+                    f"{_shown(value)} is not a whole number: an extended resource "
+                    f"({_key(name)}) is counted in whole units",
+                )
+    for name, q in requests.items():
+        _check_request(resources, field, name, q, limits)
+    names = {*limits, *requests}
+    if any(n.startswith(_HUGEPAGES) for n in names) and not names & {"cpu", "memory"}:
+        _refuse(
+            field,
+            "requests hugepages without cpu or memory: set a cpu or memory request or limit too",
+        )
+
+
+def _check_request(
+    resources: dict[str, Any],
+    field: str,
+    name: str,
+    request: Decimal | None,
+    limits: dict[str, Decimal | None],
+) -> None:
+    """A request against its limit (``validateResourceRequirements``): at most the
+    limit; equal to it, and the limit set, where the resource cannot be overcommitted."""
+    overcommit = _overcommit(name)
+    if name not in limits:
+        if not overcommit:
+            _refuse(
+                f"{field}.limits",
+                f"has no {_key(name)}: a request for a resource that cannot be "
+                "overcommitted needs a limit equal to it; set the limit (the request "
+                "defaults to it)",
+            )
+        return
+    path = f"{field}.requests[{_key(name)}]"
+    written, limit_written = resources["requests"][name], resources["limits"][name]
+    limit = limits[name] or Decimal(0)  # null decodes as no quantity: 0
+    request = request or Decimal(0)
+    if not overcommit and request != limit:
+        _refuse(
+            path,
+            f"{_shown(written)} differs from the {_key(name)} limit {_shown(limit_written)}: "
+            f"{_key(name)} cannot be overcommitted, so its request equals its limit; write "
+            "the limit only (the request defaults to it)",
+        )
+    if request > limit:
+        _refuse(
+            path,
+            f"{_shown(written)} is more than the {_key(name)} limit {_shown(limit_written)}: "
+            "a container requests at most its limit; lower the request or raise the limit",
+        )
+
+
+def _overcommit(name: str) -> bool | None:
+    """``IsOvercommitAllowed``: True for a native resource (cpu, memory, a
+    ``kubernetes.io/`` one), False for hugepages, None for an extended resource (which
+    also cannot be overcommitted, and is an integer: ``IsExtendedResourceName``)."""
+    if name.startswith(_HUGEPAGES):
+        return False
+    if "/" not in name or _NATIVE in name:
+        return True
+    return None
+
+
+def _check_resource_name(name: str, path: str) -> None:
+    """Refuse, at ``path``, a name :func:`_resource_name_problem` refuses."""
+    problem = _resource_name_problem(name)
+    if problem is not None:
+        _refuse(
+            path,
+            f"{quoted(name)} is not a container resource ({problem}): write cpu, memory, "
+            "ephemeral-storage, hugepages-<size>, or an extended resource with its domain "
+            "(nvidia.com/gpu)",
+        )
+
+
+@memo(1024)
+def _resource_name_problem(name: str) -> str | None:
+    """``validateContainerResourceName``: a qualified name; without a domain a standard
+    container resource, with one native or extended (memoized like :func:`_decoded`)."""
+    if name in _CONTAINER_RESOURCES:
+        return None
+    problem = k8s.qualified_name_problem(name)
+    if problem is None and "/" not in name:
+        if name.startswith(_HUGEPAGES):
+            return None
+        return "is not a resource a container requests"
+    if problem is None and _NATIVE not in name:
+        return k8s.qualified_name_problem(f"requests.{name}")  # IsExtendedResourceName
+    return problem
+
+
+def _check_probe(probe: dict[str, Any], field: str, kind: str) -> None:
+    """``validateProbe`` (its handler: :func:`_check_handler`; counts not negative) and,
+    for a liveness or startup probe, ``successThreshold`` 1; for a readiness probe no
+    ``terminationGracePeriodSeconds``, elsewhere one greater than 0. Values the API
+    server defaults (a count of 0) are accepted."""
+    _check_handler(probe, field)
+    for key in _PROBE_COUNTS:
+        value = probe.get(key)
+        if _number(value) and value < 0:
+            _refuse(f"{field}.{key}", f"{written_as(value)} is negative: write 0 or more")
+    threshold = probe.get("successThreshold")
+    if kind != "readinessProbe" and _number(threshold) and threshold not in (0, 1):
+        _refuse(
+            f"{field}.successThreshold",
+            f"{written_as(threshold)}: a {kind} succeeds after one success; write 1 or "
+            "leave it out",
+        )
+    grace = probe.get("terminationGracePeriodSeconds")
+    if grace is not None and kind == "readinessProbe":
+        _refuse(
+            f"{field}.terminationGracePeriodSeconds",
+            "is not taken by a readinessProbe: remove it",
+        )
+    if _number(grace) and grace <= 0:
+        _refuse(
+            f"{field}.terminationGracePeriodSeconds",
+            f"{written_as(grace)}: write a number of seconds greater than 0",
+        )
+
+
+def _check_handler(probe: dict[str, Any], field: str) -> None:
+    """``validateHandler``: exactly one of exec, httpGet, tcpSocket, grpc, each as
+    ``validateExecAction``, ``validateHTTPGetAction``, ``validateTCPSocketAction``,
+    ``validateGRPCAction`` (``ValidatePortNumOrName``) have it. An empty ``path`` or
+    ``scheme`` of httpGet is defaulted by the API server (``/``, HTTP): accepted."""
+    handlers = [h for h in _HANDLERS if probe.get(h) is not None]
+    if not handlers:
+        _refuse(
+            field,
+            "has no handler: set one of exec, httpGet, tcpSocket or grpc (for example "
+            "httpGet: {path: /health, port: 8000})",
+        )
+    if len(handlers) > 1:
+        _refuse(
+            f"{field}.{handlers[1]}",
+            f"is a second handler after {handlers[0]}: a probe has exactly one; keep one",
+        )
+    kind, handler = handlers[0], probe[handlers[0]]
+    where = f"{field}.{kind}"
+    if not isinstance(handler, dict):
+        return
+    if kind == "exec":
+        if handler.get("command") in (None, []):
+            _refuse(
+                f"{where}.command",
+                "is required: the command to run (for example [cat, /tmp/ready])",
+            )
+        return
+    _probe_port(handler.get("port"), f"{where}.port", named=kind != "grpc")
+    if kind == "httpGet":
+        _check_http_get(handler, where)
+
+
+def _check_http_get(handler: dict[str, Any], field: str) -> None:
+    scheme = handler.get("scheme")
+    if isinstance(scheme, str) and scheme not in _SCHEMES:
+        _refuse(f"{field}.scheme", f"{quoted(scheme)} is not a scheme: write HTTP or HTTPS")
+    for i, header in _items(handler.get("httpHeaders")):
+        name = header.get("name")
+        if isinstance(name, str) and not _HEADER_NAME.match(name):
+            _refuse(
+                f"{field}.httpHeaders[{i}].name",
+                f"{quoted(name)} is not an HTTP header name: letters, digits and '-' (X-Probe)",
+            )
+
+
+def _probe_port(port: Any, field: str, named: bool) -> None:
+    """``ValidatePortNumOrName``: a number 1..65535 or (not for grpc) a port name."""
+    if isinstance(port, str) and named:
+        _require(port, k8s.port_name_problem(port), field, "a port name")
+        return
+    if _number(port) and port == int(port) and 1 <= port <= 65535:
+        return
+    what = "a number from 1 to 65535" + (" or the name of a container port (http)" if named else "")
+    if port is None:
+        _refuse(field, f"is required: the port to probe, {what}")
+    _refuse(field, f"{_shown(port)} is not a port: write {what}")
+
+
+def _number(value: Any) -> TypeGuard[float]:
+    """A JSON number (an int, or a float as a protobuf Struct carries every number)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_pod_fields(spec: dict[str, Any], field: str) -> None:
@@ -300,7 +669,7 @@ def _require_label(value: str, path: str, what: str) -> None:
         )
 
 
-def _refuse(path: str, what: str) -> None:
+def _refuse(path: str, what: str) -> NoReturn:
     raise SpecError(path, f"{what} ({_REFUSED})")
 
 

@@ -299,6 +299,20 @@ POD_API_FAULTS = [
     ("a nodeSelector key that is no qualified name", ("nodeSelector",), {"-gpu": "h100"},
      "template.spec.nodeSelector[-gpu]"),
     ("a hostname that is no DNS label", ("hostname",), "Host_1", "template.spec.hostname"),
+    # Review 19a F1: resources, probes, a volume's quantity and mount paths.
+    ("a memory limit in gb", ("containers", 0, "resources"), {"limits": {"memory": "16gb"}},
+     "template.spec.containers[0].resources.limits[memory]"),
+    ("a memory request over its limit", ("containers", 0, "resources"),
+     {"requests": {"memory": "32Gi"}, "limits": {"memory": "16Gi"}},
+     "template.spec.containers[0].resources.requests[memory]"),
+    ("a readiness probe without a handler", ("containers", 0, "readinessProbe"),
+     {"path": "/health", "port": 8000}, "template.spec.containers[0].readinessProbe"),
+    ("an emptyDir sizeLimit in gb", (_VOL, _MOUNTS),
+     ([{"name": "v", "emptyDir": {"sizeLimit": "10gb"}}], [{"name": "v", "mountPath": "/x"}]),
+     "template.spec.volumes[0].emptyDir.sizeLimit"),
+    ("a mount subPath out of its volume", (_VOL, _MOUNTS),
+     ([{"name": "v", "emptyDir": {}}], [{"name": "v", "mountPath": "/x", "subPath": "../y"}]),
+     "template.spec.containers[0].volumeMounts[0].subPath"),
 ]  # fmt: skip
 
 
