@@ -57,8 +57,10 @@ that ``name`` is the one field set), so a name no Secret can have is the kubelet
 "secret not found", as Kubernetes has it.
 
 The rules themselves are :mod:`function.core.k8svalidation`. Parts of the wrong type
-are left to the shape checks (this module skips them); the function's own additions
-are not checked (only what the tenant wrote). Messages quote a bounded excerpt of the
+are left to the shape checks (this module skips them), but for a quantity and a probe
+port, whose every value of another type the API server's decoder refuses (``true``, an
+object): refused here; the function's own additions are not checked (only what the
+tenant wrote). Messages quote a bounded excerpt of the
 value (:func:`function.core.errors.quoted`) and say what to write.
 """
 
