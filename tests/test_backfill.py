@@ -1187,6 +1187,62 @@ def test_a_created_job_object_drops_create_from_its_policies(sim: Sim, clock: Cl
     assert sim.job()["spec"]["managementPolicies"] == ["Observe", "Delete"]
 
 
+OLD_POLICIES = ["Observe", "Update", "LateInitialize", "Delete"]  # before session 19
+
+
+def _held_edit(sim: Sim, clock: Clock) -> None:
+    _i, path, value, _f = next(f for f in fixtures.POD_ACCESS_FAULTS if "ResourceClaim" not in f[0])
+    sim.cronjobs = [_forbidden_cronjob(path, value)]
+    sim.backfills[BACKFILL]["spec"]["env"] = [{"name": "LIMIT", "value": "50"}]
+    clock.advance(10)
+
+
+def _foreground(sim: Sim, clock: Clock) -> None:
+    clock.advance(120)
+    sim.foreground()
+    clock.advance(5)
+
+
+def _completes(sim: Sim, clock: Clock) -> None:
+    sim.set_job("complete")
+    clock.advance(30)
+
+
+@pytest.mark.parametrize(
+    ("event", "then"),
+    [
+        (None, ("Running",)),
+        (_held_edit, ("Running",)),
+        (_foreground, ("Cancelling", "WaitingForIdle")),
+        (_completes, ("Succeeded", "WaitingForIdle", "Waiting")),
+    ],
+    ids=["running", "held-edit", "cancelled", "completed"],
+)
+def test_an_object_with_an_earlier_policy_set_is_rewritten_before_it_is_dropped(
+    sim: Sim, clock: Clock, event: Any, then: tuple[str, ...]
+) -> None:
+    """Found by review 19c: a Job Object written before session 19 carries
+    ``[Observe, Update, LateInitialize, Delete]``, which provider-kubernetes refuses, and
+    refuses before it handles a deletion. Whatever the call decides (keep it as
+    observed while an edit is held, cancel, record an outcome), the set is rewritten
+    first, and the Object is dropped only with a set the provider deletes it under."""
+    start(sim, clock)
+    (key,) = sim.observed[BACKFILL]
+    sim.observed[BACKFILL][key]["spec"]["managementPolicies"] = list(OLD_POLICIES)
+    if event is not None:
+        event(sim, clock)
+    for _ in range(4):
+        before = {k: b["spec"].get("managementPolicies") for k, b in sim.observed[BACKFILL].items()}
+        st = sim.step()
+        for k, policies in before.items():
+            if k not in sim.observed[BACKFILL]:  # dropped: Crossplane deletes it
+                assert policies == ["Observe", "Delete"], (k, policies)
+        for k, b in sim.observed[BACKFILL].items():
+            assert b["spec"]["managementPolicies"] == ["Observe", "Delete"], (k, st)
+        clock.advance(30)
+    assert st["phase"] in then, st
+
+
 def test_starting_recreates_an_object_crossplane_has_not_created(sim: Sim, clock: Clock) -> None:
     sim.add(spec())
     sim.step()

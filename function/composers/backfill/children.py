@@ -124,15 +124,39 @@ def job_object(a: Attempt, p: Parsed, cronjob: Struct) -> tuple[str, dict[str, A
     return job_name, obj
 
 
+def settle_policies(out: Outcome, observed: Mapping[str, Any]) -> None:
+    """Every observed Job Object that carries a ``spec.managementPolicies`` set other
+    than :data:`NO_CREATE_POLICIES` (an earlier version's ``[Observe, Update,
+    LateInitialize, Delete]``, which provider-kubernetes refuses) gets
+    :data:`NO_CREATE_POLICIES`: where this outcome keeps it, in the kept body; where it
+    drops it, by keeping it one call more with the set rewritten (review 19c F4).
+    crossplane-runtime checks the set before it handles a deletion, so an Object
+    deleted with a refused set would keep its finalizer and its remote Job for ever;
+    the next call drops it with a set the provider deletes it under.
+
+    ``observed``: composition-resource name to the observed composed resource (its
+    ``resource`` Struct), as :attr:`function.core.inputs.Inputs.observed`.
+    """
+    for key, child in observed.items():
+        if not key.startswith(JOB_PREFIX):
+            continue
+        spec = structs.fields_of(child.resource, "spec")
+        have = spec.get("managementPolicies")
+        if have is None or [v.string_value for v in have.list_value.values] == NO_CREATE_POLICIES:
+            continue
+        if key not in out.resources:
+            out.keep(key, child.resource, ready=True)
+        body = out.resources[key].body
+        assert isinstance(body, Struct)
+        body.get_or_create_struct("spec")["managementPolicies"] = NO_CREATE_POLICIES
+
+
 def keep_job(out: Outcome, key: str, obs: Struct, *, created: bool) -> None:
     """Keep the observed Job Object; once the Job exists (``created``), its Object no
     longer allows Create (a Job deleted behind the function's back is not re-created).
-    An Object that already carries a set (written by an earlier call, or by a version
-    of the function that wrote a set provider-kubernetes refuses) gets
-    :data:`NO_CREATE_POLICIES` too."""
+    An earlier set is rewritten by :func:`settle_policies`."""
     out.keep(key, obs, ready=True)
     body = out.resources[key].body
     assert isinstance(body, Struct)
-    spec = body.get_or_create_struct("spec")
-    if created or "managementPolicies" in spec:
-        spec["managementPolicies"] = NO_CREATE_POLICIES
+    if created:
+        body.get_or_create_struct("spec")["managementPolicies"] = NO_CREATE_POLICIES

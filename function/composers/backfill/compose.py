@@ -7,6 +7,7 @@ from function.api.modelbackfill import Parsed
 from function.composers.backfill.admit import admit
 from function.composers.backfill.attempt import active, cancelling, require_job_object
 from function.composers.backfill.call import Call
+from function.composers.backfill.children import settle_policies
 from function.composers.backfill.observed import (
     KIND,
     REQ_BACKFILLS,
@@ -49,9 +50,9 @@ def compose(inputs: Inputs) -> Outcome:
         transitions recorded.
     """
     c = Call(inputs)
-    if not decide(c) or not c.out.final_iteration(c.inputs):
-        return pending(c)
-    return finish(c)
+    out = pending(c) if not decide(c) or not c.out.final_iteration(c.inputs) else finish(c)
+    settle_policies(out, inputs.observed)
+    return out
 
 
 def decide(c: Call) -> bool:
