@@ -142,6 +142,25 @@ def _location(prefix: str, loc_parts: list[Any], *, union: bool) -> str:
     return loc
 
 
+def _order(err: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Where a pydantic error sorts: by its location as :func:`_location` writes it
+    (list indices as numbers), then, for a wrong-shape error, by what was written.
+
+    pydantic reports a map's errors in the map's iteration order, which for a map read
+    from a protobuf Struct follows the order its entries arrived in (Crossplane's gRPC
+    client marshals maps in a random order): sorted, the same spec gives the same
+    message in every call and process (review 19b F2). The members of one union (one
+    location but for their tags, one input) keep pydantic's order (a stable sort).
+    """
+    parts = list(err.get("loc", ()))
+    shape = _EXPECTED.get(str(err.get("type"))) is not None
+    if shape:
+        while parts and isinstance(parts[-1], str) and _UNION_TAG.match(parts[-1]):
+            parts.pop()
+    at = tuple((0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in parts)
+    return (at, written_as(err.get("input")) if shape else "")
+
+
 def pydantic_errors(
     prefix: str, exc: Exception, shapes: Mapping[str, str] | None = None
 ) -> SpecError:
@@ -156,7 +175,10 @@ def pydantic_errors(
 
     Returns:
         A SpecError whose field is the first failing location and whose message
-        lists every error (at most five) as ``path: message``. A value of the wrong
+        lists every error (the first five) as ``path: message``, in the order of
+        their locations (list indices as numbers, map keys and field names as
+        strings), so the same input gives the same message whatever order its maps
+        arrived in. A value of the wrong
         shape (an object where a string is due, a map where a list is due) reads
         ``path: expected <shape>, got <what was written>``, the shape from
         ``shapes`` or, without an entry, the bare type (``a list``).
@@ -167,7 +189,7 @@ def pydantic_errors(
     parts: list[str] = []
     first = prefix
     shape_at: dict[str, int] = {}  # a wrong-shape path -> its index in parts
-    for err in errors(include_url=False, include_input=True):
+    for err in sorted(errors(include_url=False, include_input=True), key=_order):
         if len(parts) >= 5:
             break
         expected = _EXPECTED.get(str(err.get("type")))

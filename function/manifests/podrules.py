@@ -192,10 +192,12 @@ def check_tolerations(tolerations: Any, field: str) -> None:
 
 def _check_labels(labels: Any, field: str) -> None:
     """Qualified-name keys and label values (``ValidateLabels``): the template's labels
-    and its ``nodeSelector``."""
+    and its ``nodeSelector``, in sorted key order: the wrong key named is the smallest,
+    whatever order the map arrived in (review 19b F2)."""
     if not isinstance(labels, dict):
         return
-    for key, value in labels.items():
+    for key in sorted(labels):
+        value = labels[key]
         path = f"{field}[{_key(key)}]"
         _require(key, k8s.qualified_name_problem(key), path, "a key")
         if isinstance(value, str):
@@ -203,9 +205,11 @@ def _check_labels(labels: Any, field: str) -> None:
 
 
 def _check_annotations(annotations: Any, field: str) -> None:
+    """Qualified-name keys (in sorted order, as :func:`_check_labels`) and the size of
+    the keys and values (``ValidateAnnotations``)."""
     if not isinstance(annotations, dict):
         return
-    for key in annotations:
+    for key in sorted(annotations):
         problem = k8s.qualified_name_problem(k8s.go_lower(key))
         _require(key, problem, f"{field}[{_key(key)}]", "a key")
     strings = {k: v for k, v in annotations.items() if isinstance(v, str)}

@@ -149,10 +149,11 @@ def check_pod_access(pod_spec: Any, field: str, pod_metadata: Any = None) -> Non
 
 
 def _check_labels(labels: Any, template: str) -> None:
-    """No pod label whose prefix is one of :data:`SELECTING_LABEL_DOMAINS`."""
+    """No pod label whose prefix is one of :data:`SELECTING_LABEL_DOMAINS` (keys in
+    sorted order: the smallest refused key is named, whatever order the map arrived in)."""
     if not isinstance(labels, dict):
         return
-    for key in labels:
+    for key in sorted(labels):
         prefix = key.partition("/")[0] if isinstance(key, str) and "/" in key else ""
         for domain in SELECTING_LABEL_DOMAINS:
             if prefix == domain:
@@ -342,10 +343,15 @@ def _check_selinux(se: Any, path: str) -> None:
 
 
 def _check_apparmor_annotations(annotations: Any, template: str) -> None:
-    """AppArmor's annotation form: ``runtime/default`` or ``localhost/<profile>`` only."""
+    """AppArmor's annotation form: ``runtime/default`` or ``localhost/<profile>`` only.
+
+    Keys are checked in sorted order: the refused key named is the smallest, whatever
+    order the map arrived in (review 19b F2).
+    """
     if not isinstance(annotations, dict):
         return
-    for key, value in annotations.items():
+    for key in sorted(annotations):
+        value = annotations[key]
         if (
             isinstance(key, str)
             and key.startswith(_APPARMOR_ANNOTATION)

@@ -197,7 +197,9 @@ def check_level(flash_loader: Mapping[str, Any] | None, shm: Any, field: str) ->
     Raises:
         SpecError: naming ``<field>.flashLoader.<name>`` or ``<field>.shmSizeLimit``.
     """
-    for name, value in (flash_loader or {}).items():
+    flash_loader = flash_loader or {}
+    for name in sorted(flash_loader):  # the first wrong one whatever the map's order
+        value = flash_loader[name]
         if value is None or name not in _FIELDS:
             continue
         _, why = _check(name, value)

@@ -118,7 +118,8 @@ def _validate(raw: dict[str, Any]) -> tuple[DeploymentSpec, LabelSelector]:
             _check_member(m, f"{f}.members[{mi}]")
     loader = ts.flashLoader.model_dump() if ts.flashLoader is not None else None
     check_level(loader, ts.shmSizeLimit, "spec.template.spec")
-    for k in spec.template.metadata.labels if spec.template.metadata else {}:
+    # Sorted: the smallest reserved key is named, whatever order the map arrived in.
+    for k in sorted(spec.template.metadata.labels if spec.template.metadata else {}):
         if k.startswith(f"{API_GROUP}/"):
             raise SpecError("spec.template.metadata.labels", f"key {k} uses the reserved prefix")
     names = [e.name for e in ts.engines]

@@ -3,6 +3,7 @@ events, from the observed state and the memoized builders."""
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
@@ -555,7 +556,9 @@ class _Composer:
         is never dropped from ``stored`` by a completed or failed prune (it was
         downloaded after: a download of an identity a prune removes waits for the prune).
         """
-        for key, child in self.inputs.observed.items():
+        # In key order: with two failed prunes the one recorded is the same whatever
+        # order Crossplane sent the observed map in (review 19b F2).
+        for key, child in sorted(self.inputs.observed.items(), key=itemgetter(0)):
             if not key.startswith(PRUNE_PREFIX):
                 continue
             body = child.resource
