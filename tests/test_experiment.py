@@ -24,7 +24,12 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function import API_VERSION
 from function.api.modelexperiment import CANDIDATE_LOST, PASSED, definition_hash, parse_spec
 from function.composers import experiment as exp
-from function.composers.experiment.names import candidate_key, job_key, key_run_number
+from function.composers.experiment.names import (
+    candidate_key,
+    job_key,
+    key_run_number,
+    run_number,
+)
 from function.composers.experiment.observed import in_experiment_terms
 from function.core.errors import SpecError
 from function.core.timeutil import format_time
@@ -1415,6 +1420,27 @@ def test_a_composed_resource_name_gives_its_run_number(key: str, number: int | N
         assert key in (candidate_key(number), job_key(number))
 
 
+LONG = "x" * 63  # its run names' readable head is truncated before "-r<N>"
+
+
+@pytest.mark.parametrize(
+    ("experiment", "run", "guesses", "number"),
+    [(NAME, exp.run_name(NAME, 2), (), 2), (NAME, exp.run_name(NAME, 1), (), 1),
+     (NAME, exp.run_name(NAME, 10**9), (), 10**9),
+     (LONG, exp.run_name(LONG, 7), (7,), 7), (LONG, exp.run_name(LONG, 7), (3,), None),
+     (NAME, exp.run_name("other", 2), (2,), None), (NAME, RUN2[:-1] + "0", (2,), None),
+     (NAME, "r2", (2,), None), (NAME, "", (1,), None)],
+    ids=["run 2", "run 1", "the last number", "long name, guessed", "long name, wrong guess",
+         "another experiment's", "hash changed", "not a run name", "empty"],
+)  # fmt: skip
+def test_a_run_name_gives_its_run_number(
+    experiment: str, run: str, guesses: tuple[int, ...], number: int | None
+) -> None:
+    """status.run read back (status.runNumber lost): only a name run_name gives for this
+    experiment and the number (from the name's head, or guessed) is one of its runs."""
+    assert run_number(experiment, run, *guesses) == number
+
+
 def _run2_deploying(sim: Sim, clock: Clock) -> None:
     sim.reconcile()
     sim.update_spec(timeout="40m")  # run 2
@@ -1438,6 +1464,35 @@ def _run2_after_a_pass(sim: Sim, clock: Clock) -> None:
     assert "gauntlet-r1" in sim.observed  # run 1's evidence
 
 
+def _run2_passed_after_a_pass(sim: Sim, clock: Clock) -> None:
+    pass_run(sim, clock, 1)
+    clock.advance(24 * 3600)  # repeatAfter 24h
+    pass_run(sim, clock, 2)
+    assert {"gauntlet-r1", "gauntlet-r2"} <= set(sim.observed), sorted(sim.observed)
+
+
+def _run2_timed_out_without_a_job(sim: Sim, clock: Clock) -> None:
+    """Run 2 ends TimedOut with its candidate never Ready: released, no Job ever created;
+    its verdict is in status.verdict (archived only when run 3 starts)."""
+    pass_run(sim, clock, 1)
+    clock.advance(3600)  # repeatAfter 1h
+    sim.reconcile()
+    sim.reconcile()  # the candidate is observed, never Ready
+    assert sim.phase == "Deploying", sim.status
+    clock.advance(31 * 60)  # past the 30m timeout
+    sim.reconcile()
+    sim.reconcile()  # the released candidate is gone
+    assert (sim.phase, sim.status["verdict"]["reason"]) == ("Failed", "TimedOut"), sim.status
+    assert set(sim.observed) == {"gauntlet-r1"}, sorted(sim.observed)
+
+
+def _run2_evaluating_20m_after_a_pass(sim: Sim, clock: Clock) -> None:
+    _run2_after_a_pass(sim, clock)
+    clock.advance(20 * 60)
+    sim.reconcile()
+    assert sim.phase == "Evaluating", sim.status
+
+
 @dataclass(frozen=True)
 class LaterRun:
     """How run 2 got where it is (spec fields and steps), and bad input after it lost its
@@ -1456,6 +1511,28 @@ class Recognised:
     phase: str
     reason: str
     kept: tuple[str, ...]
+    event: str = ""  # a fragment of a Warning event of the call after the loss
+
+
+# Review 19c F3: an earlier run's evidence Job was deleted when the history was lost.
+EARLIER_EVIDENCE_KEPT = (
+    "an observed child of a run status does not record (its history record lost with the "
+    "status) is kept as observed, a gauntlet Job as evidence ([Observe, Delete]): losing "
+    "the status deletes nothing, and a Warning says so"
+)
+# Review 19c F5: a decided run was started again when only status.runNumber was lost.
+DECIDED_RUN_STAYS_DECIDED = (
+    "with only status.runNumber lost, the run status.run names (checked against its "
+    "number) goes on as status records it: a decided run keeps its verdict and nothing "
+    "is deployed again"
+)
+# Review 19c F6: a run re-admitted after its status was lost got a deadline from now.
+SAME_DEADLINE = (
+    "a run whose admission is lost is admitted again with the deadline it had: createdAt "
+    "is its oldest child's metadata.creationTimestamp (an unbounded canary otherwise: "
+    "every loss moved the deadline later)"
+)
+KEPT_AS_OBSERVED = "gauntlet-r1 (run 1) kept as observed"
 
 
 LATER_RUNS_LOSING_STATUS: list[Case[LaterRun, Recognised]] = [
@@ -1463,9 +1540,10 @@ LATER_RUNS_LOSING_STATUS: list[Case[LaterRun, Recognised]] = [
          Recognised("Deploying", "Deploying", ("candidate-r2",))),
     Case("run 2 evaluating", RUN_N_RECOGNISED, LaterRun(_run2_evaluating),
          Recognised("Evaluating", "Evaluating", ("candidate-r2", "gauntlet-r2"))),
-    Case("run 2 evaluating after run 1 passed", RUN_N_RECOGNISED,
+    Case("run 2 evaluating after run 1 passed", f"{RUN_N_RECOGNISED}; {EARLIER_EVIDENCE_KEPT}",
          LaterRun(_run2_after_a_pass, (("repeatAfter", "1h"),)),
-         Recognised("Evaluating", "Evaluating", ("candidate-r2", "gauntlet-r2"))),
+         Recognised("Evaluating", "Evaluating", ("candidate-r2", "gauntlet-r2", "gauntlet-r1"),
+                    KEPT_AS_OBSERVED)),
     Case("run 2 evaluating, its CronJob deleted", RUN_N_RECOGNISED,
          LaterRun(_run2_evaluating, bad=_cronjob_deleted),
          Recognised("Blocked", "TemplateNotFound", ("candidate-r2", "gauntlet-r2"))),
@@ -1473,6 +1551,27 @@ LATER_RUNS_LOSING_STATUS: list[Case[LaterRun, Recognised]] = [
          "Job is a run the history records, not the current one)",
          LaterRun(_run2_after_a_pass, (("repeatAfter", "1h"),), lost=("runNumber",)),
          Recognised("Evaluating", "Evaluating", ("candidate-r2", "gauntlet-r2", "gauntlet-r1"))),
+    Case("run 2 passed after run 1 passed", EARLIER_EVIDENCE_KEPT,
+         LaterRun(_run2_passed_after_a_pass, (("repeatAfter", "24h"),)),
+         Recognised("Succeeded", PASSED, ("gauntlet-r2", "gauntlet-r1"), KEPT_AS_OBSERVED)),
+    Case("run 2 timed out without a Job, only runNumber lost", DECIDED_RUN_STAYS_DECIDED,
+         LaterRun(_run2_timed_out_without_a_job, (("repeatAfter", "1h"),), lost=("runNumber",)),
+         Recognised("Failed", "TimedOut", ("gauntlet-r1",))),
+    Case("run 2 timed out without a Job, runNumber and history lost",
+         f"{DECIDED_RUN_STAYS_DECIDED} (the number from status.run's name); "
+         f"{EARLIER_EVIDENCE_KEPT}",
+         LaterRun(_run2_timed_out_without_a_job, (("repeatAfter", "1h"),),
+                  lost=("runNumber", "history")),
+         Recognised("Failed", "TimedOut", ("gauntlet-r1",), KEPT_AS_OBSERVED)),
+    Case("run 2 evaluating for 20m, only runNumber lost", SAME_DEADLINE,
+         LaterRun(_run2_evaluating_20m_after_a_pass, (("repeatAfter", "1h"),),
+                  lost=("runNumber",)),
+         Recognised("Evaluating", "Evaluating", ("candidate-r2", "gauntlet-r2", "gauntlet-r1"))),
+    Case("run 2 evaluating for 20m, the whole status lost",
+         f"{SAME_DEADLINE}; {EARLIER_EVIDENCE_KEPT}",
+         LaterRun(_run2_evaluating_20m_after_a_pass, (("repeatAfter", "1h"),)),
+         Recognised("Evaluating", "Evaluating", ("candidate-r2", "gauntlet-r2", "gauntlet-r1"),
+                    KEPT_AS_OBSERVED)),
 ]  # fmt: skip
 
 
@@ -1486,6 +1585,8 @@ def test_a_later_run_is_recognised_when_status_is_lost(
     assert sim.status["runNumber"] == 2, sim.status
     if got.bad is not None:
         got.bad(sim)
+    was = copy.deepcopy(sim.status)
+    observed = set(sim.observed)
     for field in got.lost or tuple(sim.xr["status"]):
         del sim.xr["status"][field]
     clock.advance(60)
@@ -1494,7 +1595,23 @@ def test_a_later_run_is_recognised_when_status_is_lost(
     assert (sim.phase, sim.status["reason"]) == (want.phase, want.reason), sim.status
     composed = set(desired(sim.rsp))
     assert set(want.kept) <= composed and "candidate-r1" not in composed, sorted(composed)
-    assert sim.observed["candidate-r2"]["metadata"]["name"] == RUN2
+    # Nothing observed is deleted by the loss (a decided run's candidate was gone before).
+    assert observed <= composed, sorted(observed - composed)
+    for key in composed - {"candidate-r2", "gauntlet-r2"}:  # an earlier run's: evidence
+        assert desired(sim.rsp)[key]["spec"]["managementPolicies"] == ["Observe", "Delete"]
+    if "candidate-r2" in sim.observed:
+        assert sim.observed["candidate-r2"]["metadata"]["name"] == RUN2
+    # A verdict recorded stays; a run admitted again keeps its admission and deadline.
+    if "verdict" in was and "verdict" not in got.lost and got.lost:
+        assert sim.status.get("verdict") == was["verdict"], sim.status
+    now = sim.status.get("candidate", {})
+    if "deadline" in now:
+        assert (now["createdAt"], now["deadline"]) == (
+            was["candidate"]["createdAt"], was["candidate"]["deadline"],
+        ), (was["candidate"], now)  # fmt: skip
+    warnings = [r.message for r in sim.rsp.results if r.severity == fnv1.SEVERITY_WARNING]
+    if want.event:
+        assert [m for m in warnings if want.event in m], warnings
     # A fixed point in an unchanged world.
     before = (copy.deepcopy(sim.status), sim.conditions())
     clock.advance(30)

@@ -586,15 +586,17 @@ def test_experiment_suspend_releases_candidate_and_job(render):
     assert not out.is_ready()
 
 
-def lose_status(e: Experiment, created_minutes_ago: int) -> None:
+def lose_status(e: Experiment, created_minutes_ago: int) -> str:
     """The experiment's status is lost (restored from a backup without it, say); its
     children were created ``created_minutes_ago`` (their ``metadata.creationTimestamp``,
-    which the API server set and Crossplane passes with the observed resources)."""
+    which the API server set and Crossplane passes with the observed resources), which
+    is returned."""
     e.exp.xr["status"] = {}
     now = datetime.datetime.now(datetime.UTC)
     created = format_time(now - datetime.timedelta(minutes=created_minutes_ago))
     for obs in e.exp.observed.values():
         obs["metadata"]["creationTimestamp"] = created
+    return created
 
 
 @pytest.mark.parametrize(
@@ -632,9 +634,14 @@ def test_experiment_held_without_its_admission_ends_at_its_children_deadline(
 
 def test_experiment_run_2_is_recognised_when_status_is_lost(render):
     """Run 2's candidate observed with no status is the current run: kept, not replaced
-    by a run 1 started on top of it."""
+    by a run 1 started on top of it. Run 1's evidence Job, whose history record was lost
+    with the status, is kept as evidence (review 19c F3), and run 2 keeps the deadline its
+    candidate's creation gives (F6: not one from the time of the loss)."""
     e = Experiment(render)
     experiment_to_evaluating(e)
+    e.job(world.job_complete(e.started()), finished=True)
+    e.exp.reconcile()  # run 1 passed: its Job stays as evidence
+    e.drop_deleted()
     e.exp.xr["spec"]["gauntlet"]["env"][0]["value"] = "gsm8k"
     e.exp.xr["metadata"]["generation"] = 2
     e.exp.reconcile()
@@ -642,13 +649,21 @@ def test_experiment_run_2_is_recognised_when_status_is_lost(render):
     e.candidate(ready=False, key="candidate-r2")
     out = e.exp.reconcile()
     assert e.exp.status["runNumber"] == 2 and e.exp.status["phase"] == "Deploying"
+    assert set(out.composed) == {"candidate-r2", "gauntlet-r1"}
     run2 = e.exp.status["run"]
-    lose_status(e, 5)
+    created = lose_status(e, 5)
     out = e.exp.reconcile()
     assert (e.exp.status["runNumber"], e.exp.status["run"]) == (2, run2)
     assert e.exp.status["phase"] == "Deploying", e.exp.status.get("message")
-    assert set(out.composed) == {"candidate-r2"}
+    assert set(out.composed) == {"candidate-r2", "gauntlet-r1"}
     assert out.deleted(e.exp.observed.values()) == set()
+    assert out.composed["gauntlet-r1"]["spec"]["managementPolicies"] == ["Observe", "Delete"]
+    assert ("Warning", "UnrecordedRunKept") in events(out)
+    assert e.exp.status["candidate"]["createdAt"] == created
+    # A fixed point: the same status again, no event.
+    again = e.exp.reconcile()
+    assert again.xr["status"] == out.xr["status"] and events(again) == []
+    assert set(again.composed) == {"candidate-r2", "gauntlet-r1"}
 
 
 # ---- 3. ModelBackfill: run and cancel, and a run that completes ---------------------

@@ -66,11 +66,14 @@ Run 1 uses plain names (the candidate is named like the experiment); run N > 1
 uses ``<experiment>-r<N>``; every child carries ``modelplane.ai/experiment``,
 ``modelplane.ai/run`` and ``modelplane.ai/generation`` labels, and a Job whose
 labels belong to another run never counts. A status without ``runNumber`` (lost or
-rewritten) is recovered from the composed resources: the current run is the highest
-one whose candidate or gauntlet Job is observed (:func:`.run.observed_run`); a run
-whose admission is not recorded and that its spec cannot start is held, bounded by
-``timeout`` after its children's ``metadata.creationTimestamp``
-(:func:`.run.children_deadline`).
+rewritten) is recovered: the run ``status.run`` names goes on as status records it
+(:attr:`.state.RunState.recorded`: a decided run stays decided), else the current run is
+the highest one whose candidate or gauntlet Job is observed (:func:`.run.observed_run`).
+A run whose admission is not recorded is admitted again, or held when its spec cannot
+start it, with ``timeout`` after its children's ``metadata.creationTimestamp`` as its
+deadline (:func:`.run.children_deadline`). Observed children of a run status does not
+record (an earlier run's evidence Job, its history lost) are kept as observed
+(``_Composer.keep_unrecorded``).
 
 Composition-resource names: ``candidate-r<N>`` and ``gauntlet-r<N>`` (per run, so
 an object of one run is never renamed into another's slot).

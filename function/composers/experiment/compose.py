@@ -23,6 +23,8 @@ from function.composers.experiment.names import (
     REQ_TEMPLATE,
     candidate_key,
     job_key,
+    key_run_number,
+    run_name,
 )
 from function.composers.experiment.run import (
     Admission,
@@ -109,6 +111,9 @@ class _Composer:
             spec, h = _parsed(structs.canonical(inputs.xr, "spec"))
         except SpecError as e:
             return self.invalid(st, e)
+        # The runs status records as this call starts: their children are decided on by
+        # what follows; any other run's are kept (keep_unrecorded).
+        known = {st.number, *(rec["number"] for rec in st.history)}
 
         if not self.advance(spec, h, st):  # held: the running run stays as it is
             out.status.update(st.to_status())
@@ -126,6 +131,7 @@ class _Composer:
 
         out.status.update(st.to_status())
         self.gate_condition(spec, st)
+        self.keep_unrecorded(known | {st.number}, lost=0 in known)
         self.keep_while_unresolved()
         phase = out.status.get("phase")
         last = st.verdict or (st.history[-1] if st.history else {})
@@ -137,10 +143,11 @@ class _Composer:
         return out
 
     def advance(self, spec: ExperimentSpec, h: str, st: RunState) -> bool:
-        """Start run 1 (or, with no run recorded in status, the run whose children are
-        observed: :func:`~function.composers.experiment.run.observed_run`), or the next
-        run on a spec change (``h``: the spec's :func:`definition_hash`) or when a passed
-        run is due again.
+        """Start run 1 (or, with no ``status.runNumber``: the run ``status.run`` names,
+        ``st.recorded``, as status records it; else the run whose children are observed:
+        :func:`~function.composers.experiment.run.observed_run`), or the next run on a
+        spec change (``h``: the spec's :func:`definition_hash`) or when a passed run is
+        due again.
 
         Returns:
             False when the spec changed under a run in progress and the edited spec
@@ -152,12 +159,16 @@ class _Composer:
             :func:`~function.composers.experiment.run.admit` if ``h`` cannot start it).
         """
         inputs, out = self.inputs, self.out
+        latest = observed_run(self, st) if st.number == 0 else 0
+        if st.number == 0 and st.recorded and st.recorded >= latest:
+            # Only status.runNumber lost or rewritten: the run status.run names goes on
+            # as the rest of status records it (a decided run stays decided: review 19c
+            # F5), unless a later run's children are observed.
+            st.number, st.name = st.recorded, run_name(inputs.name, st.recorded)
         if st.number == 0:
-            # No run recorded (status.runNumber lost or rewritten): the current run is the
-            # last one composed, if its children are observed, else the one after history.
-            number = observed_run(self, st) or 1 + max(
-                (rec["number"] for rec in st.history), default=0
-            )
+            # No run recorded (status lost or rewritten): the current run is the last one
+            # composed, if its children are observed, else the one after history.
+            number = latest or 1 + max((rec["number"] for rec in st.history), default=0)
             st.start(inputs.name, number, h, inputs.generation)
         elif st.spec_hash != h:
             if not st.candidate.get("createdAt") and not st.verdict and children_observed(self, st):
@@ -256,6 +267,38 @@ class _Composer:
             n = rec.get("number")
             if isinstance(n, (int, float)):
                 self.keep_evidence(int(n))
+
+    def keep_unrecorded(self, known: set[int], *, lost: bool) -> None:
+        """Keep the live children of runs status does not record (their number not in
+        ``known``: the current run and the history's as the call started, the current
+        run as it ends), as observed: a gauntlet Job as evidence (``[Observe, Delete]``,
+        :func:`~function.composers.experiment.children.evidence_body`), a candidate as it
+        was. Only a status lost or rewritten leaves such children (every run the function
+        ends or prunes is in ``known`` in that call, and its children are being deleted
+        in the next), so nothing is deleted by surprise (review 19c F3: an earlier run's
+        evidence Job went with the history). They stay until deleted by hand. ``lost``
+        (no ``status.runNumber`` as the call started): a Warning names them, once."""
+        inputs, out = self.inputs, self.out
+        kept = []
+        for key in sorted(inputs.observed):
+            n = key_run_number(key)
+            obs = inputs.observed_body(key)
+            if n is None or n in known or key in out.resources or obs is None:
+                continue
+            if structs.being_deleted(obs):
+                continue
+            if key == job_key(n):
+                out.add(key, evidence_body(obs))
+            else:
+                out.keep(key, obs)
+            kept.append(f"{key} (run {n})")
+        if kept and lost:
+            out.warning(
+                f"status.runNumber was not recorded: {', '.join(kept)} kept as observed, "
+                "its run's history record lost with the status; it stays until deleted "
+                "by hand (a gauntlet Job Object takes its remote Job with it)",
+                "UnrecordedRunKept",
+            )
 
     def keep_while_unresolved(self) -> None:
         """A requirement not resolved yet is "not known": keep every observed child.

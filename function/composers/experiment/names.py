@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from function.naming import MAX_INDEXED_JOB_NAME, MAX_LABEL, child_name, short_name
+from function.naming import HASH_LEN, MAX_INDEXED_JOB_NAME, MAX_LABEL, child_name, short_name
 
 REQ_TEMPLATE = "gauntlet-template"
 REQ_CACHE = "artifact-cache"
@@ -70,3 +70,24 @@ def key_run_number(key: str) -> int | None:
     for any other name."""
     m = _CHILD_KEY.match(key)
     return int(m.group(1)) if m else None
+
+
+# The readable head of run_name's result ends in "-r<N>" unless the experiment's name
+# truncated it; then the hash (child_name).
+_RUN_HEAD = re.compile(rf"-r([1-9][0-9]{{0,8}}|1000000000)-[0-9a-f]{{{HASH_LEN}}}$")
+
+
+def run_number(experiment: str, run: str, *guesses: int) -> int | None:
+    """The number N of the run named ``run`` (``status.run``: :func:`run_name` of
+    ``experiment`` and N), or None when no number tried gives that name.
+
+    Tried: the ``r<N>`` in the name's readable head (absent when a long experiment name
+    truncated it), then ``guesses`` (the run after the history's, say). A number is
+    taken only when :func:`run_name` gives ``run`` back exactly, so a name written by
+    hand or for another experiment is never read as one of this experiment's runs."""
+    m = _RUN_HEAD.search(run)
+    tried = ((int(m.group(1)),) if m else ()) + guesses
+    for n in tried:
+        if 1 <= n <= 10**9 and run_name(experiment, n) == run:
+            return n
+    return None

@@ -151,7 +151,11 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     that exist. Fixing the spec admits the run again. Such a hold is bounded: its Job
     finishing or its deadline (:func:`children_deadline`: ``spec.timeout`` after its
     children's creation, there being no ``createdAt``) decides the run as an admitted
-    run's (:func:`decided_without_record`).
+    run's (:func:`decided_without_record`). A run whose children are observed and that
+    its spec can start is admitted with the clock it had: ``createdAt`` is its oldest
+    child's ``metadata.creationTimestamp`` and the deadline ``spec.timeout`` later
+    (:func:`children_deadline`; ``now`` only when no child carries one), so losing the
+    status never extends a run.
 
     Returns:
         True when the candidate was admitted in this call.
@@ -184,11 +188,18 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     if found.gate is not None:
         st.gate = found.gate.record
     # ArtifactGate is then the admitted run's (compose's run_gate_condition, every call).
-    deadline = c.now + datetime.timedelta(seconds=spec.timeout_seconds)
+    timeout = datetime.timedelta(seconds=spec.timeout_seconds)
+    at, deadline = c.now, None
+    if created:
+        # Admitted again after its admission was lost (review 19c F6: from now, every loss
+        # moved the deadline later): the clock started when its children were created.
+        deadline = children_deadline(c, spec, st)
+        if deadline is not None:
+            at = deadline - timeout  # its oldest child's metadata.creationTimestamp
     st.candidate = {
         "name": st.name,
-        "createdAt": format_time(c.now),
-        "deadline": format_time(deadline),
+        "createdAt": format_time(at),
+        "deadline": format_time(deadline or c.now + timeout),
     }
     return True
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from function.api.modelexperiment import VERDICT_REASONS, ExperimentSpec
-from function.composers.experiment.names import run_name
+from function.composers.experiment.names import run_name, run_number
 from function.core import structs
 from function.core.inputs import Inputs
 from function.core.numbers import ints_from_doubles, is_whole
@@ -107,6 +107,10 @@ class RunState:
     next_run_at: str = ""
     history: list[dict[str, Any]] = field(default_factory=list)
     phase: str = ""
+    recorded: int = 0
+    """With ``status.runNumber`` lost (``number`` 0): the number of the run ``status.run``
+    names (:func:`~function.composers.experiment.names.run_number`), whose record the
+    other fields still hold; 0 when there is none."""
 
     @classmethod
     def read(cls, inputs: Inputs) -> RunState:
@@ -122,6 +126,11 @@ class RunState:
         number = whole_count(inputs.status("runNumber"))
         hist = small("history")
         history = [h for h in (_record(x) for x in hist) if h] if isinstance(hist, list) else []
+        recorded = 0
+        if not number:  # lost or rewritten: the run status.run names, if it is one of ours
+            after = 1 + max((rec["number"] for rec in history), default=0)
+            run = structs.get_str(inputs.xr, "status", "run")
+            recorded = (run_number(inputs.name, run, after) or 0) if run else 0
         return cls(
             number=number,
             name=run_name(inputs.name, number) if number else "",
@@ -134,6 +143,7 @@ class RunState:
             next_run_at=structs.get_str(inputs.xr, "status", "nextRunAt"),
             history=history,
             phase=structs.get_str(inputs.xr, "status", "phase"),
+            recorded=recorded,
         )
 
     def start(self, experiment: str, number: int, hash_: str, generation: int) -> None:
