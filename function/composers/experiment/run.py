@@ -54,7 +54,7 @@ from function.composers.experiment.observed import (
     job_result,
     serving_replica,
 )
-from function.composers.experiment.state import RunState
+from function.composers.experiment.state import RunState, whole_count
 from function.core import structs
 from function.core.inputs import UNRESOLVED, Resolved
 from function.core.timeutil import format_time, parse_time
@@ -714,6 +714,16 @@ class ActiveRun:
             math.ceil((self.deadline - max(c.now, created)).total_seconds()),
             math.ceil(self.valid.timeout_seconds),
         )
+        started = c.now
+        if self.job_obs is not None:
+            # The Job exists, its record lost with the status (the run admitted again):
+            # it keeps the activeDeadlineSeconds it was created with, which Kubernetes
+            # counts from the Job's start; the time left now would end it at once.
+            manifest = structs.get(self.job_obs, "spec", "forProvider", "manifest")
+            ran = whole_count(structs.get(manifest, "spec", "activeDeadlineSeconds"))
+            remaining = ran or remaining
+            since = parse_time(structs.get(self.job_obs, "metadata", "creationTimestamp"))
+            started = since or started
         st.gauntlet = {
             "job": gauntlet_job_name(
                 c.inputs.namespace, st.name, indexed=is_indexed(target.cronjob)
@@ -722,7 +732,7 @@ class ActiveRun:
             "endpoint": target.endpoint,
             "providerConfig": target.provider_config,
             "activeDeadlineSeconds": max(1, remaining),
-            "startedAt": format_time(c.now),
+            "startedAt": format_time(started),
         }
         msg = self.add_job(target.cronjob)
         if msg is not None:
