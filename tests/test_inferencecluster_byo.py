@@ -11,7 +11,7 @@ from function import API_VERSION
 from function.composers.inferencecluster import gpu_pools
 from tests.support import harness as h
 from tests.support.modelplane_examples_paths import KIND_LOCAL_CPU
-from tests.support.validation import load_documents, validate_manifest, validate_xr
+from tests.support.validation import ROOT, load_documents, validate_manifest, validate_xr
 
 DOCS = load_documents(KIND_LOCAL_CPU)
 CLASSES = [d for d in DOCS if d["kind"] == "InferenceClass"]
@@ -132,6 +132,86 @@ def test_identity_and_storage_class() -> None:
     assert h.status(rsp)["cache"] == {"storageClassName": "filestore-rwx"}
 
 
+# provider-kubernetes v1.3.1 pkg/kube/client/client.go, restForProviderConfig: the
+# (identity type, identity source) pairs its switch builds a REST config for; every other
+# pair returns "<source> is not supported as identity source for identity type <type>"
+# or "unknown identity type", and each Object using the provider config fails to connect.
+PROVIDER_ACCEPTS = {
+    ("GoogleApplicationCredentials", "InjectedIdentity"),
+    ("GoogleApplicationCredentials", "Secret"),
+    ("AzureServicePrincipalCredentials", "Secret"),
+    ("AzureWorkloadIdentityCredentials", "Secret"),
+    ("UpboundTokens", "Secret"),
+    ("AWSWebIdentityCredentials", "InjectedIdentity"),
+    ("NebiusServiceAccountCredentials", "Secret"),
+}
+# Every identity type the InferenceCluster XRD's enum allows, and what the function does
+# with it: compose it read from the Secret identitySecretRef names, or refuse it (the
+# provider reads AWSWebIdentityCredentials only from its own pod's injected identity,
+# which identitySecretRef, a Secret with a required name, cannot express).
+IDENTITY_TYPES = {
+    "GoogleApplicationCredentials": "composed",
+    "AWSWebIdentityCredentials": "refused",
+    "NebiusServiceAccountCredentials": "composed",
+}
+
+
+def _xrd_identity_types() -> list[str]:
+    xrd = next(
+        d
+        for d in load_documents(ROOT / "compositions" / "inferencecluster" / "definition.yaml")
+        if d["kind"] == "CompositeResourceDefinition"
+    )
+    props = xrd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    existing = props["spec"]["properties"]["cluster"]["properties"]["existing"]
+    ident = existing["properties"]["identitySecretRef"]["properties"]["type"]
+    return list(ident["enum"])
+
+
+def test_every_identity_type_of_the_xrd_is_decided() -> None:
+    assert sorted(_xrd_identity_types()) == sorted(IDENTITY_TYPES)
+
+
+@pytest.mark.parametrize(("kind", "outcome"), sorted(IDENTITY_TYPES.items()))
+def test_identity_types_compose_only_what_provider_kubernetes_accepts(
+    kind: str, outcome: str
+) -> None:
+    """Review 19d F2: each type the XRD allows is composed as a provider config
+    provider-kubernetes accepts, or refused naming the field (the provider config and the
+    XR's readiness kept); never composed as one every Object then fails to connect with."""
+    good, _ = h.drive(h.run, cluster_xr(), None, h.World(CLASSES))
+    pc = h.desired(good)["provider-config"]
+    last = h.status(good)
+    ready = {"type": "Ready", "status": "True", "reason": "Available"}
+    spec = _with(
+        ("cluster", "existing", "identitySecretRef"), {"name": "cloud-identity", "type": kind}
+    )
+    xr = cluster_xr(spec, status={**last, "conditions": [*last.get("conditions", []), ready]})
+    rsp, _ = h.drive(h.run, xr, {"provider-config": pc}, h.World(CLASSES))
+    got = h.desired(rsp)["provider-config"]
+    ident = got["spec"].get("identity")
+    c = h.conditions(rsp)["PoolsResolved"]
+    if outcome == "composed":
+        assert (ident["type"], ident["source"]) in PROVIDER_ACCEPTS, ident
+        assert ident == {
+            "source": "Secret",
+            "type": kind,
+            "secretRef": {
+                "namespace": "modelplane-system",
+                "name": "cloud-identity",
+                "key": "private_key",
+            },
+        }
+        validate_manifest(got)
+        assert c["reason"] == "Resolved", c
+    else:
+        assert got == pc, "the provider config composed before is kept as it was"
+        assert (c["status"], c["reason"]) == ("False", "InvalidSpec"), c
+        assert c["message"].startswith("spec.cluster.existing.identitySecretRef.type:"), c
+        assert kind in c["message"], c
+        assert h.xr_ready(rsp) == "READY_TRUE"
+
+
 def test_other_sources_are_not_served() -> None:
     spec = {"cluster": {"source": "GKE", "gke": {"region": "us-central1"}}}
     rsp = h.run(h.request(cluster_xr(spec)))
@@ -220,6 +300,16 @@ BAD_INPUT = [
         _with(("gateway",), "gw.example.com"),
         "spec.gateway",
         "expected an object",
+    ),
+    # Review 19d F2: the XRD's enum allows it, provider-kubernetes refuses it from a Secret.
+    (
+        "identity type provider-kubernetes reads from no Secret",
+        _with(
+            ("cluster", "existing", "identitySecretRef"),
+            {"name": "eks-irsa", "type": "AWSWebIdentityCredentials"},
+        ),
+        "spec.cluster.existing.identitySecretRef.type",
+        "write GoogleApplicationCredentials or NebiusServiceAccountCredentials",
     ),
 ]
 

@@ -277,12 +277,42 @@ class SecretRef(_Declared):
     key: StrictStr | None = None
 
 
+# ``spec.cluster.existing.identitySecretRef``: the key read when the spec leaves it out,
+# and the identity types the composer composes as a provider-kubernetes identity read
+# from that Secret (``{source: Secret, type, secretRef}``), the first the default (the
+# XRD's). These are the types of the XRD's enum that provider-kubernetes v1.3.1 accepts
+# from a Secret (pkg/kube/client/client.go, ``restForProviderConfig``). The enum's
+# third, ``AWSWebIdentityCredentials``, it accepts only with ``source: InjectedIdentity``
+# (the provider pod's own IRSA role, no Secret), which a Secret reference with a required
+# name cannot express: that type is refused.
+DEFAULT_IDENTITY_KEY = "private_key"
+IDENTITY_TYPES = ("GoogleApplicationCredentials", "NebiusServiceAccountCredentials")
+
+
 class IdentitySecretRef(_Declared):
-    """``spec.cluster.existing.identitySecretRef``: cloud credentials for IAM access."""
+    """``spec.cluster.existing.identitySecretRef``: cloud credentials for IAM access.
+
+    ``type`` is one of :data:`IDENTITY_TYPES` (absent: the first); any other is an error
+    naming ``spec.cluster.existing.identitySecretRef.type`` and what to write.
+    """
 
     name: StrictStr = Field(min_length=1)
     key: StrictStr | None = None
     type: StrictStr | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _read_from_a_secret(cls, kind: str | None) -> str | None:
+        """Only a type provider-kubernetes builds an identity for from a Secret."""
+        if kind is None or kind in IDENTITY_TYPES:
+            return kind
+        raise ValueError(
+            f"got {quoted(kind)}: provider-kubernetes reads an identity from a Secret only "
+            f"for {' and '.join(IDENTITY_TYPES)} (AWSWebIdentityCredentials only from its "
+            f"own pod's injected identity, not from identitySecretRef); write "
+            f"{' or '.join(IDENTITY_TYPES)}, or remove identitySecretRef and put the "
+            "credentials in the kubeconfig of spec.cluster.existing.secretRef"
+        )
 
 
 class CacheStorage(_Declared):

@@ -14,7 +14,9 @@ So the project runs without Modelplane, an InferenceCluster with
 - ``status.providerConfigRef``: a provider-kubernetes ``ClusterProviderConfig``
   composed from the kubeconfig Secret ``spec.cluster.existing.secretRef`` (in
   ``modelplane-system``, key ``kubeconfig`` by default), with
-  ``identitySecretRef`` as its identity when set.
+  ``identitySecretRef`` as its identity when set (``{source: Secret, type, secretRef}``;
+  a type provider-kubernetes does not read from a Secret, ``AWSWebIdentityCredentials``,
+  is invalid input: :data:`function.api.inferencecluster.IDENTITY_TYPES`).
 - ``status.cache.storageClassName``: ``spec.cluster.existing.cache.storageClassName``.
 - ``status.gateway.hostname``: ``spec.gateway.hostname`` when set.
 
@@ -52,8 +54,10 @@ from function import API_VERSION
 from function.api import inferenceclass
 from function.api.inferencecluster import (
     CLAIM_DRA,
+    DEFAULT_IDENTITY_KEY,
     DEFAULT_KUBECONFIG_KEY,
     DEFAULT_PROVIDER_CONFIG_KIND,
+    IDENTITY_TYPES,
     SECRET_NAMESPACE,
     SOURCE_EXISTING,
     STATUS_CACHE,
@@ -184,11 +188,11 @@ def _provider_config(inputs: Inputs, existing: Mapping[str, Any]) -> dict[str, A
     if isinstance(ident, Mapping) and ident.get("name"):
         spec["identity"] = {
             "source": "Secret",
-            "type": ident.get("type") or "GoogleApplicationCredentials",
+            "type": ident.get("type") or IDENTITY_TYPES[0],
             "secretRef": {
                 "namespace": SECRET_NAMESPACE,
                 "name": ident["name"],
-                "key": ident.get("key") or "private_key",
+                "key": ident.get("key") or DEFAULT_IDENTITY_KEY,
             },
         }
     return {
