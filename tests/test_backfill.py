@@ -24,6 +24,7 @@ from function.api.modelbackfill import accelerator_uses, definition_hash, is_acc
 from function.composers.backfill import JOB_PREFIX
 from function.core.errors import SpecError
 from function.core.timeutil import format_time, parse_time
+from function.manifests.jobs import JOB_FINISHED_CEL
 from function.naming import label_value, replica_name
 from function.ops import metrics as metrics_mod
 from function.render import World, drive, load_yaml, observed_by_name
@@ -44,6 +45,7 @@ from tests.support.harness import (
     GrpcFunction,
     conditions,
     desired,
+    desired_ready,
     fatal,
     requirements,
     run,
@@ -1085,6 +1087,144 @@ def test_a_job_reported_running_long_past_its_deadline_is_given_up(sim: Sim, clo
     clock.advance(30)
     st = sim.step()
     assert (st["phase"], st["reason"]) == ("Cancelling", "JobOverdue")
+
+
+# provider-kubernetes v1.3.1 (internal/controller/namespaced/object/object.go, the poll
+# interval hook it gives crossplane-runtime; cmd/provider/main.go, --poll 10m and
+# --poll-jitter-percentage 10 by default): an Object that is Ready is observed again
+# after --poll, one that is not after 30 s, each +/- the jitter. With watches off (the
+# default) nothing else observes it: its Job's state reaches the function only then.
+PROVIDER_POLL_READY = 600.0
+PROVIDER_POLL_NOT_READY = 30.0
+PROVIDER_JITTER = 0.10
+
+
+def provider_ready(obj: dict[str, Any], remote: dict[str, Any]) -> bool:
+    """Whether provider-kubernetes marks ``obj`` Ready once it observed ``remote``:
+    ``spec.readiness.policy`` SuccessfulCreate (the CRD's default) as soon as the remote
+    object exists, DeriveFromCelQuery when ``celQuery`` over it is true (cel-python)."""
+    import celpy
+
+    readiness = obj["spec"].get("readiness") or {}
+    policy = readiness.get("policy", "SuccessfulCreate")
+    if policy == "SuccessfulCreate":
+        return True
+    assert policy == "DeriveFromCelQuery", policy
+    env = celpy.Environment()
+    program = env.program(env.compile(readiness["celQuery"]))
+    return bool(program.evaluate({"object": celpy.json_to_cel(remote)}))
+
+
+def provider_next_poll(obj: dict[str, Any], remote: dict[str, Any], jitter: float) -> float:
+    """Seconds until provider-kubernetes observes ``obj`` again after observing
+    ``remote``; ``jitter`` from -1 to 1 is where in the provider's jitter the draw falls."""
+    base = PROVIDER_POLL_READY if provider_ready(obj, remote) else PROVIDER_POLL_NOT_READY
+    return base * (1 + jitter * PROVIDER_JITTER)
+
+
+@dataclass(frozen=True)
+class Race:
+    """A Job that fails at its deadline (``maxRunDuration``), and provider-kubernetes'
+    last observation of it running ``polled_before`` seconds earlier, with its next one
+    ``jitter`` (-1 to 1) into the provider's jitter."""
+
+    max_run: str
+    polled_before: float
+    jitter: float
+
+
+RACES: list[Case[Race, None]] = [
+    Case("the example's 45m, polled 10s before, longest jitter", "review 19d F6: a Ready "
+         "Object is observed again 9-11 min later, past the 600 s grace",
+         Race("45m", 10, 1.0), None),
+    Case("20m, polled 1s before, half the jitter", "the failure is 629 s old when a Ready "
+         "Object is observed again", Race("20m", 1, 0.5), None),
+    Case("1m, polled 20s before, longest jitter", "a short run", Race("1m", 20, 1.0), None),
+    Case("45m, polled 25s before, shortest jitter", "the shortest draw: within the grace "
+         "even for a Ready Object; a Job not yet Ready is observed 2 s after it failed",
+         Race("45m", 25, -1.0), None),
+]  # fmt: skip
+
+
+@table(RACES)
+def test_a_job_failing_at_its_deadline_is_a_failure_whatever_the_providers_poll(
+    sim: Sim, clock: Clock, registry: CollectorRegistry, case: Case[Race, None]
+) -> None:
+    """Found by review 19d (F6): the Job's Failed condition reaches the function only at
+    provider-kubernetes' next observation of its Object. A Ready Object waits the 10 min
+    poll, longer than OVERDUE_GRACE_SECONDS, and the attempt was cancelled as JobOverdue
+    (a preemption, retried) although its Job had failed (JobFailed, terminal). The Object
+    is not Ready while its Job runs, so the provider observes it every 30 s."""
+    r = case.inputs
+    start(sim, clock, maxRunDuration=r.max_run)
+    started = parse_time(sim.backfills[BACKFILL]["status"]["startedAt"])
+    assert started is not None
+    # activeDeadlineSeconds counts from the Job's startTime, at or after startedAt.
+    max_run = parse(spec(maxRunDuration=r.max_run)).max_run_seconds
+    failed_at = started + datetime.timedelta(seconds=max_run)
+    last_poll = failed_at - datetime.timedelta(seconds=r.polled_before)
+    obj = sim.job()
+    running = {**job_manifest(sim), "status": job_status("active", last_poll)}
+    seen = last_poll + datetime.timedelta(seconds=provider_next_poll(obj, running, r.jitter))
+    assert seen > failed_at, "the provider observes the failure on its next poll"
+    # Until then every call of the function (Crossplane's, each 10 s here) sees it running.
+    clock.now = max(clock.now, failed_at)
+    while clock.now < seen:
+        st = sim.step()
+        assert (st["phase"], st["reason"]) == ("Running", "JobRunning"), (clock.now, st)
+        clock.advance(10)
+    sim.set_job("deadline")
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Failed", "JobFailed"), st
+    assert "DeadlineExceeded" in st["message"]
+    assert metric(registry, "preemptions_total", reason="other") == 0
+
+
+JOB_STATES = [
+    Case("pending", "not created yet, or no pod", "pending", False),
+    Case("active", "running: observed every 30 s", "active", False),
+    Case("complete", "finished: the 10 min poll is enough", "complete", True),
+    Case("failed", "finished", "failed", True),
+    Case("deadline", "finished at activeDeadlineSeconds", "deadline", True),
+]  # fmt: skip
+
+
+@table(JOB_STATES)
+def test_the_job_object_is_ready_once_its_job_finished(
+    sim: Sim, clock: Clock, case: Case[str, bool]
+) -> None:
+    """The Job Object's readiness is the Job's terminal conditions (review 19d F6), on
+    the Object first desired and on the one kept once the Job exists; the XR's
+    readiness is the function's own (stated for every child) and does not follow it."""
+    sim.add(spec())
+    sim.step()
+    clock.advance(600)
+    assert sim.step()["phase"] == "Starting"
+    first = sim.job()
+    sim.set_job("active")
+    clock.advance(10)
+    assert sim.step()["phase"] == "Running"
+    kept = sim.job()
+    for obj in (first, kept):
+        assert obj["spec"]["readiness"] == {
+            "policy": "DeriveFromCelQuery",
+            "celQuery": JOB_FINISHED_CEL,
+        }
+    remote = {**job_manifest(sim), "status": job_status(case.inputs, clock.now)}
+    assert provider_ready(kept, remote) is case.want
+    assert xr_ready(sim.last) == "READY_TRUE"
+    assert set(desired_ready(sim.last).values()) == {"READY_TRUE"}
+
+
+def test_a_job_object_created_without_readiness_gets_it(sim: Sim, clock: Clock) -> None:
+    """An Object an earlier version created (no ``spec.readiness``: SuccessfulCreate, so
+    Ready and observed every 10 min) gets the Job's readiness while its attempt runs."""
+    start(sim, clock)
+    (key,) = sim.observed[BACKFILL]
+    del sim.observed[BACKFILL][key]["spec"]["readiness"]
+    clock.advance(30)
+    assert sim.step()["phase"] == "Running"
+    assert sim.job()["spec"]["readiness"]["celQuery"] == JOB_FINISHED_CEL
 
 
 def test_starting_reports_the_objects_sync_error(sim: Sim, clock: Clock) -> None:

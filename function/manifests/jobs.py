@@ -23,6 +23,19 @@ from function.manifests.tenancy import check_pod_access
 from function.naming import MAX_LABEL, REMOTE_NAMESPACE, indexed_job_fits
 from function.serving.env import literal_env, set_env
 
+# Job finished: the terminal conditions of a batch/v1 Job
+# (https://kubernetes.io/docs/concepts/workloads/controllers/job/#terminal-job-conditions),
+# as the ``DeriveFromCelQuery`` readiness of the Object that carries it
+# (:func:`function.manifests.objects.remote_object`): not Ready while the Job runs, so
+# provider-kubernetes observes it every 30 s (a Ready Object only every ``--poll``,
+# 10 min by default) and its outcome reaches the function within about 30 s. Used by the
+# experiment's gauntlet Job and the ModelBackfill's Job.
+JOB_FINISHED_CEL = (
+    "has(object.status) && has(object.status.conditions) && "
+    'object.status.conditions.exists(c, (c.type == "Complete" || c.type == "Failed") '
+    '&& c.status == "True")'
+)
+
 
 def _obj(value: Any, field: str) -> dict[str, Any]:
     """``value`` when it is an object, ``{}`` when absent (null); else a SpecError."""

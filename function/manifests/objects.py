@@ -96,12 +96,18 @@ def remote_object(
     if deletion_policy := options.get("deletion_policy"):
         spec["forProvider"]["deletionPropagationPolicy"] = deletion_policy
     if readiness_cel := options.get("readiness_cel"):
-        spec["readiness"] = {"policy": "DeriveFromCelQuery", "celQuery": readiness_cel}
+        spec["readiness"] = cel_readiness(readiness_cel)
     if references := options.get("references"):
         spec["references"] = references
     if management_policies := options.get("management_policies"):
         spec["managementPolicies"] = management_policies
     return {"apiVersion": OBJECT_API_VERSION, "kind": OBJECT_KIND, "metadata": meta, "spec": spec}
+
+
+def cel_readiness(query: str) -> dict[str, str]:
+    """An Object's ``spec.readiness``: Ready when the CEL ``query`` over the observed
+    remote object (``object``) is true (provider-kubernetes ``DeriveFromCelQuery``)."""
+    return {"policy": "DeriveFromCelQuery", "celQuery": query}
 
 
 def observed_manifest(obj: Any) -> Any:

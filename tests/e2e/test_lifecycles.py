@@ -372,7 +372,7 @@ class Experiment:
 
     def job(self, remote: dict[str, Any] | None, *, finished: bool = False) -> None:
         """The gauntlet Job applied; the Object's readiness is its ``Complete``/``Failed``
-        CEL (``experiment.JOB_FINISHED_CEL``)."""
+        CEL (``function.manifests.jobs.JOB_FINISHED_CEL``)."""
         doc = self.exp.last.composed["gauntlet-r1"]
         self.exp.observed["gauntlet-r1"] = world.observed_object(doc, remote=remote, ready=finished)
 
@@ -680,10 +680,11 @@ class Backfill:
     def deployment(self) -> dict[str, Any]:
         return next(d for d in self.bf.required if d["kind"] == "ModelDeployment")
 
-    def job(self, remote: dict[str, Any] | None) -> None:
-        """The attempt's Job applied (provider-kubernetes' default readiness: created)."""
+    def job(self, remote: dict[str, Any] | None, *, finished: bool = False) -> None:
+        """The attempt's Job applied; the Object's readiness is its ``Complete``/``Failed``
+        CEL (``function.manifests.jobs.JOB_FINISHED_CEL``)."""
         doc = self.bf.last.composed["job-1"]
-        self.bf.observed["job-1"] = world.observed_object(doc, remote=remote)
+        self.bf.observed["job-1"] = world.observed_object(doc, remote=remote, ready=finished)
 
     def drop_deleted(self) -> None:
         for n in self.bf.last.deleted(self.bf.observed.values()):
@@ -791,7 +792,7 @@ def test_backfill_run_that_completes_then_repeats(render):
     backfill_to_running(b)
     first = b.bf.last.composed["job-1"]
 
-    b.job(world.job_complete(b.bf.status["startedAt"]))
+    b.job(world.job_complete(b.bf.status["startedAt"]), finished=True)
     out = b.bf.reconcile()
     st = b.bf.status
     assert (st["phase"], st["reason"]) == ("Succeeded", "JobSucceeded")
@@ -835,7 +836,8 @@ def test_backfill_run_that_fails(render):
             "DeadlineExceeded",
             "Job was active longer than specified deadline",
             at=b.bf.status["startedAt"],
-        )
+        ),
+        finished=True,
     )
     out = b.bf.reconcile()
     st = b.bf.status

@@ -154,10 +154,15 @@ def replica(index: int, cluster: str, *, ready: bool = True, dep: str = DEPLOYME
 
 
 def job_status(state: str, at: datetime.datetime) -> dict[str, Any]:
-    """The status of a remote Job: ``pending``, ``active``, ``complete`` or ``failed``."""
+    """The status of a remote Job: ``pending``, ``active``, ``complete``, ``failed`` or
+    ``deadline`` (failed at its ``activeDeadlineSeconds``)."""
     t = format_time(at)
     if state == "pending":
         return {}
+    if state == "deadline":
+        return world.job_failed(
+            "DeadlineExceeded", "Job was active longer than specified deadline", t
+        )
     if state == "active":
         return world.job_running(t)
     if state == "complete":

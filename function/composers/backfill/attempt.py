@@ -56,7 +56,16 @@ from function.manifests.objects import (
 from function.naming import ANNOTATION_LAST_FOREGROUND, backfill_object_name
 
 # A Job still reported running this long after maxRunDuration (its activeDeadlineSeconds)
-# is not being observed any more (deleted behind the function's back, cluster gone).
+# is not being observed any more (deleted on the cluster: with [Observe, Delete]
+# provider-kubernetes reports nothing once it is gone; the cluster gone). Its bound is
+# provider-kubernetes' poll of the Job's Object, which is not Ready while the Job runs
+# (function.manifests.jobs.JOB_FINISHED_CEL): v1.3.1 observes an Object that is not
+# Ready every 30 s (its poll interval hook, internal/controller/namespaced/object/
+# object.go) plus --poll-jitter-percentage (default 10, below 100): under 60 s. The
+# Job's own deadline counts from its startTime, set within seconds of the Object's first
+# observation. 600 s is ten of those polls. (A Ready Object is observed every --poll,
+# 10 min by default, plus the jitter: longer than this grace, which is why the Object
+# must not be Ready while the Job runs: review 19d F6.)
 OVERDUE_GRACE_SECONDS = 600.0
 
 

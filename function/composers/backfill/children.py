@@ -4,7 +4,12 @@ Attempt N has its own Object (composition-resource name ``job-N``) and remote Jo
 The Job is the CronJob's ``jobTemplate`` with ``spec.env`` set, ``activeDeadlineSeconds``
 from ``maxRunDuration``, no ``ttlSecondsAfterFinished`` or ``suspend``, and the
 background workload class, the replica's endpoint and no visible GPU forced first into
-every container.
+every container. The Object's readiness is the Job's terminal conditions
+(:data:`function.manifests.jobs.JOB_FINISHED_CEL`): provider-kubernetes observes an
+Object that is not Ready every 30 s, a Ready one only every ``--poll`` (10 min by
+default), so a running Job's outcome reaches the function well within
+``OVERDUE_GRACE_SECONDS``. The function states every child ready itself, so the XR's
+readiness does not follow the Object's.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ from google.protobuf.struct_pb2 import Struct
 from function.api.modelbackfill import ENDPOINT_ENV, Parsed
 from function.core import structs
 from function.core.outcome import Outcome
-from function.manifests.jobs import job_from_cronjob
-from function.manifests.objects import remote_object
+from function.manifests.jobs import JOB_FINISHED_CEL, job_from_cronjob
+from function.manifests.objects import cel_readiness, remote_object
 from function.naming import (
     LABEL_BACKFILL,
     LABEL_CLUSTER,
@@ -119,6 +124,7 @@ def job_object(a: Attempt, p: Parsed, cronjob: Struct) -> tuple[str, dict[str, A
         job,
         labels=obj_labels,
         annotations=obj_ann or None,
+        readiness_cel=JOB_FINISHED_CEL,
         deletion_policy="Foreground",
     )
     return job_name, obj
@@ -154,9 +160,12 @@ def settle_policies(out: Outcome, observed: Mapping[str, Any]) -> None:
 def keep_job(out: Outcome, key: str, obs: Struct, *, created: bool) -> None:
     """Keep the observed Job Object; once the Job exists (``created``), its Object no
     longer allows Create (a Job deleted behind the function's back is not re-created).
-    An earlier set is rewritten by :func:`settle_policies`."""
+    An earlier set is rewritten by :func:`settle_policies`. Its readiness is
+    :data:`JOB_FINISHED_CEL`, also on an Object an earlier version created without one
+    (Ready at once, and so observed only every 10 min: review 19d F6)."""
     out.keep(key, obs, ready=True)
     body = out.resources[key].body
     assert isinstance(body, Struct)
+    body.get_or_create_struct("spec")["readiness"] = cel_readiness(JOB_FINISHED_CEL)
     if created:
         body.get_or_create_struct("spec")["managementPolicies"] = NO_CREATE_POLICIES

@@ -28,7 +28,7 @@ from function.composers.experiment.state import RunState, whole_count
 from function.core import structs
 from function.core.errors import quoted
 from function.core.inputs import Inputs
-from function.manifests.jobs import job_from_cronjob
+from function.manifests.jobs import JOB_FINISHED_CEL, job_from_cronjob
 from function.manifests.objects import remote_object
 from function.naming import (
     ANNOTATION_EXPERIMENT,
@@ -49,13 +49,6 @@ from function.serving.env import literal_env, set_env
 
 ENV_SERVED_MODEL_NAME = SERVED_NAME_ENV
 
-# Job finished: the terminal conditions of a batch/v1 Job
-# (https://kubernetes.io/docs/concepts/workloads/controllers/job/#terminal-job-conditions).
-JOB_FINISHED_CEL = (
-    "has(object.status) && has(object.status.conditions) && "
-    'object.status.conditions.exists(c, (c.type == "Complete" || c.type == "Failed") '
-    '&& c.status == "True")'
-)
 EVIDENCE_POLICIES = ["Observe", "Delete"]
 
 
