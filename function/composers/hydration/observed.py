@@ -64,8 +64,10 @@ def _never_created(obj: Struct | None) -> bool:
     Anything else is "exists" or "not known", never "never created": an Object whose
     remote object provider-kubernetes has not reported yet (``Synced=True`` after the
     create, before the status carrying ``atProvider`` is written), a create whose result
-    is not known (``pending`` newer than both results: Synced=False "cannot determine
-    creation result"), or a create that succeeded whose status was never written.
+    is not known (``pending`` newer than both results; provider-kubernetes v1.3.1 uses
+    deterministic external names, so crossplane-runtime observes and creates again on its
+    next reconcile rather than report "cannot determine creation result"), or a create
+    that succeeded whose status was never written.
     Unparseable times read as absent, as crossplane-runtime reads them.
     """
     if obj is None or _manifest(obj) is not None or _sync_error(obj) is None:
