@@ -60,7 +60,9 @@ def test_no_case_stores_a_secret_value():
             assert not leaks(text), f"{f} holds the token"
             for line in text.splitlines():
                 if line.strip().startswith(("HF_TOKEN:", "token:")):
-                    assert golden.REDACTED in line or "Ref" in line, f"{f}: {line.strip()}"
+                    # the token Secret's empty placeholder (review 19d F1) holds no value
+                    empty = line.strip() == "HF_TOKEN: ''"
+                    assert golden.REDACTED in line or "Ref" in line or empty, f"{f}: {line.strip()}"
 
 
 def test_every_recorded_status_is_valid_against_its_xrd():

@@ -21,7 +21,7 @@ import structlog
 from google.protobuf import json_format
 
 from function.composers import hydration
-from function.manifests.hydration import JOB_COMPLETE_CEL, PVC_BOUND_CEL
+from function.manifests.hydration import JOB_COMPLETE_CEL, PVC_BOUND_CEL, REMOTE_TOKEN_KEY
 from function.naming import (
     DNS1123_LABEL,
     REMOTE_NAMESPACE,
@@ -1242,11 +1242,12 @@ def test_c9_token_never_in_output_or_logs(capsys) -> None:
     for needle in (FAKE_TOKEN, FAKE_TOKEN_B64):
         assert needle not in text
         assert needle.encode() not in raw
-    # The remote Secret's manifest carries no data; it gets the token by patchesFrom.
+    # The remote Secret's manifest declares only an empty placeholder for the key
+    # patchesFrom fills (review 19d F1); it gets the token by patchesFrom.
     c = responses[0]
     token = desired(c)["token-secret"]
     manifest = token["spec"]["forProvider"]["manifest"]
-    assert "data" not in manifest and "stringData" not in manifest
+    assert manifest["data"] == {"HF_TOKEN": ""} and "stringData" not in manifest
     assert manifest["metadata"]["name"] == cache_secret_name(NAMESPACE, CACHE)
     assert token["spec"]["references"] == [
         {
@@ -1271,6 +1272,49 @@ def test_c9_token_never_in_output_or_logs(capsys) -> None:
     }
     # Dropped once Ready.
     assert set(desired(responses[-1])) == set(LASTING)
+
+
+def _echoed_token_object() -> dict:
+    """The token-secret Object as provider-kubernetes v1.3.1 leaves it after a create:
+    the token it patched in memory persisted in ``spec`` (crossplane-runtime's
+    critical-annotation ``Update``) and the remote Secret's data in ``status``."""
+    obj = token_object()
+    echoed = obj["token-secret"]
+    echoed["spec"]["forProvider"]["manifest"]["data"] = {"HF_TOKEN": FAKE_TOKEN_B64}
+    echoed["spec"]["forProvider"]["manifest"]["stringData"] = {"HF_TOKEN": FAKE_TOKEN}
+    echoed["status"]["atProvider"]["manifest"]["data"] = {"HF_TOKEN": FAKE_TOKEN_B64}
+    echoed["spec"]["forProvider"]["manifest"]["metadata"]["labels"]["observed-only"] = "x"
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("case", "prev", "auth", "required"),
+    [
+        # composed anew: the spec has authSecret and the download runs
+        ("fresh", None, True, resolved),
+        # kept as observed: the cluster, or the auth Secret, is not resolved
+        ("kept, unresolved", "Hydrating", True, dict),
+        ("kept, secret missing", "Hydrating", True, lambda: resolved(secret=[])),
+        # kept as observed: authSecret removed while the Job that reads it runs
+        ("kept, authSecret removed", "Hydrating", False, lambda: _PUBLIC),
+    ],
+)
+def test_token_secret_declares_the_patched_key_empty(case, prev, auth, required) -> None:
+    """Review 19d F1: provider-kubernetes persists the token it patches into
+    ``spec.forProvider.manifest.data.HF_TOKEN``. The desired Object declares that key
+    itself, empty, on every path (composed anew or kept as observed), so Crossplane's
+    forced server-side apply owns it and resets the persisted value on the next
+    reconcile; provider-kubernetes still patches the token over it in memory before it
+    applies the remote Secret."""
+    xr = hydration_xr(prev_status(prev), auth=auth) if prev else hydration_xr(auth=auth)
+    observed = {**pvc("Bound"), **job([], active=1), **_echoed_token_object()}
+    rsp = run(request(xr, observed=observed, required=required()))
+    assert not fatal(rsp), case
+    manifest = desired(rsp)["token-secret"]["spec"]["forProvider"]["manifest"]
+    # the path the case names: a kept Object is the observed one (its marker label)
+    assert ("observed-only" in manifest["metadata"]["labels"]) == case.startswith("kept")
+    assert manifest["data"] == {REMOTE_TOKEN_KEY: ""}, case
+    assert "stringData" not in manifest, case
 
 
 def test_secret_key_with_dots_uses_bracket_field_path() -> None:
@@ -1735,7 +1779,7 @@ def test_a_kept_job_that_reads_the_token_keeps_it_until_its_object_is_dropped() 
     assert st["phase"] == "Failed" and _NEXT in st["message"], st
     assert got[JOB_KEY]["spec"] == failed[JOB_KEY]["spec"]
     assert "token-secret" in got
-    assert "data" not in got["token-secret"]["spec"]["forProvider"]["manifest"]
+    assert got["token-secret"]["spec"]["forProvider"]["manifest"]["data"] == {"HF_TOKEN": ""}
     # 2. The remote Job deleted and re-created from the kept Object: it runs with the
     #    token (its Secret is still there), and the message says it is running.
     recreated = {

@@ -114,6 +114,27 @@ def cache_pvc(
     }
 
 
+def token_placeholder() -> dict[str, str]:
+    """``data`` of the remote token Secret as the function declares it:
+    ``{REMOTE_TOKEN_KEY: ""}``, the key :func:`token_reference` patches, empty.
+
+    provider-kubernetes v1.3.1 writes the token into the Object's
+    ``spec.forProvider.manifest`` in memory (``Observe``, ``patchesFrom``), and
+    crossplane-runtime v2.4.0 persists that object with ``Update`` around a create (the
+    external-create annotations, the finalizer), so the token lands in the Object's
+    ``spec`` (crossplane-contrib/provider-kubernetes#223). Declaring the key makes it
+    a field of the XR's field manager: Crossplane applies composed resources with
+    forced server-side apply, which sets it back to ``""`` on the next reconcile of
+    the XR (a write of a composed resource triggers one). provider-kubernetes patches
+    the token over the placeholder in memory before it compares and applies, so the
+    remote Secret gets the token and the placeholder causes no update of it.
+
+    Returns:
+        A new ``{REMOTE_TOKEN_KEY: ""}``.
+    """
+    return {REMOTE_TOKEN_KEY: ""}
+
+
 def token_secret(
     name: str,
     namespace: str,
@@ -121,7 +142,8 @@ def token_secret(
     labels: dict[str, str],
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """An Opaque Secret with no data; the token is patched in by provider-kubernetes.
+    """An Opaque Secret with the token's key empty; the token is patched in by
+    provider-kubernetes.
 
     Args:
         name: The Secret name (``naming.cache_secret_name``).
@@ -130,11 +152,18 @@ def token_secret(
         annotations: Annotations of the Secret (optional).
 
     Returns:
-        A ``v1`` Secret manifest without ``data``/``stringData``; pair it with
-        :func:`token_reference` in the Object's ``spec.references``.
+        A ``v1`` Secret manifest whose ``data`` is :func:`token_placeholder` (no
+        ``stringData``); pair it with :func:`token_reference` in the Object's
+        ``spec.references``.
     """
     meta = _metadata(name, namespace, labels, annotations)
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+        "type": "Opaque",
+        "data": token_placeholder(),
+    }
 
 
 def token_reference(secret_name: str, secret_namespace: str, key: str) -> dict[str, Any]:

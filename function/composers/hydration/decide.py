@@ -80,7 +80,7 @@ from function.core import events, structs
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
 from function.core.timeutil import elapsed, format_time, parse_time
-from function.manifests.hydration import PRUNE_RETRY_SECONDS
+from function.manifests.hydration import PRUNE_RETRY_SECONDS, token_placeholder
 from function.naming import (
     LABEL_CACHE,
     LABEL_CLUSTER,
@@ -122,10 +122,15 @@ class _State:
 
 
 def _keep_sanitized(out: Outcome, name: str, observed: Struct) -> None:
-    """Keep an observed Object, dropping any Secret data it may echo in its manifest.
+    """Keep the observed token-secret Object with its manifest's Secret data replaced
+    by the empty placeholder (:func:`~function.manifests.hydration.token_placeholder`).
 
-    provider-kubernetes patches the token into the manifest in memory only, but
-    a kept Object must never be the way a token reaches the function's output.
+    The observed Object may hold the token: provider-kubernetes patches it into the
+    manifest in memory, and crossplane-runtime persists that object around a create
+    (review 19d F1). A kept Object must never be the way a token reaches the
+    function's output, and declaring the key empty (rather than dropping ``data``)
+    keeps it owned by the XR's field manager, so Crossplane's apply resets the
+    persisted token as it does for a freshly composed one.
     """
     out.keep(name, observed)
     manifest = structs.get(out.resources[name].body, "spec", "forProvider", "manifest")
@@ -133,6 +138,7 @@ def _keep_sanitized(out: Outcome, name: str, observed: Struct) -> None:
         for field in ("data", "stringData"):
             if field in manifest:
                 del manifest[field]
+        manifest["data"] = token_placeholder()
 
 
 def _spec_cache_cluster(replica: Struct) -> tuple[str, str]:
