@@ -25,6 +25,7 @@ from tests.support.validation import load_documents, validate_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "examples" / "runtime"
+PROVIDER = ROOT / "examples" / "provider"
 VARIABLES = [variable(f) for f in Settings.model_fields]
 
 
@@ -442,6 +443,35 @@ def test_runtime_examples_validate_against_crossplane_crds():
         "kind": "DeploymentRuntimeConfig",
         "name": drc["metadata"]["name"],
     }
+
+
+def test_provider_kubernetes_example_redacts_secret_data_from_object_status():
+    """Review 19d F1: provider-kubernetes copies the remote Secret's ``data`` (the
+    Hugging Face token) into the token-secret Object's ``status.atProvider.manifest``
+    unless it runs with ``--sanitize-secrets`` (v1.3.1, off by default). The Provider
+    the install steps apply runs with it, validates against Crossplane's CRDs, is the
+    package the Configuration depends on, at a version its constraint accepts."""
+    from packaging.specifiers import SpecifierSet
+
+    docs = load_documents(PROVIDER / "provider-kubernetes.yaml")
+    assert sorted(d["kind"] for d in docs) == ["DeploymentRuntimeConfig", "Provider"]
+    for d in docs:
+        validate_manifest(d)
+    (provider,) = [d for d in docs if d["kind"] == "Provider"]
+    (drc,) = [d for d in docs if d["kind"] == "DeploymentRuntimeConfig"]
+    assert provider["spec"]["runtimeConfigRef"] == {
+        "apiVersion": "pkg.crossplane.io/v1beta1",
+        "kind": "DeploymentRuntimeConfig",
+        "name": drc["metadata"]["name"],
+    }
+    (config,) = load_documents(ROOT / "configuration" / "crossplane.yaml")
+    (dep,) = [d for d in config["spec"]["dependsOn"] if d["kind"] == "Provider"]
+    package, version = provider["spec"]["package"].rsplit(":", 1)
+    assert package == dep["package"]
+    assert version.lstrip("v") in SpecifierSet(dep["version"].replace("v", ""))
+    pod = drc["spec"]["deploymentTemplate"]["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "package-runtime"]
+    assert "--sanitize-secrets" in container["args"]
 
 
 def test_tenant_role_writes_only_authored_kinds_and_names_real_resources():
