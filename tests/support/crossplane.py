@@ -48,12 +48,17 @@ class Tools:
             the pinned provider-kubernetes requires: a JSON array of
             ``spec.managementPolicies`` sets on stdin, the resolver's verdict for each
             ("" accepted, else its error) on stdout.
+        ssa_check: ``scripts/ssa-check`` built against the k8s.io/apimachinery the
+            pinned core requires: the API server's field manager replaying Crossplane's
+            forced apply of a composed resource, an ``Update`` of one field by another
+            manager, and the next apply (JSON in and out, see its source).
     """
 
     cli: Path
     core: Path
     schemas: Path
     policy_check: Path
+    ssa_check: Path
 
 
 def _parse(out: str) -> Tools:
@@ -67,6 +72,7 @@ def _parse(out: str) -> Tools:
         Path(values["CROSSPLANE_CORE"]),
         Path(values["CROSSPLANE_SCHEMAS"]),
         Path(values["POLICY_CHECK"]),
+        Path(values["SSA_CHECK"]),
     )
 
 
