@@ -424,6 +424,10 @@ class Inputs:
         now: The current time (timezone-aware UTC); an input so tests control it.
         settings: The effective settings (see ``function.ops.settings``).
         tag: The request tag (``meta.tag``), for logs.
+        frame_bytes: Bytes of the response that no composer writes: the request's
+            desired state (earlier pipeline steps), its context and tag, which the
+            runner sends back (:func:`function.edge.codec.encode`); 0 when not known.
+            :meth:`function.core.outcome.Outcome.response_bytes` adds them.
     """
 
     xr: Struct
@@ -432,6 +436,7 @@ class Inputs:
     now: datetime.datetime
     settings: Settings
     tag: str = ""
+    frame_bytes: int = 0
 
     @cached_property
     def api_version(self) -> str:

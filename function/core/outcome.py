@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from google.protobuf.struct_pb2 import Struct
+from google.protobuf.struct_pb2 import ListValue, Struct
 
-from function.core import structs
+from function.core import structfill, structs
 from function.core.errors import SpecError
 
 if TYPE_CHECKING:
@@ -83,6 +83,33 @@ def refuse_copies(field: str, copies: int, each: int, what: str, fix: str) -> No
         f"least {total / 1048576:.1f} MiB, over the {MAX_RESPONSE_BYTES / 1048576:g} MiB "
         f"Crossplane accepts (refused before composing it; nothing was changed): {fix}",
     )
+
+
+_TAGGED = 6
+"""Bytes of one field's tag and length prefix at most (a one-byte tag and a varint
+length below 2**35)."""
+_FRAMING = 256
+"""Bytes of the response's own framing at most: ``meta`` (tag field, ttl), the
+``desired`` and ``composite`` records' tags and the growth of their length prefixes."""
+
+
+def _record(size: int) -> int:
+    """Bytes of a length-delimited field whose payload is ``size`` bytes (one-byte tag)."""
+    return 1 + max(1, (size.bit_length() + 6) // 7) + size
+
+
+def result_bytes(r: Result) -> int:
+    """Bytes of ``r`` in a response at most (:meth:`Outcome.response_bytes`)."""
+    text = len(r.message.encode()) + len((r.reason or "").encode())
+    return _record(text + 2 * _TAGGED + 2 * 2)
+
+
+def _plain(value: Any) -> Any:
+    """A status value as :func:`function.core.structfill.fill` takes it (a Struct or a
+    ListValue converted)."""
+    if isinstance(value, Struct | ListValue):
+        return structs.to_py(value)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +286,48 @@ class Outcome:
         if not all(name in have for name in self.requirements):
             return False
         return not isinstance(have, RequiredView) or have.resolved_for(self.requirements)
+
+    def response_bytes(self, frame: int = 0) -> int:
+        """An upper bound of the size of the RunFunctionResponse the runner encodes for
+        this outcome (:func:`function.edge.codec.encode`), bytes: every composed
+        resource, the XR status, conditions, results and requirements as they are
+        written, plus ``frame`` (:attr:`function.core.inputs.Inputs.frame_bytes`: what
+        the response copies from the request) and a few bytes of framing per item.
+
+        Exact for a body given as bytes (the bytes are spliced as they are); converts a
+        dict body and the status (proportional to their size), so a composer calls it
+        only where the response may be near :data:`MAX_RESPONSE_BYTES`. The runner's own
+        check of the encoded bytes stays the last word.
+        """
+        total = frame + _FRAMING
+        for name, d in self.resources.items():
+            body = d.body
+            if isinstance(body, bytes):
+                size = len(body)
+            elif isinstance(body, Struct):
+                size = body.ByteSize()
+            else:
+                s = Struct()
+                structfill.fill(s.fields, body)
+                size = s.ByteSize()
+            # State.resources[name] = Resource{resource: body, ready}: three nested
+            # length-delimited records, one-byte tags, and the ready enum (2 bytes).
+            resource = _record(size) + 2
+            total += _record(_record(len(name.encode())) + _record(resource))
+        if self.status:
+            status = Struct()
+            structfill.fill(status.fields, {k: _plain(v) for k, v in self.status.items()})
+            # status: a map entry of the composite's Struct (key, Value{struct}).
+            total += _record(_record(len(b"status")) + _record(_record(status.ByteSize())))
+        for c in self.conditions:
+            text = len(c.type.encode()) + len(c.reason.encode()) + len(c.message.encode())
+            total += _record(text + 4 * _TAGGED + 2 * 2)
+        total += sum(result_bytes(r) for r in self.results)
+        for name, q in self.requirements.items():
+            words = [name, q.api_version, q.kind, q.match_name or "", q.namespace or ""]
+            words += [w for kv in q.match_labels or () for w in kv]
+            total += sum(len(w.encode()) + 2 * _TAGGED for w in words) + 4 * _TAGGED
+        return total
 
     def condition(self, typ: str, status: ConditionStatus, reason: str, message: str) -> None:
         """Set an XR condition; replaces an earlier one of the same type.

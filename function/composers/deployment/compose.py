@@ -8,8 +8,9 @@ the finished :class:`Outcome` (every existing child kept exactly).
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Callable, Container
 from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
 from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
@@ -68,10 +69,16 @@ from function.composers.deployment.terms import (
 )
 from function.composers.modelcache import retained_clusters
 from function.core import structs
-from function.core.errors import quoted
+from function.core.errors import SpecError, quoted
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.numbers import ascii_digits
-from function.core.outcome import MAX_RESPONSE_BYTES, Outcome, refuse_copies
+from function.core.outcome import (
+    MAX_RESPONSE_BYTES,
+    Outcome,
+    Result,
+    refuse_copies,
+    result_bytes,
+)
 from function.naming import (
     LABEL_CACHE,
     label_value,
@@ -115,6 +122,11 @@ class _Call:
     placed: list[_Observed]
     unknown: str = ""
     """Observed ModelReplicas the function cannot account for (:func:`_unknown_replicas`)."""
+    unsaid: list[Result] = dc_field(default_factory=list)
+    """The Warnings this call leaves out because an earlier call emitted them (a move
+    that started, the deferred moves, a replica that cannot move): :func:`_fit_surge`
+    counts them as if sent, so the surge does not depend on what was said before (the
+    same in the call that starts the moves and in the next: a fixed point)."""
 
     @property
     def own_clusters(self) -> frozenset[str]:
@@ -168,12 +180,38 @@ def compose(inputs: Inputs) -> Outcome:
     if isinstance(lists, Outcome):
         return lists
     room = _Room.of(inputs, spec.replicas)
+    placed = _placed(call, parsed, engines, lists, room)
+    if isinstance(placed, Outcome):
+        return placed
+    if room.surge is None or placed <= spec.replicas:
+        return out  # nothing composed beside the replicas it replaces: nothing to measure
+
+    def again(surge: int) -> Outcome | _Call:
+        fresh = replace(call, out=Outcome(), unsaid=[])
+        _require_lists(inputs, fresh.out, parsed.selector, cache)
+        got = _placed(fresh, parsed, engines, lists, room.at(surge))
+        return got if isinstance(got, Outcome) else fresh
+
+    return _fit_surge(call, room, again)
+
+
+def _placed(
+    call: _Call, parsed: Parsed, engines: tuple[Engine, ...], lists: _Lists, room: _Room
+) -> Outcome | int:
+    """Place with ``room.surge`` and write the children, conditions and status into
+    ``call.out``; returns how many ModelReplicas it composes, or the outcome of a call
+    that places nothing (capacity not resolved, a selector failing).
+
+    Raises:
+        SpecError: ``spec.replicas`` alone does not fit (:func:`_refuse_oversized`).
+    """
+    replicas = parsed.spec.replicas
     request = _request(call, parsed, engines, lists, room.surge)
     placement = _place(call, request, parsed.raw_engines)
     if isinstance(placement, Outcome):
         return placement
-    _refuse_oversized(inputs, len(placement.replicas), spec.replicas, room)
-    nxt = _next_clusters(request, placement, spec.replicas)
+    _refuse_oversized(call.inputs, len(placement.replicas), replicas, room)
+    nxt = _next_clusters(request, placement, replicas)
     rows, serving = _children(call, placement, lists.footprint)
     _report(call, placement, rows, room)
     if serving is not None:
@@ -181,18 +219,76 @@ def compose(inputs: Inputs) -> Outcome:
         held = set(placement.held)
         _held_report(call, [s for s in serving if s.replica in held])
     if nxt:
-        out.status[NEXT_CLUSTERS] = nxt
-    return out
+        call.out.status[NEXT_CLUSTERS] = nxt
+    return len(placement.replicas)
 
 
-_SURGE_RESERVE = 64 * 1024
-"""Bytes of the response a failover leaves to what is not a ModelReplica body: the XR's
-status and conditions, the results, the Usages (a few KiB measured; the surge fills the
-response up to the limit, so it keeps this margin)."""
-_SURGE_PER_REPLICA = 1024
-"""Bytes per ModelReplica beyond :func:`_replica_size`'s lower bound, for the surge: its
-slot (index, cluster, pools, identity), its map entry, its ``status.placement`` row and
-``status.displaced`` record (about 600 measured)."""
+_INTERPOLATIONS = 3
+"""Steps of :func:`_fit_surge` that interpolate the response's size before it halves the
+range instead (the size is close to linear in the surge: a few steps at most)."""
+
+
+def _fit_surge(call: _Call, room: _Room, again: Callable[[int], Outcome | _Call]) -> Outcome:
+    """The outcome of the largest surge whose response fits, measured.
+
+    ``call.out`` composed ``room.surge`` replacements beside the replicas they replace
+    (an upper bound: copies of ``spec.template`` alone, :class:`_Room`). When its
+    response (:func:`_measured`: every body as built, with its index, cluster, labels
+    and pools, the status rows, conditions and results) fits
+    :data:`MAX_RESPONSE_BYTES`, it is the answer. Else the call places again
+    (``again(surge)``: a fresh call, or the outcome of one that places nothing,
+    returned as it is) with fewer, searching the largest surge that fits: the size is
+    interpolated from the sizes measured, then the range halved; it ends with surge
+    ``s`` fitting and ``s + 1`` measured over the limit, so the ``at most N fit`` the
+    condition states (:func:`_deferred`: ``room.at(s).most``) is what is composed and
+    measured. Only a failover past the limit takes this path (the steady one returns
+    before measuring). Deterministic: the same inputs give the same sizes, the same
+    surge, the same response.
+
+    Raises:
+        SpecError: at ``spec.replicas`` when even surge 0 (every move deferred) does
+            not fit: ``spec.replicas`` alone does not, with the measured size
+            (:func:`_refuse_measured`).
+    """
+    size = _measured(call)
+    if size <= MAX_RESPONSE_BYTES:
+        return call.out
+    assert room.surge is not None
+    replicas = room.most - room.surge
+    hi, hi_size = room.surge, size
+    lo, lo_size, lo_out = -1, 0, call.out
+    steps = 0
+    while hi - lo > 1:
+        if lo < 0:
+            # From one measure: the mean bytes per ModelReplica, the rest of the
+            # response included (more than one costs, so fewer than fit).
+            per = max(1, hi_size // (replicas + hi))
+            s = hi - -(-(hi_size - MAX_RESPONSE_BYTES) // per)
+        elif steps < _INTERPOLATIONS:
+            s = lo + (MAX_RESPONSE_BYTES - lo_size) * (hi - lo) // (hi_size - lo_size)
+        else:
+            s = (lo + hi) // 2
+        s = max(lo + 1, min(hi - 1, s))
+        steps += 1
+        got = again(s)
+        if isinstance(got, Outcome):
+            return got  # places nothing this call (it keeps every child as it is)
+        size = _measured(got)
+        if size > MAX_RESPONSE_BYTES:
+            hi, hi_size = s, size
+        else:
+            lo, lo_size, lo_out = s, size, got.out
+    if lo < 0:
+        _refuse_measured(call.inputs, replicas, hi_size - call.inputs.frame_bytes)
+    return lo_out
+
+
+def _measured(call: _Call) -> int:
+    """The size of ``call.out``'s response, bytes at most
+    (:meth:`~function.core.outcome.Outcome.response_bytes`), with the Warnings it leaves
+    out because an earlier call emitted them (``call.unsaid``) counted as sent."""
+    size = call.out.response_bytes(call.inputs.frame_bytes)
+    return size + sum(result_bytes(r) for r in call.unsaid)
 
 
 class _Room(NamedTuple):
@@ -202,14 +298,15 @@ class _Room(NamedTuple):
         each: A lower bound of one ModelReplica's serialized size, bytes (a copy of
             ``spec.template``: :func:`function.composers.deployment.children._replica_size`).
         fit: How many such lower bounds fit in :data:`MAX_RESPONSE_BYTES` (the
-            refusal's bound: :func:`_refuse_oversized`).
-        most: How many ModelReplicas a call composes at most while replicas move: as
-            ``fit``, less :data:`_SURGE_RESERVE` for the rest of the response and
-            :data:`_SURGE_PER_REPLICA` more per replica (a failover fills the response
-            up to it; the runner's own size check stays the last word).
+            refusal's bound before anything is built: :func:`_refuse_oversized`).
+        most: How many ModelReplicas this placement composes at most:
+            ``spec.replicas + surge`` (more do not fit: by the lower bound when it is
+            ``fit``, else measured by :func:`_fit_surge`).
         surge: ``Request.surge``: how many replicas may be kept beside their
-            replacements (``most - spec.replicas``, at least 0), or None when
-            ``spec.replicas`` alone does not fit (then the call is refused).
+            replacements, or None when ``spec.replicas`` alone does not fit (then the
+            call is refused). :meth:`of` gives ``fit - spec.replicas``, an upper bound;
+            :func:`_fit_surge` lowers it (:meth:`at`) to what the measured response
+            holds.
     """
 
     each: int
@@ -221,8 +318,12 @@ class _Room(NamedTuple):
     def of(cls, inputs: Inputs, replicas: int) -> _Room:
         each = _replica_size(inputs.namespace, inputs.name, _template_key(inputs))
         fit = MAX_RESPONSE_BYTES // each
-        most = min(fit, (MAX_RESPONSE_BYTES - _SURGE_RESERVE) // (each + _SURGE_PER_REPLICA))
-        return cls(each, fit, most, max(0, most - replicas) if replicas <= fit else None)
+        return cls(each, fit, fit, fit - replicas if replicas <= fit else None)
+
+    def at(self, surge: int) -> _Room:
+        """This room with ``surge`` (at most ``self.surge``) instead."""
+        assert self.surge is not None and 0 <= surge <= self.surge
+        return self._replace(most=self.most - self.surge + surge, surge=surge)
 
 
 def _refuse_oversized(inputs: Inputs, placed: int, replicas: int, room: _Room) -> None:
@@ -243,21 +344,52 @@ def _refuse_oversized(inputs: Inputs, placed: int, replicas: int, room: _Room) -
     each, fit = room.each, room.fit
     if placed * each <= MAX_RESPONSE_BYTES:
         return
-    template = _template_key(inputs)
-    path, size = structs.heaviest_part(Struct.FromString(template), "spec.template")
-    heaviest = f"{path} ({size / 1024:.1f} KiB)" if path != "spec.template" else ""
     moving = placed - replicas if placed > replicas else 0
     what = f"ModelReplicas to compose (spec.replicas: {replicas}"
     what += f", and {moving} replacements of replicas moving make-before-break" if moving else ""
     what += "), each a copy of spec.template"
-    shrink = "shrink spec.template" + (f", whose heaviest part is {heaviest}" if heaviest else "")
-    if ".env[" in path:
-        shrink += "; a large env value belongs in a ConfigMap (envFrom) or a mounted volume"
+    shrink = _shrink(inputs)
     if fit == 0:
         fix = f"one copy alone is over the limit: {shrink}"
     else:
         fix = f"lower spec.replicas to at most {fit}, or {shrink}"
     refuse_copies("spec.replicas", placed, each, what, fix)
+
+
+def _shrink(inputs: Inputs) -> str:
+    """The advice to shrink ``spec.template``, naming its heaviest part."""
+    path, size = structs.heaviest_part(Struct.FromString(_template_key(inputs)), "spec.template")
+    heaviest = f"{path} ({size / 1024:.1f} KiB)" if path != "spec.template" else ""
+    shrink = "shrink spec.template" + (f", whose heaviest part is {heaviest}" if heaviest else "")
+    if ".env[" in path:
+        shrink += "; a large env value belongs in a ConfigMap (envFrom) or a mounted volume"
+    return shrink
+
+
+def _refuse_measured(inputs: Inputs, replicas: int, size: int) -> None:
+    """Refuse a call whose ``replicas`` ModelReplicas, every move deferred, make a
+    response of ``size`` bytes (measured, what the request holds apart) past
+    :data:`MAX_RESPONSE_BYTES`: ``spec.replicas`` alone does not fit, although copies of
+    ``spec.template`` alone would (their cluster names, labels and status rows make the
+    difference).
+
+    The advice's bound, ``replicas * limit / size``, is more than fit: the response is
+    its replicas' bytes and a rest that does not shrink with them.
+
+    Raises:
+        SpecError: at ``spec.replicas``, always.
+    """
+    limit = MAX_RESPONSE_BYTES - inputs.frame_bytes
+    replicas = max(1, replicas)
+    most = replicas * limit // size
+    raise SpecError(
+        "spec.replicas",
+        f"{replicas} ModelReplicas (spec.replicas), each a copy of spec.template with its "
+        f"cluster, labels and status rows, about {size / replicas / 1024:.1f} KiB, make a "
+        f"response of {size / 1048576:.2f} MiB, over the {MAX_RESPONSE_BYTES / 1048576:g} "
+        "MiB Crossplane accepts (refused before it was sent; nothing was changed): lower "
+        f"spec.replicas to at most {most}, or {_shrink(inputs)}",
+    )
 
 
 # ---- what to read --------------------------------------------------------------
@@ -603,14 +735,17 @@ def _children(
         else:
             out.warning(msg, "ReplicaRemoved")
     for mv in placement.moving:
-        if not mv.starts:  # one Warning when the move starts, not one per reconcile
-            continue
-        out.warning(
+        moves = Result(
+            "Warning",
             f"replica {mv.index} on {mv.cluster} moves ({mv.why}): it keeps serving until "
             "a replacement serves (make-before-break)",
             "ReplicaMoving",
         )
-    _warn_stuck(inputs, out, placement)
+        if not mv.starts:  # one Warning when the move starts, not one per reconcile
+            call.unsaid.append(moves)
+            continue
+        out.results.append(moves)
+    _warn_stuck(call, placement)
     # A cache replicas are still held on keeps a Usage until none is, and until every
     # replica is ready after a switch (or the reference's removal): a replica given
     # another cache, or none, rolls make-before-break, its old pods reading the old
@@ -625,22 +760,25 @@ def _children(
     return rows, serving
 
 
-def _warn_stuck(inputs: Inputs, out: Outcome, placement: Placement) -> None:
+def _warn_stuck(call: _Call, placement: Placement) -> None:
     """One Warning per replica that should move but stays (no replacement fits), when
     the observed ``ReplicasScheduled`` message does not name it yet (once per change,
-    not every reconcile)."""
+    not every reconcile; else it goes to ``call.unsaid``)."""
     if not placement.stuck:
         return
-    prev = structs.get(structs.conditions(inputs.xr).get(SCHEDULED), "message")
+    prev = structs.get(structs.conditions(call.inputs.xr).get(SCHEDULED), "message")
     said = prev if isinstance(prev, str) else ""
     for st in placement.stuck[:MAX_NAMED]:
-        if f"replica {st.index} on {st.cluster} ({st.why})" in said:
-            continue
-        out.warning(
+        warning = Result(
+            "Warning",
             f"replica {st.index} on {st.cluster} should move ({st.why}) but no "
             "replacement fits: it stays, and moves once one does",
             "ReplicaNotMoved",
         )
+        if f"replica {st.index} on {st.cluster} ({st.why})" in said:
+            call.unsaid.append(warning)
+            continue
+        call.out.results.append(warning)
 
 
 def _observed_usages(inputs: Inputs) -> dict[str, str]:
@@ -817,6 +955,8 @@ def _report(call: _Call, placement: Placement, rows: list[Any], room: _Room) -> 
         said = structs.get(structs.conditions(inputs.xr).get(SCHEDULED), "message")
         if not isinstance(said, str) or deferred not in said:  # once per change
             out.warning(deferred, MOVES_DEFERRED)
+        else:
+            call.unsaid.append(Result("Warning", deferred, MOVES_DEFERRED))
     done = _status_from(inputs, out, call.replicas, rows, call.cache, moving=placement.moving)
     if not done or placement.moving or placement.deferred:
         out.requeue_after(inputs.settings.poll_seconds)
@@ -837,9 +977,10 @@ def _deferred(placement: Placement, replicas: int, room: _Room) -> str:
     more = f" and {len(waits) - MAX_NAMED} more" if len(waits) > MAX_NAMED else ""
     surge = room.surge or 0
     bound = (
-        f"each ModelReplica is a copy of spec.template, at least {room.each / 1024:.1f} KiB: "
-        f"at most {room.most} fit in the {MAX_RESPONSE_BYTES / 1048576:g} MiB response "
-        f"Crossplane accepts and spec.replicas is {replicas}"
+        f"each ModelReplica is a copy of spec.template (at least {room.each / 1024:.1f} KiB) "
+        f"with its cluster, labels and status rows: at most {room.most} fit in the "
+        f"{MAX_RESPONSE_BYTES / 1048576:g} MiB response Crossplane accepts and "
+        f"spec.replicas is {replicas}"
     )
     if surge:
         then = (
