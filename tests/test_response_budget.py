@@ -315,3 +315,30 @@ def test_the_measured_response_size_bounds_the_encoded_one(kind: str) -> None:
     got = out.response_bytes(inputs.frame_bytes)
     items = len(out.resources) + len(out.results) + len(out.conditions) + 3
     assert sent <= got <= sent + 300 + 16 * items, (kind, sent, got)
+
+
+def test_spec_replicas_alone_past_the_limit_in_a_failover_is_refused_measured() -> None:
+    """Copies of the template fit, and the steady state is composed just under 4 MiB, but
+    the failover call with every move deferred (its status and message) is over: then
+    ``spec.replicas`` alone does not fit, and the refusal says so with the measured size
+    and a bound below ``spec.replicas`` (before, the runner's generic size fatal)."""
+    replicas, a, z = 100, _long("a"), _long("z")
+
+    def steady(value: int) -> tuple[dict[str, Any], Any]:
+        xr = _big_deployment(replicas, value / 1024)
+        rsp, _ = h.drive(h.run, xr, None, h.World([ic(a, nodes=replicas)]))
+        return xr, rsp
+
+    lo, hi = 30_000, 45_000  # the largest env value whose steady state is composed
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if not h.fatal(steady(mid)[1]) else (lo, mid)
+    xr, rsp = steady(lo)
+    assert not h.fatal(rsp) and len(_replicas(rsp)) == replicas
+    obs = observe(rsp, {i: SERVING for i in range(replicas)})
+    world = h.World([ic(a, nodes=replicas, ready=False), ic(z, nodes=replicas)])
+    again, _ = h.drive(h.run, _written(xr, rsp), obs, world)
+    (msg,) = h.fatal(again)
+    assert msg.startswith("invalid ModelDeployment ml-team/chat: spec.replicas: 100 "), msg
+    assert "cluster, labels and status rows" in msg and "bytes, over the 4,194,304" in msg, msg
+    assert "lower spec.replicas to at most 99," in msg, msg

@@ -386,8 +386,8 @@ def _refuse_measured(inputs: Inputs, replicas: int, size: int) -> None:
         "spec.replicas",
         f"{replicas} ModelReplicas (spec.replicas), each a copy of spec.template with its "
         f"cluster, labels and status rows, about {size / replicas / 1024:.1f} KiB, make a "
-        f"response of {size / 1048576:.2f} MiB, over the {MAX_RESPONSE_BYTES / 1048576:g} "
-        "MiB Crossplane accepts (refused before it was sent; nothing was changed): lower "
+        f"response of {size:,} bytes, over the {MAX_RESPONSE_BYTES:,} (4 MiB) Crossplane "
+        "accepts (refused before it was sent; nothing was changed): lower "
         f"spec.replicas to at most {most}, or {_shrink(inputs)}",
     )
 
