@@ -1383,6 +1383,31 @@ def test_an_object_with_an_earlier_policy_set_is_rewritten_before_it_is_dropped(
     assert st["phase"] in then, st
 
 
+@pytest.mark.parametrize("remote", [None, "refused"], ids=["not-created-yet", "create-refused"])
+def test_an_object_with_the_crds_default_policies_keeps_create_until_its_job_exists(
+    sim: Sim, clock: Clock, remote: str | None
+) -> None:
+    """Found by review 19e: the Job Object is composed without a set, so the API server
+    stores the Object CRD's default ``['*']``; that set was rewritten to ``[Observe,
+    Delete]`` as if it were an earlier version's before the Job existed, and
+    provider-kubernetes then never created the Job (a slow provider, or a create
+    refused by a quota, is enough)."""
+    sim.add(spec())
+    assert sim.step()["phase"] == "WaitingForIdle"
+    clock.advance(600)
+    assert sim.step()["phase"] == "Starting"
+    (key,) = sim.observed[BACKFILL]
+    obj = sim.observed[BACKFILL][key]
+    assert "managementPolicies" not in obj["spec"]  # composed without: the CRD default
+    obj["spec"]["managementPolicies"] = ["*"]  # as the API server stores it
+    sim.remote.pop(obj["metadata"]["name"], None)
+    if remote is not None:  # Synced=False: the provider's create failed; it retries
+        sim.remote[obj["metadata"]["name"]] = remote
+    clock.advance(5)
+    assert sim.step()["phase"] == "Starting"
+    assert sim.observed[BACKFILL][key]["spec"].get("managementPolicies", ["*"]) == ["*"]
+
+
 def test_starting_recreates_an_object_crossplane_has_not_created(sim: Sim, clock: Clock) -> None:
     sim.add(spec())
     sim.step()

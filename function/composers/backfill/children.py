@@ -49,6 +49,11 @@ JOB_PREFIX = "job-"
 # with that set is left Synced=False, unobserved and undeleted (review 19b;
 # tests/e2e/test_provider_policies.py checks every set with the resolver itself).
 NO_CREATE_POLICIES = ["Observe", "Delete"]
+# What versions before session 19 wrote instead, once the Job existed; provider-kubernetes
+# refuses it (settle_policies rewrites it). Not to be confused with the Object CRD's
+# default ['*'], which the API server stores on an Object composed without a set: that
+# is the function's own, and allows Create (review 19e).
+EARLIER_POLICIES = frozenset({"Observe", "Update", "LateInitialize", "Delete"})
 
 
 def job_key(attempt: int) -> str:
@@ -131,11 +136,12 @@ def job_object(a: Attempt, p: Parsed, cronjob: Struct) -> tuple[str, dict[str, A
 
 
 def settle_policies(out: Outcome, observed: Mapping[str, Any]) -> None:
-    """Every observed Job Object that carries a ``spec.managementPolicies`` set other
-    than :data:`NO_CREATE_POLICIES` (an earlier version's ``[Observe, Update,
-    LateInitialize, Delete]``, which provider-kubernetes refuses) gets
-    :data:`NO_CREATE_POLICIES`: where this outcome keeps it, in the kept body; where it
-    drops it, by keeping it one call more with the set rewritten (review 19c F4).
+    """Every observed Job Object that carries :data:`EARLIER_POLICIES` (an earlier
+    version's set, which provider-kubernetes refuses) gets :data:`NO_CREATE_POLICIES`:
+    where this outcome keeps it, in the kept body; where it drops it, by keeping it one
+    call more with the set rewritten (review 19c F4). Any other set is left as it is:
+    the CRD's default ``['*']`` of an Object whose Job is not created yet must keep
+    Create (review 19e).
     crossplane-runtime checks the set before it handles a deletion, so an Object
     deleted with a refused set would keep its finalizer and its remote Job for ever;
     the next call drops it with a set the provider deletes it under.
@@ -148,7 +154,7 @@ def settle_policies(out: Outcome, observed: Mapping[str, Any]) -> None:
             continue
         spec = structs.fields_of(child.resource, "spec")
         have = spec.get("managementPolicies")
-        if have is None or [v.string_value for v in have.list_value.values] == NO_CREATE_POLICIES:
+        if have is None or {v.string_value for v in have.list_value.values} != EARLIER_POLICIES:
             continue
         if key not in out.resources:
             out.keep(key, child.resource, ready=True)
