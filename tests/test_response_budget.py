@@ -342,3 +342,26 @@ def test_spec_replicas_alone_past_the_limit_in_a_failover_is_refused_measured() 
     assert msg.startswith("invalid ModelDeployment ml-team/chat: spec.replicas: 100 "), msg
     assert "cluster, labels and status rows" in msg and "bytes, over the 4,194,304" in msg, msg
     assert "lower spec.replicas to at most 99," in msg, msg
+
+
+@pytest.mark.parametrize("moves", [60, 150], ids=["under-the-records", "past-the-records"])
+def test_each_move_is_announced_once_however_many_are_under_way(moves: int) -> None:
+    """Found by review 19e: ``status.displaced`` keeps 100 records, and every move past
+    them "started" again on every reconcile, each with a ``ReplicaMoving`` Warning."""
+    from collections import Counter
+
+    xr = _big_deployment(moves, 0.1)
+    rsp, _ = h.drive(h.run, xr, None, h.World([ic("gpu-a", nodes=moves)]))
+    assert not h.fatal(rsp), h.fatal(rsp)
+    world = h.World([ic("gpu-a", nodes=moves, ready=False), ic("gpu-z", nodes=moves)])
+    serving = {i: SERVING for i in range(moves)}  # the old replicas serve
+    obs = observe(rsp, serving)
+    xr = _written(xr, rsp)
+    announced = []
+    for _ in range(4):
+        rsp, _ = h.drive(h.run, xr, obs, world)
+        assert not h.fatal(rsp), h.fatal(rsp)
+        announced.append(Counter(r.reason for r in rsp.results)["ReplicaMoving"])
+        obs = observe(rsp, serving)  # the replacements composed, observed not Ready
+        xr = _written(xr, rsp)
+    assert announced == [moves, 0, 0, 0], announced

@@ -53,6 +53,7 @@ from function.composers.deployment.terms import (
     CACHE_ROLLOUT,
     HELD_USAGE_PREFIX,
     INVALID_DEVICE_SELECTOR,
+    MAX_DISPLACED,
     MAX_NEXT_CLUSTERS,
     MIN_NEXT_CLUSTERS,
     MOVES_DEFERRED,
@@ -734,6 +735,12 @@ def _children(
             out.normal(msg, "ReplicaRemoved")
         else:
             out.warning(msg, "ReplicaRemoved")
+    # status.displaced keeps MAX_DISPLACED records: with that many, a move without one
+    # may be under way already (unrecorded), so it is not announced again on every
+    # reconcile (review 19e); the moves past the records are named by ReplicasReady.
+    full = bool(placement.moving) and (
+        len(_read_displaced(_displaced_status(inputs))) >= MAX_DISPLACED
+    )
     for mv in placement.moving:
         moves = Result(
             "Warning",
@@ -741,7 +748,7 @@ def _children(
             "a replacement serves (make-before-break)",
             "ReplicaMoving",
         )
-        if not mv.starts:  # one Warning when the move starts, not one per reconcile
+        if not mv.starts or full:  # one Warning when the move starts, not per reconcile
             call.unsaid.append(moves)
             continue
         out.results.append(moves)
