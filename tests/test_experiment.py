@@ -1226,22 +1226,12 @@ def test_bad_input_holds_a_run_whose_children_exist_without_its_admission(
     sim_factory, clock: Clock, case: Case[Unadmitted, Held]
 ) -> None:
     got, want = case.inputs, case.want
-    gate = {"modelCacheRef": {"name": "qwen-cache"}}
-    sim = sim_factory(spec(artifactGate=gate) if got.gated else None)
-    if got.evaluating:
-        sim.to_evaluating()
-    else:
-        sim.reconcile()
-        sim.reconcile()  # the candidate is observed
-        assert sim.phase == "Deploying", sim.status
+    sim = _run_one(sim_factory, got)
     before = copy.deepcopy(sim.observed)
     original, world = copy.deepcopy(sim.xr["spec"]), list(sim.world)
     sim.xr["spec"] = copy.deepcopy(original)
     got.bad(sim)
-    if got.status == "lost":
-        del sim.xr["status"]
-    else:
-        sim.xr["status"].pop("candidate")
+    _lose_admission(sim, got)
     clock.advance(60)
     sim.reconcile()
     assert set(desired(sim.rsp)) == set(before), sorted(desired(sim.rsp))
@@ -1269,8 +1259,8 @@ def test_bad_input_holds_a_run_whose_children_exist_without_its_admission(
     assert set(before) <= set(sim.observed), sorted(sim.observed)
 
 
-def _unadmitted_and_held(sim_factory: Any, got: Unadmitted, clock: Clock) -> Sim:
-    """Run 1 as far as ``got`` says, its status lost or unadmitted, held by ``got.bad``."""
+def _run_one(sim_factory: Any, got: Unadmitted) -> Sim:
+    """Run 1 as far as ``got`` says: deploying (its candidate observed) or evaluating."""
     gate = {"modelCacheRef": {"name": "qwen-cache"}}
     sim = sim_factory(spec(artifactGate=gate) if got.gated else None)
     if got.evaluating:
@@ -1279,11 +1269,22 @@ def _unadmitted_and_held(sim_factory: Any, got: Unadmitted, clock: Clock) -> Sim
         sim.reconcile()
         sim.reconcile()  # the candidate is observed
         assert sim.phase == "Deploying", sim.status
-    got.bad(sim)
+    return sim
+
+
+def _lose_admission(sim: Sim, got: Unadmitted) -> None:
+    """The status lost whole, or only the run's admission record."""
     if got.status == "lost":
         del sim.xr["status"]
     else:
         sim.xr["status"].pop("candidate")
+
+
+def _unadmitted_and_held(sim_factory: Any, got: Unadmitted, clock: Clock) -> Sim:
+    """Run 1 as far as ``got`` says, its status lost or unadmitted, held by ``got.bad``."""
+    sim = _run_one(sim_factory, got)
+    got.bad(sim)
+    _lose_admission(sim, got)
     clock.advance(60)
     sim.reconcile()
     assert sim.phase == "Blocked", sim.status

@@ -121,16 +121,7 @@ def decided_under_invalid_spec(c: _Composer, st: RunState) -> bool:
     deadline = parse_time(st.candidate.get("deadline"))
     if not st.candidate.get("createdAt") or st.verdict or deadline is None:
         return False
-    inputs = c.inputs
-    run = ActiveRun(
-        c,
-        None,
-        st,
-        deadline,
-        _live(inputs.observed_body(candidate_key(st.number))),
-        _live(inputs.observed_body(job_key(st.number))),
-        UNRESOLVED,
-    )
+    run = _run_as_observed(c, None, st, deadline)
     return run.job_finished() or run.deadline_passed() or run.candidate_lost()
 
 
@@ -270,8 +261,17 @@ def decided_without_record(
     this call, as a held edit is: its gauntlet Job finished (before ``deadline``: else it
     is ``TimedOut``), or ``deadline`` (:func:`children_deadline`) passed. The verdict is
     recorded as an admitted run's, the candidate released and the Job kept as evidence."""
+    run = _run_as_observed(c, spec, st, deadline)
+    return run.job_finished() or run.deadline_passed()
+
+
+def _run_as_observed(
+    c: _Composer, spec: ExperimentSpec | None, st: RunState, deadline: datetime.datetime
+) -> ActiveRun:
+    """Run ``st`` as its observed children show it (the CronJob not read: ``UNRESOLVED``),
+    to decide it without admitting it."""
     inputs = c.inputs
-    run = ActiveRun(
+    return ActiveRun(
         c,
         spec,
         st,
@@ -280,7 +280,6 @@ def decided_without_record(
         _live(inputs.observed_body(job_key(st.number))),
         UNRESOLVED,
     )
-    return run.job_finished() or run.deadline_passed()
 
 
 _NOT_SET = "spec.artifactGate is not set: no artifact evidence is required"
