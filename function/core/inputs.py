@@ -424,10 +424,8 @@ class Inputs:
         now: The current time (timezone-aware UTC); an input so tests control it.
         settings: The effective settings (see ``function.ops.settings``).
         tag: The request tag (``meta.tag``), for logs.
-        frame_bytes: Bytes of the response that no composer writes: the request's
-            desired state (earlier pipeline steps), its context and tag, which the
-            runner sends back (:func:`function.edge.codec.encode`); 0 when not known.
-            :meth:`function.core.outcome.Outcome.response_bytes` adds them.
+        frame: Counts, when called, the bytes of the response that no composer
+            writes (:attr:`frame_bytes`); None when not known.
     """
 
     xr: Struct
@@ -436,7 +434,17 @@ class Inputs:
     now: datetime.datetime
     settings: Settings
     tag: str = ""
-    frame_bytes: int = 0
+    frame: Callable[[], int] | None = None
+
+    @cached_property
+    def frame_bytes(self) -> int:
+        """Bytes of the response that no composer writes: the request's desired state
+        (earlier pipeline steps), its context and tag, which the runner sends back
+        (:func:`function.edge.codec.encode`); 0 when not known.
+        :meth:`function.core.outcome.Outcome.response_bytes` adds them. Counted only
+        when read (upb's ``ByteSize`` encodes the message): only a call measuring its
+        response near the 4 MiB limit reads it."""
+        return self.frame() if self.frame is not None else 0
 
     @cached_property
     def api_version(self) -> str:

@@ -75,8 +75,8 @@ def decode(
         now=now,
         settings=settings,
         tag=req.meta.tag,
-        # What encode copies back as it is (ByteSize: computed in C, and cached).
-        frame_bytes=req.desired.ByteSize() + req.context.ByteSize() + len(req.meta.tag),
+        # What encode copies back as it is; counted only if a composer asks.
+        frame=lambda: req.desired.ByteSize() + req.context.ByteSize() + len(req.meta.tag),
     )
 
 

@@ -34,6 +34,13 @@ OBJECT_KIND = "Object"
 ANNOTATION_CREATE_PENDING = "crossplane.io/external-create-pending"
 ANNOTATION_CREATE_SUCCEEDED = "crossplane.io/external-create-succeeded"
 ANNOTATION_CREATE_FAILED = "crossplane.io/external-create-failed"
+# ``spec.managementPolicies`` of an Object kept once its remote object exists: observed
+# and deleted with the Object, never created again (deleted by hand, it stays deleted)
+# nor updated (a Job's template is immutable). A set provider-kubernetes supports:
+# crossplane-runtime's default list, which it uses (review 19b found the backfill's
+# {Observe, Update, LateInitialize, Delete} refused: the Object was left unobserved and
+# undeleted); tests/e2e/test_provider_policies.py checks it with the resolver itself.
+OBSERVE_DELETE_POLICIES = ["Observe", "Delete"]
 
 
 class ObjectOptions(TypedDict, total=False):

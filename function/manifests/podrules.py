@@ -452,7 +452,8 @@ def _check_resources(resources: dict[str, Any], field: str) -> None:
         values = resources.get(key)
         if not isinstance(values, dict):
             continue
-        for name, value in values.items():
+        for name in sorted(values):  # the smallest refused name, whatever the map order
+            value = values[name]
             path = f"{field}.{key}[{_key(name)}]"
             _check_resource_name(name, path)
             q = out[name] = _quantity(value, path, "16Gi" if name == "memory" else "2")
@@ -466,7 +467,7 @@ def _check_resources(resources: dict[str, Any], field: str) -> None:
                     f"{_shown(value)} is not a whole number: an extended resource "
                     f"({_key(name)}) is counted in whole units",
                 )
-    for name, q in requests.items():
+    for name, q in requests.items():  # sorted, as built above
         _check_request(resources, field, name, q, limits)
     names = {*limits, *requests}
     if any(n.startswith(_HUGEPAGES) for n in names) and not names & {"cpu", "memory"}:

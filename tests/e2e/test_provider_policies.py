@@ -18,11 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from function.composers.backfill.children import NO_CREATE_POLICIES
-from function.composers.experiment.children import EVIDENCE_POLICIES
+from function.manifests.objects import OBSERVE_DELETE_POLICIES
 from tests.support import crossplane
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -49,8 +47,7 @@ def _written() -> tuple[dict[tuple[str, ...], str], int]:
     golden composed resources carry one."""
     hits = 0
     seen = {
-        tuple(NO_CREATE_POLICIES): "backfill NO_CREATE_POLICIES",
-        tuple(EVIDENCE_POLICIES): "experiment EVIDENCE_POLICIES",
+        tuple(OBSERVE_DELETE_POLICIES): "objects.OBSERVE_DELETE_POLICIES",
     }
     for path in sorted(GOLDEN.rglob("want.yaml")):
         want = yaml.safe_load(path.read_text()) or {}
@@ -107,9 +104,9 @@ def test_every_policy_set_the_function_writes_is_accepted(xp: crossplane.Tools) 
     assert not refused, refused
 
 
-@pytest.mark.parametrize("name", ["NO_CREATE_POLICIES", "EVIDENCE_POLICIES"])
-def test_kept_objects_still_delete(name: str) -> None:
-    """A Job the function keeps as observed is still deleted with its Object (a cancel
-    must remove the remote Job), and is never created again behind the function's back."""
-    value = {"NO_CREATE_POLICIES": NO_CREATE_POLICIES, "EVIDENCE_POLICIES": EVIDENCE_POLICIES}
-    assert "Delete" in value[name] and "Create" not in value[name] and "*" not in value[name]
+def test_kept_objects_still_delete() -> None:
+    """A Job the function keeps as observed (a backfill's once created, an experiment's
+    evidence) is still deleted with its Object (a cancel must remove the remote Job), and
+    is never created again behind the function's back."""
+    assert "Delete" in OBSERVE_DELETE_POLICIES
+    assert "Create" not in OBSERVE_DELETE_POLICIES and "*" not in OBSERVE_DELETE_POLICIES

@@ -24,7 +24,7 @@ from function.api.modelbackfill import ENDPOINT_ENV, Parsed
 from function.core import structs
 from function.core.outcome import Outcome
 from function.manifests.jobs import JOB_FINISHED_CEL, job_from_cronjob
-from function.manifests.objects import cel_readiness, remote_object
+from function.manifests.objects import OBSERVE_DELETE_POLICIES, cel_readiness, remote_object
 from function.naming import (
     LABEL_BACKFILL,
     LABEL_CLUSTER,
@@ -42,13 +42,6 @@ from function.naming import (
 from function.serving.env import set_env
 
 JOB_PREFIX = "job-"
-# Object management once provider-kubernetes created the Job: observed and deleted with
-# its Object, never created again (a Job deleted by hand stays deleted) nor updated (a
-# Job's template is immutable). A set provider-kubernetes supports: crossplane-runtime's
-# default list, which it uses, has no {Observe, Update, LateInitialize, Delete}; an Object
-# with that set is left Synced=False, unobserved and undeleted (review 19b;
-# tests/e2e/test_provider_policies.py checks every set with the resolver itself).
-NO_CREATE_POLICIES = ["Observe", "Delete"]
 # What versions before session 19 wrote instead, once the Job existed; provider-kubernetes
 # refuses it (settle_policies rewrites it). Not to be confused with the Object CRD's
 # default ['*'], which the API server stores on an Object composed without a set: that
@@ -137,7 +130,7 @@ def job_object(a: Attempt, p: Parsed, cronjob: Struct) -> tuple[str, dict[str, A
 
 def settle_policies(out: Outcome, observed: Mapping[str, Any]) -> None:
     """Every observed Job Object that carries :data:`EARLIER_POLICIES` (an earlier
-    version's set, which provider-kubernetes refuses) gets :data:`NO_CREATE_POLICIES`:
+    version's set, which provider-kubernetes refuses) gets :data:`OBSERVE_DELETE_POLICIES`:
     where this outcome keeps it, in the kept body; where it drops it, by keeping it one
     call more with the set rewritten (review 19c F4). Any other set is left as it is:
     the CRD's default ``['*']`` of an Object whose Job is not created yet must keep
@@ -160,7 +153,7 @@ def settle_policies(out: Outcome, observed: Mapping[str, Any]) -> None:
             out.keep(key, child.resource, ready=True)
         body = out.resources[key].body
         assert isinstance(body, Struct)
-        body.get_or_create_struct("spec")["managementPolicies"] = NO_CREATE_POLICIES
+        body.get_or_create_struct("spec")["managementPolicies"] = OBSERVE_DELETE_POLICIES
 
 
 def keep_job(out: Outcome, key: str, obs: Struct, *, created: bool) -> None:
@@ -174,4 +167,4 @@ def keep_job(out: Outcome, key: str, obs: Struct, *, created: bool) -> None:
     assert isinstance(body, Struct)
     body.get_or_create_struct("spec")["readiness"] = cel_readiness(JOB_FINISHED_CEL)
     if created:
-        body.get_or_create_struct("spec")["managementPolicies"] = NO_CREATE_POLICIES
+        body.get_or_create_struct("spec")["managementPolicies"] = OBSERVE_DELETE_POLICIES

@@ -29,7 +29,7 @@ from function.core import structs
 from function.core.errors import quoted
 from function.core.inputs import Inputs
 from function.manifests.jobs import JOB_FINISHED_CEL, job_from_cronjob
-from function.manifests.objects import remote_object
+from function.manifests.objects import OBSERVE_DELETE_POLICIES, remote_object
 from function.naming import (
     ANNOTATION_EXPERIMENT,
     ANNOTATION_GATE_CACHE,
@@ -48,8 +48,6 @@ from function.naming import (
 from function.serving.env import literal_env, set_env
 
 ENV_SERVED_MODEL_NAME = SERVED_NAME_ENV
-
-EVIDENCE_POLICIES = ["Observe", "Delete"]
 
 
 def child_labels(experiment: str, st: RunState) -> tuple[dict[str, str], dict[str, str]]:
@@ -215,5 +213,5 @@ def evidence_body(obs: Struct) -> Struct:
             if key in meta:
                 out[key] = meta[key]
     if isinstance(structs.get(body, "spec"), Struct) or "spec" not in body:
-        body.get_or_create_struct("spec")["managementPolicies"] = EVIDENCE_POLICIES
+        body.get_or_create_struct("spec")["managementPolicies"] = OBSERVE_DELETE_POLICIES
     return body
