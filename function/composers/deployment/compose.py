@@ -255,7 +255,7 @@ def _fit_surge(call: _Call, room: _Room, again: Callable[[int], Outcome | _Call]
     if size <= MAX_RESPONSE_BYTES:
         return call.out
     assert room.surge is not None
-    replicas = room.most - room.surge
+    replicas = room.replicas
     hi, hi_size = room.surge, size
     lo, lo_size, lo_out = -1, 0, call.out
     steps = 0
@@ -300,9 +300,7 @@ class _Room(NamedTuple):
             ``spec.template``: :func:`function.composers.deployment.children._replica_size`).
         fit: How many such lower bounds fit in :data:`MAX_RESPONSE_BYTES` (the
             refusal's bound before anything is built: :func:`_refuse_oversized`).
-        most: How many ModelReplicas this placement composes at most:
-            ``spec.replicas + surge`` (more do not fit: by the lower bound when it is
-            ``fit``, else measured by :func:`_fit_surge`).
+        replicas: ``spec.replicas``.
         surge: ``Request.surge``: how many replicas may be kept beside their
             replacements, or None when ``spec.replicas`` alone does not fit (then the
             call is refused). :meth:`of` gives ``fit - spec.replicas``, an upper bound;
@@ -312,19 +310,27 @@ class _Room(NamedTuple):
 
     each: int
     fit: int
-    most: int
+    replicas: int
     surge: int | None
 
     @classmethod
     def of(cls, inputs: Inputs, replicas: int) -> _Room:
         each = _replica_size(inputs.namespace, inputs.name, _template_key(inputs))
         fit = MAX_RESPONSE_BYTES // each
-        return cls(each, fit, fit, fit - replicas if replicas <= fit else None)
+        return cls(each, fit, replicas, fit - replicas if replicas <= fit else None)
+
+    @property
+    def most(self) -> int:
+        """How many ModelReplicas this placement composes at most: ``spec.replicas +
+        surge`` (more do not fit: by the lower bound while the surge is :meth:`of`'s,
+        ``fit``; else measured by :func:`_fit_surge`). ``fit`` when ``spec.replicas``
+        alone does not fit (no surge: the call is refused, nothing is deferred)."""
+        return self.fit if self.surge is None else self.replicas + self.surge
 
     def at(self, surge: int) -> _Room:
         """This room with ``surge`` (at most ``self.surge``) instead."""
         assert self.surge is not None and 0 <= surge <= self.surge
-        return self._replace(most=self.most - self.surge + surge, surge=surge)
+        return self._replace(surge=surge)
 
 
 def _refuse_oversized(inputs: Inputs, placed: int, replicas: int, room: _Room) -> None:
