@@ -42,6 +42,7 @@ from function.composers.deployment.spec import (
 )
 from function.composers.deployment.status import (
     _carry_displaced,
+    _Displaced,
     _displaced_status,
     _read_displaced,
     _status_from,
@@ -123,6 +124,12 @@ class _Call:
     placed: list[_Observed]
     unknown: str = ""
     """Observed ModelReplicas the function cannot account for (:func:`_unknown_replicas`)."""
+    displaced: tuple[_Displaced, ...] = ()
+    """The well-formed records of the observed ``status.displaced``, read once per call
+    (:func:`~function.composers.deployment.status._read_displaced`; at most
+    :data:`MAX_DISPLACED` as written). Shared by every placement of the call: never
+    changed (:func:`~function.composers.deployment.status._track_displaced` works on
+    copies)."""
     unsaid: list[Result] = dc_field(default_factory=list)
     """The Warnings this call leaves out because an earlier call emitted them (a move
     that started, the deferred moves, a replica that cannot move): :func:`_fit_surge`
@@ -443,7 +450,16 @@ def _observe(inputs: Inputs, out: Outcome, replicas: int, cache: str | None) -> 
     own_clusters = frozenset(v.cluster for v in placed)
     ahead, fleet_ahead = capacity.upfront(inputs, own_clusters, len(placed), replicas)
     return _Call(
-        inputs, out, replicas, rows, cache, ahead, fleet_ahead, placed, _unknown_replicas(unknown)
+        inputs,
+        out,
+        replicas,
+        rows,
+        cache,
+        ahead,
+        fleet_ahead,
+        placed,
+        _unknown_replicas(unknown),
+        tuple(_read_displaced(_displaced_status(inputs))),
     )
 
 
@@ -516,7 +532,7 @@ def _request(
 ) -> Request:
     """The placement request: the spec, the fleet lists, the existing replicas and the
     surge the response leaves room for (:class:`_Room`)."""
-    displaced = frozenset(d.index for d in _read_displaced(_displaced_status(call.inputs)))
+    displaced = frozenset(d.index for d in call.displaced)
     existing = []
     for v in call.placed:
         assert v.index is not None
@@ -744,9 +760,7 @@ def _children(
     # status.displaced keeps MAX_DISPLACED records: with that many, a move without one
     # may be under way already (unrecorded), so it is not announced again on every
     # reconcile (review 19e); the moves past the records are named by ReplicasReady.
-    full = bool(placement.moving) and (
-        len(_read_displaced(_displaced_status(inputs))) >= MAX_DISPLACED
-    )
+    full = len(call.displaced) >= MAX_DISPLACED
     for mv in placement.moving:
         moves = Result(
             "Warning",
@@ -754,10 +768,7 @@ def _children(
             "a replacement serves (make-before-break)",
             "ReplicaMoving",
         )
-        if not mv.starts or full:  # one Warning when the move starts, not per reconcile
-            call.unsaid.append(moves)
-            continue
-        out.results.append(moves)
+        _say(call, moves, not mv.starts or full)  # when the move starts, not per reconcile
     _warn_stuck(call, placement)
     # A cache replicas are still held on keeps a Usage until none is, and until every
     # replica is ready after a switch (or the reference's removal): a replica given
@@ -788,10 +799,15 @@ def _warn_stuck(call: _Call, placement: Placement) -> None:
             "replacement fits: it stays, and moves once one does",
             "ReplicaNotMoved",
         )
-        if f"replica {st.index} on {st.cluster} ({st.why})" in said:
-            call.unsaid.append(warning)
-            continue
-        call.out.results.append(warning)
+        _say(call, warning, f"replica {st.index} on {st.cluster} ({st.why})" in said)
+
+
+def _say(call: _Call, warning: Result, said: bool) -> None:
+    """Emit ``warning`` (a result: a Kubernetes event on the XR), unless an earlier call
+    emitted it (``said``: once per change, not every reconcile); then it goes to
+    ``call.unsaid``, which :func:`_measured` counts as sent (the surge does not depend
+    on what was said before)."""
+    (call.unsaid if said else call.out.results).append(warning)
 
 
 def _observed_usages(inputs: Inputs) -> dict[str, str]:
@@ -966,17 +982,16 @@ def _report(call: _Call, placement: Placement, rows: list[Any], room: _Room) -> 
         out.requeue_after(inputs.settings.poll_seconds)
     if deferred:
         said = structs.get(structs.conditions(inputs.xr).get(SCHEDULED), "message")
-        if not isinstance(said, str) or deferred not in said:  # once per change
-            out.warning(deferred, MOVES_DEFERRED)
-        else:
-            call.unsaid.append(Result("Warning", deferred, MOVES_DEFERRED))
+        warning = Result("Warning", deferred, MOVES_DEFERRED)
+        _say(call, warning, isinstance(said, str) and deferred in said)  # once per change
     done = _status_from(inputs, out, call.replicas, rows, call.cache, moving=placement.moving)
     if not done or placement.moving or placement.deferred:
         out.requeue_after(inputs.settings.poll_seconds)
-    prev = _displaced_status(inputs)
-    if prev is not None or placement.moving or any(not r.scaled_down for r in placement.removed):
+    # Without a record or a move, tracking writes nothing (status.displaced is then
+    # left out, as when its records are all malformed).
+    if call.displaced or placement.moving or any(not r.scaled_down for r in placement.removed):
         by_index = {v.index: v for v in call.placed if v.index is not None}
-        _track_displaced(inputs, out, placement, by_index, prev)
+        _track_displaced(inputs, out, placement, by_index, call.displaced)
 
 
 def _deferred(placement: Placement, replicas: int, room: _Room) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from google.protobuf.struct_pb2 import ListValue, Struct
@@ -302,7 +302,7 @@ def _track_displaced(
     out: Outcome,
     placement: Placement,
     by_index: Mapping[int, _Observed],
-    prev: ListValue | None,
+    recorded: Sequence[_Displaced],
 ) -> None:
     """Record displaced replicas in ``status.displaced`` and observe each replacement once.
 
@@ -326,10 +326,12 @@ def _track_displaced(
       or the displaced replica was one too many), the fleet is not short: drop it
       without a sample.
 
-    At most :data:`MAX_DISPLACED` records are kept (the newest). Cost: O(records) plus,
-    only while a record exists, one pass over the placed replicas.
+    ``recorded``: the records of the observed ``status.displaced``
+    (:func:`_read_displaced`, read once per call by the caller); they are copied, not
+    changed. At most :data:`MAX_DISPLACED` records are kept (the newest). Cost:
+    O(records) plus, only while a record exists, one pass over the placed replicas.
     """
-    records = _read_displaced(prev)
+    records = [replace(d) for d in recorded]  # the caller's stay as read
     now = format_time(inputs.now)
     since = parse_time(now) or inputs.now  # what later calls read back from ``at``
     known = {(d.index, d.from_cluster) for d in records}
