@@ -195,20 +195,22 @@ def admit(c: _Composer, spec: ExperimentSpec, st: RunState) -> bool:
     return True
 
 
-def _children(c: _Composer, st: RunState) -> list[Any]:
-    """Run ``st``'s candidate and gauntlet Job Object as observed, those not being deleted
-    (a previous run's going away under the same names is not this run's)."""
+def _children(c: _Composer, st: RunState) -> tuple[Any, Any]:
+    """Run ``st``'s candidate and gauntlet Job Object as observed, each None when it is
+    not observed or is being deleted: an object being deleted is a previous run's going
+    away under the same names (a suspended run resumed, say), not this run's (found by a
+    review: the terminating candidate was taken as the resumed run's, then "lost")."""
     inputs = c.inputs
-    found = (
-        _live(inputs.observed_body(key)) for key in (candidate_key(st.number), job_key(st.number))
+    return (
+        _live(inputs.observed_body(candidate_key(st.number))),
+        _live(inputs.observed_body(job_key(st.number))),
     )
-    return [obs for obs in found if obs is not None]
 
 
 def children_observed(c: _Composer, st: RunState) -> bool:
     """Whether run ``st``'s candidate or gauntlet Job is observed (and not being deleted:
-    a previous run's going away under the same names is not this run's)."""
-    return bool(_children(c, st))
+    :func:`_children`)."""
+    return any(obs is not None for obs in _children(c, st))
 
 
 def observed_run(c: _Composer, st: RunState) -> int:
@@ -244,7 +246,8 @@ def children_deadline(c: _Composer, spec: ExperimentSpec, st: RunState) -> datet
     created = [
         t
         for obs in _children(c, st)
-        if (t := parse_time(structs.get(obs, "metadata", "creationTimestamp"))) is not None
+        if obs is not None
+        and (t := parse_time(structs.get(obs, "metadata", "creationTimestamp"))) is not None
     ]
     if not created:
         return None
@@ -270,16 +273,8 @@ def _run_as_observed(
 ) -> ActiveRun:
     """Run ``st`` as its observed children show it (the CronJob not read: ``UNRESOLVED``),
     to decide it without admitting it."""
-    inputs = c.inputs
-    return ActiveRun(
-        c,
-        spec,
-        st,
-        deadline,
-        _live(inputs.observed_body(candidate_key(st.number))),
-        _live(inputs.observed_body(job_key(st.number))),
-        UNRESOLVED,
-    )
+    cand_obs, job_obs = _children(c, st)
+    return ActiveRun(c, spec, st, deadline, cand_obs, job_obs, UNRESOLVED)
 
 
 _NOT_SET = "spec.artifactGate is not set: no artifact evidence is required"
@@ -471,11 +466,7 @@ class ActiveRun:
         deadline = parse_time(st.candidate.get("deadline")) or (
             created + datetime.timedelta(seconds=spec.timeout_seconds)
         )
-        # An object being deleted is a previous run's going away (a suspended run resumed
-        # under the same names, say): not this run's candidate or Job (found by a review:
-        # the terminating candidate was taken as the resumed run's, then "lost").
-        cand_obs = _live(inputs.observed_body(candidate_key(st.number)))
-        job_obs = _live(inputs.observed_body(job_key(st.number)))
+        cand_obs, job_obs = _children(c, st)  # not a previous run's being deleted
         found: Any = UNRESOLVED
         if cand_obs is not None and replicas:
             c.out.require(
