@@ -9,7 +9,10 @@ workload cluster the README supports; none of these rules is relaxed in later re
   that ``IsQualifiedName`` is, and ``IsLabelValue``);
 - ``k8s.io/apimachinery/pkg/api/validation`` (``ValidateAnnotations``: a qualified name
   once lowercased by Go's ``strings.ToLower``, :func:`go_lower`,
-  :data:`ANNOTATIONS_MAX_BYTES` in all).
+  :data:`ANNOTATIONS_MAX_BYTES` in all);
+- ``k8s.io/apimachinery/pkg/api/resource`` (``ParseQuantity``: :func:`go_parse_quantity`;
+  ``Quantity.UnmarshalJSON``, how an object's quantity is decoded:
+  :func:`decode_quantity`).
 
 Where a rule applies a Go string function first, this module has Go's, not Python's
 look-alike (:func:`go_lower`, :func:`go_trim_space`): the two differ on a few
@@ -30,7 +33,9 @@ newline), for ``match`` and ``fullmatch`` alike.
 
 from __future__ import annotations
 
+import decimal
 import re
+from collections.abc import Container
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -183,3 +188,131 @@ def suggest_label(value: str, fallback: str = "my-name") -> str:
     when nothing is left."""
     folded = re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-")
     return folded[:DNS1123_LABEL_MAX].rstrip("-") or fallback
+
+
+# ---- quantities: k8s.io/apimachinery/pkg/api/resource ---------------------------------
+
+# resource.ErrFormatWrong
+QUANTITY_FORMAT_WRONG = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+QUANTITY_NUMERIC = "unable to parse numeric part of quantity"  # resource.ErrNumeric
+QUANTITY_SUFFIX = "unable to parse quantity's suffix"  # resource.ErrSuffix
+_DIGITS = frozenset("0123456789")
+_SUFFIX_LETTERS = frozenset("eEinumkKMGTP")
+_DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12}
+_DECIMAL_SUFFIXES |= {"P": 15, "E": 18}
+_BINARY_SUFFIXES = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_EXPONENT = re.compile(r"[+-]?[0-9]+\Z")  # what strconv.ParseInt(s, 10, 64) reads
+_INT64_MAX = 2**63 - 1  # resource.maxAllowed, the cap of a binary-suffixed quantity
+# What Go's encoding/json writes as an escape (control characters, '"', '\\', '<', '>',
+# '&', U+2028, U+2029): the API server's decoder gets the escape, not the character.
+_GO_JSON_ESCAPED = re.compile('[\x00-\x1f"\\\\<>&\u2028\u2029]')
+# Exact arithmetic on any exponent an int32 holds, and on every digit written.
+_EXACT = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
+
+
+def go_parse_quantity(text: str) -> decimal.Decimal:
+    """Go's ``resource.ParseQuantity`` (k8s.io/apimachinery v0.35.3, checked against it
+    on 48,125 strings): the value of ``text``, as ``Quantity.AsDec`` has it, or
+    ValueError with Go's error.
+
+    The grammar (``parseQuantityString``): an optional sign, digits with at most one
+    ``.`` (no digit at all reads as 0: ``Gi``, ``+``, ``.``), then a suffix: binary
+    ``Ki`` .. ``Ei``, decimal ``n``, ``u``, ``m``, ``k``, ``M``, ``G``, ``T``, ``P``,
+    ``E``, or ``e``/``E`` and an exponent (an int64, kept as Go's ``int32()`` wraps it).
+    No whitespace (:func:`decode_quantity` trims, as the JSON decoder does). The
+    value: exact, then, where Go takes its arbitrary-precision path, rounded away from
+    zero to a multiple of 10^-9 (``0.1n`` is ``1n``) and, with a binary suffix, capped
+    at 2^63 - 1 (``9Ei``). That path needs a digit: one without (``Pi``, ``Ei``,
+    ``e-10``) is ``unable to parse numeric part of quantity``.
+
+    Raises:
+        ValueError: :data:`QUANTITY_FORMAT_WRONG` (``""``, ``16gb``, ``0x10``),
+            :data:`QUANTITY_SUFFIX` (``1ki``), :data:`QUANTITY_NUMERIC` (``Pi``).
+    """
+    if not text:
+        raise ValueError(QUANTITY_FORMAT_WRONG)
+    negative, num, denom, digits, suffix = _split_quantity(text)
+    binary = suffix in _BINARY_SUFFIXES
+    if suffix in _DECIMAL_SUFFIXES:
+        exponent = _DECIMAL_SUFFIXES[suffix]
+    elif binary:
+        exponent = _BINARY_SUFFIXES[suffix]
+    elif len(suffix) > 1 and suffix[0] in "eE" and _EXPONENT.match(suffix[1:]):
+        parsed = int(suffix[1:])
+        if not -(2**63) <= parsed < 2**63:
+            raise ValueError(QUANTITY_SUFFIX)
+        exponent = (parsed + 2**31) % 2**32 - 2**31  # Go's int32(parsed)
+    else:
+        raise ValueError(QUANTITY_SUFFIX)
+    # Go's int64 path (exact) takes a quantity of at most 18 digits with an exponent
+    # down to 10^-9, or a whole binary one of at most 14 - exponent * 3 // 10 digits.
+    if binary:
+        fast = not denom and exponent * 3 // 10 <= 14 - len(num)
+    else:
+        fast = len(num) + len(denom) <= 18 and exponent - len(denom) >= -9
+    if not fast and not digits:
+        raise ValueError(QUANTITY_NUMERIC)
+    with decimal.localcontext(_EXACT):
+        value = decimal.Decimal(f"{num}.{denom}")
+        value = value * (2**exponent) if binary else value.scaleb(exponent)
+        nanos = value.scaleb(9)
+        whole = nanos.to_integral_value(decimal.ROUND_CEILING)
+        if whole != nanos:
+            value = whole.scaleb(-9)
+        if binary and value > _INT64_MAX:
+            value = decimal.Decimal(_INT64_MAX)
+        return -value if negative and value else value
+
+
+def _split_quantity(text: str) -> tuple[bool, str, str, bool, str]:
+    """``parseQuantityString``: (negative, the digits before the point without leading
+    zeros or "0", those after it, whether any digit was written, the suffix).
+
+    Raises:
+        ValueError: :data:`QUANTITY_FORMAT_WRONG`, a character after the suffix's
+            letters and sign that is not a digit.
+    """
+    sign = 1 if text[0] in "+-" else 0
+    negative = text[0] == "-"
+    first = _past(text, sign, "0")  # leading zeros
+    if first == len(text):
+        return negative, "0", "", True, ""
+    point = _past(text, first, _DIGITS)
+    num, denom, pos = text[first:point], "", point
+    if text[point : point + 1] == ".":
+        pos = _past(text, point + 1, _DIGITS)
+        denom = text[point + 1 : pos]
+    digits = first > sign or bool(num) or bool(denom)
+    suffix = pos
+    pos = _past(text, pos, _SUFFIX_LETTERS)
+    if text[pos : pos + 1] in ("+", "-"):
+        pos += 1
+    if _past(text, pos, _DIGITS) < len(text):
+        raise ValueError(QUANTITY_FORMAT_WRONG)
+    return negative, num or "0", denom, digits, text[suffix:]
+
+
+def _past(text: str, pos: int, chars: Container[str]) -> int:
+    """Where the run of ``chars`` in ``text`` from ``pos`` ends."""
+    while pos < len(text) and text[pos] in chars:
+        pos += 1
+    return pos
+
+
+def decode_quantity(text: str) -> decimal.Decimal:
+    """A string quantity as the API server decodes it in an object (a container's
+    ``resources``, an ``emptyDir.sizeLimit``): ``Quantity.UnmarshalJSON`` of the JSON
+    string Go's ``encoding/json`` writes for ``text`` (what Crossplane and
+    provider-kubernetes send): a character it escapes (a control character such as a
+    tab or newline, ``"``, ``\\``, U+2028, U+2029) reaches the decoder as its escape
+    and is refused; the rest is :func:`go_trim_space` (``" 1Gi "`` is ``1Gi``), then
+    :func:`go_parse_quantity`.
+
+    Raises:
+        ValueError: Go's error (:func:`go_parse_quantity`).
+    """
+    if _GO_JSON_ESCAPED.search(text):
+        raise ValueError(QUANTITY_FORMAT_WRONG)
+    return go_parse_quantity(go_trim_space(text))

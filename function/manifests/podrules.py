@@ -32,7 +32,8 @@ and what it calls) refuses in the parts of a pod template the function copies:
   ``resources.limits`` and ``resources.requests`` (``ValidateResourceRequirements``, as
   ``ValidateContainerResourceRequirements`` applies it): container resource names
   (``validateContainerResourceName``), quantities the API server decodes
-  (``resource.ParseQuantity``: ``16gb`` is none) and not negative, whole numbers for an
+  (``resource.ParseQuantity``, :func:`function.core.k8svalidation.decode_quantity`:
+  ``16gb`` is none, ``Gi`` alone is 0) and not negative, whole numbers for an
   extended resource (``nvidia.com/gpu``; ``ValidateResourceQuantityValue``), a request at
   most its limit, equal to it for a resource that cannot be overcommitted (extended
   resources, hugepages: ``IsOvercommitAllowed``), which needs a limit once requested,
@@ -74,7 +75,6 @@ from typing import Any, NoReturn, TypeGuard
 from function.core import k8svalidation as k8s
 from function.core.errors import SpecError, excerpt, quoted, written_as
 from function.core.memo import memo
-from function.scheduling.devices import parse_quantity
 
 _REFUSED = "the workload cluster's API server refuses it"
 _OPERATORS = ("Equal", "Exists")
@@ -90,10 +90,6 @@ _QUANTITY_RULE = (
     "a Kubernetes quantity: a number and an optional suffix, binary Ki, Mi, Gi, Ti, Pi, "
     "Ei or decimal m, k, M, G, T, P, E (16Gi, 500m, 1e3, 0.5)"
 )
-# What Kubernetes' parser (resource.ParseQuantity) reads as 0 and parse_quantity
-# refuses: no digit, at most a sign and a point, and a suffix its int64 fast path takes
-# (binary up to Ti, an exponent from -9 that an int32 holds): "Gi", "+", ".", "e-9".
-_NO_DIGITS = re.compile(r"[+-]?\.?(?:Ki|Mi|Gi|Ti|n|u|m|k|M|G|T|P|E|[eE]([+-]?[0-9]+))?\Z")
 _PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 _HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
 _PROBE_COUNTS = (
@@ -390,8 +386,10 @@ def _check_descending(path: str, field: str) -> None:
 
 def _quantity(value: Any, field: str, example: str) -> Decimal | None:
     """A quantity as the workload cluster decodes and validates it
-    (``resource.Quantity.UnmarshalJSON``: a string :func:`function.scheduling.devices.
-    parse_quantity` reads, trimmed, or a JSON number; ``ValidateNonnegativeQuantity``).
+    (``resource.Quantity.UnmarshalJSON``: a string or a JSON number, both read by
+    :func:`function.core.k8svalidation.decode_quantity`, which is Go's
+    ``resource.ParseQuantity``: ``Gi`` alone is 0, ``16gb`` none;
+    ``ValidateNonnegativeQuantity``).
 
     Returns:
         Its value (None: null, which the API server decodes as no value).
@@ -402,16 +400,14 @@ def _quantity(value: Any, field: str, example: str) -> Decimal | None:
     """
     if value is None:
         return None
+    # A JSON number reaches the decoder as Go writes it (0.5, 1e+21): the same number
+    # as Python's repr.
+    number = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = Decimal(repr(value))
+        number = _decoded(repr(value))
     elif isinstance(value, str):
-        decoded = _decoded(value)
-        if decoded is None:
-            _refuse(
-                field, f"{_shown(value)} is not {_QUANTITY_RULE}: write, for example, {example}"
-            )
-        number = decoded
-    else:
+        number = _decoded(value)
+    if number is None:
         _refuse(field, f"{_shown(value)} is not {_QUANTITY_RULE}: write, for example, {example}")
     if number < 0:
         _refuse(
@@ -422,18 +418,13 @@ def _quantity(value: Any, field: str, example: str) -> Decimal | None:
 
 @memo(4096)
 def _decoded(text: str) -> Decimal | None:
-    """The value of a quantity as the workload cluster decodes ``text``, None where it
-    refuses it (memoized: a template's few quantities recur on every call)."""
+    """The value of a quantity as the workload cluster decodes ``text``
+    (:func:`function.core.k8svalidation.decode_quantity`), None where it refuses it
+    (memoized: a template's few quantities recur on every call)."""
     try:
-        return parse_quantity(text)
+        return k8s.decode_quantity(text)
     except ValueError:
-        return Decimal(0) if _zero_without_digits(text.strip()) else None
-
-
-def _zero_without_digits(text: str) -> bool:
-    """Whether Kubernetes reads ``text`` (no digit: :data:`_NO_DIGITS`) as 0."""
-    m = _NO_DIGITS.match(text) if text else None
-    return m is not None and (m.group(1) is None or -9 <= int(m.group(1)) < 2**31)
+        return None
 
 
 def _check_resources(resources: dict[str, Any], field: str) -> None:
