@@ -1798,3 +1798,201 @@ def test_a_kept_job_that_reads_the_token_keeps_it_until_its_object_is_dropped() 
     assert got[JOB_KEY]["spec"] == _public_baseline()[JOB_KEY]["spec"]
     assert "token-secret" not in got
     assert "authSecret" not in st["message"], st
+
+
+# ---- the cache PVC keeps the storage class it was created with (review 20a F2) ------
+#
+# A PVC's spec is immutable after creation except a bound claim's resources.requests
+# (Kubernetes' ValidatePersistentVolumeClaimUpdate): an InferenceCluster's cache storage
+# class edit must not be written into an existing PVC, or the PVC Object is refused for
+# ever, and every later request growth with it.
+
+_NEW_CLASS = "fsx-lustre-rwx"  # the class the InferenceCluster reports after the edit
+_OLD_CLASS = "rwx-fast"  # the class the PVC was created with (the baseline's)
+_ABSENT = "absent"  # the remote PVC has no storageClassName (Kubernetes' nil)
+_SPEC_IMMUTABLE = (
+    'cannot patch object: PersistentVolumeClaim "x" is invalid: spec: Forbidden: spec is '
+    "immutable after creation except resources.requests and volumeAttributesClassName "
+    'for bound claims ... StorageClassName: &"rwx-fast" -> &"fsx-lustre-rwx"'
+)
+_PENDING_AT = "2026-01-01T00:00:00Z"
+
+
+class PvcSeen(NamedTuple):
+    """How the PVC Object is observed: ``remote`` is the remote PVC's storageClassName
+    (None: no ``status.atProvider`` at all; :data:`_ABSENT`: the field left out);
+    ``sent`` the class its Object was applied with (:data:`_ABSENT`: left out);
+    ``error`` its ``Synced=False`` message (None: ``Synced=True``); ``notes`` its
+    crossplane-runtime create annotations; ``request`` the remote request."""
+
+    remote: str | None
+    sent: str = _OLD_CLASS
+    error: str | None = None
+    notes: dict[str, str] = {}
+    request: str = "2Gi"
+    phase: str = "Bound"
+
+
+class ClassWant(NamedTuple):
+    """The desired PVC's storageClassName (:data:`_ABSENT`: left out) and whether the
+    message says the PVC keeps it (naming the PVC and both classes)."""
+
+    storage_class: str
+    note: bool
+
+
+def _pvc_seen(seen: PvcSeen) -> dict[str, Any]:
+    body = copy.deepcopy(baseline()["pvc"])
+    sent = body["spec"]["forProvider"]["manifest"]["spec"]
+    if seen.sent == _ABSENT:
+        del sent["storageClassName"]
+    else:
+        sent["storageClassName"] = seen.sent
+    synced = {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}
+    if seen.error is not None:
+        synced = {"type": "Synced", "status": "False", "reason": "ReconcileError"}
+        synced["message"] = seen.error
+    body["status"] = {"conditions": [synced]}
+    if seen.notes:
+        body["metadata"]["annotations"] = {**body["metadata"].get("annotations", {}), **seen.notes}
+    if seen.remote is not None:
+        remote = copy.deepcopy(body["spec"]["forProvider"]["manifest"])
+        remote["spec"]["resources"] = {"requests": {"storage": seen.request}}
+        remote["spec"].pop("storageClassName", None)
+        if seen.remote != _ABSENT:
+            remote["spec"]["storageClassName"] = seen.remote
+        remote["status"] = {"phase": seen.phase}
+        body["status"]["atProvider"] = {"manifest": remote}
+    return body
+
+
+CLASS_CASES = [
+    Case("new-pvc", "no PVC Object observed: the PVC is created with the cluster's class",
+         None, ClassWant(_NEW_CLASS, note=False)),
+    Case("existing-keeps-its-class", "the remote PVC has the class it was created with: "
+         "kept (the edit is immutable), and said", PvcSeen(_OLD_CLASS),
+         ClassWant(_OLD_CLASS, note=True)),
+    Case("existing-same-class", "the cluster's class is the PVC's: nothing to say",
+         PvcSeen(_NEW_CLASS, sent=_NEW_CLASS), ClassWant(_NEW_CLASS, note=False)),
+    Case("refused-rewrite-is-undone", "an Object a release before this fix rewrote (sent "
+         "the new class, refused): the remote PVC's class is written back",
+         PvcSeen(_OLD_CLASS, sent=_NEW_CLASS, error=_SPEC_IMMUTABLE),
+         ClassWant(_OLD_CLASS, note=True)),
+    Case("defaulted-class", "created without a class, the API server defaulted it (the "
+         "observed PVC carries the default): the default is kept, not the cluster's",
+         PvcSeen("standard-rwx", sent=_ABSENT), ClassWant("standard-rwx", note=True)),
+    Case("remote-without-class", "the observed PVC has no storageClassName: none is "
+         "written (never a class the PVC does not have)",
+         PvcSeen(_ABSENT, sent=_ABSENT), ClassWant(_ABSENT, note=True)),
+    Case("remote-empty-class", "storageClassName \"\" (no class, statically bound): kept "
+         "as \"\"", PvcSeen("", sent=""), ClassWant("", note=True)),
+    Case("not-reported-yet", "the Object exists, provider-kubernetes has not reported the "
+         "PVC: it may exist with the class it was sent with, which is kept",
+         PvcSeen(None), ClassWant(_OLD_CLASS, note=True)),
+    Case("create-result-not-known", "Synced=False, no remote PVC, a create in flight "
+         "(pending newer than failed): may exist, the sent class is kept",
+         PvcSeen(None, error="cannot create object: timeout",
+                 notes={"crossplane.io/external-create-pending": _PENDING_AT}),
+         ClassWant(_OLD_CLASS, note=True)),
+    Case("never-created", "Synced=False, no remote PVC, no create attempted (a quota): "
+         "nothing exists, so the cluster's class applies",
+         PvcSeen(None, error="cannot create object: exceeded quota"),
+         ClassWant(_NEW_CLASS, note=False)),
+]  # fmt: skip
+
+
+@table(CLASS_CASES)
+def test_an_existing_pvc_keeps_its_storage_class(case: Case[PvcSeen | None, ClassWant]) -> None:
+    """The InferenceCluster now reports another cache storage class: an existing PVC
+    keeps the class it has (the request still grows in the same manifest), a PVC being
+    created gets the cluster's, and the message names the PVC and both classes."""
+    observed = {} if case.inputs is None else {"pvc": _pvc_seen(case.inputs)}
+    cluster = inference_cluster(CLUSTER, storage_class=_NEW_CLASS)
+    prev = prev_status("Ready", pvcUID="")
+    rsp = run(request(hydration_xr(prev), observed=observed, required=resolved(cluster=[cluster])))
+    assert not fatal(rsp)
+    validate_all(rsp)
+    spec_ = desired(rsp)["pvc"]["spec"]["forProvider"]["manifest"]["spec"]
+    assert spec_.get("storageClassName", _ABSENT) == case.want.storage_class, case.reason
+    assert spec_["resources"]["requests"]["storage"] == "4Gi", case.reason  # grown
+    assert spec_["accessModes"] == ["ReadWriteMany"] and spec_["volumeMode"] == "Filesystem"
+    message = status(rsp)["message"]
+    pvc_name = cache_pvc_name(NAMESPACE, CACHE)
+    said = f"PVC {pvc_name} keeps " in message
+    assert said == case.want.note, (case.reason, message)
+    if case.want.note:
+        kept = case.want.storage_class
+        has = f"storage class {kept}" if kept not in ("", _ABSENT) else "no storage class"
+        assert f"PVC {pvc_name} keeps {has}: " in message, message
+        assert f"InferenceCluster {CLUSTER} reports {_NEW_CLASS}" in message, message
+        assert "created anew" in message, message
+    validate_status(hydration_xr(prev), rsp)
+
+
+def test_the_kept_class_is_stable_over_calls() -> None:
+    """Applied and observed again, the kept PVC is a fixed point: the same manifest, the
+    same message, no new event."""
+    cluster = [inference_cluster(CLUSTER, storage_class=_NEW_CLASS)]
+    observed = {"pvc": _pvc_seen(PvcSeen(_OLD_CLASS))}
+    xr_ = hydration_xr(prev_status("Ready", pvcUID=""))
+    first = run(request(xr_, observed=observed, required=resolved(cluster=cluster)))
+    body = desired(first)["pvc"]
+    again = {"pvc": observed_object(body, {"phase": "Bound"})}
+    second = run(
+        request(hydration_xr(status(first)), observed=again, required=resolved(cluster=cluster))
+    )
+    assert desired(second)["pvc"]["spec"] == body["spec"]
+    assert status(second)["message"] == status(first)["message"]
+    assert not warnings(first) and not warnings(second)
+
+
+class Refusal(NamedTuple):
+    """A PVC Object refused by the API server: its error, and the remote PVC's phase and
+    request (the desired request is 4Gi)."""
+
+    error: str
+    phase: str = "Bound"
+    request: str = "2Gi"
+
+
+_EXPANSION = (
+    'cannot patch object: persistentvolumeclaims "x" is forbidden: only dynamically '
+    "provisioned pvc can be resized and the storageclass that provisions the pvc must "
+    "support resize"
+)
+
+REFUSAL_CASES = [
+    Case("expansion-refused", "a refusal of the larger request names the request",
+         Refusal(_EXPANSION), (" (request 4Gi) not applied: ", None)),
+    Case("immutable-spec", "the spec is immutable (an earlier manifest with another "
+         "class): the request is not blamed, and the current manifest clears it",
+         Refusal(_SPEC_IMMUTABLE), (" not applied: ", "earlier manifest")),
+    Case("immutable-request-unbound", "a larger request while the claim is not bound "
+         "(only a bound claim's request can change): says it applies once bound",
+         Refusal(_SPEC_IMMUTABLE, phase="Pending"),
+         (" not applied: ", "the request 4Gi (now 2Gi) can be applied only once the PVC "
+          "is bound (Pending)")),
+    Case("immutable-unbound-same-request", "not bound, the request unchanged: not the "
+         "request's fault", Refusal(_SPEC_IMMUTABLE, phase="Pending", request="4Gi"),
+         (" not applied: ", "earlier manifest")),
+]  # fmt: skip
+
+
+@table(REFUSAL_CASES)
+def test_pvc_not_synced_says_what_was_refused(case: Case[Refusal, tuple[str, str | None]]) -> None:
+    """``PVCNotSynced`` names the PVC and the error; "the request" only when the error is
+    not the API server's "spec is immutable" (then what the function changes)."""
+    seen = PvcSeen(
+        _OLD_CLASS, error=case.inputs.error, phase=case.inputs.phase, request=case.inputs.request
+    )
+    rsp = run(
+        request(hydration_xr(prev_status("Ready", pvcUID="")), observed={"pvc": _pvc_seen(seen)},
+                required=resolved())
+    )  # fmt: skip
+    pvc_name = cache_pvc_name(NAMESPACE, CACHE)
+    head, hint = case.want
+    (warned,) = [w for w in warnings(rsp) if case.inputs.error in w]
+    assert warned.startswith(f"PVC {pvc_name}{head}{case.inputs.error}"), (case.reason, warned)
+    if hint is not None:
+        assert "(request" not in warned and hint in warned, (case.reason, warned)
+    assert f"PVCNotSynced: {warned[:100]}" in status(rsp)["message"]

@@ -81,7 +81,7 @@ def cache_pvc(
     namespace: str,
     *,
     size: str,
-    storage_class: str,
+    storage_class: str | None,
     labels: dict[str, str],
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
@@ -92,8 +92,11 @@ def cache_pvc(
         namespace: Its namespace on the target cluster.
         size: Requested size as a Kubernetes quantity (``"16Gi"``, see
             ``CacheSource.size_quantity``).
-        storage_class: A storage class that supports ReadWriteMany (the
-            InferenceCluster's ``status.cache.storageClassName``).
+        storage_class: ``spec.storageClassName``: for a new PVC a storage class that
+            supports ReadWriteMany (the InferenceCluster's
+            ``status.cache.storageClassName``); for an existing one the class it has
+            (a PVC's spec is immutable after creation except the request of a bound
+            claim). None leaves the field out (an existing PVC without one).
         labels: Labels of the PVC.
         annotations: Annotations of the PVC (optional).
 
@@ -101,16 +104,16 @@ def cache_pvc(
         A ``v1`` PersistentVolumeClaim manifest.
     """
     meta = _metadata(name, namespace, labels, annotations)
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"]}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
+    spec["volumeMode"] = "Filesystem"
+    spec["resources"] = {"requests": {"storage": size}}
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": meta,
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": storage_class,
-            "volumeMode": "Filesystem",
-            "resources": {"requests": {"storage": size}},
-        },
+        "spec": spec,
     }
 
 

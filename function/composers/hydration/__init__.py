@@ -28,10 +28,15 @@ provider-kubernetes Objects applied with the cluster's provider config
 
 - ``pvc``: a ReadWriteMany PVC of twice ``sizeGiB`` (room for two source identities side
   by side; ``CacheSource.size_quantity``; grown, never shrunk) with the cluster's
-  ``status.cache.storageClassName``, named ``naming.cache_pvc_name`` (the name the
-  serving side mounts). A PVC Object that reports ``Synced=False`` (e.g. a storage class
-  that cannot expand refusing the larger request) is a ``PVCNotSynced`` warning naming
-  the PVC, the request and the error, in every phase;
+  ``status.cache.storageClassName`` when it is created, named ``naming.cache_pvc_name``
+  (the name the serving side mounts). An existing PVC keeps the class it has (observed,
+  or as its Object was sent while the PVC is not reported; none when it has none): a
+  PVC's spec is immutable after creation except a bound claim's request, and a note
+  names the PVC and both classes when the cluster's differs
+  (``decide._Composer._pvc_class``). A PVC Object that reports ``Synced=False`` (e.g. a
+  storage class that cannot expand refusing the larger request) is a ``PVCNotSynced``
+  warning naming the PVC, the request (not when the API server says the spec is
+  immutable: then what was refused) and the error, in every phase;
 - ``token-secret``: the remote token Secret (only with ``authSecret``, only while a
   download is composed, and, after ``authSecret`` was removed, while the download Job's
   Object the function keeps, running or failed, reads it: kept as observed, without

@@ -63,6 +63,8 @@ from function.composers.hydration.observed import (
     _pvc_phase,
     _reads_secret,
     _secret_has_key,
+    _sent_manifest,
+    _storage_class,
     _sync_error,
 )
 from function.composers.hydration.wire import (
@@ -94,6 +96,9 @@ from jobs.contract import CACHE_MOUNT_PATH, IDENTITY_PATTERN, RESULT_DATA_KEY, i
 
 _ALSO = "; also: "
 """Where ``status.message``'s notes and warnings begin, after the phase's base message."""
+_IMMUTABLE = "immutable"
+"""In an apply error (lower case): the API server refused a change of an immutable field
+(a PVC: "spec is immutable after creation except resources.requests ...")."""
 _BASE_LIMIT = 1024
 """Characters of the base message kept (a Job's message is the workload's to write)."""
 _PART_LIMIT = 512
@@ -479,20 +484,86 @@ class _Composer:
         self.state.warnings.append(self.auth_warning)
         return False
 
-    def _add_pvc(self, target: Target, storage_class: str) -> None:
+    def _add_pvc(self, target: Target, cluster_class: str) -> None:
         """The PVC and the result ConfigMap; a warning when provider-kubernetes cannot
         apply the PVC (``Synced=False``: e.g. a storage class without
-        ``allowVolumeExpansion`` refusing the larger request), in every phase."""
+        ``allowVolumeExpansion`` refusing the larger request), in every phase.
+
+        ``cluster_class`` is the InferenceCluster's ``status.cache.storageClassName``;
+        a PVC that exists (or may) keeps the class it has (:meth:`_pvc_class`)."""
         size = self._pvc_size()
-        pvc, result = lasting_objects(target, storage_class, size)
+        observed = self.inputs.observed_body(PVC_KEY)
+        pvc, result = lasting_objects(target, self._pvc_class(observed, cluster_class), size)
         self.out.add(RESULT_KEY, result)
         self.out.add(PVC_KEY, pvc)
-        err = _sync_error(self.inputs.observed_body(PVC_KEY))
+        err = _sync_error(observed)
         if err:
-            name = cache_pvc_name(self.ns, self.cache)
-            self.state.warnings.append(
-                (REASON_PVC_NOT_SYNCED, f"PVC {name} (request {size}) not applied: {err}")
+            self.state.warnings.append((REASON_PVC_NOT_SYNCED, self._pvc_refused(err, size)))
+
+    def _pvc_class(self, observed: Struct | None, cluster_class: str) -> str | None:
+        """The PVC's ``storageClassName``: the cluster's class for a PVC being created;
+        for one that exists the class it has, since a PVC's spec is immutable after
+        creation except a bound claim's request (Kubernetes'
+        ``ValidatePersistentVolumeClaimUpdate``; an InferenceCluster's class edit
+        applies to PVCs created after it, and a note names both classes).
+
+        The class it has: the observed remote PVC's (``status.atProvider.manifest``);
+        while provider-kubernetes has not reported the PVC, the one its Object was sent
+        with (it may have created it with that). None (the field left out) when that
+        has none: a PVC created without a class (the API server defaults it to the
+        cluster's default class, which the observed manifest then carries) is never
+        given one. The cluster's class only when no PVC Object is observed, or the
+        Object is known never to have created its PVC (:func:`observed._never_created`).
+        """
+        if observed is None or _never_created(observed):
+            return cluster_class
+        manifest = _manifest(observed)
+        if manifest is None:
+            manifest = _sent_manifest(observed)
+            if manifest is None:  # an Object without a manifest created nothing
+                return cluster_class
+        kept = _storage_class(manifest)
+        if kept != cluster_class:
+            self.state.notes.append(self._class_kept_note(kept, cluster_class))
+        return kept
+
+    def _class_kept_note(self, kept: str | None, cluster_class: str) -> str:
+        """Why the PVC does not get the cluster's storage class, and when it does."""
+        name = cache_pvc_name(self.ns, self.cache)
+        has = f"storage class {kept}" if kept else "no storage class"
+        return (
+            f"PVC {name} keeps {has}: a created PVC's storage class cannot change; "
+            f"InferenceCluster {self.cluster_name} reports {cluster_class}, which this "
+            "cache's PVC on this cluster gets only when created anew (the cluster leaves "
+            "the ModelCache's clusterSelector, its hydration is reclaimed, then it "
+            "returns), as new caches do"
+        )
+
+    def _pvc_refused(self, err: str, size: str) -> str:
+        """The ``PVCNotSynced`` text: the PVC, and the request unless the API server
+        says the spec is immutable (then what the function changes: the request only,
+        applied once the claim is bound; otherwise nothing, and the error is from an
+        earlier manifest)."""
+        name = cache_pvc_name(self.ns, self.cache)
+        if _IMMUTABLE not in err.lower():
+            return f"PVC {name} (request {size}) not applied: {err}"
+        remote = _manifest(self.inputs.observed_body(PVC_KEY))
+        phase = structs.sval(structs.sub(remote, "status"), "phase")
+        have = structs.get_str(remote, "spec", "resources", "requests", "storage")
+        if remote is not None and phase != "Bound" and have != size:
+            why = (
+                f"the request {size} (now {have or 'none'}) can be applied only once the "
+                f"PVC is bound ({phase or 'no phase'}): Kubernetes changes only a bound "
+                "claim's request"
             )
+        else:
+            why = (
+                "a created PVC's spec cannot change except a bound claim's request; the "
+                "function sends the rest as the PVC has it (its storage class included), "
+                "so this is an earlier manifest's error and clears once provider-kubernetes "
+                "applies the current one"
+            )
+        return f"PVC {name} not applied: {err}; {why}"
 
     def _pvc_size(self) -> str:
         """The PVC request: room for two copies (``CacheSource.size_quantity``), or the

@@ -143,6 +143,18 @@ def _template_reads(manifest: Struct | None, secret: str) -> bool:
     return False
 
 
+def _sent_manifest(obj: Struct | None) -> Struct | None:
+    """The manifest an Object was last applied with (``spec.forProvider.manifest``)."""
+    return structs.sub(structs.sub(structs.sub(obj, "spec"), "forProvider"), "manifest")
+
+
+def _storage_class(pvc: Struct | None) -> str | None:
+    """A PVC manifest's ``spec.storageClassName`` when it is a string (``""`` included:
+    no class), else None (absent, null: Kubernetes' ``nil``)."""
+    v = structs.fields_of(pvc, "spec").get("storageClassName")
+    return v.string_value if v is not None and v.WhichOneof("kind") == "string_value" else None
+
+
 def _pvc_phase(pvc_obj: Struct | None) -> str:
     """The observed PVC's ``status.phase`` (``Bound``, ``Pending``, ``Lost``), or ``""``."""
     return structs.sval(structs.sub(_manifest(pvc_obj), "status"), "phase")

@@ -156,8 +156,11 @@ class Download(NamedTuple):
 
 
 @memo(16384, weight=4)
-def lasting_objects(target: Target, storage_class: str, size: str) -> tuple[bytes, bytes]:
-    """The ``pvc`` and ``result`` Objects, serialized (memoized)."""
+def lasting_objects(
+    target: Target, storage_class: str | None, size: str
+) -> tuple[bytes, bytes]:
+    """The ``pvc`` and ``result`` Objects, serialized (memoized); ``storage_class`` None
+    leaves the PVC's ``storageClassName`` out (:func:`~function.manifests.hydration.cache_pvc`)."""
     ns, xr_name, cache, cluster, pc = target
     pc_ref = {"kind": pc[0], "name": pc[1]}
     labels, ann = _labels(cache, cluster, "cache")
