@@ -348,6 +348,12 @@ def backfill_object_name(backfill: str, attempt: int) -> str:
     return child_name("modelbackfill", backfill, str(attempt))
 
 
+def backfill_observer_name(backfill: str, attempt: int) -> str:
+    """Name of the Observe-only Object (beside the ModelBackfill) that watches the Job of
+    ``attempt`` (``function.composers.backfill.children.observer_object``)."""
+    return child_name("modelbackfill-observer", backfill, str(attempt))
+
+
 def backfill_job_name(namespace: str, backfill: str, attempt: int) -> str:
     """Remote name of the Job of ``attempt`` of a ModelBackfill (in :data:`REMOTE_NAMESPACE`).
 

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from function.api.modelbackfill import accelerator_uses, definition_hash, is_accelerator, parse
 from function.composers.backfill import JOB_PREFIX
+from function.composers.backfill.children import OBSERVER_PREFIX
 from function.core.errors import SpecError
 from function.core.timeutil import format_time, parse_time
 from function.manifests.jobs import JOB_FINISHED_CEL
@@ -37,6 +38,7 @@ from tests.support.backfill_sim import (
     deployment,
     eval_cronjob,
     job_status,
+    remote_name,
     replica,
 )
 from tests.support.harness import (
@@ -1220,11 +1222,113 @@ def test_a_job_object_created_without_readiness_gets_it(sim: Sim, clock: Clock) 
     """An Object an earlier version created (no ``spec.readiness``: SuccessfulCreate, so
     Ready and observed every 10 min) gets the Job's readiness while its attempt runs."""
     start(sim, clock)
-    (key,) = sim.observed[BACKFILL]
+    key = f"{JOB_PREFIX}1"
     del sim.observed[BACKFILL][key]["spec"]["readiness"]
     clock.advance(30)
     assert sim.step()["phase"] == "Running"
     assert sim.job()["spec"]["readiness"]["celQuery"] == JOB_FINISHED_CEL
+
+
+# ---- a Job deleted on its cluster ------------------------------------------------------
+
+
+def test_a_job_deleted_on_the_cluster_ends_the_attempt_at_once(
+    sim: Sim, clock: Clock, registry: CollectorRegistry
+) -> None:
+    """Session 20 (README, "A Job deleted on the workload cluster while its Object
+    remains"): with ``[Observe, Delete]`` the Job's Object keeps reporting the running Job
+    once the Job is deleted on the cluster, so the attempt stayed Running, holding its
+    replica, until maxRunDuration plus 10 minutes (``JobOverdue``). Its Observe-only
+    observer reports the Job gone (crossplane-runtime's ``Synced=False``), and the
+    attempt ends at the next reconcile (``JobNotFound``), then is admitted again."""
+    start(sim, clock)
+    clock.advance(30)
+    sim.delete_job()  # kubectl delete job on the workload cluster
+    st = sim.step()
+    assert (st["phase"], st["reason"]) == ("Cancelling", "JobNotFound"), st
+    assert f"Job {st['job']} no longer exists on gpu-a: it was deleted there" in st["message"]
+    assert conditions(sim.last)["Backfilling"]["status"] == "False"
+    assert sim.observed[BACKFILL] == {}  # the Job's Object and its observer are dropped
+    assert metric(registry, "preemptions_total", reason="other") == 1
+    assert metric(registry, "useful_running_seconds_total") == 30
+    clock.advance(5)
+    st = sim.step()  # the Objects are gone: back to waiting for a full idle window
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle"), st
+    assert "was cancelled" in st["message"]
+    assert not sim.remote, "nothing re-created the Job"
+    clock.advance(600)
+    st = sim.step()
+    assert (st["phase"], st["reason"], st["attempts"]) == ("Starting", "JobCreated", 2), st
+    assert set(sim.observed[BACKFILL]) == {f"{JOB_PREFIX}2"}
+
+
+def _deleted(sim: Sim, _clock: Clock) -> None:
+    sim.delete_job()
+
+
+def _observer_unreachable(sim: Sim, _clock: Clock) -> None:
+    """The observer cannot reach the cluster (another Observe failure, not a missing Job)."""
+    (obs,) = [o for k, o in sim.observed[BACKFILL].items() if k.startswith(OBSERVER_PREFIX)]
+    sim.forced[obs["metadata"]["name"]] = {
+        "conditions": [
+            {"type": "Synced", "status": "False", "reason": "ReconcileError",
+             "message": "observe failed: cannot get object: Get \"https://10.0.0.1:6443/apis/"
+                        "batch/v1/namespaces/default/jobs/x\": dial tcp 10.0.0.1:6443: "
+                        "connect: connection refused"},
+        ]
+    }  # fmt: skip
+
+
+def _refused(sim: Sim, _clock: Clock) -> None:
+    sim.set_job("refused")
+
+
+@dataclass(frozen=True)
+class Gone:
+    """The attempt ``at`` a phase (``Starting``: its Job reported, no pod yet), then
+    ``event``."""
+
+    at: str
+    event: Any
+
+
+GONE: list[Case[Gone, tuple[str, str, frozenset[str]]]] = [
+    Case("deleted while running", "the observer reports the Job gone",
+         Gone("Running", _deleted), ("Cancelling", "JobNotFound", frozenset())),
+    Case("deleted while starting", "the Job's Object had reported it, so it existed",
+         Gone("Starting", _deleted), ("Cancelling", "JobNotFound", frozenset())),
+    Case("cluster unreachable", "another Observe failure is no proof that the Job is gone",
+         Gone("Running", _observer_unreachable),
+         ("Running", "JobRunning", frozenset({"job-1", "observer-1"}))),
+    Case("never created", "no observer before the Job's Object reports the Job: a "
+         "brand-new observer would read 'does not exist' too",
+         Gone("Created", _refused), ("Starting", "JobNotSynced", frozenset({"job-1"}))),
+]  # fmt: skip
+
+
+@table(GONE)
+def test_a_job_is_gone_only_when_its_observer_says_so(
+    sim: Sim, clock: Clock, case: Case[Gone, tuple[str, str, frozenset[str]]]
+) -> None:
+    sim.add(spec())
+    sim.step()
+    clock.advance(600)
+    assert sim.step()["phase"] == "Starting"  # job-1 composed; Created: not applied yet
+    if case.inputs.at != "Created":
+        if case.inputs.at == "Running":
+            sim.set_job("active")
+        clock.advance(10)
+        assert sim.step()["phase"] == case.inputs.at
+        assert set(sim.observed[BACKFILL]) == {"job-1", "observer-1"}
+    case.inputs.event(sim, clock)
+    for _ in range(2):  # the decision, then a fixed point (or the next step of Cancelling)
+        clock.advance(10)
+        st = sim.step()
+        if st["phase"] == "Cancelling":
+            break
+    phase, reason, kept = case.want
+    assert (st["phase"], st["reason"]) == (phase, reason), (case.reason, st)
+    assert set(sim.observed[BACKFILL]) == kept, case.reason
 
 
 def test_starting_reports_the_objects_sync_error(sim: Sim, clock: Clock) -> None:
@@ -1367,7 +1471,7 @@ def test_an_object_with_an_earlier_policy_set_is_rewritten_before_it_is_dropped(
     observed while an edit is held, cancel, record an outcome), the set is rewritten
     first, and the Object is dropped only with a set the provider deletes it under."""
     start(sim, clock)
-    (key,) = sim.observed[BACKFILL]
+    key = f"{JOB_PREFIX}1"
     sim.observed[BACKFILL][key]["spec"]["managementPolicies"] = list(OLD_POLICIES)
     if event is not None:
         event(sim, clock)
@@ -1376,9 +1480,11 @@ def test_an_object_with_an_earlier_policy_set_is_rewritten_before_it_is_dropped(
         st = sim.step()
         for k, policies in before.items():
             if k not in sim.observed[BACKFILL]:  # dropped: Crossplane deletes it
-                assert policies == ["Observe", "Delete"], (k, policies)
+                want = ["Observe"] if k.startswith(OBSERVER_PREFIX) else ["Observe", "Delete"]
+                assert policies == want, (k, policies)
         for k, b in sim.observed[BACKFILL].items():
-            assert b["spec"]["managementPolicies"] == ["Observe", "Delete"], (k, st)
+            want = ["Observe"] if k.startswith(OBSERVER_PREFIX) else ["Observe", "Delete"]
+            assert b["spec"]["managementPolicies"] == want, (k, st)
         clock.advance(30)
     assert st["phase"] in then, st
 
@@ -1400,9 +1506,9 @@ def test_an_object_with_the_crds_default_policies_keeps_create_until_its_job_exi
     obj = sim.observed[BACKFILL][key]
     assert "managementPolicies" not in obj["spec"]  # composed without: the CRD default
     obj["spec"]["managementPolicies"] = ["*"]  # as the API server stores it
-    sim.remote.pop(obj["metadata"]["name"], None)
+    sim.remote.pop(remote_name(obj), None)
     if remote is not None:  # Synced=False: the provider's create failed; it retries
-        sim.remote[obj["metadata"]["name"]] = remote
+        sim.remote[remote_name(obj)] = remote
     clock.advance(5)
     assert sim.step()["phase"] == "Starting"
     assert sim.observed[BACKFILL][key]["spec"].get("managementPolicies", ["*"]) == ["*"]
@@ -1719,7 +1825,7 @@ def test_no_decision_while_requirements_are_unresolved(sim: Sim, clock: Clock) -
     sim.foreground()  # would cancel, but the deployment is not resolved in this call
     rsp = run(build(body, observed=observed, required={}), now=clock)
     assert status(rsp)["phase"] == "Running"
-    assert set(desired(rsp)) == {f"{JOB_PREFIX}1"}  # kept, not dropped
+    assert set(desired(rsp)) == {f"{JOB_PREFIX}1", "observer-1"}  # kept, not dropped
     assert set(requirements(rsp)) == {"deployment", "template", "replicas", "backfills"}
 
 
@@ -1787,7 +1893,7 @@ DECISIONS: list[Case[Situation, Decided]] = [
         "running, quiet",
         "no foreground request since the Job started: it keeps running",
         Situation(_RUNNING, 30, "active"),
-        Decided("Running", "JobRunning", frozenset({"job-1"})),
+        Decided("Running", "JobRunning", frozenset({"job-1", "observer-1"})),
     ),
     Case(
         "running, foreground",
@@ -2026,7 +2132,8 @@ def test_an_edit_held_behind_a_starting_attempt_still_follows_the_job(
     sim.step()
     clock.advance(600)
     assert sim.step()["phase"] == "Starting"
-    job_keys = set(sim.observed[BACKFILL])
+    # The Job's Object, and its observer once the Object reported the Job.
+    job_keys = {*sim.observed[BACKFILL], "observer-1"}
     sim.backfills[BACKFILL]["spec"] = spec(**case.inputs.extra)
     if case.inputs.cronjob is not None:
         sim.cronjobs = [case.inputs.cronjob]

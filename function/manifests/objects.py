@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict, Unpack
 
+from google.protobuf.struct_pb2 import Struct
+
 from function.core import structs
 from function.naming import LABEL_MANAGED_BY, LABEL_NAMESPACE, MANAGED_BY
 
@@ -41,6 +43,27 @@ ANNOTATION_CREATE_FAILED = "crossplane.io/external-create-failed"
 # {Observe, Update, LateInitialize, Delete} refused: the Object was left unobserved and
 # undeleted); tests/e2e/test_provider_policies.py checks it with the resolver itself.
 OBSERVE_DELETE_POLICIES = ["Observe", "Delete"]
+# ``spec.managementPolicies`` of an Object that only watches a remote object another
+# Object created: crossplane-runtime never creates, updates or deletes its remote object
+# (deleting the Object only removes its finalizer, before any observation). It is the one
+# set under which the runtime reports a remote object that does not exist: with
+# :data:`OBSERVE_DELETE_POLICIES` (no Create) its reconciler skips the create, finds
+# nothing to update and marks the Object ``Synced=True``, leaving the last
+# ``status.atProvider`` in place (crossplane-runtime v2.4.0
+# ``pkg/reconciler/managed/reconciler.go``, ``policy.ShouldOnlyObserve()``). In the
+# runtime's default supported list; tests/e2e/test_provider_policies.py checks it.
+OBSERVE_ONLY_POLICIES = ["Observe"]
+# The ``Synced`` condition crossplane-runtime v2.4.0 writes on an Object with
+# :data:`OBSERVE_ONLY_POLICIES` whose remote object does not exist:
+# ``xpv2.ReconcileError(errors.Wrap(errors.New(errExternalResourceNotExist),
+# errReconcileObserve))`` (``pkg/reconciler/managed/reconciler.go``: errReconcileObserve
+# "observe failed", errExternalResourceNotExist "external resource does not exist";
+# ``errors.Wrap`` is ``fmt.Errorf("%s: %w", ...)``); provider-kubernetes v1.3.1's Observe
+# answers ``ResourceExists: false`` when the API server says NotFound
+# (``internal/controller/namespaced/object/object.go``). Any other failure (the cluster
+# unreachable, a Get forbidden) is another message.
+REASON_RECONCILE_ERROR = "ReconcileError"
+MESSAGE_REMOTE_NOT_FOUND = "observe failed: external resource does not exist"
 
 
 class ObjectOptions(TypedDict, total=False):
@@ -128,3 +151,29 @@ def sync_error(obj: Any) -> str | None:
     if c is not None and structs.get(c, "status") == "False":
         return structs.get_str(c, "message") or structs.get_str(c, "reason") or "not synced"
     return None
+
+
+def remote_not_found(obj: Struct) -> bool:
+    """Whether an Observe-only Object (:data:`OBSERVE_ONLY_POLICIES`) reports that its
+    remote object does not exist: ``Synced=False``, reason ``ReconcileError``, message
+    :data:`MESSAGE_REMOTE_NOT_FOUND`, as crossplane-runtime writes it at the Object's last
+    observation. An Object under any other set never reports this (see
+    :data:`OBSERVE_ONLY_POLICIES`); nor does one not observed yet (no ``Synced``)."""
+    status = structs.sub(obj, "status")  # hot path: Struct accessors, no Python wrappers
+    v = status.fields.get("conditions") if status is not None else None
+    if v is None:
+        return False
+    for item in v.list_value.values:  # a list of anything else reads as empty
+        f = item.struct_value.fields
+        t = f.get("type")
+        if t is not None and t.string_value == "Synced":
+            st, reason, msg = f.get("status"), f.get("reason"), f.get("message")
+            return (
+                st is not None
+                and st.string_value == "False"
+                and reason is not None
+                and reason.string_value == REASON_RECONCILE_ERROR
+                and msg is not None
+                and msg.string_value == MESSAGE_REMOTE_NOT_FOUND
+            )
+    return False

@@ -686,6 +686,16 @@ class Backfill:
         doc = self.bf.last.composed["job-1"]
         self.bf.observed["job-1"] = world.observed_object(doc, remote=remote, ready=finished)
 
+    def observer(self) -> None:
+        """The attempt's observer applied: provider-kubernetes gets the Job it names, the
+        one the Job's Object reports (so its ``status.atProvider``), not Ready while the
+        Job runs (the same readiness CEL)."""
+        doc = self.bf.last.composed["observer-1"]
+        obs = world.observed_object(doc, ready=False)
+        job = self.bf.observed["job-1"]
+        obs["status"]["atProvider"] = copy.deepcopy(job["status"]["atProvider"])
+        self.bf.observed["observer-1"] = obs
+
     def drop_deleted(self) -> None:
         for n in self.bf.last.deleted(self.bf.observed.values()):
             del self.bf.observed[n]
@@ -732,7 +742,14 @@ def backfill_to_running(b: Backfill) -> None:
     b.job(None)  # created, no status yet
     out = b.bf.reconcile()
     assert b.bf.status["phase"] == "Starting"
-    assert set(out.composed) == {"job-1"}
+    # The Job reported: its Observe-only observer is composed, naming the same Job on the
+    # same cluster.
+    assert set(out.composed) == {"job-1", "observer-1"}
+    watcher = out.composed["observer-1"]
+    assert watcher["spec"]["managementPolicies"] == ["Observe"]
+    pc = out.composed["job-1"]["spec"]["providerConfigRef"]
+    assert watcher["spec"]["providerConfigRef"] == pc
+    assert manifest(watcher)["metadata"]["name"] == job["metadata"]["name"]
     # Created: the Object no longer allows Create (a Job deleted behind its back stays gone).
     assert "Create" not in out.composed["job-1"]["spec"]["managementPolicies"]
     assert out.deleted(b.bf.observed.values()) == set()
@@ -785,6 +802,58 @@ def test_backfill_run_then_cancelled_by_foreground_traffic(render):
     # Steady: it does not start again while the model is not idle.
     again = b.bf.reconcile()
     assert again.composed == {} and b.bf.status["phase"] == "WaitingForIdle"
+
+
+def test_backfill_job_deleted_on_the_cluster_ends_the_attempt(render):
+    """Session 20: the Job deleted on the workload cluster while its Object remains. With
+    ``[Observe, Delete]`` provider-kubernetes goes on reporting the running Job (the
+    attempt stayed Running until maxRunDuration plus 10 minutes, JobOverdue); the
+    Observe-only observer turns Synced=False as crossplane-runtime writes it, and the
+    attempt ends at once (JobNotFound), then is admitted again."""
+    b = Backfill(render)
+    backfill_to_running(b)
+    b.observer()
+    out = b.bf.reconcile()
+    assert (b.bf.status["phase"], b.bf.status["reason"]) == ("Running", "JobRunning")
+    assert set(out.composed) == {"job-1", "observer-1"}
+    assert out.deleted(b.bf.observed.values()) == set() and events(out) == []
+
+    # kubectl delete job on the cluster: each Object's next observation.
+    for key in ("job-1", "observer-1"):
+        b.bf.observed[key] = world.remote_gone(b.bf.observed[key])
+    job_obj = b.bf.observed["job-1"]
+    assert job_obj["status"]["atProvider"]["manifest"]["status"]["active"] == 1  # stale
+    assert job_obj["status"]["conditions"][0]["status"] == "True"  # reports nothing
+    gone = b.bf.observed["observer-1"]["status"]["conditions"][0]
+    assert (gone["status"], gone["message"]) == ("False", world.RECONCILE_ERROR_NOT_EXIST)
+
+    out = b.bf.reconcile()
+    st = b.bf.status
+    assert (st["phase"], st["reason"]) == ("Cancelling", "JobNotFound"), st
+    assert cond(out, "Backfilling") == ("False", "JobNotFound")
+    assert world.RECONCILE_ERROR_NOT_EXIST in st["message"] and "deleted there" in st["message"]
+    assert st["preemptions"] == 1
+    # Both Objects are dropped: the Job's (nothing left to delete on the cluster) and its
+    # observer (deleting it never touches the Job).
+    assert out.composed == {}
+    assert out.deleted(b.bf.observed.values()) == {"job-1", "observer-1"}
+    assert out.is_ready() and synced(out)
+    assert events(out) == [("Normal", "BackfillCancelling")]
+
+    b.drop_deleted()
+    out = b.bf.reconcile()
+    st = b.bf.status
+    assert (st["phase"], st["reason"]) == ("WaitingForIdle", "NotIdle"), st
+    assert out.composed == {}
+
+    # A full idle window later it is admitted again: attempt 2, its own Job.
+    later = datetime.datetime.fromisoformat(st["notIdleBefore"]) - datetime.timedelta(hours=1)
+    b.bf.xr["status"]["notIdleBefore"] = format_time(later)
+    out = b.bf.reconcile()
+    st = b.bf.status
+    assert (st["phase"], st["reason"], st["attempts"]) == ("Starting", "JobCreated", 2), st
+    assert set(out.composed) == {"job-2"}
+    assert events(out) == [("Normal", "BackfillStarting")]
 
 
 def test_backfill_run_that_completes_then_repeats(render):

@@ -20,8 +20,12 @@ from typing import Any
 
 import yaml
 
-from function.manifests.objects import OBSERVE_DELETE_POLICIES
-from tests.support import crossplane
+from function.manifests.objects import (
+    MESSAGE_REMOTE_NOT_FOUND,
+    OBSERVE_DELETE_POLICIES,
+    OBSERVE_ONLY_POLICIES,
+)
+from tests.support import crossplane, world
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -48,6 +52,7 @@ def _written() -> tuple[dict[tuple[str, ...], str], int]:
     hits = 0
     seen = {
         tuple(OBSERVE_DELETE_POLICIES): "objects.OBSERVE_DELETE_POLICIES",
+        tuple(OBSERVE_ONLY_POLICIES): "objects.OBSERVE_ONLY_POLICIES",
     }
     for path in sorted(GOLDEN.rglob("want.yaml")):
         want = yaml.safe_load(path.read_text()) or {}
@@ -110,3 +115,12 @@ def test_kept_objects_still_delete() -> None:
     is never created again behind the function's back."""
     assert "Delete" in OBSERVE_DELETE_POLICIES
     assert "Create" not in OBSERVE_DELETE_POLICIES and "*" not in OBSERVE_DELETE_POLICIES
+
+
+def test_the_observer_set_is_observe_only() -> None:
+    """The backfill's Job observer (``observer-<N>``) must be exactly ``[Observe]``: the
+    only set under which crossplane-runtime reports a missing remote Job
+    (``policy.ShouldOnlyObserve()``), and one that never creates, updates or deletes it
+    (deleting the observer must leave the Job to its own Object)."""
+    assert OBSERVE_ONLY_POLICIES == ["Observe"]
+    assert world.RECONCILE_ERROR_NOT_EXIST == MESSAGE_REMOTE_NOT_FOUND

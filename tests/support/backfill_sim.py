@@ -5,9 +5,14 @@ Each :meth:`Sim.step` drives Crossplane's requirements loop over a real gRPC cha
 Crossplane does: the desired status becomes the XR's status, desired composed resources
 become the observed ones (validated against the Object CRD and Kubernetes' schemas), and
 observed ones that are no longer desired are deleted. provider-kubernetes is modelled by
-``Sim.remote``: the status of each remote Job, echoed under ``status.atProvider.manifest``
-once the Object exists. ``Sim.lingering`` keeps deleted Objects that are still terminating
-(a Job deleted with Foreground propagation until its pods are gone).
+``Sim.remote``: the state of each remote Job by its name on the cluster, echoed under
+``status.atProvider.manifest`` of every Object that names it. An Object whose management
+policies allow Create creates its Job when it is missing; one that allows Delete deletes
+it with itself; an Observe-only Object does neither. A Job deleted on the cluster
+(:meth:`Sim.delete_job`) is reported as provider-kubernetes and crossplane-runtime report
+it (:func:`tests.support.world.remote_gone`: each Object keeps its last observation; an
+Observe-only one turns ``Synced=False``). ``Sim.lingering`` keeps deleted Objects that are
+still terminating (a Job deleted with Foreground propagation until its pods are gone).
 """
 
 from __future__ import annotations
@@ -184,6 +189,11 @@ def job_status(state: str, at: datetime.datetime) -> dict[str, Any]:
     raise ValueError(state)
 
 
+def remote_name(obj: dict[str, Any]) -> str:
+    """The name of the remote Job an Object names (``spec.forProvider.manifest``)."""
+    return str(obj["spec"]["forProvider"]["manifest"]["metadata"]["name"])
+
+
 class Sim:
     """The world around the ModelBackfills: see the module docstring."""
 
@@ -199,7 +209,10 @@ class Sim:
         ]
         self.backfills: dict[str, dict[str, Any]] = {}
         self.observed: dict[str, dict[str, dict[str, Any]]] = {}
-        self.remote: dict[str, str] = {}  # Object name -> Job state
+        self.remote: dict[str, str] = {}  # remote Job name -> Job state
+        self.jobs: dict[str, dict[str, Any]] = {}  # remote Job name -> manifest it was created from
+        self.seen: dict[str, dict[str, Any]] = {}  # Object name -> status it last reported
+        self.forced: dict[str, dict[str, Any]] = {}  # Object name -> status it reports instead
         self.lingering: dict[str, dict[str, Any]] = {}  # Object name -> Object being deleted
         self.linger = False  # deleted Objects stay (terminating) until released
         self.last: Any = None
@@ -238,7 +251,8 @@ class Sim:
         for key, body in self.observed[name].items():
             obj = copy.deepcopy(body)
             oname = obj["metadata"]["name"]
-            state = self.remote.get(oname)
+            job = remote_name(obj)
+            state = self.remote.get(job)
             if state == "refused":  # provider-kubernetes cannot create it: no remote Job
                 obj["status"] = {
                     "conditions": [
@@ -247,8 +261,9 @@ class Sim:
                     ]
                 }  # fmt: skip
             elif state is not None:
-                manifest = copy.deepcopy(obj["spec"]["forProvider"]["manifest"])
-                manifest["metadata"]["uid"] = f"uid-{oname}"
+                created = self.jobs.get(job) or obj["spec"]["forProvider"]["manifest"]
+                manifest = copy.deepcopy(created)
+                manifest["metadata"]["uid"] = f"uid-{job}"
                 manifest["status"] = job_status(state, self.clock.now)
                 obj["status"] = {
                     "atProvider": {"manifest": manifest},
@@ -256,6 +271,13 @@ class Sim:
                         {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}
                     ],
                 }
+                self.seen[oname] = copy.deepcopy(obj["status"])
+            elif oname in self.seen or world.policies(obj) == {"Observe"}:
+                # The Job is gone on the cluster (or never existed, for an observer).
+                obj["status"] = copy.deepcopy(self.seen.get(oname) or {})
+                obj = world.remote_gone(obj)
+            if oname in self.forced:
+                obj["status"] = copy.deepcopy(self.forced[oname])
             out[key] = obj
         return out
 
@@ -273,26 +295,35 @@ class Sim:
                 oname = body["metadata"]["name"]
                 if self.linger:
                     self.lingering[oname] = body
-                self.remote.pop(oname, None)
+                if world.deletes(body):
+                    self.remote.pop(remote_name(body), None)
+                self.seen.pop(oname, None)
         new: dict[str, dict[str, Any]] = {}
         for key, body in want.items():
             validate_object(body)
-            oname = body["metadata"]["name"]
-            self.remote.setdefault(oname, "pending")
+            job = remote_name(body)
+            if world.creates(body) and job not in self.remote:
+                self.remote[job] = "pending"
+                self.jobs[job] = copy.deepcopy(body["spec"]["forProvider"]["manifest"])
             new[key] = body
         self.observed[name] = new
         return xr_body["status"]
 
     def job(self, name: str = BACKFILL) -> dict[str, Any]:
-        """The only desired Object of ModelBackfill ``name``."""
-        objs = list(self.observed[name].values())
+        """The only desired Job Object (``job-<N>``) of ModelBackfill ``name``."""
+        objs = [o for k, o in self.observed[name].items() if k.startswith("job-")]
         assert len(objs) == 1, objs
         return objs[0]
 
     def set_job(self, state: str, name: str = BACKFILL) -> None:
         """Move the remote Job of ``name`` to ``state`` (``refused``: the cluster never
         created it, its Object reports Synced=False)."""
-        self.remote[self.job(name)["metadata"]["name"]] = state
+        self.remote[remote_name(self.job(name))] = state
+
+    def delete_job(self, name: str = BACKFILL) -> None:
+        """Delete the remote Job of ``name`` on its cluster (``kubectl delete job``): its
+        Objects stay."""
+        self.remote.pop(remote_name(self.job(name)))
 
     def release(self) -> None:
         """Terminating Objects finish deleting."""

@@ -727,6 +727,9 @@ def validate_object(obj: Mapping[str, Any], *, old: Mapping[str, Any] | None = N
     manifest = ((value.get("spec") or {}).get("forProvider") or {}).get("manifest")
     if not isinstance(manifest, Mapping):
         raise SchemaError(_describe(obj), ["spec.forProvider.manifest: missing"])
+    if (value.get("spec") or {}).get("managementPolicies") == ["Observe"]:
+        _validate_observed_identity(obj, manifest)
+        return value
     try:
         validate_manifest(manifest)
     except SchemaError as e:
@@ -734,6 +737,32 @@ def validate_object(obj: Mapping[str, Any], *, old: Mapping[str, Any] | None = N
             _describe(obj), [f"spec.forProvider.manifest: {m}" for m in e.errors]
         ) from None
     return value
+
+
+def _validate_observed_identity(obj: Mapping[str, Any], manifest: Mapping[str, Any]) -> None:
+    """The manifest of an Observe-only Object names the remote object it watches; it is
+    never created or updated from it, so it need not be a valid object of its kind.
+
+    provider-kubernetes v1.3.1's Observe gets the remote object by the manifest's
+    apiVersion, kind, name and namespace (``internal/controller/namespaced/object/
+    object.go``); with server-side apply it dry-runs the manifest as an apply onto the
+    existing object, which the API server validates merged (a name-only apply of a valid
+    Job is valid). Checked: apiVersion and kind present, a DNS-1123 name and namespace."""
+    meta = manifest.get("metadata") if isinstance(manifest.get("metadata"), Mapping) else {}
+    errors = [
+        f"spec.forProvider.manifest.{k}: required"
+        for k in ("apiVersion", "kind")
+        if not isinstance(manifest.get(k), str) or not manifest.get(k)
+    ]
+    for k in ("name", "namespace"):
+        v = meta.get(k)
+        if not isinstance(v, str) or not _DNS1123_LABEL.fullmatch(v):
+            errors.append(f"spec.forProvider.manifest.metadata.{k}: not a DNS-1123 label: {v!r}")
+    if errors:
+        raise SchemaError(_describe(obj), errors)
+
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 # ---- Our XRDs -------------------------------------------------------------------

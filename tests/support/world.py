@@ -68,6 +68,74 @@ def observed_object(
     return obj
 
 
+# crossplane-runtime v2.4.0, pkg/reconciler/managed/reconciler.go: the constants of lines
+# 65 (errReconcileObserve) and 71 (errExternalResourceNotExist), joined as line 1205 joins
+# them (errors.Wrap is fmt.Errorf("%s: %w", message, err)), in the ReconcileError
+# condition (Synced=False, reason ReconcileError) it writes when an Observe-only managed
+# resource's external resource does not exist. Transcribed here, apart from the
+# function's own constant (function.manifests.objects), so a test compares the two.
+ERR_RECONCILE_OBSERVE = "observe failed"
+ERR_EXTERNAL_RESOURCE_NOT_EXIST = "external resource does not exist"
+RECONCILE_ERROR_NOT_EXIST = f"{ERR_RECONCILE_OBSERVE}: {ERR_EXTERNAL_RESOURCE_NOT_EXIST}"
+
+
+def policies(obj: dict[str, Any]) -> set[str]:
+    """An Object's ``spec.managementPolicies`` as the API server stores it (the Object
+    CRD's default ``['*']`` when the composed body carries none)."""
+    return set((obj.get("spec") or {}).get("managementPolicies") or ["*"])
+
+
+def creates(obj: dict[str, Any]) -> bool:
+    """crossplane-runtime creates the remote object of ``obj`` when it is missing
+    (``policy.ShouldCreate()``: ``Create`` or ``*`` in the set)."""
+    return bool(policies(obj) & {"*", "Create"})
+
+
+def deletes(obj: dict[str, Any]) -> bool:
+    """Deleting ``obj`` deletes its remote object (``policy.ShouldDelete()``)."""
+    return bool(policies(obj) & {"*", "Delete"})
+
+
+def remote_gone(observed: dict[str, Any]) -> dict[str, Any]:
+    """``observed`` (an Object as provider-kubernetes last reported it) at its next
+    observation once its remote object was deleted on the workload cluster, as
+    provider-kubernetes v1.3.1 and crossplane-runtime v2.4.0 record it.
+
+    provider-kubernetes' Observe answers ``ResourceExists: false`` before it writes
+    ``status.atProvider`` (``internal/controller/namespaced/object/object.go``, the
+    ``kerrors.IsNotFound`` branch), so the last observation stays. Then the runtime
+    (``pkg/reconciler/managed/reconciler.go``):
+
+    - ``["Observe"]`` only (``policy.ShouldOnlyObserve()``, line 1203): ``Synced=False``,
+      reason ``ReconcileError``, message :data:`RECONCILE_ERROR_NOT_EXIST`;
+    - ``Create`` allowed (``*`` included): the remote object is created again from the
+      manifest (a new uid, no status yet) and ``Synced=True``;
+    - otherwise (``[Observe, Delete]``): nothing is created, there is nothing to update
+      (``Skipping update due to managementPolicies``, line 1524): ``Synced=True``, and
+      the Object still shows the remote object it last saw.
+
+    ``Ready`` is left as it was in every case (no readiness is derived without an
+    observed object).
+    """
+    obj = copy.deepcopy(observed)
+    st = obj.setdefault("status", {})
+    conds = [c for c in st.get("conditions") or [] if c.get("type") != "Synced"]
+    if policies(obj) == {"Observe"}:
+        conds.insert(0, {"type": "Synced", "status": "False", "reason": "ReconcileError",
+                         "message": RECONCILE_ERROR_NOT_EXIST, "lastTransitionTime": NOW})
+    else:
+        if creates(obj):
+            manifest = copy.deepcopy(obj["spec"]["forProvider"]["manifest"])
+            meta = manifest.setdefault("metadata", {})
+            meta["uid"] = _uid(obj["metadata"]["name"], str(meta.get("name")), "re-created")
+            meta.setdefault("namespace", "default")
+            st["atProvider"] = {"manifest": manifest}
+        conds.insert(0, {"type": "Synced", "status": "True", "reason": "ReconcileSuccess",
+                         "lastTransitionTime": NOW})
+    st["conditions"] = conds
+    return obj
+
+
 def observed_xr(desired: dict[str, Any], rendered_xr: dict[str, Any]) -> dict[str, Any]:
     """A composed XR (``desired``, as its parent's render printed it) with the status
     that rendering it through the engine produced (``rendered_xr``)."""

@@ -51,7 +51,13 @@ Rules and where they come from:
   an outcome is dropped (Crossplane deletes the Object and provider-kubernetes the
   remote Job) and never desired again; once provider-kubernetes has created the Job,
   the Object's management policies drop ``Create``, so a Job deleted behind the
-  function's back is not re-created either. The Job's ``ttlSecondsAfterFinished`` and
+  function's back is not re-created either. Once that Object has reported the Job, an
+  Observe-only observer Object (``observer-N``) watches the same Job: under
+  ``[Observe, Delete]`` provider-kubernetes reports nothing when the Job is deleted on
+  the cluster, under ``[Observe]`` crossplane-runtime marks the observer
+  ``Synced=False`` ("external resource does not exist"), and the attempt is cancelled
+  (``JobNotFound``) instead of running on until maxRunDuration plus a grace
+  (``JobOverdue``). The Job's ``ttlSecondsAfterFinished`` and
   ``suspend`` are not copied (the function deletes the Job once it recorded the outcome,
   and ``spec.suspend`` of the ModelBackfill is the only switch).
 - At most one active backfill Job per ModelReplica across all ModelBackfills of the
@@ -73,7 +79,7 @@ Rules and where they come from:
 
 Modules: :mod:`.status` (phases and the typed status), :mod:`.observed` (the
 requirements, resolved, and what the Job and replicas report), :mod:`.children` (the
-Job Object), :mod:`.call` (one call's context), :mod:`.admit` and :mod:`.attempt`
+Job Object and its observer), :mod:`.call` (one call's context), :mod:`.admit` and :mod:`.attempt`
 (the decisions: admission; an attempt in progress) and :mod:`.compose` (the entry).
 """
 

@@ -1,9 +1,9 @@
 """ModelBackfill: an attempt in progress (Starting, Running) and its cancellation.
 
 Foreground service always wins: a foreground request, the model or replica no longer
-Ready, suspend, a spec change, deletion, a replica conflict or a Job that is no longer
-observed cancels the attempt (``Cancelling`` until its Object is gone). A Job with an
-outcome is recorded once and dropped.
+Ready, suspend, a spec change, deletion, a replica conflict, a Job deleted on its
+cluster or a Job that is no longer observed cancels the attempt (``Cancelling`` until
+its Object is gone). A Job with an outcome is recorded once and dropped.
 """
 
 from __future__ import annotations
@@ -24,7 +24,14 @@ from function.composers.backfill.admit import (
     template_problem,
 )
 from function.composers.backfill.call import Call
-from function.composers.backfill.children import Attempt, job_key, keep_job
+from function.composers.backfill.children import (
+    Attempt,
+    Watched,
+    job_key,
+    keep_job,
+    observer_key,
+    observer_object,
+)
 from function.composers.backfill.observed import (
     REQ_JOB,
     JobOutcome,
@@ -48,16 +55,23 @@ from function.core import structs
 from function.core.inputs import Resolved
 from function.core.timeutil import elapsed, format_time, parse_time
 from function.manifests.objects import (
+    MESSAGE_REMOTE_NOT_FOUND,
     OBJECT_API_VERSION,
     OBJECT_KIND,
     observed_manifest,
+    remote_not_found,
     sync_error,
 )
-from function.naming import ANNOTATION_LAST_FOREGROUND, backfill_object_name
+from function.naming import (
+    ANNOTATION_LAST_FOREGROUND,
+    backfill_object_name,
+    backfill_observer_name,
+)
 
 # A Job still reported running this long after maxRunDuration (its activeDeadlineSeconds)
-# is not being observed any more (deleted on the cluster: with [Observe, Delete]
-# provider-kubernetes reports nothing once it is gone; the cluster gone). Its bound is
+# is not being observed any more (the cluster or provider-kubernetes gone; a Job deleted
+# on the cluster is reported by its observer, _gone_reason, unless the observer was never
+# observed). Its bound is
 # provider-kubernetes' poll of the Job's Object, which is not Ready while the Job runs
 # (function.manifests.jobs.JOB_FINISHED_CEL): v1.3.1 observes an Object that is not
 # Ready every 30 s (its poll interval hook, internal/controller/namespaced/object/
@@ -100,6 +114,7 @@ def active(c: Call, p: Parsed, req: Required, phase: str) -> bool:
         # created (refused) runs nothing under any spec (found by a review).
         if problem is not None and other is None and manifest is not None:
             _keep_previous_spec(c, phase, manifest, *problem)
+            _watch(c, attempt, obs)
             return True
     if cancel is not None:
         return cancel_attempt(c, p, req, cancel, exists=obs is not None)
@@ -110,7 +125,20 @@ def active(c: Call, p: Parsed, req: Required, phase: str) -> bool:
         # Starting, and Crossplane has not created the Object yet: desire it again.
         return create(c, p, req, attempt)
     _progress(c, phase, key, obs, manifest)
+    if manifest is not None:
+        _watch(c, attempt, obs)
     return True
+
+
+def _watch(c: Call, attempt: int, obs: Struct) -> None:
+    """Desire the attempt's observer (:func:`~.children.observer_object`), once its Job's
+    Object has reported the Job (so the observer's first observation comes after the Job
+    existed: any "does not exist" it reports means the Job was deleted since)."""
+    st = c.st
+    watched = Watched(
+        c.inputs.name, c.inputs.namespace, st.model or c.model, st.cluster or "", attempt
+    )
+    c.out.add(observer_key(attempt), observer_object(obs, watched), ready=True)
 
 
 def _outcome(c: Call, p: Parsed, req: Required, outcome: JobOutcome, manifest: Any) -> bool:
@@ -195,6 +223,7 @@ def cancel_reason(
         or _serving_reason(c, req)
         or _foreground_reason(c, req)
         or _conflict_reason(c, req)
+        or _gone_reason(c)
         or _overdue_reason(c, p, phase)
     )
 
@@ -287,6 +316,29 @@ def _conflict_reason(c: Call, req: Required) -> Cancel | None:
                 f"ModelBackfill {other} started on replica {rname} first",
             )
     return None
+
+
+def _gone_reason(c: Call) -> Cancel | None:
+    """The attempt's Job was deleted on its cluster: its observer (``observer-<N>``,
+    desired only once the Job's Object reported the Job) reports that it does not exist
+    (:func:`function.manifests.objects.remote_not_found`), and the Job's Object still
+    holds its last observation of the Job (it always does: provider-kubernetes keeps
+    ``status.atProvider`` when the Job is gone). Checked before :func:`_overdue_reason`,
+    which would otherwise end the attempt only 10 minutes past maxRunDuration."""
+    attempt = c.st.attempts or 0
+    observer = c.inputs.observed_body(observer_key(attempt))
+    if observer is None or not remote_not_found(observer):
+        return None
+    job_obj = c.inputs.observed_body(job_key(attempt))
+    if job_obj is None or observed_manifest(job_obj) is None:
+        return None
+    return Cancel(
+        "other",
+        "JobNotFound",
+        f"Job {c.st.job} no longer exists on {c.st.cluster}: it was deleted there "
+        f"(Object {backfill_observer_name(c.inputs.name, attempt)} reports "
+        f'"{MESSAGE_REMOTE_NOT_FOUND}")',
+    )
 
 
 def _overdue_reason(c: Call, p: Parsed, phase: str) -> Cancel | None:

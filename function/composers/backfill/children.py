@@ -1,4 +1,6 @@
-"""ModelBackfill's composed resource: one attempt's Job, as a provider-kubernetes Object.
+"""ModelBackfill's composed resources: one attempt's Job, as a provider-kubernetes Object,
+and, once that Object reported the Job, its Observe-only observer
+(:func:`observer_object`, ``observer-N``), which reports the Job deleted on its cluster.
 
 Attempt N has its own Object (composition-resource name ``job-N``) and remote Job name.
 The Job is the CronJob's ``jobTemplate`` with ``spec.env`` set, ``activeDeadlineSeconds``
@@ -16,15 +18,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
 from function.api.modelbackfill import ENDPOINT_ENV, Parsed
 from function.core import structs
+from function.core.memo import memo
 from function.core.outcome import Outcome
+from function.core.structfill import struct_from
 from function.manifests.jobs import JOB_FINISHED_CEL, job_from_cronjob
-from function.manifests.objects import OBSERVE_DELETE_POLICIES, cel_readiness, remote_object
+from function.manifests.objects import (
+    OBSERVE_DELETE_POLICIES,
+    OBSERVE_ONLY_POLICIES,
+    cel_readiness,
+    remote_object,
+)
 from function.naming import (
     LABEL_BACKFILL,
     LABEL_CLUSTER,
@@ -37,6 +46,7 @@ from function.naming import (
     WORKLOAD_CLASS_ENV,
     backfill_job_name,
     backfill_object_name,
+    backfill_observer_name,
     labels_with_full,
 )
 from function.serving.env import set_env
@@ -52,6 +62,18 @@ EARLIER_POLICIES = frozenset({"Observe", "Update", "LateInitialize", "Delete"})
 def job_key(attempt: int) -> str:
     """Composition-resource name of attempt ``attempt``'s Job Object: ``job-<N>``."""
     return f"{JOB_PREFIX}{attempt}"
+
+
+OBSERVER_PREFIX = "observer-"
+# The observer's LABEL_COMPONENT: told apart from the Job's Object ("backfill") by a
+# selector, and selected with it by modelplane.ai/backfill=<name>.
+OBSERVER_COMPONENT = "backfill-observer"
+
+
+def observer_key(attempt: int) -> str:
+    """Composition-resource name of the Observe-only Object that watches attempt
+    ``attempt``'s Job (:func:`observer_object`): ``observer-<N>``."""
+    return f"{OBSERVER_PREFIX}{attempt}"
 
 
 @dataclass(frozen=True)
@@ -168,3 +190,85 @@ def keep_job(out: Outcome, key: str, obs: Struct, *, created: bool) -> None:
     body.get_or_create_struct("spec")["readiness"] = cel_readiness(JOB_FINISHED_CEL)
     if created:
         body.get_or_create_struct("spec")["managementPolicies"] = OBSERVE_DELETE_POLICIES
+
+
+class Watched(NamedTuple):
+    """The attempt an observer watches: backfill ``backfill`` in ``namespace``, of
+    ``model``, its Job on ``cluster``, attempt ``number``."""
+
+    backfill: str
+    namespace: str
+    model: str
+    cluster: str
+    number: int
+
+
+def observer_object(job_obj: Struct, a: Watched) -> bytes:
+    """The Observe-only Object (:data:`OBSERVE_ONLY_POLICIES`) that watches the remote Job
+    of the attempt ``a`` whose Object is ``job_obj`` (as observed): the same Job (name and
+    namespace of its ``spec.forProvider.manifest``) on the same cluster (its
+    ``spec.providerConfigRef``), beside it, labelled as the Job's Object is but for
+    ``modelplane.ai/component: backfill-observer``.
+
+    Why: the Job's Object has :data:`OBSERVE_DELETE_POLICIES` once the Job exists, under
+    which provider-kubernetes reports nothing when the Job is deleted on the cluster (its
+    last ``status.atProvider`` stays: a running Job). An Observe-only Object is the one
+    that crossplane-runtime marks ``Synced=False`` with
+    :data:`function.manifests.objects.MESSAGE_REMOTE_NOT_FOUND` then
+    (:func:`function.manifests.objects.remote_not_found`). It never creates, changes or
+    deletes the Job; deleting it only removes its finalizer, so the Job's own Object
+    still deletes the Job on a cancel or an XR deletion.
+
+    Its manifest names the Job only (an Observe-only Object applies nothing; with
+    server-side apply provider-kubernetes dry-runs it on every observation, which a
+    name-only apply of an existing Job passes). Its readiness is
+    :data:`JOB_FINISHED_CEL`, as the Job's Object's: not Ready while the Job runs, so
+    provider-kubernetes observes it every 30 s (a Ready one only every ``--poll``).
+
+    Returns:
+        The Object as a deterministically serialized Struct (for
+        :meth:`function.core.outcome.Outcome.add`), memoized: the same on every call of
+        a running attempt.
+    """
+    # Hot path (every call of a running attempt): Struct accessors only.
+    spec = structs.sub(job_obj, "spec")
+    manifest = structs.sub(structs.sub(spec, "forProvider"), "manifest")
+    remote = structs.fields_of(manifest, "metadata")
+    name, ns = remote.get("name"), remote.get("namespace")
+    pc = structs.fields_of(spec, "providerConfigRef")
+    return _observer_body(
+        a,
+        name.string_value if name is not None else "",
+        ns.string_value if ns is not None and ns.string_value else REMOTE_NAMESPACE,
+        tuple(sorted((k, v.string_value) for k, v in pc.items())),
+    )
+
+
+@memo(1024, weight=1)
+def _observer_body(
+    a: Watched, job: str, job_namespace: str, provider_config: tuple[tuple[str, str], ...]
+) -> bytes:
+    labels, ann = labels_with_full(
+        {
+            LABEL_BACKFILL: a.backfill,
+            LABEL_DEPLOYMENT: a.model,
+            LABEL_CLUSTER: a.cluster,
+            LABEL_COMPONENT: OBSERVER_COMPONENT,
+        }
+    )
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job, "namespace": job_namespace},
+    }
+    obj = remote_object(
+        backfill_observer_name(a.backfill, a.number),
+        a.namespace,
+        dict(provider_config),
+        manifest,
+        labels=labels,
+        annotations=ann or None,
+        readiness_cel=JOB_FINISHED_CEL,
+        management_policies=OBSERVE_ONLY_POLICIES,
+    )
+    return struct_from(obj).SerializeToString(deterministic=True)

@@ -42,7 +42,8 @@ def compose(inputs: Inputs) -> Outcome:
             cancelling, ``job-object`` (the attempt's Object by name).
 
     Returns:
-        The outcome: at most one Object (the active attempt's Job), the status fields
+        The outcome: at most two Objects (the active attempt's Job and, once its Object
+        reported the Job, the Job's Observe-only observer), the status fields
         ``phase, reason, message, model, cluster, replica, replicaUID, job, idleSince,
         startedAt, runningSince, attempts, preemptions, completionTime, nextRunTime,
         lastResult, resultMessage, notIdleBefore, specHash``, the conditions
