@@ -7,7 +7,10 @@ Object ``Synced=False``, no longer observed, and skips its deletion (review 19b:
 backfill's ``[Observe, Update, LateInitialize, Delete]`` froze its Job Object, so a
 cancelled backfill's Job was never deleted). The verdicts come from that resolver
 itself: ``scripts/policy-check``, built by ``scripts/crossplane-tools`` against the
-crossplane-runtime the pinned provider-kubernetes requires.
+crossplane-runtime the pinned provider-kubernetes requires. Its ``missing`` and
+``deleting`` modes run that runtime's managed reconciler once, to check what the
+simulated provider (``tests.support.world``) says a set does with a remote Job deleted
+on the cluster, and with the Object's own deletion.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from typing import Any
 
 import yaml
 
+from function.core.structfill import struct_from
 from function.manifests.objects import (
     MESSAGE_REMOTE_NOT_FOUND,
     OBSERVE_DELETE_POLICIES,
     OBSERVE_ONLY_POLICIES,
+    remote_not_found,
 )
 from tests.support import crossplane, world
 
@@ -69,9 +74,10 @@ def _written() -> tuple[dict[tuple[str, ...], str], int]:
     return seen, hits
 
 
-def _verdicts(tools: crossplane.Tools, sets: list[tuple[str, ...]]) -> list[str]:
+def _verdicts(tools: crossplane.Tools, sets: list[tuple[str, ...]], *mode: str) -> list[Any]:
+    """``scripts/policy-check`` (``mode``: none, ``missing`` or ``deleting``) on ``sets``."""
     done = subprocess.run(
-        [str(tools.policy_check)],
+        [str(tools.policy_check), *mode],
         input=json.dumps([list(s) for s in sets]),
         capture_output=True,
         text=True,
@@ -117,10 +123,51 @@ def test_kept_objects_still_delete() -> None:
     assert "Create" not in OBSERVE_DELETE_POLICIES and "*" not in OBSERVE_DELETE_POLICIES
 
 
-def test_the_observer_set_is_observe_only() -> None:
-    """The backfill's Job observer (``observer-<N>``) must be exactly ``[Observe]``: the
-    only set under which crossplane-runtime reports a missing remote Job
-    (``policy.ShouldOnlyObserve()``), and one that never creates, updates or deletes it
-    (deleting the observer must leave the Job to its own Object)."""
-    assert OBSERVE_ONLY_POLICIES == ["Observe"]
+# The sets whose handling of a missing or deleted remote object matters: the backfill's
+# Job observer, its Job Object once the Job exists, and the Object CRD's default.
+GONE_SETS = [tuple(OBSERVE_ONLY_POLICIES), tuple(OBSERVE_DELETE_POLICIES), ("*",)]
+
+
+def _object(policies: tuple[str, ...]) -> dict[str, Any]:
+    """A Job's Object with ``policies``, as provider-kubernetes last reported it."""
+    body = {
+        "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+        "kind": "Object",
+        "metadata": {"name": "o", "namespace": "ml-team"},
+        "spec": {
+            "forProvider": {"manifest": {"apiVersion": "batch/v1", "kind": "Job",
+                                         "metadata": {"name": "j", "namespace": "default"}}},
+            "managementPolicies": list(policies),
+        },
+    }  # fmt: skip
+    return world.observed_object(body, remote=world.job_running(), ready=False)
+
+
+def test_a_deleted_remote_job_is_reported_as_the_runtime_reports_it(xp: crossplane.Tools) -> None:
+    """The simulated provider (``world.remote_gone``) against crossplane-runtime's own
+    managed reconciler (``scripts/policy-check missing``: one reconcile of a managed
+    resource whose external client observes nothing): for each set, whether it creates
+    the remote object again and the ``Synced`` condition it writes. Only ``[Observe]``
+    reports the Job gone, with the message the function reads
+    (``objects.MESSAGE_REMOTE_NOT_FOUND``); ``[Observe, Delete]`` reports nothing (the
+    gap the backfill's observer closes)."""
+    real = _verdicts(xp, GONE_SETS, "missing")
+    for policies, got in zip(GONE_SETS, real, strict=True):
+        sim = world.remote_gone(_object(policies))
+        synced = next(c for c in sim["status"]["conditions"] if c["type"] == "Synced")
+        want = {k: synced.get(k, "") for k in ("status", "reason", "message")}
+        assert got["synced"] == want, (policies, got)
+        assert got["created"] == world.creates(sim), (policies, got)
+        assert remote_not_found(struct_from(sim)) == (policies == tuple(OBSERVE_ONLY_POLICIES))
+    assert real[0]["synced"]["message"] == MESSAGE_REMOTE_NOT_FOUND
     assert world.RECONCILE_ERROR_NOT_EXIST == MESSAGE_REMOTE_NOT_FOUND
+
+
+def test_deleting_the_observer_leaves_the_job(xp: crossplane.Tools) -> None:
+    """crossplane-runtime's reconciler deleting a managed resource whose remote object
+    exists (``scripts/policy-check deleting``): the observer (``[Observe]``) never deletes
+    the Job, the Job's Object (``[Observe, Delete]``) does; ``world.deletes`` (the
+    simulated provider) agrees."""
+    real = _verdicts(xp, GONE_SETS, "deleting")
+    assert [r["deleted"] for r in real] == [False, True, True], real
+    assert [world.deletes(_object(p)) for p in GONE_SETS] == [False, True, True]

@@ -47,7 +47,9 @@ class Tools:
         policy_check: ``scripts/policy-check`` built against the crossplane-runtime
             the pinned provider-kubernetes requires: a JSON array of
             ``spec.managementPolicies`` sets on stdin, the resolver's verdict for each
-            ("" accepted, else its error) on stdout.
+            ("" accepted, else its error) on stdout; with ``missing`` or ``deleting``,
+            what one reconcile of the runtime's managed reconciler does for each (see
+            its source).
         ssa_check: ``scripts/ssa-check`` built against the k8s.io/apimachinery the
             pinned core requires: the API server's field manager replaying Crossplane's
             forced apply of a composed resource, an ``Update`` of one field by another
