@@ -1262,6 +1262,19 @@ def test_a_job_deleted_on_the_cluster_ends_the_attempt_at_once(
     assert set(sim.observed[BACKFILL]) == {f"{JOB_PREFIX}2"}
 
 
+def test_no_observer_for_a_job_object_that_names_no_job(sim: Sim, clock: Clock) -> None:
+    """provider-kubernetes names a manifest without ``metadata.name`` after its Object:
+    an observer of such a manifest would watch a Job that never exists and report it
+    gone. The function never writes one; a corrupted observation gets no observer."""
+    start(sim, clock)
+    view = sim._observed_view(BACKFILL)
+    del view["job-1"]["spec"]["forProvider"]["manifest"]["metadata"]["name"]
+    del view["observer-1"]
+    rsp, _ = sim.fn.drive(sim.backfills[BACKFILL], sim.world(), view)
+    assert status(rsp)["phase"] == "Running"  # decided, not pending
+    assert set(desired(rsp)) == {"job-1"}
+
+
 def _deleted(sim: Sim, _clock: Clock) -> None:
     sim.delete_job()
 

@@ -138,7 +138,9 @@ def _watch(c: Call, attempt: int, obs: Struct) -> None:
     watched = Watched(
         c.inputs.name, c.inputs.namespace, st.model or c.model, st.cluster or "", attempt
     )
-    c.out.add(observer_key(attempt), observer_object(obs, watched), ready=True)
+    body = observer_object(obs, watched)
+    if body is not None:
+        c.out.add(observer_key(attempt), body, ready=True)
 
 
 def _outcome(c: Call, p: Parsed, req: Required, outcome: JobOutcome, manifest: Any) -> bool:

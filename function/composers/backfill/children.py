@@ -203,7 +203,7 @@ class Watched(NamedTuple):
     number: int
 
 
-def observer_object(job_obj: Struct, a: Watched) -> bytes:
+def observer_object(job_obj: Struct, a: Watched) -> bytes | None:
     """The Observe-only Object (:data:`OBSERVE_ONLY_POLICIES`) that watches the remote Job
     of the attempt ``a`` whose Object is ``job_obj`` (as observed): the same Job (name and
     namespace of its ``spec.forProvider.manifest``) on the same cluster (its
@@ -228,17 +228,21 @@ def observer_object(job_obj: Struct, a: Watched) -> bytes:
     Returns:
         The Object as a deterministically serialized Struct (for
         :meth:`function.core.outcome.Outcome.add`), memoized: the same on every call of
-        a running attempt.
+        a running attempt. None when ``job_obj`` names no Job (a manifest without a
+        string ``metadata.name``, which the function never writes): provider-kubernetes
+        would default the name to the observer's own and report that Job missing.
     """
     # Hot path (every call of a running attempt): Struct accessors only.
     spec = structs.sub(job_obj, "spec")
     manifest = structs.sub(structs.sub(spec, "forProvider"), "manifest")
     remote = structs.fields_of(manifest, "metadata")
     name, ns = remote.get("name"), remote.get("namespace")
+    if name is None or not name.string_value:
+        return None
     pc = structs.fields_of(spec, "providerConfigRef")
     return _observer_body(
         a,
-        name.string_value if name is not None else "",
+        name.string_value,
         ns.string_value if ns is not None and ns.string_value else REMOTE_NAMESPACE,
         tuple(sorted((k, v.string_value) for k, v in pc.items())),
     )
