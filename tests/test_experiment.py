@@ -22,7 +22,13 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import API_VERSION
-from function.api.modelexperiment import CANDIDATE_LOST, PASSED, definition_hash, parse_spec
+from function.api.modelexperiment import (
+    CANDIDATE_LOST,
+    MAX_HISTORY_LIMIT,
+    PASSED,
+    definition_hash,
+    parse_spec,
+)
 from function.composers import experiment as exp
 from function.composers.experiment.names import (
     candidate_key,
@@ -3396,3 +3402,179 @@ def test_artifact_gate_is_returned_on_every_path(
     clock.advance(10)
     sim.reconcile()
     assert (sim.status, sim.conditions()) == before
+
+
+# ---- status is not trusted (review 20b F1, F5) ------------------------------------------
+
+# Crossplane v2.4's edit role grants <plural>/status: a tenant can write every status field.
+# Each case forges status between the call that saw the candidate Ready's predecessor and
+# the call that composes the gauntlet Job; the Job must still go where trusted inputs say.
+VICTIM_JOB = exp.gauntlet_job_name("victim-team", exp.run_name("nightly-canary", 3))
+
+
+def _forge_gauntlet(**over: Any) -> Callable[[Sim], None]:
+    def forge(sim: Sim) -> None:
+        g = {
+            "job": exp.gauntlet_job_name(NAMESPACE, RUN1),
+            "cluster": CLUSTER,
+            "endpoint": ENDPOINT,
+            "providerConfig": {"kind": "ClusterProviderConfig", "name": "default"},
+            "activeDeadlineSeconds": 1500,
+            "startedAt": "2026-11-29T09:03:00Z",
+        }
+        sim.status["gauntlet"] = {**g, **over}
+
+    return forge
+
+
+def _forge_candidate(**over: Any) -> Callable[[Sim], None]:
+    def forge(sim: Sim) -> None:
+        sim.status["candidate"].update(over)
+
+    return forge
+
+
+FORGED_STATUS = [
+    Case(
+        "providerConfig no InferenceCluster reports",
+        "the Object's providerConfigRef is the candidate's InferenceCluster's",
+        _forge_gauntlet(
+            providerConfig={"kind": "ClusterProviderConfig", "name": "control-plane-admin"}
+        ),
+        "status.gauntlet.providerConfig",
+    ),
+    Case(
+        "job name of another namespace's experiment",
+        "the remote Job's name is derived from this run, never read from status",
+        _forge_gauntlet(job=VICTIM_JOB),
+        "status.gauntlet.job",
+    ),
+    Case(
+        "cluster and endpoint of no replica of the candidate",
+        "the cluster and endpoint are the serving replica's",
+        _forge_gauntlet(cluster="gpu-other", endpoint="http://10.0.0.1:8000"),
+        "status.gauntlet.cluster",
+    ),
+    Case(
+        "activeDeadlineSeconds of 10^9",
+        "the Job's deadline is at most spec.timeout",
+        _forge_gauntlet(activeDeadlineSeconds=10**9),
+        None,
+    ),
+    Case(
+        "far-future deadline",
+        "the deadline is at most spec.timeout after the run's start",
+        _forge_candidate(deadline="2099-01-01T00:00:00Z"),
+        "status.candidate.deadline",
+    ),
+    Case(
+        "far-future start and deadline",
+        "the start is at most the oldest child's creationTimestamp",
+        _forge_candidate(createdAt="2099-01-01T00:00:00Z", deadline="2099-01-01T00:30:00Z"),
+        "status.candidate.createdAt",
+    ),
+]
+
+
+@table(FORGED_STATUS)
+def test_a_forged_status_aims_the_gauntlet_nowhere_else(
+    case: Case[Callable[[Sim], None], str | None], sim_factory, clock: Clock
+) -> None:
+    sim = sim_factory()
+    sim.reconcile()
+    clock.advance(60)
+    sim.reconcile()  # the candidate is observed
+    sim.candidate_ready()
+    case.inputs(sim)
+    clock.advance(60)
+    sim.reconcile()
+    assert sim.phase == "Evaluating", (case.reason, sim.status)
+    obj = sim.observed["gauntlet-r1"]
+    job = obj["spec"]["forProvider"]["manifest"]
+    assert obj["spec"]["providerConfigRef"] == {
+        "kind": "ClusterProviderConfig",
+        "name": "default",
+    }, case.reason
+    assert job["metadata"]["name"] == exp.gauntlet_job_name(NAMESPACE, RUN1), case.reason
+    assert job["spec"]["activeDeadlineSeconds"] <= 30 * 60, case.reason
+    env = dict(env_of(job["spec"]["template"]["spec"]["containers"][0]))
+    assert env["MODELPLANE_ENDPOINT"] == ENDPOINT, case.reason
+    cand = sim.status["candidate"]
+    assert cand["createdAt"] == "2026-11-29T09:00:00Z", (case.reason, cand)
+    assert cand["deadline"] == "2026-11-29T09:30:00Z", (case.reason, cand)
+    g = sim.status["gauntlet"]
+    assert (g["cluster"], g["providerConfig"]["name"]) == (CLUSTER, "default"), case.reason
+    warned = [m for s, m in results(sim.rsp) if s == "Warning" and "ignored" in m]
+    if case.want is not None:
+        assert any(m.startswith(case.want + " ") for m in warned), (case.reason, warned)
+    # Bounded: the run ends at spec.timeout (30m from 09:00) whatever status said.
+    clock.advance(30 * 60)
+    sim.reconcile()
+    assert sim.status["verdict"]["reason"] == "TimedOut", (case.reason, sim.status)
+    assert "gauntlet-r1" in sim.observed  # kept as evidence, never deleted by the forgery
+
+
+def test_a_forged_deadline_under_an_invalid_spec_is_bounded_by_the_children(
+    sim_factory, clock: Clock
+) -> None:
+    """A start later than the candidate's creationTimestamp is not trusted, even while
+    the spec is invalid (no spec.timeout to bound the deadline by)."""
+    sim = sim_factory()
+    sim.to_evaluating()
+    sim.status["candidate"]["createdAt"] = "2099-01-01T00:00:00Z"
+    sim.reconcile()
+    assert sim.status["candidate"]["createdAt"] == "2026-11-29T09:00:00Z", sim.status
+    warned = [m for s, m in results(sim.rsp) if s == "Warning"]
+    assert any(m.startswith("status.candidate.createdAt '2099-") for m in warned), warned
+
+
+def test_a_run_number_jump_deletes_no_child(sim_factory, clock: Clock) -> None:
+    """status.runNumber rewritten mid-run: run 1's children stay (observed composed
+    resources are what exists) and nothing is composed on a provider config of status."""
+    sim = sim_factory()
+    sim.to_evaluating()
+    before = set(sim.observed)
+    sim.status["runNumber"] = 500
+    clock.advance(60)
+    sim.reconcile()
+    assert before <= set(sim.observed), (before, set(sim.observed))
+    for body in sim.observed.values():
+        if body["kind"] == "Object":
+            assert body["spec"]["providerConfigRef"]["name"] == "default"
+            name = body["spec"]["forProvider"]["manifest"]["metadata"]["name"]
+            assert name == exp.gauntlet_job_name(NAMESPACE, RUN1), name
+
+
+def test_a_forged_history_costs_one_event(sim_factory, clock: Clock) -> None:
+    """Review 20b F5: 25,000 forged records made one response carry 24,993 RunPruned
+    events. Only the last MAX_HISTORY_LIMIT records are read; one event counts the rest."""
+    sim = sim_factory(spec(repeatAfter="1h", historyLimit=3))
+    sim.reconcile()
+    sim.status["history"] = [
+        {
+            "run": exp.run_name(NAME, 1000 + n),
+            "number": 1000 + n,
+            "pass": True,
+            "reason": PASSED,
+            "summary": "forged",
+            "completedAt": "2026-11-29T08:00:00Z",
+        }
+        for n in range(25_000)
+    ]
+    clock.advance(60)
+    sim.reconcile()
+    pruned = [m for s, m in results(sim.rsp) if "left the history" in m]
+    assert len(pruned) == 1, len(pruned)
+    assert pruned[0].startswith("24997 runs ("), pruned[0]
+    assert "24980 records of status.history past the 20" in pruned[0], pruned[0]
+    assert len(sim.status["history"]) == 3
+    assert "candidate-r1" in sim.observed  # the running run is untouched
+
+
+def test_the_xrd_bounds_status_history_as_the_function_reads_it() -> None:
+    """One owner: MAX_HISTORY_LIMIT (function.api.modelexperiment); the XRD's maxItems on
+    status.history agrees, so a status write of more records is refused."""
+    xrd = find_xrd(API_VERSION, "ModelExperiment")
+    version = xrd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    history = version["properties"]["status"]["properties"]["history"]
+    assert history["maxItems"] == MAX_HISTORY_LIMIT

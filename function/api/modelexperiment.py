@@ -71,6 +71,10 @@ ENV_ENDPOINT = "MODELPLANE_ENDPOINT"
 RESERVED_ENV = (ENV_MODELS, ENV_ENDPOINT)
 MIN_REPEAT_SECONDS = 60.0
 DEFAULT_TIMEOUT = "30m"
+# The Warning event when a value read back from the XR's status is not the one the
+# function derives from trusted inputs (the spec, required and observed resources): the
+# derived value is used. Status is not trusted (review 20b F1).
+STATUS_IGNORED = "StatusIgnored"
 DEFAULT_HISTORY_LIMIT = 5
 MAX_HISTORY_LIMIT = 20
 

@@ -8,8 +8,10 @@ from typing import Any
 from function.api.modelexperiment import (
     ARTIFACT_GATE,
     FAILED,
+    MAX_HISTORY_LIMIT,
     PASSED,
     RUNNABLE,
+    STATUS_IGNORED,
     TEMPLATE_INVALID,
     TEMPLATE_NOT_FOUND,
     VERDICT,
@@ -39,7 +41,7 @@ from function.composers.experiment.run import (
 )
 from function.composers.experiment.state import RunState, next_run
 from function.core import events, structs
-from function.core.errors import SpecError
+from function.core.errors import SpecError, quoted
 from function.core.inputs import Inputs
 from function.core.memo import memo
 from function.core.outcome import Outcome
@@ -60,6 +62,10 @@ def _parsed(spec_key: bytes) -> tuple[ExperimentSpec, str]:
     """
     spec = parse_spec(structs.plain_object(spec_key))
     return spec, definition_hash(spec)
+
+
+# How many runs a RunPruned event names (the rest are counted).
+_PRUNED_SHOWN = 3
 
 
 class _Composer:
@@ -253,20 +259,59 @@ class _Composer:
         run_gate_condition(out, st, self.inputs.namespace, gated, why)
 
     def prune_history(self, spec: ExperimentSpec, st: RunState) -> None:
-        """Earlier runs: at most historyLimit records; a dropped record takes its Job."""
-        out = self.out
+        """Earlier runs: at most historyLimit records; a dropped record takes its Job.
+
+        One ``RunPruned`` event per call, however many records leave (it names the first
+        few runs and the count): with the records of ``status.history`` past
+        :data:`~function.api.modelexperiment.MAX_HISTORY_LIMIT` not read at all
+        (:attr:`RunState.unread`, counted here), a forged history costs one event, not one
+        per record (review 20b F5)."""
         limit = spec.history_limit
-        while len(st.history) > limit:
-            dropped = st.history.pop(0)
-            out.normal(
-                f"run {dropped.get('run')} left the history (historyLimit {limit}); "
-                "its evidence Job is deleted",
+        cut = max(0, len(st.history) - limit)
+        dropped, st.history = st.history[:cut], st.history[cut:]
+        count = len(dropped) + st.unread
+        if count:
+            shown = [self.run_label(rec) for rec in dropped[:_PRUNED_SHOWN]]
+            if count == 1 and shown:
+                what, their = f"run {shown[0]}", "its evidence Job is"
+            else:
+                more = count - len(shown)
+                names = ", ".join(shown) + (f" and {more} more" if more and shown else "")
+                what = f"{count} runs ({names})" if shown else f"{count} runs"
+                their = "their evidence Jobs are"
+            unread = (
+                f"; {st.unread} records of status.history past the {MAX_HISTORY_LIMIT} the "
+                "function writes were not read (status is not trusted)"
+                if st.unread
+                else ""
+            )
+            self.out.normal(
+                f"{what} left the history (historyLimit {limit}); {their} deleted{unread}",
                 "RunPruned",
             )
         for rec in st.history:
             n = rec.get("number")
             if isinstance(n, (int, float)):
                 self.keep_evidence(int(n))
+
+    def status_ignored(self, field: str, recorded: Any, why: str, used: str) -> None:
+        """A Warning ``StatusIgnored``: the value of ``field`` read back from the XR's
+        status is not the one the function derives from trusted inputs (``why``), so
+        ``used`` is used (and written back). Status is not trusted (review 20b F1:
+        Crossplane's edit role lets a tenant write it)."""
+        self.out.warning(
+            f"{field} {quoted(recorded)} ignored ({why}); using {quoted(used)}",
+            STATUS_IGNORED,
+        )
+
+    def run_label(self, rec: dict[str, Any]) -> str:
+        """A history record's run as a message names it: as is when it is the name
+        :func:`~function.composers.experiment.names.run_name` gives its number, else
+        quoted (a status written by hand or forged)."""
+        run = rec.get("run")
+        if isinstance(run, str) and run == run_name(self.inputs.name, int(rec.get("number", 0))):
+            return run
+        return quoted(run)
 
     def keep_unrecorded(self, known: set[int], *, lost: bool) -> None:
         """Keep the live children of runs status does not record (their number not in

@@ -118,9 +118,11 @@ def decided_under_invalid_spec(c: _Composer, st: RunState) -> bool:
     its deadline passed, or its candidate was lost. A run is bounded whatever the edit
     (found by a review: a mid-run edit refused as InvalidSpec never ended the run, its
     candidate held for ever); the verdict is recorded and the candidate released."""
-    deadline = parse_time(st.candidate.get("deadline"))
-    if not st.candidate.get("createdAt") or st.verdict or deadline is None:
+    if not st.candidate.get("createdAt") or st.verdict:
         return False
+    if parse_time(st.candidate.get("deadline")) is None:
+        return False
+    deadline = run_clock(c, None, st)
     run = _run_as_observed(c, None, st, deadline)
     return run.job_finished() or run.deadline_passed() or run.candidate_lost()
 
@@ -255,6 +257,65 @@ def children_deadline(c: _Composer, spec: ExperimentSpec, st: RunState) -> datet
         return min(created) + datetime.timedelta(seconds=spec.timeout_seconds)
     except OverflowError:  # a timestamp near year 9999
         return None
+
+
+# How much later than its oldest child's creationTimestamp (or the function's clock) a
+# recorded status.candidate.createdAt may be before it is not trusted: clock skew between
+# the function and the API server.
+CLOCK_SKEW_SECONDS = 60
+
+
+def run_clock(c: _Composer, spec: ExperimentSpec | None, st: RunState) -> datetime.datetime:
+    """The deadline of admitted run ``st``, from ``status.candidate.createdAt`` and
+    ``deadline`` as far as observed facts and the spec allow (status is not trusted:
+    review 20b F1, a forged deadline 2099 kept a run and its GPUs for ever).
+
+    ``createdAt`` later than the oldest ``metadata.creationTimestamp`` of the run's live
+    children (the API server's, never changed), or than now, by more than
+    :data:`CLOCK_SKEW_SECONDS`, is replaced by that time; the deadline is at most
+    ``spec.timeout`` after ``createdAt`` (``spec`` None, an invalid spec: not bounded
+    by it). A replaced value is written back (``st.candidate``) with one Warning
+    ``StatusIgnored`` naming the field (:meth:`~function.composers.experiment.compose.
+    _Composer.status_ignored`)."""
+    created = parse_time(st.candidate.get("createdAt"))
+    facts = [
+        t
+        for obs in _children(c, st)
+        if obs is not None
+        and (t := parse_time(structs.get(obs, "metadata", "creationTimestamp"))) is not None
+    ]
+    bound = min([c.now, *facts])
+    if created is not None and (created - bound).total_seconds() > CLOCK_SKEW_SECONDS:
+        what = "its oldest child's metadata.creationTimestamp" if facts else "now"
+        c.status_ignored(
+            "status.candidate.createdAt",
+            st.candidate.get("createdAt"),
+            f"later than {what} {format_time(bound)}",
+            format_time(bound),
+        )
+        created = bound
+        st.candidate["createdAt"] = format_time(bound)
+    start = created or c.now
+    recorded = parse_time(st.candidate.get("deadline"))
+    limit = None
+    if spec is not None:
+        try:
+            limit = start + datetime.timedelta(seconds=spec.timeout_seconds)
+        except OverflowError:  # past the last date Python can hold
+            limit = None
+    if recorded is None:
+        return limit or datetime.datetime.max.replace(tzinfo=datetime.UTC)
+    if limit is not None and recorded > limit:
+        c.status_ignored(
+            "status.candidate.deadline",
+            st.candidate.get("deadline"),
+            f"later than spec.timeout ({spec.timeout if spec else ''}) after the run's start "
+            f"{format_time(start)}",
+            format_time(limit),
+        )
+        st.candidate["deadline"] = format_time(limit)
+        return limit
+    return recorded
 
 
 def decided_without_record(
@@ -431,6 +492,22 @@ def _candidate_cache(c: _Composer, spec: ExperimentSpec, gated: Any) -> Any:
     return _require_cache(c, REQ_CANDIDATE_CACHE, ref.name)
 
 
+# Where start_job takes each field of status.gauntlet from (a Warning names it).
+_DERIVED_FROM = {
+    "job": "not the name the function derives for this run's gauntlet Job",
+    "cluster": "not the cluster the candidate's serving ModelReplica is on",
+    "endpoint": "not the endpoint the candidate's serving ModelReplica reports",
+    "providerConfig": "not the provider config the candidate's InferenceCluster reports",
+}
+
+
+def _shown(value: Any) -> str:
+    """A derived value as a StatusIgnored message gives it."""
+    if isinstance(value, dict):
+        return f"{value.get('kind')} {value.get('name')}"
+    return str(value)
+
+
 @dataclass(frozen=True)
 class _Target:
     """Where the gauntlet runs: the candidate's serving replica and its cluster."""
@@ -462,10 +539,7 @@ class ActiveRun:
         """The run as observed (``replicas``: ask for the candidate's ModelReplicas too,
         which only the candidate's checks read)."""
         inputs = c.inputs
-        created = parse_time(st.candidate.get("createdAt")) or c.now
-        deadline = parse_time(st.candidate.get("deadline")) or (
-            created + datetime.timedelta(seconds=spec.timeout_seconds)
-        )
+        deadline = run_clock(c, spec, st)
         cand_obs, job_obs = _children(c, st)  # not a previous run's being deleted
         found: Any = UNRESOLVED
         if cand_obs is not None and replicas:
@@ -559,9 +633,11 @@ class ActiveRun:
         )
 
     def replica_left(self) -> bool:
-        """The replica the gauntlet runs against left its cluster (moved or deleted)."""
+        """The replica the gauntlet runs against left its cluster (moved or deleted).
+        Only once its Job Object is observed: before, the cluster is derived again from
+        the serving replica (:meth:`start_job`), whatever status records."""
         g = self.st.gauntlet
-        if not g or not isinstance(self.replicas, Resolved):
+        if not g or self.job_obs is None or not isinstance(self.replicas, Resolved):
             return False
         on = [
             r
@@ -624,15 +700,10 @@ class ActiveRun:
                 return
             msg: str | None = job_message(st)
         else:
-            tmpl = c.require_template(self.valid)
-            if tmpl is UNRESOLVED:
-                c.waiting(st, "waiting for Crossplane to resolve the gauntlet CronJob")
-                return
-            assert isinstance(tmpl, Resolved)
-            if not tmpl.items:
-                c.template_unusable(self.valid, st)
-                return
-            msg = self.add_job(tmpl.items[0])
+            # Not created yet: everything the Object is built from is derived again
+            # (status is not trusted: review 20b F1), as when the Job was first composed.
+            self.serving()
+            return
         if msg is not None:
             self.phase("Evaluating", msg)
 
@@ -696,7 +767,17 @@ class ActiveRun:
         return _Target(cluster_name, endpoint, pc, tmpl.items[0])
 
     def start_job(self, target: _Target) -> None:
+        """Record the gauntlet Job in ``st.gauntlet`` and compose it. Every field is
+        derived from trusted inputs: the cluster and endpoint from the candidate's
+        serving ModelReplica, the provider config from the InferenceCluster that cluster
+        names, the Job's name from the run (:func:`~function.composers.experiment.names.
+        gauntlet_job_name`). A recorded ``status.gauntlet`` (the Job composed in an
+        earlier call, not observed yet) keeps its ``activeDeadlineSeconds`` (at most
+        ``spec.timeout``) and ``startedAt`` (not in the future), so the body is the same
+        on every call; any other recorded value that differs is ignored with a Warning
+        ``StatusIgnored``."""
         c, st = self.c, self.st
+        prev = st.gauntlet
         # Time before the recorded start counts as zero: a clock behind createdAt (skew)
         # never gives the Job more than the timeout.
         created = parse_time(st.candidate.get("createdAt")) or c.now
@@ -714,16 +795,37 @@ class ActiveRun:
             remaining = ran or remaining
             since = parse_time(structs.get(self.job_obs, "metadata", "creationTimestamp"))
             started = since or started
+        name = gauntlet_job_name(c.inputs.namespace, st.name, indexed=is_indexed(target.cronjob))
+        if prev and self.job_obs is None:
+            # The recorded name in either form this run's Job can have (a CronJob that
+            # became Indexed keeps the name it recorded: gauntlet_job_name).
+            forms = {
+                gauntlet_job_name(c.inputs.namespace, st.name, indexed=flag)
+                for flag in (False, True)
+            }
+            if prev["job"] in forms:
+                name = prev["job"]
+            recorded_start = parse_time(prev.get("startedAt"))
+            if recorded_start is not None and recorded_start <= c.now:
+                started = recorded_start
+            remaining = min(int(prev["activeDeadlineSeconds"]), remaining)
         st.gauntlet = {
-            "job": gauntlet_job_name(
-                c.inputs.namespace, st.name, indexed=is_indexed(target.cronjob)
-            ),
+            "job": name,
             "cluster": target.cluster,
             "endpoint": target.endpoint,
             "providerConfig": target.provider_config,
             "activeDeadlineSeconds": max(1, remaining),
             "startedAt": format_time(started),
         }
+        if prev:
+            for key in ("job", "cluster", "endpoint", "providerConfig"):
+                if prev.get(key) != st.gauntlet[key]:
+                    c.status_ignored(
+                        f"status.gauntlet.{key}",
+                        prev.get(key),
+                        _DERIVED_FROM[key],
+                        _shown(st.gauntlet[key]),
+                    )
         msg = self.add_job(target.cronjob)
         if msg is not None:
             self.phase("Evaluating", msg)

@@ -12,7 +12,9 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
-from function.api.modelexperiment import VERDICT_REASONS, ExperimentSpec
+from google.protobuf.struct_pb2 import ListValue
+
+from function.api.modelexperiment import MAX_HISTORY_LIMIT, VERDICT_REASONS, ExperimentSpec
 from function.composers.experiment.names import run_name, run_number
 from function.core import structs
 from function.core.inputs import Inputs
@@ -107,6 +109,11 @@ class RunState:
     next_run_at: str = ""
     history: list[dict[str, Any]] = field(default_factory=list)
     phase: str = ""
+    unread: int = 0
+    """How many records of ``status.history`` were not read: the function writes at most
+    :data:`~function.api.modelexperiment.MAX_HISTORY_LIMIT` (newest last), so only the
+    last that many are read; more can only be a forged or hand-edited status (review 20b
+    F5: 25,000 forged records made one response carry 24,993 events)."""
     recorded: int = 0
     """With ``status.runNumber`` lost (``number`` 0): the number of the run ``status.run``
     names (:func:`~function.composers.experiment.names.run_number`), whose record the
@@ -124,7 +131,10 @@ class RunState:
             return ints_from_doubles(structs.to_py(inputs.status(key)))
 
         number = whole_count(inputs.status("runNumber"))
-        hist = small("history")
+        raw = inputs.status("history")
+        total = len(raw.values) if isinstance(raw, ListValue) else 0
+        unread = max(0, total - MAX_HISTORY_LIMIT)
+        hist = ints_from_doubles([structs.to_py(v) for v in raw.values[unread:]]) if total else None
         history = [h for h in (_record(x) for x in hist) if h] if isinstance(hist, list) else []
         recorded = 0
         if not number:  # lost or rewritten: the run status.run names, if it is one of ours
@@ -142,6 +152,7 @@ class RunState:
             verdict=_verdict(small("verdict")),
             next_run_at=structs.get_str(inputs.xr, "status", "nextRunAt"),
             history=history,
+            unread=unread,
             phase=structs.get_str(inputs.xr, "status", "phase"),
             recorded=recorded,
         )
