@@ -383,15 +383,60 @@ def test_records_are_bounded_and_malformed_ones_skipped() -> None:
         {"index": 1, "at": T0},
         "junk",
     ]
+    # Only the last MAX_DISPLACED records are read (the function never writes more):
+    # the six malformed ones are among them and skipped.
+    written = old[:60] + bad + old[60:]
     xr = {
         **deployment(MAX_DISPLACED + 20, name=NAME, cache_name=None),
-        "status": {"displaced": old + bad},
+        "status": {"displaced": written},
     }
     rsp, _ = h.drive(h.run, xr, None, h.World([]))
     got = displaced(rsp)
-    assert len(got) == MAX_DISPLACED
-    assert got == old[-MAX_DISPLACED:]  # the newest, oldest first
+    assert got == old[len(written) - MAX_DISPLACED :]  # the newest well-formed, oldest first
     validate_xr({**xr, "status": h.status(rsp)})
+
+
+@pytest.mark.parametrize(
+    ("forged", "read"),
+    [
+        (0, 0),
+        (MAX_DISPLACED, MAX_DISPLACED),
+        (MAX_DISPLACED + 1, MAX_DISPLACED),
+        (15_000, MAX_DISPLACED),  # review 20b F4: 15,000 forged records, read in full
+    ],
+)
+def test_a_forged_status_displaced_is_read_up_to_what_the_function_writes(
+    monkeypatch: pytest.MonkeyPatch, forged: int, read: int
+) -> None:
+    """A tenant may write its XR's status: however many records it writes there, one
+    call parses at most MAX_DISPLACED of them (counted, not timed; before the bound,
+    15,001 parses)."""
+    from function.composers.deployment import status as status_mod
+
+    parsed: list[object] = []
+    real = status_mod.parse_time
+
+    def counting(text: object) -> Any:
+        parsed.append(text)
+        return real(text)  # type: ignore[arg-type]
+
+    records = [
+        {"index": i, "fromCluster": "gone", "at": f"2026-11-29T08:{i // 60 % 60:02d}:{i % 60:02d}Z"}
+        for i in range(forged)
+    ]
+    xr = {**deployment(2, name=NAME, cache_name=None), "status": {"displaced": records}}
+    last: list[Any] = []
+
+    def recording(req: Any) -> Any:
+        last[:] = [req]
+        return h.run(req)
+
+    h.drive(recording, xr, None, h.World([ic("gpu-a"), ic("gpu-b")]))
+    monkeypatch.setattr(status_mod, "parse_time", counting)
+    rsp = h.run(last[0])  # the call that places the replicas, its requirements resolved
+    # one more parse when there are records: the call's own time (_track_displaced)
+    assert read <= len(parsed) <= read + 1, len(parsed)
+    assert h.fatal(rsp) == [] and placed(rsp)
 
 
 def test_a_cluster_back_before_the_replacement_serves_costs_the_replacement(fn, m) -> None:

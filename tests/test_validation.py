@@ -691,3 +691,78 @@ def test_a_cluster_scoped_xr_is_named_without_a_slash() -> None:
     )
     (msg,) = [r.message for r in rsp.results]
     assert msg == f"InferenceClass {xr['metadata']['name']}: past its deadline", msg
+
+
+# ---- review 20b F2: a pod template's lists with hundreds of thousands of items --------
+
+
+def _container_with(field: str, value: Any) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "engine", "image": "vllm", field: value}]}}
+
+
+_HUGE = 400_000
+
+
+@pytest.mark.parametrize(
+    ("template", "field"),
+    [
+        (_container_with("resources", {"claims": [{}] * _HUGE}),
+         "spec.containers[0].resources.claims"),
+        (_container_with("resources", {"claims": [1] * _HUGE}),
+         "spec.containers[0].resources.claims"),
+        (_container_with("env", [1] * _HUGE), "spec.containers[0].env[0]"),
+        (_container_with("ports", [{}] * _HUGE), "spec.containers[0].ports[0].containerPort"),
+        (_container_with("args", [1] * _HUGE), "spec.containers[0].args[0]"),
+        (_container_with("command", [1] * _HUGE), "spec.containers[0].command[0]"),
+        (_container_with("volumeMounts", [{}] * _HUGE),
+         "spec.containers[0].volumeMounts[0].mountPath"),
+        ({"spec": {"containers": [1] * _HUGE}}, "spec.containers[0]"),
+        ({"spec": {"containers": [{"name": "e"}], "initContainers": [1] * _HUGE}},
+         "spec.initContainers[0]"),
+        ({"spec": {"containers": [{"name": "e"}], "volumes": [{}] * _HUGE}},
+         "spec.volumes[0].name"),
+        ({"spec": {"containers": [{"name": "e"}], "tolerations": [1] * _HUGE}},
+         "spec.tolerations[0]"),
+        ({"spec": {"containers": [{"name": "e"}], "resourceClaims": [{}] * _HUGE}},
+         "spec.resourceClaims"),
+    ],
+)  # fmt: skip
+def test_a_huge_wrong_list_is_one_error(template: dict[str, Any], field: str) -> None:
+    """pydantic stops at a list's first wrong item (or at its bound), so 400,000 wrong
+    items make a handful of errors, not 400,000 (counted, not timed: each one cost
+    seconds of CPU and hundreds of MiB); the message names the smallest path."""
+    from pydantic import ValidationError
+
+    from function.api.modelreplica import PodTemplate
+    from function.core.errors import pydantic_errors
+
+    with pytest.raises(ValidationError) as e:
+        PodTemplate.model_validate(template)
+    assert e.value.error_count() <= 2, e.value.error_count()
+    err = pydantic_errors("t", e.value)
+    assert err.field.startswith(f"t.{field}"), str(err)
+
+
+@pytest.mark.parametrize("count", [1, 4, 5, 6, 50, 1000])
+def test_the_smallest_errors_are_the_sorted_ones(count: int) -> None:
+    """pydantic_errors keeps the few smallest errors (a heap), and gives the message a
+    full sort gives, whatever order the map's entries came in."""
+    import random
+
+    from pydantic import BaseModel, StrictStr, ValidationError
+
+    from function.core.errors import _messages, _order, pydantic_errors
+
+    class M(BaseModel):
+        labels: dict[str, StrictStr]
+        items: list[StrictStr | int]
+
+    keys = [f"k{i}" for i in range(count)]
+    for seed in range(3):
+        random.Random(seed).shuffle(keys)
+        data = {"labels": {k: 1 for k in keys}, "items": [1.5] * count}
+        with pytest.raises(ValidationError) as e:
+            M.model_validate(data)
+        want, first = _messages(sorted(e.value.errors(include_url=False), key=_order), "s", None)
+        got = pydantic_errors("s", e.value)
+        assert (got.field, str(got)) == (first, "; ".join(want))

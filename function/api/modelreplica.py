@@ -148,28 +148,47 @@ class _Named(_Model):
     name: StrictStr = Field(min_length=1)
 
 
+# The most entries of a container's ``resources.claims`` and a pod's ``resourceClaims``.
+# Kubernetes sets no count (each container claim names a pod claim, and each pod claim
+# is a ResourceClaim of its own); the XRDs keep both inside preserve-unknown
+# ``resources``/pod templates, so without a bound a 1.5 MiB XR holds 400,000 of them and
+# each wrong one costs an error. A pod with more device claims than this is not one
+# anyone runs: refused at once, naming the list (review 20b F2).
+MAX_POD_CLAIMS = 128
+
+
+def _first_wrong() -> Any:
+    """An optional list field checked up to its first wrong item (pydantic's
+    ``fail_fast``): the XRDs keep pod templates preserve-unknown, so a list may hold
+    500,000 wrong items, and an error each cost seconds of CPU and hundreds of MiB; the
+    first wrong item (the smallest index) is the one the message names (review 20b F2)."""
+    return Field(default=None, fail_fast=True)
+
+
 class _Resources(_Model):
-    claims: list[_Named] | None = None
+    claims: list[_Named] | None = Field(default=None, max_length=MAX_POD_CLAIMS, fail_fast=True)
 
 
 class _Container(_Model):
     name: StrictStr = Field(min_length=1)
     image: StrictStr | None = None
-    command: list[StrictStr] | None = None
-    args: list[StrictStr] | None = None
-    env: list[EnvVar] | None = None
-    ports: list[_Port] | None = None
-    volumeMounts: list[_Mount] | None = None
+    command: list[StrictStr] | None = _first_wrong()
+    args: list[StrictStr] | None = _first_wrong()
+    env: list[EnvVar] | None = _first_wrong()
+    ports: list[_Port] | None = _first_wrong()
+    volumeMounts: list[_Mount] | None = _first_wrong()
     resources: _Resources | None = None
 
 
 class _PodSpec(_Model):
-    containers: list[_Container] = Field(min_length=1)
-    initContainers: list[_Container] | None = None
-    volumes: list[_Named] | None = None
-    tolerations: list[_PodToleration] | None = None
+    containers: list[_Container] = Field(min_length=1, fail_fast=True)
+    initContainers: list[_Container] | None = _first_wrong()
+    volumes: list[_Named] | None = _first_wrong()
+    tolerations: list[_PodToleration] | None = _first_wrong()
     nodeSelector: dict[str, StrictStr] | None = None
-    resourceClaims: list[_Named] | None = None
+    resourceClaims: list[_Named] | None = Field(
+        default=None, max_length=MAX_POD_CLAIMS, fail_fast=True
+    )
 
 
 class _PodMeta(_Model):

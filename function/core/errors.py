@@ -11,6 +11,7 @@ the observed ones back: :func:`function.edge.codec.keep_conditions`).
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -158,7 +159,35 @@ def _order(err: Mapping[str, Any]) -> tuple[Any, ...]:
         while parts and isinstance(parts[-1], str) and _UNION_TAG.match(parts[-1]):
             parts.pop()
     at = tuple((0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in parts)
-    return (at, written_as(err.get("input")) if shape else "")
+    # One location holds one input, so among its errors a wrong-shape one sorts after
+    # a validator's own (what was written is the same for all of them).
+    return (at, shape)
+
+
+def _plain_order(err: Mapping[str, Any]) -> tuple[Any, ...]:
+    """:func:`_order` without building a key per location element: the location tuple
+    itself. Two locations first differ under one parent, which is a list (indices) or
+    an object (names) for both, so they compare as :func:`_order` compares them; where
+    they would not (an int against a str), ``TypeError`` says so."""
+    loc = err["loc"]
+    shape = err["type"] in _EXPECTED
+    if shape:
+        while loc and isinstance(loc[-1], str) and _UNION_TAG.match(loc[-1]):
+            loc = loc[:-1]
+    return (loc, shape)
+
+
+def _smallest(errors: list[Any], count: int) -> list[Any]:
+    """The ``count`` errors :func:`_order` puts first, in that order (``heapq.nsmallest``:
+    O(n log count) with one cheap key per error; stable, as ``sorted`` is)."""
+    for key in (_plain_order, _order):
+        try:
+            if len(errors) <= count:
+                return sorted(errors, key=key)
+            return heapq.nsmallest(count, errors, key=key)
+        except TypeError:  # an int and a str met: the full key orders them
+            continue
+    raise AssertionError("unreachable: _order orders every pair")
 
 
 def pydantic_errors(
@@ -186,11 +215,34 @@ def pydantic_errors(
     errors = getattr(exc, "errors", None)
     if errors is None:
         return SpecError(prefix, str(exc))
+    found = errors(include_url=False, include_input=True)
+    # Only the first five messages are written, and the members of a union merge into
+    # one: the few smallest errors are enough (more are taken only when unions used
+    # them all), so a spec with 400,000 wrong items costs one pass, not a sort.
+    wanted = _SHOWN * 4
+    while True:
+        parts, first = _messages(_smallest(found, wanted), prefix, shapes)
+        if len(parts) >= _SHOWN or wanted >= len(found):
+            break
+        wanted *= 4
+    err = SpecError(first, "; ".join(parts))
+    err.args = ("; ".join(parts),)
+    return err
+
+
+_SHOWN = 5  # the errors a SpecError's message lists
+
+
+def _messages(
+    errors: list[Any], prefix: str, shapes: Mapping[str, str] | None
+) -> tuple[list[str], str]:
+    """The first :data:`_SHOWN` messages of ``errors`` (in :func:`_order`'s order) and the
+    path of the first, for :func:`pydantic_errors`."""
     parts: list[str] = []
     first = prefix
     shape_at: dict[str, int] = {}  # a wrong-shape path -> its index in parts
-    for err in sorted(errors(include_url=False, include_input=True), key=_order):
-        if len(parts) >= 5:
+    for err in errors:
+        if len(parts) >= _SHOWN:
             break
         expected = _EXPECTED.get(str(err.get("type")))
         loc = _location(prefix, list(err.get("loc", ())), union=expected is not None)
@@ -211,9 +263,7 @@ def pydantic_errors(
             i = shape_at[loc]
             head, _, tail = parts[i].rpartition(", got ")
             parts[i] = f"{head} or {expected}, got {tail}"
-    err = SpecError(first, "; ".join(parts))
-    err.args = ("; ".join(parts),)
-    return err
+    return parts, first
 
 
 _ROLE = re.compile(r":(?:class|func|mod|data|meth|attr):`~?([^`]+)`")

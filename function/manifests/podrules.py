@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from decimal import ROUND_CEILING, Decimal
+from decimal import Decimal
 from typing import Any, NoReturn, TypeGuard
 
 from function.core import k8svalidation as k8s
@@ -448,16 +448,8 @@ def _check_resources(resources: dict[str, Any], field: str) -> None:
             path = f"{field}.{key}[{_key(name)}]"
             _check_resource_name(name, path)
             q = out[name] = _quantity(value, path, "16Gi" if name == "memory" else "2")
-            if (
-                q is not None
-                and _overcommit(name) is None
-                and ((q * 1000).to_integral_value(ROUND_CEILING) % 1000)
-            ):
-                _refuse(
-                    path,
-                    f"{_shown(value)} is not a whole number: an extended resource "
-                    f"({_key(name)}) is counted in whole units",
-                )
+            if q is not None and _overcommit(name) is None:
+                _check_whole(q, value, name, path)
     for name, q in requests.items():  # sorted, as built above
         _check_request(resources, field, name, q, limits)
     names = {*limits, *requests}
@@ -465,6 +457,39 @@ def _check_resources(resources: dict[str, Any], field: str) -> None:
         _refuse(
             field,
             "requests hugepages without cpu or memory: set a cpu or memory request or limit too",
+        )
+
+
+# The largest count of an extended resource: Kubernetes reads it in milli-units into an
+# int64 (``Quantity.MilliValue``), so past this the API server's whole-number test reads
+# an overflowed value, and no node's allocatable (an int64 of milli-units too) holds it.
+_MAX_EXTENDED = Decimal(2**63 - 1) / 1000
+
+
+def _check_whole(q: Decimal, value: Any, name: str, path: str) -> None:
+    """``ValidateResourceQuantityValue`` for an extended resource: a whole number
+    (``MilliValue() % 1000 == 0``), and (the function's bound, where Go's int64
+    overflows) at most :data:`_MAX_EXTENDED`. Exact for any
+    exponent the decoder admits (``1e999999``: no multiplication, no modulo, so no
+    ``decimal.Overflow``; review 20b F3).
+
+    Raises:
+        SpecError: at ``path``.
+    """
+    if q > _MAX_EXTENDED:
+        # Not the API server's refusal (its MilliValue overflows, to 0 on its int64
+        # path, and passes): the pod would stay Pending on every cluster.
+        raise SpecError(
+            path,
+            f"{_shown(value)} is more than any node holds: Kubernetes counts an extended "
+            f"resource ({_key(name)}) as an int64 of milli-units, at most "
+            f"{_MAX_EXTENDED:f} (whole: 9223372036854775); lower it",
+        )
+    if q != q.to_integral_value():
+        _refuse(
+            path,
+            f"{_shown(value)} is not a whole number: an extended resource "
+            f"({_key(name)}) is counted in whole units",
         )
 
 

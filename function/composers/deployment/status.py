@@ -258,9 +258,19 @@ class _Displaced:
 
 
 def _displaced_status(inputs: Inputs) -> ListValue | None:
-    """The observed XR's ``status.displaced`` (one field lookup), or None."""
+    """The observed XR's ``status.displaced`` (one field lookup), or None; only its last
+    :data:`MAX_DISPLACED` records (the newest: what the function keeps when it writes
+    it). A longer list is not the function's (a tenant may write its XR's status,
+    review 20b F4): the records before those are ignored, so reading status costs the
+    same whatever was written there."""
     v = structs.fields_of(inputs.xr, "status").get(DISPLACED)
-    return v.list_value if v is not None and v.WhichOneof("kind") == "list_value" else None
+    if v is None or v.WhichOneof("kind") != "list_value":
+        return None
+    if len(v.list_value.values) <= MAX_DISPLACED:
+        return v.list_value
+    newest = ListValue()
+    newest.values.extend(v.list_value.values[-MAX_DISPLACED:])
+    return newest
 
 
 def _carry_displaced(inputs: Inputs, out: Outcome) -> None:
