@@ -19,6 +19,7 @@ processes and releases.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any
 
@@ -294,6 +295,46 @@ def workload_name(namespace: str, replica: str, deployment: str, index: int, eng
     share a workload cluster never collide. At most :data:`MAX_WORKLOAD_NAME` characters.
     """
     return short_name(MAX_WORKLOAD_NAME, (deployment, str(index), engine), (namespace, replica))
+
+
+# Hex characters of the hash a ResourceClaimTemplate's name ends with (40 bits): the
+# longest workload name (40), ``-standalone`` and ``-`` plus these stay within 63.
+CLAIM_HASH_LEN = 10
+# Tags the claim hash input, as _SCHEME tags names.
+_CLAIM_SCHEME = b"modelplane-claim-v1\x00"
+
+
+def claim_requests_hash(requests: Any) -> str:
+    """:data:`CLAIM_HASH_LEN` lowercase hex characters of sha256(scheme tag + the
+    canonical JSON of ``requests``): keys sorted, no whitespace, UTF-8 (``ensure_ascii``
+    off), numbers as Python's ``json`` writes them.
+
+    Args:
+        requests: The ``spec.spec.devices.requests`` a ResourceClaimTemplate asks for
+            (plain JSON values: ``function.manifests.workloads.device_request``).
+
+    Equal requests give equal hashes in every process and release; the order of keys
+    does not count, the order of the list does (it is the order of the member's
+    ``nodeSelector.devices``).
+    """
+    text = json.dumps(requests, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(_CLAIM_SCHEME + text.encode()).hexdigest()[:CLAIM_HASH_LEN]
+
+
+def claim_template_name(workload: str, role: str, digest: str = "") -> str:
+    """Remote name of the ResourceClaimTemplate of one member of a replica's engine.
+
+    ``<workload>-<role lowercased>-<digest>``, ``digest`` being
+    :func:`claim_requests_hash` of what the template asks for: a ResourceClaimTemplate's
+    ``spec`` is immutable (``resource.k8s.io/v1``), so a template that asks for other
+    devices is a new object under a new name, and the pod template that names it rolls.
+    Without ``digest`` (""), the name of the release before it (``<workload>-<role>``),
+    which a replica keeps while its observed template asks for what the spec asks
+    (:mod:`function.composers.replica.desired`). At most 40 + 11 + 1 + 10 = 62
+    characters (:data:`MAX_WORKLOAD_NAME`).
+    """
+    base = f"{workload}-{role.lower()}"
+    return f"{base}-{digest}" if digest else base
 
 
 SERVICE_PART = "svc"

@@ -23,6 +23,7 @@ from function import naming
 from function.api.modelreplica import pods_answer
 from function.composers.replica import CONDITION
 from function.composers.replica.names import ANNOTATION_REPLACES
+from function.core.k8svalidation import DNS1123_LABEL
 from function.core.numbers import ints_from_doubles
 from function.manifests import workloads as wl
 from function.ops.settings import Settings
@@ -39,6 +40,7 @@ from tests.support.replica_fixtures import (
     TOLERATIONS,
     USER_ARGS,
     USER_ENV,
+    claim_of,
     cluster,
     engine_template,
     hydration,
@@ -145,7 +147,8 @@ def test_single_node_with_cache_composes_deployment_service_and_claim():
     rsp = run(single_spec(copies=2), ready_required())
     assert not h.fatal(rsp)
     d = validate_all(rsp)
-    assert set(d) == {"workload-vllm", "claim-vllm-standalone", "service"}
+    ckey = claim_of(d, "vllm", "Standalone")
+    assert set(d) == {"workload-vllm", ckey, "service"}
     obj = d["workload-vllm"]
     assert obj["spec"]["providerConfigRef"] == {
         "kind": "ClusterProviderConfig",
@@ -166,7 +169,13 @@ def test_single_node_with_cache_composes_deployment_service_and_claim():
     spec = pod["spec"]
     assert spec["nodeSelector"] == {naming.LABEL_POOL: POOL}
     assert spec["tolerations"] == [*TOLERATIONS, wl.GPU_TOLERATION]
-    claim_name = manifest(d, "claim-vllm-standalone")["metadata"]["name"]
+    rct = manifest(d, ckey)
+    claim_name = rct["metadata"]["name"]
+    # Named by what it asks for (its spec is immutable), within 63 characters.
+    digest = naming.claim_requests_hash(ints(rct["spec"]["spec"]["devices"]["requests"]))
+    assert ckey == f"claim-vllm-standalone-{digest}"
+    assert claim_name == f"{dep['metadata']['name']}-standalone-{digest}"
+    assert len(claim_name) <= naming.MAX_LABEL
     assert spec["resourceClaims"] == [
         {"name": wl.POD_CLAIM, "resourceClaimTemplateName": claim_name}
     ]
@@ -184,7 +193,6 @@ def test_single_node_with_cache_composes_deployment_service_and_claim():
     assert eng["args"] == USER_ARGS
     assert "command" not in eng
     # The claim carries the placement's device request and the pool's class.
-    rct = manifest(d, "claim-vllm-standalone")
     assert ints(rct["spec"]["spec"]["devices"]["requests"]) == [
         {
             "name": "gpu",
@@ -287,7 +295,9 @@ def test_multi_node_composes_a_leader_worker_set(cache: bool):
     rsp = run(multi_spec(cache=cache, nodes=2, copies=3), req)
     assert not h.fatal(rsp)
     d = validate_all(rsp)
-    assert set(d) == {"workload-kimi", "claim-kimi-leader", "claim-kimi-worker", "service"}
+    leader, worker = claim_of(d, "kimi", "Leader"), claim_of(d, "kimi", "Worker")
+    assert leader and worker
+    assert set(d) == {"workload-kimi", leader, worker, "service"}
     assert d["workload-kimi"]["spec"]["readiness"]["celQuery"] == wl.LWS_READY_CEL
     lws = manifest(d, "workload-kimi")
     assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
@@ -326,7 +336,7 @@ def test_coordinator_only_leader_claims_nothing_and_rides_the_worker_pool():
     del leader["nodeSelector"]
     del leader["pool"]
     d = validate_all(run(spec, ready_required()))
-    assert "claim-kimi-leader" not in d and "claim-kimi-worker" in d
+    assert not claim_of(d, "kimi", "Leader") and claim_of(d, "kimi", "Worker")
     lt = manifest(d, "workload-kimi")["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
     assert "resourceClaims" not in lt["spec"]
     assert lt["spec"]["nodeSelector"] == {naming.LABEL_POOL: POOL}
@@ -338,7 +348,7 @@ def test_synthetic_device_is_placement_only():
         {"name": "efa", "count": 4, "selectors": [{"cel": 'device.driver == "efa.amazonaws.com"'}]}
     )
     d = validate_all(run(spec, ready_required()))
-    reqs = manifest(d, "claim-vllm-standalone")["spec"]["spec"]["devices"]["requests"]
+    reqs = manifest(d, claim_of(d, "vllm", "Standalone"))["spec"]["spec"]["devices"]["requests"]
     assert [r["name"] for r in reqs] == ["gpu"]
 
 
@@ -943,7 +953,7 @@ def test_a_device_claim_not_known_keeps_the_workload_as_it_is(claim, known):
     not known: everything is kept as it is (``Resolving``), the field named."""
     spec = single_spec()
     first = h.desired(run(spec, ready_required()))
-    assert "claim-vllm-standalone" in first
+    assert claim_of(first, "vllm", "Standalone")
     observed = {k: observed_object(v, {}) for k, v in first.items()}
     req = ready_required()
     c = cluster()
@@ -1256,14 +1266,15 @@ def test_an_engine_removed_goes_at_once():
     second["name"] = "vllm-b"
     spec["engines"].append(second)
     first = h.desired(run(spec, ready_required()))
-    assert {"workload-vllm-b", "claim-vllm-b-standalone"} <= set(first)
+    assert "workload-vllm-b" in first and claim_of(first, "vllm-b", "Standalone")
     observed = {
         k: observed_object(v, STARTS if k == "workload-vllm" else DEP_SERVES)
         for k, v in first.items()
     }
     spec["engines"].pop()
     rsp = run(spec, ready_required(), observed=observed)
-    assert set(h.desired(rsp)) == {"workload-vllm", "claim-vllm-standalone", "service"}
+    kept = {"workload-vllm", claim_of(first, "vllm", "Standalone"), "service"}
+    assert set(h.desired(rsp)) == kept
 
 
 # ---- an engine's members changed role under the same name ------------------------------
@@ -1386,7 +1397,7 @@ def test_an_engine_composes_its_new_kind_once_the_old_workload_is_gone():
     rsp = run(changed, ready_required(), observed=observed)
     desired = h.desired(rsp)
     assert manifest(desired, "workload-vllm")["kind"] == "LeaderWorkerSet"
-    assert {"claim-vllm-leader", "claim-vllm-worker"} <= set(desired)
+    assert claim_of(desired, "vllm", "Leader") and claim_of(desired, "vllm", "Worker")
     assert h.conditions(rsp)[CONDITION]["reason"] != "WorkloadKindChanged"
     # Roles restored while the Deployment is kept: it is desired as the spec says again.
     observed = {
@@ -1505,3 +1516,223 @@ def test_a_replica_whose_cache_was_removed_is_ready_once_its_pods_rolled_off_it(
         off, required(cluster_items=[cluster("gpu-a")]), observed=observed, status=h.status(rsp)
     )
     assert h.status(again).get("cacheIdentities") == ids, case.reason
+
+
+# ---- device requests: a ResourceClaimTemplate's spec is immutable (review 20a F1) ------
+
+REFUSED_RCT = (
+    'update failed: cannot apply object: ResourceClaimTemplate.resource.k8s.io "{name}" is '
+    'invalid: spec: Invalid value: {{"spec":{{"devices":{{"requests":[{{"exactly":{{"count":4'
+    + "}}}}]}}}}}}: field is immutable"
+)
+ROLLING = {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 1, "availableReplicas": 1}
+
+
+def _counted(n: int, cache: bool = True) -> dict[str, Any]:
+    """The single-node spec, its member asking for ``n`` GPUs."""
+    spec = single_spec(cache=cache)
+    spec["engines"][0]["members"][0]["nodeSelector"]["devices"][0]["count"] = n
+    return spec
+
+
+def _legacy(desired: dict[str, Any]) -> dict[str, Any]:
+    """``desired`` as the release before composed it: the claim template's key and remote
+    name without the digest of its requests, and the pod template naming it."""
+    out = copy.deepcopy(desired)
+    key = claim_of(out, "vllm", "Standalone")
+    body = out.pop(key)
+    m = body["spec"]["forProvider"]["manifest"]
+    m["metadata"]["name"] = m["metadata"]["name"].rsplit("-", 1)[0]
+    body["metadata"]["name"] = naming.child_name(body["metadata"]["name"].rsplit("-", 2)[0])
+    out["claim-vllm-standalone"] = body
+    pod = manifest(out, "workload-vllm")["spec"]["template"]
+    pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = m["metadata"]["name"]
+    return out
+
+
+def _observed_all(desired: dict[str, Any], workload: dict[str, Any] = DEP_SERVES) -> dict[str, Any]:
+    return {
+        k: observed_object(v, workload if k.startswith("workload-") else {})
+        for k, v in desired.items()
+    }
+
+
+def _refuse(obs: dict[str, Any], key: str, message: str) -> None:
+    """The Object ``key`` reports the workload cluster's refusal of its last apply."""
+    name = obs[key]["spec"]["forProvider"]["manifest"]["metadata"]["name"]
+    obs[key]["status"]["conditions"] = [
+        {"type": "Synced", "status": "False", "reason": "ReconcileError",
+         "message": message.format(name=name)}
+    ]  # fmt: skip
+
+
+def _upgraded_same() -> tuple[dict[str, Any], dict[str, Any]]:
+    return _counted(8), _observed_all(_legacy(h.desired(run(_counted(8), ready_required()))))
+
+
+def _upgraded_edited() -> tuple[dict[str, Any], dict[str, Any]]:
+    return _counted(4), _observed_all(_legacy(h.desired(run(_counted(8), ready_required()))))
+
+
+def _upgraded_refused() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The release before rewrote the template in place (count 4) and was refused: the
+    remote object still asks for 8."""
+    old = _legacy(h.desired(run(_counted(8), ready_required())))
+    obs = _observed_all(old)
+    rewritten = copy.deepcopy(old["claim-vllm-standalone"])
+    reqs = rewritten["spec"]["forProvider"]["manifest"]["spec"]["spec"]["devices"]["requests"]
+    reqs[0]["exactly"]["count"] = 4
+    obs["claim-vllm-standalone"]["spec"] = rewritten["spec"]
+    _refuse(obs, "claim-vllm-standalone", REFUSED_RCT)
+    return _counted(4), obs
+
+
+def _edited(
+    workload: dict[str, Any], cache: bool = True
+) -> Callable[[], tuple[dict[str, Any], dict[str, Any]]]:
+    """Count 8 -> 4 under this release, the new template and workload applied, the
+    workload in state ``workload``; the count-8 template still observed."""
+
+    def build() -> tuple[dict[str, Any], dict[str, Any]]:
+        req = ready_required()
+        old = _observed_all(h.desired(run(_counted(8, cache), req)))
+        obs = _observed_all(h.desired(run(_counted(4, cache), req)), workload)
+        return _counted(4, cache), {**old, **obs}
+
+    return build
+
+
+def _refused(key: str) -> Callable[[], tuple[dict[str, Any], dict[str, Any]]]:
+    def build() -> tuple[dict[str, Any], dict[str, Any]]:
+        obs = _observed_all(h.desired(run(_counted(8), ready_required())))
+        _refuse(obs, claim_of(obs, "vllm", "Standalone") if key == "claim" else key,
+                "update failed: cannot apply object: {name}: forbidden")  # fmt: skip
+        return _counted(8), obs
+
+    return build
+
+
+@dataclass(frozen=True)
+class Claims:
+    """What a replica composes for its member's claim: the claim template keys it
+    desires (``legacy``: the one it names is the release-before's key; ``digest``: named
+    by the count's digest; ``old``: the count-8 template, "kept" as observed, "deleted"
+    (no longer desired) or "" when there is none), whether its workload manifest is the
+    one observed (no roll), the ModelReady reason, the engine's ``available``, what the
+    condition's message says."""
+
+    legacy: bool
+    digest: bool
+    old: str
+    same_workload: bool
+    reason: str
+    available: bool = True
+    says: str = ""
+
+
+DEVICE_EDITS = [
+    Case("upgraded, same requests", "the release-before's template asks for what the spec "
+         "asks: its name is kept, nothing rolls on upgrade", _upgraded_same,
+         Claims(True, False, "", True, "Serving")),
+    Case("upgraded, count edited", "another count is another template under a digest name; "
+         "the old one is kept as observed until the workload rolls", _upgraded_edited,
+         Claims(False, True, "kept", False, "Starting",
+                says="rolling onto ResourceClaimTemplate")),
+    Case("upgraded, rewritten in place and refused", "the remote template, not the refused "
+         "manifest, says what it asks for: the edit applies by a roll", _upgraded_refused,
+         Claims(False, True, "kept", False, "Starting")),
+    Case("edited, rolling", "the workload names the new template and rolls: the old one is "
+         "kept", _edited(ROLLING),
+         Claims(False, True, "kept", True, "Starting", says="is kept")),
+    Case("edited, rolled", "the roll is complete: the old template goes", _edited(DEP_SERVES),
+         Claims(False, True, "deleted", True, "Serving")),
+    Case("no cache, rolling", "without a cache too, pods of the old template still run: "
+         "not Serving yet", _edited(ROLLING, cache=False),
+         Claims(False, True, "kept", True, "Starting",
+                says="rolling onto ResourceClaimTemplate chat-0-vllm-")),
+    Case("no cache, roll stalled", "a surge pod that finds no room for the new devices",
+         _edited({**ROLLING, "conditions": [{"type": "Progressing", "status": "False",
+                  "reason": "ProgressDeadlineExceeded"}]}, cache=False),
+         Claims(False, True, "kept", True, "RolloutStalled", says="(a device request edited)")),
+    Case("claim template refused", "a claim template that does not apply keeps the replica "
+         "from Serving, named with the provider's message", _refused("claim"),
+         Claims(False, True, "", True, "ObjectNotSynced",
+                says="ResourceClaimTemplate chat-0-vllm-")),
+    Case("service refused", "so does the Service", _refused("service"),
+         Claims(False, True, "", True, "ObjectNotSynced", says="Service chat-0-svc-")),
+]  # fmt: skip
+
+
+@table(DEVICE_EDITS)
+def test_a_device_request_edit_rolls_onto_a_new_claim_template(case: Case[Any, Claims]):
+    spec, observed = case.inputs()
+    req = ready_required() if "modelCacheRef" in spec else required(cluster_items=[cluster()])
+    rsp = run(spec, req, observed=observed)
+    want = case.want
+    d = validate_all(rsp)
+    claims = {k for k in d if k.startswith("claim-")}
+    # The template the pod template names asks for the spec's count.
+    pod = manifest(d, "workload-vllm")["spec"]["template"]["spec"]
+    named = pod["resourceClaims"][0]["resourceClaimTemplateName"]
+    (current,) = [k for k in claims if manifest(d, k)["metadata"]["name"] == named]
+    count = spec["engines"][0]["members"][0]["nodeSelector"]["devices"][0]["count"]
+    reqs = ints(manifest(d, current)["spec"]["spec"]["devices"]["requests"])
+    assert reqs[0]["exactly"]["count"] == count
+    assert (current == "claim-vllm-standalone") is want.legacy
+    assert (current != "claim-vllm-standalone") is want.digest
+    assert current == claim_of([current], "vllm", "Standalone")
+    kept = claims - {current}
+    for k in kept:  # an old template is kept exactly as observed
+        assert d[k]["spec"] == observed[k]["spec"], k
+    deleted = {k for k in observed if k.startswith("claim-") and k not in claims}
+    assert (want.old == "kept") is bool(kept) and (want.old == "deleted") is bool(deleted)
+    same = manifest(d, "workload-vllm") == observed["workload-vllm"]["spec"]["forProvider"][
+        "manifest"]  # fmt: skip
+    assert same is want.same_workload
+    cond = h.conditions(rsp)[CONDITION]
+    assert cond["reason"] == want.reason, cond
+    assert h.xr_ready(rsp) == ("READY_TRUE" if want.reason == "Serving" else "READY_FALSE")
+    (engine,) = h.status(rsp)["engines"]
+    assert engine["available"] is want.available, engine
+    if want.says:
+        assert want.says in cond["message"], cond
+    if want.reason == "ObjectNotSynced":
+        assert "(Object modelreplica-" in cond["message"]
+        assert "'update failed: cannot apply object: " in cond["message"]
+        assert ("Warning", cond["message"]) in h.results(rsp)
+        assert engine["ready"] is (case.name == "service refused")
+
+
+def test_a_refused_apply_is_warned_once_and_quoted_within_bounds():
+    """A provider's message can hold the whole refused object: the condition quotes its
+    two ends (the rule is at the end, "field is immutable"), and the Warning is emitted
+    when the replica enters ObjectNotSynced, not on every reconcile."""
+    spec, observed = _refused("claim")()
+    key = claim_of(observed, "vllm", "Standalone")
+    huge = "update failed: cannot apply object: " + "x" * 100_000 + ": field is immutable"
+    observed[key]["status"]["conditions"][0]["message"] = huge
+    rsp = run(spec, ready_required(), observed=observed)
+    cond = h.conditions(rsp)[CONDITION]
+    assert cond["reason"] == "ObjectNotSynced"
+    assert len(cond["message"]) < 2000 and "field is immutable" in cond["message"]
+    assert f"({len(huge)} characters)" in cond["message"]
+    status = {"conditions": [{"type": CONDITION, "status": "False", "reason": "ObjectNotSynced"}]}
+    again = run(spec, ready_required(), observed=observed, status=status)
+    assert h.conditions(again)[CONDITION]["reason"] == "ObjectNotSynced"
+    assert not [m for s, m in h.results(again) if s == "Warning"]
+
+
+def test_claim_template_names_fit_at_the_longest_workload_name():
+    """The longest workload name (40) with the longest role and the digest stays a
+    DNS-1123 label."""
+    longest = naming.workload_name("n" * 63, "r" * 253, "d" * 253, 2**31 - 1, "e" * 63)
+    assert len(longest) == naming.MAX_WORKLOAD_NAME
+    digest = naming.claim_requests_hash([{"name": "gpu"}])
+    name = naming.claim_template_name(longest, "Standalone", digest)
+    assert len(name) <= naming.MAX_LABEL and DNS1123_LABEL.match(name), name
+    # Canonical: the order of keys does not count, the values do.
+    a = [{"name": "gpu", "exactly": {"count": 2, "deviceClassName": "g"}}]
+    b = [{"exactly": {"deviceClassName": "g", "count": 2}, "name": "gpu"}]
+    assert naming.claim_requests_hash(a) == naming.claim_requests_hash(b)
+    a[0]["exactly"]["count"] = 4
+    assert naming.claim_requests_hash(a) != naming.claim_requests_hash(b)

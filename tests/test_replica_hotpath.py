@@ -25,6 +25,7 @@ from function.serving.flashloader import SETTINGS_ATTRS, resolve_flash_loader, r
 from tests.support import harness as h
 from tests.support.replica_fixtures import (
     H100_POOL,
+    claim_of,
     cluster,
     model_cache,
     multi_spec,
@@ -214,11 +215,8 @@ def test_plans_are_bounded_and_keep_bodies_serialized(monkeypatch: pytest.Monkey
     assert real.cache_info().currsize == 1 and real.cache_info().hits == 1
     assert (children.parsed.cache_info().maxsize or 0) <= 64  # parsed specs are large: few kept
     assert plans[0] is plans[1]
-    assert {k for k, _ in plans[0].children} == {
-        "claim-vllm-standalone",
-        "workload-vllm",
-        "service",
-    }
+    keys = {k for k, _ in plans[0].children}
+    assert keys == {claim_of(keys, "vllm", "Standalone"), "workload-vllm", "service"}
     assert all(isinstance(b, bytes) for _, b in plans[0].children)
 
 
@@ -326,7 +324,7 @@ SERVING: list[Case[Observed, EngineState]] = [
                 ),
             ),
         ),
-        EngineState(False, "not applied: forbidden"),
+        EngineState(False, "not applied: 'forbidden'"),
     ),
     Case(
         "no atProvider",
@@ -391,9 +389,17 @@ def _check_serving(case: Case[Observed, EngineState], rsp: Any) -> None:
     assert engine["ready"] is ready
     assert engine.get("message") == message
     cond = h.conditions(rsp)[CONDITION]
-    assert cond["reason"] == ("Serving" if ready else "Starting")
+    refused = message is not None and message.startswith("not applied: ")
+    # A refused apply is said by its own reason, naming the Object (review 20a F1).
+    want = "Serving" if ready else ("ObjectNotSynced" if refused else "Starting")
+    assert cond["reason"] == want
     assert h.xr_ready(rsp) == ("READY_TRUE" if ready else "READY_FALSE")
-    if message is not None:
+    if refused:
+        assert message is not None
+        assert "Deployment chat-0-vllm-" in cond["message"]
+        assert "(Object modelreplica-" in cond["message"]
+        assert message in cond["message"]
+    elif message is not None:
         assert message in cond["message"]
 
 

@@ -87,6 +87,7 @@ __all__ = [
     "REASON_HYDRATING",
     "REASON_HYDRATION_FAILED",
     "REASON_HYDRATION_NOT_FOUND",
+    "REASON_OBJECT_NOT_SYNCED",
     "REASON_ROLLOUT_STALLED",
     "REASON_WORKLOAD_KIND_CHANGED",
     "STATUS_CACHE_IDENTITIES",
@@ -353,6 +354,10 @@ REASON_ROLLOUT_STALLED = "RolloutStalled"
 # LeaderWorkerSet) in place of the observed one: the observed workload is kept as it is
 # and nothing new is composed for that engine; renaming it switches make-before-break.
 REASON_WORKLOAD_KIND_CHANGED = "WorkloadKindChanged"
+# A child the replica serves through (its workload, a claim template, its Service) reports
+# Synced=False: the workload cluster refused the last apply, so what runs there is what
+# was applied before, not what the spec asks. Not ready until it applies.
+REASON_OBJECT_NOT_SYNCED = "ObjectNotSynced"
 # Every reason that means "waiting on (or failed by) the cache", not the workload.
 CACHE_GATE_REASONS = frozenset(
     {REASON_CACHE_NOT_FOUND, REASON_HYDRATION_NOT_FOUND, REASON_HYDRATING, REASON_HYDRATION_FAILED}

@@ -60,6 +60,19 @@ def quoted(value: object, limit: int = EXCERPT_CHARS) -> str:
     return written_as(value)
 
 
+def quoted_ends(text: str, limit: int) -> str:
+    """``text`` (a message another component wrote: an API server's error, which puts
+    the refused value in the middle and the rule at the end, "...: field is immutable")
+    quoted like :func:`quoted`, keeping both ends: its ``repr`` when it has at most
+    ``limit`` characters, else the ``repr`` of its first and of its last ``limit // 2``
+    characters around ``...`` and its length (``'update failed: ...' ... ': field is
+    immutable' (2417 characters)``); at most about ``10 * limit + 60`` characters."""
+    if len(text) <= limit:
+        return repr(text)
+    half = max(limit // 2, 1)
+    return f"{text[:half]!r} ... {text[-half:]!r} ({len(text)} characters)"
+
+
 def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     """``text`` unquoted, for a message that puts it into a path (a map key in
     ``spec.labels.<key>``): whole when at most ``limit`` characters, else its first

@@ -614,6 +614,19 @@ def template_sources(manifest: Any, kind: str) -> set[str]:
     return found
 
 
+def template_claims(manifest: Any, kind: str) -> set[str]:
+    """The ResourceClaimTemplates the pod templates of an observed workload claim their
+    devices from (``spec.resourceClaims[]`` entry :data:`POD_CLAIM`'s
+    ``resourceClaimTemplateName``). Empty when they claim none (or are not observed)."""
+    found: set[str] = set()
+    for t in pod_templates(manifest, kind):
+        for rc in structs.items(structs.get(t, "spec"), "resourceClaims"):
+            name = structs.get(rc, "resourceClaimTemplateName")
+            if structs.get(rc, "name") == POD_CLAIM and isinstance(name, str):
+                found.add(name)
+    return found
+
+
 def _container_paths(c: Any) -> list[Any]:
     """The paths a container is told to read the weights from: its ``MODELPLANE_MODEL``
     and, for the flash loader, its ``--source``."""

@@ -4,6 +4,12 @@ Each driver keeps what a control plane keeps between reconciles: the XR with the
 Crossplane wrote last time, and the composed resources as observed, with the status
 their owners wrote (:mod:`tests.support.world`). ``reconcile`` renders once through
 ``crossplane render`` with the core binary and feeds the output back.
+
+Each Object is applied over what was observed of it before, as the workload cluster's
+API server would take it: an update it refuses (an immutable field rewritten in place,
+:func:`tests.support.world.refused_update`) fails the test at once, naming the Object
+and the error, unless the test sets ``allow_refused`` (then ``refused`` lists them and
+the Object reports ``Synced=False``, keeping its remote manifest).
 """
 
 from __future__ import annotations
@@ -62,6 +68,24 @@ class XR:
         self.required = list(required)
         self.observed: dict[str, dict[str, Any]] = {}
         self.last: Rendered | None = None
+        self.allow_refused = False
+        self.refused: list[str] = []
+
+    def applied(
+        self, name: str, doc: dict[str, Any], previous: dict[str, dict[str, Any]], **kw: Any
+    ) -> dict[str, Any]:
+        """Composed Object ``doc`` (composition resource ``name``) as observed once the
+        provider applied it over ``previous[name]`` (:func:`tests.support.world.observed_object`);
+        a refused update fails the test unless :attr:`allow_refused`."""
+        obs = world.observed_object(doc, previous=previous.get(name), **kw)
+        msg = world.refusal(obs)
+        if msg is not None:
+            self.refused.append(f"{name}: {msg}")
+            assert self.allow_refused, (
+                f"the workload cluster refused the update of Object {name} (an immutable "
+                f"field rewritten in place): {msg}"
+            )
+        return obs
 
     def reconcile(self, **kw: Any) -> Rendered:
         """Render once; Crossplane writes the XR's status back; returns the output.
@@ -120,11 +144,11 @@ class Hydration(XR):
         """
         assert self.last is not None
         src = self.status.get("source") or {}
-        self.observed = {}
+        before, self.observed = self.observed, {}
         for name, doc in self.last.composed.items():
             kind = doc["spec"]["forProvider"]["manifest"]["kind"]
             if kind == "PersistentVolumeClaim":
-                obs = world.observed_object(doc, remote=world.pvc(pvc), ready=pvc == "Bound")
+                obs = self.applied(name, doc, before, remote=world.pvc(pvc), ready=pvc == "Bound")
             elif kind == "Job":
                 remote = {
                     None: None,
@@ -133,14 +157,14 @@ class Hydration(XR):
                     "failed": world.job_failed("DeadlineExceeded", "Job was active longer "
                                                "than specified deadline"),
                 }[job]
-                obs = world.observed_object(doc, remote=remote, ready=job == "complete")
+                obs = self.applied(name, doc, before, remote=remote, ready=job == "complete")
             elif kind == "ConfigMap" and result:
                 data = world.hydration_result(
                     src.get("identity", ""), src.get("repo", ""), src.get("revision", "")
                 )
-                obs = world.observed_object(doc, data=data)
+                obs = self.applied(name, doc, before, data=data)
             else:
-                obs = world.observed_object(doc)
+                obs = self.applied(name, doc, before)
             self.observed[name] = obs
 
 
@@ -198,7 +222,7 @@ class Replica(XR):
         """Apply every Object of the last render; workloads available when ``serving``,
         but those named in ``starting`` (composition-resource names), not yet."""
         assert self.last is not None
-        self.observed = {}
+        before, self.observed = self.observed, {}
         for name, doc in self.last.composed.items():
             manifest = doc["spec"]["forProvider"]["manifest"]
             kind = manifest["kind"]
@@ -206,15 +230,15 @@ class Replica(XR):
             up = serving and name not in starting
             if kind == "Deployment":
                 remote = world.deployment_available(n) if up else {"replicas": n}
-                obs = world.observed_object(doc, remote=remote, ready=up)
+                obs = self.applied(name, doc, before, remote=remote, ready=up)
             elif kind == "LeaderWorkerSet":
                 remote = (
                     {"replicas": n, "readyReplicas": n,
                      "conditions": [{"type": "Available", "status": "True"}]}
                     if up else {"replicas": n}
                 )
-                obs = world.observed_object(doc, remote=remote, ready=up)
+                obs = self.applied(name, doc, before, remote=remote, ready=up)
             else:
-                obs = world.observed_object(doc)
+                obs = self.applied(name, doc, before)
             self.observed[name] = obs
 

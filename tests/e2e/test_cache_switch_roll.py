@@ -77,16 +77,16 @@ def _publish(rep: Replica, doc: dict[str, Any], required: list[dict[str, Any]]) 
 def _roll(rep: Replica, *, done: bool) -> None:
     """Reconcile the replica, its workloads then observed stalled or rolled, again."""
     rep.reconcile()
-    rep.observed = {}
+    before, rep.observed = rep.observed, {}
     assert rep.last is not None
     for name, doc in rep.last.composed.items():
         manifest = doc["spec"]["forProvider"]["manifest"]
         if manifest["kind"] == "Deployment":
             n = int(manifest["spec"].get("replicas", 1))
             remote = world.deployment_available(n) if done else _stalled(n)
-            rep.observed[name] = world.observed_object(doc, remote=remote)
+            rep.observed[name] = rep.applied(name, doc, before, remote=remote)
         else:
-            rep.observed[name] = world.observed_object(doc)
+            rep.observed[name] = rep.applied(name, doc, before)
     rep.reconcile()
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from function.core.timeutil import format_time
+from function.naming import CLAIM_HASH_LEN
 from function.render import load_yaml
 from tests.e2e.lifecycle import XR, Replica
 from tests.support import world
@@ -82,6 +83,26 @@ def job_env(job: dict[str, Any]) -> dict[str, Any]:
 
 REPLICA = EXAMPLES / "modelreplica"
 WORKLOAD_SINGLE = {"workload-vllm", "claim-vllm-standalone", "service"}
+"""The single-node example's children, its claim template's key without the digest of
+its requests (:func:`keys`)."""
+
+
+def keys(composed: Any) -> set[str]:
+    """The composition-resource names of ``composed``, a claim template's without the
+    digest of what it asks for (``claim-<engine>-<role>-<digest>`` -> ``claim-<engine>-<role>``;
+    the digest is pinned by tests/test_replica.py)."""
+    out = set()
+    for k in composed:
+        head, _, last = k.rpartition("-")
+        digest = len(last) == CLAIM_HASH_LEN and all(c in "0123456789abcdef" for c in last)
+        out.add(head if k.startswith("claim-") and digest else k)
+    return out
+
+
+def key(composed: Any, short: str) -> str:
+    """The full name in ``composed`` of the key :func:`keys` shortens to ``short``."""
+    (found,) = [k for k in composed if k == short or k.rpartition("-")[0] == short]
+    return found
 
 
 def replica_world() -> list[dict[str, Any]]:
@@ -139,7 +160,7 @@ def test_replica_gated_then_serving_then_hydration_fails(render, xr_file, worklo
     out = r.reconcile()
     names = set(out.composed)
     if workload is not None:
-        assert names == workload
+        assert keys(names) == workload
     else:
         assert "service" in names and any(n.startswith("workload-") for n in names)
         kinds = {manifest(d)["kind"] for n, d in out.composed.items() if n.startswith("workload-")}
@@ -215,7 +236,7 @@ def _single_serving(render) -> tuple[Replica, dict[str, Any]]:
     set_hydration(required, xr, "Ready", "weights are on the cache PVC")
     r = Replica(render, xr, required)
     out = r.settle(serving=True)
-    assert cond(out, "ModelReady") == ("True", "Serving") and set(out.composed) == WORKLOAD_SINGLE
+    assert cond(out, "ModelReady") == ("True", "Serving") and keys(out.composed) == WORKLOAD_SINGLE
     return r, {n: copy.deepcopy(d["spec"]) for n, d in out.composed.items()}
 
 
@@ -227,9 +248,9 @@ def test_replica_engine_renamed_serves_throughout(render):
     r, before = _single_serving(render)
 
     r.xr["spec"]["engines"][0]["name"] = "vllm2"
-    olds = {"workload-vllm", "claim-vllm-standalone"}
-    news = {"workload-vllm2", "claim-vllm2-standalone"}
+    olds = {"workload-vllm", key(before, "claim-vllm-standalone")}
     out = r.reconcile()
+    news = {"workload-vllm2", key(out.composed, "claim-vllm2-standalone")}
     assert set(out.composed) == olds | news | {"service"}
     assert out.deleted(r.observed.values()) == set()
     for n in olds:
@@ -270,7 +291,8 @@ def test_replica_engine_renamed_back_while_its_old_workload_is_deleted(render):
     r.xr["spec"]["engines"][0]["name"] = "vllm2"
     r.reconcile()
     r.world(serving=True)
-    gone = {n: copy.deepcopy(r.observed[n]) for n in ("workload-vllm", "claim-vllm-standalone")}
+    old_claim = key(r.observed, "claim-vllm-standalone")
+    gone = {n: copy.deepcopy(r.observed[n]) for n in ("workload-vllm", old_claim)}
     out = r.reconcile()
     assert cond(out, "ModelReady") == ("True", "Serving") and not set(gone) & set(out.composed)
     r.world(serving=True)
@@ -279,7 +301,7 @@ def test_replica_engine_renamed_back_while_its_old_workload_is_deleted(render):
         r.observed[n] = obj
 
     r.xr["spec"]["engines"][0]["name"] = "vllm"  # renamed back
-    kept = {"workload-vllm2", "claim-vllm2-standalone"}
+    kept = {"workload-vllm2", key(r.observed, "claim-vllm2-standalone")}
     out = r.reconcile()
     assert out.deleted(r.observed.values()) == set()
     assert kept <= set(out.composed)
@@ -319,7 +341,7 @@ def test_replica_engine_members_changing_role_keep_the_old_workload(render):
     gang = copy.deepcopy(multi["spec"]["engines"][0])
     r.xr["spec"]["engines"][0] = gang | {"name": "vllm"}
     out = r.reconcile()
-    assert set(out.composed) == WORKLOAD_SINGLE and out.deleted(r.observed.values()) == set()
+    assert keys(out.composed) == WORKLOAD_SINGLE and out.deleted(r.observed.values()) == set()
     for n, spec in before.items():
         assert out.composed[n]["spec"] == spec, n
     assert cond(out, "ModelReady") == ("False", "WorkloadKindChanged")
@@ -335,7 +357,7 @@ def test_replica_engine_members_changing_role_keep_the_old_workload(render):
     r.xr["spec"]["engines"][0]["name"] = "kimi"
     out = r.reconcile()
     news = {"workload-kimi", "claim-kimi-leader", "claim-kimi-worker"}
-    assert set(out.composed) == WORKLOAD_SINGLE | news
+    assert keys(out.composed) == WORKLOAD_SINGLE | news
     assert out.composed["workload-kimi"]["spec"]["forProvider"]["manifest"]["kind"] == (
         "LeaderWorkerSet"
     )
@@ -343,7 +365,7 @@ def test_replica_engine_members_changing_role_keep_the_old_workload(render):
     r.world(serving=True)
     out = r.reconcile()
     assert cond(out, "ModelReady") == ("True", "Serving")
-    assert out.deleted(r.observed.values()) == {"workload-vllm", "claim-vllm-standalone"}
+    assert keys(out.deleted(r.observed.values())) == {"workload-vllm", "claim-vllm-standalone"}
 
 
 # ---- 2. ModelExperiment: to a pass and to a fail verdict -----------------------------
@@ -374,7 +396,9 @@ class Experiment:
         """The gauntlet Job applied; the Object's readiness is its ``Complete``/``Failed``
         CEL (``function.manifests.jobs.JOB_FINISHED_CEL``)."""
         doc = self.exp.last.composed["gauntlet-r1"]
-        self.exp.observed["gauntlet-r1"] = world.observed_object(doc, remote=remote, ready=finished)
+        self.exp.observed["gauntlet-r1"] = self.exp.applied(
+            "gauntlet-r1", doc, self.exp.observed, remote=remote, ready=finished
+        )
 
     def started(self) -> str:
         """When the function composed the gauntlet Job (its wall clock): the Job finishes
@@ -684,7 +708,9 @@ class Backfill:
         """The attempt's Job applied; the Object's readiness is its ``Complete``/``Failed``
         CEL (``function.manifests.jobs.JOB_FINISHED_CEL``)."""
         doc = self.bf.last.composed["job-1"]
-        self.bf.observed["job-1"] = world.observed_object(doc, remote=remote, ready=finished)
+        self.bf.observed["job-1"] = self.bf.applied(
+            "job-1", doc, self.bf.observed, remote=remote, ready=finished
+        )
 
     def observer(self) -> None:
         """The attempt's observer applied: provider-kubernetes gets the Job it names, the

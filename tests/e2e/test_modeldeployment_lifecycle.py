@@ -11,6 +11,8 @@ waiting for its cache, never with a partial placement.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from function.render import load_yaml
@@ -52,8 +54,13 @@ class Deployment:
                     {"type": "Ready", "status": "True", "reason": "Available"}]}})
                 continue
             r = self.replicas.get(name)
-            if r is None or r.xr["spec"] != doc["spec"]:
+            if r is None or r.xr["metadata"]["name"] != doc["metadata"]["name"]:
                 r = self.replicas[name] = Replica(self.render, doc, self.required)
+            elif r.xr["spec"] != doc["spec"]:
+                # Crossplane updates the same ModelReplica: its children stay observed.
+                r.xr["spec"] = copy.deepcopy(doc["spec"])
+                r.xr["metadata"]["labels"] = copy.deepcopy(doc["metadata"].get("labels", {}))
+                r.xr["metadata"]["generation"] += 1
             r.required = self.required
             r.settle(serving=serving)
             self.dep.observed[name] = world.observed_xr(doc, r.last.xr)
@@ -140,3 +147,92 @@ def test_missing_cache_deletes_nothing(render):
     # The replicas still serve, and readiness says so; ReplicasScheduled says why
     # nothing new is placed.
     assert d.condition("ReplicasReady")["status"] == "True"
+
+
+def _claims(composed: dict) -> dict[str, dict]:
+    """The ResourceClaimTemplate manifests among ``composed`` Objects, by key."""
+    return {
+        k: d["spec"]["forProvider"]["manifest"]
+        for k, d in composed.items()
+        if d["spec"]["forProvider"]["manifest"]["kind"] == "ResourceClaimTemplate"
+    }
+
+
+def _count(claim: dict) -> int:
+    return int(claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"])
+
+
+def test_a_device_count_edit_rolls_every_replica_onto_a_new_claim_template(render):
+    """Review 20a F1: a ResourceClaimTemplate's ``spec`` is immutable, and the function
+    rewrote it in place under the same name when a member's device count changed: the
+    workload cluster refused it (the harness fails such an update, naming it), nothing
+    rolled, and the replicas read Serving with the old number of GPUs. Now the new count
+    is a new template under a new name, the pod template names it and the workload
+    rolls; the old template is kept until the roll is complete, then deleted."""
+    d = Deployment(render)
+    d.required = fleet_resources(hydrating=False)
+    d.step()
+    d.step()
+    assert d.dep.reconcile().is_ready()
+    live = {n: r for n, r in d.replicas.items() if n in d.dep.last.composed}
+    assert len(live) == 3
+    before = {n: _claims(r.last.composed) for n, r in live.items()}
+    for claims in before.values():
+        (claim,) = claims.values()
+        assert _count(claim) == 1
+
+    # One GPU -> two for the member: the same replicas, the count copied into them.
+    member = d.dep.xr["spec"]["template"]["spec"]["engines"][0]["members"][0]
+    member["nodeSelector"]["devices"][0]["count"] = 2
+    out = d.dep.reconcile()
+    assert {n for n in out.composed if n.startswith("replica-")} == set(live)
+    for name, r in live.items():
+        doc = out.composed[name]
+        r.xr["spec"] = copy.deepcopy(doc["spec"])
+        r.xr["metadata"]["generation"] += 1
+        (old_key, old), = before[name].items()
+
+        # The new template beside the old one, kept exactly; the pod template names the new.
+        got = r.reconcile()
+        claims = _claims(got.composed)
+        assert set(claims) - {old_key} and claims[old_key] == old, claims
+        (new_key,) = set(claims) - {old_key}
+        new = claims[new_key]
+        assert _count(new) == 2 and new["metadata"]["name"] != old["metadata"]["name"]
+        pod = got.composed["workload-vllm"]["spec"]["forProvider"]["manifest"]["spec"]["template"]
+        assert pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == (
+            new["metadata"]["name"]
+        )
+        assert got.deleted(r.observed.values()) == set()
+        assert got.condition("ModelReady")["status"] == "False"
+        assert not got.is_ready()
+
+        # Applied, the new pods not all available yet (rolling): the old one still kept.
+        r.world(starting={"workload-vllm"})
+        assert r.refused == []
+        got = r.reconcile()
+        assert set(_claims(got.composed)) == {old_key, new_key}
+        assert got.deleted(r.observed.values()) == set()
+        assert "is kept" in r.status["engines"][0]["message"], r.status
+        assert got.condition("ModelReady")["status"] == "False"
+
+        # The roll is complete: Serving with two GPUs, the old template goes.
+        r.world(serving=True)
+        got = r.reconcile()
+        assert got.condition("ModelReady")["reason"] == "Serving", r.status
+        assert got.deleted(r.observed.values()) == {old_key}
+        assert set(_claims(got.composed)) == {new_key}
+        r.world(serving=True)
+        d.dep.observed[name] = world.observed_xr(doc, r.last.xr)
+
+    d.step()
+    out = d.dep.reconcile()
+    assert out.is_ready() and d.condition("ReplicasReady")["status"] == "True"
+    for r in live.values():
+        assert [_count(c) for c in _claims(r.last.composed).values()] == [2]
+        remote = [
+            o["status"]["atProvider"]["manifest"]
+            for o in r.observed.values()
+            if o["spec"]["forProvider"]["manifest"]["kind"] == "ResourceClaimTemplate"
+        ]
+        assert [_count(m) for m in remote] == [2]

@@ -243,3 +243,27 @@ def observed_object(desired: dict[str, Any], remote_status: dict[str, Any]) -> d
         "conditions": [{"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}],
     }
     return body
+
+
+def claim_of(keys: Any, engine: str, role: str) -> str:
+    """The one composition-resource name among ``keys`` of the ResourceClaimTemplate of
+    ``engine``'s member in ``role`` (``claim-<engine>-<role>-<digest of its requests>``;
+    or the release-before's ``claim-<engine>-<role>``); "" when there is none.
+
+    Raises:
+        AssertionError: more than one.
+    """
+    base = f"claim-{engine}-{role.lower()}"
+    found = [
+        k
+        for k in keys
+        if k == base or (k.startswith(f"{base}-") and _is_digest(k[len(base) + 1 :]))
+    ]
+    assert len(found) <= 1, found
+    return found[0] if found else ""
+
+
+def _is_digest(s: str) -> bool:
+    from function.naming import CLAIM_HASH_LEN
+
+    return len(s) == CLAIM_HASH_LEN and all(ch in "0123456789abcdef" for ch in s)

@@ -8,7 +8,10 @@ that owns it would have written:
   ``Synced``/``Ready`` as the provider sets them, and ``status.atProvider.manifest``,
   the remote object as the workload cluster's API server returns it (the applied
   manifest, a uid, and the ``status`` its controller wrote: PVC phase, Job conditions,
-  Deployment replicas, ConfigMap data);
+  Deployment replicas, ConfigMap data). Given the Object as observed before, an update
+  the workload cluster's API server refuses (an immutable field changed:
+  :func:`refused_update`) is not applied: the remote object keeps its manifest and the
+  Object reports ``Synced=False`` with the provider's error, as provider-kubernetes does;
 - a composed XR (:func:`observed_xr`): the status that rendering that XR through the
   engine produced, Crossplane's own ``Ready``/``Synced`` conditions included.
 
@@ -34,7 +37,12 @@ def _uid(*parts: str) -> str:
 
 
 def observed_object(
-    desired: dict[str, Any], *, remote: dict[str, Any] | None = None, ready: bool = True, **top: Any
+    desired: dict[str, Any],
+    *,
+    remote: dict[str, Any] | None = None,
+    ready: bool = True,
+    previous: dict[str, Any] | None = None,
+    **top: Any,
 ) -> dict[str, Any]:
     """``desired`` (a rendered Object) as provider-kubernetes reports it once applied.
 
@@ -42,10 +50,25 @@ def observed_object(
         desired: the composed Object as ``crossplane render`` printed it.
         remote: the remote object's ``status`` (None: it has none yet).
         ready: the Object's ``Ready`` condition (the provider's readiness policy).
+        previous: the same Object as observed before (None: the remote object is
+            created now). An update its API server refuses (:func:`refused_update`) is
+            not applied: the remote object keeps the manifest ``previous`` reports (with
+            ``remote`` and ``top`` as given), and the Object says ``Synced=False``,
+            reason ``ReconcileError``, with the provider's message. An Object whose
+            ``managementPolicies`` exclude ``Update`` keeps it too (nothing is sent).
         top: other top-level fields of the remote object (``data`` of a ConfigMap).
     """
     obj = copy.deepcopy(desired)
     manifest = copy.deepcopy(obj["spec"]["forProvider"]["manifest"])
+    refused = None
+    old = ((previous or {}).get("status") or {}).get("atProvider", {}).get("manifest")
+    if isinstance(old, dict):
+        policies = obj["spec"].get("managementPolicies") or ["*"]
+        refused = refused_update(old, manifest)
+        if refused is not None or not ({"*", "Update"} & set(policies)):
+            manifest = copy.deepcopy(old)  # its status too, unless ``remote`` says
+        if not ({"*", "Update"} & set(policies)):
+            refused = None  # never sent
     meta = manifest.setdefault("metadata", {})
     meta["uid"] = _uid(obj["metadata"]["name"], str(meta.get("name")))
     meta.setdefault("namespace", "default")
@@ -56,11 +79,15 @@ def observed_object(
     if remote is not None:
         manifest["status"] = remote
     manifest.update(top)
+    synced = {"type": "Synced", "status": "True", "reason": "ReconcileSuccess",
+              "lastTransitionTime": NOW}
+    if refused is not None:
+        synced = {"type": "Synced", "status": "False", "reason": "ReconcileError",
+                  "message": refused, "lastTransitionTime": NOW}
     obj["status"] = {
         "atProvider": {"manifest": manifest},
         "conditions": [
-            {"type": "Synced", "status": "True", "reason": "ReconcileSuccess",
-             "lastTransitionTime": NOW},
+            synced,
             {"type": "Ready", "status": "True" if ready else "False",
              "reason": "Available" if ready else "Creating", "lastTransitionTime": NOW},
         ],
@@ -134,6 +161,118 @@ def remote_gone(observed: dict[str, Any]) -> dict[str, Any]:
                          "lastTransitionTime": NOW})
     st["conditions"] = conds
     return obj
+def refusal(observed: dict[str, Any]) -> str | None:
+    """The message of an Object :func:`observed_object` reported refused (None if not)."""
+    for c in (observed.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Synced" and c.get("status") == "False":
+            msg = c.get("message") or ""
+            return msg if msg.startswith(_UPDATE_FAILED) else None
+    return None
+
+
+# ---- what the workload cluster's API server refuses on update ------------------------
+
+# provider-kubernetes v1.3.1: Update wraps the client's error in "cannot apply object"
+# (internal/controller/namespaced/object/object.go, errApplyObject), and
+# crossplane-runtime's managed reconciler in "update failed" (errReconcileUpdate).
+_UPDATE_FAILED = "update failed: cannot apply object: "
+_IMMUTABLE = "field is immutable"  # apimachinery's FieldImmutableErrorMsg
+_GROUPS = {
+    "ResourceClaimTemplate": "resource.k8s.io",
+    "Deployment": "apps",
+    "Job": "batch",
+    "RoleBinding": "rbac.authorization.k8s.io",
+    "LeaderWorkerSet": "leaderworkerset.x-k8s.io",
+}
+# Job spec fields Kubernetes 1.35 never lets change (pkg/apis/batch/validation,
+# ValidateJobSpecUpdate); ``completions`` too, but for an Indexed Job scaled with
+# ``parallelism`` (elastic Indexed Jobs), and ``template`` but for the scheduling
+# directives of a Job suspended before it started (not modelled: none is composed).
+_JOB_IMMUTABLE = (
+    "selector", "template", "completionMode", "podFailurePolicy", "backoffLimitPerIndex",
+    "managedBy", "successPolicy",
+)  # fmt: skip
+_PVC_MUTABLE = ("resources", "volumeAttributesClassName")
+
+
+def _at(node: Any, *path: str) -> Any:
+    for p in path:
+        node = node.get(p) if isinstance(node, dict) else None
+    return node
+
+
+def _value(v: Any) -> str:
+    """A refused value as apimachinery's field.Error prints one (its JSON)."""
+    return json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+
+def refused_update(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """The error the workload cluster gives provider-kubernetes for updating remote
+    object ``old`` (as observed) to manifest ``new``; None when it accepts the update.
+
+    Modelled on Kubernetes 1.35's update validation (``field.Invalid(path, new value,
+    "field is immutable")`` printed as ``<path>: Invalid value: <JSON>: field is
+    immutable``, a list of several as ``[a, b]``) and on the LeaderWorkerSet webhook
+    (sigs.k8s.io/lws v0.9.0): a ResourceClaimTemplate's ``spec``; a PVC's ``spec`` but
+    ``resources`` and ``volumeAttributesClassName``; a Job's :data:`_JOB_IMMUTABLE` and
+    ``completions``; a Deployment's ``spec.selector``; a LeaderWorkerSet's
+    ``leaderWorkerTemplate.subGroupPolicy`` and a ``networkConfig.subdomainPolicy``
+    removed; a RoleBinding's ``roleRef``; ``data``/``binaryData``/``immutable`` of a
+    Secret or ConfigMap created ``immutable: true``. A manifest of another kind or name
+    is another object (the provider creates it), not an update.
+    """
+    kind = new.get("kind")
+    name = _at(new, "metadata", "name")
+    if kind != old.get("kind") or name != _at(old, "metadata", "name"):
+        return None
+    errs: list[str] = []
+
+    def immutable(*path: str, msg: str = _IMMUTABLE) -> None:
+        if _at(old, *path) != _at(new, *path):
+            errs.append(f"{'.'.join(path)}: Invalid value: {_value(_at(new, *path))}: {msg}")
+
+    if kind == "ResourceClaimTemplate":
+        immutable("spec")
+    elif kind == "PersistentVolumeClaim":
+        was = {k: v for k, v in (old.get("spec") or {}).items() if k not in _PVC_MUTABLE}
+        now = {k: v for k, v in (new.get("spec") or {}).items() if k not in _PVC_MUTABLE}
+        if was != now:
+            errs.append(
+                "spec: Forbidden: spec is immutable after creation except resources.requests "
+                "and volumeAttributesClassName for bound claims\n"
+                f"  core.PersistentVolumeClaimSpec{{- {_value(was)}, + {_value(now)}}}"
+            )
+    elif kind == "Job":
+        for f in _JOB_IMMUTABLE:
+            immutable("spec", f)
+        spec = new.get("spec") or {}
+        elastic = spec.get("completionMode") == "Indexed" and spec.get("completions") == spec.get(
+            "parallelism"
+        )
+        if not elastic:
+            immutable("spec", "completions")
+    elif kind == "Deployment":
+        immutable("spec", "selector")
+    elif kind == "LeaderWorkerSet":
+        immutable("spec", "leaderWorkerTemplate", "subGroupPolicy")
+        path = ("spec", "networkConfig", "subdomainPolicy")
+        if _at(old, *path) is not None and _at(new, *path) is None:
+            errs.append("spec.networkConfig.subdomainPolicy: Invalid value: null: cannot be unset")
+    elif kind == "RoleBinding":
+        immutable("roleRef", msg="cannot change roleRef")
+    elif kind in ("Secret", "ConfigMap") and old.get("immutable") is True:
+        for f in ("data", "binaryData", "immutable"):
+            if old.get(f) != new.get(f):
+                errs.append(f"{f}: Forbidden: field is immutable when `immutable` is set")
+    if not errs:
+        return None
+    if kind == "LeaderWorkerSet":
+        why = f'admission webhook "vleaderworkerset.kb.io" denied the request: {", ".join(errs)}'
+        return _UPDATE_FAILED + why
+    group = _GROUPS.get(str(kind))
+    qualified = f"{kind}.{group}" if group else str(kind)
+    listed = errs[0] if len(errs) == 1 else f"[{', '.join(errs)}]"
+    return f'{_UPDATE_FAILED}{qualified} "{name}" is invalid: {listed}'
 
 
 def observed_xr(desired: dict[str, Any], rendered_xr: dict[str, Any]) -> dict[str, Any]:

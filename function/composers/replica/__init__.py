@@ -11,8 +11,11 @@ ModelDeployment composer) and three requirements, asked on every call:
 
 Outputs, as provider-kubernetes Objects with the cluster's provider config: per
 engine a Deployment (Standalone) or a LeaderWorkerSet (Leader + Worker), a
-ResourceClaimTemplate per member that claims devices, and one Service (and, while a
-renamed engine's new workload does not serve, the old one's, kept as observed); status
+ResourceClaimTemplate per member that claims devices (named by a digest of what it asks
+for: its ``spec`` is immutable, so a device request edited is a new template and the
+workload rolls onto it; the old one is kept as observed until the roll is complete),
+and one Service (and, while a renamed engine's new workload does not serve, the old
+one's, kept as observed); status
 ``phase``, ``message``, ``engines[]``, ``hydration`` and, once every engine serves,
 ``endpoint`` (the Service's in-cluster URL); condition ``ModelReady``.
 
@@ -48,8 +51,10 @@ yet; everything observed is kept and the last status echoed), ``ClusterNotFound`
 ``ClusterNotReady`` (no provider config yet), ``CacheNotFound``,
 ``HydrationNotFound``, ``Hydrating``, ``HydrationFailed``, ``PoolNotFound`` (the
 placed pool is gone from ``status.gpuPools``), ``DeviceNotFound`` (no device of the
-pool meets a request any more), ``Starting`` and ``Serving`` (True). All but the
-last two compose nothing new and keep every observed child exactly. Invalid
+pool meets a request any more), ``Starting``, ``RolloutStalled``, ``WorkloadKindChanged``,
+``ObjectNotSynced`` (a child it composes reports ``Synced=False``: the workload cluster
+refused the last apply) and ``Serving`` (True). All but the last five compose nothing
+new and keep every observed child exactly. Invalid
 input (a wrong type, a reserved env name, a flash-loader or ``/dev/shm`` value
 at any level, a device selector that does not compile) is a fatal result naming
 the field, so Crossplane applies nothing.
@@ -60,9 +65,11 @@ the cluster's provider config and ``status.gpuPools``, the effective flash-loade
 ``/dev/shm`` settings, and the XR's name and namespace, so they are built once per
 distinct input (``children.plan``, an LRU of :data:`CACHE_SIZE` entries keyed by the
 deterministic serialization of those values, about 10 KiB each: bodies are kept
-serialized) and reused; the validated spec is memoized the same way. Each call still
-reads the requirements, the hydration phase and the observed workloads. Invalid input
-is never memoized: it is rejected on every call.
+serialized) and reused (on a replica of the release before, whose observed claim
+template keeps its undigested name, a second plan keyed also by those members); the
+validated spec is memoized the same way. Each call still reads the requirements, the
+hydration phase and the observed workloads. Invalid input is never memoized: it is
+rejected on every call.
 
 Known limit: under ``serving.mode: PrefillDecode`` the Service fronts the serving
 pods of both engines; prefill/decode-aware routing is not composed here.

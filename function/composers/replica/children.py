@@ -170,6 +170,8 @@ class PlanKey(NamedTuple):
         shm: The ``/dev/shm`` size limit.
         flash: The effective flash loader when enabled, else None.
         identity: The source identity served from the cache ("" without a cache).
+        legacy: The members' claim keys that keep the release-before's template
+            (:attr:`.desired.Target.legacy`; empty but on upgraded replicas).
     """
 
     name: str
@@ -181,6 +183,7 @@ class PlanKey(NamedTuple):
     shm: str
     flash: FlashLoader | None
     identity: str = ""
+    legacy: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +197,8 @@ class Plan:
         children: ``(composition-resource name, serialized Struct body)``.
         engines: The composed engines, in spec order.
         url: The Service's in-cluster URL.
+        service: The Service's remote name.
+        keys: The composition-resource names of ``children``.
     """
 
     gate: Stop | None
@@ -201,6 +206,8 @@ class Plan:
     children: tuple[tuple[str, bytes], ...] = ()
     engines: tuple[EnginePlan, ...] = ()
     url: str = ""
+    service: str = ""
+    keys: frozenset[str] = frozenset()
 
 
 @memo(CACHE_SIZE, weight=4)
@@ -220,6 +227,7 @@ def plan(k: PlanKey) -> Plan:
             k.shm,
             k.flash,
             k.identity,
+            k.legacy,
         )
     )
     if desired.gate is not None:
@@ -229,4 +237,12 @@ def plan(k: PlanKey) -> Plan:
         # Kept serialized: a few KiB each, where a Struct holds its own arena of
         # tens of KiB; the runner splices the bytes into the response as they are.
         children.append((key, struct_from(body).SerializeToString(deterministic=True)))
-    return Plan(None, desired.results, tuple(children), desired.engines, desired.url)
+    return Plan(
+        None,
+        desired.results,
+        tuple(children),
+        desired.engines,
+        desired.url,
+        desired.service,
+        frozenset(k for k, _ in children),
+    )

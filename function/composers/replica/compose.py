@@ -30,6 +30,7 @@ from function.api.modelreplica import (
     REASON_HYDRATING,
     REASON_HYDRATION_FAILED,
     REASON_HYDRATION_NOT_FOUND,
+    REASON_OBJECT_NOT_SYNCED,
     REASON_ROLLOUT_STALLED,
     REASON_WORKLOAD_KIND_CHANGED,
     STATUS_CACHE_IDENTITIES,
@@ -39,15 +40,24 @@ from function.composers.replica import children, handover
 from function.composers.replica.children import Defaults, Head, PlanKey
 from function.composers.replica.lifecycle import Times, gate_lifted_at, record_serving, was_gated
 from function.composers.replica.names import (
+    CLAIM_PREFIX,
     CONDITION,
     REQ_CACHE,
     REQ_CLUSTER,
     REQ_HYDRATION,
+    SERVICE_KEY,
     WORKLOAD_PREFIX,
     engine_of_key,
 )
-from function.composers.replica.observed import WorkloadFacts, observed_workload, read_workload
+from function.composers.replica.observed import (
+    WorkloadFacts,
+    claim_digest,
+    observed_workload,
+    read_workload,
+    refusal,
+)
 from function.core import events, structs
+from function.core.errors import quoted_ends
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
 from function.core.outcome import Outcome
 from function.manifests import workloads as wl
@@ -198,20 +208,34 @@ def compose(inputs: Inputs) -> Outcome:
         flash, hydration = cached
         identity = hydration.get("identity", "")
 
-    plan = children.plan(
-        PlanKey(
-            inputs.name,
-            inputs.namespace,
-            spec_key,
-            pc["kind"],
-            pc["name"],
-            gpu_pools,
-            shm,
-            flash,
-            identity,
-        )
-    )
+    key = PlanKey(
+        inputs.name, inputs.namespace, spec_key, pc["kind"], pc["name"], gpu_pools, shm, flash,
+        identity,
+    )  # fmt: skip
+    plan = children.plan(key)
+    legacy = _legacy_claims(inputs, plan)
+    if legacy:
+        plan = children.plan(key._replace(legacy=legacy))
     return _apply(c, plan, hydration)
+
+
+def _legacy_claims(inputs: Inputs, plan: children.Plan) -> frozenset[str]:
+    """The members whose ResourceClaimTemplate Object of the release before (key
+    without a digest, :func:`.names.claim_key`) is observed, not being deleted, and asks
+    for what the spec asks (:func:`.observed.claim_digest` equals the plan's digest):
+    their keys. They keep that Object and its remote name, so upgrading rolls no
+    workload; any other member's template is named by the digest of its requests. Empty
+    in the steady state of a replica composed by this release (one dict lookup per
+    member); on one of the release before, a reading kept per Object version."""
+    found: list[str] = []
+    for e in plan.engines:
+        for cl in e.claims:
+            body = inputs.observed_body(cl.legacy_key)
+            if body is None or claim_digest(body) != cl.digest:
+                continue
+            if not structs.being_deleted(body):
+                found.append(cl.legacy_key)
+    return frozenset(found)
 
 
 def _require(inputs: Inputs, out: Outcome, head: Head) -> str:
@@ -415,19 +439,22 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
     _keep_changed(c, changed)
     source = hydration.get("identity", wl.ROOT_SOURCE) if hydration is not None else None
     stalled: list[tuple[children.EnginePlan, str]] = []
+    refused = _refused(c, plan, changed)
+    old = _old_claims(c, plan, changed)
     engines_status = [
         _changed_status(c, e, changed[e.name])
         if e.name in changed
-        else _engine_status(c, e, source, stalled)
+        else _engine_status(c, e, source, stalled, refused, moving=e.name in old)
         for e in plan.engines
     ]
     _hand_over(c, plan, engines_status, changed)
+    _hold_old_claims(c, plan, engines_status, old)
     status: dict[str, Any] = {"cluster": c.head.clusterName, "engines": engines_status}
     if hydration is not None:
         status["hydration"] = hydration
     _write_cache_identities(c, status, source)
     n = len(engines_status)
-    if all(e["ready"] for e in engines_status):
+    if not refused and all(e["ready"] for e in engines_status):
         url = plan.url
         msg = f"{n}/{n} engines serving at {url}"
         status.update(phase=PHASE_SERVING, message=msg, endpoint=url)
@@ -437,30 +464,57 @@ def _apply(c: _Call, plan: children.Plan, hydration: dict[str, Any] | None) -> O
             kinds = {e.kind for e in plan.engines}
             record_serving(inputs, out, kinds, times, c.head.cache)
     else:
-        ready = sum(1 for e in engines_status if e["ready"])
-        waiting = ", ".join(
-            f"{e['name']} ({e['message']})" if e.get("message") else e["name"]
-            for e in engines_status
-            if not e["ready"]
-        )
-        msg = f"{ready}/{n} engines serving; waiting for {waiting}"
-        reason = "Starting"
-        if changed:
-            reason = REASON_WORKLOAD_KIND_CHANGED
-            msg = _kind_changed_message(c, plan, changed)
-            events.condition_warning(out, inputs.xr, CONDITION, reason, msg)
-        elif stalled:  # onto the cache's identity, or off a cache removed (source None)
-            reason = REASON_ROLLOUT_STALLED
-            msg = _stalled_message(c, stalled, source, status.get(STATUS_CACHE_IDENTITIES, []))
-            if _last_reason(inputs) != REASON_ROLLOUT_STALLED:
-                out.warning(msg, REASON_ROLLOUT_STALLED)
-        status.update(phase=PHASE_STARTING, message=msg)
-        out.condition(CONDITION, "False", reason, msg)
-        out.ready = False
-        out.requeue_after(inputs.settings.poll_seconds)
+        # onto the cache's identity, or off a cache removed (source None)
+        stall = ""
+        if stalled:
+            keep = status.get(STATUS_CACHE_IDENTITIES, [])
+            devices = any(e.name in old for e, _ in stalled)
+            stall = _stalled_message(c, stalled, source, keep, devices)
+        _not_ready(c, plan, status, changed=changed, refused=refused, stalled=stall)
     times.write(status)
     out.status.update(status)
     return out
+
+
+def _not_ready(
+    c: _Call,
+    plan: children.Plan,
+    status: dict[str, Any],
+    *,
+    changed: dict[str, str],
+    refused: dict[str, str],
+    stalled: str,
+) -> None:
+    """A replica not every engine of which serves what the spec asks (or a child of
+    which was refused): ``Starting``, with the reason that says most (an engine whose
+    workload would change kind, a refused apply, a stalled roll: ``stalled`` is its
+    message, else ``Starting``)."""
+    inputs, out, engines_status = c.inputs, c.out, status["engines"]
+    ready = sum(1 for e in engines_status if e["ready"])
+    waiting = ", ".join(
+        f"{e['name']} ({e['message']})" if e.get("message") else e["name"]
+        for e in engines_status
+        if not e["ready"]
+    )
+    msg = f"{ready}/{len(engines_status)} engines serving; waiting for {waiting}"
+    reason = "Starting"
+    if changed:
+        reason = REASON_WORKLOAD_KIND_CHANGED
+        msg = _kind_changed_message(c, plan, changed)
+        events.condition_warning(out, inputs.xr, CONDITION, reason, msg)
+    elif refused:
+        reason = REASON_OBJECT_NOT_SYNCED
+        msg = _refused_message(c, plan, refused)
+        if _last_reason(inputs) != REASON_OBJECT_NOT_SYNCED:
+            out.warning(msg, REASON_OBJECT_NOT_SYNCED)
+    elif stalled:
+        reason, msg = REASON_ROLLOUT_STALLED, stalled
+        if _last_reason(inputs) != REASON_ROLLOUT_STALLED:
+            out.warning(msg, REASON_ROLLOUT_STALLED)
+    status.update(phase=PHASE_STARTING, message=msg)
+    out.condition(CONDITION, "False", reason, msg)
+    out.ready = False
+    out.requeue_after(inputs.settings.poll_seconds)
 
 
 def _hand_over(
@@ -497,6 +551,128 @@ def _hand_over(
                 body = c.inputs.observed_body(key)
                 if body is not None:
                     c.out.keep(key, body)
+
+
+# How much of a provider's error a message quotes (characters, both ends kept).
+_REFUSAL_CHARS = 400
+
+
+def _excerpt(err: str) -> str:
+    """A provider's error as a status message quotes it (:func:`quoted_ends`)."""
+    return quoted_ends(err, _REFUSAL_CHARS)
+
+
+def _refused(c: _Call, plan: children.Plan, changed: dict[str, str]) -> dict[str, str]:
+    """The children this call desires whose observed Object reports ``Synced=False``
+    (the workload cluster refused the last apply), by composition-resource name: the
+    provider's message. Not those of an engine kept as observed (``changed``), nor an
+    Object being deleted."""
+    out: dict[str, str] = {}
+    observed = c.inputs.observed
+    for key, _ in plan.children:
+        if key not in observed or (changed and engine_of_key(key) in changed):
+            continue
+        body = c.inputs.observed_body(key)
+        err = refusal(body) if body is not None else None
+        if err is not None and not structs.being_deleted(body):
+            out[key] = err
+    return out
+
+
+def _refused_message(c: _Call, plan: children.Plan, refused: dict[str, str]) -> str:
+    """The ``ObjectNotSynced`` message: each refused child (its kind and remote name,
+    its Object) and the provider's message (:func:`_excerpt`)."""
+    what: dict[str, str] = {SERVICE_KEY: f"Service {plan.service}"}
+    for e in plan.engines:
+        what[e.key] = f"{e.kind} {e.workload}"
+        what.update((cl.key, f"ResourceClaimTemplate {cl.name}") for cl in e.claims)
+    said = "; ".join(
+        f"{what.get(key, key)} (Object {naming.child_name(c.inputs.name, key)}) not applied: "
+        f"{_excerpt(err)}"
+        for key, err in refused.items()
+    )
+    return said + (
+        ". The workload cluster refused the last apply (the Object's Synced condition): "
+        "what runs there is what was applied before, not what the spec asks; "
+        "provider-kubernetes retries on every poll and the replica is not ready until it "
+        "applies"
+    )
+
+
+def _old_claims(c: _Call, plan: children.Plan, changed: dict[str, str]) -> dict[str, list[str]]:
+    """Per engine of the plan (not kept as observed: ``changed``), the observed claim
+    template Objects it no longer desires (other requests than the spec's, or the
+    release-before's key), not being deleted, sorted; empty in the steady state."""
+    desired = plan.keys
+    old: dict[str, list[str]] = {}
+    for key in c.inputs.observed:
+        if key.startswith(CLAIM_PREFIX) and key not in desired:
+            engine = engine_of_key(key)
+            if engine is None or engine in changed:
+                continue
+            body = c.inputs.observed_body(key)
+            if body is not None and not structs.being_deleted(body):
+                old.setdefault(engine, []).append(key)
+    for keys in old.values():
+        keys.sort()
+    return old
+
+
+def _hold_old_claims(
+    c: _Call, plan: children.Plan, engines_status: list[dict[str, Any]], old: dict[str, list[str]]
+) -> None:
+    """Keep the ResourceClaimTemplates an engine's members claimed before (a device
+    request edited: the new ones have other names, :func:`function.naming.claim_template_name`)
+    exactly as observed until its workload has rolled onto the new ones, then let them go
+    (not desired: Crossplane deletes them).
+
+    Rolled: the observed workload's pod templates name exactly the templates the plan
+    composes, it applied (no ``Synced=False``), and its rollout is complete
+    (:func:`function.manifests.workloads.rollout_complete` True, or not known and the
+    workload serves). Until then a pod of the old template that is re-created (an
+    eviction, a node lost) still finds its template. An engine whose workload Object is
+    not observed, or is being deleted, has no pods to keep them for. Engines renamed away
+    (:mod:`.handover`) and those kept as observed keep theirs already.
+
+    Args:
+        old: :func:`_old_claims`.
+    """
+    if not old:
+        return
+    for e, entry in zip(plan.engines, engines_status, strict=True):
+        keys = old.get(e.name)
+        if not keys or _rolled_onto_claims(c, e):
+            continue
+        names = []
+        for key in keys:
+            body = c.inputs.observed_body(key)
+            if body is None:
+                continue
+            c.out.keep(key, body)
+            manifest = structs.get(structs.sub(body, "spec"), "forProvider", "manifest")
+            names.append(structs.get_str(manifest, "metadata", "name") or key)
+        if names:
+            now = ", ".join(cl.name for cl in e.claims) or "none"
+            said = entry.get("message")
+            kept = (
+                f"until its pods have rolled onto ResourceClaimTemplate {now}, "
+                f"ResourceClaimTemplate {', '.join(names)} (what they claimed before) is kept"
+            )
+            entry["message"] = f"{said}; {kept}" if said else kept
+
+
+def _rolled_onto_claims(c: _Call, e: children.EnginePlan) -> bool:
+    """Whether engine ``e``'s workload runs only pods that claim the templates the plan
+    composes for it (:func:`_hold_old_claims`)."""
+    obj = c.inputs.observed_body(e.key)
+    if obj is None or structs.being_deleted(obj):
+        return True
+    w = observed_workload(obj)
+    if w.kind != e.kind:
+        w = read_workload(obj, e.kind)
+    if w.malformed or w.sync_error or w.claims != e.claim_names:
+        return False
+    return w.complete is True or (w.complete is None and w.serving)
 
 
 def _observed_kind(c: _Call, key: str) -> tuple[str, str]:
@@ -592,16 +768,25 @@ def _kind_changed_message(c: _Call, plan: children.Plan, changed: dict[str, str]
 
 
 def _stalled_message(
-    c: _Call, stalled: list[tuple[children.EnginePlan, str]], source: str | None, keep: list[str]
+    c: _Call,
+    stalled: list[tuple[children.EnginePlan, str]],
+    source: str | None,
+    keep: list[str],
+    devices: bool = False,
 ) -> str:
     """The ``RolloutStalled`` message: the workloads whose roll onto ``source`` (None: off
-    the cache the replica had, its reference removed) stopped and why, what the old pods
-    still serve, and what to do."""
+    the cache the replica had, its reference removed; ``devices``: onto new claim
+    templates, a device request edited) stopped and why, what the old pods still serve,
+    and what to do."""
     what = ", ".join(
         f"workload {e.workload} ({e.kind}) on cluster {c.head.clusterName}: {why}"
         for e, why in stalled
     )
-    if source is None:
+    if devices:
+        names = ", ".join(cl.name for e, _ in stalled for cl in e.claims) or "none"
+        onto = f"rollout onto ResourceClaimTemplate {names} (a device request edited)"
+        olds = "with the devices they were started with"
+    elif source is None:
         onto = "rollout off the cache (spec.modelCacheRef removed)"
         olds = " and ".join(_source_name(i) for i in keep) or "the cache's PVC"
     else:
@@ -653,13 +838,24 @@ def _engine_status(
     e: children.EnginePlan,
     source: str | None,
     stalled: list[tuple[children.EnginePlan, str]],
+    refused: dict[str, str],
+    *,
+    moving: bool = False,
 ) -> dict[str, Any]:
     """``status.engines[]`` entry of engine ``e``: whether its workload serves, and why
     not; appends ``(e, why)`` to ``stalled`` when its roll onto ``source`` stopped
-    (:func:`function.manifests.workloads.rollout_stalled`)."""
-    serves, why, stall, answers = _serving(c, e.key, e.kind, source)
+    (:func:`function.manifests.workloads.rollout_stalled`). A claim template of its that
+    the workload cluster refused (``refused``, :func:`_refused`) keeps it from serving;
+    ``moving``: templates it claimed before are still observed (:func:`_old_claims`)."""
+    serves, why, stall, answers = _serving(c, e.key, e.kind, source, (e.claim_names, moving))
     if stall:
         stalled.append((e, stall))
+    for cl in e.claims:
+        err = refused.get(cl.key)
+        if err is not None:
+            serves = False
+            said = f"ResourceClaimTemplate {cl.name} not applied: {_excerpt(err)}"
+            why = f"{why}; {said}" if why else said
     entry: dict[str, Any] = {"name": e.name, "kind": e.kind, "workload": e.workload}
     entry["ready"] = serves
     entry[ENGINE_AVAILABLE] = answers
@@ -669,7 +865,11 @@ def _engine_status(
 
 
 def _serving(
-    c: _Call, key: str, kind: str, source: str | None
+    c: _Call,
+    key: str,
+    kind: str,
+    source: str | None,
+    claims: tuple[frozenset[str], bool] | None = None,
 ) -> tuple[bool, str, str | None, bool]:
     """Whether the observed workload Object serves, why not, why its roll onto
     ``source`` stalled (None unless the old pods serve while the roll stopped), and
@@ -682,6 +882,12 @@ def _serving(
     template still reads another identity (the new one not applied yet), or that still
     runs pods of an older template (rolling make-before-break), does not serve
     ``source`` yet, though the old pods answer.
+
+    With ``claims`` (the ResourceClaimTemplates the engine's members claim now, and
+    whether templates they claimed before are still observed), a workload whose observed
+    pod templates name others (a device request edited: the new template not applied
+    yet), or that still runs pods of an older template while the old templates are kept,
+    does not serve what the spec asks, though its pods answer.
     """
     obj = c.inputs.observed_body(key)
     if obj is None or structs.being_deleted(obj):
@@ -697,19 +903,36 @@ def _serving(
         return False, "reports malformed status.conditions", None, False
     if w.sync_error:
         # The last template was not applied; what runs is what was applied before.
-        return False, f"not applied: {w.sync_error}", None, w.serving
+        return False, f"not applied: {_excerpt(w.sync_error)}", None, w.serving
     if not w.reported:
         return False, "not observed yet", None, False
     if not w.serving:
         unit = "groups ready" if kind == "LeaderWorkerSet" else "pods available"
         return False, f"{w.have}/{w.want} {unit}", None, False
+    why, stall = _not_rolled(c, w, source, claims)
+    return not why, why, stall, True
+
+
+def _not_rolled(
+    c: _Call, w: WorkloadFacts, source: str | None, claims: tuple[frozenset[str], bool] | None
+) -> tuple[str, str | None]:
+    """Why a workload that answers does not serve what the spec asks yet ("" when it
+    does), and why its roll stalled (:func:`_serving`)."""
+    if claims is not None and w.claims != claims[0]:
+        # The template naming the new claims is not applied yet: nothing rolls, so
+        # nothing stalls.
+        return _claims_moving(w.claims, claims[0]), None
+    if claims is not None and claims[1] and w.complete is False:
+        onto = ", ".join(sorted(claims[0])) or "no ResourceClaimTemplate"
+        why = f"rolling onto ResourceClaimTemplate {onto}: pods of the previous template still run"
+        return why, w.stalled
     if source is not None:
         why = _rolled(w, source)[1]
     elif c.head.cache is None and (w.sources or c.off_cache()):
         why = _rolled_off(w)
     else:
         why = ""
-    return not why, why, w.stalled if why else None, True
+    return why, w.stalled if why else None
 
 
 def _rolled_off(w: WorkloadFacts) -> str:
@@ -724,6 +947,18 @@ def _rolled_off(w: WorkloadFacts) -> str:
     if w.complete is False:
         return "rolling off the cache: pods of the previous template still run"
     return ""
+
+
+def _claims_moving(have: frozenset[str], want: frozenset[str]) -> str:
+    """Why a workload whose observed pod templates claim ``have`` does not serve the
+    device requests of the spec (``want``): the template naming ``want`` is not applied
+    yet."""
+    onto = ", ".join(sorted(want)) or "no ResourceClaimTemplate"
+    now = ", ".join(sorted(have)) or "none"
+    return (
+        f"rolling onto ResourceClaimTemplate {onto} (the devices the spec asks for): the "
+        f"observed pods claim {now}"
+    )
 
 
 def _rolled(w: WorkloadFacts, source: str) -> tuple[bool | None, str]:

@@ -38,6 +38,10 @@ class Target:
         shm: The ``/dev/shm`` size limit.
         flash: The effective flash loader when enabled, else None.
         identity: The source identity the engines load from the cache ("" without one).
+        legacy: The claim keys of the release before (:func:`.names.claim_key` without a
+            digest) whose observed template asks for what the spec asks: those members
+            keep that Object and its remote name (no roll on upgrade). Every other
+            member's template is named by a digest of its requests.
     """
 
     name: str
@@ -48,16 +52,38 @@ class Target:
     shm: str
     flash: FlashLoader | None
     identity: str = ""
+    legacy: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPlan:
+    """One member's ResourceClaimTemplate.
+
+    Attributes:
+        key: Its composition-resource name (:func:`.names.claim_key`).
+        name: Its remote name (:func:`function.naming.claim_template_name`).
+        legacy_key: The key the release before gave this member's template (no digest).
+        digest: :func:`function.naming.claim_requests_hash` of what it asks for
+            (``spec.spec.devices.requests``).
+    """
+
+    key: str
+    name: str
+    legacy_key: str
+    digest: str
 
 
 @dataclass(frozen=True, slots=True)
 class EnginePlan:
-    """One composed engine: its name, workload kind and name, and composition-resource name."""
+    """One composed engine: its name, workload kind and name, composition-resource
+    name, its members' claim templates (in role order) and their remote names."""
 
     name: str
     kind: str
     workload: str
     key: str
+    claims: tuple[ClaimPlan, ...] = ()
+    claim_names: frozenset[str] = frozenset()
 
 
 class Stop(NamedTuple):
@@ -78,6 +104,7 @@ class Desired:
         resources: Composition-resource name -> Object body, in order.
         engines: The composed engines, in spec order.
         url: The Service's in-cluster URL.
+        service: The Service's remote name.
     """
 
     gate: Stop | None
@@ -85,6 +112,7 @@ class Desired:
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     engines: tuple[EnginePlan, ...] = ()
     url: str = ""
+    service: str = ""
 
 
 def build(t: Target) -> Desired:
@@ -136,6 +164,7 @@ class _Builder:
         self.engines: list[EnginePlan] = []
         self.problems: list[str] = []
         self.port: int | None = None
+        self.claims: list[ClaimPlan] = []  # the engine being built's
 
     def build(self) -> Desired:
         spec = self.t.spec
@@ -161,6 +190,7 @@ class _Builder:
             {key: _as_dict(d.body) for key, d in self.out.resources.items()},
             tuple(self.engines),
             wl.service_url(self.svc_name, remote_ns, port),
+            self.svc_name,
         )
 
     def add(self, key: str, manifest: dict[str, Any], readiness_cel: str | None = None) -> None:
@@ -185,6 +215,7 @@ class _Builder:
         )
         gang = engine.members[0].role != "Standalone"
         templates: dict[str, dict[str, Any]] = {}
+        self.claims = []
         for role in ("Leader", "Worker") if gang else ("Standalone",):
             template = self.member(ebase, engine, wname, role, gang)
             if template is not None:
@@ -209,7 +240,9 @@ class _Builder:
             cel, kind = wl.DEPLOYMENT_READY_CEL, "Deployment"
         key = workload_key(engine.name)
         self.add(key, manifest, readiness_cel=cel)
-        self.engines.append(EnginePlan(engine.name, kind, wname, key))
+        claims = tuple(self.claims)
+        names = frozenset(cl.name for cl in claims)
+        self.engines.append(EnginePlan(engine.name, kind, wname, key, claims, names))
 
     def member(
         self, ebase: str, engine: Engine, wname: str, role: str, gang: bool
@@ -226,11 +259,20 @@ class _Builder:
             return None
         claim = None
         if requests:
-            claim = f"{wname}-{role.lower()}"
+            # A template's spec is immutable: other requests are another template, under
+            # a name of their own, and the pod template that names it rolls.
+            legacy = claim_key(engine.name, role)
+            digest = naming.claim_requests_hash(requests)
+            if legacy in self.t.legacy:
+                key, claim = legacy, naming.claim_template_name(wname, role)
+            else:
+                key = claim_key(engine.name, role, digest)
+                claim = naming.claim_template_name(wname, role, digest)
             self.add(
-                claim_key(engine.name, role),
+                key,
                 wl.resource_claim_template(claim, naming.REMOTE_NAMESPACE, requests, self.labels),
             )
+            self.claims.append(ClaimPlan(key, claim, legacy, digest))
         plan = wl.PodPlan(
             labels=self.pod_labels,
             serving=self.svc_name if role != "Worker" else None,

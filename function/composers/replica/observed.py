@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from google.protobuf.struct_pb2 import Struct
 
+from function import naming
 from function.core import structs, versioned
 from function.core.numbers import finite_int
 from function.manifests import workloads as wl
@@ -39,6 +40,8 @@ class WorkloadFacts(NamedTuple):
             template_sources`).
         complete: :func:`~function.manifests.workloads.rollout_complete`.
         stalled: :func:`~function.manifests.workloads.rollout_stalled`.
+        claims: The ResourceClaimTemplates its pod templates name
+            (:func:`~function.manifests.workloads.template_claims`).
     """
 
     kind: str
@@ -52,6 +55,7 @@ class WorkloadFacts(NamedTuple):
     sources: frozenset[str]
     complete: bool | None
     stalled: str | None
+    claims: frozenset[str] = frozenset()
 
 
 def read_workload(obj: Struct, kind: str) -> WorkloadFacts:
@@ -73,6 +77,7 @@ def read_workload(obj: Struct, kind: str) -> WorkloadFacts:
         sources=frozenset(wl.template_sources(manifest, kind)),
         complete=wl.rollout_complete(manifest, kind),
         stalled=wl.rollout_stalled(manifest, kind),
+        claims=frozenset(wl.template_claims(manifest, kind)),
     )
 
 
@@ -96,3 +101,62 @@ def _conditions_ok(status: Struct | None) -> bool:
 def _count(node: object, *path: str) -> int:
     n = finite_int(structs.get(node, *path))
     return 0 if n is None else n
+
+
+def refusal(obj: Struct) -> str | None:
+    """:func:`function.manifests.objects.sync_error` of an observed Object: the remote
+    error while it reports ``Synced=False``, else None. Read through the field maps (the
+    hot path: every child of every replica, every call; cheaper than a memo's key)."""
+    conds = structs.fields_of(obj, "status").get("conditions")
+    if conds is None:
+        return None
+    for cv in conds.list_value.values:
+        c = cv.struct_value.fields
+        t = c.get("type")
+        if t is not None and t.string_value == "Synced":
+            st = c.get("status")
+            if st is None or st.string_value != "False":
+                return None
+            return sync_error(obj)
+    return None
+
+
+@versioned.reading(4096, weight=1)
+def claim_digest(obj: Struct) -> str | None:
+    """:func:`function.naming.claim_requests_hash` of what an observed
+    ResourceClaimTemplate Object's template asks for, its requests rebuilt as this
+    function writes them (:func:`function.manifests.workloads.device_request`: fields the
+    API server may add are not read); None when it is not a list of such requests.
+
+    The remote object's requests, as the workload cluster reports them
+    (``status.atProvider.manifest``), else, not observed there yet, those of the manifest
+    last applied (``spec.forProvider.manifest``). The remote one first: a manifest the
+    API server refused (the template's ``spec`` is immutable) is not what the template
+    asks for. Kept by the Object's uid and resourceVersion; shared between calls.
+    """
+    for path in (("status", "atProvider", "manifest"), ("spec", "forProvider", "manifest")):
+        manifest = structs.get(obj, *path)
+        if isinstance(manifest, Struct):
+            requests = structs.get(manifest, "spec", "spec", "devices", "requests")
+            rebuilt = [_request(r) for r in structs.items(requests)] if requests else None
+            if not rebuilt or None in rebuilt:
+                return None
+            return naming.claim_requests_hash(rebuilt)
+    return None
+
+
+def _request(r: object) -> dict[str, object] | None:
+    """One observed DeviceRequest as :func:`~function.manifests.workloads.device_request`
+    writes it, or None when it is not one (another allocation mode, a field missing)."""
+    name = structs.get(r, "name")
+    ex = structs.get(r, "exactly")
+    dev_class = structs.get(ex, "deviceClassName")
+    count = finite_int(structs.get(ex, "count"))
+    if not isinstance(name, str) or not isinstance(dev_class, str) or count is None:
+        return None
+    if structs.get(ex, "allocationMode") != "ExactCount":
+        return None
+    cels = [structs.get(sel, "cel", "expression") for sel in structs.items(ex, "selectors")]
+    if not all(isinstance(c, str) for c in cels):
+        return None
+    return wl.device_request(name, dev_class, count, [str(c) for c in cels])
