@@ -50,7 +50,8 @@ EVALUATION = [
     ('device.attributes["gpu.nvidia.com"].arch', "returned a string (Hopper), not a boolean"),
     (
         'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("forty")) > 0',
-        "'forty' is not a Kubernetes quantity",
+        "'forty' is not a Kubernetes quantity: quantities must match the regular expression "
+        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
     ),
 ]
 

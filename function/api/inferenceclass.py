@@ -27,7 +27,7 @@ from pydantic import (
 from function.api.fields import WholeInt
 from function.api.inferencecluster import CLAIMS
 from function.core.errors import pydantic_errors, quoted
-from function.scheduling.devices import INT64_LIMIT, Semver, parse_quantity
+from function.scheduling.devices import INT64_LIMIT, Semver, decoded_quantity_problem
 
 KIND = "InferenceClass"
 
@@ -100,8 +100,14 @@ class _Capacity(_Open):
     @field_validator("value")
     @classmethod
     def _quantity(cls, v: str) -> str:
-        # Placement reads a capacity as a Kubernetes quantity; one that is not is absent.
-        parse_quantity(v)
+        # Placement reads a capacity as the API server decodes a ResourceSlice's
+        # (trimmed, then resource.ParseQuantity); one that is not would be absent.
+        problem = decoded_quantity_problem(v)
+        if problem is not None:
+            raise ValueError(
+                f"must be a Kubernetes quantity such as 80Gi, 500m or 1e3, not {quoted(v)} "
+                f"(Kubernetes' parser: {problem})"
+            )
         return v
 
 

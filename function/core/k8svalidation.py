@@ -10,9 +10,11 @@ workload cluster the README supports; none of these rules is relaxed in later re
 - ``k8s.io/apimachinery/pkg/api/validation`` (``ValidateAnnotations``: a qualified name
   once lowercased by Go's ``strings.ToLower``, :func:`go_lower`,
   :data:`ANNOTATIONS_MAX_BYTES` in all);
-- ``k8s.io/apimachinery/pkg/api/resource`` (``ParseQuantity``: :func:`go_parse_quantity`;
-  ``Quantity.UnmarshalJSON``, how an object's quantity is decoded:
-  :func:`decode_quantity`).
+- ``k8s.io/apimachinery/pkg/api/resource`` (``ParseQuantity``: :func:`go_parse_quantity`,
+  :func:`go_quantity` with the form Go holds it in; ``Quantity.UnmarshalJSON``, how an
+  object's quantity is decoded: :func:`decode_quantity`). Every quantity the function
+  reads goes through these (CEL ``quantity()`` and ``isQuantity()``, an InferenceClass's
+  capacity, a PVC's size, the flash loader's and ``/dev/shm`` size limits).
 
 Where a rule applies a Go string function first, this module has Go's, not Python's
 look-alike (:func:`go_lower`, :func:`go_trim_space`): the two differ on a few
@@ -36,6 +38,7 @@ from __future__ import annotations
 import decimal
 import re
 from collections.abc import Container
+from typing import NamedTuple
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -212,10 +215,32 @@ _GO_JSON_ESCAPED = re.compile('[\x00-\x1f"\\\\<>&\u2028\u2029]')
 _EXACT = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
 
 
+class GoQuantity(NamedTuple):
+    """A ``resource.Quantity`` as Go holds it after ``ParseQuantity`` (and after the
+    CEL library's ``add``/``sub``): its exact ``value`` and its form, which decides
+    ``AsInt64`` and ``AsApproximateFloat64``.
+
+    ``dec``: False for Go's ``int64Amount`` (``value`` is an int64 count of
+    ``10^exponent``; ``exponent`` is its ``scale``), True for an ``inf.Dec`` (an
+    integer count of ``10^exponent`` of any size; its ``Scale()`` is ``-exponent``).
+    """
+
+    value: decimal.Decimal
+    exponent: int
+    dec: bool
+
+    @property
+    def unscaled(self) -> decimal.Decimal:
+        """The integer count of ``10^exponent`` (``int64Amount.value``, or
+        ``inf.Dec.UnscaledBig``), as a Decimal (it may have millions of digits)."""
+        with decimal.localcontext(_EXACT):
+            return self.value.scaleb(-self.exponent)
+
+
 def go_parse_quantity(text: str) -> decimal.Decimal:
     """Go's ``resource.ParseQuantity`` (k8s.io/apimachinery v0.35.3, checked against it
     on 48,125 strings): the value of ``text``, as ``Quantity.AsDec`` has it, or
-    ValueError with Go's error.
+    ValueError with Go's error (:func:`go_quantity` has its form too).
 
     The grammar (``parseQuantityString``): an optional sign, digits with at most one
     ``.`` (no digit at all reads as 0: ``Gi``, ``+``, ``.``), then a suffix: binary
@@ -231,6 +256,20 @@ def go_parse_quantity(text: str) -> decimal.Decimal:
         ValueError: :data:`QUANTITY_FORMAT_WRONG` (``""``, ``16gb``, ``0x10``),
             :data:`QUANTITY_SUFFIX` (``1ki``), :data:`QUANTITY_NUMERIC` (``Pi``).
     """
+    return go_quantity(text).value
+
+
+def go_quantity(text: str) -> GoQuantity:
+    """:func:`go_parse_quantity` with the form Go holds the quantity in
+    (:class:`GoQuantity`): ``int64Amount`` where ``ParseQuantity`` takes its int64 path
+    (at most 18 digits and a unit of at least 10^-9, or a whole binary quantity small
+    enough: ``80Gi``, ``1.5G``, ``1000m``), else ``inf.Dec`` at scale 9 (``1.5Gi``,
+    ``1Ei``, ``0.1n``; a zero keeps the scale it was written with; a capped binary one
+    has scale 0).
+
+    Raises:
+        ValueError: as :func:`go_parse_quantity`.
+    """
     if not text:
         raise ValueError(QUANTITY_FORMAT_WRONG)
     negative, num, denom, digits, suffix = _split_quantity(text)
@@ -243,27 +282,50 @@ def go_parse_quantity(text: str) -> decimal.Decimal:
         parsed = int(suffix[1:])
         if not -(2**63) <= parsed < 2**63:
             raise ValueError(QUANTITY_SUFFIX)
-        exponent = (parsed + 2**31) % 2**32 - 2**31  # Go's int32(parsed)
+        exponent = _int32(parsed)
     else:
         raise ValueError(QUANTITY_SUFFIX)
+    # The unit of the digits as written: 10^(exponent - len(denom)), or 10^-len(denom)
+    # times 2^exponent; Go's int64Amount.scale, or what inf.Dec's scale starts at.
+    unit = -len(denom) if binary else _int32(exponent - len(denom))  # Go's int32 scale
     # Go's int64 path (exact) takes a quantity of at most 18 digits with an exponent
     # down to 10^-9, or a whole binary one of at most 14 - exponent * 3 // 10 digits.
     if binary:
         fast = not denom and exponent * 3 // 10 <= 14 - len(num)
     else:
-        fast = len(num) + len(denom) <= 18 and exponent - len(denom) >= -9
-    if not fast and not digits:
+        fast = len(num) + len(denom) <= 18 and unit >= -9
+    if fast:
+        count = int(num + denom) << exponent if binary else int(num + denom)
+        value = decimal.Decimal(-count if negative else count).scaleb(unit, _EXACT)
+        return GoQuantity(value, unit, False)
+    if not digits:
         raise ValueError(QUANTITY_NUMERIC)
+    return _go_dec_quantity(negative, num, denom, binary=binary, exponent=exponent, unit=unit)
+
+
+def _go_dec_quantity(
+    negative: bool, num: str, denom: str, *, binary: bool, exponent: int, unit: int
+) -> GoQuantity:
+    """``ParseQuantity``'s ``inf.Dec`` path: exact, rounded away from zero to scale 9
+    (a zero is not rounded and keeps its scale), a binary quantity capped at 2^63 - 1
+    (then scale 0)."""
     with decimal.localcontext(_EXACT):
         value = decimal.Decimal(f"{num}.{denom}")
         value = value * (2**exponent) if binary else value.scaleb(exponent)
+        if not value:
+            return GoQuantity(decimal.Decimal(0), -_int32(-unit), True)
         nanos = value.scaleb(9)
         whole = nanos.to_integral_value(decimal.ROUND_CEILING)
         if whole != nanos:
             value = whole.scaleb(-9)
         if binary and value > _INT64_MAX:
-            value = decimal.Decimal(_INT64_MAX)
-        return -value if negative and value else value
+            return GoQuantity(decimal.Decimal(-_INT64_MAX if negative else _INT64_MAX), 0, True)
+        return GoQuantity(-value if negative else value, -9, True)
+
+
+def _int32(n: int) -> int:
+    """Go's ``int32(n)`` of an int64: wrapped."""
+    return (n + 2**31) % 2**32 - 2**31
 
 
 def _split_quantity(text: str) -> tuple[bool, str, str, bool, str]:
@@ -303,16 +365,25 @@ def _past(text: str, pos: int, chars: Container[str]) -> int:
 
 def decode_quantity(text: str) -> decimal.Decimal:
     """A string quantity as the API server decodes it in an object (a container's
-    ``resources``, an ``emptyDir.sizeLimit``): ``Quantity.UnmarshalJSON`` of the JSON
-    string Go's ``encoding/json`` writes for ``text`` (what Crossplane and
-    provider-kubernetes send): a character it escapes (a control character such as a
-    tab or newline, ``"``, ``\\``, U+2028, U+2029) reaches the decoder as its escape
-    and is refused; the rest is :func:`go_trim_space` (``" 1Gi "`` is ``1Gi``), then
-    :func:`go_parse_quantity`.
+    ``resources``, an ``emptyDir.sizeLimit``, a ResourceSlice's ``capacity``):
+    ``Quantity.UnmarshalJSON`` of the JSON string Go's ``encoding/json`` writes for
+    ``text`` (what Crossplane and provider-kubernetes send): a character it escapes (a
+    control character such as a tab or newline, ``"``, ``\\``, U+2028, U+2029) reaches
+    the decoder as its escape and is refused; the rest is :func:`go_trim_space`
+    (``" 1Gi "`` is ``1Gi``), then :func:`go_parse_quantity`.
+
+    Raises:
+        ValueError: Go's error (:func:`go_parse_quantity`).
+    """
+    return decode_go_quantity(text).value
+
+
+def decode_go_quantity(text: str) -> GoQuantity:
+    """:func:`decode_quantity` with the form Go holds the value in (:func:`go_quantity`).
 
     Raises:
         ValueError: Go's error (:func:`go_parse_quantity`).
     """
     if _GO_JSON_ESCAPED.search(text):
         raise ValueError(QUANTITY_FORMAT_WRONG)
-    return go_parse_quantity(go_trim_space(text))
+    return go_quantity(go_trim_space(text))

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from function.core.k8svalidation import go_parse_quantity
 from function.core.memo import memo
 
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?\Z")
@@ -43,7 +44,10 @@ MAX_RECV_MESSAGE_MIB = 2047
 def positive_quantity(value: Any) -> str | None:
     """``value`` as a quantity string when it is a Kubernetes quantity > 0, else None.
 
-    Integers (and floats with an integral value) are accepted as plain numbers of bytes.
+    The spelling is :data:`QUANTITY`'s (the XRDs' pattern of ``shmSizeLimit`` and
+    ``tmpfsSizeLimit``; each such string is one ``resource.ParseQuantity`` takes); the
+    value is Go's (:func:`function.core.k8svalidation.go_parse_quantity`). Integers (and
+    floats with an integral value) are accepted as plain numbers of bytes.
     """
     if isinstance(value, bool):
         return None
@@ -51,10 +55,7 @@ def positive_quantity(value: Any) -> str | None:
         value = str(int(value))
     if not isinstance(value, str) or not QUANTITY.match(value):
         return None
-    number = re.match(r"^[0-9]+(\.[0-9]+)?", value)
-    if number is None or float(number.group(0)) <= 0:
-        return None
-    return value
+    return value if go_parse_quantity(value) > 0 else None
 
 
 def positive_quantity_rule(value: Any, example: str = "64Gi") -> str:

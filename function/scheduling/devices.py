@@ -43,11 +43,20 @@ from __future__ import annotations
 
 import logging
 import math
-import operator
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Context, Decimal, InvalidOperation, localcontext
+from decimal import (
+    MAX_EMAX,
+    MIN_EMIN,
+    Context,
+    Decimal,
+    DivisionByZero,
+    Inexact,
+    InvalidOperation,
+    Overflow,
+    localcontext,
+)
 from typing import Any
 
 import celpy
@@ -57,6 +66,7 @@ from celpy.evaluation import celstr
 
 from function.api.inferencecluster import CLAIM_DRA
 from function.core import deadline
+from function.core import k8svalidation as k8s
 from function.core.errors import quoted
 from function.core.memo import memo, shared
 from function.scheduling import cel_library
@@ -68,89 +78,197 @@ logging.getLogger("celpy").setLevel(logging.CRITICAL)
 # the XRD's format: int64), as CEL's int is: values are within [-INT64_LIMIT, INT64_LIMIT).
 INT64_LIMIT = 2**63
 
-_QUANTITY = re.compile(
-    r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?P<suf>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
+# A sum that Go's inf.Dec would hold exactly in more digits than this is refused (Go
+# would write out 1e2147483647 + 1n in two billion digits); a parsed quantity has at most
+# the 8,192 characters of a selector.
+_SUM_DIGITS = 10_000
+_SUM_CONTEXT = Context(
+    prec=_SUM_DIGITS,
+    Emax=MAX_EMAX,
+    Emin=MIN_EMIN,
+    traps=[Inexact, InvalidOperation, Overflow, DivisionByZero],
 )
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
-# Exact arithmetic on quantities as written (Kubernetes' have at most 18 significant
-# digits and an exponent): 100 digits, exponents up to a billion.
-_QUANTITY_CONTEXT = Context(prec=100, Emax=999_999_999, Emin=-999_999_999)
+_INT64 = (-(2**63), 2**63 - 1)
+# Go's math.Pow10 tables (float64 literals: correctly rounded, as Python's are).
+_POW10 = tuple(float(f"1e{i}") for i in range(32))
+_POW10_POS32 = tuple(float(f"1e{32 * i}") for i in range(10))
+_POW10_NEG32 = tuple(float(f"1e-{32 * i}") for i in range(11))
 _SEMVER = re.compile(
     r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
     r"(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
 )
 
 
-def parse_quantity(text: str) -> Decimal:
-    """Parse a Kubernetes quantity (``"141Gi"``, ``"500m"``, ``"1e3"``) into a Decimal.
-
-    Follows https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/:
-    binary suffixes Ki..Ei (powers of 1024), decimal suffixes n, u, m, k, M, G, T,
-    P, E, or a decimal exponent.
+class Quantity:
+    """A Kubernetes quantity inside CEL (``quantity("20Gi")``, a device's capacity): Go's
+    ``resource.Quantity`` as the CEL library (``k8s.io/apiserver/pkg/cel/library``,
+    ``quantity.go``) holds it, its value and form from
+    :func:`function.core.k8svalidation.go_quantity` (``resource.ParseQuantity``, no
+    trimming). Ordered by value (``Quantity.Cmp``).
 
     Raises:
-        ValueError: when ``text`` is not a quantity.
+        ValueError: ``'<text>' is not a Kubernetes quantity: <Go's error>``.
     """
-    m = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
-    if m is None:
-        raise ValueError(f"{quoted(text)} is not a Kubernetes quantity")
-    try:
-        num = Decimal(m.group("num"))
-    except InvalidOperation as e:  # pragma: no cover - the regex admits only numbers
-        raise ValueError(f"{quoted(text)} is not a Kubernetes quantity") from e
-    suf = m.group("suf") or ""
-    try:
-        with localcontext(_QUANTITY_CONTEXT):
-            if suf in _BINARY:
-                return num * _BINARY[suf]
-            if suf in _DECIMAL:
-                return num * _DECIMAL[suf]
-            return num * (Decimal(10) ** int(suf[1:]))
-    except ArithmeticError:
-        raise ValueError(f"{quoted(text)} is out of the range of a quantity") from None
 
-
-class Quantity:
-    """A Kubernetes quantity inside CEL (``quantity("20Gi")``); ordered by value."""
-
-    __slots__ = ("text", "value")
+    __slots__ = ("go", "text")
     # Kubernetes' Quantity.Equal: == with another type is no overload, not false.
     cel_equals_own_type_only = True
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.value = parse_quantity(text)
+        go = _go_quantity(text, decoded=False)
+        if isinstance(go, str):
+            raise ValueError(f"{quoted(text)} is not a Kubernetes quantity: {go}")
+        self.go = go
 
     @classmethod
-    def of(cls, value: Decimal) -> Quantity:
-        """The quantity of ``value`` (``add``, ``sub``), written with an exponent when
-        that is shorter (``1e999999`` is not written out in a million digits)."""
+    def decoded(cls, text: str) -> Quantity:
+        """A device's capacity (``{value: <quantity>}``) as the API server decodes a
+        ResourceSlice's: :func:`function.core.k8svalidation.decode_go_quantity`
+        (``" 80Gi"`` is 80Gi; a tab in it is refused).
+
+        Raises:
+            ValueError: as :class:`Quantity`.
+        """
+        go = _go_quantity(text, decoded=True)
+        if isinstance(go, str):
+            raise ValueError(f"{quoted(text)} is not a Kubernetes quantity: {go}")
         q = cls.__new__(cls)
-        q.value = value
-        q.text = str(value.normalize(_QUANTITY_CONTEXT))
+        q.text = text
+        q.go = go
         return q
 
+    @classmethod
+    def of(cls, go: k8s.GoQuantity) -> Quantity:
+        """The quantity Go holds as ``go`` (``add``, ``sub``), written with an exponent
+        when that is shorter (``1e999999`` is not written out in a million digits)."""
+        q = cls.__new__(cls)
+        q.go = go
+        q.text = str(go.value.normalize(_SUM_CONTEXT))
+        return q
+
+    @property
+    def value(self) -> Decimal:
+        """The exact value (``Quantity.AsDec``)."""
+        return self.go.value
+
+    def as_int64(self) -> int | None:
+        """Go's ``Quantity.AsInt64``: the value when Go holds it as an ``int64Amount``
+        whose scale is not negative and whose value an int64 holds, else None: ``1k``
+        is 1000, but ``1000m`` (scale -3), ``1.5Gi`` and ``1Ei`` (held as ``inf.Dec``)
+        are None though whole."""
+        go = self.go
+        if go.dec or go.exponent < 0:
+            return None
+        return _scaled_int64(int(go.unscaled), go.exponent)
+
+    def as_approximate_float(self) -> float:
+        """Go's ``Quantity.AsApproximateFloat64``: the unscaled integer as the nearest
+        float64, times ``math.Pow10(exponent)`` (past 1e308 that is +Inf: ``0e400`` is
+        NaN, ``1e400`` +Inf)."""
+        go = self.go
+        base = float(go.unscaled) if go.value else 0.0  # Go's zero is +0
+        if go.exponent == 0:
+            return base
+        return base * _go_pow10(go.exponent)
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Quantity) and self.value == other.value
+        return isinstance(other, Quantity) and self.go.value == other.go.value
 
     def __hash__(self) -> int:
-        return hash(self.value)
+        return hash(self.go.value)
 
     def __repr__(self) -> str:
         return f"quantity({self.text!r})"
+
+
+@memo(4096)
+def _go_quantity(text: str, *, decoded: bool) -> k8s.GoQuantity | str:
+    """``text`` as Go parses it (:func:`function.core.k8svalidation.go_quantity`) or,
+    when ``decoded``, as the API server decodes it in an object
+    (:func:`function.core.k8svalidation.decode_go_quantity`); Go's error where it
+    refuses it (memoized: a fleet's few capacities and selector literals recur)."""
+    try:
+        return k8s.decode_go_quantity(text) if decoded else k8s.go_quantity(text)
+    except ValueError as e:
+        return str(e)
+
+
+def decoded_quantity_problem(text: str) -> str | None:
+    """Go's error for ``text`` as the API server decodes an object's quantity (a
+    ResourceSlice's capacity), None when it is one (:meth:`Quantity.decoded`)."""
+    go = _go_quantity(text, decoded=True)
+    return go if isinstance(go, str) else None
+
+
+def _go_pow10(n: int) -> float:
+    """Go's ``math.Pow10`` (not always the float nearest 10^n: a product of two)."""
+    if 0 <= n <= 308:
+        return _POW10_POS32[n // 32] * _POW10[n % 32]
+    if -323 <= n <= 0:
+        return _POW10_NEG32[-n // 32] / _POW10[-n % 32]
+    return math.inf if n > 0 else 0.0
+
+
+def _scaled_int64(value: int, scale: int) -> int | None:
+    """Go's ``positiveScaleInt64``: ``value * 10^scale`` (``scale`` >= 0) when an int64
+    holds it, else None."""
+    if not value or not scale:
+        return value
+    if scale > 18:
+        return None
+    scaled = value * 10**scale
+    return scaled if _INT64[0] <= scaled <= _INT64[1] else None
+
+
+def _int64_add(a: k8s.GoQuantity, b: k8s.GoQuantity, b_count: int) -> k8s.GoQuantity | None:
+    """Go's ``int64Amount.Add`` of ``a`` and ``b_count * 10^b.exponent``: the sum at the
+    smaller scale, None when a scaled operand or the sum leaves int64 (Go then adds as
+    ``inf.Dec``). A zero ``b`` leaves ``a`` as it is; a zero ``a`` becomes ``b``."""
+    a_count = int(a.unscaled)
+    if not b_count:
+        return a
+    if not a_count:
+        scale = b.exponent
+        total: int | None = b_count
+    elif a.exponent == b.exponent:
+        scale, total = a.exponent, a_count + b_count
+    elif a.exponent > b.exponent:
+        scale = b.exponent
+        scaled = _scaled_int64(a_count, a.exponent - b.exponent)
+        total = None if scaled is None else scaled + b_count
+    else:
+        scale = a.exponent
+        scaled = _scaled_int64(b_count, b.exponent - a.exponent)
+        total = None if scaled is None else a_count + scaled
+    if total is None or not _INT64[0] <= total <= _INT64[1]:
+        return None
+    return k8s.GoQuantity(Decimal(total).scaleb(scale, _SUM_CONTEXT), scale, False)
+
+
+def _go_add(a: k8s.GoQuantity, b: k8s.GoQuantity, negate: bool) -> k8s.GoQuantity:
+    """Go's ``Quantity.Add`` (``Sub`` when ``negate``): ``int64Amount.Add`` when both
+    are held as int64 and it does not overflow (``Sub`` negates the int64 as Go does:
+    -(-2^63) wraps to -2^63), else the exact ``inf.Dec`` sum at the larger scale.
+
+    Raises:
+        ValueError: when the exact sum needs more than :data:`_SUM_DIGITS` digits.
+    """
+    if not a.dec and not b.dec:
+        count = int(b.unscaled)
+        if negate:
+            count = -count if count != _INT64[0] else count
+        total = _int64_add(a, b, count)
+        if total is not None:
+            return total
+    try:
+        with localcontext(_SUM_CONTEXT):
+            value = a.value - b.value if negate else a.value + b.value
+    except ArithmeticError:
+        raise ValueError(
+            f"the quantity's exact value needs more than {_SUM_DIGITS:,} digits"
+        ) from None
+    return k8s.GoQuantity(value, min(a.exponent, b.exponent), True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +313,7 @@ _UINT64 = 2**64 - 1
 
 def _cmp(a: Any, b: Any) -> int:
     if isinstance(a, Quantity) and isinstance(b, Quantity):
-        return (a.value > b.value) - (a.value < b.value)
+        return (a.go.value > b.go.value) - (a.go.value < b.go.value)
     if isinstance(a, Semver) and isinstance(b, Semver):
         ka, kb = a.key(), b.key()
         return (ka > kb) - (ka < kb)
@@ -203,6 +321,8 @@ def _cmp(a: Any, b: Any) -> int:
 
 
 def _quantity(text: Any) -> Quantity:
+    if not isinstance(text, str):
+        raise TypeError("quantity needs a string")
     return Quantity(str(text))
 
 
@@ -221,73 +341,63 @@ def _less(a: Any, b: Any) -> celtypes.BoolType:
 def _as_integer(q: Any) -> celtypes.IntType:
     if not isinstance(q, Quantity):
         raise TypeError("asInteger needs a quantity")
-    if not _is_integer(q):
-        raise ValueError(f"asInteger: {quoted(q.text)} is not a whole number an int64 holds")
-    return celtypes.IntType(int(q.value))
+    value = q.as_int64()
+    if value is None:  # Kubernetes' message, with the quantity
+        raise ValueError(f"asInteger: cannot convert value to integer ({quoted(q.text)})")
+    return celtypes.IntType(value)
 
 
 def _as_float(q: Any) -> celtypes.DoubleType:
     if not isinstance(q, Quantity):
         raise TypeError("asApproximateFloat needs a quantity")
-    return celtypes.DoubleType(float(q.value))
+    return celtypes.DoubleType(q.as_approximate_float())
 
 
 def _is_quantity(text: Any) -> celtypes.BoolType:
+    """Kubernetes' ``isQuantity``: whether ``resource.ParseQuantity`` takes the string
+    as it is (``" 1Gi"`` is not; ``"Gi"`` is, as 0)."""
     if not isinstance(text, str):
         raise TypeError("isQuantity needs a string")
     try:
-        parse_quantity(text)
+        k8s.go_quantity(text)
     except ValueError:
         return celtypes.BoolType(False)
-    return celtypes.BoolType(text == text.strip())  # Kubernetes' parser takes no spaces
+    return celtypes.BoolType(True)
 
 
 def _sign(q: Any) -> celtypes.IntType:
     if not isinstance(q, Quantity):
         raise TypeError("sign needs a quantity")
-    return celtypes.IntType((q.value > 0) - (q.value < 0))
-
-
-_INT64 = (-(2**63), 2**63 - 1)
+    return celtypes.IntType((q.go.value > 0) - (q.go.value < 0))
 
 
 def _is_integer(q: Any) -> celtypes.BoolType:
-    """Kubernetes' ``isInteger``: whether the quantity is a whole number an int64 holds
-    (``Quantity.AsInt64``)."""
+    """Kubernetes' ``isInteger``: whether ``Quantity.AsInt64`` succeeds
+    (:meth:`Quantity.as_int64`: ``1000m``, ``1.5Gi`` and ``1Ei`` are not, though whole)."""
     if not isinstance(q, Quantity):
         raise TypeError("isInteger needs a quantity")
-    in_range = _INT64[0] <= q.value <= _INT64[1]
-    whole = in_range and q.value == q.value.to_integral_value()
-    # A binary suffix on a fractional number ("1.5Gi") is held as a decimal, which
-    # AsInt64 refuses, though its value is whole.
-    m = _QUANTITY.match(q.text)
-    if m is not None and m.group("suf") in _BINARY and "." in m.group("num"):
-        whole = whole and Decimal(m.group("num")) == Decimal(m.group("num")).to_integral_value()
-    return celtypes.BoolType(whole)
+    return celtypes.BoolType(q.as_int64() is not None)
 
 
-def _operand(x: Any, what: str) -> Decimal:
+def _operand(x: Any, what: str) -> k8s.GoQuantity:
+    """A quantity, or an int as ``resource.NewQuantity(x, DecimalExponent)`` has it."""
     if isinstance(x, Quantity):
-        return x.value
+        return x.go
     if isinstance(x, int) and not isinstance(x, bool):
-        return Decimal(int(x))
+        return k8s.GoQuantity(Decimal(int(x)), 0, False)
     raise TypeError(f"{what} needs a quantity or an int")
 
 
 def _add(q: Any, x: Any) -> Quantity:
-    return Quantity.of(_arithmetic(operator.add, _operand(q, "add"), _operand(x, "add")))
+    if not isinstance(q, Quantity):
+        raise TypeError("add needs a quantity")
+    return Quantity.of(_go_add(q.go, _operand(x, "add"), negate=False))
 
 
 def _sub(q: Any, x: Any) -> Quantity:
-    return Quantity.of(_arithmetic(operator.sub, _operand(q, "sub"), _operand(x, "sub")))
-
-
-def _arithmetic(op: Any, a: Decimal, b: Decimal) -> Decimal:
-    try:
-        with localcontext(_QUANTITY_CONTEXT):
-            return Decimal(op(a, b))
-    except ArithmeticError:
-        raise ValueError("the quantity is out of range") from None
+    if not isinstance(q, Quantity):
+        raise TypeError("sub needs a quantity")
+    return Quantity.of(_go_add(q.go, _operand(x, "sub"), negate=True))
 
 
 def _normalized_semver(text: str) -> str:
@@ -1045,7 +1155,7 @@ class Device:
             caps: dict[Any, Any] = {}
             for k, v in self.capacity:
                 try:
-                    caps[celtypes.StringType(k)] = Quantity(v)
+                    caps[celtypes.StringType(k)] = Quantity.decoded(v)
                 except ValueError:
                     continue  # an unparsable capacity is simply absent
             d = celtypes.StringType(self.driver)

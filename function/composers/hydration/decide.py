@@ -80,6 +80,7 @@ from function.composers.hydration.wire import (
 )
 from function.core import events, structs
 from function.core.inputs import UNRESOLVED, Inputs, Resolved
+from function.core.k8svalidation import decode_quantity
 from function.core.outcome import Outcome
 from function.core.timeutil import elapsed, format_time, parse_time
 from function.manifests.hydration import PRUNE_RETRY_SECONDS, token_placeholder
@@ -91,7 +92,6 @@ from function.naming import (
     hydration_job_name,
     label_value,
 )
-from function.scheduling.devices import parse_quantity
 from jobs.contract import CACHE_MOUNT_PATH, IDENTITY_PATTERN, RESULT_DATA_KEY, identity_dir
 
 _ALSO = "; also: "
@@ -569,14 +569,15 @@ class _Composer:
         """The PVC request: room for two copies (``CacheSource.size_quantity``), or the
         observed request when larger. Kubernetes refuses to shrink a PVC
         (https://kubernetes.io/docs/concepts/storage/persistent-volumes/#expanding-persistent-volumes-claims),
-        so a smaller request is never written."""
+        so a smaller request is never written. Both are read as the API server reads
+        a PVC's (:func:`function.core.k8svalidation.decode_quantity`)."""
         want = self.source.size_quantity()
         manifest = _manifest(self.inputs.observed_body(PVC_KEY))
         have = structs.get_str(manifest, "spec", "resources", "requests", "storage")
         if not have:
             return want
         try:
-            return have if parse_quantity(have) > parse_quantity(want) else want
+            return have if decode_quantity(have) > decode_quantity(want) else want
         except ValueError:
             return want
 

@@ -25,11 +25,11 @@ from function.composers.replica.desired import EnginePlan, Stop, Target, build
 from function.composers.replica.spec import parse_spec, pool_of
 from function.core import structs
 from function.core.errors import SpecError
+from function.core.k8svalidation import decode_quantity
 from function.core.memo import memo
 from function.core.outcome import Outcome, Result
 from function.core.structfill import struct_from
 from function.ops.settings import Settings
-from function.scheduling.devices import parse_quantity
 from function.serving.flashloader import (
     SETTINGS_ATTRS,
     FlashLoader,
@@ -146,7 +146,7 @@ def check_flash_fits(out: Outcome, loader: FlashLoader, cache: Any, ref: str) ->
     if not isinstance(size_gib, (int, float)) or isinstance(size_gib, bool) or size_gib <= 0:
         return
     try:
-        limit = parse_quantity(loader.tmpfs_size_limit)
+        limit = decode_quantity(loader.tmpfs_size_limit)  # as the emptyDir's sizeLimit
     except ValueError:
         return
     if limit < Decimal(str(size_gib)) * 2**30:
