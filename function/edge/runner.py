@@ -263,6 +263,10 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             self.metrics.apply(outcome.observations)
         if span is not None:
             Tracing.finish(span, severities, fatal, error)
+        # The exception's traceback holds this frame, which holds the exception: a cycle
+        # that kept the request, its decoded spec and every frame of the failed call
+        # (a 7 MB request: about 55 MiB) until the cyclic collector's next full pass.
+        del error
         self.log.debug("composed", seconds=round(seconds, 6))
         return rsp, data
 
