@@ -153,3 +153,22 @@ def test_a_result_nested_by_shared_reference_is_shown_without_building_its_text(
         devices.selector_matches(expression, GPU)
     assert e.value.reason.startswith("returned a list ([[[[")
     assert len(e.value.reason) < 250
+
+
+def test_an_invalid_selector_raised_again_keeps_no_traceback() -> None:
+    """selector_matches on a selector that does not compile raises a new exception each
+    time: the one compiling memoized is never raised, so its traceback does not grow by
+    the frames of every call that evaluated it (before session 21: 4, 8, 12 frames, kept
+    by the memo)."""
+    depths = []
+    for _ in range(3):
+        with pytest.raises(devices.InvalidSelector) as e:
+            devices.selector_matches("device.driver == ((", GPU)
+        assert "does not compile" in str(e.value)
+        tb, n = e.value.__traceback__, 0
+        while tb is not None:
+            n, tb = n + 1, tb.tb_next
+        depths.append(n)
+    assert depths[0] == depths[1] == depths[2], depths
+    cached = devices._compile(devices.normalize("device.driver == (("))
+    assert isinstance(cached, devices.InvalidSelector) and cached.__traceback__ is None

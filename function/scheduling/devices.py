@@ -1258,7 +1258,9 @@ def _eval(expression: str, device: Device, limit: int) -> bool | SelectorEvaluat
     program = _compile_normalized(expression, limit)
     if isinstance(program, InvalidSelector):
         _evaluating = None
-        raise program
+        # A new exception: raising the memoized one would chain every raise's traceback
+        # onto it (4 frames each, and their locals), kept as long as the memo keeps it.
+        raise InvalidSelector(program.expression, program.reason)
     cel_library.begin(limit * RUNTIME_FACTOR)
     try:
         result = program.evaluate(device.activation())
