@@ -376,7 +376,10 @@ def _shrink(inputs: Inputs) -> str:
     heaviest = f"{path} ({size / 1024:.1f} KiB)" if path != "spec.template" else ""
     shrink = "shrink spec.template" + (f", whose heaviest part is {heaviest}" if heaviest else "")
     if ".env[" in path:
-        shrink += "; a large env value belongs in a ConfigMap mounted as a volume (spec.template volumes and volumeMounts)"
+        shrink += (
+            "; a large env value belongs in a ConfigMap mounted as a volume"
+            " (spec.template volumes and volumeMounts)"
+        )
     return shrink
 
 
