@@ -723,6 +723,60 @@ def test_a_replica_rolling_off_the_cache_retains_its_hydration(case: Case[Leavin
     assert retained_clusters(t.xr) == frozenset()
 
 
+def _deleting_cluster(name: str) -> dict[str, Any]:
+    """An InferenceCluster as the API server holds it during a foreground deletion
+    (``kubectl delete --cascade=foreground``, Argo CD's default prune): deletionTimestamp,
+    the foregroundDeletion finalizer, and the ``Ready=False, reason Deleting`` Crossplane
+    writes (it calls no function for an XR being deleted), the rest of its status as
+    last written."""
+    ic = inference_cluster(name)
+    ic["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    ic["metadata"]["finalizers"] = ["foregroundDeletion"]
+    ic["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "Deleting"}]
+    return ic
+
+
+DELETING_CLUSTER_CASES = [
+    Case(
+        "no-replica-there",
+        "review 21d F1: a cluster being deleted has left the fleet; no replica of the "
+        "cache runs there, so its hydration is dropped (its Objects release the "
+        "cluster's provider config and the foreground deletion completes)",
+        [],
+        None,
+    ),
+    Case(
+        "replica-still-there",
+        "a live replica of the cache still runs there: the hydration is retained (as for "
+        "a cluster the selector dropped) until the replica moves",
+        [_replica("chat-0", "gpu-b")],
+        "chat-0",
+    ),
+]
+
+
+@table(DELETING_CLUSTER_CASES)
+def test_a_cluster_being_deleted_leaves_the_footprint(case: Case[list[Any], Any]):
+    both = [inference_cluster("gpu-a"), inference_cluster("gpu-b")]
+    t = grown(cache(selector={}), both, {"gpu-a": ("Ready", ""), "gpu-b": ("Ready", "")})
+    t.clusters = [both[0], _deleting_cluster("gpu-b")]
+    t.replicas = case.inputs
+    t.step()
+    if case.want is None:
+        assert hydrated_clusters(t) == ["gpu-a"], case.reason
+        assert retained_clusters(t.xr) == frozenset(), case.reason
+        return
+    assert hydrated_clusters(t) == ["gpu-a", "gpu-b"], case.reason
+    entry = t.rows()["gpu-b"]
+    assert entry["retained"] is True and case.want in entry["message"], entry
+    assert retained_clusters(t.xr) == frozenset({"gpu-b"})
+    # The replica moves off the cluster being deleted: the hydration is released.
+    t.replicas = [_replica(case.want, "gpu-a")]
+    t.step()
+    assert hydrated_clusters(t) == ["gpu-a"]
+    assert retained_clusters(t.xr) == frozenset()
+
+
 def test_a_shard_requires_replicas_only_while_a_hydration_leaves():
     t = grown(cache(selector={}), [inference_cluster("gpu-a")], {"gpu-a": ("Ready", "")})
     (rsp,) = t.shard_rsp.values()

@@ -71,6 +71,11 @@ def match(clusters: Resolved, selector: LabelSelector) -> Footprint:
     cluster never moves between shards, whatever the fleet or the footprint (a moved
     hydration would be deleted with its PVC by the shard that stopped desiring it).
 
+    A cluster being deleted (``metadata.deletionTimestamp``,
+    :func:`function.core.structs.being_deleted`) is not matched, whatever its labels:
+    it leaves the footprint as one the selector dropped does (README, "One
+    InferenceCluster per workload cluster").
+
     One InferenceCluster per workload cluster (README): remote object names do not
     include the InferenceCluster, so two hydrations of one cache on one workload
     cluster would own the same PVC, token Secret and Job, and the one that goes deletes
@@ -126,7 +131,11 @@ def _footprint(
             continue
         # A label value that is not a string (only in a malformed request) reads as "".
         labels = f.labels if not f.odd_labels else {**dict.fromkeys(f.odd_labels, ""), **f.labels}
-        if matches(labels):
+        # A cluster being deleted (foreground: the API server keeps it until its
+        # dependents are gone) has left the fleet, like one the selector dropped: its
+        # hydration is kept only while a replica still runs there (the shard's rule),
+        # so its Objects release its provider config and the deletion completes.
+        if matches(labels) and not structs.being_deleted(c):
             matched[f.name] = problem(c, version)
         secret = kubeconfig_secret(c, version)
         if secret is not None:
