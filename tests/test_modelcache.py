@@ -707,6 +707,14 @@ def test_a_replica_rolling_off_the_cache_retains_its_hydration(case: Case[Leavin
     t.xr = cache(name, selector={"matchLabels": {"tier": "prod"}}, status=t.xr["status"])
     t.clusters = [both[0], inference_cluster("gpu-b", {"tier": "dev"})]
     t.replicas = case.inputs.replicas
+    # Then its roll completes (the deployment drops the label): the hydration is released.
+    _assert_gpu_b_kept_until(t, case, [_replica(case.want, "gpu-b", "llama-cache")])
+
+
+def _assert_gpu_b_kept_until(t, case, moved):
+    """gpu-b has left the footprint: after a step, its hydration is dropped when no live
+    replica runs there (``case.want`` None), else retained (its row names the replica
+    ``case.want``) until ``moved`` replaces the replicas, then released."""
     t.step()
     if case.want is None:
         assert hydrated_clusters(t) == ["gpu-a"], case.reason
@@ -716,8 +724,7 @@ def test_a_replica_rolling_off_the_cache_retains_its_hydration(case: Case[Leavin
     entry = t.rows()["gpu-b"]
     assert entry["retained"] is True and case.want in entry["message"], entry
     assert retained_clusters(t.xr) == frozenset({"gpu-b"})
-    # Its roll completes: the deployment drops the label; the hydration is released.
-    t.replicas = [_replica(case.want, "gpu-b", "llama-cache")]
+    t.replicas = moved
     t.step()
     assert hydrated_clusters(t) == ["gpu-a"]
     assert retained_clusters(t.xr) == frozenset()
@@ -761,20 +768,8 @@ def test_a_cluster_being_deleted_leaves_the_footprint(case: Case[list[Any], Any]
     t = grown(cache(selector={}), both, {"gpu-a": ("Ready", ""), "gpu-b": ("Ready", "")})
     t.clusters = [both[0], _deleting_cluster("gpu-b")]
     t.replicas = case.inputs
-    t.step()
-    if case.want is None:
-        assert hydrated_clusters(t) == ["gpu-a"], case.reason
-        assert retained_clusters(t.xr) == frozenset(), case.reason
-        return
-    assert hydrated_clusters(t) == ["gpu-a", "gpu-b"], case.reason
-    entry = t.rows()["gpu-b"]
-    assert entry["retained"] is True and case.want in entry["message"], entry
-    assert retained_clusters(t.xr) == frozenset({"gpu-b"})
-    # The replica moves off the cluster being deleted: the hydration is released.
-    t.replicas = [_replica(case.want, "gpu-a")]
-    t.step()
-    assert hydrated_clusters(t) == ["gpu-a"]
-    assert retained_clusters(t.xr) == frozenset()
+    # Then the replica moves off the cluster being deleted: the hydration is released.
+    _assert_gpu_b_kept_until(t, case, [_replica(case.want, "gpu-a")])
 
 
 def test_a_shard_requires_replicas_only_while_a_hydration_leaves():
